@@ -1,0 +1,56 @@
+//! Synchronous pipeline: `range(0..1_000_000).map(x * 3).filter(even)` into a sum.
+//!
+//! Peers in the same run: the same `Iterator` chain (the ceiling) and
+//! `futures::stream::iter` under `block_on`.
+//!
+//! Targets (issue 2): weir with unbounded demand ≥ 0.5× the `Iterator` chain; weir
+//! requesting batches of 64 ≥ 0.8× weir unbounded; weir unbounded ≥ 3× `futures::stream`.
+//! Run: `cargo bench --bench sync_pipeline`.
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use std::hint::black_box;
+use weir::demand::UNBOUNDED;
+use weir::prelude::*;
+
+const N: u64 = 1_000_000;
+
+fn weir_sum(prefetch: u64) -> u64 {
+    weir::range(0..black_box(N))
+        .map(|x| x * 3)
+        .filter(|x| x % 2 == 0)
+        .fold_with(prefetch, 0u64, |acc, x| acc + x)
+        .wait()
+        .expect("range does not fail")
+}
+
+fn iterator_sum() -> u64 {
+    (0..black_box(N)).map(|x| x * 3).filter(|x| x % 2 == 0).sum()
+}
+
+fn futures_sum() -> u64 {
+    use futures::stream::{self, StreamExt};
+    futures::executor::block_on(
+        stream::iter(0..black_box(N)).map(|x| x * 3).filter(|x| futures::future::ready(x % 2 == 0)).fold(
+            0u64,
+            |acc, x| futures::future::ready(acc + x),
+        ),
+    )
+}
+
+fn sync_pipeline(c: &mut Criterion) {
+    let expected = iterator_sum();
+    assert_eq!(weir_sum(UNBOUNDED), expected);
+    assert_eq!(weir_sum(64), expected);
+    assert_eq!(futures_sum(), expected);
+
+    let mut group = c.benchmark_group("sync/map_filter_sum/1M");
+    group.throughput(Throughput::Elements(N));
+    group.bench_function("iterator", |b| b.iter(iterator_sum));
+    group.bench_function("weir_unbounded", |b| b.iter(|| weir_sum(UNBOUNDED)));
+    group.bench_function("weir_batch64", |b| b.iter(|| weir_sum(64)));
+    group.bench_function("futures_stream", |b| b.iter(futures_sum));
+    group.finish();
+}
+
+criterion_group!(benches, sync_pipeline);
+criterion_main!(benches);

@@ -1,0 +1,127 @@
+//! `map`: transform each item with a closure.
+//!
+//! Demand contract: PassThrough, 1:1. The downstream gets the upstream subscription
+//! itself, so requests and cancels cost nothing extra. A batch stays a batch: the
+//! closure is applied lazily inside `on_next_batch`, so a synchronous chain fuses into
+//! one loop.
+//!
+//! States: `Idle` (before `on_subscribe`) → `Active(upstream)` → `Done` (after a
+//! terminal signal, or after the closure panicked: then upstream is cancelled and
+//! downstream gets `on_error(Panicked)`).
+
+use crate::guard::{catch, Guarded};
+use crate::{Error, Publisher, Subscriber, Subscription};
+
+/// Publisher for the [`map`](crate::PublisherExt::map) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct Map<P, F> {
+    source: P,
+    f: F,
+}
+
+impl<P, F> Map<P, F> {
+    pub(crate) fn new(source: P, f: F) -> Self {
+        Map { source, f }
+    }
+}
+
+impl<P, F, U> Publisher for Map<P, F>
+where
+    P: Publisher,
+    F: FnMut(P::Item) -> U + Send + 'static,
+    U: Send + 'static,
+{
+    type Item = U;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<U> + Send + 'static,
+    {
+        self.source.subscribe(MapSubscriber { downstream: subscriber, f: self.f, state: State::Idle })
+    }
+}
+
+/// Where a `map` subscription is in its life.
+enum State {
+    /// Waiting for `on_subscribe`.
+    Idle,
+    /// Passing items; holds upstream to cancel it if the closure panics.
+    Active(Subscription),
+    /// Terminated; later signals are ignored (rules 1.7, 2.8).
+    Done,
+}
+
+struct MapSubscriber<S, F> {
+    /// The next stage.
+    downstream: S,
+    /// The user's closure.
+    f: F,
+    /// Life-cycle state.
+    state: State,
+}
+
+impl<S, F> MapSubscriber<S, F> {
+    fn fail<U>(&mut self, error: Error)
+    where
+        S: Subscriber<U>,
+    {
+        if let State::Active(upstream) = std::mem::replace(&mut self.state, State::Done) {
+            upstream.cancel();
+            self.downstream.on_error(error);
+        }
+    }
+}
+
+impl<T, U, S, F> Subscriber<T> for MapSubscriber<S, F>
+where
+    S: Subscriber<U>,
+    F: FnMut(T) -> U,
+{
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        match self.state {
+            State::Idle => {
+                self.state = State::Active(subscription.clone());
+                self.downstream.on_subscribe(subscription);
+            }
+            // Rule 2.5: a second subscription is cancelled.
+            _ => subscription.cancel(),
+        }
+    }
+
+    #[inline]
+    fn on_next(&mut self, item: T) {
+        if !matches!(self.state, State::Active(_)) {
+            return;
+        }
+        match catch(|| (self.f)(item)) {
+            Ok(out) => self.downstream.on_next(out),
+            Err(error) => self.fail(error),
+        }
+    }
+
+    #[inline]
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
+        if !matches!(self.state, State::Active(_)) {
+            return;
+        }
+        let mut panic = None;
+        let f = &mut self.f;
+        self.downstream.on_next_batch(Guarded::new(items, |x| Some(f(x)), &mut panic));
+        if let Some(error) = panic {
+            self.fail(error);
+        }
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if !matches!(std::mem::replace(&mut self.state, State::Done), State::Done) {
+            self.downstream.on_error(error);
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if !matches!(std::mem::replace(&mut self.state, State::Done), State::Done) {
+            self.downstream.on_complete();
+        }
+    }
+}

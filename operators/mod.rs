@@ -1,0 +1,11 @@
+//! One operator per file. This module only declares and re-exports; every operator is
+//! built by a method of [`PublisherExt`](crate::PublisherExt), where its user
+//! documentation lives.
+
+mod filter;
+mod map;
+mod take;
+
+pub use filter::Filter;
+pub use map::Map;
+pub use take::Take;

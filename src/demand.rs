@@ -1,0 +1,323 @@
+//! All demand arithmetic in weir lives here (principle 1: demand is law).
+//!
+//! * [`UNBOUNDED`] and [`validate`]: rules 3.17 and 3.9.
+//! * [`AtomicDemand`]: outstanding demand shared between the requesting thread and the
+//!   emitting thread; saturating add, batched settle.
+//! * [`Replenish`]: the 75% rule for anything that holds a prefetch window (sinks,
+//!   async boundaries, bridges, mux credit).
+//! * [`UpstreamWindow`]: credit for pass-through stages that swallow items (`filter`):
+//!   the swallowed items are re-requested in one batch when upstream's window runs dry.
+//!
+//! # Memory ordering (decided once, here)
+//!
+//! The requester writes nothing the emitter must see except the demand itself, but an
+//! emitter that observes demand must also observe everything the requester did before
+//! `request` (rule 1.1 says a request happens-before the `on_next` that fulfils it).
+//! So `add` is a `Release` read-modify-write (`AcqRel` inside the CAS), and the
+//! emitter's `get` is `Acquire`, pairing with it. `produced` is `AcqRel` so that a
+//! concurrent `add` racing with the settle is never lost: both are RMWs on one
+//! location, which are totally ordered, and the CAS retries on interference.
+//! Nothing here needs `SeqCst`.
+
+use crate::loom::{AtomicU64, Ordering};
+use crate::Error;
+
+/// Demand at or above this total means "unbounded" (rule 3.17). Totals saturate here.
+pub const UNBOUNDED: u64 = u64::MAX;
+
+/// Numerator of the replenish fraction: after this share of a prefetch window was
+/// consumed, it is requested again (Reactor and RxJava use 3/4).
+pub const REPLENISH_NUMERATOR: u64 = 3;
+/// Denominator of the replenish fraction.
+pub const REPLENISH_DENOMINATOR: u64 = 4;
+
+/// Rule 3.9: `request(0)` is illegal. Returns `n` when it is a legal request, and the
+/// error the publisher must signal through `on_error` otherwise.
+#[inline]
+pub fn validate(n: u64) -> Result<u64, Error> {
+    if n == 0 {
+        Err(non_positive_request())
+    } else {
+        Ok(n)
+    }
+}
+
+#[cold]
+fn non_positive_request() -> Error {
+    Error::spec_violation(
+        "3.9",
+        "non-positive subscription request: request(0) is illegal (rule 3.9)",
+    )
+}
+
+/// Outstanding demand, shared between a subscription's `request` (any thread) and the
+/// one emitter that owns the drain loop.
+#[derive(Debug)]
+pub struct AtomicDemand {
+    value: AtomicU64,
+}
+
+impl Default for AtomicDemand {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AtomicDemand {
+    /// No demand yet.
+    pub fn new() -> Self {
+        AtomicDemand { value: AtomicU64::new(0) }
+    }
+
+    /// Add `n` (saturating at [`UNBOUNDED`]) and return the *previous* value.
+    /// A previous value of 0 means the emitter may be idle and the caller should
+    /// start (or enter) the drain.
+    #[inline]
+    pub fn add(&self, n: u64) -> u64 {
+        let mut current = self.value.load(Ordering::Relaxed);
+        loop {
+            if current == UNBOUNDED {
+                return UNBOUNDED;
+            }
+            let next = current.saturating_add(n);
+            // AcqRel: the Release half pairs with the Acquire in `get`/`take` on the
+            // emitter, publishing this request; the Acquire half orders us after
+            // earlier settles.
+            match self.value.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return current,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// The outstanding demand. Acquire: pairs with the Release in [`add`](Self::add).
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.value.load(Ordering::Acquire)
+    }
+
+    /// Record that `emitted` items went out against this demand and return what is left.
+    /// Unbounded demand stays unbounded.
+    ///
+    /// Emitting more than was requested is a bug in the emitter (rule 1.1): debug builds
+    /// panic, release builds clamp at zero.
+    #[inline]
+    pub fn produced(&self, emitted: u64) -> u64 {
+        let mut current = self.value.load(Ordering::Relaxed);
+        loop {
+            if current == UNBOUNDED || emitted == 0 {
+                return current;
+            }
+            debug_assert!(
+                emitted <= current,
+                "rule 1.1 violated: emitted {emitted} items against a demand of {current}"
+            );
+            let next = current.saturating_sub(emitted);
+            // AcqRel: an RMW on the same location as `add`, so a racing request is
+            // either seen here (and kept) or makes this CAS fail and retry.
+            match self.value.compare_exchange_weak(
+                current,
+                next,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return next,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
+    /// Take all outstanding demand, leaving zero (unbounded stays unbounded and is
+    /// returned as [`UNBOUNDED`]). Used where requests are forwarded as credit.
+    #[inline]
+    pub fn take(&self) -> u64 {
+        let mut current = self.value.load(Ordering::Relaxed);
+        loop {
+            if current == UNBOUNDED || current == 0 {
+                return current;
+            }
+            // AcqRel: Acquire pairs with the Release in `add`.
+            match self.value.compare_exchange_weak(current, 0, Ordering::AcqRel, Ordering::Relaxed) {
+                Ok(_) => return current,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+}
+
+/// The 75% rule: a consumer that holds a window of `prefetch` items requests
+/// `prefetch` up front and then, each time at least `limit = prefetch - prefetch / 4`
+/// items were consumed, requests exactly what was consumed. Outstanding demand
+/// therefore never exceeds `prefetch`, and upstream sees one request per `limit` items.
+#[derive(Clone, Debug)]
+pub struct Replenish {
+    prefetch: u64,
+    limit: u64,
+    consumed: u64,
+}
+
+impl Replenish {
+    /// A window of `prefetch` items. `prefetch == UNBOUNDED` requests once and never
+    /// replenishes.
+    ///
+    /// # Panics
+    ///
+    /// If `prefetch` is 0: "prefetch must be at least 1 (got 0)".
+    pub fn new(prefetch: u64) -> Self {
+        assert!(prefetch >= 1, "prefetch must be at least 1 (got 0)");
+        let limit = if prefetch == UNBOUNDED {
+            UNBOUNDED
+        } else {
+            prefetch - prefetch * (REPLENISH_DENOMINATOR - REPLENISH_NUMERATOR) / REPLENISH_DENOMINATOR
+        };
+        Replenish { prefetch, limit, consumed: 0 }
+    }
+
+    /// The first request: the whole window.
+    pub fn initial(&self) -> u64 {
+        self.prefetch
+    }
+
+    /// The window size.
+    pub fn prefetch(&self) -> u64 {
+        self.prefetch
+    }
+
+    /// The low-water mark: how many consumed items trigger a replenish.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// Record `n` consumed items; returns how many to request now, if any.
+    #[inline]
+    pub fn on_consumed(&mut self, n: u64) -> Option<u64> {
+        if self.limit == UNBOUNDED {
+            return None;
+        }
+        self.consumed += n;
+        if self.consumed >= self.limit {
+            let batch = self.consumed;
+            self.consumed = 0;
+            Some(batch)
+        } else {
+            None
+        }
+    }
+}
+
+/// Credit for a pass-through stage that swallows some items (a filter).
+///
+/// Downstream requests go to `pending` (an [`AtomicDemand`]) and are forwarded upstream
+/// unchanged. The stage tracks, without atomics, how many items upstream still owes
+/// (`window`). Swallowed items are owed to downstream again; instead of re-requesting
+/// each one, they are summed and requested in one batch when the window runs dry,
+/// which is the last moment that keeps the stream live.
+#[derive(Debug, Default)]
+pub struct UpstreamWindow {
+    window: u64,
+    swallowed: u64,
+}
+
+impl UpstreamWindow {
+    /// An empty window.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Settle a batch: `received` items arrived from upstream, `swallowed` of them were
+    /// not passed on. Returns the number of items to request upstream now, if any.
+    #[inline]
+    pub fn settle(&mut self, pending: &AtomicDemand, received: u64, swallowed: u64) -> Option<u64> {
+        if self.window == UNBOUNDED {
+            return None;
+        }
+        if self.window < received {
+            self.window = self.window.saturating_add(pending.take());
+            if self.window == UNBOUNDED {
+                self.swallowed = 0;
+                return None;
+            }
+        }
+        self.window = self.window.saturating_sub(received);
+        self.swallowed += swallowed;
+        if self.window == 0 {
+            self.window = pending.take();
+            if self.window == UNBOUNDED {
+                self.swallowed = 0;
+                return None;
+            }
+            if self.window == 0 && self.swallowed > 0 {
+                let batch = std::mem::take(&mut self.swallowed);
+                self.window = batch;
+                return Some(batch);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replenish_constants_are_a_proper_fraction() {
+        assert!(REPLENISH_NUMERATOR > 0 && REPLENISH_NUMERATOR < REPLENISH_DENOMINATOR);
+        let r = Replenish::new(64);
+        assert_eq!((r.initial(), r.limit()), (64, 48));
+        assert_eq!(Replenish::new(1).limit(), 1);
+        assert_eq!(Replenish::new(3).limit(), 3);
+    }
+
+    #[test]
+    fn replenish_batches_at_the_limit() {
+        let mut r = Replenish::new(4);
+        assert_eq!(r.on_consumed(1), None);
+        assert_eq!(r.on_consumed(1), None);
+        assert_eq!(r.on_consumed(1), Some(3));
+        assert_eq!(r.on_consumed(5), Some(5));
+    }
+
+    #[test]
+    #[should_panic(expected = "prefetch must be at least 1 (got 0)")]
+    fn replenish_rejects_zero() {
+        let _ = Replenish::new(0);
+    }
+
+    #[test]
+    fn demand_saturates_and_settles() {
+        let d = AtomicDemand::new();
+        assert_eq!(d.add(5), 0);
+        assert_eq!(d.produced(3), 2);
+        assert_eq!(d.add(u64::MAX - 1), 2);
+        assert_eq!(d.get(), UNBOUNDED);
+        assert_eq!(d.produced(1_000), UNBOUNDED);
+        assert_eq!(d.take(), UNBOUNDED);
+    }
+
+    #[test]
+    fn validate_names_rule_3_9() {
+        let e = validate(0).unwrap_err();
+        assert_eq!(e.rule(), Some("3.9"));
+        assert!(e.to_string().contains("3.9"));
+        assert_eq!(validate(7).unwrap(), 7);
+    }
+
+    #[test]
+    fn window_rerequests_swallowed_items_when_dry() {
+        let pending = AtomicDemand::new();
+        let mut w = UpstreamWindow::new();
+        pending.add(10);
+        assert_eq!(w.settle(&pending, 4, 3), None);
+        assert_eq!(w.settle(&pending, 6, 6), Some(9));
+        assert_eq!(w.settle(&pending, 9, 0), None);
+        pending.add(UNBOUNDED);
+        assert_eq!(w.settle(&pending, 1, 1), None);
+        assert_eq!(w.settle(&pending, 1_000, 1_000), None);
+    }
+}

@@ -1,0 +1,157 @@
+//! The one error type of weir pipelines.
+//!
+//! An [`Error`] travels downstream through `on_error`. It is an `Arc` inside, so
+//! cloning it for several subscribers is a reference-count increment, and two clones
+//! of one failure compare equal with [`Error::ptr_eq`] (the TCK checks identity).
+
+use std::any::Any;
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::Arc;
+
+/// What went wrong, in a form a program can match on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// A party broke a Reactive Streams rule; `rule` is its number, e.g. `"3.9"`.
+    SpecViolation {
+        /// The rule number from the Reactive Streams specification.
+        rule: &'static str,
+    },
+    /// A bounded buffer was full and its policy says to fail.
+    Overflow,
+    /// A time limit passed.
+    Timeout,
+    /// User code (a closure given to an operator, source or sink) panicked.
+    Panicked,
+    /// The source of the data failed; [`std::error::Error::source`] has the cause.
+    Upstream,
+    /// The consumer cancelled before the stream terminated (reported by sink handles).
+    Cancelled,
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ErrorKind::SpecViolation { rule } => write!(f, "reactive streams rule {rule} violated"),
+            ErrorKind::Overflow => f.write_str("buffer overflow"),
+            ErrorKind::Timeout => f.write_str("timed out"),
+            ErrorKind::Panicked => f.write_str("user code panicked"),
+            ErrorKind::Upstream => f.write_str("upstream error"),
+            ErrorKind::Cancelled => f.write_str("cancelled"),
+        }
+    }
+}
+
+/// A failure signalled through `on_error`: a kind, a message and an optional source.
+///
+/// Cheap to clone (one `Arc`).
+#[derive(Clone)]
+pub struct Error {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    kind: ErrorKind,
+    message: Cow<'static, str>,
+    source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+}
+
+impl Error {
+    fn build(
+        kind: ErrorKind,
+        message: impl Into<Cow<'static, str>>,
+        source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    ) -> Self {
+        Error { inner: Arc::new(Inner { kind, message: message.into(), source }) }
+    }
+
+    /// A violation of Reactive Streams rule `rule` (for example `"3.9"`).
+    pub fn spec_violation(rule: &'static str, message: impl Into<Cow<'static, str>>) -> Self {
+        Self::build(ErrorKind::SpecViolation { rule }, message, None)
+    }
+
+    /// A bounded buffer overflowed.
+    pub fn overflow(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::build(ErrorKind::Overflow, message, None)
+    }
+
+    /// A time limit passed.
+    pub fn timeout(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::build(ErrorKind::Timeout, message, None)
+    }
+
+    /// User code panicked; `payload` is what `catch_unwind` returned. The message is
+    /// the panic message when it is a string.
+    pub fn panicked(payload: Box<dyn Any + Send>) -> Self {
+        let message: Cow<'static, str> = if let Some(s) = payload.downcast_ref::<&'static str>() {
+            Cow::Borrowed(*s)
+        } else if let Some(s) = payload.downcast_ref::<String>() {
+            Cow::Owned(s.clone())
+        } else {
+            Cow::Borrowed("panic with a non-string payload")
+        };
+        Self::build(ErrorKind::Panicked, message, None)
+    }
+
+    /// The data source failed with `source`.
+    pub fn upstream(source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        let message = source.to_string();
+        Self::build(ErrorKind::Upstream, message, Some(Box::new(source)))
+    }
+
+    /// An upstream failure described only by a message.
+    pub fn msg(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::build(ErrorKind::Upstream, message, None)
+    }
+
+    /// The consumer cancelled before the stream terminated.
+    pub fn cancelled() -> Self {
+        Self::build(ErrorKind::Cancelled, "cancelled before the stream terminated", None)
+    }
+
+    /// The kind of failure.
+    pub fn kind(&self) -> ErrorKind {
+        self.inner.kind
+    }
+
+    /// The rule number when this is a spec violation.
+    pub fn rule(&self) -> Option<&'static str> {
+        match self.inner.kind {
+            ErrorKind::SpecViolation { rule } => Some(rule),
+            _ => None,
+        }
+    }
+
+    /// The human-readable message (without the kind prefix).
+    pub fn message(&self) -> &str {
+        &self.inner.message
+    }
+
+    /// True when both values are clones of one failure.
+    pub fn ptr_eq(a: &Error, b: &Error) -> bool {
+        Arc::ptr_eq(&a.inner, &b.inner)
+    }
+}
+
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Error")
+            .field("kind", &self.inner.kind)
+            .field("message", &self.inner.message)
+            .field("source", &self.inner.source)
+            .finish()
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.inner.kind, self.inner.message)
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.inner.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}

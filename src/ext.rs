@@ -1,0 +1,275 @@
+//! [`PublisherExt`]: one thin constructor per operator and sink. The user
+//! documentation of every operator lives on its method here.
+
+use crate::operators::{Filter, Map, Take};
+use crate::sink::{self, SinkHandle, DEFAULT_PREFETCH};
+use crate::{BoxPublisher, Publisher};
+
+/// Identity function that checks, at zero cost, that `P` is a publisher of `T`.
+#[inline(always)]
+fn assert_publisher<T, P: Publisher<Item = T>>(publisher: P) -> P {
+    publisher
+}
+
+/// Operators and sinks for every [`Publisher`].
+///
+/// Operators consume the publisher and return a new one; nothing runs until a sink
+/// (or your own [`Subscriber`](crate::Subscriber)) subscribes.
+pub trait PublisherExt: Publisher + Sized {
+    /// Transform each item with `f`.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: downstream's requests reach upstream unchanged; one item out per
+    /// item in.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3|
+    /// output : a-b-c|      (a = f(1), …)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered, so nothing is discarded.
+    ///
+    /// # Panics
+    ///
+    /// Never panics itself. If `f` panics, the panic is caught: upstream is cancelled
+    /// and downstream receives `on_error` of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked) carrying the panic message.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let squares = weir::range(1u32..4).map(|x| x * x).collect().wait().unwrap();
+    /// assert_eq!(squares, vec![1, 4, 9]);
+    /// ```
+    fn map<U, F>(self, f: F) -> Map<Self, F>
+    where
+        F: FnMut(Self::Item) -> U + Send + 'static,
+        U: Send + 'static,
+    {
+        assert_publisher::<U, _>(Map::new(self, f))
+    }
+
+    /// Pass on only the items for which `predicate` returns true.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough with replenishment: requests go upstream unchanged, and the items
+    /// the predicate swallows are requested again in one batch when upstream's
+    /// outstanding window runs dry (never one `request(1)` per swallowed item; never
+    /// at all under unbounded demand).
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4|
+    /// output : --2---4|    (predicate: even)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered.
+    ///
+    /// # Panics
+    ///
+    /// If `predicate` panics, upstream is cancelled and downstream receives `on_error`
+    /// of kind [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let evens = weir::range(0u32..10).filter(|x| x % 2 == 0).collect().wait().unwrap();
+    /// assert_eq!(evens, vec![0, 2, 4, 6, 8]);
+    /// ```
+    fn filter<F>(self, predicate: F) -> Filter<Self, F>
+    where
+        F: FnMut(&Self::Item) -> bool + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(Filter::new(self, predicate))
+    }
+
+    /// The first `n` items; then complete downstream and cancel upstream.
+    ///
+    /// # Backpressure
+    ///
+    /// Limiting: requests go upstream capped so that upstream is asked for at most `n`
+    /// items in total, even when downstream requests unbounded.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4-5…
+    /// output : 1-2-(3|)      (take(3); upstream is cancelled at the `|`)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// An upstream error before the `n`th item passes through; after it, none can arrive.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream. `take` cancels upstream itself after the `n`th item.
+    /// `take(0)` cancels upstream at once and completes without items.
+    ///
+    /// # Panics
+    ///
+    /// Never.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let first = weir::range(0u64..u64::MAX).take(3).collect().wait().unwrap();
+    /// assert_eq!(first, vec![0, 1, 2]);
+    /// ```
+    fn take(self, n: u64) -> Take<Self> {
+        assert_publisher::<Self::Item, _>(Take::new(self, n))
+    }
+
+    /// Erase the publisher's type, for heterogeneous pipelines.
+    ///
+    /// Each boxed stage costs one virtual call per signal.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let sources: Vec<weir::BoxPublisher<u32>> =
+    ///     vec![weir::range(0u32..2).boxed(), weir::range(5u32..7).map(|x| x * 10).boxed()];
+    /// let mut all = Vec::new();
+    /// for source in sources {
+    ///     all.extend(source.collect().wait().unwrap());
+    /// }
+    /// assert_eq!(all, vec![0, 1, 50, 60]);
+    /// ```
+    fn boxed(self) -> BoxPublisher<Self::Item>
+    where
+        Self: Send + 'static,
+    {
+        BoxPublisher::new(self)
+    }
+
+    /// Subscribe a sink that folds every item into an accumulator, requesting
+    /// [`DEFAULT_PREFETCH`] items at a time.
+    ///
+    /// The handle's [`wait`](SinkHandle::wait) returns the final accumulator, or the
+    /// stream's error. A panic in `f` cancels upstream and becomes an error of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let sum = weir::range(1u64..=100).fold(0, |acc, x| acc + x).wait().unwrap();
+    /// # let _ = sum;
+    /// ```
+    fn fold<A, F>(self, init: A, f: F) -> SinkHandle<A>
+    where
+        A: Send + 'static,
+        F: FnMut(A, Self::Item) -> A + Send + 'static,
+    {
+        self.fold_with(DEFAULT_PREFETCH, init, f)
+    }
+
+    /// [`fold`](Self::fold) with an explicit prefetch window
+    /// ([`UNBOUNDED`](crate::demand::UNBOUNDED) requests everything at once).
+    ///
+    /// # Panics
+    ///
+    /// If `prefetch` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let sum = weir::range(0u64..1000).fold_with(64, 0, |acc, x| acc + x).wait().unwrap();
+    /// assert_eq!(sum, 499_500);
+    /// ```
+    fn fold_with<A, F>(self, prefetch: u64, init: A, f: F) -> SinkHandle<A>
+    where
+        A: Send + 'static,
+        F: FnMut(A, Self::Item) -> A + Send + 'static,
+    {
+        let (subscriber, handle) = sink::fold(prefetch, init, f);
+        self.subscribe(subscriber);
+        handle
+    }
+
+    /// Subscribe a sink that calls `f` for every item, requesting
+    /// [`DEFAULT_PREFETCH`] items at a time.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// weir::range(0u32..3).for_each(|x| println!("{x}")).wait().unwrap();
+    /// ```
+    fn for_each<F>(self, f: F) -> SinkHandle<()>
+    where
+        F: FnMut(Self::Item) + Send + 'static,
+    {
+        self.for_each_with(DEFAULT_PREFETCH, f)
+    }
+
+    /// [`for_each`](Self::for_each) with an explicit prefetch window.
+    ///
+    /// # Panics
+    ///
+    /// If `prefetch` is 0.
+    fn for_each_with<F>(self, prefetch: u64, mut f: F) -> SinkHandle<()>
+    where
+        F: FnMut(Self::Item) + Send + 'static,
+    {
+        self.fold_with(prefetch, (), move |(), item| f(item))
+    }
+
+    /// Subscribe a sink that collects every item into a `Vec`, requesting
+    /// [`DEFAULT_PREFETCH`] items at a time. The `Vec` grows with the stream: use it
+    /// for finite streams.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// assert_eq!(weir::range(0u8..3).collect().wait().unwrap(), vec![0, 1, 2]);
+    /// ```
+    fn collect(self) -> SinkHandle<Vec<Self::Item>> {
+        self.collect_with(DEFAULT_PREFETCH)
+    }
+
+    /// [`collect`](Self::collect) with an explicit prefetch window.
+    ///
+    /// # Panics
+    ///
+    /// If `prefetch` is 0.
+    fn collect_with(self, prefetch: u64) -> SinkHandle<Vec<Self::Item>> {
+        self.fold_with(prefetch, Vec::new(), |mut v, item| {
+            v.push(item);
+            v
+        })
+    }
+}
+
+impl<P: Publisher> PublisherExt for P {}

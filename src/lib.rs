@@ -1,0 +1,44 @@
+//! weir: an in-process Reactive Streams runtime.
+//!
+//! A weir is a low dam that regulates a river's flow. A [`Publisher`] never sends more
+//! items than its [`Subscriber`] has requested through its [`Subscription`]; every
+//! buffer is bounded; every drop is counted.
+//!
+//! ```
+//! use weir::prelude::*;
+//!
+//! let total = weir::range(0u64..1_000)
+//!     .map(|x| x * 3)
+//!     .filter(|x| x % 2 == 0)
+//!     .fold(0, |acc, x| acc + x)
+//!     .wait()
+//!     .unwrap();
+//! assert_eq!(total, (0..1_000u64).map(|x| x * 3).filter(|x| x % 2 == 0).sum::<u64>());
+//! ```
+//!
+//! Start with [`PublisherExt`] (every operator and sink), the [`source`] functions,
+//! and the contract in [`spec`]. The conformance kit is [`tck`] (feature `tck`).
+
+#![warn(missing_debug_implementations, unreachable_pub)]
+
+pub mod demand;
+pub mod drain;
+mod error;
+mod ext;
+mod guard;
+pub(crate) mod loom;
+#[path = "../operators/mod.rs"]
+pub mod operators;
+pub mod sink;
+pub mod source;
+pub mod spec;
+
+pub use error::{Error, ErrorKind};
+pub use ext::PublisherExt;
+pub use source::range;
+pub use spec::{BoxPublisher, Processor, Publisher, RawSubscription, Subscriber, Subscription};
+
+/// The traits a pipeline needs: `use weir::prelude::*;`.
+pub mod prelude {
+    pub use crate::{Publisher, PublisherExt, Subscriber, Subscription};
+}

@@ -1,0 +1,22 @@
+//! The std/loom shim: every atomic and lock that a loom model exercises is imported
+//! from here, so `RUSTFLAGS="--cfg loom"` swaps in loom's checked versions.
+//!
+//! `Arc<dyn Trait>` needs unsized coercion, which loom's `Arc` does not support, so
+//! type-erased handles (`Subscription`) keep using `std::sync::Arc`.
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+#[cfg(loom)]
+pub(crate) use loom::sync::Mutex;
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+#[cfg(not(loom))]
+pub(crate) use std::sync::Mutex;
+
+pub(crate) use std::sync::atomic::Ordering;
+
+#[cfg(loom)]
+pub(crate) type MutexGuardOf<'a, T> = loom::sync::MutexGuard<'a, T>;
+#[cfg(not(loom))]
+pub(crate) type MutexGuardOf<'a, T> = std::sync::MutexGuard<'a, T>;

@@ -1,0 +1,131 @@
+//! `fold`: combine every item into an accumulator; `for_each` and `collect` are folds.
+//!
+//! Demand contract: requests `prefetch` up front, then what it consumed each time
+//! `prefetch - prefetch/4` items arrived ([`Replenish`]), once per batch;
+//! `prefetch == UNBOUNDED` requests once. The accumulator lives in the subscriber
+//! and is handed to the [`SinkHandle`] on completion.
+
+use std::sync::Arc;
+
+use super::handle::{Shared, SinkHandle};
+use crate::demand::Replenish;
+use crate::guard::catch;
+use crate::{Error, Subscriber, Subscription};
+
+/// The subscriber behind `fold`, `for_each` and `collect`.
+pub(crate) struct FoldSubscriber<A, F> {
+    /// The accumulator; `None` only after termination.
+    acc: Option<A>,
+    /// The user's combining closure.
+    f: F,
+    /// Credit: when to request again.
+    replenish: Replenish,
+    /// Upstream, once subscribed and until terminated.
+    upstream: Option<Subscription>,
+    /// Shared with the handle.
+    shared: Arc<Shared<A>>,
+}
+
+/// Build a fold subscriber and its handle.
+pub(crate) fn fold<A, F>(prefetch: u64, init: A, f: F) -> (FoldSubscriber<A, F>, SinkHandle<A>) {
+    let shared = Shared::new();
+    let subscriber = FoldSubscriber {
+        acc: Some(init),
+        f,
+        replenish: Replenish::new(prefetch),
+        upstream: None,
+        shared: shared.clone(),
+    };
+    (subscriber, SinkHandle::new(shared))
+}
+
+impl<A, F> FoldSubscriber<A, F> {
+    fn consumed(&mut self, n: u64) {
+        if let Some(batch) = self.replenish.on_consumed(n) {
+            if let Some(upstream) = &self.upstream {
+                upstream.request(batch);
+            }
+        }
+    }
+
+    fn fail(&mut self, error: Error) {
+        if let Some(upstream) = self.upstream.take() {
+            upstream.cancel();
+        }
+        self.acc = None;
+        self.shared.finish(Err(error));
+    }
+}
+
+impl<T, A, F> Subscriber<T> for FoldSubscriber<A, F>
+where
+    F: FnMut(A, T) -> A,
+{
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        // Rule 2.5 (and cancel-before-subscribe): the slot cancels what it refuses.
+        if self.upstream.is_some() || self.acc.is_none() {
+            subscription.cancel();
+            return;
+        }
+        if self.shared.slot.set(subscription.clone()) {
+            subscription.request(self.replenish.initial());
+            self.upstream = Some(subscription);
+        }
+    }
+
+    #[inline]
+    fn on_next(&mut self, item: T) {
+        let Some(acc) = self.acc.take() else { return };
+        match catch(|| (self.f)(acc, item)) {
+            Ok(acc) => {
+                self.acc = Some(acc);
+                self.consumed(1);
+            }
+            Err(error) => self.fail(error),
+        }
+    }
+
+    #[inline]
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
+        let Some(acc) = self.acc.take() else { return };
+        let f = &mut self.f;
+        let mut count = 0u64;
+        let mut panic = None;
+        // `fold`, not `try_fold`: adaptors can only override `fold` on stable Rust, and
+        // that is what lets the whole chain become one loop. After a panic the rest of
+        // the batch is skipped without calling `f`.
+        let folded = items.fold(Some(acc), |acc, item| {
+            count += 1;
+            let acc = acc?;
+            match catch(|| f(acc, item)) {
+                Ok(acc) => Some(acc),
+                Err(error) => {
+                    panic = Some(error);
+                    None
+                }
+            }
+        });
+        match (folded, panic) {
+            (Some(acc), None) => {
+                self.acc = Some(acc);
+                self.consumed(count);
+            }
+            (_, Some(error)) => self.fail(error),
+            (None, None) => unreachable!("the accumulator is only lost to a panic"),
+        }
+    }
+
+    fn on_error(&mut self, error: Error) {
+        self.upstream = None;
+        if self.acc.take().is_some() {
+            self.shared.finish(Err(error));
+        }
+    }
+
+    fn on_complete(&mut self) {
+        self.upstream = None;
+        if let Some(acc) = self.acc.take() {
+            self.shared.finish(Ok(acc));
+        }
+    }
+}

@@ -1,0 +1,15 @@
+//! Sinks: subscribers that end a pipeline and hand back a [`SinkHandle`].
+//!
+//! Every sink requests in batches through [`Replenish`](crate::demand::Replenish):
+//! `prefetch` up front, then what it consumed each time 75% of the window was used.
+//! [`DEFAULT_PREFETCH`] is used unless you pass one (`fold_with` and friends);
+//! [`UNBOUNDED`](crate::demand::UNBOUNDED) requests everything at once.
+
+mod fold;
+mod handle;
+
+pub(crate) use fold::fold;
+pub use handle::SinkHandle;
+
+/// The prefetch window sinks use unless told otherwise.
+pub const DEFAULT_PREFETCH: u64 = 256;
