@@ -35,7 +35,7 @@ pub mod spec;
 
 pub use error::{Error, ErrorKind};
 pub use ext::PublisherExt;
-pub use source::range;
+pub use source::{defer, empty, error, from_iter, generate, just, never, range};
 pub use spec::{BoxPublisher, Processor, Publisher, RawSubscription, Subscriber, Subscription};
 
 /// The traits a pipeline needs: `use weir::prelude::*;`.
