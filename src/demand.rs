@@ -5,8 +5,6 @@
 //!   emitting thread; saturating add, batched settle.
 //! * [`Replenish`]: the 75% rule for anything that holds a prefetch window (sinks,
 //!   async boundaries, bridges, mux credit).
-//! * [`UpstreamWindow`]: credit for pass-through stages that swallow items (`filter`):
-//!   the swallowed items are re-requested in one batch when upstream's window runs dry.
 //!
 //! # Memory ordering (decided once, here)
 //!
@@ -210,57 +208,6 @@ impl Replenish {
     }
 }
 
-/// Credit for a pass-through stage that swallows some items (a filter).
-///
-/// Downstream requests go to `pending` (an [`AtomicDemand`]) and are forwarded upstream
-/// unchanged. The stage tracks, without atomics, how many items upstream still owes
-/// (`window`). Swallowed items are owed to downstream again; instead of re-requesting
-/// each one, they are summed and requested in one batch when the window runs dry,
-/// which is the last moment that keeps the stream live.
-#[derive(Debug, Default)]
-pub struct UpstreamWindow {
-    window: u64,
-    swallowed: u64,
-}
-
-impl UpstreamWindow {
-    /// An empty window.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Settle a batch: `received` items arrived from upstream, `swallowed` of them were
-    /// not passed on. Returns the number of items to request upstream now, if any.
-    #[inline]
-    pub fn settle(&mut self, pending: &AtomicDemand, received: u64, swallowed: u64) -> Option<u64> {
-        if self.window == UNBOUNDED {
-            return None;
-        }
-        if self.window < received {
-            self.window = self.window.saturating_add(pending.take());
-            if self.window == UNBOUNDED {
-                self.swallowed = 0;
-                return None;
-            }
-        }
-        self.window = self.window.saturating_sub(received);
-        self.swallowed += swallowed;
-        if self.window == 0 {
-            self.window = pending.take();
-            if self.window == UNBOUNDED {
-                self.swallowed = 0;
-                return None;
-            }
-            if self.window == 0 && self.swallowed > 0 {
-                let batch = std::mem::take(&mut self.swallowed);
-                self.window = batch;
-                return Some(batch);
-            }
-        }
-        None
-    }
-}
-
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -306,18 +253,5 @@ mod tests {
         assert_eq!(e.rule(), Some("3.9"));
         assert!(e.to_string().contains("3.9"));
         assert_eq!(validate(7).unwrap(), 7);
-    }
-
-    #[test]
-    fn window_rerequests_swallowed_items_when_dry() {
-        let pending = AtomicDemand::new();
-        let mut w = UpstreamWindow::new();
-        pending.add(10);
-        assert_eq!(w.settle(&pending, 4, 3), None);
-        assert_eq!(w.settle(&pending, 6, 6), Some(9));
-        assert_eq!(w.settle(&pending, 9, 0), None);
-        pending.add(UNBOUNDED);
-        assert_eq!(w.settle(&pending, 1, 1), None);
-        assert_eq!(w.settle(&pending, 1_000, 1_000), None);
     }
 }
