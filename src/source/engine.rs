@@ -19,13 +19,11 @@
 //!    subscription counts as cancelled (1.6).
 //!
 //! 5. A `request` made on the thread that is running this engine's pass (the
-//!    re-entrant request from inside `on_next`, which is how every batching
-//!    subscriber replenishes) takes a fast path: the pass owner is the only writer of
-//!    `local`, so it adds there with a plain load and store instead of a
-//!    read-modify-write on the shared counter and the `Wip`. A thread-local holds the
-//!    address of the engine whose pass is running on this thread. A synchronous
-//!    pipeline that requests in batches of 64 therefore touches no contended atomic
-//!    at all; requests from other threads take the shared path.
+//!    re-entrant replenish from inside `on_next`, once per batch in a batching
+//!    chain) is recorded in a thread-local by `Subscription::request` itself
+//!    ([`Reentrant`]) and collected after the batch into the pass's local demand.
+//!    A synchronous pipeline that requests in batches of 64 therefore makes no
+//!    virtual call and touches no shared atomic to replenish.
 //!
 //! State (the source and the subscriber) lives in a `Mutex` that only the `Wip` owner
 //! locks, so it is never contended; it exists to make the hand-over between owners on
@@ -35,13 +33,12 @@
 //! own user code (an iterator, a generator closure) are caught by the source and
 //! reported as `on_error`.
 
-use std::cell::Cell;
 use std::sync::{Arc, Mutex};
 
-use crate::demand::{self, AtomicDemand, UNBOUNDED};
+use crate::demand::{self, AtomicDemand, Reentrant, UNBOUNDED};
 use crate::drain::Wip;
 use crate::guard::catch;
-use crate::loom::{AtomicU64, AtomicU8, Ordering};
+use crate::loom::{AtomicU8, Ordering};
 use crate::{Error, RawSubscription, Subscriber, Subscription};
 
 /// Largest batch handed to the subscriber in one `emit` call; cancellation is
@@ -52,29 +49,6 @@ pub(crate) const CHUNK: u64 = 1024;
 const CANCELLED: u8 = 1;
 /// Flag: the subscriber called `request(0)` (rule 3.9).
 const BAD_REQUEST: u8 = 2;
-
-thread_local! {
-    /// Address of the engine whose pass runs on this thread (0: none).
-    static DRAINING: Cell<usize> = const { Cell::new(0) };
-}
-
-/// Marks this thread as running `engine`'s pass; restores the previous mark on drop,
-/// so nested engines (a source subscribed from inside another's `on_next`) stack.
-struct DrainMark {
-    previous: usize,
-}
-
-impl DrainMark {
-    fn set(address: usize) -> Self {
-        DrainMark { previous: DRAINING.with(|d| d.replace(address)) }
-    }
-}
-
-impl Drop for DrainMark {
-    fn drop(&mut self) {
-        DRAINING.with(|d| d.set(self.previous));
-    }
-}
 
 /// What one `emit` call did.
 pub(crate) struct Emitted {
@@ -115,7 +89,6 @@ where
 {
     let engine = Arc::new(Engine {
         demand: AtomicDemand::new(),
-        local: AtomicU64::new(0),
         wip: Wip::new(),
         flags: AtomicU8::new(0),
         state: Mutex::new(None),
@@ -137,11 +110,8 @@ where
 }
 
 struct Engine<E, S> {
-    /// Demand requested from other threads (or from outside a pass).
+    /// Demand requested from other threads, or from outside a pass.
     demand: AtomicDemand,
-    /// Demand requested re-entrantly from inside a pass; written only by the pass
-    /// owner, so plain `Relaxed` loads and stores suffice.
-    local: AtomicU64,
     /// The drain loop's work-in-progress counter.
     wip: Wip,
     /// `CANCELLED | BAD_REQUEST`.
@@ -169,7 +139,9 @@ where
         let Some((source, subscriber)) = state.as_mut() else {
             return;
         };
-        let _mark = DrainMark::set(self.address());
+        let reentrant = Reentrant::enter(self.address());
+        // Demand taken from `self.demand` and from re-entrant requests, not yet used.
+        let mut local = 0u64;
         loop {
             // Relaxed: the flags were set before the setter's `Wip::enter` (Release),
             // which this owner Acquired in `leave`/`enter` before the pass; within a
@@ -185,9 +157,10 @@ where
                 *state = None;
                 return;
             }
-            let local = self.local.load(Ordering::Relaxed);
-            let available = if local == UNBOUNDED { UNBOUNDED } else { local.saturating_add(self.demand.get()) };
-            let budget = available.min(CHUNK);
+            if local != UNBOUNDED {
+                local = local.saturating_add(self.demand.take());
+            }
+            let budget = local.min(CHUNK);
             let emitted = match catch(|| source.emit(subscriber, budget)) {
                 Ok(emitted) => emitted,
                 Err(_) => {
@@ -197,7 +170,9 @@ where
                 }
             };
             debug_assert!(emitted.count <= budget, "source emitted beyond its budget");
-            let left = self.settle(emitted.count);
+            if local != UNBOUNDED {
+                local = (local - emitted.count).saturating_add(reentrant.take());
+            }
             if let Some(end) = emitted.end {
                 let _ = catch(|| match end {
                     Ok(()) => subscriber.on_complete(),
@@ -206,28 +181,19 @@ where
                 *state = None;
                 return;
             }
-            if left == 0 || emitted.count < budget || budget == 0 {
+            if emitted.count < budget || budget == 0 {
+                // The source has nothing now: hand unused demand back for the next pass.
+                if local > 0 {
+                    self.demand.add(local);
+                }
+                return;
+            }
+            if local == 0 && self.demand.get() == 0 {
                 return;
             }
         }
     }
 
-    /// Subtract `count` delivered items, from the local demand first; returns what is
-    /// left in total.
-    #[inline]
-    fn settle(&self, count: u64) -> u64 {
-        let local = self.local.load(Ordering::Relaxed);
-        if local == UNBOUNDED {
-            return UNBOUNDED;
-        }
-        if local >= count {
-            self.local.store(local - count, Ordering::Relaxed);
-            (local - count).saturating_add(self.demand.get())
-        } else {
-            self.local.store(0, Ordering::Relaxed);
-            self.demand.produced(count - local)
-        }
-    }
 }
 
 impl<E, S> RawSubscription for Engine<E, S>
@@ -236,14 +202,6 @@ where
     S: Subscriber<E::Item> + Send,
 {
     fn request(&self, n: u64) {
-        if n != 0 && DRAINING.with(Cell::get) == self.address() {
-            // Re-entrant request from inside our own pass on this thread: we are the
-            // `Wip` owner and the only writer of `local`, and the pass loop re-reads
-            // it after the current batch.
-            let local = self.local.load(Ordering::Relaxed);
-            self.local.store(local.saturating_add(n), Ordering::Relaxed);
-            return;
-        }
         if self.flags.load(Ordering::Relaxed) & CANCELLED != 0 {
             return;
         }
