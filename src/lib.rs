@@ -19,6 +19,7 @@
 //! Start with [`PublisherExt`] (every operator and sink), the [`source`] functions,
 //! and the contract in [`spec`]. The conformance kit is [`tck`] (feature `tck`).
 
+#![forbid(unsafe_code)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 pub mod demand;
