@@ -4,9 +4,42 @@
 //!   demand, blocking waiters and protocol checks, for your own tests.
 //! * [`TestEnv`]: timeouts (overridable by environment variables) and the list of
 //!   failures recorded on other threads.
+//! * [`PublisherVerification`]: the TCK's 38 publisher tests.
+//! * [`Suite`], [`Outcome`], [`Report`]: how any verification is run and reported;
+//!   [`publisher_tck!`](crate::publisher_tck) makes one `#[test]` per conformance test.
 
 mod env;
+mod harness;
+mod macros;
+mod publisher;
 mod subscriber;
 
 pub use env::{TestEnv, TestEnvBuilder};
+pub use harness::{Element, Outcome, Report, ReportEntry};
+pub use publisher::PublisherVerification;
 pub use subscriber::{Signal, Terminal, TestProbe, TestSubscriber, Violation};
+
+/// A conformance suite: a list of named tests, each checking one rule.
+///
+/// Implemented by every verification; the `*_tck!` macros use [`run_one`](Suite::run_one)
+/// to give each test its own `#[test]`.
+pub trait Suite {
+    /// `(test name, rule)` of every test, in the TCK's order.
+    fn tests(&self) -> Vec<(&'static str, &'static str)>;
+
+    /// Run the test called `name`; `None` if the suite has no such test.
+    fn run_one(&self, name: &str) -> Option<Outcome>;
+
+    /// Run every test, in order.
+    fn run_all(&self) -> Report {
+        let entries = self
+            .tests()
+            .into_iter()
+            .map(|(name, rule)| {
+                let outcome = self.run_one(name).expect("every listed test runs");
+                (name.to_owned(), rule, outcome)
+            })
+            .collect();
+        Report { entries }
+    }
+}
