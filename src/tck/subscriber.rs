@@ -648,6 +648,30 @@ impl<T> TestProbe<T> {
         }
     }
 
+    /// Watch for `window`: `Err` unless exactly `expected` signals of any kind
+    /// (`on_subscribe`, items, terminal) have arrived when it ends. Unlike
+    /// [`expect_no_signals`](Self::expect_no_signals) this also catches signals that
+    /// arrived *before* the call, as a synchronous publisher delivers them inside
+    /// `request`.
+    pub fn expect_signal_count(&self, expected: usize, window: Duration) -> Result<(), String> {
+        let _ = self.wait_until(window, |_| String::new(), |s| s.signal_count() > expected);
+        let state = self.state();
+        let actual = state.signal_count();
+        if actual == expected {
+            Ok(())
+        } else {
+            Err(format!(
+                "expected {expected} signals in total, got {actual} ({} items, terminal: {})",
+                state.received,
+                state
+                    .terminal
+                    .as_ref()
+                    .map(terminal_name)
+                    .unwrap_or_else(|| "none".into())
+            ))
+        }
+    }
+
     fn panic_on_violations(&self) {
         if let Err(violations) = self.check_violations() {
             panic!("protocol violations: {violations}");

@@ -53,18 +53,18 @@ where
             let (t, quiet) = (env.default_timeout(), env.no_signals_timeout());
             let probe = v.subscribe(env, 5)?;
             probe
-                .expect_no_signals(quiet)
+                .expect_signal_count(1, quiet)
                 .map_err(|e| format!("before any request: {e}"))?;
             probe.request(1);
             probe.await_items(1, t)?;
             probe
-                .expect_no_signals(quiet)
+                .expect_signal_count(2, quiet)
                 .map_err(|e| format!("after request(1): {e}"))?;
             probe.request(1);
             probe.request(2);
             probe.await_items(4, t)?;
             probe
-                .expect_no_signals(quiet)
+                .expect_signal_count(5, quiet)
                 .map_err(|e| format!("after 4 requested: {e}"))?;
             probe.cancel();
             Ok(())
@@ -141,7 +141,7 @@ where
             probe.request(1);
             probe.await_completion(env.default_timeout())?;
             probe
-                .expect_no_signals(env.no_signals_timeout())
+                .expect_signal_count(5, env.no_signals_timeout())
                 .map_err(|e| format!("after on_complete: {e}"))?;
             exact_count(&probe, 3)
         })
@@ -156,7 +156,7 @@ where
             probe.request(1);
             probe.await_completion(env.default_timeout())?;
             probe
-                .expect_no_signals(env.no_signals_timeout())
+                .expect_signal_count(2, env.no_signals_timeout())
                 .map_err(|e| format!("after on_complete: {e}"))?;
             exact_count(&probe, 0)
         })
@@ -181,7 +181,7 @@ where
             probe.await_completion(env.default_timeout())?;
             probe.request(10);
             probe
-                .expect_no_signals(env.no_signals_timeout())
+                .expect_signal_count(3, env.no_signals_timeout())
                 .map_err(|e| format!("after on_complete: {e}"))?;
             Ok(())
         })

@@ -91,7 +91,7 @@ where
             probe.cancel();
             (0..3).for_each(|_| probe.request(1));
             probe
-                .expect_no_signals(env.no_signals_timeout())
+                .expect_signal_count(1, env.no_signals_timeout())
                 .map_err(|e| format!("after cancel: {e}"))?;
             Ok(())
         })
@@ -105,7 +105,7 @@ where
             let probe = v.subscribe(env, 1)?;
             (0..3).for_each(|_| probe.cancel());
             probe
-                .expect_no_signals(env.no_signals_timeout())
+                .expect_signal_count(1, env.no_signals_timeout())
                 .map_err(|e| format!("after cancel: {e}"))?;
             Ok(())
         })
