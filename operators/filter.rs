@@ -1,19 +1,18 @@
 //! `filter`: pass on only the items a predicate accepts.
 //!
-//! Demand contract: PassThrough with replenishment. Downstream requests go upstream
-//! unchanged; every swallowed item is owed to downstream again, and the debt is
-//! requested upstream in one batch when upstream's outstanding window runs dry
-//! ([`UpstreamWindow`](crate::demand::UpstreamWindow)), not one `request(1)` per drop.
-//! With unbounded demand nothing is re-requested.
+//! Demand contract: PassThrough with replenishment. Downstream holds the upstream
+//! subscription itself, so its requests go up unchanged. Every swallowed item is owed
+//! to downstream again: `filter` re-requests the swallowed count once per batch it
+//! receives (once per item on the item-by-item path). Upstream's outstanding demand
+//! therefore always equals downstream's, and the stream never stalls with demand
+//! outstanding. The re-request is re-entrant; for a synchronous source it costs a
+//! thread-local check, not an atomic.
 //!
-//! States: `Idle` → `Active { credit, window }` → `Done` (terminal, or the predicate
-//! panicked: upstream cancelled, downstream `on_error(Panicked)`).
+//! States: `Idle` → `Active(upstream)` → `Done` (terminal, or the predicate panicked:
+//! upstream cancelled, downstream `on_error(Panicked)`).
 
-use std::sync::Arc;
-
-use crate::demand::{AtomicDemand, UpstreamWindow};
 use crate::guard::{catch, Guarded};
-use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
+use crate::{Error, Publisher, Subscriber, Subscription};
 
 /// Publisher for the [`filter`](crate::PublisherExt::filter) method.
 #[derive(Clone, Debug)]
@@ -48,39 +47,12 @@ where
     }
 }
 
-/// The subscription downstream holds: it records demand so the stage knows its window.
-struct Credit {
-    /// Requests made by downstream and not yet absorbed into the window.
-    pending: AtomicDemand,
-    /// The upstream subscription.
-    upstream: Subscription,
-}
-
-impl RawSubscription for Credit {
-    fn request(&self, n: u64) {
-        if n > 0 {
-            self.pending.add(n);
-        }
-        // `request(0)` goes upstream as is: the source signals the rule 3.9 error.
-        self.upstream.request(n);
-    }
-
-    fn cancel(&self) {
-        self.upstream.cancel();
-    }
-}
-
 /// Where a `filter` subscription is in its life.
 enum State {
     /// Waiting for `on_subscribe`.
     Idle,
-    /// Filtering.
-    Active {
-        /// Shared with the downstream's subscription handle.
-        credit: Arc<Credit>,
-        /// Items upstream still owes, and the swallowed ones to re-request.
-        window: UpstreamWindow,
-    },
+    /// Filtering; holds upstream to re-request swallowed items and to cancel.
+    Active(Subscription),
     /// Terminated; later signals are ignored.
     Done,
 }
@@ -95,11 +67,10 @@ struct FilterSubscriber<S, F> {
 }
 
 impl<S, F> FilterSubscriber<S, F> {
-    fn settle(&mut self, received: u64, swallowed: u64) {
-        if let State::Active { credit, window } = &mut self.state {
-            if let Some(n) = window.settle(&credit.pending, received, swallowed) {
-                credit.upstream.request(n);
-            }
+    /// Re-request the items that were swallowed, so downstream's demand still holds.
+    fn replenish(&self, swallowed: u64) {
+        if let (State::Active(upstream), true) = (&self.state, swallowed > 0) {
+            upstream.request(swallowed);
         }
     }
 
@@ -107,8 +78,8 @@ impl<S, F> FilterSubscriber<S, F> {
     where
         S: Subscriber<T>,
     {
-        if let State::Active { credit, .. } = std::mem::replace(&mut self.state, State::Done) {
-            credit.upstream.cancel();
+        if let State::Active(upstream) = std::mem::replace(&mut self.state, State::Done) {
+            upstream.cancel();
             self.downstream.on_error(error);
         }
     }
@@ -122,9 +93,8 @@ where
     fn on_subscribe(&mut self, subscription: Subscription) {
         match self.state {
             State::Idle => {
-                let credit = Arc::new(Credit { pending: AtomicDemand::new(), upstream: subscription });
-                self.state = State::Active { credit: credit.clone(), window: UpstreamWindow::new() };
-                self.downstream.on_subscribe(Subscription::new(credit));
+                self.state = State::Active(subscription.clone());
+                self.downstream.on_subscribe(subscription);
             }
             // Rule 2.5: a second subscription is cancelled.
             _ => subscription.cancel(),
@@ -133,31 +103,27 @@ where
 
     #[inline]
     fn on_next(&mut self, item: T) {
-        if !matches!(self.state, State::Active { .. }) {
+        if !matches!(self.state, State::Active(_)) {
             return;
         }
         match catch(|| (self.predicate)(&item)) {
-            Ok(true) => {
-                self.downstream.on_next(item);
-                self.settle(1, 0);
-            }
-            Ok(false) => self.settle(1, 1),
+            Ok(true) => self.downstream.on_next(item),
+            Ok(false) => self.replenish(1),
             Err(error) => self.fail(error),
         }
     }
 
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
-        if !matches!(self.state, State::Active { .. }) {
+        if !matches!(self.state, State::Active(_)) {
             return;
         }
         let mut panic = None;
-        let (mut received, mut swallowed) = (0u64, 0u64);
+        let mut swallowed = 0u64;
         let predicate = &mut self.predicate;
         let batch = Guarded::new(
             items,
             |x: T| {
-                received += 1;
                 if predicate(&x) {
                     Some(x)
                 } else {
@@ -171,7 +137,7 @@ where
         if let Some(error) = panic {
             self.fail(error);
         } else {
-            self.settle(received, swallowed);
+            self.replenish(swallowed);
         }
     }
 

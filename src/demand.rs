@@ -5,8 +5,8 @@
 //!   emitting thread; saturating add, batched settle.
 //! * [`Replenish`]: the 75% rule for anything that holds a prefetch window (sinks,
 //!   async boundaries, bridges, mux credit).
-//! * [`UpstreamWindow`]: credit for pass-through stages that swallow items (`filter`):
-//!   the swallowed items are re-requested in one batch when upstream's window runs dry.
+//! * `Reentrant` (crate-private): the fast path for a `request` made on the thread
+//!   that is running the requested subscription's drain pass.
 //!
 //! # Memory ordering (decided once, here)
 //!
@@ -210,54 +210,64 @@ impl Replenish {
     }
 }
 
-/// Credit for a pass-through stage that swallows some items (a filter).
+/// Re-entrant credit: a `request` made from inside `on_next`, on the thread that is
+/// running the drain pass of the very subscription it targets.
 ///
-/// Downstream requests go to `pending` (an [`AtomicDemand`]) and are forwarded upstream
-/// unchanged. The stage tracks, without atomics, how many items upstream still owes
-/// (`window`). Swallowed items are owed to downstream again; instead of re-requesting
-/// each one, they are summed and requested in one batch when the window runs dry,
-/// which is the last moment that keeps the stream live.
-#[derive(Debug, Default)]
-pub struct UpstreamWindow {
-    window: u64,
-    swallowed: u64,
+/// That is how every batching subscriber replenishes in a synchronous chain, once per
+/// batch. The pass owner marks its thread with the subscription's address
+/// ([`Reentrant::enter`]); [`Subscription::request`](crate::Subscription::request)
+/// checks the mark and, on a match, adds to a thread-local counter instead of making a
+/// virtual call and two read-modify-writes. The pass collects the counter with
+/// [`Reentrant::take`] after each batch. No synchronisation is needed: the mark, the
+/// counter and the pass are all on one thread, and the pass is the `Wip` owner.
+/// Requests from other threads, or for other subscriptions, take the ordinary path.
+pub(crate) struct Reentrant {
+    previous: (usize, u64),
 }
 
-impl UpstreamWindow {
-    /// An empty window.
-    pub fn new() -> Self {
-        Self::default()
+thread_local! {
+    /// (address of the subscription whose pass runs on this thread, credit requested
+    /// re-entrantly and not yet collected).
+    static REENTRANT: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
+}
+
+impl Reentrant {
+    /// Mark this thread as running the pass of the subscription at `address`. The
+    /// previous mark (a pass further up this thread's stack) comes back on drop.
+    #[inline]
+    pub(crate) fn enter(address: usize) -> Self {
+        Reentrant { previous: REENTRANT.with(|r| r.replace((address, 0))) }
     }
 
-    /// Settle a batch: `received` items arrived from upstream, `swallowed` of them were
-    /// not passed on. Returns the number of items to request upstream now, if any.
+    /// Collect the credit requested re-entrantly since the last call.
     #[inline]
-    pub fn settle(&mut self, pending: &AtomicDemand, received: u64, swallowed: u64) -> Option<u64> {
-        if self.window == UNBOUNDED {
-            return None;
-        }
-        if self.window < received {
-            self.window = self.window.saturating_add(pending.take());
-            if self.window == UNBOUNDED {
-                self.swallowed = 0;
-                return None;
+    pub(crate) fn take(&self) -> u64 {
+        REENTRANT.with(|r| {
+            let (address, credit) = r.get();
+            r.set((address, 0));
+            credit
+        })
+    }
+
+    /// If the pass of the subscription at `address` runs on this thread, record `n`
+    /// there and return true.
+    #[inline]
+    pub(crate) fn try_credit(address: usize, n: u64) -> bool {
+        REENTRANT.with(|r| {
+            let (owner, credit) = r.get();
+            if owner == address && n != 0 {
+                r.set((owner, credit.saturating_add(n)));
+                true
+            } else {
+                false
             }
-        }
-        self.window = self.window.saturating_sub(received);
-        self.swallowed += swallowed;
-        if self.window == 0 {
-            self.window = pending.take();
-            if self.window == UNBOUNDED {
-                self.swallowed = 0;
-                return None;
-            }
-            if self.window == 0 && self.swallowed > 0 {
-                let batch = std::mem::take(&mut self.swallowed);
-                self.window = batch;
-                return Some(batch);
-            }
-        }
-        None
+        })
+    }
+}
+
+impl Drop for Reentrant {
+    fn drop(&mut self) {
+        REENTRANT.with(|r| r.set(self.previous));
     }
 }
 
@@ -306,18 +316,5 @@ mod tests {
         assert_eq!(e.rule(), Some("3.9"));
         assert!(e.to_string().contains("3.9"));
         assert_eq!(validate(7).unwrap(), 7);
-    }
-
-    #[test]
-    fn window_rerequests_swallowed_items_when_dry() {
-        let pending = AtomicDemand::new();
-        let mut w = UpstreamWindow::new();
-        pending.add(10);
-        assert_eq!(w.settle(&pending, 4, 3), None);
-        assert_eq!(w.settle(&pending, 6, 6), Some(9));
-        assert_eq!(w.settle(&pending, 9, 0), None);
-        pending.add(UNBOUNDED);
-        assert_eq!(w.settle(&pending, 1, 1), None);
-        assert_eq!(w.settle(&pending, 1_000, 1_000), None);
     }
 }

@@ -2,7 +2,7 @@
 //! documentation of every operator lives on its method here.
 
 use crate::operators::{Filter, Map, Take};
-use crate::sink::{self, SinkHandle, DEFAULT_PREFETCH};
+use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
 
 /// Identity function that checks, at zero cost, that `P` is a publisher of `T`.
@@ -179,8 +179,8 @@ pub trait PublisherExt: Publisher + Sized {
     /// ```
     /// use weir::prelude::*;
     ///
-    /// let sum = weir::range(1u64..=100).fold(0, |acc, x| acc + x).wait().unwrap();
-    /// # let _ = sum;
+    /// let sum = weir::range(1u64..101).fold(0, |acc, x| acc + x).wait().unwrap();
+    /// assert_eq!(sum, 5050);
     /// ```
     fn fold<A, F>(self, init: A, f: F) -> SinkHandle<A>
     where
@@ -269,6 +269,35 @@ pub trait PublisherExt: Publisher + Sized {
             v.push(item);
             v
         })
+    }
+
+    /// Subscribe and return a blocking [`Iterator`] over the items, with a prefetch
+    /// window of `prefetch` items.
+    ///
+    /// The iterator yields `Ok(item)` per item, then `Err(error)` once if the stream
+    /// failed. It blocks while the window is empty and the stream has not ended;
+    /// dropping it cancels upstream. Upstream requests arrive in batches of
+    /// `prefetch - prefetch/4`; at most `prefetch` items are ever queued.
+    ///
+    /// # Panics
+    ///
+    /// If `prefetch` is 0 or above 2^30.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let mut total = 0;
+    /// for item in weir::range(0u64..10).blocking_iter(4) {
+    ///     total += item.unwrap();
+    /// }
+    /// assert_eq!(total, 45);
+    /// ```
+    fn blocking_iter(self, prefetch: u64) -> BlockingIter<Self::Item> {
+        let (subscriber, iter) = sink::blocking_iter(prefetch);
+        self.subscribe(subscriber);
+        iter
     }
 }
 

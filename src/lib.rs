@@ -37,7 +37,7 @@ pub mod tck;
 
 pub use error::{Error, ErrorKind};
 pub use ext::PublisherExt;
-pub use source::range;
+pub use source::{defer, empty, error, from_iter, generate, just, never, range};
 pub use spec::{BoxPublisher, Processor, Publisher, RawSubscription, Subscriber, Subscription};
 
 /// The traits a pipeline needs: `use weir::prelude::*;`.

@@ -5,12 +5,12 @@
 //! type-erased handles (`Subscription`) keep using `std::sync::Arc`.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+pub(crate) use loom::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(loom)]
 pub(crate) use loom::sync::Mutex;
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+pub(crate) use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(not(loom))]
 pub(crate) use std::sync::Mutex;
 

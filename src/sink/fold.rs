@@ -90,28 +90,22 @@ where
         let Some(acc) = self.acc.take() else { return };
         let f = &mut self.f;
         let mut count = 0u64;
-        let mut panic = None;
-        // `fold`, not `try_fold`: adaptors can only override `fold` on stable Rust, and
-        // that is what lets the whole chain become one loop. After a panic the rest of
-        // the batch is skipped without calling `f`.
-        let folded = items.fold(Some(acc), |acc, item| {
-            count += 1;
-            let acc = acc?;
-            match catch(|| f(acc, item)) {
-                Ok(acc) => Some(acc),
-                Err(error) => {
-                    panic = Some(error);
-                    None
-                }
-            }
+        // One guard around the whole batch: the accumulator stays a plain value, so
+        // the chain compiles to one loop. A panic in `f` unwinds only through the
+        // iterator adaptors of this batch (they hold nothing but local counters) and
+        // stops here.
+        let folded = catch(|| {
+            items.fold(acc, |acc, item| {
+                count += 1;
+                f(acc, item)
+            })
         });
-        match (folded, panic) {
-            (Some(acc), None) => {
+        match folded {
+            Ok(acc) => {
                 self.acc = Some(acc);
                 self.consumed(count);
             }
-            (_, Some(error)) => self.fail(error),
-            (None, None) => unreachable!("the accumulator is only lost to a panic"),
+            Err(error) => self.fail(error),
         }
     }
 

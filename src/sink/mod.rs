@@ -5,9 +5,12 @@
 //! [`DEFAULT_PREFETCH`] is used unless you pass one (`fold_with` and friends);
 //! [`UNBOUNDED`](crate::demand::UNBOUNDED) requests everything at once.
 
+mod blocking_iter;
 mod fold;
 mod handle;
 
+pub(crate) use blocking_iter::blocking_iter;
+pub use blocking_iter::BlockingIter;
 pub(crate) use fold::fold;
 pub use handle::SinkHandle;
 

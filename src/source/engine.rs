@@ -18,6 +18,13 @@
 //! 4. A terminal signal drops both too, so nothing follows it (1.7) and the
 //!    subscription counts as cancelled (1.6).
 //!
+//! 5. A `request` made on the thread that is running this engine's pass (the
+//!    re-entrant replenish from inside `on_next`, once per batch in a batching
+//!    chain) is recorded in a thread-local by `Subscription::request` itself
+//!    ([`Reentrant`]) and collected after the batch into the pass's local demand.
+//!    A synchronous pipeline that requests in batches of 64 therefore makes no
+//!    virtual call and touches no shared atomic to replenish.
+//!
 //! State (the source and the subscriber) lives in a `Mutex` that only the `Wip` owner
 //! locks, so it is never contended; it exists to make the hand-over between owners on
 //! different threads safe without `unsafe`. A panic from the subscriber is caught
@@ -28,15 +35,20 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::demand::{self, AtomicDemand};
+use crate::demand::{self, AtomicDemand, Reentrant, UNBOUNDED};
 use crate::drain::Wip;
 use crate::guard::catch;
-use crate::loom::{AtomicBool, Ordering};
+use crate::loom::{AtomicU8, Ordering};
 use crate::{Error, RawSubscription, Subscriber, Subscription};
 
 /// Largest batch handed to the subscriber in one `emit` call; cancellation is
 /// observed between batches.
 pub(crate) const CHUNK: u64 = 1024;
+
+/// Flag: the subscriber cancelled.
+const CANCELLED: u8 = 1;
+/// Flag: the subscriber called `request(0)` (rule 3.9).
+const BAD_REQUEST: u8 = 2;
 
 /// What one `emit` call did.
 pub(crate) struct Emitted {
@@ -78,8 +90,7 @@ where
     let engine = Arc::new(Engine {
         demand: AtomicDemand::new(),
         wip: Wip::new(),
-        cancelled: AtomicBool::new(false),
-        bad_request: AtomicBool::new(false),
+        flags: AtomicU8::new(0),
         state: Mutex::new(None),
     });
     let entered = engine.wip.enter();
@@ -92,17 +103,20 @@ where
             *state = Some((source, subscriber));
         } else {
             tracing::error!("subscriber panicked in on_subscribe (rule 2.13); treated as cancelled");
-            engine.cancelled.store(true, Ordering::Relaxed);
+            engine.flags.fetch_or(CANCELLED, Ordering::Relaxed);
         }
     }
     engine.wip.run(|| engine.pass());
 }
 
 struct Engine<E, S> {
+    /// Demand requested from other threads, or from outside a pass.
     demand: AtomicDemand,
+    /// The drain loop's work-in-progress counter.
     wip: Wip,
-    cancelled: AtomicBool,
-    bad_request: AtomicBool,
+    /// `CANCELLED | BAD_REQUEST`.
+    flags: AtomicU8,
+    /// The source and the subscriber; `None` once terminated or cancelled.
     state: Mutex<Option<(E, S)>>,
 }
 
@@ -115,26 +129,38 @@ where
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    fn address(&self) -> usize {
+        self as *const Self as *const () as usize
+    }
+
     /// One drain pass; runs only on the `Wip` owner.
     fn pass(&self) {
         let mut state = self.lock();
         let Some((source, subscriber)) = state.as_mut() else {
             return;
         };
-        // Relaxed: the flags were written before the writer's `Wip::enter` (Release),
-        // which our `leave`/`enter` Acquired before this pass.
-        if self.cancelled.load(Ordering::Relaxed) {
-            *state = None;
-            return;
-        }
-        if self.bad_request.load(Ordering::Relaxed) {
-            let error = demand::validate(0).unwrap_err();
-            let _ = catch(|| subscriber.on_error(error));
-            *state = None;
-            return;
-        }
+        let reentrant = Reentrant::enter(self.address());
+        // Demand taken from `self.demand` and from re-entrant requests, not yet used.
+        let mut local = 0u64;
         loop {
-            let budget = self.demand.get().min(CHUNK);
+            // Relaxed: the flags were set before the setter's `Wip::enter` (Release),
+            // which this owner Acquired in `leave`/`enter` before the pass; within a
+            // pass a flag set re-entrantly is our own write.
+            let flags = self.flags.load(Ordering::Relaxed);
+            if flags & CANCELLED != 0 {
+                *state = None;
+                return;
+            }
+            if flags & BAD_REQUEST != 0 {
+                let error = demand::validate(0).unwrap_err();
+                let _ = catch(|| subscriber.on_error(error));
+                *state = None;
+                return;
+            }
+            if local != UNBOUNDED {
+                local = local.saturating_add(self.demand.take());
+            }
+            let budget = local.min(CHUNK);
             let emitted = match catch(|| source.emit(subscriber, budget)) {
                 Ok(emitted) => emitted,
                 Err(_) => {
@@ -144,7 +170,9 @@ where
                 }
             };
             debug_assert!(emitted.count <= budget, "source emitted beyond its budget");
-            let left = self.demand.produced(emitted.count);
+            if local != UNBOUNDED {
+                local = (local - emitted.count).saturating_add(reentrant.take());
+            }
             if let Some(end) = emitted.end {
                 let _ = catch(|| match end {
                     Ok(()) => subscriber.on_complete(),
@@ -153,15 +181,19 @@ where
                 *state = None;
                 return;
             }
-            if self.cancelled.load(Ordering::Relaxed) {
-                *state = None;
+            if emitted.count < budget || budget == 0 {
+                // The source has nothing now: hand unused demand back for the next pass.
+                if local > 0 {
+                    self.demand.add(local);
+                }
                 return;
             }
-            if left == 0 || emitted.count < budget || budget == 0 {
+            if local == 0 && self.demand.get() == 0 {
                 return;
             }
         }
     }
+
 }
 
 impl<E, S> RawSubscription for Engine<E, S>
@@ -170,20 +202,22 @@ where
     S: Subscriber<E::Item> + Send,
 {
     fn request(&self, n: u64) {
-        if self.cancelled.load(Ordering::Relaxed) {
+        if self.flags.load(Ordering::Relaxed) & CANCELLED != 0 {
             return;
         }
         match demand::validate(n) {
             Ok(n) => {
                 self.demand.add(n);
             }
-            Err(_) => self.bad_request.store(true, Ordering::Relaxed),
+            Err(_) => {
+                self.flags.fetch_or(BAD_REQUEST, Ordering::Relaxed);
+            }
         }
         self.wip.drain(|| self.pass());
     }
 
     fn cancel(&self) {
-        self.cancelled.store(true, Ordering::Relaxed);
+        self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
         self.wip.drain(|| self.pass());
     }
 }

@@ -1,10 +1,30 @@
 //! Sources: publishers that start a pipeline.
 //!
-//! All synchronous sources run on the same engine (`engine.rs`): demand is read and
-//! settled once per batch, `request` is re-entrant with recursion depth 1, and cancel
-//! drops the subscriber at the next pass.
+//! All synchronous sources run on one engine (`engine.rs`): demand is read and
+//! settled once per batch, `request` is re-entrant with recursion depth 1, `request(0)`
+//! is answered with the rule 3.9 error, and cancel drops the subscriber at the next
+//! pass.
+//!
+//! | source | emits |
+//! |---|---|
+//! | [`range`] | the integers of a half-open range |
+//! | [`from_iter`] | the items of an iterator |
+//! | [`just`] | one item |
+//! | [`empty`] | nothing; completes at once |
+//! | [`error()`] | nothing; fails at once |
+//! | [`never`] | nothing, ever |
+//! | [`generate`] | what a stateful closure returns, once per requested item |
+//! | [`defer`] | whatever publisher a factory builds at subscribe time |
 
+mod defer;
 pub(crate) mod engine;
+mod generate;
+mod iter;
 mod range;
+mod signal;
 
+pub use defer::{defer, Defer};
+pub use generate::{generate, Generate, Step};
+pub use iter::{empty, from_iter, just, FromIter};
 pub use range::{range, Range, RangeInt};
+pub use signal::{error, never, Fail, Never};

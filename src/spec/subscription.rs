@@ -47,7 +47,17 @@ impl Subscription {
     /// (rule 3.9); totals saturate at `u64::MAX`, which means unbounded (3.17).
     #[inline]
     pub fn request(&self, n: u64) {
-        self.inner.request(n)
+        // A request from inside this subscription's own drain pass (the usual
+        // re-entrant replenish) is recorded for the pass without a virtual call.
+        if !crate::demand::Reentrant::try_credit(self.address(), n) {
+            self.inner.request(n)
+        }
+    }
+
+    /// The address of the publisher's subscription state (what `Reentrant` marks).
+    #[inline]
+    fn address(&self) -> usize {
+        Arc::as_ptr(&self.inner) as *const () as usize
     }
 
     /// Cancel: the publisher eventually stops signalling and drops the subscriber.

@@ -1,0 +1,173 @@
+//! `blocking_iter`: consume a publisher as a blocking `Iterator`.
+//!
+//! Demand contract: requests `prefetch` up front, then what was consumed each time
+//! `prefetch - prefetch/4` items were taken out ([`Replenish`]). The hand-off queue is
+//! allocated once with room for `prefetch` items and can never hold more, because
+//! outstanding demand never exceeds `prefetch`; an upstream that breaks rule 1.1 is
+//! cancelled and reported instead of growing it.
+//!
+//! The iterator requests only after releasing the queue lock: a synchronous upstream
+//! delivers inside `request`, on the iterator's own thread.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use crate::demand::Replenish;
+use crate::drain::SubscriptionSlot;
+use crate::{Error, Subscriber, Subscription};
+
+struct Shared<T> {
+    /// Items delivered and not yet taken, and how the stream ended.
+    state: Mutex<State<T>>,
+    /// Signalled when an item or the end arrives.
+    ready: Condvar,
+    /// The upstream subscription (cancelled when the iterator is dropped).
+    slot: SubscriptionSlot,
+}
+
+struct State<T> {
+    queue: VecDeque<T>,
+    capacity: usize,
+    end: Option<Result<(), Error>>,
+}
+
+impl<T> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A blocking iterator over a publisher's items, built by
+/// [`PublisherExt::blocking_iter`](crate::PublisherExt::blocking_iter).
+///
+/// Yields `Ok(item)` for each item, then `Err(error)` once if the stream failed, then
+/// `None`. Dropping it cancels the subscription.
+pub struct BlockingIter<T> {
+    shared: Arc<Shared<T>>,
+    replenish: Replenish,
+    done: bool,
+}
+
+impl<T> std::fmt::Debug for BlockingIter<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BlockingIter").field("prefetch", &self.replenish.prefetch()).finish()
+    }
+}
+
+/// The subscriber half.
+pub(crate) struct IterSubscriber<T> {
+    shared: Arc<Shared<T>>,
+    prefetch: u64,
+    subscribed: bool,
+}
+
+/// Build the two halves.
+///
+/// # Panics
+///
+/// If `prefetch` is 0 or larger than `usize::MAX`.
+pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIter<T>) {
+    let replenish = Replenish::new(prefetch);
+    let capacity = usize::try_from(prefetch)
+        .ok()
+        .filter(|&c| c < isize::MAX as usize / 2)
+        .unwrap_or_else(|| panic!("blocking_iter prefetch must be in 1..=2^30 (got {prefetch})"));
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State { queue: VecDeque::with_capacity(capacity), capacity, end: None }),
+        ready: Condvar::new(),
+        slot: SubscriptionSlot::new(),
+    });
+    (
+        IterSubscriber { shared: shared.clone(), prefetch, subscribed: false },
+        BlockingIter { shared, replenish, done: false },
+    )
+}
+
+impl<T> IterSubscriber<T> {
+    fn end(&self, end: Result<(), Error>) {
+        let mut state = self.shared.lock();
+        if state.end.is_none() {
+            state.end = Some(end);
+        }
+        drop(state);
+        self.shared.ready.notify_one();
+    }
+}
+
+impl<T> Subscriber<T> for IterSubscriber<T> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if self.subscribed {
+            subscription.cancel();
+            return;
+        }
+        self.subscribed = true;
+        if self.shared.slot.set(subscription.clone()) {
+            subscription.request(self.prefetch);
+        }
+    }
+
+    fn on_next(&mut self, item: T) {
+        self.on_next_batch(std::iter::once(item));
+    }
+
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
+        let mut state = self.shared.lock();
+        if state.end.is_some() {
+            return;
+        }
+        for item in items {
+            if state.queue.len() == state.capacity {
+                state.end = Some(Err(Error::spec_violation(
+                    "1.1",
+                    "upstream delivered more items than blocking_iter requested (rule 1.1)",
+                )));
+                drop(state);
+                self.shared.slot.cancel();
+                self.shared.ready.notify_one();
+                return;
+            }
+            state.queue.push_back(item);
+        }
+        drop(state);
+        self.shared.ready.notify_one();
+    }
+
+    fn on_error(&mut self, error: Error) {
+        self.end(Err(error));
+    }
+
+    fn on_complete(&mut self) {
+        self.end(Ok(()));
+    }
+}
+
+impl<T> Iterator for BlockingIter<T> {
+    type Item = Result<T, Error>;
+
+    fn next(&mut self) -> Option<Result<T, Error>> {
+        if self.done {
+            return None;
+        }
+        let mut state = self.shared.lock();
+        loop {
+            if let Some(item) = state.queue.pop_front() {
+                drop(state);
+                if let Some(n) = self.replenish.on_consumed(1) {
+                    self.shared.slot.request(n);
+                }
+                return Some(Ok(item));
+            }
+            if let Some(end) = state.end.take() {
+                self.done = true;
+                return end.err().map(Err);
+            }
+            state = self.shared.ready.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+impl<T> Drop for BlockingIter<T> {
+    fn drop(&mut self) {
+        self.shared.slot.cancel();
+    }
+}
