@@ -8,7 +8,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use weir::drain::Wip;
-use weir::tck::{Outcome, PublisherVerification, TestEnv};
+use weir::tck::{
+    Outcome, ProbedSubscriber, PublisherVerification, SubscriberBlackboxVerification,
+    SubscriberWhiteboxVerification, TestEnv,
+};
 use weir::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
 /// What is wrong with a [`Toy`] publisher.
@@ -206,4 +209,164 @@ fn a_lock_held_across_on_next_fails_rule_3_2_instead_of_hanging() {
         v.spec_3_2_must_allow_synchronous_request_from_on_next_and_on_subscribe(),
         "3.2",
     );
+}
+
+/// What is wrong with a [`ToySubscriber`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum SubscriberDefect {
+    None,
+    /// Never requests anything (rule 2.1).
+    NeverRequests,
+    /// Requests from inside `on_complete` and `on_error` (rule 2.3).
+    RequestsWhenTerminated,
+    /// Keeps the first subscription and ignores a second one (rule 2.5).
+    IgnoresSecondSubscription,
+    /// Panics in `on_error` (rules 2.10 / 2.13).
+    PanicsOnError,
+}
+
+/// A subscriber that requests 4 up front and one more per element.
+#[derive(Debug)]
+struct ToySubscriber {
+    defect: SubscriberDefect,
+    subscription: Option<Subscription>,
+}
+
+impl ToySubscriber {
+    fn new(defect: SubscriberDefect) -> Self {
+        ToySubscriber {
+            defect,
+            subscription: None,
+        }
+    }
+}
+
+impl Subscriber<u64> for ToySubscriber {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if self.subscription.is_some() {
+            if self.defect != SubscriberDefect::IgnoresSecondSubscription {
+                subscription.cancel();
+            }
+            return;
+        }
+        if self.defect != SubscriberDefect::NeverRequests {
+            subscription.request(4);
+        }
+        self.subscription = Some(subscription);
+    }
+
+    fn on_next(&mut self, _item: u64) {
+        if let (Some(s), false) = (
+            &self.subscription,
+            self.defect == SubscriberDefect::NeverRequests,
+        ) {
+            s.request(1);
+        }
+    }
+
+    fn on_error(&mut self, _error: Error) {
+        match self.defect {
+            SubscriberDefect::PanicsOnError => panic!("the toy subscriber cannot handle errors"),
+            SubscriberDefect::RequestsWhenTerminated => {
+                self.subscription.as_ref().unwrap().request(1)
+            }
+            _ => {}
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if self.defect == SubscriberDefect::RequestsWhenTerminated {
+            self.subscription.as_ref().unwrap().request(1);
+        }
+    }
+}
+
+fn fast_env() -> TestEnv {
+    TestEnv::builder()
+        .default_timeout(Duration::from_millis(100))
+        .no_signals_timeout(Duration::from_millis(30))
+        .build()
+}
+
+fn blackbox(defect: SubscriberDefect) -> SubscriberBlackboxVerification<u64, ToySubscriber> {
+    SubscriberBlackboxVerification::new(move || ToySubscriber::new(defect), |i| i).env(fast_env())
+}
+
+fn whitebox(
+    defect: SubscriberDefect,
+) -> SubscriberWhiteboxVerification<u64, ProbedSubscriber<u64, ToySubscriber>> {
+    SubscriberWhiteboxVerification::new(
+        move |probe| ProbedSubscriber::new(ToySubscriber::new(defect), probe),
+        |i| i,
+    )
+    .env(fast_env())
+}
+
+#[test]
+fn the_correct_toy_subscriber_passes_both_subscriber_suites() {
+    let report = blackbox(SubscriberDefect::None).run_all();
+    report.assert_all_passed();
+    assert_eq!((report.entries.len(), report.passed()), (26, 8), "{report}");
+    let report = whitebox(SubscriberDefect::None).run_all();
+    report.assert_all_passed();
+    assert_eq!(
+        (report.entries.len(), report.passed()),
+        (27, 11),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_subscriber_that_never_requests_fails_rule_2_1() {
+    assert_fails_naming(
+        blackbox(SubscriberDefect::NeverRequests)
+            .spec_2_1_must_signal_demand_via_subscription_request(),
+        "2.1",
+    );
+}
+
+#[test]
+fn requesting_from_a_terminal_signal_fails_rule_2_3() {
+    let (b, w) = (
+        blackbox(SubscriberDefect::RequestsWhenTerminated),
+        whitebox(SubscriberDefect::RequestsWhenTerminated),
+    );
+    assert_fails_naming(
+        b.spec_2_3_must_not_call_subscription_in_on_complete(),
+        "2.3",
+    );
+    assert_fails_naming(b.spec_2_3_must_not_call_subscription_in_on_error(), "2.3");
+    assert_fails_naming(
+        w.spec_2_3_must_not_call_subscription_in_on_complete(),
+        "2.3",
+    );
+    assert_fails_naming(w.spec_2_3_must_not_call_subscription_in_on_error(), "2.3");
+}
+
+#[test]
+fn keeping_a_second_subscription_fails_rule_2_5() {
+    assert_fails_naming(
+        blackbox(SubscriberDefect::IgnoresSecondSubscription)
+            .spec_2_5_must_cancel_a_second_subscription(),
+        "2.5",
+    );
+    assert_fails_naming(
+        whitebox(SubscriberDefect::IgnoresSecondSubscription)
+            .spec_2_5_must_cancel_a_second_subscription(),
+        "2.5",
+    );
+}
+
+#[test]
+fn panicking_in_on_error_fails_rule_2_10() {
+    let outcome = blackbox(SubscriberDefect::PanicsOnError)
+        .spec_2_10_must_accept_on_error_without_preceding_request();
+    assert_fails_naming(outcome.clone(), "2.10");
+    assert!(
+        matches!(&outcome, Outcome::Fail(m) if m.contains("2.13")),
+        "{outcome:?}"
+    );
+    let outcome = whitebox(SubscriberDefect::PanicsOnError)
+        .spec_2_10_must_accept_on_error_with_preceding_request();
+    assert_fails_naming(outcome, "2.10");
 }

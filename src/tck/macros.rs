@@ -59,3 +59,41 @@ macro_rules! publisher_tck {
         }
     };
 }
+
+/// Generate one `#[test]` per black-box subscriber conformance test (26), in a module
+/// `$name`. The expression is a
+/// [`SubscriberBlackboxVerification`](crate::tck::SubscriberBlackboxVerification),
+/// evaluated once per test.
+#[macro_export]
+macro_rules! subscriber_blackbox_tck {
+    ($name:ident, $verification:expr) => {
+        #[cfg(test)]
+        fn $name() -> impl $crate::tck::Suite {
+            $verification
+        }
+
+        #[cfg(test)]
+        mod $name {
+            $crate::__tck_blackbox_tests!(tests super::$name);
+        }
+    };
+}
+
+/// Generate one `#[test]` per white-box subscriber conformance test (27), in a module
+/// `$name`. The expression is a
+/// [`SubscriberWhiteboxVerification`](crate::tck::SubscriberWhiteboxVerification),
+/// evaluated once per test.
+#[macro_export]
+macro_rules! subscriber_whitebox_tck {
+    ($name:ident, $verification:expr) => {
+        #[cfg(test)]
+        fn $name() -> impl $crate::tck::Suite {
+            $verification
+        }
+
+        #[cfg(test)]
+        mod $name {
+            $crate::__tck_whitebox_tests!(tests super::$name);
+        }
+    };
+}

@@ -5,19 +5,31 @@
 //! * [`TestEnv`]: timeouts (overridable by environment variables) and the list of
 //!   failures recorded on other threads.
 //! * [`PublisherVerification`]: the TCK's 38 publisher tests.
+//! * [`SubscriberBlackboxVerification`] (26 tests) and [`SubscriberWhiteboxVerification`]
+//!   (27 tests, with [`WhiteboxProbe`], [`SubscriberPuppet`], [`ProbedSubscriber`]);
+//!   [`capture_subscriber`] turns a weir sink into a subscriber value to verify.
 //! * [`Suite`], [`Outcome`], [`Report`]: how any verification is run and reported;
 //!   [`publisher_tck!`](crate::publisher_tck) makes one `#[test]` per conformance test.
 
+mod blackbox;
+mod capture;
 mod env;
 mod harness;
 mod macros;
+mod probe;
 mod publisher;
+mod stage;
 mod subscriber;
+mod whitebox;
 
+pub use blackbox::SubscriberBlackboxVerification;
+pub use capture::{capture_subscriber, Capture, CapturedSubscriber};
 pub use env::{TestEnv, TestEnvBuilder};
 pub use harness::{Element, Outcome, Report, ReportEntry};
+pub use probe::{ProbedSubscriber, SubscriberPuppet, WhiteboxProbe};
 pub use publisher::PublisherVerification;
 pub use subscriber::{Signal, Terminal, TestProbe, TestSubscriber, Violation};
+pub use whitebox::SubscriberWhiteboxVerification;
 
 /// A conformance suite: a list of named tests, each checking one rule.
 ///
