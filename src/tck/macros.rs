@@ -97,3 +97,23 @@ macro_rules! subscriber_whitebox_tck {
         }
     };
 }
+
+/// Generate one `#[test]` per processor conformance test (68), in a module `$name`.
+/// The expression is a [`ProcessorVerification`](crate::tck::ProcessorVerification),
+/// evaluated once per test.
+#[macro_export]
+macro_rules! processor_tck {
+    ($name:ident, $verification:expr) => {
+        #[cfg(test)]
+        fn $name() -> impl $crate::tck::Suite {
+            $verification
+        }
+
+        #[cfg(test)]
+        mod $name {
+            $crate::__tck_publisher_tests!(tests super::$name);
+            $crate::__tck_whitebox_tests!(tests super::$name);
+            $crate::__tck_processor_tests!(tests super::$name);
+        }
+    };
+}

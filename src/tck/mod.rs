@@ -8,6 +8,8 @@
 //! * [`SubscriberBlackboxVerification`] (26 tests) and [`SubscriberWhiteboxVerification`]
 //!   (27 tests, with [`WhiteboxProbe`], [`SubscriberPuppet`], [`ProbedSubscriber`]);
 //!   [`capture_subscriber`] turns a weir sink into a subscriber value to verify.
+//! * [`ProcessorVerification`]: the 68 identity-processor tests (38 publisher + 27
+//!   white-box + 3 of its own).
 //! * [`Suite`], [`Outcome`], [`Report`]: how any verification is run and reported;
 //!   [`publisher_tck!`](crate::publisher_tck) makes one `#[test]` per conformance test.
 
@@ -17,6 +19,7 @@ mod env;
 mod harness;
 mod macros;
 mod probe;
+mod processor;
 mod publisher;
 mod stage;
 mod subscriber;
@@ -27,6 +30,7 @@ pub use capture::{capture_subscriber, Capture, CapturedSubscriber};
 pub use env::{TestEnv, TestEnvBuilder};
 pub use harness::{Element, Outcome, Report, ReportEntry};
 pub use probe::{ProbedSubscriber, SubscriberPuppet, WhiteboxProbe};
+pub use processor::ProcessorVerification;
 pub use publisher::PublisherVerification;
 pub use subscriber::{Signal, Terminal, TestProbe, TestSubscriber, Violation};
 pub use whitebox::SubscriberWhiteboxVerification;

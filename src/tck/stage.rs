@@ -138,11 +138,6 @@ impl ManualSubscription {
     pub(crate) fn is_cancelled(&self) -> bool {
         lock(&self.state).cancelled
     }
-
-    /// Everything requested so far (saturating).
-    pub(crate) fn total_requested(&self) -> u64 {
-        lock(&self.state).total
-    }
 }
 
 impl RawSubscription for ManualSubscription {

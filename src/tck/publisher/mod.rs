@@ -141,6 +141,12 @@ where
         self
     }
 
+    /// Subscribe clones made by `cloner` in the rule 1.11 tests (processor halves).
+    pub(crate) fn with_cloner(mut self, cloner: Cloner<P>) -> Self {
+        self.cloner = Some(cloner);
+        self
+    }
+
     /// The largest stream the factory can make (default `u64::MAX - 1`). Tests needing
     /// more elements skip; `u64::MAX` means "never completes" and skips every test that
     /// needs `on_complete`.
