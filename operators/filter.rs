@@ -11,7 +11,7 @@
 //! States: `Idle` → `Active(upstream)` → `Done` (terminal, or the predicate panicked:
 //! upstream cancelled, downstream `on_error(Panicked)`).
 
-use crate::guard::{catch, Guarded};
+use crate::guard::{catch, BatchOutcome, Guarded};
 use crate::{Error, Publisher, Subscriber, Subscription};
 
 /// Publisher for the [`filter`](crate::PublisherExt::filter) method.
@@ -118,26 +118,13 @@ where
         if !matches!(self.state, State::Active(_)) {
             return;
         }
-        let mut panic = None;
-        let mut swallowed = 0u64;
+        let mut outcome = BatchOutcome::default();
         let predicate = &mut self.predicate;
-        let batch = Guarded::new(
-            items,
-            |x: T| {
-                if predicate(&x) {
-                    Some(x)
-                } else {
-                    swallowed += 1;
-                    None
-                }
-            },
-            &mut panic,
-        );
+        let batch = Guarded::new(items, |x: T| if predicate(&x) { Some(x) } else { None }, &mut outcome);
         self.downstream.on_next_batch(batch);
-        if let Some(error) = panic {
-            self.fail(error);
-        } else {
-            self.replenish(swallowed);
+        match outcome.panic {
+            Some(error) => self.fail(error),
+            None => self.replenish(outcome.swallowed),
         }
     }
 

@@ -9,7 +9,7 @@
 //! terminal signal, or after the closure panicked: then upstream is cancelled and
 //! downstream gets `on_error(Panicked)`).
 
-use crate::guard::{catch, Guarded};
+use crate::guard::{catch, BatchOutcome, Guarded};
 use crate::{Error, Publisher, Subscriber, Subscription};
 
 /// Publisher for the [`map`](crate::PublisherExt::map) method.
@@ -105,10 +105,10 @@ where
         if !matches!(self.state, State::Active(_)) {
             return;
         }
-        let mut panic = None;
+        let mut outcome = BatchOutcome::default();
         let f = &mut self.f;
-        self.downstream.on_next_batch(Guarded::new(items, |x| Some(f(x)), &mut panic));
-        if let Some(error) = panic {
+        self.downstream.on_next_batch(Guarded::new(items, |x| Some(f(x)), &mut outcome));
+        if let Some(error) = outcome.panic {
             self.fail(error);
         }
     }

@@ -18,9 +18,22 @@ pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> Result<R, Error> {
     catch_unwind(AssertUnwindSafe(f)).map_err(Error::panicked)
 }
 
+/// What a [`Guarded`] batch reports back to its stage.
+#[derive(Default)]
+pub(crate) struct BatchOutcome {
+    /// The first panic of the user closure, if any.
+    pub(crate) panic: Option<Error>,
+    /// Items for which the closure returned `None`.
+    pub(crate) swallowed: u64,
+}
+
 /// An iterator adaptor that applies a user closure `f: T -> Option<U>` to each item
-/// (`None` means "swallowed") and parks the first panic in `panic`; after a panic it
-/// yields nothing more.
+/// (`None` means "swallowed", counted in the outcome) and parks the first panic in
+/// the outcome; after a panic it yields nothing more.
+///
+/// The counting happens here, outside the closure that runs under the panic guard:
+/// a counter captured by that closure would escape into `catch_unwind` and be kept in
+/// memory, which costs a store per item.
 ///
 /// `fold` is overridden to fold the inner iterator, so a chain of guarded stages
 /// compiles to one loop (and vectorises where the closures allow). Because a fold
@@ -30,12 +43,12 @@ pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> Result<R, Error> {
 pub(crate) struct Guarded<'a, I, F> {
     items: I,
     f: F,
-    panic: &'a mut Option<Error>,
+    outcome: &'a mut BatchOutcome,
 }
 
 impl<'a, I, F> Guarded<'a, I, F> {
-    pub(crate) fn new(items: I, f: F, panic: &'a mut Option<Error>) -> Self {
-        Guarded { items, f, panic }
+    pub(crate) fn new(items: I, f: F, outcome: &'a mut BatchOutcome) -> Self {
+        Guarded { items, f, outcome }
     }
 }
 
@@ -48,16 +61,16 @@ where
 
     #[inline]
     fn next(&mut self) -> Option<U> {
-        if self.panic.is_some() {
+        if self.outcome.panic.is_some() {
             return None;
         }
         loop {
             let item = self.items.next()?;
             match catch(|| (self.f)(item)) {
                 Ok(Some(out)) => return Some(out),
-                Ok(None) => continue,
+                Ok(None) => self.outcome.swallowed += 1,
                 Err(e) => {
-                    *self.panic = Some(e);
+                    self.outcome.panic = Some(e);
                     return None;
                 }
             }
@@ -74,22 +87,24 @@ where
     where
         G: FnMut(B, U) -> B,
     {
-        let Guarded { items, mut f, panic } = self;
-        if panic.is_some() {
+        let Guarded { items, mut f, outcome } = self;
+        if outcome.panic.is_some() {
             return init;
         }
-        items.fold(init, |acc, item| {
-            if panic.is_some() {
-                return acc;
+        let (acc, swallowed) = items.fold((init, 0u64), |(acc, swallowed), item| {
+            if outcome.panic.is_some() {
+                return (acc, swallowed);
             }
             match catch(|| f(item)) {
-                Ok(Some(out)) => g(acc, out),
-                Ok(None) => acc,
+                Ok(Some(out)) => (g(acc, out), swallowed),
+                Ok(None) => (acc, swallowed + 1),
                 Err(e) => {
-                    *panic = Some(e);
-                    acc
+                    outcome.panic = Some(e);
+                    (acc, swallowed)
                 }
             }
-        })
+        });
+        outcome.swallowed += swallowed;
+        acc
     }
 }
