@@ -171,8 +171,7 @@ weir::processor_tck!(
 fn every_suite_lists_every_tck_test_once() {
     use weir::tck::Suite;
     let publisher = PublisherVerification::new(|n| weir::range(0..n)).tests();
-    let blackbox =
-        SubscriberBlackboxVerification::new(|| TestSubscriber::<u64>::new(), |i| i).tests();
+    let blackbox = SubscriberBlackboxVerification::new(TestSubscriber::<u64>::new, |i| i).tests();
     let whitebox = SubscriberWhiteboxVerification::new(
         |probe| ProbedSubscriber::new(TestSubscriber::<u64>::new(), probe),
         |i| i,
@@ -271,4 +270,58 @@ fn test_subscriber_waiters_time_out_and_fail_early() {
     weir::empty::<u32>().subscribe(subscriber);
     let error = probe.await_items(3, Duration::from_secs(5)).unwrap_err();
     assert!(error.contains("ended with on_complete after 0"), "{error}");
+}
+
+// ---- random demand schedules --------------------------------------------------------
+
+#[test]
+fn demand_schedules_range() {
+    weir::tck::proptest::run_publisher(|n| weir::range(0..n), 12, 64);
+    weir::tck::proptest::run_publisher(|n| weir::range(0..n), 0, 16);
+}
+
+#[test]
+fn demand_schedules_operator_chain() {
+    weir::tck::proptest::run_publisher(
+        |n| {
+            weir::range(0..u64::MAX)
+                .map(|x| x * 3)
+                .filter(|x| x % 2 == 0)
+                .take(n)
+        },
+        12,
+        64,
+    );
+}
+
+#[test]
+fn demand_schedules_from_iter_and_generate() {
+    weir::tck::proptest::run_publisher(|n| weir::from_iter(0..n), 9, 48);
+    weir::tck::proptest::run_publisher(
+        |n| {
+            weir::generate(0u64, move |i| {
+                *i += 1;
+                if *i <= n {
+                    Step::Next(*i)
+                } else {
+                    Step::Complete
+                }
+            })
+        },
+        9,
+        48,
+    );
+}
+
+#[test]
+fn demand_schedules_identity_processor() {
+    weir::tck::proptest::run_publisher(
+        |n| {
+            let processor = Identity::new(4);
+            weir::range(0..n).subscribe(processor.clone());
+            processor
+        },
+        10,
+        48,
+    );
 }

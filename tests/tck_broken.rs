@@ -370,3 +370,22 @@ fn panicking_in_on_error_fails_rule_2_10() {
         .spec_2_10_must_accept_on_error_with_preceding_request();
     assert_fails_naming(outcome, "2.10");
 }
+
+#[test]
+fn demand_schedules_catch_one_more_item_than_requested() {
+    let panic = std::panic::catch_unwind(|| {
+        weir::tck::proptest::run_publisher(
+            |n| Toy {
+                n,
+                defect: Defect::OneTooMany,
+            },
+            8,
+            64,
+        )
+    })
+    .expect_err("the schedule check must fail");
+    let message = panic
+        .downcast_ref::<String>()
+        .expect("a formatted panic message");
+    assert!(message.contains("rule 1.1"), "{message}");
+}

@@ -10,6 +10,8 @@
 //!   [`capture_subscriber`] turns a weir sink into a subscriber value to verify.
 //! * [`ProcessorVerification`]: the 68 identity-processor tests (38 publisher + 27
 //!   white-box + 3 of its own).
+//! * [`proptest`]: random demand schedules (1–3 threads of requests, `request(0)` and
+//!   cancels) checked against any publisher factory.
 //! * [`Suite`], [`Outcome`], [`Report`]: how any verification is run and reported;
 //!   [`publisher_tck!`](crate::publisher_tck) makes one `#[test]` per conformance test.
 
@@ -20,6 +22,7 @@ mod harness;
 mod macros;
 mod probe;
 mod processor;
+pub mod proptest;
 mod publisher;
 mod stage;
 mod subscriber;
