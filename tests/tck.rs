@@ -9,10 +9,13 @@
 
 #[path = "support/identity_processor.rs"]
 mod identity_processor;
+#[path = "support/multicast_processor.rs"]
+mod multicast_processor;
 
 use std::time::Duration;
 
 use identity_processor::Identity;
+use multicast_processor::Multicast;
 use weir::prelude::*;
 use weir::source::Step;
 use weir::tck::{
@@ -162,6 +165,16 @@ weir::processor_tck!(
             v.with_failed_publisher(|| weir::error::<u64>(Error::msg("failed on purpose")))
                 .stochastic_iterations(20)
         })
+        .env(env())
+);
+
+// A multicast processor runs the multi-subscriber tests too (rule 1.11, and the
+// processor's own 1.4 and 2.1 tests).
+weir::processor_tck!(
+    multicast,
+    ProcessorVerification::from_processor(Multicast::<u64>::new, |i| i)
+        .with_multi_subscribe(u64::MAX)
+        .configure_publisher_tests(|v| v.stochastic_iterations(20))
         .env(env())
 );
 

@@ -1,4 +1,4 @@
-//! Random demand schedules against any publisher: a [`proptest`](::proptest) strategy
+//! Random demand schedules against any publisher: a `proptest` strategy
 //! and the checks to run each schedule through.
 //!
 //! A [`DemandSchedule`] is one to three threads, each with a short list of
