@@ -47,6 +47,8 @@ where
 // ---- publishers -------------------------------------------------------------------
 
 weir::publisher_tck!(range, verify(|n| weir::range(0..n)));
+// The one-line form, with the default timeouts.
+weir::publisher_tck!(range_defaults, |n| weir::range(0..n));
 weir::publisher_tck!(map, verify(|n| weir::range(0..n).map(|x| x * 2)));
 weir::publisher_tck!(
     filter,

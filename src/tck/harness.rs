@@ -255,7 +255,13 @@ where
         (Ok(()), _) => Outcome::Pass,
         (Err(Failure::Skip(reason)), _) => Outcome::Skip(reason),
         (Err(Failure::Fail(message)), Kind::Required) => {
-            Outcome::Fail(format!("rule {rule}: {message}"))
+            // Violations recorded by probes already start with their rule.
+            let prefix = format!("rule {rule}: ");
+            if message.starts_with(&prefix) {
+                Outcome::Fail(message)
+            } else {
+                Outcome::Fail(prefix + &message)
+            }
         }
         (Err(Failure::Fail(message)), Kind::Optional) => {
             Outcome::Skip(format!("optional rule {rule} does not hold: {message}"))
