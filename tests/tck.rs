@@ -20,7 +20,8 @@ use weir::prelude::*;
 use weir::source::Step;
 use weir::tck::{
     capture_subscriber, ProbedSubscriber, ProcessorVerification, PublisherVerification,
-    SubscriberBlackboxVerification, SubscriberWhiteboxVerification, TestEnv, TestSubscriber,
+    SubscriberBlackboxVerification, SubscriberPuppet, SubscriberWhiteboxVerification, TestEnv,
+    TestSubscriber,
 };
 use weir::Error;
 
@@ -152,6 +153,45 @@ weir::subscriber_whitebox_tck!(
         |probe| {
             let (sink, handle) = capture_subscriber::<u64, _>(|p| p.collect());
             ProbedSubscriber::with_puppet(sink, probe, handle)
+        },
+        |i| i
+    )
+    .env(env())
+);
+
+// `blocking_iter` cancels when its iterator is dropped, so the iterator must live: the
+// black-box subscriber gets a consumer thread (which ends when the stage terminates
+// the stream); the white-box puppet holds the iterator and drops it to cancel. With
+// nobody consuming, demand is the prefetch window (4), which covers every request the
+// white-box suite triggers.
+weir::subscriber_blackbox_tck!(
+    blocking_iter_blackbox,
+    SubscriberBlackboxVerification::new(
+        || {
+            let (subscriber, iter) = capture_subscriber::<u64, _>(|p| p.blocking_iter(4));
+            std::thread::spawn(move || iter.for_each(drop));
+            subscriber
+        },
+        |i| i
+    )
+    .env(env())
+);
+
+struct IterPuppet(std::sync::Mutex<Option<weir::sink::BlockingIter<u64>>>);
+
+impl SubscriberPuppet for IterPuppet {
+    fn trigger_request(&self, _n: u64) {}
+    fn signal_cancel(&self) {
+        self.0.lock().unwrap().take();
+    }
+}
+
+weir::subscriber_whitebox_tck!(
+    blocking_iter_whitebox,
+    SubscriberWhiteboxVerification::new(
+        |probe| {
+            let (subscriber, iter) = capture_subscriber::<u64, _>(|p| p.blocking_iter(4));
+            ProbedSubscriber::with_puppet(subscriber, probe, IterPuppet(Some(iter).into()))
         },
         |i| i
     )
