@@ -286,6 +286,22 @@ fn test_subscriber_scripted_requests() {
 }
 
 #[test]
+fn test_subscriber_keeps_requests_made_before_on_subscribe() {
+    let subscriber = TestSubscriber::new().request_on_subscribe(1);
+    let probe = subscriber.probe();
+    probe.request(2);
+    weir::range(0u32..10).subscribe(subscriber);
+    probe.assert_items(&[0, 1, 2]);
+    assert_eq!(probe.requested(), 3);
+
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    probe.request(0);
+    weir::range(0u32..10).subscribe(subscriber);
+    probe.assert_error_rule("3.9");
+}
+
+#[test]
 fn test_subscriber_request_zero_gets_the_rule_3_9_error() {
     let subscriber = TestSubscriber::<u32>::new();
     let probe = subscriber.probe();

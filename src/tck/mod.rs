@@ -14,6 +14,39 @@
 //!   cancels) checked against any publisher factory.
 //! * [`Suite`], [`Outcome`], [`Report`]: how any verification is run and reported;
 //!   [`publisher_tck!`](crate::publisher_tck) makes one `#[test]` per conformance test.
+//!
+//! # Quick start
+//!
+//! In a test file (with `weir = { features = ["tck"] }` as a dev-dependency):
+//!
+//! ```ignore
+//! // One #[test] per rule, printed by name; skips pass and print "SKIPPED: why".
+//! weir::publisher_tck!(my_source_tck, |n| my_source(n));
+//!
+//! // Or configure the suite: a failing publisher, multi-subscribe, timeouts.
+//! weir::publisher_tck!(
+//!     my_source_full_tck,
+//!     weir::tck::PublisherVerification::new(|n| my_source(n))
+//!         .with_failed_publisher(|| weir::error::<u64>(weir::Error::msg("boom")))
+//!         .with_multi_subscribe()
+//! );
+//!
+//! #[test]
+//! fn my_source_obeys_random_demand() {
+//!     weir::tck::proptest::run_publisher(|n| my_source(n), 16, 64);
+//! }
+//! ```
+//!
+//! Without the macros, `run_all()` returns a [`Report`] and
+//! [`Report::assert_all_passed`] panics listing every failure.
+//!
+//! # Timeouts
+//!
+//! Expected signals are awaited for 200 ms and quiet windows last as long (Java: 100
+//! ms); set `DEFAULT_TIMEOUT_MILLIS`, `DEFAULT_NO_SIGNALS_TIMEOUT_MILLIS`,
+//! `DEFAULT_POLL_TIMEOUT_MILLIS` or `PUBLISHER_REFERENCE_GC_TIMEOUT_MILLIS`, or pass a
+//! [`TestEnv`]. Each test runs on its own thread under a watchdog, so a deadlock fails
+//! the test instead of hanging the run.
 
 mod blackbox;
 mod capture;

@@ -152,8 +152,11 @@ struct State<T> {
     record_items: bool,
     subscription: Option<Subscription>,
     subscribed: bool,
-    /// Requests made before `on_subscribe` arrived, issued when it does.
+    /// Requests made before `on_subscribe` arrived (already counted in `requested`),
+    /// issued when it does.
     pending_request: u64,
+    /// A `request(0)` made before `on_subscribe`, issued after the pending requests.
+    pending_zero: bool,
     pending_cancel: bool,
     cancelled: bool,
     requested: u64,
@@ -188,6 +191,7 @@ impl<T> TestSubscriber<T> {
                     subscription: None,
                     subscribed: false,
                     pending_request: 0,
+                    pending_zero: false,
                     pending_cancel: false,
                     cancelled: false,
                     requested: 0,
@@ -327,17 +331,17 @@ impl<T> Subscriber<T> for TestSubscriber<T> {
         state.signals.push(Signal::Subscribe);
         state.subscription = Some(subscription.clone());
         let cancel = state.pending_cancel;
-        let request = state
-            .pending_request
-            .saturating_add(self.request_on_subscribe);
-        state.pending_request = 0;
-        if request > 0 {
-            state.requested = state.requested.saturating_add(request);
-        }
+        let zero = std::mem::take(&mut state.pending_zero);
+        state.requested = state.requested.saturating_add(self.request_on_subscribe);
+        let request =
+            std::mem::take(&mut state.pending_request).saturating_add(self.request_on_subscribe);
         drop(state);
         self.shared.changed.notify_all();
         if request > 0 {
             subscription.request(request);
+        }
+        if zero {
+            subscription.request(0);
         }
         if cancel {
             subscription.cancel();

@@ -22,6 +22,9 @@ impl<T> TestProbe<T> {
             state.requested = state.requested.saturating_add(n);
         }
         let Some(subscription) = state.subscription.clone() else {
+            if n == 0 {
+                state.pending_zero = true;
+            }
             state.pending_request = state.pending_request.saturating_add(n);
             return;
         };
