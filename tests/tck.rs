@@ -216,7 +216,10 @@ weir::processor_tck!(
     multicast,
     ProcessorVerification::from_processor(Multicast::<u64>::new, |i| i)
         .with_multi_subscribe(u64::MAX)
-        .configure_publisher_tests(|v| v.stochastic_iterations(20))
+        .configure_publisher_tests(|v| {
+            v.with_failed_publisher(|| weir::error::<u64>(Error::msg("failed on purpose")))
+                .stochastic_iterations(20)
+        })
         .env(env())
 );
 
