@@ -33,6 +33,8 @@ pub mod operators;
 pub mod sink;
 pub mod source;
 pub mod spec;
+#[cfg(feature = "tck")]
+pub mod tck;
 
 pub use error::{Error, ErrorKind};
 pub use ext::PublisherExt;

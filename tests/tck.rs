@@ -1,1 +1,401 @@
-fn main() {}
+//! The conformance kit run on weir itself: every source and operator through the
+//! publisher suite, the sinks through both subscriber suites, and a small identity
+//! processor through the processor suite. One `#[test]` per conformance test (the
+//! `*_tck!` macros), so suites on different publishers run in parallel.
+//!
+//! Timeouts: the default 200 ms for expected signals, but 50 ms quiet windows (every
+//! publisher here is synchronous, so a violation shows up at once) and 20 stochastic
+//! iterations, to keep the run short on two cores.
+
+#[path = "support/identity_processor.rs"]
+mod identity_processor;
+#[path = "support/multicast_processor.rs"]
+mod multicast_processor;
+
+use std::time::Duration;
+
+use identity_processor::Identity;
+use multicast_processor::Multicast;
+use weir::prelude::*;
+use weir::source::Step;
+use weir::tck::{
+    capture_subscriber, ProbedSubscriber, ProcessorVerification, PublisherVerification,
+    SubscriberBlackboxVerification, SubscriberPuppet, SubscriberWhiteboxVerification, TestEnv,
+    TestSubscriber,
+};
+use weir::Error;
+
+fn env() -> TestEnv {
+    TestEnv::builder()
+        .no_signals_timeout(Duration::from_millis(50))
+        .build()
+}
+
+/// The shared configuration: `weir::error` as the failed publisher, cloned
+/// subscriptions for rule 1.11, short quiet windows.
+fn verify<P, F>(factory: F) -> PublisherVerification<P>
+where
+    P: Publisher<Item = u64> + Clone + 'static,
+    F: Fn(u64) -> P + Send + Sync + 'static,
+{
+    PublisherVerification::new(factory)
+        .with_failed_publisher(|| weir::error::<u64>(Error::msg("failed on purpose")))
+        .with_multi_subscribe()
+        .stochastic_iterations(20)
+        .env(env())
+}
+
+// ---- publishers -------------------------------------------------------------------
+
+weir::publisher_tck!(range, verify(|n| weir::range(0..n)));
+// The one-line form, with the default timeouts.
+weir::publisher_tck!(range_defaults, |n| weir::range(0..n));
+weir::publisher_tck!(map, verify(|n| weir::range(0..n).map(|x| x * 2)));
+weir::publisher_tck!(
+    filter,
+    verify(|n| weir::range(0..n.saturating_mul(3)).filter(|x| x % 3 == 1))
+);
+weir::publisher_tck!(take, verify(|n| weir::range(0..u64::MAX).take(n)));
+weir::publisher_tck!(
+    chain,
+    verify(|n| {
+        weir::range(0..u64::MAX)
+            .map(|x| x + 1)
+            .filter(|x| x % 2 == 0)
+            .take(n)
+            .map(|x| x / 2)
+    })
+);
+weir::publisher_tck!(from_iter, verify(|n| weir::from_iter(0..n)));
+// `just` makes one element; the TCK also asks for 0 elements, which is `empty` (the
+// same type).
+weir::publisher_tck!(
+    just,
+    verify(|n| if n == 0 {
+        weir::empty()
+    } else {
+        weir::just(42)
+    })
+    .max_elements(1)
+);
+weir::publisher_tck!(empty, verify(|_| weir::empty()).max_elements(0));
+weir::publisher_tck!(
+    generate,
+    verify(|n| {
+        weir::generate(0u64, move |i| {
+            if *i < n {
+                *i += 1;
+                Step::Next(*i - 1)
+            } else {
+                Step::Complete
+            }
+        })
+    })
+);
+weir::publisher_tck!(defer, verify(|n| weir::defer(move || weir::range(0..n))));
+// Boxed publishers are not `Clone`: the rule 1.11 tests skip.
+weir::publisher_tck!(
+    boxed,
+    PublisherVerification::new(|n| weir::range(0..n).map(|x| x + 1).boxed())
+        .stochastic_iterations(20)
+        .env(env())
+);
+
+// ---- sinks --------------------------------------------------------------------------
+
+weir::subscriber_blackbox_tck!(
+    fold_blackbox,
+    SubscriberBlackboxVerification::new(
+        || capture_subscriber::<u64, _>(|p| p.fold_with(4, 0, |a, x| a + x)).0,
+        |i| i
+    )
+    .env(env())
+);
+weir::subscriber_blackbox_tck!(
+    for_each_blackbox,
+    SubscriberBlackboxVerification::new(
+        || capture_subscriber::<u64, _>(|p| p.for_each_with(1, drop)).0,
+        |i| i
+    )
+    .env(env())
+);
+weir::subscriber_blackbox_tck!(
+    collect_blackbox,
+    SubscriberBlackboxVerification::new(|| capture_subscriber::<u64, _>(|p| p.collect()).0, |i| i)
+        .env(env())
+);
+
+weir::subscriber_whitebox_tck!(
+    fold_whitebox,
+    SubscriberWhiteboxVerification::new(
+        |probe| {
+            let (sink, handle) = capture_subscriber::<u64, _>(|p| p.fold_with(4, 0, |a, x| a + x));
+            ProbedSubscriber::with_puppet(sink, probe, handle)
+        },
+        |i| i
+    )
+    .env(env())
+);
+weir::subscriber_whitebox_tck!(
+    for_each_whitebox,
+    SubscriberWhiteboxVerification::new(
+        |probe| {
+            let (sink, handle) = capture_subscriber::<u64, _>(|p| p.for_each_with(1, drop));
+            ProbedSubscriber::with_puppet(sink, probe, handle)
+        },
+        |i| i
+    )
+    .env(env())
+);
+weir::subscriber_whitebox_tck!(
+    collect_whitebox,
+    SubscriberWhiteboxVerification::new(
+        |probe| {
+            let (sink, handle) = capture_subscriber::<u64, _>(|p| p.collect());
+            ProbedSubscriber::with_puppet(sink, probe, handle)
+        },
+        |i| i
+    )
+    .env(env())
+);
+
+// `blocking_iter` cancels when its iterator is dropped, so the iterator must live: the
+// black-box subscriber gets a consumer thread (which ends when the stage terminates
+// the stream); the white-box puppet holds the iterator and drops it to cancel. With
+// nobody consuming, demand is the prefetch window (4), which covers every request the
+// white-box suite triggers.
+weir::subscriber_blackbox_tck!(
+    blocking_iter_blackbox,
+    SubscriberBlackboxVerification::new(
+        || {
+            let (subscriber, iter) = capture_subscriber::<u64, _>(|p| p.blocking_iter(4));
+            std::thread::spawn(move || iter.for_each(drop));
+            subscriber
+        },
+        |i| i
+    )
+    .env(env())
+);
+
+struct IterPuppet(std::sync::Mutex<Option<weir::sink::BlockingIter<u64>>>);
+
+impl SubscriberPuppet for IterPuppet {
+    fn trigger_request(&self, _n: u64) {}
+    fn signal_cancel(&self) {
+        self.0.lock().unwrap().take();
+    }
+}
+
+weir::subscriber_whitebox_tck!(
+    blocking_iter_whitebox,
+    SubscriberWhiteboxVerification::new(
+        |probe| {
+            let (subscriber, iter) = capture_subscriber::<u64, _>(|p| p.blocking_iter(4));
+            ProbedSubscriber::with_puppet(subscriber, probe, IterPuppet(Some(iter).into()))
+        },
+        |i| i
+    )
+    .env(env())
+);
+
+// ---- processor ----------------------------------------------------------------------
+
+weir::processor_tck!(
+    identity,
+    ProcessorVerification::from_processor(Identity::<u64>::new, |i| i)
+        .configure_publisher_tests(|v| {
+            v.with_failed_publisher(|| weir::error::<u64>(Error::msg("failed on purpose")))
+                .stochastic_iterations(20)
+        })
+        .env(env())
+);
+
+// A multicast processor runs the multi-subscriber tests too (rule 1.11, and the
+// processor's own 1.4 and 2.1 tests).
+weir::processor_tck!(
+    multicast,
+    ProcessorVerification::from_processor(Multicast::<u64>::new, |i| i)
+        .with_multi_subscribe(u64::MAX)
+        .configure_publisher_tests(|v| {
+            v.with_failed_publisher(|| weir::error::<u64>(Error::msg("failed on purpose")))
+                .stochastic_iterations(20)
+        })
+        .env(env())
+);
+
+// ---- the suites' shape ----------------------------------------------------------------
+
+#[test]
+fn every_suite_lists_every_tck_test_once() {
+    use weir::tck::Suite;
+    let publisher = PublisherVerification::new(|n| weir::range(0..n)).tests();
+    let blackbox = SubscriberBlackboxVerification::new(TestSubscriber::<u64>::new, |i| i).tests();
+    let whitebox = SubscriberWhiteboxVerification::new(
+        |probe| ProbedSubscriber::new(TestSubscriber::<u64>::new(), probe),
+        |i| i,
+    )
+    .tests();
+    let processor = ProcessorVerification::from_processor(Identity::<u64>::new, |i| i).tests();
+    assert_eq!(
+        (
+            publisher.len(),
+            blackbox.len(),
+            whitebox.len(),
+            processor.len()
+        ),
+        (38, 26, 27, 68)
+    );
+    let mut names: Vec<_> = processor.iter().map(|(name, _)| *name).collect();
+    names.sort_unstable();
+    names.dedup();
+    assert_eq!(names.len(), 68, "test names must be unique within a suite");
+}
+
+// ---- TestSubscriber -------------------------------------------------------------------
+
+#[test]
+fn test_subscriber_starts_with_zero_demand_and_records_in_order() {
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    weir::range(0u32..5).subscribe(subscriber);
+    probe.assert_items(&[]);
+    probe.request(2);
+    probe.assert_items(&[0, 1]);
+    probe.assert_no_terminal();
+    probe.request(10);
+    probe.await_terminal(Duration::from_secs(1)).unwrap();
+    probe.assert_items(&[0, 1, 2, 3, 4]);
+    probe.assert_completed();
+    assert_eq!(
+        (
+            probe.requested(),
+            probe.received_count(),
+            probe.signal_count()
+        ),
+        (12, 5, 7)
+    );
+}
+
+#[test]
+fn test_subscriber_scripted_requests() {
+    let subscriber = TestSubscriber::new()
+        .request_on_subscribe(1)
+        .request_on_next(2);
+    let probe = subscriber.probe();
+    weir::range(0u32..4).subscribe(subscriber);
+    probe.await_items(4, Duration::from_secs(1)).unwrap();
+    probe.assert_completed();
+    assert_eq!(probe.requested(), 1 + 4 * 2);
+}
+
+#[test]
+fn test_subscriber_keeps_requests_made_before_on_subscribe() {
+    let subscriber = TestSubscriber::new().request_on_subscribe(1);
+    let probe = subscriber.probe();
+    probe.request(2);
+    weir::range(0u32..10).subscribe(subscriber);
+    probe.assert_items(&[0, 1, 2]);
+    assert_eq!(probe.requested(), 3);
+
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    probe.request(0);
+    weir::range(0u32..10).subscribe(subscriber);
+    probe.assert_error_rule("3.9");
+}
+
+#[test]
+fn test_subscriber_request_zero_gets_the_rule_3_9_error() {
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    weir::range(0u32..4).subscribe(subscriber);
+    probe.request(0);
+    probe.await_terminal(Duration::from_secs(1)).unwrap();
+    probe.assert_error_rule("3.9");
+}
+
+#[test]
+fn test_subscriber_flags_protocol_violations_by_rule() {
+    let mut subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    subscriber.on_next(1); // before on_subscribe, and beyond demand
+    subscriber.on_subscribe(Subscription::noop());
+    subscriber.on_subscribe(Subscription::noop());
+    subscriber.on_complete();
+    subscriber.on_complete();
+    let rules: Vec<&str> = probe.violations().iter().map(|v| v.rule).collect();
+    assert_eq!(rules, ["1.9", "1.1", "2.5", "1.7"]);
+    let panic = std::panic::catch_unwind(|| probe.assert_completed()).unwrap_err();
+    let message = panic.downcast_ref::<String>().unwrap();
+    assert!(message.contains("rule 1.1"), "{message}");
+}
+
+#[test]
+fn test_subscriber_waiters_time_out_and_fail_early() {
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    weir::never::<u32>().subscribe(subscriber);
+    let error = probe.await_items(1, Duration::from_millis(20)).unwrap_err();
+    assert!(error.contains("timed out"), "{error}");
+    assert!(probe.await_terminal(Duration::from_millis(20)).is_err());
+
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    weir::empty::<u32>().subscribe(subscriber);
+    let error = probe.await_items(3, Duration::from_secs(5)).unwrap_err();
+    assert!(error.contains("ended with on_complete after 0"), "{error}");
+}
+
+// ---- random demand schedules --------------------------------------------------------
+
+#[test]
+fn demand_schedules_range() {
+    weir::tck::proptest::run_publisher(|n| weir::range(0..n), 12, 64);
+    weir::tck::proptest::run_publisher(|n| weir::range(0..n), 0, 16);
+}
+
+#[test]
+fn demand_schedules_operator_chain() {
+    weir::tck::proptest::run_publisher(
+        |n| {
+            weir::range(0..u64::MAX)
+                .map(|x| x * 3)
+                .filter(|x| x % 2 == 0)
+                .take(n)
+        },
+        12,
+        64,
+    );
+}
+
+#[test]
+fn demand_schedules_from_iter_and_generate() {
+    weir::tck::proptest::run_publisher(|n| weir::from_iter(0..n), 9, 48);
+    weir::tck::proptest::run_publisher(
+        |n| {
+            weir::generate(0u64, move |i| {
+                *i += 1;
+                if *i <= n {
+                    Step::Next(*i)
+                } else {
+                    Step::Complete
+                }
+            })
+        },
+        9,
+        48,
+    );
+}
+
+#[test]
+fn demand_schedules_identity_processor() {
+    weir::tck::proptest::run_publisher(
+        |n| {
+            let processor = Identity::new(4);
+            weir::range(0..n).subscribe(processor.clone());
+            processor
+        },
+        10,
+        48,
+    );
+}

@@ -1,0 +1,422 @@
+//! [`SubscriberBlackboxVerification`]: the 26 tests of the TCK's
+//! `SubscriberBlackboxVerification`, for subscribers that cannot be instrumented.
+//!
+//! The kit plays the upstream (a [`Stage`](super::stage)): it subscribes a fresh
+//! subscriber from your factory, records what it requests and whether it cancels, and
+//! sends it elements (`element(0)`, `element(1)`, …) and terminal signals. Only the
+//! subscriber's calls on its subscription, and whether its signal methods return
+//! normally (panics are rule 2.13 failures), are observed. 11 of the Java tests are
+//! real checks; the three null-argument ones are moot in Rust, which leaves 8 checks
+//! and 18 documented skips.
+//!
+//! Java's `required_spec201_blackbox_…` never sends an element (its loop condition is
+//! inverted, upstream issue #459). This port implements the intent: send
+//! `min(n, 512)` elements, stopping early if the subscriber cancels, then complete.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::harness::{budget, ensure, moot, run_test, untested, Case, Kind, TestResult};
+use super::stage::{call, test_error, ManualSubscription, Stage};
+use super::{Element, Outcome, Report, Suite, TestEnv};
+use crate::{Subscriber, Subscription};
+
+type Factory<S> = Arc<dyn Fn() -> S + Send + Sync>;
+type Trigger<S> = Arc<dyn Fn(&mut S) + Send + Sync>;
+
+/// Configuration and entry point of the black-box subscriber tests.
+///
+/// ```
+/// use weir::prelude::*;
+/// use weir::tck::{capture_subscriber, SubscriberBlackboxVerification};
+///
+/// SubscriberBlackboxVerification::new(
+///     || capture_subscriber::<u64, _>(|p| p.collect_with(16)).0,
+///     |i| i,
+/// )
+/// .run_all()
+/// .assert_all_passed();
+/// ```
+pub struct SubscriberBlackboxVerification<T, S> {
+    factory: Factory<S>,
+    element: Arc<dyn Fn(u64) -> T + Send + Sync>,
+    trigger: Option<Trigger<S>>,
+    env: TestEnv,
+}
+
+impl<T, S> Clone for SubscriberBlackboxVerification<T, S> {
+    fn clone(&self) -> Self {
+        SubscriberBlackboxVerification {
+            factory: self.factory.clone(),
+            element: self.element.clone(),
+            trigger: self.trigger.clone(),
+            env: self.env.clone(),
+        }
+    }
+}
+
+impl<T, S> std::fmt::Debug for SubscriberBlackboxVerification<T, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubscriberBlackboxVerification")
+            .field("env", &self.env)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T, S> SubscriberBlackboxVerification<T, S>
+where
+    T: Element,
+    S: Subscriber<T> + Send + 'static,
+{
+    /// Verify the subscribers made by `factory`; `element(i)` makes the i-th element
+    /// the kit sends (elements should be distinct).
+    pub fn new<F, E>(factory: F, element: E) -> Self
+    where
+        F: Fn() -> S + Send + Sync + 'static,
+        E: Fn(u64) -> T + Send + Sync + 'static,
+    {
+        SubscriberBlackboxVerification {
+            factory: Arc::new(factory),
+            element: Arc::new(element),
+            trigger: None,
+            env: TestEnv::new(),
+        }
+    }
+
+    /// A hook for subscribers that only request after an outside stimulus (Java's
+    /// `triggerRequest`): called on the subscriber before the kit waits for a request.
+    pub fn with_trigger_request(
+        mut self,
+        trigger: impl Fn(&mut S) + Send + Sync + 'static,
+    ) -> Self {
+        self.trigger = Some(Arc::new(trigger));
+        self
+    }
+
+    /// Timeouts; each test runs with a fresh copy.
+    pub fn env(mut self, env: TestEnv) -> Self {
+        self.env = env;
+        self
+    }
+
+    /// Run every test, in the TCK's order.
+    pub fn run_all(&self) -> Report {
+        Suite::run_all(self)
+    }
+
+    fn run(
+        &self,
+        name: &str,
+        rule: &'static str,
+        body: fn(&Self, &TestEnv) -> TestResult,
+    ) -> Outcome {
+        let verification = self.clone();
+        run_test(
+            name,
+            rule,
+            Kind::Required,
+            &self.env,
+            budget(&self.env, Duration::ZERO),
+            move |env| body(&verification, env),
+        )
+    }
+
+    /// A fresh subscriber subscribed to a fresh stage.
+    fn stage(&self, env: &TestEnv) -> Result<Stage<T, S>, String> {
+        Stage::new(env, (self.factory)(), self.element.clone())
+    }
+
+    /// Run the trigger hook, then expect a request.
+    fn triggered_request(&self, env: &TestEnv, stage: &mut Stage<T, S>) -> Result<u64, String> {
+        if let Some(trigger) = &self.trigger {
+            call("the trigger_request hook", || {
+                trigger(&mut stage.subscriber)
+            })?;
+        }
+        stage
+            .subscription
+            .expect_request(env.default_timeout())
+            .map_err(|e| format!("rule 2.1: {e}"))
+    }
+
+    /// BB#1, rule 2.1: the subscriber requests; it is sent `min(n, 512)` elements
+    /// (fewer if it cancels) and `on_complete`.
+    pub fn spec_2_1_must_signal_demand_via_subscription_request(&self) -> Outcome {
+        self.run(
+            "spec_2_1_must_signal_demand_via_subscription_request",
+            "2.1",
+            |v, env| {
+                let mut stage = v.stage(env)?;
+                let n = v.triggered_request(env, &mut stage)?;
+                for i in 0..n.min(512) {
+                    if i % 10 == 0 && stage.subscription.is_cancelled() {
+                        break;
+                    }
+                    stage.send_next()?;
+                }
+                stage.send_complete()?;
+                Ok(())
+            },
+        )
+    }
+
+    /// BB#2, rule 2.2: untested (advice).
+    pub fn spec_2_2_should_asynchronously_dispatch(&self) -> Outcome {
+        untested("2.2", "asynchronous dispatch is advice")
+    }
+
+    /// BB#3, rule 2.3: `on_complete` must not call the subscription.
+    pub fn spec_2_3_must_not_call_subscription_in_on_complete(&self) -> Outcome {
+        self.run(
+            "spec_2_3_must_not_call_subscription_in_on_complete",
+            "2.3",
+            |v, env| v.fresh_then(env, |stage| stage.send_complete()),
+        )
+    }
+
+    /// BB#4, rule 2.3: `on_error` must not call the subscription.
+    pub fn spec_2_3_must_not_call_subscription_in_on_error(&self) -> Outcome {
+        self.run(
+            "spec_2_3_must_not_call_subscription_in_on_error",
+            "2.3",
+            |v, env| v.fresh_then(env, |stage| stage.send_error(test_error())),
+        )
+    }
+
+    fn fresh_then(
+        &self,
+        env: &TestEnv,
+        send: fn(&mut Stage<T, S>) -> Result<(), String>,
+    ) -> TestResult {
+        let mut stage = self.stage(env)?;
+        send(&mut stage)?;
+        env.verify_no_async_failures_now()?;
+        Ok(())
+    }
+
+    /// BB#5, rule 2.4: untested.
+    pub fn spec_2_4_must_consider_subscription_cancelled_after_terminal_signal(&self) -> Outcome {
+        untested("2.4", "the subscriber's internal state is not observable")
+    }
+
+    /// BB#6, rule 2.5: a second `on_subscribe` must be answered by cancelling the new
+    /// subscription, without requesting from it.
+    pub fn spec_2_5_must_cancel_a_second_subscription(&self) -> Outcome {
+        self.run(
+            "spec_2_5_must_cancel_a_second_subscription",
+            "2.5",
+            |v, env| {
+                let mut stage = v.stage(env)?;
+                let second = ManualSubscription::forbidding_requests(env, "2.5");
+                stage.send_subscribe(Subscription::new(second.clone()))?;
+                second
+                    .expect_cancel(env.default_timeout())
+                    .map_err(|e| format!("the second subscription: {e}"))?;
+                ensure(!stage.subscription.is_cancelled(), || {
+                    "the subscriber cancelled the first subscription".into()
+                })?;
+                stage.send_complete()?;
+                Ok(())
+            },
+        )
+    }
+
+    /// BB#7, rule 2.6: untested.
+    pub fn spec_2_6_must_cancel_when_the_subscription_is_no_longer_needed(&self) -> Outcome {
+        untested("2.6", "'no longer needed' is not observable from outside")
+    }
+
+    /// BB#8, rule 2.7: untested (and structural in weir: `Subscription` is `Sync`).
+    pub fn spec_2_7_must_call_the_subscription_serially(&self) -> Outcome {
+        untested(
+            "2.7",
+            "calls from one subscriber are not observable as concurrent",
+        )
+    }
+
+    /// BB#9, rule 2.8: untested in the black-box suite (the white-box one checks it).
+    pub fn spec_2_8_must_accept_on_next_after_cancel(&self) -> Outcome {
+        untested(
+            "2.8",
+            "needs the white-box puppet to make the subscriber cancel",
+        )
+    }
+
+    /// BB#10, rule 2.9: after a request, `on_complete` is accepted.
+    pub fn spec_2_9_must_accept_on_complete_with_preceding_request(&self) -> Outcome {
+        self.run(
+            "spec_2_9_must_accept_on_complete_with_preceding_request",
+            "2.9",
+            |v, env| {
+                let mut stage = v.stage(env)?;
+                v.triggered_request(env, &mut stage)?;
+                stage.send_complete()?;
+                Ok(())
+            },
+        )
+    }
+
+    /// BB#11, rule 2.9: `on_complete` right after `on_subscribe` is accepted.
+    pub fn spec_2_9_must_accept_on_complete_without_preceding_request(&self) -> Outcome {
+        self.run(
+            "spec_2_9_must_accept_on_complete_without_preceding_request",
+            "2.9",
+            |v, env| {
+                v.stage(env)?.send_complete()?;
+                Ok(())
+            },
+        )
+    }
+
+    /// BB#12, rule 2.10: after a request, `on_error` is accepted.
+    pub fn spec_2_10_must_accept_on_error_with_preceding_request(&self) -> Outcome {
+        self.run(
+            "spec_2_10_must_accept_on_error_with_preceding_request",
+            "2.10",
+            |v, env| {
+                let mut stage = v.stage(env)?;
+                v.triggered_request(env, &mut stage)?;
+                stage.send_error(test_error())?;
+                Ok(())
+            },
+        )
+    }
+
+    /// BB#13, rule 2.10: `on_error` right after `on_subscribe` is accepted.
+    pub fn spec_2_10_must_accept_on_error_without_preceding_request(&self) -> Outcome {
+        self.run(
+            "spec_2_10_must_accept_on_error_without_preceding_request",
+            "2.10",
+            |v, env| {
+                v.stage(env)?.send_error(test_error())?;
+                Ok(())
+            },
+        )
+    }
+
+    /// BB#14, rule 2.11: moot in safe Rust.
+    pub fn spec_2_11_signal_calls_happen_before_processing(&self) -> Outcome {
+        moot(
+            "2.11",
+            "Send/Sync and data-race freedom give the happens-before edge",
+        )
+    }
+
+    /// BB#15, rule 2.12: moot, subscribers are moved into `subscribe`.
+    pub fn spec_2_12_must_not_accept_on_subscribe_twice_for_one_subscriber(&self) -> Outcome {
+        moot("2.12", "a moved subscriber cannot be subscribed twice")
+    }
+
+    /// BB#16, rule 2.13 (failing signal methods): untested. Every test here fails if a
+    /// signal method panics.
+    pub fn spec_2_13_failing_on_signal_invocation(&self) -> Outcome {
+        untested(
+            "2.13",
+            "every test of this suite fails on a panicking signal method",
+        )
+    }
+
+    /// BB#17, rule 2.13 `on_subscribe(null)`: moot.
+    pub fn spec_2_13_on_subscribe_null_subscription(&self) -> Outcome {
+        moot("2.13", "a Subscription cannot be null")
+    }
+
+    /// BB#18, rule 2.13 `on_next(null)`: moot.
+    pub fn spec_2_13_on_next_null_element(&self) -> Outcome {
+        moot("2.13", "an element cannot be null")
+    }
+
+    /// BB#19, rule 2.13 `on_error(null)`: moot.
+    pub fn spec_2_13_on_error_null_error(&self) -> Outcome {
+        moot("2.13", "an Error cannot be null")
+    }
+
+    /// BB#20, rule 3.1: untested.
+    pub fn spec_3_1_must_not_be_called_outside_subscriber_context(&self) -> Outcome {
+        untested("3.1", "the calling context is not observable")
+    }
+
+    /// BB#21, rule 3.8: untested in the black-box suite (the white-box one checks it).
+    pub fn spec_3_8_request_must_register_demand(&self) -> Outcome {
+        untested("3.8", "needs the white-box probe")
+    }
+
+    /// BB#22, rule 3.10: untested.
+    pub fn spec_3_10_request_may_call_on_next_synchronously(&self) -> Outcome {
+        untested("3.10", "a permission of the publisher")
+    }
+
+    /// BB#23, rule 3.11: untested.
+    pub fn spec_3_11_request_may_call_terminal_signals_synchronously(&self) -> Outcome {
+        untested("3.11", "a permission of the publisher")
+    }
+
+    /// BB#24, rule 3.14: untested.
+    pub fn spec_3_14_cancel_may_shut_the_publisher_down(&self) -> Outcome {
+        untested("3.14", "a permission of the publisher")
+    }
+
+    /// BB#25, rule 3.15: untested.
+    pub fn spec_3_15_cancel_must_return_normally(&self) -> Outcome {
+        untested("3.15", "concerns the publisher's cancel")
+    }
+
+    /// BB#26, rule 3.16: untested.
+    pub fn spec_3_16_request_must_return_normally(&self) -> Outcome {
+        untested("3.16", "concerns the publisher's request")
+    }
+}
+
+impl<T, S> Suite for SubscriberBlackboxVerification<T, S>
+where
+    T: Element,
+    S: Subscriber<T> + Send + 'static,
+{
+    fn tests(&self) -> Vec<(&'static str, &'static str)> {
+        crate::__tck_blackbox_tests!(names)
+    }
+
+    fn run_one(&self, name: &str) -> Option<Outcome> {
+        let cases: Vec<Case<Self>> = crate::__tck_blackbox_tests!(cases);
+        cases
+            .into_iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|(_, _, test)| test(self))
+    }
+}
+
+/// The canonical list of black-box subscriber tests.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tck_blackbox_tests {
+    ($($mode:tt)*) => {
+        $crate::__tck_expand! { ($($mode)*) [
+            spec_2_1_must_signal_demand_via_subscription_request => "2.1",
+            spec_2_2_should_asynchronously_dispatch => "2.2",
+            spec_2_3_must_not_call_subscription_in_on_complete => "2.3",
+            spec_2_3_must_not_call_subscription_in_on_error => "2.3",
+            spec_2_4_must_consider_subscription_cancelled_after_terminal_signal => "2.4",
+            spec_2_5_must_cancel_a_second_subscription => "2.5",
+            spec_2_6_must_cancel_when_the_subscription_is_no_longer_needed => "2.6",
+            spec_2_7_must_call_the_subscription_serially => "2.7",
+            spec_2_8_must_accept_on_next_after_cancel => "2.8",
+            spec_2_9_must_accept_on_complete_with_preceding_request => "2.9",
+            spec_2_9_must_accept_on_complete_without_preceding_request => "2.9",
+            spec_2_10_must_accept_on_error_with_preceding_request => "2.10",
+            spec_2_10_must_accept_on_error_without_preceding_request => "2.10",
+            spec_2_11_signal_calls_happen_before_processing => "2.11",
+            spec_2_12_must_not_accept_on_subscribe_twice_for_one_subscriber => "2.12",
+            spec_2_13_failing_on_signal_invocation => "2.13",
+            spec_2_13_on_subscribe_null_subscription => "2.13",
+            spec_2_13_on_next_null_element => "2.13",
+            spec_2_13_on_error_null_error => "2.13",
+            spec_3_1_must_not_be_called_outside_subscriber_context => "3.1",
+            spec_3_8_request_must_register_demand => "3.8",
+            spec_3_10_request_may_call_on_next_synchronously => "3.10",
+            spec_3_11_request_may_call_terminal_signals_synchronously => "3.11",
+            spec_3_14_cancel_may_shut_the_publisher_down => "3.14",
+            spec_3_15_cancel_must_return_normally => "3.15",
+            spec_3_16_request_must_return_normally => "3.16",
+        ] }
+    };
+}

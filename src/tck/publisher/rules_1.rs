@@ -1,0 +1,413 @@
+//! The setup, configuration and §1 (Publisher) tests of [`PublisherVerification`].
+//! Test numbers (P#n) refer to `tck.md` §2.1.
+
+use std::time::Duration;
+
+use super::PublisherVerification;
+use crate::tck::harness::{ensure, moot, skip, untested, Failure, Kind, TestResult};
+use crate::tck::{Element, Outcome, TestEnv, TestProbe};
+use crate::Publisher;
+
+impl<P> PublisherVerification<P>
+where
+    P: Publisher + 'static,
+    P::Item: Element,
+{
+    /// P#1 (setup): `factory(1)` emits one element on `request(1)`, then completes.
+    pub fn create_publisher_1_must_produce_a_stream_of_exactly_1_element(&self) -> Outcome {
+        let name = "create_publisher_1_must_produce_a_stream_of_exactly_1_element";
+        self.run(name, "setup", Kind::Required, Duration::ZERO, |v, env| {
+            v.exactly(env, 1)
+        })
+    }
+
+    /// P#2 (setup): `factory(3)` emits three elements one request at a time, then completes.
+    pub fn create_publisher_3_must_produce_a_stream_of_exactly_3_elements(&self) -> Outcome {
+        let name = "create_publisher_3_must_produce_a_stream_of_exactly_3_elements";
+        self.run(name, "setup", Kind::Required, Duration::ZERO, |v, env| {
+            v.exactly(env, 3)
+        })
+    }
+
+    /// P#3 (config): Java asserts `maxElementsFromPublisher() >= 0`; a `u64` cannot be
+    /// negative, so this is a documented skip.
+    pub fn validate_max_elements_from_publisher(&self) -> Outcome {
+        moot("config", "max_elements is a u64 and cannot be negative")
+    }
+
+    /// P#4 (config): the allowed recursion depth of the 3.3 test must be at least 1.
+    pub fn validate_bounded_depth_of_on_next_and_request_recursion(&self) -> Outcome {
+        if self.bounded_recursion_depth >= 1 {
+            Outcome::Pass
+        } else {
+            Outcome::Fail("rule config: bounded_recursion_depth must be at least 1, got 0".into())
+        }
+    }
+
+    /// P#5, rule 1.1: nothing arrives before a request; `request(1)` yields exactly
+    /// one element; `request(1)` + `request(2)` yield exactly three more.
+    pub fn spec_1_1_must_not_signal_more_than_requested(&self) -> Outcome {
+        let name = "spec_1_1_must_not_signal_more_than_requested";
+        self.run(name, "1.1", Kind::Required, Duration::ZERO, |v, env| {
+            v.active(5, false)?;
+            let (t, quiet) = (env.default_timeout(), env.no_signals_timeout());
+            let probe = v.subscribe(env, 5)?;
+            probe
+                .expect_signal_count(1, quiet)
+                .map_err(|e| format!("before any request: {e}"))?;
+            probe.request(1);
+            probe.await_items(1, t)?;
+            probe
+                .expect_signal_count(2, quiet)
+                .map_err(|e| format!("after request(1): {e}"))?;
+            probe.request(1);
+            probe.request(2);
+            probe.await_items(4, t)?;
+            probe
+                .expect_signal_count(5, quiet)
+                .map_err(|e| format!("after 4 requested: {e}"))?;
+            probe.cancel();
+            Ok(())
+        })
+    }
+
+    /// P#6, rule 1.2: `request(10)` on a stream of 3 yields 3 elements and `on_complete`.
+    pub fn spec_1_2_may_signal_less_than_requested_and_terminate(&self) -> Outcome {
+        let name = "spec_1_2_may_signal_less_than_requested_and_terminate";
+        self.run(name, "1.2", Kind::Required, Duration::ZERO, |v, env| {
+            v.active(3, true)?;
+            let probe = v.subscribe(env, 3)?;
+            probe.request(10);
+            probe.await_items(3, env.default_timeout())?;
+            probe.await_completion(env.default_timeout())?;
+            exact_count(&probe, 3)
+        })
+    }
+
+    /// P#7, rule 1.3 (stochastic): a subscriber requesting one more from every
+    /// `on_next` must see serial signals and completion, `stochastic_iterations` times.
+    pub fn spec_1_3_must_signal_serially(&self) -> Outcome {
+        if self.skip_stochastic {
+            return Outcome::Skip("stochastic tests are skipped by configuration".into());
+        }
+        let per_iteration = self.env.default_timeout() * 10;
+        let extra = per_iteration * self.stochastic_iterations;
+        self.run(
+            "spec_1_3_must_signal_serially",
+            "1.3",
+            Kind::Required,
+            extra,
+            |v, env| {
+                v.active(10, true)?;
+                for iteration in 0..v.stochastic_iterations {
+                    let subscriber = Self::subscriber(env)
+                        .request_on_subscribe(1)
+                        .request_on_next(1);
+                    let probe = Self::attach(env, (v.factory)(10), subscriber)?;
+                    let at = |e: String| format!("iteration {iteration}: {e}");
+                    probe
+                        .await_completion(env.default_timeout() * 10)
+                        .map_err(at)?;
+                    exact_count(&probe, 10)?;
+                    env.verify_no_async_failures_now().map_err(at)?;
+                }
+                Ok(())
+            },
+        )
+    }
+
+    /// P#8, rule 1.4: the failed publisher signals `on_subscribe` then `on_error`,
+    /// without any request, and nothing else. Skips without a failed-publisher factory;
+    /// unlike other optional tests, a failure is a failure.
+    pub fn spec_1_4_must_signal_on_error_when_fails(&self) -> Outcome {
+        let name = "spec_1_4_must_signal_on_error_when_fails";
+        self.run(name, "1.4", Kind::Required, Duration::ZERO, |v, env| {
+            v.rejects(env)?;
+            env.verify_no_async_failures().map_err(Failure::Fail)
+        })
+    }
+
+    /// P#9, rule 1.5: three elements one request at a time, then `on_complete`, then
+    /// silence.
+    pub fn spec_1_5_must_signal_on_complete_when_finite_stream_terminates(&self) -> Outcome {
+        let name = "spec_1_5_must_signal_on_complete_when_finite_stream_terminates";
+        self.run(name, "1.5", Kind::Required, Duration::ZERO, |v, env| {
+            v.active(3, true)?;
+            let probe = v.subscribe(env, 3)?;
+            for i in 1..=3 {
+                probe.request(1);
+                probe.await_items(i, env.default_timeout())?;
+            }
+            probe.request(1);
+            probe.await_completion(env.default_timeout())?;
+            probe
+                .expect_signal_count(5, env.no_signals_timeout())
+                .map_err(|e| format!("after on_complete: {e}"))?;
+            exact_count(&probe, 3)
+        })
+    }
+
+    /// P#10, rule 1.5 (optional): an empty stream completes after `request(1)`.
+    pub fn spec_1_5_empty_stream_must_terminate_by_signalling_on_complete(&self) -> Outcome {
+        let name = "spec_1_5_empty_stream_must_terminate_by_signalling_on_complete";
+        self.run(name, "1.5", Kind::Optional, Duration::ZERO, |v, env| {
+            v.active(0, true)?;
+            let probe = v.subscribe(env, 0)?;
+            probe.request(1);
+            probe.await_completion(env.default_timeout())?;
+            probe
+                .expect_signal_count(2, env.no_signals_timeout())
+                .map_err(|e| format!("after on_complete: {e}"))?;
+            exact_count(&probe, 0)
+        })
+    }
+
+    /// P#11, rule 1.6: untested in the TCK (internal state).
+    pub fn spec_1_6_must_consider_subscription_cancelled_after_terminal_signal(&self) -> Outcome {
+        untested(
+            "1.6",
+            "the publisher's internal state after a terminal signal is not observable",
+        )
+    }
+
+    /// P#12, rule 1.7: after `on_complete`, a further `request(10)` produces nothing.
+    pub fn spec_1_7_must_not_signal_after_on_complete(&self) -> Outcome {
+        let name = "spec_1_7_must_not_signal_after_on_complete";
+        self.run(name, "1.7", Kind::Required, Duration::ZERO, |v, env| {
+            v.active(1, true)?;
+            let probe = v.subscribe(env, 1)?;
+            probe.request(10);
+            probe.await_items(1, env.default_timeout())?;
+            probe.await_completion(env.default_timeout())?;
+            probe.request(10);
+            probe
+                .expect_signal_count(3, env.no_signals_timeout())
+                .map_err(|e| format!("after on_complete: {e}"))?;
+            Ok(())
+        })
+    }
+
+    /// P#13, rule 1.7 after `on_error`: untested in the TCK. Every test's probing
+    /// subscriber flags any signal after a terminal one.
+    pub fn spec_1_7_must_not_signal_after_on_error(&self) -> Outcome {
+        untested(
+            "1.7",
+            "no signals after on_error; every probing subscriber flags them",
+        )
+    }
+
+    /// P#14, rule 1.8: untested in the TCK (the 3.12 test covers similar ground).
+    pub fn spec_1_8_cancelled_subscription_should_not_receive_terminal_signals(&self) -> Outcome {
+        untested("1.8", "'eventually' is not observable; see spec_3_12")
+    }
+
+    /// P#15, rule 1.9 "subscribe must return normally": untested in the TCK. In this
+    /// kit a panicking `subscribe` fails whichever test it happens in.
+    pub fn spec_1_9_subscribe_should_not_panic(&self) -> Outcome {
+        untested("1.9", "a panic in subscribe fails every other test")
+    }
+
+    /// P#16, rule 1.9 null subscriber: moot, a Rust subscriber cannot be null.
+    pub fn spec_1_9_subscribe_with_null_subscriber(&self) -> Outcome {
+        moot("1.9", "there is no null subscriber to reject")
+    }
+
+    /// P#17, rule 1.9: `on_subscribe` arrives once, before any other signal, without
+    /// any request.
+    pub fn spec_1_9_must_signal_on_subscribe_first(&self) -> Outcome {
+        let name = "spec_1_9_must_signal_on_subscribe_first";
+        self.run(name, "1.9", Kind::Required, Duration::ZERO, |v, env| {
+            v.active(0, false)?;
+            let probe = v.subscribe(env, 0)?;
+            probe.cancel();
+            Ok(())
+        })
+    }
+
+    /// P#18, rule 1.9: a publisher that rejects a subscriber signals `on_subscribe`,
+    /// then `on_error`. Skips without a failed-publisher factory.
+    pub fn spec_1_9_may_reject_subscribe_with_on_error_after_on_subscribe(&self) -> Outcome {
+        let name = "spec_1_9_may_reject_subscribe_with_on_error_after_on_subscribe";
+        self.run(name, "1.9", Kind::Required, Duration::ZERO, |v, env| {
+            v.rejects(env)
+        })
+    }
+
+    /// P#19, rule 1.10: moot, `subscribe` takes the subscriber by value.
+    pub fn spec_1_10_reject_same_subscriber_subscribing_twice(&self) -> Outcome {
+        moot(
+            "1.10",
+            "subscribe moves the subscriber, so it cannot be subscribed twice",
+        )
+    }
+
+    /// P#20, rule 1.11 (optional): two clones of one publisher each signal `on_subscribe`.
+    pub fn spec_1_11_may_support_multi_subscribe(&self) -> Outcome {
+        let name = "spec_1_11_may_support_multi_subscribe";
+        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
+            v.active(1, false)?;
+            let probes = v.subscribe_many(env, 1, 2)?;
+            env.verify_no_async_failures()?;
+            probes.iter().for_each(TestProbe::cancel);
+            Ok(())
+        })
+    }
+
+    /// P#21, rule 1.11 (optional): two subscribers each get an element or `on_complete`
+    /// after `request(1)` (unicast is allowed).
+    pub fn spec_1_11_subscribers_must_receive_on_next_or_on_complete(&self) -> Outcome {
+        let name = "spec_1_11_subscribers_must_receive_on_next_or_on_complete";
+        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
+            v.active(1, false)?;
+            let probes = v.subscribe_many(env, 1, 2)?;
+            for probe in &probes {
+                probe.request(1);
+                let _ = probe.await_items(1, env.default_timeout());
+                ensure(probe.received_count() == 1 || probe.is_completed(), || {
+                    "a subscriber got neither an element nor on_complete".into()
+                })?;
+            }
+            env.verify_no_async_failures()?;
+            probes.iter().for_each(TestProbe::cancel);
+            Ok(())
+        })
+    }
+
+    /// P#22, rule 1.11 (optional): three subscribers requesting with different
+    /// patterns receive the same five elements and complete.
+    pub fn spec_1_11_multicast_same_sequence_when_requesting_one_by_one(&self) -> Outcome {
+        let name = "spec_1_11_multicast_same_sequence_when_requesting_one_by_one";
+        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
+            v.active(5, true)?;
+            let p = v.subscribe_many(env, 5, 3)?;
+            let t = env.default_timeout();
+            let take = |probe: &TestProbe<P::Item>, k: u64| {
+                let target = probe.received_count() + k;
+                probe.request(k);
+                probe.await_items(target, t)
+            };
+            take(&p[0], 1)?;
+            take(&p[1], 2)?;
+            take(&p[0], 1)?;
+            take(&p[2], 3)?;
+            take(&p[2], 1)?;
+            take(&p[2], 1)?;
+            take(&p[1], 3)?;
+            take(&p[0], 2)?;
+            take(&p[0], 1)?;
+            for probe in &p {
+                probe.request(1);
+                probe.await_completion(t)?;
+            }
+            same_sequences(&p, 5)
+        })
+    }
+
+    /// P#23, rule 1.11 (optional): three subscribers requesting 4 up front receive the
+    /// same three elements.
+    pub fn spec_1_11_multicast_same_sequence_when_requesting_many_upfront(&self) -> Outcome {
+        let name = "spec_1_11_multicast_same_sequence_when_requesting_many_upfront";
+        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
+            v.many_upfront(env, false)
+        })
+    }
+
+    /// P#24, rule 1.11 (optional): as P#23, and each subscriber completes.
+    pub fn spec_1_11_multicast_same_sequence_and_completion_when_requesting_many_upfront(
+        &self,
+    ) -> Outcome {
+        let name = "spec_1_11_multicast_same_sequence_and_completion_when_requesting_many_upfront";
+        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
+            v.many_upfront(env, true)
+        })
+    }
+
+    /// Body of P#1/P#2.
+    fn exactly(&self, env: &TestEnv, n: u64) -> TestResult {
+        self.active(n, true)?;
+        let probe = self.subscribe(env, n)?;
+        for i in 1..=n {
+            probe.request(1);
+            probe
+                .await_items(i, env.default_timeout())
+                .map_err(|e| format!("factory({n}): {e}"))?;
+        }
+        probe.request(1);
+        probe
+            .await_completion(env.default_timeout())
+            .map_err(|e| format!("factory({n}): {e}"))?;
+        exact_count(&probe, n)
+    }
+
+    /// Body of P#8/P#18.
+    fn rejects(&self, env: &TestEnv) -> TestResult {
+        let Some(failed) = &self.failed else {
+            return skip("no failed-publisher factory was configured (with_failed_publisher)");
+        };
+        let probe = Self::attach(env, failed(), Self::subscriber(env))?;
+        probe.await_error(env.default_timeout())?;
+        exact_count(&probe, 0)
+    }
+
+    /// Body of P#23/P#24.
+    fn many_upfront(&self, env: &TestEnv, complete: bool) -> TestResult {
+        self.active(3, complete)?;
+        let probes = self.subscribe_many(env, 3, 3)?;
+        for probe in &probes {
+            probe.request(4);
+        }
+        for probe in &probes {
+            probe.await_items(3, env.default_timeout())?;
+            if complete {
+                probe.await_completion(env.default_timeout())?;
+            }
+        }
+        same_sequences(&probes, 3)
+    }
+
+    /// `count` subscribers on clones of one publisher of `n` elements.
+    fn subscribe_many(
+        &self,
+        env: &TestEnv,
+        n: u64,
+        count: usize,
+    ) -> Result<Vec<TestProbe<P::Item>>, Failure> {
+        let Some(cloner) = &self.cloner else {
+            return Err(Failure::Skip(
+                "subscribing several times needs a Clone publisher and with_multi_subscribe()"
+                    .into(),
+            ));
+        };
+        let publisher = (self.factory)(n);
+        let mut probes = Vec::with_capacity(count);
+        for _ in 1..count {
+            probes.push(Self::attach(
+                env,
+                cloner(&publisher),
+                Self::subscriber(env),
+            )?);
+        }
+        probes.push(Self::attach(env, publisher, Self::subscriber(env))?);
+        Ok(probes)
+    }
+}
+
+/// Fail unless exactly `n` elements arrived.
+pub(super) fn exact_count<T>(probe: &TestProbe<T>, n: u64) -> TestResult {
+    let received = probe.received_count();
+    ensure(received == n, || {
+        format!("expected exactly {n} elements, received {received}")
+    })
+}
+
+/// Fail unless every probe received the same `n` elements.
+fn same_sequences<T: Element>(probes: &[TestProbe<T>], n: u64) -> TestResult {
+    let first = probes[0].items();
+    for probe in probes {
+        let items = probe.items();
+        ensure(items.len() as u64 == n && items == first, || {
+            format!("subscribers received different sequences: {first:?} vs {items:?}")
+        })?;
+    }
+    Ok(())
+}

@@ -1,0 +1,471 @@
+//! [`SubscriberWhiteboxVerification`]: the 27 tests of the TCK's
+//! `SubscriberWhiteboxVerification`.
+//!
+//! Your factory gets a [`WhiteboxProbe`] and returns the subscriber under test, which
+//! reports its signals to the probe and registers a [`SubscriberPuppet`] on
+//! `on_subscribe` (or is wrapped in a [`ProbedSubscriber`](super::ProbedSubscriber)).
+//! The kit plays the upstream (a [`Stage`](super::stage)), drives demand and
+//! cancellation through the puppet, and checks what the subscriber requested,
+//! cancelled and reported. "Setup" below means: subscribe to a fresh stage and wait
+//! for the puppet.
+//!
+//! Of the 27 tests, 11 are real checks; the three null-argument ones are moot in Rust
+//! and 13 are untested in the TCK too (documented skips).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::harness::{budget, moot, run_test, untested, Case, Kind, TestResult};
+use super::probe::{SubscriberPuppet, WhiteboxProbe};
+use super::stage::{test_error, ManualSubscription, Stage};
+use super::{Element, Outcome, Report, Suite, TestEnv};
+use crate::{Subscriber, Subscription};
+
+type Factory<T, S> = Arc<dyn Fn(WhiteboxProbe<T>) -> S + Send + Sync>;
+
+/// Configuration and entry point of the white-box subscriber tests.
+///
+/// ```
+/// use weir::prelude::*;
+/// use weir::tck::{capture_subscriber, ProbedSubscriber, SubscriberWhiteboxVerification};
+///
+/// SubscriberWhiteboxVerification::new(
+///     |probe| {
+///         let (sink, handle) = capture_subscriber::<u64, _>(|p| p.collect_with(2));
+///         ProbedSubscriber::with_puppet(sink, probe, handle)
+///     },
+///     |i| i,
+/// )
+/// .run_all()
+/// .assert_all_passed();
+/// ```
+pub struct SubscriberWhiteboxVerification<T, S> {
+    factory: Factory<T, S>,
+    element: Arc<dyn Fn(u64) -> T + Send + Sync>,
+    env: TestEnv,
+}
+
+impl<T, S> Clone for SubscriberWhiteboxVerification<T, S> {
+    fn clone(&self) -> Self {
+        SubscriberWhiteboxVerification {
+            factory: self.factory.clone(),
+            element: self.element.clone(),
+            env: self.env.clone(),
+        }
+    }
+}
+
+impl<T, S> std::fmt::Debug for SubscriberWhiteboxVerification<T, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubscriberWhiteboxVerification")
+            .field("env", &self.env)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A subscriber on a stage, with its probe and puppet.
+struct Setup<T, S> {
+    stage: Stage<T, S>,
+    probe: WhiteboxProbe<T>,
+    puppet: Arc<dyn SubscriberPuppet>,
+}
+
+impl<T, S> SubscriberWhiteboxVerification<T, S>
+where
+    T: Element,
+    S: Subscriber<T> + Send + 'static,
+{
+    /// Verify the subscribers `factory` builds around the probe it is given;
+    /// `element(i)` makes the i-th element the kit sends (elements should be distinct).
+    pub fn new<F, E>(factory: F, element: E) -> Self
+    where
+        F: Fn(WhiteboxProbe<T>) -> S + Send + Sync + 'static,
+        E: Fn(u64) -> T + Send + Sync + 'static,
+    {
+        SubscriberWhiteboxVerification {
+            factory: Arc::new(factory),
+            element: Arc::new(element),
+            env: TestEnv::new(),
+        }
+    }
+
+    /// Timeouts; each test runs with a fresh copy.
+    pub fn env(mut self, env: TestEnv) -> Self {
+        self.env = env;
+        self
+    }
+
+    /// Run every test, in the TCK's order.
+    pub fn run_all(&self) -> Report {
+        Suite::run_all(self)
+    }
+
+    fn run(
+        &self,
+        name: &str,
+        rule: &'static str,
+        body: fn(&Self, &TestEnv) -> TestResult,
+    ) -> Outcome {
+        let verification = self.clone();
+        run_test(
+            name,
+            rule,
+            Kind::Required,
+            &self.env,
+            budget(&self.env, Duration::ZERO),
+            move |env| body(&verification, env),
+        )
+    }
+
+    fn setup(&self, env: &TestEnv) -> Result<Setup<T, S>, String> {
+        let probe = WhiteboxProbe::new(env);
+        let stage = Stage::new(env, (self.factory)(probe.clone()), self.element.clone())?;
+        let puppet = probe.puppet(env.default_timeout())?;
+        env.verify_no_async_failures_now()?;
+        Ok(Setup {
+            stage,
+            probe,
+            puppet,
+        })
+    }
+
+    /// Send the next element; the probe must report it.
+    fn round_trip(env: &TestEnv, s: &mut Setup<T, S>) -> Result<(), String> {
+        let item = s.stage.send_next()?;
+        s.probe.expect_next(&item, env.default_timeout())
+    }
+
+    fn expect_request(env: &TestEnv, s: &Setup<T, S>) -> Result<u64, String> {
+        s.stage.subscription.expect_request(env.default_timeout())
+    }
+
+    /// WB#1 (setup): request, receive two elements, cancel.
+    pub fn happy_path(&self) -> Outcome {
+        self.run("happy_path", "setup", |v, env| {
+            let mut s = v.setup(env)?;
+            s.puppet.trigger_request(1);
+            s.puppet.trigger_request(1);
+            let n = Self::expect_request(env, &s)?;
+            Self::round_trip(env, &mut s)?;
+            s.puppet.trigger_request(1);
+            if n == 1 {
+                Self::expect_request(env, &s)?;
+            }
+            Self::round_trip(env, &mut s)?;
+            s.puppet.signal_cancel();
+            s.stage.subscription.expect_cancel(env.default_timeout())?;
+            env.verify_no_async_failures()?;
+            Ok(())
+        })
+    }
+
+    /// WB#2, rule 2.1: after `trigger_request(1)` the subscriber requests, and accepts
+    /// an element.
+    pub fn spec_2_1_must_signal_demand_via_subscription_request(&self) -> Outcome {
+        self.run(
+            "spec_2_1_must_signal_demand_via_subscription_request",
+            "2.1",
+            |v, env| {
+                let mut s = v.setup(env)?;
+                s.puppet.trigger_request(1);
+                Self::expect_request(env, &s)?;
+                s.stage.send_next()?;
+                Ok(())
+            },
+        )
+    }
+
+    /// WB#3, rule 2.2: untested (advice).
+    pub fn spec_2_2_should_asynchronously_dispatch(&self) -> Outcome {
+        untested("2.2", "asynchronous dispatch is advice")
+    }
+
+    /// WB#4, rule 2.3: `on_complete` must not call the subscription.
+    pub fn spec_2_3_must_not_call_subscription_in_on_complete(&self) -> Outcome {
+        self.run(
+            "spec_2_3_must_not_call_subscription_in_on_complete",
+            "2.3",
+            |v, env| {
+                let probe = WhiteboxProbe::new(env);
+                let mut stage = Stage::new(env, (v.factory)(probe), v.element.clone())?;
+                stage.send_complete()?;
+                Ok(())
+            },
+        )
+    }
+
+    /// WB#5, rule 2.3: `on_error` must not call the subscription.
+    pub fn spec_2_3_must_not_call_subscription_in_on_error(&self) -> Outcome {
+        self.run(
+            "spec_2_3_must_not_call_subscription_in_on_error",
+            "2.3",
+            |v, env| {
+                let probe = WhiteboxProbe::new(env);
+                let mut stage = Stage::new(env, (v.factory)(probe), v.element.clone())?;
+                stage.send_error(test_error())?;
+                Ok(())
+            },
+        )
+    }
+
+    /// WB#6, rule 2.4: untested.
+    pub fn spec_2_4_must_consider_subscription_cancelled_after_terminal_signal(&self) -> Outcome {
+        untested("2.4", "the subscriber's internal state is not observable")
+    }
+
+    /// WB#7, rule 2.5: a second `on_subscribe` is answered by cancelling the new
+    /// subscription (requests on it are ignored here, unlike the black-box test).
+    pub fn spec_2_5_must_cancel_a_second_subscription(&self) -> Outcome {
+        self.run(
+            "spec_2_5_must_cancel_a_second_subscription",
+            "2.5",
+            |v, env| {
+                let mut s = v.setup(env)?;
+                let second = ManualSubscription::new(env);
+                s.stage.send_subscribe(Subscription::new(second.clone()))?;
+                second
+                    .expect_cancel(env.default_timeout())
+                    .map_err(|e| format!("the second subscription: {e}"))?;
+                env.verify_no_async_failures()?;
+                Ok(())
+            },
+        )
+    }
+
+    /// WB#8, rule 2.6: untested.
+    pub fn spec_2_6_must_cancel_when_the_subscription_is_no_longer_needed(&self) -> Outcome {
+        untested("2.6", "'no longer needed' is not observable")
+    }
+
+    /// WB#9, rule 2.7: untested (and structural in weir: `Subscription` is `Sync`).
+    pub fn spec_2_7_must_call_the_subscription_serially(&self) -> Outcome {
+        untested(
+            "2.7",
+            "calls from one subscriber are not observable as concurrent",
+        )
+    }
+
+    /// WB#10, rule 2.8: after cancelling, the subscriber still accepts an element.
+    pub fn spec_2_8_must_accept_on_next_after_cancel(&self) -> Outcome {
+        self.run(
+            "spec_2_8_must_accept_on_next_after_cancel",
+            "2.8",
+            |v, env| {
+                let mut s = v.setup(env)?;
+                s.puppet.trigger_request(1);
+                Self::expect_request(env, &s)?;
+                s.puppet.signal_cancel();
+                s.stage.subscription.expect_cancel(env.default_timeout())?;
+                s.stage.send_next()?;
+                s.puppet.trigger_request(1);
+                s.puppet.trigger_request(1);
+                env.verify_no_async_failures()?;
+                Ok(())
+            },
+        )
+    }
+
+    /// WB#11, rule 2.9: after a triggered request, `on_complete` reaches the probe.
+    pub fn spec_2_9_must_accept_on_complete_with_preceding_request(&self) -> Outcome {
+        self.run(
+            "spec_2_9_must_accept_on_complete_with_preceding_request",
+            "2.9",
+            |v, env| {
+                let mut s = v.setup(env)?;
+                s.puppet.trigger_request(1);
+                s.stage.send_complete()?;
+                s.probe.expect_completion(env.default_timeout())?;
+                env.verify_no_async_failures()?;
+                Ok(())
+            },
+        )
+    }
+
+    /// WB#12, rule 2.9: `on_complete` right after setup reaches the probe.
+    pub fn spec_2_9_must_accept_on_complete_without_preceding_request(&self) -> Outcome {
+        self.run(
+            "spec_2_9_must_accept_on_complete_without_preceding_request",
+            "2.9",
+            |v, env| {
+                let mut s = v.setup(env)?;
+                s.stage.send_complete()?;
+                s.probe.expect_completion(env.default_timeout())?;
+                env.verify_no_async_failures()?;
+                Ok(())
+            },
+        )
+    }
+
+    /// WB#13, rule 2.10: after triggered requests, the very error sent reaches the probe.
+    pub fn spec_2_10_must_accept_on_error_with_preceding_request(&self) -> Outcome {
+        self.run(
+            "spec_2_10_must_accept_on_error_with_preceding_request",
+            "2.10",
+            |v, env| {
+                let mut s = v.setup(env)?;
+                s.puppet.trigger_request(1);
+                s.puppet.trigger_request(1);
+                let error = test_error();
+                s.stage.send_error(error.clone())?;
+                s.probe.expect_error(&error, env.default_timeout())?;
+                Ok(())
+            },
+        )
+    }
+
+    /// WB#14, rule 2.10: an error right after setup reaches the probe.
+    pub fn spec_2_10_must_accept_on_error_without_preceding_request(&self) -> Outcome {
+        self.run(
+            "spec_2_10_must_accept_on_error_without_preceding_request",
+            "2.10",
+            |v, env| {
+                let mut s = v.setup(env)?;
+                let error = test_error();
+                s.stage.send_error(error.clone())?;
+                s.probe.expect_error(&error, env.default_timeout())?;
+                Ok(())
+            },
+        )
+    }
+
+    /// WB#15, rule 2.11: moot in safe Rust.
+    pub fn spec_2_11_signal_calls_happen_before_processing(&self) -> Outcome {
+        moot(
+            "2.11",
+            "Send/Sync and data-race freedom give the happens-before edge",
+        )
+    }
+
+    /// WB#16, rule 2.12: moot, subscribers are moved into `subscribe`.
+    pub fn spec_2_12_must_not_accept_on_subscribe_twice_for_one_subscriber(&self) -> Outcome {
+        moot("2.12", "a moved subscriber cannot be subscribed twice")
+    }
+
+    /// WB#17, rule 2.13 (failing signal methods): untested. Every test here fails if a
+    /// signal method panics.
+    pub fn spec_2_13_failing_on_signal_invocation(&self) -> Outcome {
+        untested(
+            "2.13",
+            "every test of this suite fails on a panicking signal method",
+        )
+    }
+
+    /// WB#18, rule 2.13 `on_subscribe(null)`: moot.
+    pub fn spec_2_13_on_subscribe_null_subscription(&self) -> Outcome {
+        moot("2.13", "a Subscription cannot be null")
+    }
+
+    /// WB#19, rule 2.13 `on_next(null)`: moot.
+    pub fn spec_2_13_on_next_null_element(&self) -> Outcome {
+        moot("2.13", "an element cannot be null")
+    }
+
+    /// WB#20, rule 2.13 `on_error(null)`: moot.
+    pub fn spec_2_13_on_error_null_error(&self) -> Outcome {
+        moot("2.13", "an Error cannot be null")
+    }
+
+    /// WB#21, rule 3.1: untested.
+    pub fn spec_3_1_must_not_be_called_outside_subscriber_context(&self) -> Outcome {
+        untested("3.1", "the calling context is not observable")
+    }
+
+    /// WB#22, rule 3.8: `trigger_request(2)` leads to requests covering two elements,
+    /// which both reach the probe; nothing else is reported.
+    pub fn spec_3_8_request_must_register_demand(&self) -> Outcome {
+        self.run("spec_3_8_request_must_register_demand", "3.8", |v, env| {
+            let mut s = v.setup(env)?;
+            s.puppet.trigger_request(2);
+            let n = Self::expect_request(env, &s)?;
+            Self::round_trip(env, &mut s)?;
+            if n < 2 {
+                Self::expect_request(env, &s)?;
+            }
+            Self::round_trip(env, &mut s)?;
+            s.probe.expect_none(env.no_signals_timeout())?;
+            s.puppet.trigger_request(3);
+            env.verify_no_async_failures()?;
+            Ok(())
+        })
+    }
+
+    /// WB#23, rule 3.10: untested.
+    pub fn spec_3_10_request_may_call_on_next_synchronously(&self) -> Outcome {
+        untested("3.10", "a permission of the publisher")
+    }
+
+    /// WB#24, rule 3.11: untested.
+    pub fn spec_3_11_request_may_call_terminal_signals_synchronously(&self) -> Outcome {
+        untested("3.11", "a permission of the publisher")
+    }
+
+    /// WB#25, rule 3.14: untested.
+    pub fn spec_3_14_cancel_may_shut_the_publisher_down(&self) -> Outcome {
+        untested("3.14", "a permission of the publisher")
+    }
+
+    /// WB#26, rule 3.15: untested.
+    pub fn spec_3_15_cancel_must_return_normally(&self) -> Outcome {
+        untested("3.15", "concerns the publisher's cancel")
+    }
+
+    /// WB#27, rule 3.16: untested.
+    pub fn spec_3_16_request_must_return_normally(&self) -> Outcome {
+        untested("3.16", "concerns the publisher's request")
+    }
+}
+
+impl<T, S> Suite for SubscriberWhiteboxVerification<T, S>
+where
+    T: Element,
+    S: Subscriber<T> + Send + 'static,
+{
+    fn tests(&self) -> Vec<(&'static str, &'static str)> {
+        crate::__tck_whitebox_tests!(names)
+    }
+
+    fn run_one(&self, name: &str) -> Option<Outcome> {
+        let cases: Vec<Case<Self>> = crate::__tck_whitebox_tests!(cases);
+        cases
+            .into_iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|(_, _, test)| test(self))
+    }
+}
+
+/// The canonical list of white-box subscriber tests.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tck_whitebox_tests {
+    ($($mode:tt)*) => {
+        $crate::__tck_expand! { ($($mode)*) [
+            happy_path => "setup",
+            spec_2_1_must_signal_demand_via_subscription_request => "2.1",
+            spec_2_2_should_asynchronously_dispatch => "2.2",
+            spec_2_3_must_not_call_subscription_in_on_complete => "2.3",
+            spec_2_3_must_not_call_subscription_in_on_error => "2.3",
+            spec_2_4_must_consider_subscription_cancelled_after_terminal_signal => "2.4",
+            spec_2_5_must_cancel_a_second_subscription => "2.5",
+            spec_2_6_must_cancel_when_the_subscription_is_no_longer_needed => "2.6",
+            spec_2_7_must_call_the_subscription_serially => "2.7",
+            spec_2_8_must_accept_on_next_after_cancel => "2.8",
+            spec_2_9_must_accept_on_complete_with_preceding_request => "2.9",
+            spec_2_9_must_accept_on_complete_without_preceding_request => "2.9",
+            spec_2_10_must_accept_on_error_with_preceding_request => "2.10",
+            spec_2_10_must_accept_on_error_without_preceding_request => "2.10",
+            spec_2_11_signal_calls_happen_before_processing => "2.11",
+            spec_2_12_must_not_accept_on_subscribe_twice_for_one_subscriber => "2.12",
+            spec_2_13_failing_on_signal_invocation => "2.13",
+            spec_2_13_on_subscribe_null_subscription => "2.13",
+            spec_2_13_on_next_null_element => "2.13",
+            spec_2_13_on_error_null_error => "2.13",
+            spec_3_1_must_not_be_called_outside_subscriber_context => "3.1",
+            spec_3_8_request_must_register_demand => "3.8",
+            spec_3_10_request_may_call_on_next_synchronously => "3.10",
+            spec_3_11_request_may_call_terminal_signals_synchronously => "3.11",
+            spec_3_14_cancel_may_shut_the_publisher_down => "3.14",
+            spec_3_15_cancel_must_return_normally => "3.15",
+            spec_3_16_request_must_return_normally => "3.16",
+        ] }
+    };
+}
