@@ -24,16 +24,19 @@ fn weir_sum(prefetch: u64) -> u64 {
 }
 
 fn iterator_sum() -> u64 {
-    (0..black_box(N)).map(|x| x * 3).filter(|x| x % 2 == 0).sum()
+    (0..black_box(N))
+        .map(|x| x * 3)
+        .filter(|x| x % 2 == 0)
+        .sum()
 }
 
 fn futures_sum() -> u64 {
     use futures::stream::{self, StreamExt};
     futures::executor::block_on(
-        stream::iter(0..black_box(N)).map(|x| x * 3).filter(|x| futures::future::ready(x % 2 == 0)).fold(
-            0u64,
-            |acc, x| futures::future::ready(acc + x),
-        ),
+        stream::iter(0..black_box(N))
+            .map(|x| x * 3)
+            .filter(|x| futures::future::ready(x % 2 == 0))
+            .fold(0u64, |acc, x| futures::future::ready(acc + x)),
     )
 }
 

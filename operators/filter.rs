@@ -120,7 +120,11 @@ where
         }
         let mut outcome = BatchOutcome::default();
         let predicate = &mut self.predicate;
-        let batch = Guarded::new(items, |x: T| if predicate(&x) { Some(x) } else { None }, &mut outcome);
+        let batch = Guarded::new(
+            items,
+            |x: T| if predicate(&x) { Some(x) } else { None },
+            &mut outcome,
+        );
         self.downstream.on_next_batch(batch);
         match outcome.panic {
             Some(error) => self.fail(error),

@@ -38,7 +38,11 @@ where
     where
         S: Subscriber<U> + Send + 'static,
     {
-        self.source.subscribe(MapSubscriber { downstream: subscriber, f: self.f, state: State::Idle })
+        self.source.subscribe(MapSubscriber {
+            downstream: subscriber,
+            f: self.f,
+            state: State::Idle,
+        })
     }
 }
 
@@ -107,7 +111,8 @@ where
         }
         let mut outcome = BatchOutcome::default();
         let f = &mut self.f;
-        self.downstream.on_next_batch(Guarded::new(items, |x| Some(f(x)), &mut outcome));
+        self.downstream
+            .on_next_batch(Guarded::new(items, |x| Some(f(x)), &mut outcome));
         if let Some(error) = outcome.panic {
             self.fail(error);
         }

@@ -35,7 +35,11 @@ impl<P: Publisher> Publisher for Take<P> {
     where
         S: Subscriber<P::Item> + Send + 'static,
     {
-        self.source.subscribe(TakeSubscriber { downstream: subscriber, n: self.n, state: State::Idle })
+        self.source.subscribe(TakeSubscriber {
+            downstream: subscriber,
+            n: self.n,
+            state: State::Idle,
+        })
     }
 }
 
@@ -58,7 +62,9 @@ impl RawSubscription for Cap {
         // published by the upstream's demand counter.
         let previous = self
             .allowance
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| Some(left - left.min(n)))
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                Some(left - left.min(n))
+            })
             .unwrap_or_else(|left| left);
         let grant = previous.min(n);
         if grant > 0 {
@@ -104,7 +110,9 @@ impl<S> TakeSubscriber<S> {
         if let State::Active { remaining, .. } = &mut self.state {
             *remaining -= passed;
             if *remaining == 0 {
-                if let State::Active { upstream, .. } = std::mem::replace(&mut self.state, State::Done) {
+                if let State::Active { upstream, .. } =
+                    std::mem::replace(&mut self.state, State::Done)
+                {
                     upstream.cancel();
                 }
                 self.downstream.on_complete();
@@ -127,8 +135,14 @@ impl<T, S: Subscriber<T>> Subscriber<T> for TakeSubscriber<S> {
             self.downstream.on_complete();
             return;
         }
-        let cap = Arc::new(Cap { allowance: AtomicU64::new(self.n), upstream: subscription.clone() });
-        self.state = State::Active { upstream: subscription, remaining: self.n };
+        let cap = Arc::new(Cap {
+            allowance: AtomicU64::new(self.n),
+            upstream: subscription.clone(),
+        });
+        self.state = State::Active {
+            upstream: subscription,
+            remaining: self.n,
+        };
         self.downstream.on_subscribe(Subscription::new(cap));
     }
 
@@ -146,14 +160,19 @@ impl<T, S: Subscriber<T>> Subscriber<T> for TakeSubscriber<S> {
             return;
         };
         let mut passed = 0u64;
-        let within = items.size_hint().1.is_some_and(|upper| upper as u64 <= remaining);
+        let within = items
+            .size_hint()
+            .1
+            .is_some_and(|upper| upper as u64 <= remaining);
         if within {
             // The common case: upstream honours the cap, so no `Take` adaptor (whose
             // `fold` cannot fuse) is needed.
-            self.downstream.on_next_batch(items.inspect(|_| passed += 1));
+            self.downstream
+                .on_next_batch(items.inspect(|_| passed += 1));
         } else {
             let limit = usize::try_from(remaining).unwrap_or(usize::MAX);
-            self.downstream.on_next_batch(items.take(limit).inspect(|_| passed += 1));
+            self.downstream
+                .on_next_batch(items.take(limit).inspect(|_| passed += 1));
         }
         self.passed(passed);
     }

@@ -31,6 +31,9 @@ pub const REPLENISH_NUMERATOR: u64 = 3;
 /// Denominator of the replenish fraction.
 pub const REPLENISH_DENOMINATOR: u64 = 4;
 
+// The replenish fraction must be a proper fraction, checked at compile time.
+const _: () = assert!(REPLENISH_NUMERATOR > 0 && REPLENISH_NUMERATOR < REPLENISH_DENOMINATOR);
+
 /// Rule 3.9: `request(0)` is illegal. Returns `n` when it is a legal request, and the
 /// error the publisher must signal through `on_error` otherwise.
 #[inline]
@@ -66,7 +69,9 @@ impl Default for AtomicDemand {
 impl AtomicDemand {
     /// No demand yet.
     pub fn new() -> Self {
-        AtomicDemand { value: AtomicU64::new(0) }
+        AtomicDemand {
+            value: AtomicU64::new(0),
+        }
     }
 
     /// Add `n` (saturating at [`UNBOUNDED`]) and return the *previous* value.
@@ -142,7 +147,10 @@ impl AtomicDemand {
                 return current;
             }
             // AcqRel: Acquire pairs with the Release in `add`.
-            match self.value.compare_exchange_weak(current, 0, Ordering::AcqRel, Ordering::Relaxed) {
+            match self
+                .value
+                .compare_exchange_weak(current, 0, Ordering::AcqRel, Ordering::Relaxed)
+            {
                 Ok(_) => return current,
                 Err(actual) => current = actual,
             }
@@ -173,9 +181,14 @@ impl Replenish {
         let limit = if prefetch == UNBOUNDED {
             UNBOUNDED
         } else {
-            prefetch - prefetch * (REPLENISH_DENOMINATOR - REPLENISH_NUMERATOR) / REPLENISH_DENOMINATOR
+            prefetch
+                - prefetch * (REPLENISH_DENOMINATOR - REPLENISH_NUMERATOR) / REPLENISH_DENOMINATOR
         };
-        Replenish { prefetch, limit, consumed: 0 }
+        Replenish {
+            prefetch,
+            limit,
+            consumed: 0,
+        }
     }
 
     /// The first request: the whole window.
@@ -236,7 +249,9 @@ impl Reentrant {
     /// previous mark (a pass further up this thread's stack) comes back on drop.
     #[inline]
     pub(crate) fn enter(address: usize) -> Self {
-        Reentrant { previous: REENTRANT.with(|r| r.replace((address, 0))) }
+        Reentrant {
+            previous: REENTRANT.with(|r| r.replace((address, 0))),
+        }
     }
 
     /// Collect the credit requested re-entrantly since the last call.
@@ -277,7 +292,6 @@ mod tests {
 
     #[test]
     fn replenish_constants_are_a_proper_fraction() {
-        assert!(REPLENISH_NUMERATOR > 0 && REPLENISH_NUMERATOR < REPLENISH_DENOMINATOR);
         let r = Replenish::new(64);
         assert_eq!((r.initial(), r.limit()), (64, 48));
         assert_eq!(Replenish::new(1).limit(), 1);

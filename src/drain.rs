@@ -94,13 +94,17 @@ pub struct SubscriptionSlot {
 
 impl Default for SubscriptionSlot {
     fn default() -> Self {
-        SubscriptionSlot { state: Mutex::new(Slot::Empty) }
+        SubscriptionSlot {
+            state: Mutex::new(Slot::Empty),
+        }
     }
 }
 
 impl std::fmt::Debug for SubscriptionSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("SubscriptionSlot").field(&*self.lock()).finish()
+        f.debug_tuple("SubscriptionSlot")
+            .field(&*self.lock())
+            .finish()
     }
 }
 
@@ -118,7 +122,9 @@ impl SubscriptionSlot {
     }
 
     fn lock(&self) -> crate::loom::MutexGuardOf<'_, Slot> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Store `subscription`. Returns true when it was stored; false when the slot was

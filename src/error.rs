@@ -63,7 +63,13 @@ impl Error {
         message: impl Into<Cow<'static, str>>,
         source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> Self {
-        Error { inner: Arc::new(Inner { kind, message: message.into(), source }) }
+        Error {
+            inner: Arc::new(Inner {
+                kind,
+                message: message.into(),
+                source,
+            }),
+        }
     }
 
     /// A violation of Reactive Streams rule `rule` (for example `"3.9"`).
@@ -107,7 +113,11 @@ impl Error {
 
     /// The consumer cancelled before the stream terminated.
     pub fn cancelled() -> Self {
-        Self::build(ErrorKind::Cancelled, "cancelled before the stream terminated", None)
+        Self::build(
+            ErrorKind::Cancelled,
+            "cancelled before the stream terminated",
+            None,
+        )
     }
 
     /// The kind of failure.
@@ -152,6 +162,9 @@ impl fmt::Display for Error {
 
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        self.inner.source.as_deref().map(|e| e as &(dyn std::error::Error + 'static))
+        self.inner
+            .source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }

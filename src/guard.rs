@@ -87,7 +87,11 @@ where
     where
         G: FnMut(B, U) -> B,
     {
-        let Guarded { items, mut f, outcome } = self;
+        let Guarded {
+            items,
+            mut f,
+            outcome,
+        } = self;
         if outcome.panic.is_some() {
             return init;
         }

@@ -58,12 +58,27 @@ fn sync_pipeline_allocates_nothing_per_item() {
         let _ = allocations_for(10, prefetch);
         let (small, small_sum) = allocations_for(1_000, prefetch);
         let (large, large_sum) = allocations_for(1_000_000, prefetch);
-        assert_eq!(small_sum, (0..1_000u64).map(|x| x * 3).filter(|x| x % 2 == 0).sum::<u64>());
-        assert_eq!(large_sum, (0..1_000_000u64).map(|x| x * 3).filter(|x| x % 2 == 0).sum::<u64>());
+        assert_eq!(
+            small_sum,
+            (0..1_000u64)
+                .map(|x| x * 3)
+                .filter(|x| x % 2 == 0)
+                .sum::<u64>()
+        );
+        assert_eq!(
+            large_sum,
+            (0..1_000_000u64)
+                .map(|x| x * 3)
+                .filter(|x| x % 2 == 0)
+                .sum::<u64>()
+        );
         assert_eq!(
             small, large,
             "prefetch {prefetch}: {small} allocations for 1,000 items but {large} for 1,000,000"
         );
-        assert!(small <= 8, "prefetch {prefetch}: {small} allocations per subscription");
+        assert!(
+            small <= 8,
+            "prefetch {prefetch}: {small} allocations per subscription"
+        );
     }
 }

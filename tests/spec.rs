@@ -36,7 +36,14 @@ struct Probe {
 impl Probe {
     fn new(initial: u64, per_item: u64) -> (Self, Arc<Mutex<Seen>>) {
         let seen = Arc::new(Mutex::new(Seen::default()));
-        (Probe { initial, per_item, seen: seen.clone() }, seen)
+        (
+            Probe {
+                initial,
+                per_item,
+                seen: seen.clone(),
+            },
+            seen,
+        )
     }
 }
 
@@ -94,15 +101,25 @@ fn spec_3_3_a_million_reentrant_requests_do_not_grow_the_stack() {
 #[test]
 fn spec_3_3_holds_through_operators_and_other_sources() {
     let (probe, seen) = Probe::new(1, 1);
-    weir::range(0u64..2_000_000).map(|x| x + 1).filter(|x| x % 2 == 0).take(1_000_000).subscribe(probe);
+    weir::range(0u64..2_000_000)
+        .map(|x| x + 1)
+        .filter(|x| x % 2 == 0)
+        .take(1_000_000)
+        .subscribe(probe);
     let seen = seen.lock().unwrap();
-    assert_eq!((seen.items, seen.max_depth, seen.completed), (1_000_000, 1, 1));
+    assert_eq!(
+        (seen.items, seen.max_depth, seen.completed),
+        (1_000_000, 1, 1)
+    );
     drop(seen);
 
     let (probe, seen) = Probe::new(1, 1);
     weir::from_iter(0..1_000_000).subscribe(probe);
     let seen = seen.lock().unwrap();
-    assert_eq!((seen.items, seen.max_depth, seen.completed), (1_000_000, 1, 1));
+    assert_eq!(
+        (seen.items, seen.max_depth, seen.completed),
+        (1_000_000, 1, 1)
+    );
     drop(seen);
 
     let (probe, seen) = Probe::new(1, 1);
@@ -117,21 +134,36 @@ fn spec_3_3_holds_through_operators_and_other_sources() {
     })
     .subscribe(probe);
     let seen = seen.lock().unwrap();
-    assert_eq!((seen.items, seen.max_depth, seen.completed), (1_000_000, 1, 1));
+    assert_eq!(
+        (seen.items, seen.max_depth, seen.completed),
+        (1_000_000, 1, 1)
+    );
     drop(seen);
 }
 
 fn assert_request_zero_fails<P: Publisher>(publisher: P) {
     let (probe, seen) = Probe::new(0, 0);
     publisher.subscribe(probe);
-    let subscription = seen.lock().unwrap().subscription.clone().expect("on_subscribe first");
+    let subscription = seen
+        .lock()
+        .unwrap()
+        .subscription
+        .clone()
+        .expect("on_subscribe first");
     subscription.request(0);
     subscription.request(5);
     let seen = seen.lock().unwrap();
     assert_eq!(seen.errors.len(), 1, "exactly one on_error");
     assert_eq!(seen.errors[0].rule(), Some("3.9"));
-    assert!(seen.errors[0].to_string().contains("3.9"), "{}", seen.errors[0]);
-    assert_eq!(seen.items, 0, "nothing after the 3.9 error (the subscription is cancelled)");
+    assert!(
+        seen.errors[0].to_string().contains("3.9"),
+        "{}",
+        seen.errors[0]
+    );
+    assert_eq!(
+        seen.items, 0,
+        "nothing after the 3.9 error (the subscription is cancelled)"
+    );
     assert_eq!(seen.completed, 0);
 }
 
@@ -154,13 +186,20 @@ fn spec_3_17_demand_saturates_and_means_unbounded() {
     subscription.request(UNBOUNDED);
     let seen = seen.lock().unwrap();
     assert_eq!((seen.items, seen.completed), (100, 1));
-    assert!(seen.errors.is_empty(), "saturation is not an error: {:?}", seen.errors);
+    assert!(
+        seen.errors.is_empty(),
+        "saturation is not an error: {:?}",
+        seen.errors
+    );
 
     // Cumulative requests past u64::MAX from inside on_next, on an endless source.
     let (probe, seen) = Probe::new(1, UNBOUNDED - 1);
     weir::range(0u64..u64::MAX).take(10_000).subscribe(probe);
     let seen = seen.lock().unwrap();
-    assert_eq!((seen.items, seen.completed, seen.errors.len()), (10_000, 1, 0));
+    assert_eq!(
+        (seen.items, seen.completed, seen.errors.len()),
+        (10_000, 1, 0)
+    );
 }
 
 #[test]
@@ -182,13 +221,19 @@ fn spec_2_5_a_second_subscription_is_cancelled() {
             let (first, second) = (Arc::new(Mutex::new(0)), Arc::new(Mutex::new(0)));
             subscriber.on_subscribe(Subscription::new(Arc::new(CountCancels(first.clone()))));
             subscriber.on_subscribe(Subscription::new(Arc::new(CountCancels(second.clone()))));
-            assert_eq!(*second.lock().unwrap(), 1, "the second subscription must be cancelled");
+            assert_eq!(
+                *second.lock().unwrap(),
+                1,
+                "the second subscription must be cancelled"
+            );
             assert_eq!(*first.lock().unwrap(), 0, "the first subscription stays");
         }
     }
 
     TwoSubscriptions.map(|x| x).subscribe(Probe::new(0, 0).0);
-    TwoSubscriptions.filter(|_| true).subscribe(Probe::new(0, 0).0);
+    TwoSubscriptions
+        .filter(|_| true)
+        .subscribe(Probe::new(0, 0).0);
     TwoSubscriptions.take(3).subscribe(Probe::new(0, 0).0);
     let handle = TwoSubscriptions.fold(0, |a, _| a);
     assert!(!handle.is_terminated());
@@ -221,12 +266,22 @@ fn panics_in_user_closures_become_on_error_and_cancel_upstream() {
 
     // map, with item-by-item demand so we can see upstream stop.
     let (source, pulled) = counted(1_000);
-    let result = source.map(|x| if x == 5 { panic!("map boom") } else { x }).collect_with(1).wait();
+    let result = source
+        .map(|x| if x == 5 { panic!("map boom") } else { x })
+        .collect_with(1)
+        .wait();
     expect_panicked(result, "map boom");
-    assert_eq!(*pulled.lock().unwrap(), 5, "upstream is cancelled at the panic");
+    assert_eq!(
+        *pulled.lock().unwrap(),
+        5,
+        "upstream is cancelled at the panic"
+    );
 
     let (source, pulled) = counted(1_000);
-    let result = source.filter(|x| if *x == 7 { panic!("filter boom") } else { true }).collect_with(2).wait();
+    let result = source
+        .filter(|x| if *x == 7 { panic!("filter boom") } else { true })
+        .collect_with(2)
+        .wait();
     expect_panicked(result, "filter boom");
     assert!(*pulled.lock().unwrap() <= 8);
 
@@ -241,10 +296,15 @@ fn panics_in_user_closures_become_on_error_and_cancel_upstream() {
     .wait();
     expect_panicked(result, "generate boom");
 
-    let result = weir::from_iter((0u32..10).map(|x| if x == 4 { panic!("iterator boom") } else { x })).collect().wait();
+    let result =
+        weir::from_iter((0u32..10).map(|x| if x == 4 { panic!("iterator boom") } else { x }))
+            .collect()
+            .wait();
     expect_panicked(result, "iterator boom");
 
-    let result = weir::defer(|| -> weir::source::Range<u32> { panic!("defer boom") }).collect().wait();
+    let result = weir::defer(|| -> weir::source::Range<u32> { panic!("defer boom") })
+        .collect()
+        .wait();
     expect_panicked(result, "defer boom");
 
     let (source, pulled) = counted(1_000);
@@ -260,7 +320,15 @@ fn panics_in_user_closures_become_on_error_and_cancel_upstream() {
     assert!(error.message().contains("for_each boom"));
     assert_eq!(*pulled.lock().unwrap(), 3);
 
-    let result = weir::range(0u32..100).fold(0u32, |acc, x| if x == 50 { panic!("fold boom") } else { acc + x }).wait();
+    let result = weir::range(0u32..100)
+        .fold(0u32, |acc, x| {
+            if x == 50 {
+                panic!("fold boom")
+            } else {
+                acc + x
+            }
+        })
+        .wait();
     assert_eq!(result.unwrap_err().kind(), ErrorKind::Panicked);
 }
 
@@ -289,11 +357,19 @@ fn a_panicking_subscriber_is_treated_as_cancelled() {
 fn sink_handles_cancel_and_report() {
     let mut handle = weir::never::<u32>().collect();
     assert!(!handle.is_terminated());
-    assert!(handle.wait_timeout(std::time::Duration::from_millis(5)).is_none());
+    assert!(handle
+        .wait_timeout(std::time::Duration::from_millis(5))
+        .is_none());
     handle.cancel();
     assert!(handle.is_terminated());
     assert_eq!(handle.wait().unwrap_err().kind(), ErrorKind::Cancelled);
 
-    let error = weir::error::<u32>(Error::msg("upstream down")).fold(0, |a, _| a).wait().unwrap_err();
-    assert_eq!((error.kind(), error.message()), (ErrorKind::Upstream, "upstream down"));
+    let error = weir::error::<u32>(Error::msg("upstream down"))
+        .fold(0, |a, _| a)
+        .wait()
+        .unwrap_err();
+    assert_eq!(
+        (error.kind(), error.message()),
+        (ErrorKind::Upstream, "upstream down")
+    );
 }

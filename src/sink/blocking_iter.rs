@@ -50,7 +50,9 @@ pub struct BlockingIter<T> {
 
 impl<T> std::fmt::Debug for BlockingIter<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("BlockingIter").field("prefetch", &self.replenish.prefetch()).finish()
+        f.debug_struct("BlockingIter")
+            .field("prefetch", &self.replenish.prefetch())
+            .finish()
     }
 }
 
@@ -73,13 +75,25 @@ pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIte
         .filter(|&c| c < isize::MAX as usize / 2)
         .unwrap_or_else(|| panic!("blocking_iter prefetch must be in 1..=2^30 (got {prefetch})"));
     let shared = Arc::new(Shared {
-        state: Mutex::new(State { queue: VecDeque::with_capacity(capacity), capacity, end: None }),
+        state: Mutex::new(State {
+            queue: VecDeque::with_capacity(capacity),
+            capacity,
+            end: None,
+        }),
         ready: Condvar::new(),
         slot: SubscriptionSlot::new(),
     });
     (
-        IterSubscriber { shared: shared.clone(), prefetch, subscribed: false },
-        BlockingIter { shared, replenish, done: false },
+        IterSubscriber {
+            shared: shared.clone(),
+            prefetch,
+            subscribed: false,
+        },
+        BlockingIter {
+            shared,
+            replenish,
+            done: false,
+        },
     )
 }
 
@@ -161,7 +175,11 @@ impl<T> Iterator for BlockingIter<T> {
                 self.done = true;
                 return end.err().map(Err);
             }
-            state = self.shared.ready.wait(state).unwrap_or_else(|p| p.into_inner());
+            state = self
+                .shared
+                .ready
+                .wait(state)
+                .unwrap_or_else(|p| p.into_inner());
         }
     }
 }

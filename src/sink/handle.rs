@@ -55,7 +55,9 @@ pub struct SinkHandle<R> {
 
 impl<R> std::fmt::Debug for SinkHandle<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SinkHandle").field("terminated", &self.is_terminated()).finish()
+        f.debug_struct("SinkHandle")
+            .field("terminated", &self.is_terminated())
+            .finish()
     }
 }
 
@@ -74,7 +76,10 @@ impl<R> SinkHandle<R> {
 
     /// True once the stream completed, failed or was cancelled.
     pub fn is_terminated(&self) -> bool {
-        !matches!(*self.shared.result.lock().unwrap_or_else(|p| p.into_inner()), Outcome::Running)
+        !matches!(
+            *self.shared.result.lock().unwrap_or_else(|p| p.into_inner()),
+            Outcome::Running
+        )
     }
 
     /// Block until the stream terminates and return its result.
@@ -85,7 +90,11 @@ impl<R> SinkHandle<R> {
     pub fn wait(self) -> Result<R, Error> {
         let mut slot = self.shared.result.lock().unwrap_or_else(|p| p.into_inner());
         while matches!(*slot, Outcome::Running) {
-            slot = self.shared.ready.wait(slot).unwrap_or_else(|p| p.into_inner());
+            slot = self
+                .shared
+                .ready
+                .wait(slot)
+                .unwrap_or_else(|p| p.into_inner());
         }
         take(&mut slot)
     }
@@ -100,7 +109,12 @@ impl<R> SinkHandle<R> {
             if now >= deadline {
                 return None;
             }
-            slot = self.shared.ready.wait_timeout(slot, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+            slot = self
+                .shared
+                .ready
+                .wait_timeout(slot, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         Some(take(&mut slot))
     }

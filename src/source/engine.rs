@@ -63,10 +63,16 @@ impl Emitted {
         Emitted { count, end: None }
     }
     pub(crate) fn complete(count: u64) -> Self {
-        Emitted { count, end: Some(Ok(())) }
+        Emitted {
+            count,
+            end: Some(Ok(())),
+        }
     }
     pub(crate) fn fail(count: u64, error: Error) -> Self {
-        Emitted { count, end: Some(Err(error)) }
+        Emitted {
+            count,
+            end: Some(Err(error)),
+        }
     }
 }
 
@@ -102,7 +108,9 @@ where
         if catch(|| subscriber.on_subscribe(subscription)).is_ok() {
             *state = Some((source, subscriber));
         } else {
-            tracing::error!("subscriber panicked in on_subscribe (rule 2.13); treated as cancelled");
+            tracing::error!(
+                "subscriber panicked in on_subscribe (rule 2.13); treated as cancelled"
+            );
             engine.flags.fetch_or(CANCELLED, Ordering::Relaxed);
         }
     }
@@ -126,7 +134,9 @@ where
     S: Subscriber<E::Item>,
 {
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<(E, S)>> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn address(&self) -> usize {
@@ -164,7 +174,9 @@ where
             let emitted = match catch(|| source.emit(subscriber, budget)) {
                 Ok(emitted) => emitted,
                 Err(_) => {
-                    tracing::error!("subscriber panicked in on_next (rule 2.13); treated as cancelled");
+                    tracing::error!(
+                        "subscriber panicked in on_next (rule 2.13); treated as cancelled"
+                    );
                     *state = None;
                     return;
                 }
@@ -193,7 +205,6 @@ where
             }
         }
     }
-
 }
 
 impl<E, S> RawSubscription for Engine<E, S>

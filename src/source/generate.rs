@@ -118,10 +118,17 @@ where
         let mut end = None;
         let mut emitted = 0;
         if budget > 0 {
-            let mut steps = Steps { source: self, left: budget, end: &mut end };
+            let mut steps = Steps {
+                source: self,
+                left: budget,
+                end: &mut end,
+            };
             subscriber.on_next_batch(steps.by_ref().inspect(|_| emitted += 1));
         }
-        Emitted { count: emitted, end }
+        Emitted {
+            count: emitted,
+            end,
+        }
     }
 }
 
@@ -137,6 +144,12 @@ where
     where
         S: Subscriber<T> + Send + 'static,
     {
-        engine::subscribe(GenerateSource { state: self.state, f: self.f }, subscriber)
+        engine::subscribe(
+            GenerateSource {
+                state: self.state,
+                f: self.f,
+            },
+            subscriber,
+        )
     }
 }

@@ -47,7 +47,9 @@ where
     I::IntoIter: Send + 'static,
     I::Item: Send + 'static,
 {
-    FromIter { iter: iter.into_iter() }
+    FromIter {
+        iter: iter.into_iter(),
+    }
 }
 
 /// A publisher of the single item `item`, then `on_complete`.
@@ -60,7 +62,9 @@ where
 /// assert_eq!(weir::just(7).collect().wait().unwrap(), vec![7]);
 /// ```
 pub fn just<T: Send + 'static>(item: T) -> FromIter<std::option::IntoIter<T>> {
-    FromIter { iter: Some(item).into_iter() }
+    FromIter {
+        iter: Some(item).into_iter(),
+    }
 }
 
 /// A publisher that completes at once, without items and without needing demand.
@@ -73,7 +77,9 @@ pub fn just<T: Send + 'static>(item: T) -> FromIter<std::option::IntoIter<T>> {
 /// assert!(weir::empty::<u32>().collect().wait().unwrap().is_empty());
 /// ```
 pub fn empty<T: Send + 'static>() -> FromIter<std::option::IntoIter<T>> {
-    FromIter { iter: None.into_iter() }
+    FromIter {
+        iter: None.into_iter(),
+    }
 }
 
 /// The engine's view of an iterator: peekable, with panics caught.
@@ -121,7 +127,11 @@ where
         let mut panic = None;
         let mut emitted = 0;
         if budget > 0 {
-            let mut batch = Catching { iter: &mut self.iter, left: budget, panic: &mut panic };
+            let mut batch = Catching {
+                iter: &mut self.iter,
+                left: budget,
+                panic: &mut panic,
+            };
             subscriber.on_next_batch(batch.by_ref().inspect(|_| emitted += 1));
         }
         if let Some(error) = panic {
@@ -146,6 +156,11 @@ where
     where
         S: Subscriber<I::Item> + Send + 'static,
     {
-        engine::subscribe(IterSource { iter: self.iter.peekable() }, subscriber)
+        engine::subscribe(
+            IterSource {
+                iter: self.iter.peekable(),
+            },
+            subscriber,
+        )
     }
 }

@@ -23,7 +23,10 @@ pub struct Fail<T> {
 /// assert_eq!(result.unwrap_err().message(), "disk on fire");
 /// ```
 pub fn error<T: Send + 'static>(error: Error) -> Fail<T> {
-    Fail { error, _item: std::marker::PhantomData }
+    Fail {
+        error,
+        _item: std::marker::PhantomData,
+    }
 }
 
 struct FailSource<T> {
@@ -49,7 +52,13 @@ impl<T: Send + 'static> Publisher for Fail<T> {
     where
         S: Subscriber<T> + Send + 'static,
     {
-        engine::subscribe(FailSource { error: Some(self.error), _item: self._item }, subscriber)
+        engine::subscribe(
+            FailSource {
+                error: Some(self.error),
+                _item: self._item,
+            },
+            subscriber,
+        )
     }
 }
 
@@ -74,7 +83,9 @@ pub struct Never<T> {
 /// handle.cancel();
 /// ```
 pub fn never<T: Send + 'static>() -> Never<T> {
-    Never { _item: std::marker::PhantomData }
+    Never {
+        _item: std::marker::PhantomData,
+    }
 }
 
 struct NeverSource<T>(std::marker::PhantomData<fn() -> T>);

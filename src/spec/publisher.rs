@@ -55,7 +55,9 @@ impl<T: Send + 'static> BoxPublisher<T> {
     where
         P: Publisher<Item = T> + Send + 'static,
     {
-        BoxPublisher { inner: Box::new(publisher) }
+        BoxPublisher {
+            inner: Box::new(publisher),
+        }
     }
 }
 

@@ -40,7 +40,9 @@ impl Subscription {
             fn request(&self, _n: u64) {}
             fn cancel(&self) {}
         }
-        Subscription { inner: Arc::new(Noop) }
+        Subscription {
+            inner: Arc::new(Noop),
+        }
     }
 
     /// Request `n` more items. `n == 0` is a spec violation answered with `on_error`
