@@ -1,1 +1,466 @@
-fn main() {}
+//! Behaviour tests of the sinks (`src/sink`): how `fold`, `for_each`, `collect` and
+//! `blocking_iter` request (the 75% rule, counted exactly with an adaptor upstream),
+//! their handles (`cancel`, `wait_timeout`), errors and panics, and `blocking_iter`
+//! fed from another thread.
+//!
+//! The request counts follow from `demand::Replenish`: a window of `P` is requested up
+//! front; `limit = P - P/4` (48 for 64); each time at least `limit` items were
+//! consumed since the last request, exactly that many are requested again.
+
+#[path = "support/mod.rs"]
+pub mod support;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use weir::demand::UNBOUNDED;
+use weir::prelude::*;
+use weir::sink::{SinkHandle, DEFAULT_PREFETCH};
+use weir::source::Step;
+use weir::{Error, ErrorKind};
+
+use support::counting::{counted, counted_with, counting_generator, Delivery, Stats};
+use support::threaded::{current_thread_id, thread_cpu_nanos, Gate, ThreadedRange};
+use support::PATIENCE;
+
+/// The low-water mark of a window of `prefetch` (the 75% rule).
+fn limit(prefetch: u64) -> u64 {
+    prefetch - prefetch / 4
+}
+
+/// Which of the three fold-based sinks to run.
+#[derive(Clone, Copy, Debug)]
+enum Sink {
+    Fold,
+    ForEach,
+    Collect,
+}
+
+const SINKS: [Sink; 3] = [Sink::Fold, Sink::ForEach, Sink::Collect];
+
+/// Run `sink` with window `prefetch` over `range(0..n)` seen through a counting
+/// adaptor; check the items arrived in order; return what upstream saw.
+fn run_sink(sink: Sink, prefetch: u64, n: u64, delivery: Delivery) -> Arc<Stats> {
+    let (source, stats) = counted_with(weir::range(0..n), delivery);
+    match sink {
+        Sink::Fold => {
+            let (count, sum) = source
+                .fold_with(prefetch, (0u64, 0u64), |(count, sum), x| {
+                    assert_eq!(x, count, "in order");
+                    (count + 1, sum + x)
+                })
+                .wait()
+                .unwrap();
+            assert_eq!((count, sum), (n, (0..n).sum::<u64>()));
+        }
+        Sink::ForEach => {
+            let mut expected = 0;
+            let seen = Arc::new(AtomicU64::new(0));
+            let counter = seen.clone();
+            source
+                .for_each_with(prefetch, move |x| {
+                    assert_eq!(x, expected, "in order");
+                    expected += 1;
+                    counter.fetch_add(1, Ordering::SeqCst);
+                })
+                .wait()
+                .unwrap();
+            assert_eq!(seen.load(Ordering::SeqCst), n);
+        }
+        Sink::Collect => {
+            let out = source.collect_with(prefetch).wait().unwrap();
+            assert_eq!(out, (0..n).collect::<Vec<_>>());
+        }
+    }
+    assert!(!stats.over_delivered());
+    stats
+}
+
+// ---- demand ---------------------------------------------------------------------
+
+/// `collect_with(64)` over 10,000 items.
+///
+/// * Item by item (upstream calls `on_next`): 64 up front, then 48 each time 48 were
+///   consumed: `1 + floor(10,000 / 48) = 1 + 208 = 209` requests, `64 + 208 * 48 =
+///   10,048` requested in total.
+/// * In batches (a synchronous source emits the whole window as one batch): each
+///   batch of 64 consumes 64 >= 48 and re-requests those 64; the final batch of
+///   `10,000 mod 64 = 16 < 48` does not. `1 + floor(10,000 / 64) = 157` requests of 64.
+///
+/// Either way, never more than 64 outstanding.
+#[test]
+fn collect_requests_in_batches_with_the_75_percent_rule() {
+    for sink in SINKS {
+        let stats = run_sink(sink, 64, 10_000, Delivery::OneByOne);
+        let mut expected = vec![64];
+        expected.extend(std::iter::repeat(48).take(208));
+        assert_eq!(stats.request_log(), expected, "{sink:?}");
+        assert_eq!(stats.requested(), 10_048);
+        assert_eq!(stats.max_outstanding(), 64, "{sink:?}");
+
+        let stats = run_sink(sink, 64, 10_000, Delivery::Batches);
+        assert_eq!(stats.request_log(), vec![64; 157], "{sink:?}");
+        assert_eq!(stats.max_outstanding(), 64, "{sink:?}");
+    }
+}
+
+#[test]
+fn default_prefetch_is_the_documented_constant() {
+    let n = 10 * DEFAULT_PREFETCH + 7;
+    let (source, stats) = counted(weir::range(0..n));
+    assert_eq!(source.collect().wait().unwrap().len() as u64, n);
+    assert_eq!(stats.request_log()[0], DEFAULT_PREFETCH);
+    assert_eq!(stats.max_outstanding(), DEFAULT_PREFETCH);
+
+    let (source, stats) = counted(weir::range(0..n));
+    assert_eq!(source.fold(0u64, |c, _| c + 1).wait().unwrap(), n);
+    assert_eq!(stats.request_log()[0], DEFAULT_PREFETCH);
+    assert_eq!(stats.max_outstanding(), DEFAULT_PREFETCH);
+
+    let (source, stats) = counted_with(weir::range(0..n), Delivery::OneByOne);
+    source.for_each(|_| {}).wait().unwrap();
+    let log = stats.request_log();
+    assert_eq!(log[0], DEFAULT_PREFETCH);
+    assert!(log[1..].iter().all(|&r| r == limit(DEFAULT_PREFETCH)));
+    assert_eq!(stats.max_outstanding(), DEFAULT_PREFETCH);
+}
+
+#[test]
+fn unbounded_prefetch_requests_exactly_once() {
+    for sink in SINKS {
+        for delivery in [Delivery::Batches, Delivery::OneByOne] {
+            let stats = run_sink(sink, UNBOUNDED, 5_000, delivery);
+            assert_eq!(
+                stats.request_log(),
+                vec![UNBOUNDED],
+                "{sink:?} {delivery:?}"
+            );
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// The exact request sequence of the 75% rule for any window and length.
+    #[test]
+    fn sinks_follow_the_75_percent_rule(
+        prefetch in 1u64..=100,
+        n in 0u64..2_000,
+        sink in prop_oneof![Just(Sink::Fold), Just(Sink::ForEach), Just(Sink::Collect)],
+    ) {
+        let limit = limit(prefetch);
+
+        let stats = run_sink(sink, prefetch, n, Delivery::OneByOne);
+        let mut expected = vec![prefetch];
+        expected.extend(std::iter::repeat(limit).take((n / limit) as usize));
+        prop_assert_eq!(stats.request_log(), expected);
+        prop_assert!(stats.max_outstanding() <= prefetch);
+
+        // Whole windows as batches: every full batch re-requests itself; the last,
+        // partial batch only if it reaches the limit.
+        let stats = run_sink(sink, prefetch, n, Delivery::Batches);
+        let mut expected = vec![prefetch; 1 + (n / prefetch) as usize];
+        if n % prefetch >= limit {
+            expected.push(n % prefetch);
+        }
+        prop_assert_eq!(stats.request_log(), expected);
+        prop_assert!(stats.max_outstanding() <= prefetch);
+    }
+
+    /// `blocking_iter` yields everything in order, requests `limit` per `limit`
+    /// taken, and never has more than `prefetch` outstanding.
+    #[test]
+    fn blocking_iter_follows_the_75_percent_rule(prefetch in 1u64..=40, n in 0u64..300) {
+        let (source, stats) = counted(weir::range(0..n));
+        let items: Vec<u64> = source.blocking_iter(prefetch).map(Result::unwrap).collect();
+        prop_assert_eq!(items, (0..n).collect::<Vec<_>>());
+        let limit = limit(prefetch);
+        let mut expected = vec![prefetch];
+        expected.extend(std::iter::repeat(limit).take((n / limit) as usize));
+        prop_assert_eq!(stats.request_log(), expected);
+        prop_assert!(stats.max_outstanding() <= prefetch);
+        prop_assert!(!stats.over_delivered());
+    }
+}
+
+#[test]
+#[should_panic(expected = "prefetch must be at least 1 (got 0)")]
+fn zero_prefetch_panics() {
+    let _ = weir::range(0u8..3).collect_with(0);
+}
+
+// ---- handles --------------------------------------------------------------------
+
+#[test]
+fn cancel_before_completion_reports_cancelled_and_cancels_upstream() {
+    let (source, stats) = counted(weir::never::<u32>());
+    let mut handle = source.collect();
+    assert!(!handle.is_terminated());
+    handle.cancel();
+    assert!(handle.is_terminated());
+    assert_eq!(stats.cancels(), 1, "upstream cancelled");
+    handle.cancel();
+    assert_eq!(stats.cancels(), 1, "cancel is idempotent");
+    let result = handle.wait_timeout(PATIENCE).expect("terminated");
+    assert_eq!(result.unwrap_err().kind(), ErrorKind::Cancelled);
+}
+
+#[test]
+fn cancel_mid_stream_stops_an_asynchronous_upstream() {
+    let gate = Gate::new();
+    let publisher = ThreadedRange::new(1_000).paused_at(100, gate.clone());
+    let exited = publisher.exited();
+    let (source, stats) = counted(publisher);
+    let (tx, rx) = mpsc::channel();
+    let handle = source.for_each_with(16, move |x| tx.send(x).unwrap());
+    for expected in 0..100 {
+        assert_eq!(rx.recv_timeout(PATIENCE), Ok(expected));
+    }
+    handle.cancel();
+    gate.open();
+    assert!(exited.wait_timeout(PATIENCE), "the producer must stop");
+    assert_eq!(handle.wait().unwrap_err().kind(), ErrorKind::Cancelled);
+    assert_eq!(stats.cancels(), 1);
+    assert_eq!(stats.delivered(), 100, "nothing produced after the cancel");
+    assert!(rx.try_recv().is_err());
+}
+
+#[test]
+fn cancel_after_completion_keeps_the_result() {
+    let handle = weir::range(0u8..3).collect();
+    assert!(handle.is_terminated());
+    handle.cancel();
+    assert_eq!(handle.wait().unwrap(), vec![0, 1, 2]);
+}
+
+#[test]
+fn wait_timeout_on_never_returns_none() {
+    let mut handle: SinkHandle<()> = weir::never::<u8>().for_each(|_| {});
+    assert!(handle.wait_timeout(Duration::from_millis(20)).is_none());
+    assert!(!handle.is_terminated());
+    handle.cancel();
+    let result = handle.wait_timeout(PATIENCE).expect("cancelled");
+    assert_eq!(result.unwrap_err().kind(), ErrorKind::Cancelled);
+}
+
+#[test]
+fn errors_are_the_result() {
+    let boom = Error::msg("upstream down");
+    let error = weir::error::<u32>(boom.clone())
+        .collect()
+        .wait()
+        .unwrap_err();
+    assert!(Error::ptr_eq(&error, &boom));
+    assert_eq!(error.kind(), ErrorKind::Upstream);
+
+    // After some items: for_each saw them, the result is the error.
+    let failure = boom.clone();
+    let source = weir::generate(0u32, move |n| {
+        *n += 1;
+        if *n > 3 {
+            Step::Error(failure.clone())
+        } else {
+            Step::Next(*n)
+        }
+    });
+    let seen = Arc::new(AtomicU64::new(0));
+    let counter = seen.clone();
+    let error = source
+        .for_each_with(2, move |_| {
+            counter.fetch_add(1, Ordering::SeqCst);
+        })
+        .wait()
+        .unwrap_err();
+    assert!(Error::ptr_eq(&error, &boom));
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
+}
+
+#[test]
+fn panics_in_the_closure_become_panicked_and_cancel_upstream() {
+    let (generator, calls) = counting_generator(u64::MAX);
+    let (source, stats) = counted(generator);
+    let error = source
+        .fold_with(8, 0u64, |acc, x| {
+            if x == 20 {
+                panic!("fold boom");
+            }
+            acc + x
+        })
+        .wait()
+        .unwrap_err();
+    assert_eq!(
+        (error.kind(), error.message()),
+        (ErrorKind::Panicked, "fold boom")
+    );
+    assert_eq!(stats.cancels(), 1);
+    assert!(calls.load(Ordering::SeqCst) <= stats.requested());
+    assert!(
+        stats.requested() <= 20 + 8,
+        "requested {}",
+        stats.requested()
+    );
+
+    let (generator, _) = counting_generator(u64::MAX);
+    let (source, stats) = counted_with(generator, Delivery::OneByOne);
+    let error = source
+        .for_each_with(4, |x| {
+            if x == 9 {
+                panic!("for_each boom at {x}");
+            }
+        })
+        .wait()
+        .unwrap_err();
+    assert_eq!(
+        (error.kind(), error.message()),
+        (ErrorKind::Panicked, "for_each boom at 9")
+    );
+    assert_eq!(stats.cancels(), 1);
+    // Window 4, limit 3: upstream batches are [0, 4), [4, 7), [7, 10); the panic at 9
+    // ends the third, and nothing more is pulled.
+    assert_eq!(stats.delivered(), 10, "upstream stops at the panic");
+}
+
+// ---- blocking_iter ----------------------------------------------------------------
+
+#[test]
+fn blocking_iter_yields_everything_in_order() {
+    let mut iter = weir::range(0u32..1_000).blocking_iter(16);
+    let items: Vec<u32> = iter.by_ref().map(Result::unwrap).collect();
+    assert_eq!(items, (0..1_000).collect::<Vec<_>>());
+    assert!(iter.next().is_none(), "fused");
+}
+
+#[test]
+fn blocking_iter_yields_the_error_then_none() {
+    let boom = Error::msg("broken");
+    let failure = boom.clone();
+    let source = weir::generate(0u32, move |n| {
+        *n += 1;
+        if *n > 3 {
+            Step::Error(failure.clone())
+        } else {
+            Step::Next(*n)
+        }
+    });
+    let mut iter = source.blocking_iter(2);
+    for expected in 1..=3 {
+        assert_eq!(iter.next().unwrap().unwrap(), expected);
+    }
+    let error = iter.next().unwrap().unwrap_err();
+    assert!(Error::ptr_eq(&error, &boom));
+    assert!(iter.next().is_none());
+    assert!(iter.next().is_none());
+}
+
+#[test]
+fn blocking_iter_requests_exactly_by_the_75_percent_rule() {
+    // Window 16, limit 12: 16 up front, then 12 per 12 taken: 1 + floor(1000 / 12) = 84.
+    let (source, stats) = counted(weir::range(0u64..1_000));
+    let items: Vec<u64> = source.blocking_iter(16).map(Result::unwrap).collect();
+    assert_eq!(items.len(), 1_000);
+    let mut expected = vec![16];
+    expected.extend(std::iter::repeat(12).take(83));
+    assert_eq!(stats.request_log(), expected);
+    assert_eq!(stats.max_outstanding(), 16);
+}
+
+#[test]
+fn dropping_blocking_iter_cancels_upstream() {
+    let (source, stats) = counted(weir::range(0u64..1_000_000));
+    let mut iter = source.blocking_iter(8);
+    assert_eq!(iter.next().unwrap().unwrap(), 0);
+    assert_eq!(iter.next().unwrap().unwrap(), 1);
+    assert_eq!(iter.next().unwrap().unwrap(), 2);
+    assert_eq!(stats.cancels(), 0);
+    drop(iter);
+    assert_eq!(stats.cancels(), 1, "drop cancels upstream");
+    assert_eq!(stats.delivered(), 8, "only the first window was delivered");
+}
+
+#[test]
+fn blocking_iter_fed_from_another_thread() {
+    const N: u64 = 100_000;
+    let publisher = ThreadedRange::new(N);
+    let exited = publisher.exited();
+    let (source, stats) = counted(publisher);
+    let mut expected = 0u64;
+    for item in source.blocking_iter(32) {
+        assert_eq!(item.unwrap(), expected);
+        expected += 1;
+    }
+    assert_eq!(expected, N);
+    assert!(exited.wait_timeout(PATIENCE));
+    assert!(!stats.over_delivered());
+    assert!(stats.max_outstanding() <= 32, "{}", stats.max_outstanding());
+    assert_eq!(stats.completes(), 1);
+
+    // Dropping it mid-stream cancels the producer, which then exits.
+    let publisher = ThreadedRange::new(u64::MAX);
+    let exited = publisher.exited();
+    let (source, stats) = counted(publisher);
+    let taken: Vec<u64> = source
+        .blocking_iter(8)
+        .take(500)
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(taken, (0..500).collect::<Vec<_>>());
+    assert!(exited.wait_timeout(PATIENCE), "the producer must stop");
+    assert_eq!(stats.cancels(), 1);
+    assert!(stats.delivered() <= 500 + 8);
+}
+
+#[test]
+fn blocking_iter_consumed_on_another_thread() {
+    let iter = weir::range(0u32..10_000).map(|x| x * 2).blocking_iter(64);
+    let items = std::thread::spawn(move || iter.map(Result::unwrap).collect::<Vec<_>>())
+        .join()
+        .unwrap();
+    assert_eq!(items, (0..10_000).map(|x| x * 2).collect::<Vec<_>>());
+}
+
+/// A consumer waiting for items parks: over an observation window in which no item
+/// can arrive (the producer is held at a gate) its thread uses next to no CPU. A
+/// spinning wait would burn most of the window. The window's length only limits how
+/// strongly spinning is detected; a parked consumer passes for any length.
+#[test]
+fn blocking_iter_parks_while_waiting() {
+    const WINDOW: Duration = Duration::from_millis(200);
+    const MAX_BUSY: Duration = Duration::from_millis(20);
+    let gate = Gate::new();
+    let (source, stats) = counted(ThreadedRange::new(100).paused_at(50, gate.clone()));
+    let (tx, rx) = mpsc::channel();
+    let consumer = std::thread::spawn(move || {
+        tx.send(current_thread_id()).unwrap();
+        let mut out = Vec::new();
+        for item in source.blocking_iter(8) {
+            out.push(item.unwrap());
+            if out.len() == 50 {
+                // The next `next()` must block until the gate opens.
+                tx.send(String::new()).unwrap();
+            }
+        }
+        out
+    });
+    let id = rx.recv_timeout(PATIENCE).unwrap();
+    assert_eq!(rx.recv_timeout(PATIENCE), Ok(String::new()));
+    let before = thread_cpu_nanos(&id);
+    std::thread::sleep(WINDOW);
+    let busy = Duration::from_nanos(thread_cpu_nanos(&id) - before);
+    gate.open();
+    let out = consumer.join().unwrap();
+    assert_eq!(out, (0..100).collect::<Vec<_>>());
+    assert!(stats.max_outstanding() <= 8);
+    assert!(
+        busy < MAX_BUSY,
+        "the blocked consumer ran {busy:?} during a {WINDOW:?} wait: it spins"
+    );
+}
+
+#[test]
+#[should_panic(expected = "prefetch must be at least 1 (got 0)")]
+fn blocking_iter_zero_prefetch_panics() {
+    let _ = weir::range(0u8..3).blocking_iter(0);
+}

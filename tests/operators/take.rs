@@ -1,0 +1,255 @@
+//! `take` (mirrors `operators/take.rs`): Limiting. Upstream is asked for at most `n`
+//! items in total, whatever downstream requests; after the `n`th item `take`
+//! completes downstream and cancels upstream.
+
+use std::sync::atomic::Ordering;
+
+use proptest::prelude::*;
+use weir::demand::UNBOUNDED;
+use weir::prelude::*;
+use weir::source::Step;
+use weir::tck::TestSubscriber;
+use weir::Error;
+
+use crate::support::counting::{counted, counting_generator};
+use crate::support::model::{check_model, schedule, Completion};
+use crate::support::shape;
+use crate::support::unruly::Unruly;
+
+#[test]
+fn smoke() {
+    let out = weir::range(0u64..u64::MAX)
+        .take(4)
+        .collect()
+        .wait()
+        .unwrap();
+    assert_eq!(out, vec![0, 1, 2, 3]);
+
+    // A shorter source simply completes.
+    let out = weir::range(0u8..3).take(10).collect().wait().unwrap();
+    assert_eq!(out, vec![0, 1, 2]);
+}
+
+#[test]
+fn respects_demand() {
+    let (source, stats) = counted(weir::range(0u64..1_000));
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source.take(5).subscribe(subscriber);
+
+    probe.assert_items(&[]);
+    assert_eq!(stats.request_calls(), 0);
+
+    probe.request(1);
+    probe.assert_items(&[0]);
+    assert_eq!(stats.request_log(), vec![1]);
+
+    probe.request(2);
+    probe.assert_items(&[0, 1, 2]);
+    assert_eq!(stats.request_log(), vec![1, 2]);
+    probe.assert_no_terminal();
+
+    // Asking for more than is left is capped at what is left.
+    probe.request(10);
+    probe.assert_items(&[0, 1, 2, 3, 4]);
+    assert_eq!(stats.request_log(), vec![1, 2, 2]);
+    probe.assert_completed();
+}
+
+#[test]
+fn cancel_stops_upstream() {
+    let (generator, calls) = counting_generator(u64::MAX);
+    let (source, stats) = counted(generator);
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source.take(100).subscribe(subscriber);
+
+    probe.request(3);
+    probe.assert_items(&[0, 1, 2]);
+    probe.cancel();
+    assert_eq!(stats.cancels(), 1, "cancel reaches upstream");
+    probe.request(10);
+    probe.assert_items(&[0, 1, 2]);
+    probe.assert_no_terminal();
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        3,
+        "upstream not pulled after cancel"
+    );
+}
+
+#[test]
+fn error_propagates_once() {
+    let boom = Error::msg("source failed");
+    let failure = boom.clone();
+    let mut sent = 0u64;
+    let source = weir::generate((), move |_| {
+        sent += 1;
+        if sent > 2 {
+            Step::Error(failure.clone())
+        } else {
+            Step::Next(sent)
+        }
+    });
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source.take(5).subscribe(subscriber);
+    probe.request(10);
+    probe.assert_items(&[1, 2]);
+    assert!(
+        Error::ptr_eq(&probe.assert_error(), &boom),
+        "the same error"
+    );
+    assert_eq!(shape(&probe), "SNNE");
+    probe.request(5);
+    assert_eq!(shape(&probe), "SNNE", "nothing after the error");
+
+    // An error needs no demand.
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    weir::error::<u64>(boom.clone())
+        .take(3)
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "SE");
+
+    // An upstream that keeps signalling after its error: only the first error passes.
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    Unruly::new(boom.clone()).take(5).subscribe(subscriber);
+    assert_eq!(shape(&probe), "SE");
+    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
+    probe.assert_no_violations();
+
+    // An error after the nth item cannot arrive: take completed and cancelled first.
+    let failure = boom.clone();
+    let mut sent = 0u64;
+    let source = weir::generate((), move |_| {
+        sent += 1;
+        if sent > 3 {
+            Step::Error(failure.clone())
+        } else {
+            Step::Next(sent)
+        }
+    });
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source.take(3).subscribe(subscriber);
+    probe.request(UNBOUNDED);
+    assert_eq!(shape(&probe), "SNNNC");
+}
+
+#[test]
+fn completes_exactly_after_n_and_cancels_upstream() {
+    let (generator, calls) = counting_generator(u64::MAX);
+    let (source, stats) = counted(generator);
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source.take(4).subscribe(subscriber);
+
+    probe.request(3);
+    assert_eq!(shape(&probe), "SNNN");
+    assert_eq!(stats.cancels(), 0);
+
+    // The 4th item completes the stream at once: no further request needed.
+    probe.request(1);
+    assert_eq!(shape(&probe), "SNNNNC");
+    probe.assert_items(&[0, 1, 2, 3]);
+    assert_eq!(stats.cancels(), 1, "upstream cancelled after the nth item");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        4,
+        "upstream pulled exactly n times"
+    );
+
+    probe.request(100);
+    assert_eq!(shape(&probe), "SNNNNC");
+    assert_eq!(stats.requested(), 4, "nothing requested after the end");
+    assert_eq!(calls.load(Ordering::SeqCst), 4);
+}
+
+#[test]
+fn never_requests_more_than_n_upstream() {
+    // Unbounded demand from a sink.
+    let (source, stats) = counted(weir::range(0u64..1_000));
+    let out = source.take(10).collect_with(UNBOUNDED).wait().unwrap();
+    assert_eq!(out, (0..10).collect::<Vec<_>>());
+    assert_eq!(stats.request_log(), vec![10]);
+    assert_eq!(stats.delivered(), 10);
+
+    // Unbounded demand in pieces, plus more after saturation.
+    let (source, stats) = counted(weir::range(0u64..u64::MAX));
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source.take(7).subscribe(subscriber);
+    probe.request(UNBOUNDED - 1);
+    probe.request(UNBOUNDED);
+    probe.request(3);
+    probe.assert_items(&[0, 1, 2, 3, 4, 5, 6]);
+    probe.assert_completed();
+    assert_eq!(stats.requested(), 7);
+
+    // Many small requests that add up to more than n.
+    let (source, stats) = counted(weir::range(0u64..u64::MAX));
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source.take(10).subscribe(subscriber);
+    for _ in 0..8 {
+        probe.request(3);
+    }
+    assert_eq!(probe.received_count(), 10);
+    assert_eq!(stats.request_log(), vec![3, 3, 3, 1]);
+
+    // A batching sink whose window is larger than n.
+    let (source, stats) = counted(weir::range(0u64..1_000));
+    let out = source.take(100).collect_with(64).wait().unwrap();
+    assert_eq!(out.len(), 100);
+    assert_eq!(stats.requested(), 100);
+    assert!(!stats.over_delivered());
+}
+
+#[test]
+fn take_zero_completes_without_requesting_and_cancels_upstream() {
+    let (source, stats) = counted(weir::range(0u64..10));
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source.take(0).subscribe(subscriber);
+    // Completed with zero demand.
+    assert_eq!(shape(&probe), "SC");
+    assert_eq!(stats.request_calls(), 0, "take(0) requests nothing");
+    assert_eq!(stats.cancels(), 1, "take(0) cancels upstream");
+    assert_eq!(stats.delivered(), 0);
+    probe.request(5);
+    assert_eq!(shape(&probe), "SC");
+    assert_eq!(stats.request_calls(), 0);
+
+    let (generator, calls) = counting_generator(u64::MAX);
+    let out = generator.take(0).collect().wait().unwrap();
+    assert!(out.is_empty());
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Output equals `input.iter().take(n)`, in order, within demand, under any
+    /// schedule. Upstream is asked for exactly `min(n, downstream's demand)`, and is
+    /// cancelled once the nth item passed.
+    #[test]
+    fn matches_the_iterator_model(
+        input in prop::collection::vec(any::<u16>(), 0..48),
+        n in prop_oneof![4 => 0u64..56, 1 => Just(u64::MAX)],
+        schedule in schedule(),
+    ) {
+        let model: Vec<u16> = input.iter().copied().take(n as usize).collect();
+        let run = check_model(input, &model, |s| s.take(n), &schedule, Completion::AtLength)?;
+        let (stats, probe) = (&run.stats, &run.probe);
+        prop_assert!(!stats.over_delivered());
+        prop_assert_eq!(stats.requested(), n.min(probe.requested()));
+        if n == 0 {
+            prop_assert_eq!((stats.request_calls(), stats.cancels()), (0, 1));
+        } else {
+            let reached = u64::from(probe.received_count() == n);
+            prop_assert_eq!(stats.cancels(), schedule.cancels() + reached);
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! Shared fixtures for the behaviour tests (`tests/operators`, `tests/sources.rs`,
+//! `tests/sinks.rs`), pulled in with `#[path]`.
+
+pub mod counting;
+pub mod model;
+pub mod threaded;
+pub mod unruly;
+
+use std::time::Duration;
+
+use weir::tck::{Signal, TestProbe};
+
+/// Generous bound for waits on things that must happen (never reached when they do).
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// The signals a test subscriber received, one letter each: `S` on_subscribe, `N`
+/// on_next, `E` on_error, `C` on_complete. `"SNNE"` is two items and an error.
+pub fn shape<T: Clone>(probe: &TestProbe<T>) -> String {
+    probe
+        .signals()
+        .iter()
+        .map(|signal| match signal {
+            Signal::Subscribe => 'S',
+            Signal::Next(_) => 'N',
+            Signal::Error(_) => 'E',
+            Signal::Complete => 'C',
+        })
+        .collect()
+}
