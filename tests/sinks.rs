@@ -229,6 +229,79 @@ fn cancel_mid_stream_stops_an_asynchronous_upstream() {
 }
 
 #[test]
+fn cancel_before_on_subscribe_cancels_the_subscription_when_it_arrives() {
+    // The producer calls on_subscribe on its own thread, after the gate opens: the
+    // sink was cancelled before it had a subscription.
+    let gate = Gate::new();
+    let publisher = ThreadedRange::new(1_000).subscribed_after(gate.clone());
+    let exited = publisher.exited();
+    let (source, stats) = counted(publisher);
+    let handle = source.collect_with(16);
+    handle.cancel();
+    gate.open();
+    assert!(exited.wait_timeout(PATIENCE), "the producer must stop");
+    assert_eq!(handle.wait().unwrap_err().kind(), ErrorKind::Cancelled);
+    assert_eq!(stats.cancels(), 1, "the late subscription is cancelled");
+    assert_eq!(stats.request_calls(), 0, "and never requested from");
+    assert_eq!(stats.delivered(), 0);
+
+    // The same for a blocking iterator dropped before its subscription arrived.
+    let gate = Gate::new();
+    let publisher = ThreadedRange::new(1_000).subscribed_after(gate.clone());
+    let exited = publisher.exited();
+    let (source, stats) = counted(publisher);
+    drop(source.blocking_iter(8));
+    gate.open();
+    assert!(exited.wait_timeout(PATIENCE), "the producer must stop");
+    assert_eq!((stats.cancels(), stats.request_calls()), (1, 0));
+}
+
+#[test]
+fn sinks_drain_an_asynchronous_upstream() {
+    for sink in SINKS {
+        let publisher = ThreadedRange::new(20_000);
+        let (source, stats) = counted(publisher);
+        let (count, sum) = match sink {
+            Sink::Fold => source
+                .fold_with(64, (0u64, 0u64), |(c, s), x| (c + 1, s + x))
+                .wait()
+                .unwrap(),
+            Sink::ForEach => {
+                let seen = Arc::new(AtomicU64::new(0));
+                let counter = seen.clone();
+                let mut next = 0;
+                source
+                    .for_each_with(64, move |x| {
+                        assert_eq!(x, next, "in order");
+                        next += 1;
+                        counter.fetch_add(x, Ordering::SeqCst);
+                    })
+                    .wait()
+                    .unwrap();
+                (20_000, seen.load(Ordering::SeqCst))
+            }
+            Sink::Collect => {
+                let out = source.collect_with(64).wait().unwrap();
+                assert_eq!(out, (0..20_000).collect::<Vec<_>>());
+                (out.len() as u64, out.iter().sum())
+            }
+        };
+        assert_eq!((count, sum), (20_000, (0..20_000u64).sum()), "{sink:?}");
+        assert!(!stats.over_delivered(), "{sink:?}");
+        assert!(stats.max_outstanding() <= 64, "{sink:?}");
+        assert_eq!(stats.delivered(), 20_000, "{sink:?}");
+    }
+}
+
+#[test]
+#[should_panic(expected = "the sink's result was already taken")]
+fn wait_timeout_takes_the_result() {
+    let mut handle = weir::just(1u8).collect();
+    assert_eq!(handle.wait_timeout(PATIENCE).unwrap().unwrap(), vec![1]);
+    let _ = handle.wait_timeout(PATIENCE);
+}
+
+#[test]
 fn cancel_after_completion_keeps_the_result() {
     let handle = weir::range(0u8..3).collect();
     assert!(handle.is_terminated());
@@ -457,6 +530,12 @@ fn blocking_iter_parks_while_waiting() {
         busy < MAX_BUSY,
         "the blocked consumer ran {busy:?} during a {WINDOW:?} wait: it spins"
     );
+}
+
+#[test]
+#[should_panic(expected = "blocking_iter prefetch must be in 1..=2^30")]
+fn blocking_iter_rejects_an_unbounded_window() {
+    let _ = weir::never::<u8>().blocking_iter(UNBOUNDED);
 }
 
 #[test]

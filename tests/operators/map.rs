@@ -7,6 +7,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use weir::prelude::*;
 use weir::source::Step;
+use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
 use weir::{Error, ErrorKind};
 
@@ -253,5 +254,12 @@ proptest! {
         prop_assert_eq!(run.stats.delivered(), run.probe.received_count());
         prop_assert!(!run.stats.over_delivered());
         prop_assert_eq!(run.stats.cancels(), schedule.cancels(), "cancel passes straight through");
+    }
+
+    /// The kit's random schedules (1-3 threads, huge requests, `request(0)`,
+    /// cancels) through `map`.
+    #[test]
+    fn obeys_any_demand_schedule(n in 0u64..40, schedule in demand_schedule()) {
+        check_publisher(|n| weir::range(0..n).map(|x| x ^ 0xff), n, &schedule)?;
     }
 }

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;
 use weir::source::Step;
+use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
 use weir::Error;
 
@@ -251,5 +252,13 @@ proptest! {
             let reached = u64::from(probe.received_count() == n);
             prop_assert_eq!(stats.cancels(), schedule.cancels() + reached);
         }
+    }
+
+    /// The kit's random schedules (1-3 threads, huge requests, `request(0)`,
+    /// cancels) through `take`, cutting an endless source or a shorter one.
+    #[test]
+    fn obeys_any_demand_schedule(n in 0u64..40, schedule in demand_schedule()) {
+        check_publisher(|n| weir::range(0..u64::MAX).take(n), n, &schedule)?;
+        check_publisher(|n| weir::range(0..n).take(n + 3), n, &schedule)?;
     }
 }

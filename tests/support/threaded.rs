@@ -54,6 +54,7 @@ impl Gate {
 pub struct ThreadedRange {
     len: u64,
     pause: Option<(u64, Gate)>,
+    subscribe_gate: Option<Gate>,
     exited: Gate,
 }
 
@@ -63,8 +64,15 @@ impl ThreadedRange {
         ThreadedRange {
             len,
             pause: None,
+            subscribe_gate: None,
             exited: Gate::new(),
         }
+    }
+
+    /// Call `on_subscribe` (on the producer thread) only once `gate` is open.
+    pub fn subscribed_after(mut self, gate: Gate) -> Self {
+        self.subscribe_gate = Some(gate);
+        self
     }
 
     /// Opened when a producer thread of this publisher (or of a clone) has finished:
@@ -139,6 +147,9 @@ impl Publisher for ThreadedRange {
 
 impl ThreadedRange {
     fn produce<S: Subscriber<u64>>(&self, subscriber: &mut S, shared: &Arc<Shared>) {
+        if let Some(gate) = &self.subscribe_gate {
+            gate.wait();
+        }
         subscriber.on_subscribe(Subscription::new(shared.clone()));
         let mut next = 0u64;
         loop {
