@@ -515,9 +515,13 @@ proptest! {
         check_publisher(|n| if n == 0 { weir::empty() } else { weir::just(7u8) }, n, &schedule)?;
     }
 
+    /// `generate` completes only when its closure says so, which needs demand beyond
+    /// the last item (no look-ahead); the kit expects completion at exactly `n`, so
+    /// the generator runs endless here and `take(n)` ends it. (Its own completion is
+    /// checked by `generate_never_runs_ahead_of_demand`.)
     #[test]
     fn generate_obeys_any_schedule(n in 0u64..40, schedule in demand_schedule()) {
-        check_publisher(|n| counting_generator(n).0, n, &schedule)?;
+        check_publisher(|n| counting_generator(u64::MAX).0.take(n), n, &schedule)?;
     }
 
     #[test]
