@@ -91,10 +91,17 @@ fn main() {
         delivered: 0,
         produced: produced.clone(),
     };
-    println!("prefetch 8, replenish after {} items\n", consumer.replenish.limit());
+    println!(
+        "prefetch 8, replenish after {} items\n",
+        consumer.replenish.limit()
+    );
 
     // Only even readings, scaled; stop after 20.
-    sensor.filter(|n| n % 2 == 0).map(|n| n * 10).take(20).subscribe(consumer);
+    sensor
+        .filter(|n| n % 2 == 0)
+        .map(|n| n * 10)
+        .take(20)
+        .subscribe(consumer);
 
     let made = produced.load(Ordering::Relaxed);
     println!("\nThe sensor produced {made} readings for 20 delivered (the filter dropped every odd one).");
@@ -108,5 +115,8 @@ fn main() {
         .fold(0u64, |acc, x| acc + x)
         .wait()
         .expect("range does not fail");
-    println!("\nsum of 1,000,000 items through map → filter → fold: {total} in {:?}", start.elapsed());
+    println!(
+        "\nsum of 1,000,000 items through map → filter → fold: {total} in {:?}",
+        start.elapsed()
+    );
 }

@@ -178,8 +178,8 @@ impl SubscriptionSlot {
 mod loom_tests {
     use super::*;
     use crate::loom::AtomicU64;
-    use loom::sync::atomic::AtomicBool;
     use crate::RawSubscription;
+    use loom::sync::atomic::AtomicBool;
     use loom::sync::Arc;
     use loom::thread;
 
@@ -193,21 +193,32 @@ mod loom_tests {
             let inside = Arc::new(AtomicBool::new(false));
             let work = Arc::new(AtomicU64::new(0));
             let seen = Arc::new(AtomicU64::new(0));
-            let run = |wip: Arc<Wip>, inside: Arc<AtomicBool>, work: Arc<AtomicU64>, seen: Arc<AtomicU64>| {
+            let run = |wip: Arc<Wip>,
+                       inside: Arc<AtomicBool>,
+                       work: Arc<AtomicU64>,
+                       seen: Arc<AtomicU64>| {
                 work.fetch_add(1, Ordering::Relaxed);
                 wip.drain(|| {
-                    assert!(!inside.swap(true, Ordering::Relaxed), "two passes overlapped");
+                    assert!(
+                        !inside.swap(true, Ordering::Relaxed),
+                        "two passes overlapped"
+                    );
                     seen.store(work.load(Ordering::Relaxed), Ordering::Relaxed);
                     inside.store(false, Ordering::Relaxed);
                 });
             };
             let other = {
-                let (wip, inside, work, seen) = (wip.clone(), inside.clone(), work.clone(), seen.clone());
+                let (wip, inside, work, seen) =
+                    (wip.clone(), inside.clone(), work.clone(), seen.clone());
                 thread::spawn(move || run(wip, inside, work, seen))
             };
             run(wip.clone(), inside.clone(), work.clone(), seen.clone());
             other.join().unwrap();
-            assert_eq!(seen.load(Ordering::Relaxed), 2, "a published piece of work was never drained");
+            assert_eq!(
+                seen.load(Ordering::Relaxed),
+                2,
+                "a published piece of work was never drained"
+            );
         });
     }
 
@@ -250,12 +261,77 @@ mod loom_tests {
             let cancels = Arc::new(AtomicU64::new(0));
             let other = {
                 let (slot, cancels) = (slot.clone(), cancels.clone());
-                thread::spawn(move || slot.set(Subscription::new(std::sync::Arc::new(Counting(cancels)))))
+                thread::spawn(move || {
+                    slot.set(Subscription::new(std::sync::Arc::new(Counting(cancels))))
+                })
             };
-            let mine = slot.set(Subscription::new(std::sync::Arc::new(Counting(cancels.clone()))));
+            let mine = slot.set(Subscription::new(std::sync::Arc::new(Counting(
+                cancels.clone(),
+            ))));
             let theirs = other.join().unwrap();
             assert!(mine ^ theirs, "exactly one set wins");
             assert_eq!(cancels.load(Ordering::Relaxed), 1);
         });
+    }
+}
+
+/// The life cycle of a stage's upstream subscription: `Idle` (before `on_subscribe`)
+/// → `Active` → `Done` (after a terminal signal, or after the stage failed or
+/// finished early and cancelled upstream). Operators keep one of these instead of
+/// re-deriving rules 2.5 and 1.7 each time.
+#[derive(Debug, Default)]
+pub(crate) enum Upstream {
+    /// Waiting for `on_subscribe`.
+    #[default]
+    Idle,
+    /// Subscribed; signals pass.
+    Active(Subscription),
+    /// Terminated: later signals are ignored (rules 1.7, 2.8).
+    Done,
+}
+
+impl Upstream {
+    /// Accept the first subscription; a later one is cancelled (rule 2.5). Returns
+    /// true when `subscription` was accepted.
+    pub(crate) fn accept(&mut self, subscription: &Subscription) -> bool {
+        if matches!(self, Upstream::Idle) {
+            *self = Upstream::Active(subscription.clone());
+            true
+        } else {
+            subscription.cancel();
+            false
+        }
+    }
+
+    /// True while signals should pass.
+    #[inline]
+    pub(crate) fn is_active(&self) -> bool {
+        matches!(self, Upstream::Active(_))
+    }
+
+    /// The subscription, while active.
+    #[inline]
+    pub(crate) fn get(&self) -> Option<&Subscription> {
+        match self {
+            Upstream::Active(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Upstream terminated: returns true for the first terminal signal (forward it).
+    pub(crate) fn finish(&mut self) -> bool {
+        !matches!(std::mem::replace(self, Upstream::Done), Upstream::Done)
+    }
+
+    /// The stage ends on its own (a panic, a limit reached): cancel upstream. Returns
+    /// true if it was active (the stage must now signal downstream).
+    pub(crate) fn cancel(&mut self) -> bool {
+        match std::mem::replace(self, Upstream::Done) {
+            Upstream::Active(s) => {
+                s.cancel();
+                true
+            }
+            _ => false,
+        }
     }
 }
