@@ -195,6 +195,15 @@ pub(crate) fn ensure(condition: bool, message: impl FnOnce() -> String) -> TestR
 /// One entry of a suite's dispatch table: name, rule, test method.
 pub(crate) type Case<V> = (&'static str, &'static str, fn(&V) -> Outcome);
 
+/// The dispatch of every [`Suite::run_one`](super::Suite::run_one): run the test called
+/// `name` in `cases` on `verification`; `None` if there is no such test.
+pub(crate) fn run_case<V>(verification: &V, cases: Vec<Case<V>>, name: &str) -> Option<Outcome> {
+    cases
+        .into_iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, _, test)| test(verification))
+}
+
 /// How the TCK classifies a test, which decides what a failure means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -211,6 +220,51 @@ pub(crate) fn budget(env: &TestEnv, extra: Duration) -> Duration {
         + env.no_signals_timeout() * 20
         + env.reference_drop_timeout() * 2
         + extra
+}
+
+/// What every verification shares: it is a cloneable configuration holding the
+/// [`TestEnv`] its tests start from, and runs each test body on a clone of itself
+/// under the watchdog.
+pub(crate) trait Verification: Clone + Send + 'static {
+    /// The timeouts each test gets a fresh copy of.
+    fn base_env(&self) -> &TestEnv;
+
+    /// Run the required test `name` with the standard budget.
+    fn run(
+        &self,
+        name: &str,
+        rule: &'static str,
+        body: fn(&Self, &TestEnv) -> TestResult,
+    ) -> Outcome {
+        self.run_with(name, rule, Kind::Required, Duration::ZERO, body)
+    }
+
+    /// Run the optional test `name` (a failure becomes a skip) with the standard budget.
+    fn run_optional(
+        &self,
+        name: &str,
+        rule: &'static str,
+        body: fn(&Self, &TestEnv) -> TestResult,
+    ) -> Outcome {
+        self.run_with(name, rule, Kind::Optional, Duration::ZERO, body)
+    }
+
+    /// Run `body` on a clone of this verification under the watchdog; `extra` is added
+    /// to the standard budget.
+    fn run_with(
+        &self,
+        name: &str,
+        rule: &'static str,
+        kind: Kind,
+        extra: Duration,
+        body: fn(&Self, &TestEnv) -> TestResult,
+    ) -> Outcome {
+        let verification = self.clone();
+        let env = self.base_env();
+        run_test(name, rule, kind, env, budget(env, extra), move |env| {
+            body(&verification, env)
+        })
+    }
 }
 
 /// Run `body` under the watchdog with a fresh copy of `env` and turn its result into

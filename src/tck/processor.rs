@@ -30,9 +30,8 @@
 //! declares support for at least two. The default is one subscriber.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::harness::{budget, ensure, run_test, skip, Case, Failure, Kind, TestResult};
+use super::harness::{ensure, run_case, skip, Failure, Verification};
 use super::stage::{test_error, Stage};
 use super::{
     Element, Outcome, ProbedSubscriber, PublisherVerification, Report,
@@ -224,23 +223,6 @@ where
         .env(self.env.clone())
     }
 
-    fn run(
-        &self,
-        name: &str,
-        rule: &'static str,
-        body: fn(&Self, &TestEnv) -> TestResult,
-    ) -> Outcome {
-        let verification = self.clone();
-        run_test(
-            name,
-            rule,
-            Kind::Required,
-            &self.env,
-            budget(&self.env, Duration::ZERO),
-            move |env| body(&verification, env),
-        )
-    }
-
     /// A fresh processor with the stage upstream; returns the stage and the publisher half.
     fn setup(&self, env: &TestEnv) -> Result<(Stage<T, S>, P), String> {
         let (subscriber, publisher) = (self.factory)(self.buffer_size);
@@ -403,6 +385,17 @@ fn attach<T: Element, P: Publisher<Item = T>>(
     Ok(probe)
 }
 
+impl<T, S, P> Verification for ProcessorVerification<T, S, P>
+where
+    T: Element,
+    S: Subscriber<T> + Send + 'static,
+    P: Publisher<Item = T> + 'static,
+{
+    fn base_env(&self) -> &TestEnv {
+        &self.env
+    }
+}
+
 impl<T, S, P> Suite for ProcessorVerification<T, S, P>
 where
     T: Element,
@@ -417,14 +410,9 @@ where
     }
 
     fn run_one(&self, name: &str) -> Option<Outcome> {
-        let cases: Vec<Case<Self>> = crate::__tck_processor_tests!(cases);
-        match cases.into_iter().find(|(n, _, _)| *n == name) {
-            Some((_, _, test)) => Some(test(self)),
-            None => self
-                .as_publisher()
-                .run_one(name)
-                .or_else(|| self.as_subscriber().run_one(name)),
-        }
+        run_case(self, crate::__tck_processor_tests!(cases), name)
+            .or_else(|| self.as_publisher().run_one(name))
+            .or_else(|| self.as_subscriber().run_one(name))
     }
 }
 

@@ -34,9 +34,8 @@
 //! [`run_all`]: PublisherVerification::run_all
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::harness::{budget, run_test, Case, Failure, Kind, TestResult};
+use super::harness::{run_case, Failure, TestResult, Verification};
 use super::{Element, Outcome, Report, Suite, TestEnv, TestProbe, TestSubscriber};
 use crate::{BoxPublisher, Publisher};
 
@@ -190,26 +189,6 @@ where
         Suite::run_all(self)
     }
 
-    /// Run `body` under the watchdog; `extra` is added to the standard budget.
-    fn run(
-        &self,
-        name: &str,
-        rule: &'static str,
-        kind: Kind,
-        extra: Duration,
-        body: fn(&Self, &TestEnv) -> TestResult,
-    ) -> Outcome {
-        let verification = self.clone();
-        run_test(
-            name,
-            rule,
-            kind,
-            &self.env,
-            budget(&self.env, extra),
-            move |env| body(&verification, env),
-        )
-    }
-
     /// Skip unless the factory can make `n` elements (and complete, if `complete`).
     fn active(&self, n: u64, complete: bool) -> TestResult {
         if n > self.max_elements {
@@ -254,6 +233,16 @@ where
     }
 }
 
+impl<P> Verification for PublisherVerification<P>
+where
+    P: Publisher + 'static,
+    P::Item: Element,
+{
+    fn base_env(&self) -> &TestEnv {
+        &self.env
+    }
+}
+
 impl<P> Suite for PublisherVerification<P>
 where
     P: Publisher + 'static,
@@ -264,11 +253,7 @@ where
     }
 
     fn run_one(&self, name: &str) -> Option<Outcome> {
-        let cases: Vec<Case<Self>> = crate::__tck_publisher_tests!(cases);
-        cases
-            .into_iter()
-            .find(|(n, _, _)| *n == name)
-            .map(|(_, _, test)| test(self))
+        run_case(self, crate::__tck_publisher_tests!(cases), name)
     }
 }
 

@@ -1,10 +1,8 @@
 //! The setup, configuration and §1 (Publisher) tests of [`PublisherVerification`].
 //! Test numbers (P#n) refer to `tck.md` §2.1.
 
-use std::time::Duration;
-
 use super::PublisherVerification;
-use crate::tck::harness::{ensure, moot, skip, untested, Failure, Kind, TestResult};
+use crate::tck::harness::{ensure, moot, skip, untested, Failure, Kind, TestResult, Verification};
 use crate::tck::{Element, Outcome, TestEnv, TestProbe};
 use crate::Publisher;
 
@@ -16,17 +14,13 @@ where
     /// P#1 (setup): `factory(1)` emits one element on `request(1)`, then completes.
     pub fn create_publisher_1_must_produce_a_stream_of_exactly_1_element(&self) -> Outcome {
         let name = "create_publisher_1_must_produce_a_stream_of_exactly_1_element";
-        self.run(name, "setup", Kind::Required, Duration::ZERO, |v, env| {
-            v.exactly(env, 1)
-        })
+        self.run(name, "setup", |v, env| v.exactly(env, 1))
     }
 
     /// P#2 (setup): `factory(3)` emits three elements one request at a time, then completes.
     pub fn create_publisher_3_must_produce_a_stream_of_exactly_3_elements(&self) -> Outcome {
         let name = "create_publisher_3_must_produce_a_stream_of_exactly_3_elements";
-        self.run(name, "setup", Kind::Required, Duration::ZERO, |v, env| {
-            v.exactly(env, 3)
-        })
+        self.run(name, "setup", |v, env| v.exactly(env, 3))
     }
 
     /// P#3 (config): Java asserts `maxElementsFromPublisher() >= 0`; a `u64` cannot be
@@ -48,7 +42,7 @@ where
     /// one element; `request(1)` + `request(2)` yield exactly three more.
     pub fn spec_1_1_must_not_signal_more_than_requested(&self) -> Outcome {
         let name = "spec_1_1_must_not_signal_more_than_requested";
-        self.run(name, "1.1", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "1.1", |v, env| {
             v.active(5, false)?;
             let (t, quiet) = (env.default_timeout(), env.no_signals_timeout());
             let probe = v.subscribe(env, 5)?;
@@ -74,7 +68,7 @@ where
     /// P#6, rule 1.2: `request(10)` on a stream of 3 yields 3 elements and `on_complete`.
     pub fn spec_1_2_may_signal_less_than_requested_and_terminate(&self) -> Outcome {
         let name = "spec_1_2_may_signal_less_than_requested_and_terminate";
-        self.run(name, "1.2", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "1.2", |v, env| {
             v.active(3, true)?;
             let probe = v.subscribe(env, 3)?;
             probe.request(10);
@@ -92,7 +86,7 @@ where
         }
         let per_iteration = self.env.default_timeout() * 10;
         let extra = per_iteration * self.stochastic_iterations;
-        self.run(
+        self.run_with(
             "spec_1_3_must_signal_serially",
             "1.3",
             Kind::Required,
@@ -121,7 +115,7 @@ where
     /// unlike other optional tests, a failure is a failure.
     pub fn spec_1_4_must_signal_on_error_when_fails(&self) -> Outcome {
         let name = "spec_1_4_must_signal_on_error_when_fails";
-        self.run(name, "1.4", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "1.4", |v, env| {
             v.rejects(env)?;
             env.verify_no_async_failures().map_err(Failure::Fail)
         })
@@ -131,7 +125,7 @@ where
     /// silence.
     pub fn spec_1_5_must_signal_on_complete_when_finite_stream_terminates(&self) -> Outcome {
         let name = "spec_1_5_must_signal_on_complete_when_finite_stream_terminates";
-        self.run(name, "1.5", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "1.5", |v, env| {
             v.active(3, true)?;
             let probe = v.subscribe(env, 3)?;
             for i in 1..=3 {
@@ -150,7 +144,7 @@ where
     /// P#10, rule 1.5 (optional): an empty stream completes after `request(1)`.
     pub fn spec_1_5_empty_stream_must_terminate_by_signalling_on_complete(&self) -> Outcome {
         let name = "spec_1_5_empty_stream_must_terminate_by_signalling_on_complete";
-        self.run(name, "1.5", Kind::Optional, Duration::ZERO, |v, env| {
+        self.run_optional(name, "1.5", |v, env| {
             v.active(0, true)?;
             let probe = v.subscribe(env, 0)?;
             probe.request(1);
@@ -173,7 +167,7 @@ where
     /// P#12, rule 1.7: after `on_complete`, a further `request(10)` produces nothing.
     pub fn spec_1_7_must_not_signal_after_on_complete(&self) -> Outcome {
         let name = "spec_1_7_must_not_signal_after_on_complete";
-        self.run(name, "1.7", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "1.7", |v, env| {
             v.active(1, true)?;
             let probe = v.subscribe(env, 1)?;
             probe.request(10);
@@ -216,7 +210,7 @@ where
     /// any request.
     pub fn spec_1_9_must_signal_on_subscribe_first(&self) -> Outcome {
         let name = "spec_1_9_must_signal_on_subscribe_first";
-        self.run(name, "1.9", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "1.9", |v, env| {
             v.active(0, false)?;
             let probe = v.subscribe(env, 0)?;
             probe.cancel();
@@ -228,9 +222,7 @@ where
     /// then `on_error`. Skips without a failed-publisher factory.
     pub fn spec_1_9_may_reject_subscribe_with_on_error_after_on_subscribe(&self) -> Outcome {
         let name = "spec_1_9_may_reject_subscribe_with_on_error_after_on_subscribe";
-        self.run(name, "1.9", Kind::Required, Duration::ZERO, |v, env| {
-            v.rejects(env)
-        })
+        self.run(name, "1.9", |v, env| v.rejects(env))
     }
 
     /// P#19, rule 1.10: moot, `subscribe` takes the subscriber by value.
@@ -244,7 +236,7 @@ where
     /// P#20, rule 1.11 (optional): two clones of one publisher each signal `on_subscribe`.
     pub fn spec_1_11_may_support_multi_subscribe(&self) -> Outcome {
         let name = "spec_1_11_may_support_multi_subscribe";
-        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
+        self.run_optional(name, "1.11", |v, env| {
             v.active(1, false)?;
             let probes = v.subscribe_many(env, 1, 2)?;
             env.verify_no_async_failures()?;
@@ -257,7 +249,7 @@ where
     /// after `request(1)` (unicast is allowed).
     pub fn spec_1_11_subscribers_must_receive_on_next_or_on_complete(&self) -> Outcome {
         let name = "spec_1_11_subscribers_must_receive_on_next_or_on_complete";
-        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
+        self.run_optional(name, "1.11", |v, env| {
             v.active(1, false)?;
             let probes = v.subscribe_many(env, 1, 2)?;
             for probe in &probes {
@@ -277,7 +269,7 @@ where
     /// patterns receive the same five elements and complete.
     pub fn spec_1_11_multicast_same_sequence_when_requesting_one_by_one(&self) -> Outcome {
         let name = "spec_1_11_multicast_same_sequence_when_requesting_one_by_one";
-        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
+        self.run_optional(name, "1.11", |v, env| {
             v.active(5, true)?;
             let p = v.subscribe_many(env, 5, 3)?;
             let t = env.default_timeout();
@@ -307,9 +299,7 @@ where
     /// same three elements.
     pub fn spec_1_11_multicast_same_sequence_when_requesting_many_upfront(&self) -> Outcome {
         let name = "spec_1_11_multicast_same_sequence_when_requesting_many_upfront";
-        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
-            v.many_upfront(env, false)
-        })
+        self.run_optional(name, "1.11", |v, env| v.many_upfront(env, false))
     }
 
     /// P#24, rule 1.11 (optional): as P#23, and each subscriber completes.
@@ -317,9 +307,7 @@ where
         &self,
     ) -> Outcome {
         let name = "spec_1_11_multicast_same_sequence_and_completion_when_requesting_many_upfront";
-        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
-            v.many_upfront(env, true)
-        })
+        self.run_optional(name, "1.11", |v, env| v.many_upfront(env, true))
     }
 
     /// Body of P#1/P#2.

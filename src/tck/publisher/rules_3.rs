@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::rules_1::exact_count;
 use super::PublisherVerification;
 use crate::demand::UNBOUNDED;
-use crate::tck::harness::{ensure, moot, untested, Kind, TestResult};
+use crate::tck::harness::{ensure, moot, untested, TestResult, Verification};
 use crate::tck::{Element, Outcome, TestEnv};
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -27,7 +27,7 @@ where
     /// (three times) and from every `on_next`.
     pub fn spec_3_2_must_allow_synchronous_request_from_on_next_and_on_subscribe(&self) -> Outcome {
         let name = "spec_3_2_must_allow_synchronous_request_from_on_next_and_on_subscribe";
-        self.run(name, "3.2", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.2", |v, env| {
             v.active(6, false)?;
             let subscriber = Self::subscriber(env)
                 .on_subscribe_hook(|probe| (0..3).for_each(|_| probe.request(1)))
@@ -44,7 +44,7 @@ where
     /// elements, so a recursing publisher cannot overflow the stack.
     pub fn spec_3_3_must_not_allow_unbounded_recursion(&self) -> Outcome {
         let name = "spec_3_3_must_not_allow_unbounded_recursion";
-        self.run(name, "3.3", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.3", |v, env| {
             let bound = v.bounded_recursion_depth;
             let n = bound.saturating_add(1);
             v.active(n, false)?;
@@ -85,7 +85,7 @@ where
     /// P#29, rule 3.6: after `cancel`, three `request(1)` produce no signal at all.
     pub fn spec_3_6_request_after_cancel_must_be_a_no_op(&self) -> Outcome {
         let name = "spec_3_6_request_after_cancel_must_be_a_no_op";
-        self.run(name, "3.6", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.6", |v, env| {
             v.active(3, false)?;
             let probe = v.subscribe(env, 3)?;
             probe.cancel();
@@ -100,7 +100,7 @@ where
     /// P#30, rule 3.7: `cancel` three times without a request: no panic, no signal.
     pub fn spec_3_7_cancel_after_cancel_must_be_a_no_op(&self) -> Outcome {
         let name = "spec_3_7_cancel_after_cancel_must_be_a_no_op";
-        self.run(name, "3.7", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.7", |v, env| {
             v.active(1, false)?;
             let probe = v.subscribe(env, 1)?;
             (0..3).for_each(|_| probe.cancel());
@@ -114,7 +114,7 @@ where
     /// P#31, rule 3.9: `request(0)` signals `on_error` with an error naming rule 3.9.
     pub fn spec_3_9_request_zero_must_signal_error(&self) -> Outcome {
         let name = "spec_3_9_request_zero_must_signal_error";
-        self.run(name, "3.9", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.9", |v, env| {
             let error = v.request_zero(env)?;
             ensure(error.rule() == Some("3.9"), || {
                 format!("request(0) must fail with an error whose rule() is 3.9, got {error:?}")
@@ -134,7 +134,7 @@ where
     /// (mentions `3.9` or a non-positive request). Java checks this on negative requests.
     pub fn spec_3_9_request_zero_should_signal_error_with_specific_message(&self) -> Outcome {
         let name = "spec_3_9_request_zero_should_signal_error_with_specific_message";
-        self.run(name, "3.9", Kind::Optional, Duration::ZERO, |v, env| {
+        self.run_optional(name, "3.9", |v, env| {
             let text = v.request_zero(env)?.to_string();
             let lower = text.to_lowercase();
             ensure(lower.contains("3.9") || lower.contains("non-positive"), || {
@@ -147,7 +147,7 @@ where
     /// the publisher falls quiet without exceeding the 15 requested.
     pub fn spec_3_12_cancel_must_make_the_publisher_eventually_stop_signalling(&self) -> Outcome {
         let name = "spec_3_12_cancel_must_make_the_publisher_eventually_stop_signalling";
-        self.run(name, "3.12", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.12", |v, env| {
             v.active(20, false)?;
             let probe = v.subscribe(env, 20)?;
             probe.request(10);
@@ -174,7 +174,7 @@ where
         &self,
     ) -> Outcome {
         let name = "spec_3_13_cancel_must_make_the_publisher_eventually_drop_the_subscriber";
-        self.run(name, "3.13", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.13", |v, env| {
             v.active(3, false)?;
             let dropped = Arc::new(AtomicBool::new(false));
             let subscriber = Self::subscriber(env);
@@ -207,9 +207,7 @@ where
     /// `on_complete`.
     pub fn spec_3_17_must_support_pending_element_count_up_to_unbounded(&self) -> Outcome {
         let name = "spec_3_17_must_support_pending_element_count_up_to_unbounded";
-        self.run(name, "3.17", Kind::Required, Duration::ZERO, |v, env| {
-            v.unbounded(env, &[UNBOUNDED])
-        })
+        self.run(name, "3.17", |v, env| v.unbounded(env, &[UNBOUNDED]))
     }
 
     /// P#37, rule 3.17: `request(MAX/2)` twice and `request(1)` (summing to
@@ -218,7 +216,7 @@ where
         &self,
     ) -> Outcome {
         let name = "spec_3_17_must_support_cumulative_pending_element_count_up_to_unbounded";
-        self.run(name, "3.17", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.17", |v, env| {
             v.unbounded(env, &[UNBOUNDED / 2, UNBOUNDED / 2, 1])
         })
     }
@@ -227,7 +225,7 @@ where
     /// `u64::MAX - 1`, ten times) is not an error; later `on_next`s cancel.
     pub fn spec_3_17_must_not_signal_on_error_when_pending_above_unbounded(&self) -> Outcome {
         let name = "spec_3_17_must_not_signal_on_error_when_pending_above_unbounded";
-        self.run(name, "3.17", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.17", |v, env| {
             let n = i32::MAX as u64;
             v.active(n, false)?;
             let subscriber =
