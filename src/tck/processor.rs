@@ -32,15 +32,15 @@
 use std::sync::Arc;
 
 use super::harness::{ensure, run_case, skip, Failure, Verification};
+use super::publisher::{attach_clones, attach_probe, Cloner};
 use super::stage::{test_error, Stage};
 use super::{
     Element, Outcome, ProbedSubscriber, PublisherVerification, Report,
-    SubscriberWhiteboxVerification, Suite, TestEnv, TestProbe, TestSubscriber,
+    SubscriberWhiteboxVerification, Suite, TestEnv, TestProbe,
 };
 use crate::{Error, Processor, Publisher, PublisherExt, Subscriber, Subscription};
 
 type Factory<S, P> = Arc<dyn Fn(usize) -> (S, P) + Send + Sync>;
-type Cloner<P> = Arc<dyn Fn(&P) -> P + Send + Sync>;
 
 /// Configuration and entry point of the processor conformance tests.
 pub struct ProcessorVerification<T, S, P: Publisher> {
@@ -248,12 +248,7 @@ where
                 )))
             }
         };
-        let mut probes = Vec::new();
-        for _ in 1..count {
-            probes.push(attach(env, cloner(&publisher))?);
-        }
-        probes.push(attach(env, publisher)?);
-        Ok(probes)
+        Ok(attach_clones(env, publisher, cloner, count)?)
     }
 
     /// IP39, rule 1.4: an upstream error reaches every subscriber, whatever their demand.
@@ -296,7 +291,7 @@ where
             "4.2",
             |v, env| {
                 let (mut stage, publisher) = v.setup(env)?;
-                let probe = attach(env, publisher)?;
+                let probe = attach_probe(env, publisher)?;
                 let error = test_error();
                 stage.send_error(error.clone())?;
                 let got = probe.await_error(env.default_timeout())?;
@@ -321,7 +316,7 @@ where
             }
             let (mut stage, publisher) = v.setup(env)?;
             let second_publisher = (v.cloner.as_ref().expect("checked above"))(&publisher);
-            let s1 = attach(env, publisher)?;
+            let s1 = attach_probe(env, publisher)?;
             s1.request(20);
             let upstream = |stage: &Stage<T, S>| {
                 stage
@@ -340,7 +335,7 @@ where
             if requested == 2 {
                 requested += upstream(&stage)?;
             }
-            let s2 = attach(env, second_publisher)?;
+            let s2 = attach_probe(env, second_publisher)?;
             let z = if v.coordinated {
                 s2.expect_signal_count(1, env.no_signals_timeout())?;
                 s2.request(1);
@@ -369,20 +364,6 @@ where
             })
         })
     }
-}
-
-/// A probing subscriber on `publisher`, once `on_subscribe` arrived.
-fn attach<T: Element, P: Publisher<Item = T>>(
-    env: &TestEnv,
-    publisher: P,
-) -> Result<TestProbe<T>, String> {
-    let subscriber = TestSubscriber::new().reporting_to(env);
-    let probe = subscriber.probe();
-    publisher.subscribe(subscriber);
-    probe
-        .await_subscribed(env.default_timeout())
-        .map_err(|e| format!("rule 1.9: {e}"))?;
-    Ok(probe)
 }
 
 impl<T, S, P> Verification for ProcessorVerification<T, S, P>

@@ -1,7 +1,7 @@
 //! The setup, configuration and §1 (Publisher) tests of [`PublisherVerification`].
 //! Test numbers (P#n) refer to `tck.md` §2.1.
 
-use super::PublisherVerification;
+use super::{attach, attach_clones, attach_probe, probing_subscriber, PublisherVerification};
 use crate::tck::harness::{ensure, moot, skip, untested, Failure, Kind, TestResult, Verification};
 use crate::tck::{Element, Outcome, TestEnv, TestProbe};
 use crate::Publisher;
@@ -43,9 +43,8 @@ where
     pub fn spec_1_1_must_not_signal_more_than_requested(&self) -> Outcome {
         let name = "spec_1_1_must_not_signal_more_than_requested";
         self.run(name, "1.1", |v, env| {
-            v.active(5, false)?;
             let (t, quiet) = (env.default_timeout(), env.no_signals_timeout());
-            let probe = v.subscribe(env, 5)?;
+            let probe = v.subscribe(env, 5, false)?;
             probe
                 .expect_signal_count(1, quiet)
                 .map_err(|e| format!("before any request: {e}"))?;
@@ -69,8 +68,7 @@ where
     pub fn spec_1_2_may_signal_less_than_requested_and_terminate(&self) -> Outcome {
         let name = "spec_1_2_may_signal_less_than_requested_and_terminate";
         self.run(name, "1.2", |v, env| {
-            v.active(3, true)?;
-            let probe = v.subscribe(env, 3)?;
+            let probe = v.subscribe(env, 3, true)?;
             probe.request(10);
             probe.await_items(3, env.default_timeout())?;
             probe.await_completion(env.default_timeout())?;
@@ -94,10 +92,10 @@ where
             |v, env| {
                 v.active(10, true)?;
                 for iteration in 0..v.stochastic_iterations {
-                    let subscriber = Self::subscriber(env)
+                    let subscriber = probing_subscriber(env)
                         .request_on_subscribe(1)
                         .request_on_next(1);
-                    let probe = Self::attach(env, (v.factory)(10), subscriber)?;
+                    let probe = attach(env, (v.factory)(10), subscriber)?;
                     let at = |e: String| format!("iteration {iteration}: {e}");
                     probe
                         .await_completion(env.default_timeout() * 10)
@@ -126,8 +124,7 @@ where
     pub fn spec_1_5_must_signal_on_complete_when_finite_stream_terminates(&self) -> Outcome {
         let name = "spec_1_5_must_signal_on_complete_when_finite_stream_terminates";
         self.run(name, "1.5", |v, env| {
-            v.active(3, true)?;
-            let probe = v.subscribe(env, 3)?;
+            let probe = v.subscribe(env, 3, true)?;
             for i in 1..=3 {
                 probe.request(1);
                 probe.await_items(i, env.default_timeout())?;
@@ -145,8 +142,7 @@ where
     pub fn spec_1_5_empty_stream_must_terminate_by_signalling_on_complete(&self) -> Outcome {
         let name = "spec_1_5_empty_stream_must_terminate_by_signalling_on_complete";
         self.run_optional(name, "1.5", |v, env| {
-            v.active(0, true)?;
-            let probe = v.subscribe(env, 0)?;
+            let probe = v.subscribe(env, 0, true)?;
             probe.request(1);
             probe.await_completion(env.default_timeout())?;
             probe
@@ -168,8 +164,7 @@ where
     pub fn spec_1_7_must_not_signal_after_on_complete(&self) -> Outcome {
         let name = "spec_1_7_must_not_signal_after_on_complete";
         self.run(name, "1.7", |v, env| {
-            v.active(1, true)?;
-            let probe = v.subscribe(env, 1)?;
+            let probe = v.subscribe(env, 1, true)?;
             probe.request(10);
             probe.await_items(1, env.default_timeout())?;
             probe.await_completion(env.default_timeout())?;
@@ -211,8 +206,7 @@ where
     pub fn spec_1_9_must_signal_on_subscribe_first(&self) -> Outcome {
         let name = "spec_1_9_must_signal_on_subscribe_first";
         self.run(name, "1.9", |v, env| {
-            v.active(0, false)?;
-            let probe = v.subscribe(env, 0)?;
+            let probe = v.subscribe(env, 0, false)?;
             probe.cancel();
             Ok(())
         })
@@ -237,8 +231,7 @@ where
     pub fn spec_1_11_may_support_multi_subscribe(&self) -> Outcome {
         let name = "spec_1_11_may_support_multi_subscribe";
         self.run_optional(name, "1.11", |v, env| {
-            v.active(1, false)?;
-            let probes = v.subscribe_many(env, 1, 2)?;
+            let probes = v.subscribe_many(env, 1, false, 2)?;
             env.verify_no_async_failures()?;
             probes.iter().for_each(TestProbe::cancel);
             Ok(())
@@ -250,8 +243,7 @@ where
     pub fn spec_1_11_subscribers_must_receive_on_next_or_on_complete(&self) -> Outcome {
         let name = "spec_1_11_subscribers_must_receive_on_next_or_on_complete";
         self.run_optional(name, "1.11", |v, env| {
-            v.active(1, false)?;
-            let probes = v.subscribe_many(env, 1, 2)?;
+            let probes = v.subscribe_many(env, 1, false, 2)?;
             for probe in &probes {
                 probe.request(1);
                 let _ = probe.await_items(1, env.default_timeout());
@@ -270,8 +262,7 @@ where
     pub fn spec_1_11_multicast_same_sequence_when_requesting_one_by_one(&self) -> Outcome {
         let name = "spec_1_11_multicast_same_sequence_when_requesting_one_by_one";
         self.run_optional(name, "1.11", |v, env| {
-            v.active(5, true)?;
-            let p = v.subscribe_many(env, 5, 3)?;
+            let p = v.subscribe_many(env, 5, true, 3)?;
             let t = env.default_timeout();
             let take = |probe: &TestProbe<P::Item>, k: u64| {
                 let target = probe.received_count() + k;
@@ -312,8 +303,7 @@ where
 
     /// Body of P#1/P#2.
     fn exactly(&self, env: &TestEnv, n: u64) -> TestResult {
-        self.active(n, true)?;
-        let probe = self.subscribe(env, n)?;
+        let probe = self.subscribe(env, n, true)?;
         for i in 1..=n {
             probe.request(1);
             probe
@@ -332,15 +322,14 @@ where
         let Some(failed) = &self.failed else {
             return skip("no failed-publisher factory was configured (with_failed_publisher)");
         };
-        let probe = Self::attach(env, failed(), Self::subscriber(env))?;
+        let probe = attach_probe(env, failed())?;
         probe.await_error(env.default_timeout())?;
         exact_count(&probe, 0)
     }
 
     /// Body of P#23/P#24.
     fn many_upfront(&self, env: &TestEnv, complete: bool) -> TestResult {
-        self.active(3, complete)?;
-        let probes = self.subscribe_many(env, 3, 3)?;
+        let probes = self.subscribe_many(env, 3, complete, 3)?;
         for probe in &probes {
             probe.request(4);
         }
@@ -353,30 +342,23 @@ where
         same_sequences(&probes, 3)
     }
 
-    /// `count` subscribers on clones of one publisher of `n` elements.
+    /// `count` subscribers on clones of one publisher of `n` elements; skips unless the
+    /// factory can make them (and complete, if `complete`) and the publisher can be cloned.
     fn subscribe_many(
         &self,
         env: &TestEnv,
         n: u64,
+        complete: bool,
         count: usize,
     ) -> Result<Vec<TestProbe<P::Item>>, Failure> {
+        self.active(n, complete)?;
         let Some(cloner) = &self.cloner else {
             return Err(Failure::Skip(
                 "subscribing several times needs a Clone publisher and with_multi_subscribe()"
                     .into(),
             ));
         };
-        let publisher = (self.factory)(n);
-        let mut probes = Vec::with_capacity(count);
-        for _ in 1..count {
-            probes.push(Self::attach(
-                env,
-                cloner(&publisher),
-                Self::subscriber(env),
-            )?);
-        }
-        probes.push(Self::attach(env, publisher, Self::subscriber(env))?);
-        Ok(probes)
+        Ok(attach_clones(env, (self.factory)(n), cloner, count)?)
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::rules_1::exact_count;
-use super::PublisherVerification;
+use super::{attach, probing_subscriber, PublisherVerification};
 use crate::demand::UNBOUNDED;
 use crate::tck::harness::{ensure, moot, untested, TestResult, Verification};
 use crate::tck::{Element, Outcome, TestEnv};
@@ -29,10 +29,10 @@ where
         let name = "spec_3_2_must_allow_synchronous_request_from_on_next_and_on_subscribe";
         self.run(name, "3.2", |v, env| {
             v.active(6, false)?;
-            let subscriber = Self::subscriber(env)
+            let subscriber = probing_subscriber(env)
                 .on_subscribe_hook(|probe| (0..3).for_each(|_| probe.request(1)))
                 .request_on_next(1);
-            let probe = Self::attach(env, (v.factory)(6), subscriber)?;
+            let probe = attach(env, (v.factory)(6), subscriber)?;
             env.verify_no_async_failures()?;
             probe.cancel();
             Ok(())
@@ -49,7 +49,7 @@ where
             let n = bound.saturating_add(1);
             v.active(n, false)?;
             let flop = env.clone();
-            let subscriber = Self::subscriber(env).on_next_hook(move |probe, received| {
+            let subscriber = probing_subscriber(env).on_next_hook(move |probe, received| {
                 let depth = DEPTH.with(|d| {
                     d.set(d.get() + 1);
                     d.get()
@@ -63,7 +63,7 @@ where
                 }
                 DEPTH.with(|d| d.set(d.get() - 1));
             });
-            let probe = Self::attach(env, (v.factory)(n), subscriber)?;
+            let probe = attach(env, (v.factory)(n), subscriber)?;
             probe.request(1);
             // Stops after `n` elements or at a terminal signal, whichever comes first.
             let _ = probe.await_items(n, env.default_timeout());
@@ -86,8 +86,7 @@ where
     pub fn spec_3_6_request_after_cancel_must_be_a_no_op(&self) -> Outcome {
         let name = "spec_3_6_request_after_cancel_must_be_a_no_op";
         self.run(name, "3.6", |v, env| {
-            v.active(3, false)?;
-            let probe = v.subscribe(env, 3)?;
+            let probe = v.subscribe(env, 3, false)?;
             probe.cancel();
             (0..3).for_each(|_| probe.request(1));
             probe
@@ -101,8 +100,7 @@ where
     pub fn spec_3_7_cancel_after_cancel_must_be_a_no_op(&self) -> Outcome {
         let name = "spec_3_7_cancel_after_cancel_must_be_a_no_op";
         self.run(name, "3.7", |v, env| {
-            v.active(1, false)?;
-            let probe = v.subscribe(env, 1)?;
+            let probe = v.subscribe(env, 1, false)?;
             (0..3).for_each(|_| probe.cancel());
             probe
                 .expect_signal_count(1, env.no_signals_timeout())
@@ -148,8 +146,7 @@ where
     pub fn spec_3_12_cancel_must_make_the_publisher_eventually_stop_signalling(&self) -> Outcome {
         let name = "spec_3_12_cancel_must_make_the_publisher_eventually_stop_signalling";
         self.run(name, "3.12", |v, env| {
-            v.active(20, false)?;
-            let probe = v.subscribe(env, 20)?;
+            let probe = v.subscribe(env, 20, false)?;
             probe.request(10);
             probe.request(5);
             probe.await_items(1, env.default_timeout())?;
@@ -177,7 +174,7 @@ where
         self.run(name, "3.13", |v, env| {
             v.active(3, false)?;
             let dropped = Arc::new(AtomicBool::new(false));
-            let subscriber = Self::subscriber(env);
+            let subscriber = probing_subscriber(env);
             let probe = subscriber.probe();
             (v.factory)(3).subscribe(DropFlag {
                 inner: subscriber,
@@ -229,7 +226,7 @@ where
             let n = i32::MAX as u64;
             v.active(n, false)?;
             let subscriber =
-                Self::subscriber(env)
+                probing_subscriber(env)
                     .discard_items()
                     .on_next_hook(|probe, received| {
                         if received <= 10 {
@@ -238,7 +235,7 @@ where
                             probe.cancel();
                         }
                     });
-            let probe = Self::attach(env, (v.factory)(n), subscriber)?;
+            let probe = attach(env, (v.factory)(n), subscriber)?;
             probe.request(1);
             probe.await_items(1, env.default_timeout())?;
             env.verify_no_async_failures()?;
@@ -255,8 +252,7 @@ where
 
     /// Body of P#31/P#33: the error `request(0)` produced.
     fn request_zero(&self, env: &TestEnv) -> Result<Error, crate::tck::harness::Failure> {
-        self.active(10, false)?;
-        let probe = self.subscribe(env, 10)?;
+        let probe = self.subscribe(env, 10, false)?;
         probe.request(0);
         let error = probe
             .await_error(env.default_timeout())
@@ -266,8 +262,7 @@ where
 
     /// Body of P#36/P#37.
     fn unbounded(&self, env: &TestEnv, requests: &[u64]) -> TestResult {
-        self.active(3, true)?;
-        let probe = self.subscribe(env, 3)?;
+        let probe = self.subscribe(env, 3, true)?;
         requests.iter().for_each(|&n| probe.request(n));
         probe.await_items(3, env.default_timeout())?;
         probe.await_completion(env.default_timeout())?;
