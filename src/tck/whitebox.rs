@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use super::harness::{moot, run_case, untested, Verification};
+use super::harness::{moot, run_case, untested, TestResult, Verification};
 use super::probe::{SubscriberPuppet, WhiteboxProbe};
 use super::stage::{test_error, ManualSubscription, Stage};
 use super::{Element, Outcome, Report, Suite, TestEnv};
@@ -252,14 +252,7 @@ where
         self.run(
             "spec_2_9_must_accept_on_complete_with_preceding_request",
             "2.9",
-            |v, env| {
-                let mut s = v.setup(env)?;
-                s.puppet.trigger_request(1);
-                s.stage.send_complete()?;
-                s.probe.expect_completion(env.default_timeout())?;
-                env.verify_no_async_failures()?;
-                Ok(())
-            },
+            |v, env| v.complete_after(env, 1),
         )
     }
 
@@ -268,13 +261,7 @@ where
         self.run(
             "spec_2_9_must_accept_on_complete_without_preceding_request",
             "2.9",
-            |v, env| {
-                let mut s = v.setup(env)?;
-                s.stage.send_complete()?;
-                s.probe.expect_completion(env.default_timeout())?;
-                env.verify_no_async_failures()?;
-                Ok(())
-            },
+            |v, env| v.complete_after(env, 0),
         )
     }
 
@@ -283,15 +270,7 @@ where
         self.run(
             "spec_2_10_must_accept_on_error_with_preceding_request",
             "2.10",
-            |v, env| {
-                let mut s = v.setup(env)?;
-                s.puppet.trigger_request(1);
-                s.puppet.trigger_request(1);
-                let error = test_error();
-                s.stage.send_error(error.clone())?;
-                s.probe.expect_error(&error, env.default_timeout())?;
-                Ok(())
-            },
+            |v, env| v.error_after(env, 2),
         )
     }
 
@@ -300,14 +279,30 @@ where
         self.run(
             "spec_2_10_must_accept_on_error_without_preceding_request",
             "2.10",
-            |v, env| {
-                let mut s = v.setup(env)?;
-                let error = test_error();
-                s.stage.send_error(error.clone())?;
-                s.probe.expect_error(&error, env.default_timeout())?;
-                Ok(())
-            },
+            |v, env| v.error_after(env, 0),
         )
+    }
+
+    /// Body of WB#11/WB#12: after `requests` calls of `trigger_request(1)`, `on_complete`
+    /// reaches the probe.
+    fn complete_after(&self, env: &TestEnv, requests: usize) -> TestResult {
+        let mut s = self.setup(env)?;
+        (0..requests).for_each(|_| s.puppet.trigger_request(1));
+        s.stage.send_complete()?;
+        s.probe.expect_completion(env.default_timeout())?;
+        env.verify_no_async_failures()?;
+        Ok(())
+    }
+
+    /// Body of WB#13/WB#14: after `requests` calls of `trigger_request(1)`, the very
+    /// error sent reaches the probe.
+    fn error_after(&self, env: &TestEnv, requests: usize) -> TestResult {
+        let mut s = self.setup(env)?;
+        (0..requests).for_each(|_| s.puppet.trigger_request(1));
+        let error = test_error();
+        s.stage.send_error(error.clone())?;
+        s.probe.expect_error(&error, env.default_timeout())?;
+        Ok(())
     }
 
     /// WB#15, rule 2.11: moot in safe Rust.
