@@ -1,5 +1,7 @@
 //! What every verification shares: the [`Outcome`] of one test, the [`Report`] of a
-//! suite, and the watchdog that runs a test body.
+//! suite, and the watchdog that runs a test body. Every suite implements
+//! [`Verification`] (its `run*` methods put a test body under the watchdog) and
+//! answers [`Suite::run_one`](super::Suite::run_one) with [`run_case`].
 //!
 //! # The watchdog
 //!
@@ -215,7 +217,7 @@ pub(crate) enum Kind {
 
 /// The watchdog budget shared by most tests: room for many expected signals and
 /// quiet windows, plus the test's own `extra`.
-pub(crate) fn budget(env: &TestEnv, extra: Duration) -> Duration {
+fn budget(env: &TestEnv, extra: Duration) -> Duration {
     env.default_timeout() * 20
         + env.no_signals_timeout() * 20
         + env.reference_drop_timeout() * 2
@@ -269,7 +271,7 @@ pub(crate) trait Verification: Clone + Send + 'static {
 
 /// Run `body` under the watchdog with a fresh copy of `env` and turn its result into
 /// an [`Outcome`] whose failure text names `rule`.
-pub(crate) fn run_test<F>(
+fn run_test<F>(
     name: &str,
     rule: &'static str,
     kind: Kind,
