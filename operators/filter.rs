@@ -8,9 +8,10 @@
 //! outstanding. The re-request is re-entrant; for a synchronous source it costs a
 //! thread-local check, not an atomic.
 //!
-//! States: `Idle` → `Active(upstream)` → `Done` (terminal, or the predicate panicked:
-//! upstream cancelled, downstream `on_error(Panicked)`).
+//! States ([`Upstream`]): `Idle` → `Active` → `Done` (terminal, or the predicate
+//! panicked: upstream cancelled, downstream `on_error(Panicked)`).
 
+use crate::drain::Upstream;
 use crate::guard::{catch, BatchOutcome, Guarded};
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -42,19 +43,9 @@ where
         self.source.subscribe(FilterSubscriber {
             downstream: subscriber,
             predicate: self.predicate,
-            state: State::Idle,
+            upstream: Upstream::Idle,
         })
     }
-}
-
-/// Where a `filter` subscription is in its life.
-enum State {
-    /// Waiting for `on_subscribe`.
-    Idle,
-    /// Filtering; holds upstream to re-request swallowed items and to cancel.
-    Active(Subscription),
-    /// Terminated; later signals are ignored.
-    Done,
 }
 
 struct FilterSubscriber<S, F> {
@@ -62,14 +53,14 @@ struct FilterSubscriber<S, F> {
     downstream: S,
     /// The user's predicate.
     predicate: F,
-    /// Life-cycle state.
-    state: State,
+    /// Life-cycle state; holds upstream to re-request swallowed items and to cancel.
+    upstream: Upstream,
 }
 
 impl<S, F> FilterSubscriber<S, F> {
     /// Re-request the items that were swallowed, so downstream's demand still holds.
     fn replenish(&self, swallowed: u64) {
-        if let (State::Active(upstream), true) = (&self.state, swallowed > 0) {
+        if let (Some(upstream), true) = (self.upstream.get(), swallowed > 0) {
             upstream.request(swallowed);
         }
     }
@@ -78,8 +69,7 @@ impl<S, F> FilterSubscriber<S, F> {
     where
         S: Subscriber<T>,
     {
-        if let State::Active(upstream) = std::mem::replace(&mut self.state, State::Done) {
-            upstream.cancel();
+        if self.upstream.cancel() {
             self.downstream.on_error(error);
         }
     }
@@ -91,19 +81,14 @@ where
     F: FnMut(&T) -> bool,
 {
     fn on_subscribe(&mut self, subscription: Subscription) {
-        match self.state {
-            State::Idle => {
-                self.state = State::Active(subscription.clone());
-                self.downstream.on_subscribe(subscription);
-            }
-            // Rule 2.5: a second subscription is cancelled.
-            _ => subscription.cancel(),
+        if self.upstream.accept(&subscription) {
+            self.downstream.on_subscribe(subscription);
         }
     }
 
     #[inline]
     fn on_next(&mut self, item: T) {
-        if !matches!(self.state, State::Active(_)) {
+        if !self.upstream.is_active() {
             return;
         }
         match catch(|| (self.predicate)(&item)) {
@@ -115,16 +100,12 @@ where
 
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
-        if !matches!(self.state, State::Active(_)) {
+        if !self.upstream.is_active() {
             return;
         }
         let mut outcome = BatchOutcome::default();
         let predicate = &mut self.predicate;
-        let batch = Guarded::new(
-            items,
-            |x: T| if predicate(&x) { Some(x) } else { None },
-            &mut outcome,
-        );
+        let batch = Guarded::new(items, |x: T| predicate(&x).then_some(x), &mut outcome);
         self.downstream.on_next_batch(batch);
         match outcome.panic {
             Some(error) => self.fail(error),
@@ -133,13 +114,13 @@ where
     }
 
     fn on_error(&mut self, error: Error) {
-        if !matches!(std::mem::replace(&mut self.state, State::Done), State::Done) {
+        if self.upstream.finish() {
             self.downstream.on_error(error);
         }
     }
 
     fn on_complete(&mut self) {
-        if !matches!(std::mem::replace(&mut self.state, State::Done), State::Done) {
+        if self.upstream.finish() {
             self.downstream.on_complete();
         }
     }

@@ -5,10 +5,11 @@
 //! closure is applied lazily inside `on_next_batch`, so a synchronous chain fuses into
 //! one loop.
 //!
-//! States: `Idle` (before `on_subscribe`) → `Active(upstream)` → `Done` (after a
-//! terminal signal, or after the closure panicked: then upstream is cancelled and
-//! downstream gets `on_error(Panicked)`).
+//! States ([`Upstream`]): `Idle` → `Active` → `Done` (after a terminal signal, or
+//! after the closure panicked: then upstream is cancelled and downstream gets
+//! `on_error(Panicked)`).
 
+use crate::drain::Upstream;
 use crate::guard::{catch, BatchOutcome, Guarded};
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -41,19 +42,9 @@ where
         self.source.subscribe(MapSubscriber {
             downstream: subscriber,
             f: self.f,
-            state: State::Idle,
+            upstream: Upstream::Idle,
         })
     }
-}
-
-/// Where a `map` subscription is in its life.
-enum State {
-    /// Waiting for `on_subscribe`.
-    Idle,
-    /// Passing items; holds upstream to cancel it if the closure panics.
-    Active(Subscription),
-    /// Terminated; later signals are ignored (rules 1.7, 2.8).
-    Done,
 }
 
 struct MapSubscriber<S, F> {
@@ -61,8 +52,8 @@ struct MapSubscriber<S, F> {
     downstream: S,
     /// The user's closure.
     f: F,
-    /// Life-cycle state.
-    state: State,
+    /// Life-cycle state; holds upstream to cancel it if the closure panics.
+    upstream: Upstream,
 }
 
 impl<S, F> MapSubscriber<S, F> {
@@ -70,8 +61,7 @@ impl<S, F> MapSubscriber<S, F> {
     where
         S: Subscriber<U>,
     {
-        if let State::Active(upstream) = std::mem::replace(&mut self.state, State::Done) {
-            upstream.cancel();
+        if self.upstream.cancel() {
             self.downstream.on_error(error);
         }
     }
@@ -83,19 +73,14 @@ where
     F: FnMut(T) -> U,
 {
     fn on_subscribe(&mut self, subscription: Subscription) {
-        match self.state {
-            State::Idle => {
-                self.state = State::Active(subscription.clone());
-                self.downstream.on_subscribe(subscription);
-            }
-            // Rule 2.5: a second subscription is cancelled.
-            _ => subscription.cancel(),
+        if self.upstream.accept(&subscription) {
+            self.downstream.on_subscribe(subscription);
         }
     }
 
     #[inline]
     fn on_next(&mut self, item: T) {
-        if !matches!(self.state, State::Active(_)) {
+        if !self.upstream.is_active() {
             return;
         }
         match catch(|| (self.f)(item)) {
@@ -106,7 +91,7 @@ where
 
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
-        if !matches!(self.state, State::Active(_)) {
+        if !self.upstream.is_active() {
             return;
         }
         let mut outcome = BatchOutcome::default();
@@ -119,13 +104,13 @@ where
     }
 
     fn on_error(&mut self, error: Error) {
-        if !matches!(std::mem::replace(&mut self.state, State::Done), State::Done) {
+        if self.upstream.finish() {
             self.downstream.on_error(error);
         }
     }
 
     fn on_complete(&mut self) {
-        if !matches!(std::mem::replace(&mut self.state, State::Done), State::Done) {
+        if self.upstream.finish() {
             self.downstream.on_complete();
         }
     }

@@ -5,12 +5,13 @@
 //! unbounded demand (Reactor's `limitRequest` semantics). The cap is a CAS on one
 //! counter per `request`, never per item.
 //!
-//! States: `Idle` → `Active { upstream, remaining }` → `Done`. Reaching `remaining ==
-//! 0` cancels upstream and completes downstream; items that were already in flight
-//! are ignored (rule 2.8).
+//! States ([`Upstream`]): `Idle` → `Active` → `Done`, plus the count still to
+//! pass. Reaching `remaining == 0` cancels upstream and completes downstream; items
+//! that were already in flight are ignored (rule 2.8).
 
 use std::sync::Arc;
 
+use crate::drain::Upstream;
 use crate::loom::{AtomicU64, Ordering};
 use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
@@ -37,8 +38,8 @@ impl<P: Publisher> Publisher for Take<P> {
     {
         self.source.subscribe(TakeSubscriber {
             downstream: subscriber,
-            n: self.n,
-            state: State::Idle,
+            remaining: self.n,
+            upstream: Upstream::Idle,
         })
     }
 }
@@ -77,28 +78,13 @@ impl RawSubscription for Cap {
     }
 }
 
-/// Where a `take` subscription is in its life.
-enum State {
-    /// Waiting for `on_subscribe`.
-    Idle,
-    /// Passing items.
-    Active {
-        /// The upstream subscription, cancelled once `remaining` reaches 0.
-        upstream: Subscription,
-        /// Items still to pass.
-        remaining: u64,
-    },
-    /// Terminated; later signals are ignored.
-    Done,
-}
-
 struct TakeSubscriber<S> {
     /// The next stage.
     downstream: S,
-    /// The limit.
-    n: u64,
-    /// Life-cycle state.
-    state: State,
+    /// Items still to pass.
+    remaining: u64,
+    /// Life-cycle state; upstream is cancelled once `remaining` reaches 0.
+    upstream: Upstream,
 }
 
 impl<S> TakeSubscriber<S> {
@@ -107,48 +93,34 @@ impl<S> TakeSubscriber<S> {
     where
         S: Subscriber<T>,
     {
-        if let State::Active { remaining, .. } = &mut self.state {
-            *remaining -= passed;
-            if *remaining == 0 {
-                if let State::Active { upstream, .. } =
-                    std::mem::replace(&mut self.state, State::Done)
-                {
-                    upstream.cancel();
-                }
-                self.downstream.on_complete();
-            }
+        self.remaining -= passed;
+        if self.remaining == 0 && self.upstream.cancel() {
+            self.downstream.on_complete();
         }
     }
 }
 
 impl<T, S: Subscriber<T>> Subscriber<T> for TakeSubscriber<S> {
     fn on_subscribe(&mut self, subscription: Subscription) {
-        if !matches!(self.state, State::Idle) {
-            // Rule 2.5: a second subscription is cancelled.
-            subscription.cancel();
+        if !self.upstream.accept(&subscription) {
             return;
         }
-        if self.n == 0 {
-            subscription.cancel();
-            self.state = State::Done;
+        if self.remaining == 0 {
+            self.upstream.cancel();
             self.downstream.on_subscribe(Subscription::noop());
             self.downstream.on_complete();
             return;
         }
         let cap = Arc::new(Cap {
-            allowance: AtomicU64::new(self.n),
-            upstream: subscription.clone(),
-        });
-        self.state = State::Active {
+            allowance: AtomicU64::new(self.remaining),
             upstream: subscription,
-            remaining: self.n,
-        };
+        });
         self.downstream.on_subscribe(Subscription::new(cap));
     }
 
     #[inline]
     fn on_next(&mut self, item: T) {
-        if let State::Active { .. } = self.state {
+        if self.upstream.is_active() {
             self.downstream.on_next(item);
             self.passed(1);
         }
@@ -156,10 +128,11 @@ impl<T, S: Subscriber<T>> Subscriber<T> for TakeSubscriber<S> {
 
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
-        let State::Active { remaining, .. } = self.state else {
+        if !self.upstream.is_active() {
             return;
-        };
+        }
         let mut passed = 0u64;
+        let remaining = self.remaining;
         let within = items
             .size_hint()
             .1
@@ -178,13 +151,13 @@ impl<T, S: Subscriber<T>> Subscriber<T> for TakeSubscriber<S> {
     }
 
     fn on_error(&mut self, error: Error) {
-        if !matches!(std::mem::replace(&mut self.state, State::Done), State::Done) {
+        if self.upstream.finish() {
             self.downstream.on_error(error);
         }
     }
 
     fn on_complete(&mut self) {
-        if !matches!(std::mem::replace(&mut self.state, State::Done), State::Done) {
+        if self.upstream.finish() {
             self.downstream.on_complete();
         }
     }

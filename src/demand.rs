@@ -332,3 +332,75 @@ mod tests {
         assert_eq!(validate(7).unwrap(), 7);
     }
 }
+
+/// Loom models: `RUSTFLAGS="--cfg loom" cargo test --release --lib loom`.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Concurrent requests and a concurrent settle lose nothing: the final demand is
+    /// exactly requested − produced.
+    #[test]
+    fn loom_add_and_produced_conserve_demand() {
+        loom::model(|| {
+            let demand = Arc::new(AtomicDemand::new());
+            demand.add(2);
+            let a = {
+                let demand = demand.clone();
+                thread::spawn(move || {
+                    demand.add(3);
+                })
+            };
+            let b = {
+                let demand = demand.clone();
+                thread::spawn(move || {
+                    demand.add(5);
+                })
+            };
+            let left = demand.produced(2);
+            assert!(left <= 8);
+            a.join().unwrap();
+            b.join().unwrap();
+            assert_eq!(demand.get(), 8);
+        });
+    }
+
+    /// Saturation is sticky under races: once unbounded, always unbounded.
+    #[test]
+    fn loom_saturation_is_sticky() {
+        loom::model(|| {
+            let demand = Arc::new(AtomicDemand::new());
+            let a = {
+                let demand = demand.clone();
+                thread::spawn(move || {
+                    demand.add(UNBOUNDED - 1);
+                })
+            };
+            demand.add(7);
+            demand.produced(0);
+            a.join().unwrap();
+            assert_eq!(demand.get(), UNBOUNDED);
+            assert_eq!(demand.produced(100), UNBOUNDED);
+            assert_eq!(demand.take(), UNBOUNDED);
+        });
+    }
+
+    /// `take` and `add` race: every unit of demand is either taken or still there.
+    #[test]
+    fn loom_take_races_add() {
+        loom::model(|| {
+            let demand = Arc::new(AtomicDemand::new());
+            let adder = {
+                let demand = demand.clone();
+                thread::spawn(move || {
+                    demand.add(4);
+                })
+            };
+            let taken = demand.take();
+            adder.join().unwrap();
+            assert_eq!(taken + demand.get(), 4);
+        });
+    }
+}

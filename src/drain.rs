@@ -172,3 +172,166 @@ impl SubscriptionSlot {
         matches!(*self.lock(), Slot::Cancelled)
     }
 }
+
+/// Loom models: `RUSTFLAGS="--cfg loom" cargo test --release --lib loom`.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use crate::loom::AtomicU64;
+    use crate::RawSubscription;
+    use loom::sync::atomic::AtomicBool;
+    use loom::sync::Arc;
+    use loom::thread;
+
+    /// Two threads each publish work and enter the drain. Passes never overlap (rule
+    /// 1.3), and some pass runs after each piece of work was published, so no work is
+    /// left unseen when both calls have returned.
+    #[test]
+    fn loom_wip_is_exclusive_and_misses_nothing() {
+        loom::model(|| {
+            let wip = Arc::new(Wip::new());
+            let inside = Arc::new(AtomicBool::new(false));
+            let work = Arc::new(AtomicU64::new(0));
+            let seen = Arc::new(AtomicU64::new(0));
+            let run = |wip: Arc<Wip>,
+                       inside: Arc<AtomicBool>,
+                       work: Arc<AtomicU64>,
+                       seen: Arc<AtomicU64>| {
+                work.fetch_add(1, Ordering::Relaxed);
+                wip.drain(|| {
+                    assert!(
+                        !inside.swap(true, Ordering::Relaxed),
+                        "two passes overlapped"
+                    );
+                    seen.store(work.load(Ordering::Relaxed), Ordering::Relaxed);
+                    inside.store(false, Ordering::Relaxed);
+                });
+            };
+            let other = {
+                let (wip, inside, work, seen) =
+                    (wip.clone(), inside.clone(), work.clone(), seen.clone());
+                thread::spawn(move || run(wip, inside, work, seen))
+            };
+            run(wip.clone(), inside.clone(), work.clone(), seen.clone());
+            other.join().unwrap();
+            assert_eq!(
+                seen.load(Ordering::Relaxed),
+                2,
+                "a published piece of work was never drained"
+            );
+        });
+    }
+
+    struct Counting(Arc<AtomicU64>);
+
+    impl RawSubscription for Counting {
+        fn request(&self, _n: u64) {}
+        fn cancel(&self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `set` racing `cancel`: the subscription ends up cancelled whichever comes
+    /// first, and the slot never hands it out afterwards.
+    #[test]
+    fn loom_slot_cancel_races_set() {
+        loom::model(|| {
+            let slot = Arc::new(SubscriptionSlot::new());
+            let cancels = Arc::new(AtomicU64::new(0));
+            let setter = {
+                let (slot, cancels) = (slot.clone(), cancels.clone());
+                thread::spawn(move || {
+                    slot.set(Subscription::new(std::sync::Arc::new(Counting(cancels))));
+                })
+            };
+            slot.cancel();
+            setter.join().unwrap();
+            assert_eq!(cancels.load(Ordering::Relaxed), 1);
+            assert!(slot.get().is_none());
+            assert!(slot.is_cancelled());
+        });
+    }
+
+    /// Rule 2.5 under a race: of two concurrent `set`s exactly one wins and the
+    /// other subscription is cancelled.
+    #[test]
+    fn loom_slot_second_set_is_cancelled() {
+        loom::model(|| {
+            let slot = Arc::new(SubscriptionSlot::new());
+            let cancels = Arc::new(AtomicU64::new(0));
+            let other = {
+                let (slot, cancels) = (slot.clone(), cancels.clone());
+                thread::spawn(move || {
+                    slot.set(Subscription::new(std::sync::Arc::new(Counting(cancels))))
+                })
+            };
+            let mine = slot.set(Subscription::new(std::sync::Arc::new(Counting(
+                cancels.clone(),
+            ))));
+            let theirs = other.join().unwrap();
+            assert!(mine ^ theirs, "exactly one set wins");
+            assert_eq!(cancels.load(Ordering::Relaxed), 1);
+        });
+    }
+}
+
+/// The life cycle of a stage's upstream subscription: `Idle` (before `on_subscribe`)
+/// → `Active` → `Done` (after a terminal signal, or after the stage failed or
+/// finished early and cancelled upstream). Operators keep one of these instead of
+/// re-deriving rules 2.5 and 1.7 each time.
+#[derive(Debug, Default)]
+pub(crate) enum Upstream {
+    /// Waiting for `on_subscribe`.
+    #[default]
+    Idle,
+    /// Subscribed; signals pass.
+    Active(Subscription),
+    /// Terminated: later signals are ignored (rules 1.7, 2.8).
+    Done,
+}
+
+impl Upstream {
+    /// Accept the first subscription; a later one is cancelled (rule 2.5). Returns
+    /// true when `subscription` was accepted.
+    pub(crate) fn accept(&mut self, subscription: &Subscription) -> bool {
+        if matches!(self, Upstream::Idle) {
+            *self = Upstream::Active(subscription.clone());
+            true
+        } else {
+            subscription.cancel();
+            false
+        }
+    }
+
+    /// True while signals should pass.
+    #[inline]
+    pub(crate) fn is_active(&self) -> bool {
+        matches!(self, Upstream::Active(_))
+    }
+
+    /// The subscription, while active.
+    #[inline]
+    pub(crate) fn get(&self) -> Option<&Subscription> {
+        match self {
+            Upstream::Active(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Upstream terminated: returns true for the first terminal signal (forward it).
+    pub(crate) fn finish(&mut self) -> bool {
+        !matches!(std::mem::replace(self, Upstream::Done), Upstream::Done)
+    }
+
+    /// The stage ends on its own (a panic, a limit reached): cancel upstream. Returns
+    /// true if it was active (the stage must now signal downstream).
+    pub(crate) fn cancel(&mut self) -> bool {
+        match std::mem::replace(self, Upstream::Done) {
+            Upstream::Active(s) => {
+                s.cancel();
+                true
+            }
+            _ => false,
+        }
+    }
+}

@@ -17,7 +17,7 @@
 //! ```
 //!
 //! Start with [`PublisherExt`] (every operator and sink), the [`source`] functions,
-//! and the contract in [`spec`]. The conformance kit is [`tck`] (feature `tck`).
+//! and the contract in [`spec`]. The conformance kit is `weir::tck` (feature `tck`).
 
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations, unreachable_pub)]

@@ -76,6 +76,14 @@ impl Emitted {
     }
 }
 
+/// How a pass ended.
+enum Pass {
+    /// Out of demand or items for now; the source and subscriber stay.
+    Idle,
+    /// Terminated or cancelled: drop the source and the subscriber.
+    Over,
+}
+
 /// A synchronous source of items, driven by the engine.
 pub(crate) trait Emit: Send + 'static {
     type Item: Send + 'static;
@@ -150,6 +158,21 @@ where
             return;
         };
         let reentrant = Reentrant::enter(self.address());
+        // One panic guard around the whole emission loop (not one per batch), so the
+        // loop's state stays in registers.
+        match catch(|| self.emit_loop(source, subscriber, &reentrant)) {
+            Ok(Pass::Idle) => {}
+            Ok(Pass::Over) => *state = None,
+            Err(_) => {
+                tracing::error!("subscriber panicked (rule 2.13); treated as cancelled");
+                *state = None;
+            }
+        }
+    }
+
+    /// Emit batches while there is demand; see the module docs.
+    #[inline]
+    fn emit_loop(&self, source: &mut E, subscriber: &mut S, reentrant: &Reentrant) -> Pass {
         // Demand taken from `self.demand` and from re-entrant requests, not yet used.
         let mut local = 0u64;
         loop {
@@ -158,50 +181,37 @@ where
             // pass a flag set re-entrantly is our own write.
             let flags = self.flags.load(Ordering::Relaxed);
             if flags & CANCELLED != 0 {
-                *state = None;
-                return;
+                return Pass::Over;
             }
             if flags & BAD_REQUEST != 0 {
-                let error = demand::validate(0).unwrap_err();
-                let _ = catch(|| subscriber.on_error(error));
-                *state = None;
-                return;
+                subscriber.on_error(demand::validate(0).unwrap_err());
+                return Pass::Over;
             }
             if local != UNBOUNDED {
                 local = local.saturating_add(self.demand.take());
             }
             let budget = local.min(CHUNK);
-            let emitted = match catch(|| source.emit(subscriber, budget)) {
-                Ok(emitted) => emitted,
-                Err(_) => {
-                    tracing::error!(
-                        "subscriber panicked in on_next (rule 2.13); treated as cancelled"
-                    );
-                    *state = None;
-                    return;
-                }
-            };
+            let emitted = source.emit(subscriber, budget);
             debug_assert!(emitted.count <= budget, "source emitted beyond its budget");
             if local != UNBOUNDED {
                 local = (local - emitted.count).saturating_add(reentrant.take());
             }
             if let Some(end) = emitted.end {
-                let _ = catch(|| match end {
+                match end {
                     Ok(()) => subscriber.on_complete(),
                     Err(error) => subscriber.on_error(error),
-                });
-                *state = None;
-                return;
+                }
+                return Pass::Over;
             }
             if emitted.count < budget || budget == 0 {
                 // The source has nothing now: hand unused demand back for the next pass.
                 if local > 0 {
                     self.demand.add(local);
                 }
-                return;
+                return Pass::Idle;
             }
             if local == 0 && self.demand.get() == 0 {
-                return;
+                return Pass::Idle;
             }
         }
     }

@@ -12,7 +12,7 @@
 //! | [`just`] | one item |
 //! | [`empty`] | nothing; completes at once |
 //! | [`error()`] | nothing; fails at once |
-//! | [`never`] | nothing, ever |
+//! | [`never()`] | nothing, ever |
 //! | [`generate`] | what a stateful closure returns, once per requested item |
 //! | [`defer`] | whatever publisher a factory builds at subscribe time |
 

@@ -21,21 +21,23 @@ mod sealed {
 }
 
 macro_rules! range_int {
-    ($($t:ty),*) => {$(
+    ($($t:ty => $u:ty),*) => {$(
         impl sealed::Sealed for $t {}
         impl RangeInt for $t {
             #[inline]
             fn distance(start: Self, end: Self) -> u64 {
-                if start >= end { 0 } else { (end as i128 - start as i128) as u64 }
+                // Two's complement: the unsigned difference is exact when start < end.
+                if start >= end { 0 } else { (end as $u).wrapping_sub(start as $u) as u64 }
             }
             #[inline]
             fn forward(start: Self, n: u64) -> Self {
-                (start as i128 + n as i128) as $t
+                // Callers pass n <= distance(start, end), so the sum is in range.
+                (start as $u).wrapping_add(n as $u) as $t
             }
         }
     )*};
 }
-range_int!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
+range_int!(u8 => u8, u16 => u16, u32 => u32, u64 => u64, usize => usize, i8 => u8, i16 => u16, i32 => u32, i64 => u64, isize => usize);
 
 /// Publisher for [`range`]. Cloning it gives an independent publisher of the same range.
 #[derive(Clone, Debug)]

@@ -62,7 +62,7 @@ impl<T: Send + 'static> Publisher for Fail<T> {
     }
 }
 
-/// Publisher for [`never`].
+/// Publisher for [`never()`].
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct Never<T> {

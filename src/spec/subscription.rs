@@ -24,12 +24,15 @@ pub trait RawSubscription: Send + Sync {
 #[derive(Clone)]
 pub struct Subscription {
     inner: Arc<dyn RawSubscription>,
+    /// The address of the publisher's state, cached for the re-entrant fast path.
+    address: usize,
 }
 
 impl Subscription {
     /// Wrap a publisher's subscription state.
     pub fn new<R: RawSubscription + 'static>(inner: Arc<R>) -> Self {
-        Subscription { inner }
+        let address = Arc::as_ptr(&inner) as *const () as usize;
+        Subscription { inner, address }
     }
 
     /// A subscription that ignores every call: for publishers that have already
@@ -40,9 +43,7 @@ impl Subscription {
             fn request(&self, _n: u64) {}
             fn cancel(&self) {}
         }
-        Subscription {
-            inner: Arc::new(Noop),
-        }
+        Subscription::new(Arc::new(Noop))
     }
 
     /// Request `n` more items. `n == 0` is a spec violation answered with `on_error`
@@ -51,15 +52,9 @@ impl Subscription {
     pub fn request(&self, n: u64) {
         // A request from inside this subscription's own drain pass (the usual
         // re-entrant replenish) is recorded for the pass without a virtual call.
-        if !crate::demand::Reentrant::try_credit(self.address(), n) {
+        if !crate::demand::Reentrant::try_credit(self.address, n) {
             self.inner.request(n)
         }
-    }
-
-    /// The address of the publisher's subscription state (what `Reentrant` marks).
-    #[inline]
-    fn address(&self) -> usize {
-        Arc::as_ptr(&self.inner) as *const () as usize
     }
 
     /// Cancel: the publisher eventually stops signalling and drops the subscriber.
@@ -71,7 +66,7 @@ impl Subscription {
 
     /// True when both handles refer to the same subscription.
     pub fn ptr_eq(a: &Subscription, b: &Subscription) -> bool {
-        std::ptr::addr_eq(Arc::as_ptr(&a.inner), Arc::as_ptr(&b.inner))
+        a.address == b.address
     }
 }
 

@@ -14,9 +14,8 @@
 //! `min(n, 512)` elements, stopping early if the subscriber cancels, then complete.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::harness::{budget, ensure, moot, run_test, untested, Case, Kind, TestResult};
+use super::harness::{ensure, moot, run_case, untested, TestResult, Verification};
 use super::stage::{call, test_error, ManualSubscription, Stage};
 use super::{Element, Outcome, Report, Suite, TestEnv};
 use crate::{Subscriber, Subscription};
@@ -102,23 +101,6 @@ where
     /// Run every test, in the TCK's order.
     pub fn run_all(&self) -> Report {
         Suite::run_all(self)
-    }
-
-    fn run(
-        &self,
-        name: &str,
-        rule: &'static str,
-        body: fn(&Self, &TestEnv) -> TestResult,
-    ) -> Outcome {
-        let verification = self.clone();
-        run_test(
-            name,
-            rule,
-            Kind::Required,
-            &self.env,
-            budget(&self.env, Duration::ZERO),
-            move |env| body(&verification, env),
-        )
     }
 
     /// A fresh subscriber subscribed to a fresh stage.
@@ -367,6 +349,16 @@ where
     }
 }
 
+impl<T, S> Verification for SubscriberBlackboxVerification<T, S>
+where
+    T: Element,
+    S: Subscriber<T> + Send + 'static,
+{
+    fn base_env(&self) -> &TestEnv {
+        &self.env
+    }
+}
+
 impl<T, S> Suite for SubscriberBlackboxVerification<T, S>
 where
     T: Element,
@@ -377,20 +369,28 @@ where
     }
 
     fn run_one(&self, name: &str) -> Option<Outcome> {
-        let cases: Vec<Case<Self>> = crate::__tck_blackbox_tests!(cases);
-        cases
-            .into_iter()
-            .find(|(n, _, _)| *n == name)
-            .map(|(_, _, test)| test(self))
+        run_case(self, crate::__tck_blackbox_tests!(cases), name)
     }
 }
 
-/// The canonical list of black-box subscriber tests.
+/// The canonical list of black-box subscriber tests: the shared subscriber list alone.
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __tck_blackbox_tests {
     ($($mode:tt)*) => {
+        $crate::__tck_subscriber_tests! { ($($mode)*) [] }
+    };
+}
+
+/// The tests both subscriber suites share, in the TCK's order, after the suite's own
+/// leading entries `$first` (none for the black-box suite, `happy_path` for the
+/// white-box one). Same names and rules in both: only the bodies differ.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tck_subscriber_tests {
+    (($($mode:tt)*) [$($first:tt)*]) => {
         $crate::__tck_expand! { ($($mode)*) [
+            $($first)*
             spec_2_1_must_signal_demand_via_subscription_request => "2.1",
             spec_2_2_should_asynchronously_dispatch => "2.2",
             spec_2_3_must_not_call_subscription_in_on_complete => "2.3",

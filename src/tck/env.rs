@@ -21,8 +21,8 @@
 //! shared list would blame one test for another's failure.
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Timeouts and the asynchronous-failure list of one conformance test.
 ///
@@ -214,10 +214,33 @@ fn env_millis(name: &str) -> Option<Duration> {
 }
 
 /// Lock, ignoring poison: a panicking test thread must not hide other failures.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Lock `mutex` and wait on `changed` until `done` holds or `timeout` has passed; the
+/// guard is returned either way (poison is ignored, as in [`lock`]).
+pub(crate) fn wait_for<'a, S>(
+    mutex: &'a Mutex<S>,
+    changed: &Condvar,
+    timeout: Duration,
+    done: impl Fn(&S) -> bool,
+) -> MutexGuard<'a, S> {
+    let deadline = Instant::now() + timeout;
+    let mut state = lock(mutex);
+    while !done(&state) {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        state = changed
+            .wait_timeout(state, deadline - now)
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .0;
+    }
+    state
 }
 
 #[cfg(test)]

@@ -1,5 +1,7 @@
 //! What every verification shares: the [`Outcome`] of one test, the [`Report`] of a
-//! suite, and the watchdog that runs a test body.
+//! suite, and the watchdog that runs a test body. Every suite implements
+//! [`Verification`] (its `run*` methods put a test body under the watchdog) and
+//! answers [`Suite::run_one`](super::Suite::run_one) with [`run_case`].
 //!
 //! # The watchdog
 //!
@@ -195,6 +197,15 @@ pub(crate) fn ensure(condition: bool, message: impl FnOnce() -> String) -> TestR
 /// One entry of a suite's dispatch table: name, rule, test method.
 pub(crate) type Case<V> = (&'static str, &'static str, fn(&V) -> Outcome);
 
+/// The dispatch of every [`Suite::run_one`](super::Suite::run_one): run the test called
+/// `name` in `cases` on `verification`; `None` if there is no such test.
+pub(crate) fn run_case<V>(verification: &V, cases: Vec<Case<V>>, name: &str) -> Option<Outcome> {
+    cases
+        .into_iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, _, test)| test(verification))
+}
+
 /// How the TCK classifies a test, which decides what a failure means.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -206,16 +217,61 @@ pub(crate) enum Kind {
 
 /// The watchdog budget shared by most tests: room for many expected signals and
 /// quiet windows, plus the test's own `extra`.
-pub(crate) fn budget(env: &TestEnv, extra: Duration) -> Duration {
+fn budget(env: &TestEnv, extra: Duration) -> Duration {
     env.default_timeout() * 20
         + env.no_signals_timeout() * 20
         + env.reference_drop_timeout() * 2
         + extra
 }
 
+/// What every verification shares: it is a cloneable configuration holding the
+/// [`TestEnv`] its tests start from, and runs each test body on a clone of itself
+/// under the watchdog.
+pub(crate) trait Verification: Clone + Send + 'static {
+    /// The timeouts each test gets a fresh copy of.
+    fn base_env(&self) -> &TestEnv;
+
+    /// Run the required test `name` with the standard budget.
+    fn run(
+        &self,
+        name: &str,
+        rule: &'static str,
+        body: fn(&Self, &TestEnv) -> TestResult,
+    ) -> Outcome {
+        self.run_with(name, rule, Kind::Required, Duration::ZERO, body)
+    }
+
+    /// Run the optional test `name` (a failure becomes a skip) with the standard budget.
+    fn run_optional(
+        &self,
+        name: &str,
+        rule: &'static str,
+        body: fn(&Self, &TestEnv) -> TestResult,
+    ) -> Outcome {
+        self.run_with(name, rule, Kind::Optional, Duration::ZERO, body)
+    }
+
+    /// Run `body` on a clone of this verification under the watchdog; `extra` is added
+    /// to the standard budget.
+    fn run_with(
+        &self,
+        name: &str,
+        rule: &'static str,
+        kind: Kind,
+        extra: Duration,
+        body: fn(&Self, &TestEnv) -> TestResult,
+    ) -> Outcome {
+        let verification = self.clone();
+        let env = self.base_env();
+        run_test(name, rule, kind, env, budget(env, extra), move |env| {
+            body(&verification, env)
+        })
+    }
+}
+
 /// Run `body` under the watchdog with a fresh copy of `env` and turn its result into
 /// an [`Outcome`] whose failure text names `rule`.
-pub(crate) fn run_test<F>(
+fn run_test<F>(
     name: &str,
     rule: &'static str,
     kind: Kind,

@@ -2,8 +2,11 @@
 //! rule's test by name. Skips pass and print `SKIPPED: reason`.
 //!
 //! Each suite's test list exists once, in a hidden `__tck_*_tests!` macro next to the
-//! suite; [`__tck_expand!`](crate::__tck_expand) turns it into the `(name, rule)` list,
-//! the dispatch table of [`Suite::run_one`](super::Suite::run_one), or `#[test]`s.
+//! suite (the two subscriber suites share one list, `__tck_subscriber_tests!`; the
+//! white-box suite puts `happy_path` in front); [`__tck_expand!`](crate::__tck_expand)
+//! turns it into the `(name, rule)` list, the dispatch table of
+//! [`Suite::run_one`](super::Suite::run_one), or `#[test]`s. Every `*_tck!` macro is
+//! [`__tck_module!`](crate::__tck_module) with its suite's lists.
 
 /// Expands a test list (internal).
 #[doc(hidden)]
@@ -27,6 +30,24 @@ macro_rules! __tck_expand {
     };
 }
 
+/// The body of every `*_tck!` macro (internal): a function `$name` that makes the
+/// suite, and a module `$name` with one `#[test]` per entry of the listed test lists.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tck_module {
+    ($name:ident, $verification:expr, [$($list:ident),+]) => {
+        #[cfg(test)]
+        fn $name() -> impl $crate::tck::Suite {
+            $verification
+        }
+
+        #[cfg(test)]
+        mod $name {
+            $($crate::$list!(tests super::$name);)+
+        }
+    };
+}
+
 /// Generate one `#[test]` per publisher conformance test (38), in a module `$name`.
 ///
 /// Either give a factory closure, or a configured
@@ -45,18 +66,13 @@ macro_rules! __tck_expand {
 #[macro_export]
 macro_rules! publisher_tck {
     ($name:ident, |$n:ident| $body:expr) => {
-        $crate::publisher_tck!($name, $crate::tck::PublisherVerification::new(|$n: u64| $body));
+        $crate::publisher_tck!(
+            $name,
+            $crate::tck::PublisherVerification::new(|$n: u64| $body)
+        );
     };
     ($name:ident, $verification:expr) => {
-        #[cfg(test)]
-        fn $name() -> impl $crate::tck::Suite {
-            $verification
-        }
-
-        #[cfg(test)]
-        mod $name {
-            $crate::__tck_publisher_tests!(tests super::$name);
-        }
+        $crate::__tck_module!($name, $verification, [__tck_publisher_tests]);
     };
 }
 
@@ -67,15 +83,7 @@ macro_rules! publisher_tck {
 #[macro_export]
 macro_rules! subscriber_blackbox_tck {
     ($name:ident, $verification:expr) => {
-        #[cfg(test)]
-        fn $name() -> impl $crate::tck::Suite {
-            $verification
-        }
-
-        #[cfg(test)]
-        mod $name {
-            $crate::__tck_blackbox_tests!(tests super::$name);
-        }
+        $crate::__tck_module!($name, $verification, [__tck_blackbox_tests]);
     };
 }
 
@@ -86,15 +94,7 @@ macro_rules! subscriber_blackbox_tck {
 #[macro_export]
 macro_rules! subscriber_whitebox_tck {
     ($name:ident, $verification:expr) => {
-        #[cfg(test)]
-        fn $name() -> impl $crate::tck::Suite {
-            $verification
-        }
-
-        #[cfg(test)]
-        mod $name {
-            $crate::__tck_whitebox_tests!(tests super::$name);
-        }
+        $crate::__tck_module!($name, $verification, [__tck_whitebox_tests]);
     };
 }
 
@@ -104,16 +104,14 @@ macro_rules! subscriber_whitebox_tck {
 #[macro_export]
 macro_rules! processor_tck {
     ($name:ident, $verification:expr) => {
-        #[cfg(test)]
-        fn $name() -> impl $crate::tck::Suite {
-            $verification
-        }
-
-        #[cfg(test)]
-        mod $name {
-            $crate::__tck_publisher_tests!(tests super::$name);
-            $crate::__tck_whitebox_tests!(tests super::$name);
-            $crate::__tck_processor_tests!(tests super::$name);
-        }
+        $crate::__tck_module!(
+            $name,
+            $verification,
+            [
+                __tck_publisher_tests,
+                __tck_whitebox_tests,
+                __tck_processor_tests
+            ]
+        );
     };
 }

@@ -22,10 +22,10 @@
 
 use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
-use super::env::lock;
+use super::env::{lock, wait_for};
 use super::TestEnv;
 use crate::sink::SinkHandle;
 use crate::{Error, Subscriber, Subscription};
@@ -156,22 +156,8 @@ impl<T> WhiteboxProbe<T> {
         &self,
         timeout: Duration,
         done: impl Fn(&ProbeState<T>) -> bool,
-    ) -> std::sync::MutexGuard<'_, ProbeState<T>> {
-        let deadline = Instant::now() + timeout;
-        let mut state = lock(&self.shared.state);
-        while !done(&state) {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            state = self
-                .shared
-                .changed
-                .wait_timeout(state, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        state
+    ) -> MutexGuard<'_, ProbeState<T>> {
+        wait_for(&self.shared.state, &self.shared.changed, timeout, done)
     }
 
     /// The registered puppet, within `timeout`.

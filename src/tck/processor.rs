@@ -30,18 +30,17 @@
 //! declares support for at least two. The default is one subscriber.
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::harness::{budget, ensure, run_test, skip, Case, Failure, Kind, TestResult};
+use super::harness::{ensure, run_case, skip, Failure, Verification};
+use super::publisher::{attach_clones, attach_probe, Cloner};
 use super::stage::{test_error, Stage};
 use super::{
     Element, Outcome, ProbedSubscriber, PublisherVerification, Report,
-    SubscriberWhiteboxVerification, Suite, TestEnv, TestProbe, TestSubscriber,
+    SubscriberWhiteboxVerification, Suite, TestEnv, TestProbe,
 };
 use crate::{Error, Processor, Publisher, PublisherExt, Subscriber, Subscription};
 
 type Factory<S, P> = Arc<dyn Fn(usize) -> (S, P) + Send + Sync>;
-type Cloner<P> = Arc<dyn Fn(&P) -> P + Send + Sync>;
 
 /// Configuration and entry point of the processor conformance tests.
 pub struct ProcessorVerification<T, S, P: Publisher> {
@@ -224,23 +223,6 @@ where
         .env(self.env.clone())
     }
 
-    fn run(
-        &self,
-        name: &str,
-        rule: &'static str,
-        body: fn(&Self, &TestEnv) -> TestResult,
-    ) -> Outcome {
-        let verification = self.clone();
-        run_test(
-            name,
-            rule,
-            Kind::Required,
-            &self.env,
-            budget(&self.env, Duration::ZERO),
-            move |env| body(&verification, env),
-        )
-    }
-
     /// A fresh processor with the stage upstream; returns the stage and the publisher half.
     fn setup(&self, env: &TestEnv) -> Result<(Stage<T, S>, P), String> {
         let (subscriber, publisher) = (self.factory)(self.buffer_size);
@@ -266,12 +248,7 @@ where
                 )))
             }
         };
-        let mut probes = Vec::new();
-        for _ in 1..count {
-            probes.push(attach(env, cloner(&publisher))?);
-        }
-        probes.push(attach(env, publisher)?);
-        Ok(probes)
+        Ok(attach_clones(env, publisher, cloner, count)?)
     }
 
     /// IP39, rule 1.4: an upstream error reaches every subscriber, whatever their demand.
@@ -314,7 +291,7 @@ where
             "4.2",
             |v, env| {
                 let (mut stage, publisher) = v.setup(env)?;
-                let probe = attach(env, publisher)?;
+                let probe = attach_probe(env, publisher)?;
                 let error = test_error();
                 stage.send_error(error.clone())?;
                 let got = probe.await_error(env.default_timeout())?;
@@ -339,7 +316,7 @@ where
             }
             let (mut stage, publisher) = v.setup(env)?;
             let second_publisher = (v.cloner.as_ref().expect("checked above"))(&publisher);
-            let s1 = attach(env, publisher)?;
+            let s1 = attach_probe(env, publisher)?;
             s1.request(20);
             let upstream = |stage: &Stage<T, S>| {
                 stage
@@ -358,7 +335,7 @@ where
             if requested == 2 {
                 requested += upstream(&stage)?;
             }
-            let s2 = attach(env, second_publisher)?;
+            let s2 = attach_probe(env, second_publisher)?;
             let z = if v.coordinated {
                 s2.expect_signal_count(1, env.no_signals_timeout())?;
                 s2.request(1);
@@ -389,18 +366,15 @@ where
     }
 }
 
-/// A probing subscriber on `publisher`, once `on_subscribe` arrived.
-fn attach<T: Element, P: Publisher<Item = T>>(
-    env: &TestEnv,
-    publisher: P,
-) -> Result<TestProbe<T>, String> {
-    let subscriber = TestSubscriber::new().reporting_to(env);
-    let probe = subscriber.probe();
-    publisher.subscribe(subscriber);
-    probe
-        .await_subscribed(env.default_timeout())
-        .map_err(|e| format!("rule 1.9: {e}"))?;
-    Ok(probe)
+impl<T, S, P> Verification for ProcessorVerification<T, S, P>
+where
+    T: Element,
+    S: Subscriber<T> + Send + 'static,
+    P: Publisher<Item = T> + 'static,
+{
+    fn base_env(&self) -> &TestEnv {
+        &self.env
+    }
 }
 
 impl<T, S, P> Suite for ProcessorVerification<T, S, P>
@@ -417,14 +391,9 @@ where
     }
 
     fn run_one(&self, name: &str) -> Option<Outcome> {
-        let cases: Vec<Case<Self>> = crate::__tck_processor_tests!(cases);
-        match cases.into_iter().find(|(n, _, _)| *n == name) {
-            Some((_, _, test)) => Some(test(self)),
-            None => self
-                .as_publisher()
-                .run_one(name)
-                .or_else(|| self.as_subscriber().run_one(name)),
-        }
+        run_case(self, crate::__tck_processor_tests!(cases), name)
+            .or_else(|| self.as_publisher().run_one(name))
+            .or_else(|| self.as_subscriber().run_one(name))
     }
 }
 

@@ -29,9 +29,9 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::env::lock;
+use super::env::{lock, wait_for};
 use super::harness::panic_message;
 use super::TestEnv;
 use crate::{Error, RawSubscription, Subscriber, Subscription};
@@ -94,30 +94,11 @@ impl ManualSubscription {
         }
     }
 
-    fn wait(
-        &self,
-        timeout: Duration,
-        done: impl Fn(&ManualState) -> bool,
-    ) -> std::sync::MutexGuard<'_, ManualState> {
-        let deadline = Instant::now() + timeout;
-        let mut state = lock(&self.state);
-        while !done(&state) {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            state = self
-                .changed
-                .wait_timeout(state, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        state
-    }
-
     /// The next `request(n)` not yet expected, within `timeout`.
     pub(crate) fn expect_request(&self, timeout: Duration) -> Result<u64, String> {
-        let mut state = self.wait(timeout, |s| !s.requests.is_empty());
+        let mut state = wait_for(&self.state, &self.changed, timeout, |s| {
+            !s.requests.is_empty()
+        });
         match state.requests.pop_front() {
             Some(0) => Err("rule 3.9: the subscriber requested 0".into()),
             Some(n) => Ok(n),
@@ -127,7 +108,7 @@ impl ManualSubscription {
 
     /// `Ok` once `cancel` was called, within `timeout`.
     pub(crate) fn expect_cancel(&self, timeout: Duration) -> Result<(), String> {
-        if self.wait(timeout, |s| s.cancelled).cancelled {
+        if wait_for(&self.state, &self.changed, timeout, |s| s.cancelled).cancelled {
             Ok(())
         } else {
             Err(format!("the subscriber did not cancel within {timeout:?}"))

@@ -34,9 +34,8 @@
 //! [`run_all`]: PublisherVerification::run_all
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use super::harness::{budget, run_test, Case, Failure, Kind, TestResult};
+use super::harness::{run_case, Failure, TestResult, Verification};
 use super::{Element, Outcome, Report, Suite, TestEnv, TestProbe, TestSubscriber};
 use crate::{BoxPublisher, Publisher};
 
@@ -45,7 +44,8 @@ mod rules_3;
 
 type Factory<P> = Arc<dyn Fn(u64) -> P + Send + Sync>;
 type FailedFactory<T> = Arc<dyn Fn() -> BoxPublisher<T> + Send + Sync>;
-type Cloner<P> = Arc<dyn Fn(&P) -> P + Send + Sync>;
+/// Makes another handle on a publisher, for the tests that subscribe several times.
+pub(crate) type Cloner<P> = Arc<dyn Fn(&P) -> P + Send + Sync>;
 
 /// Configuration and entry point of the publisher conformance tests.
 ///
@@ -190,26 +190,6 @@ where
         Suite::run_all(self)
     }
 
-    /// Run `body` under the watchdog; `extra` is added to the standard budget.
-    fn run(
-        &self,
-        name: &str,
-        rule: &'static str,
-        kind: Kind,
-        extra: Duration,
-        body: fn(&Self, &TestEnv) -> TestResult,
-    ) -> Outcome {
-        let verification = self.clone();
-        run_test(
-            name,
-            rule,
-            kind,
-            &self.env,
-            budget(&self.env, extra),
-            move |env| body(&verification, env),
-        )
-    }
-
     /// Skip unless the factory can make `n` elements (and complete, if `complete`).
     fn active(&self, n: u64, complete: bool) -> TestResult {
         if n > self.max_elements {
@@ -226,31 +206,78 @@ where
         Ok(())
     }
 
-    /// A probing subscriber reporting to `env`.
-    fn subscriber(env: &TestEnv) -> TestSubscriber<P::Item> {
-        TestSubscriber::new().reporting_to(env)
-    }
-
-    /// Subscribe `subscriber` to `publisher` and wait for `on_subscribe`.
-    fn attach<Q>(
+    /// A fresh publisher of `n` elements with a plain probing subscriber attached; skips
+    /// unless the factory can make them (and complete, if `complete`).
+    fn subscribe(
+        &self,
         env: &TestEnv,
-        publisher: Q,
-        subscriber: TestSubscriber<P::Item>,
-    ) -> Result<TestProbe<P::Item>, Failure>
-    where
-        Q: Publisher<Item = P::Item>,
-    {
-        let probe = subscriber.probe();
-        publisher.subscribe(subscriber);
-        probe
-            .await_subscribed(env.default_timeout())
-            .map_err(|e| format!("rule 1.9: {e}"))?;
-        Ok(probe)
+        n: u64,
+        complete: bool,
+    ) -> Result<TestProbe<P::Item>, Failure> {
+        self.active(n, complete)?;
+        Ok(attach_probe(env, (self.factory)(n))?)
     }
+}
 
-    /// A fresh publisher of `n` elements with a plain probing subscriber attached.
-    fn subscribe(&self, env: &TestEnv, n: u64) -> Result<TestProbe<P::Item>, Failure> {
-        Self::attach(env, (self.factory)(n), Self::subscriber(env))
+/// A probing subscriber reporting to `env`.
+pub(crate) fn probing_subscriber<T>(env: &TestEnv) -> TestSubscriber<T> {
+    TestSubscriber::new().reporting_to(env)
+}
+
+/// Subscribe `subscriber` to `publisher` and wait for `on_subscribe`.
+pub(crate) fn attach<T, Q>(
+    env: &TestEnv,
+    publisher: Q,
+    subscriber: TestSubscriber<T>,
+) -> Result<TestProbe<T>, String>
+where
+    T: Element,
+    Q: Publisher<Item = T>,
+{
+    let probe = subscriber.probe();
+    publisher.subscribe(subscriber);
+    probe
+        .await_subscribed(env.default_timeout())
+        .map_err(|e| format!("rule 1.9: {e}"))?;
+    Ok(probe)
+}
+
+/// A plain probing subscriber on `publisher`, once `on_subscribe` arrived.
+pub(crate) fn attach_probe<T, Q>(env: &TestEnv, publisher: Q) -> Result<TestProbe<T>, String>
+where
+    T: Element,
+    Q: Publisher<Item = T>,
+{
+    attach(env, publisher, probing_subscriber(env))
+}
+
+/// `count` plain probing subscribers: on clones of `publisher` made by `cloner`, the
+/// last on `publisher` itself.
+pub(crate) fn attach_clones<T, Q>(
+    env: &TestEnv,
+    publisher: Q,
+    cloner: &Cloner<Q>,
+    count: usize,
+) -> Result<Vec<TestProbe<T>>, String>
+where
+    T: Element,
+    Q: Publisher<Item = T>,
+{
+    let mut probes = Vec::with_capacity(count);
+    for _ in 1..count {
+        probes.push(attach_probe(env, cloner(&publisher))?);
+    }
+    probes.push(attach_probe(env, publisher)?);
+    Ok(probes)
+}
+
+impl<P> Verification for PublisherVerification<P>
+where
+    P: Publisher + 'static,
+    P::Item: Element,
+{
+    fn base_env(&self) -> &TestEnv {
+        &self.env
     }
 }
 
@@ -264,11 +291,7 @@ where
     }
 
     fn run_one(&self, name: &str) -> Option<Outcome> {
-        let cases: Vec<Case<Self>> = crate::__tck_publisher_tests!(cases);
-        cases
-            .into_iter()
-            .find(|(n, _, _)| *n == name)
-            .map(|(_, _, test)| test(self))
+        run_case(self, crate::__tck_publisher_tests!(cases), name)
     }
 }
 

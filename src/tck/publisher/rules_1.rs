@@ -1,10 +1,8 @@
 //! The setup, configuration and §1 (Publisher) tests of [`PublisherVerification`].
 //! Test numbers (P#n) refer to `tck.md` §2.1.
 
-use std::time::Duration;
-
-use super::PublisherVerification;
-use crate::tck::harness::{ensure, moot, skip, untested, Failure, Kind, TestResult};
+use super::{attach, attach_clones, attach_probe, probing_subscriber, PublisherVerification};
+use crate::tck::harness::{ensure, moot, skip, untested, Failure, Kind, TestResult, Verification};
 use crate::tck::{Element, Outcome, TestEnv, TestProbe};
 use crate::Publisher;
 
@@ -16,17 +14,13 @@ where
     /// P#1 (setup): `factory(1)` emits one element on `request(1)`, then completes.
     pub fn create_publisher_1_must_produce_a_stream_of_exactly_1_element(&self) -> Outcome {
         let name = "create_publisher_1_must_produce_a_stream_of_exactly_1_element";
-        self.run(name, "setup", Kind::Required, Duration::ZERO, |v, env| {
-            v.exactly(env, 1)
-        })
+        self.run(name, "setup", |v, env| v.exactly(env, 1))
     }
 
     /// P#2 (setup): `factory(3)` emits three elements one request at a time, then completes.
     pub fn create_publisher_3_must_produce_a_stream_of_exactly_3_elements(&self) -> Outcome {
         let name = "create_publisher_3_must_produce_a_stream_of_exactly_3_elements";
-        self.run(name, "setup", Kind::Required, Duration::ZERO, |v, env| {
-            v.exactly(env, 3)
-        })
+        self.run(name, "setup", |v, env| v.exactly(env, 3))
     }
 
     /// P#3 (config): Java asserts `maxElementsFromPublisher() >= 0`; a `u64` cannot be
@@ -48,10 +42,9 @@ where
     /// one element; `request(1)` + `request(2)` yield exactly three more.
     pub fn spec_1_1_must_not_signal_more_than_requested(&self) -> Outcome {
         let name = "spec_1_1_must_not_signal_more_than_requested";
-        self.run(name, "1.1", Kind::Required, Duration::ZERO, |v, env| {
-            v.active(5, false)?;
+        self.run(name, "1.1", |v, env| {
             let (t, quiet) = (env.default_timeout(), env.no_signals_timeout());
-            let probe = v.subscribe(env, 5)?;
+            let probe = v.subscribe(env, 5, false)?;
             probe
                 .expect_signal_count(1, quiet)
                 .map_err(|e| format!("before any request: {e}"))?;
@@ -74,9 +67,8 @@ where
     /// P#6, rule 1.2: `request(10)` on a stream of 3 yields 3 elements and `on_complete`.
     pub fn spec_1_2_may_signal_less_than_requested_and_terminate(&self) -> Outcome {
         let name = "spec_1_2_may_signal_less_than_requested_and_terminate";
-        self.run(name, "1.2", Kind::Required, Duration::ZERO, |v, env| {
-            v.active(3, true)?;
-            let probe = v.subscribe(env, 3)?;
+        self.run(name, "1.2", |v, env| {
+            let probe = v.subscribe(env, 3, true)?;
             probe.request(10);
             probe.await_items(3, env.default_timeout())?;
             probe.await_completion(env.default_timeout())?;
@@ -92,7 +84,7 @@ where
         }
         let per_iteration = self.env.default_timeout() * 10;
         let extra = per_iteration * self.stochastic_iterations;
-        self.run(
+        self.run_with(
             "spec_1_3_must_signal_serially",
             "1.3",
             Kind::Required,
@@ -100,10 +92,10 @@ where
             |v, env| {
                 v.active(10, true)?;
                 for iteration in 0..v.stochastic_iterations {
-                    let subscriber = Self::subscriber(env)
+                    let subscriber = probing_subscriber(env)
                         .request_on_subscribe(1)
                         .request_on_next(1);
-                    let probe = Self::attach(env, (v.factory)(10), subscriber)?;
+                    let probe = attach(env, (v.factory)(10), subscriber)?;
                     let at = |e: String| format!("iteration {iteration}: {e}");
                     probe
                         .await_completion(env.default_timeout() * 10)
@@ -121,7 +113,7 @@ where
     /// unlike other optional tests, a failure is a failure.
     pub fn spec_1_4_must_signal_on_error_when_fails(&self) -> Outcome {
         let name = "spec_1_4_must_signal_on_error_when_fails";
-        self.run(name, "1.4", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "1.4", |v, env| {
             v.rejects(env)?;
             env.verify_no_async_failures().map_err(Failure::Fail)
         })
@@ -131,9 +123,8 @@ where
     /// silence.
     pub fn spec_1_5_must_signal_on_complete_when_finite_stream_terminates(&self) -> Outcome {
         let name = "spec_1_5_must_signal_on_complete_when_finite_stream_terminates";
-        self.run(name, "1.5", Kind::Required, Duration::ZERO, |v, env| {
-            v.active(3, true)?;
-            let probe = v.subscribe(env, 3)?;
+        self.run(name, "1.5", |v, env| {
+            let probe = v.subscribe(env, 3, true)?;
             for i in 1..=3 {
                 probe.request(1);
                 probe.await_items(i, env.default_timeout())?;
@@ -150,9 +141,8 @@ where
     /// P#10, rule 1.5 (optional): an empty stream completes after `request(1)`.
     pub fn spec_1_5_empty_stream_must_terminate_by_signalling_on_complete(&self) -> Outcome {
         let name = "spec_1_5_empty_stream_must_terminate_by_signalling_on_complete";
-        self.run(name, "1.5", Kind::Optional, Duration::ZERO, |v, env| {
-            v.active(0, true)?;
-            let probe = v.subscribe(env, 0)?;
+        self.run_optional(name, "1.5", |v, env| {
+            let probe = v.subscribe(env, 0, true)?;
             probe.request(1);
             probe.await_completion(env.default_timeout())?;
             probe
@@ -173,9 +163,8 @@ where
     /// P#12, rule 1.7: after `on_complete`, a further `request(10)` produces nothing.
     pub fn spec_1_7_must_not_signal_after_on_complete(&self) -> Outcome {
         let name = "spec_1_7_must_not_signal_after_on_complete";
-        self.run(name, "1.7", Kind::Required, Duration::ZERO, |v, env| {
-            v.active(1, true)?;
-            let probe = v.subscribe(env, 1)?;
+        self.run(name, "1.7", |v, env| {
+            let probe = v.subscribe(env, 1, true)?;
             probe.request(10);
             probe.await_items(1, env.default_timeout())?;
             probe.await_completion(env.default_timeout())?;
@@ -216,9 +205,8 @@ where
     /// any request.
     pub fn spec_1_9_must_signal_on_subscribe_first(&self) -> Outcome {
         let name = "spec_1_9_must_signal_on_subscribe_first";
-        self.run(name, "1.9", Kind::Required, Duration::ZERO, |v, env| {
-            v.active(0, false)?;
-            let probe = v.subscribe(env, 0)?;
+        self.run(name, "1.9", |v, env| {
+            let probe = v.subscribe(env, 0, false)?;
             probe.cancel();
             Ok(())
         })
@@ -228,9 +216,7 @@ where
     /// then `on_error`. Skips without a failed-publisher factory.
     pub fn spec_1_9_may_reject_subscribe_with_on_error_after_on_subscribe(&self) -> Outcome {
         let name = "spec_1_9_may_reject_subscribe_with_on_error_after_on_subscribe";
-        self.run(name, "1.9", Kind::Required, Duration::ZERO, |v, env| {
-            v.rejects(env)
-        })
+        self.run(name, "1.9", |v, env| v.rejects(env))
     }
 
     /// P#19, rule 1.10: moot, `subscribe` takes the subscriber by value.
@@ -244,9 +230,8 @@ where
     /// P#20, rule 1.11 (optional): two clones of one publisher each signal `on_subscribe`.
     pub fn spec_1_11_may_support_multi_subscribe(&self) -> Outcome {
         let name = "spec_1_11_may_support_multi_subscribe";
-        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
-            v.active(1, false)?;
-            let probes = v.subscribe_many(env, 1, 2)?;
+        self.run_optional(name, "1.11", |v, env| {
+            let probes = v.subscribe_many(env, 1, false, 2)?;
             env.verify_no_async_failures()?;
             probes.iter().for_each(TestProbe::cancel);
             Ok(())
@@ -257,9 +242,8 @@ where
     /// after `request(1)` (unicast is allowed).
     pub fn spec_1_11_subscribers_must_receive_on_next_or_on_complete(&self) -> Outcome {
         let name = "spec_1_11_subscribers_must_receive_on_next_or_on_complete";
-        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
-            v.active(1, false)?;
-            let probes = v.subscribe_many(env, 1, 2)?;
+        self.run_optional(name, "1.11", |v, env| {
+            let probes = v.subscribe_many(env, 1, false, 2)?;
             for probe in &probes {
                 probe.request(1);
                 let _ = probe.await_items(1, env.default_timeout());
@@ -277,9 +261,8 @@ where
     /// patterns receive the same five elements and complete.
     pub fn spec_1_11_multicast_same_sequence_when_requesting_one_by_one(&self) -> Outcome {
         let name = "spec_1_11_multicast_same_sequence_when_requesting_one_by_one";
-        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
-            v.active(5, true)?;
-            let p = v.subscribe_many(env, 5, 3)?;
+        self.run_optional(name, "1.11", |v, env| {
+            let p = v.subscribe_many(env, 5, true, 3)?;
             let t = env.default_timeout();
             let take = |probe: &TestProbe<P::Item>, k: u64| {
                 let target = probe.received_count() + k;
@@ -307,9 +290,7 @@ where
     /// same three elements.
     pub fn spec_1_11_multicast_same_sequence_when_requesting_many_upfront(&self) -> Outcome {
         let name = "spec_1_11_multicast_same_sequence_when_requesting_many_upfront";
-        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
-            v.many_upfront(env, false)
-        })
+        self.run_optional(name, "1.11", |v, env| v.many_upfront(env, false))
     }
 
     /// P#24, rule 1.11 (optional): as P#23, and each subscriber completes.
@@ -317,15 +298,12 @@ where
         &self,
     ) -> Outcome {
         let name = "spec_1_11_multicast_same_sequence_and_completion_when_requesting_many_upfront";
-        self.run(name, "1.11", Kind::Optional, Duration::ZERO, |v, env| {
-            v.many_upfront(env, true)
-        })
+        self.run_optional(name, "1.11", |v, env| v.many_upfront(env, true))
     }
 
     /// Body of P#1/P#2.
     fn exactly(&self, env: &TestEnv, n: u64) -> TestResult {
-        self.active(n, true)?;
-        let probe = self.subscribe(env, n)?;
+        let probe = self.subscribe(env, n, true)?;
         for i in 1..=n {
             probe.request(1);
             probe
@@ -344,15 +322,14 @@ where
         let Some(failed) = &self.failed else {
             return skip("no failed-publisher factory was configured (with_failed_publisher)");
         };
-        let probe = Self::attach(env, failed(), Self::subscriber(env))?;
+        let probe = attach_probe(env, failed())?;
         probe.await_error(env.default_timeout())?;
         exact_count(&probe, 0)
     }
 
     /// Body of P#23/P#24.
     fn many_upfront(&self, env: &TestEnv, complete: bool) -> TestResult {
-        self.active(3, complete)?;
-        let probes = self.subscribe_many(env, 3, 3)?;
+        let probes = self.subscribe_many(env, 3, complete, 3)?;
         for probe in &probes {
             probe.request(4);
         }
@@ -365,30 +342,23 @@ where
         same_sequences(&probes, 3)
     }
 
-    /// `count` subscribers on clones of one publisher of `n` elements.
+    /// `count` subscribers on clones of one publisher of `n` elements; skips unless the
+    /// factory can make them (and complete, if `complete`) and the publisher can be cloned.
     fn subscribe_many(
         &self,
         env: &TestEnv,
         n: u64,
+        complete: bool,
         count: usize,
     ) -> Result<Vec<TestProbe<P::Item>>, Failure> {
+        self.active(n, complete)?;
         let Some(cloner) = &self.cloner else {
             return Err(Failure::Skip(
                 "subscribing several times needs a Clone publisher and with_multi_subscribe()"
                     .into(),
             ));
         };
-        let publisher = (self.factory)(n);
-        let mut probes = Vec::with_capacity(count);
-        for _ in 1..count {
-            probes.push(Self::attach(
-                env,
-                cloner(&publisher),
-                Self::subscriber(env),
-            )?);
-        }
-        probes.push(Self::attach(env, publisher, Self::subscriber(env))?);
-        Ok(probes)
+        Ok(attach_clones(env, (self.factory)(n), cloner, count)?)
     }
 }
 

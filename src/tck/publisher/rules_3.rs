@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::rules_1::exact_count;
-use super::PublisherVerification;
+use super::{attach, probing_subscriber, PublisherVerification};
 use crate::demand::UNBOUNDED;
-use crate::tck::harness::{ensure, moot, untested, Kind, TestResult};
+use crate::tck::harness::{ensure, moot, untested, TestResult, Verification};
 use crate::tck::{Element, Outcome, TestEnv};
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -27,12 +27,12 @@ where
     /// (three times) and from every `on_next`.
     pub fn spec_3_2_must_allow_synchronous_request_from_on_next_and_on_subscribe(&self) -> Outcome {
         let name = "spec_3_2_must_allow_synchronous_request_from_on_next_and_on_subscribe";
-        self.run(name, "3.2", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.2", |v, env| {
             v.active(6, false)?;
-            let subscriber = Self::subscriber(env)
+            let subscriber = probing_subscriber(env)
                 .on_subscribe_hook(|probe| (0..3).for_each(|_| probe.request(1)))
                 .request_on_next(1);
-            let probe = Self::attach(env, (v.factory)(6), subscriber)?;
+            let probe = attach(env, (v.factory)(6), subscriber)?;
             env.verify_no_async_failures()?;
             probe.cancel();
             Ok(())
@@ -44,12 +44,12 @@ where
     /// elements, so a recursing publisher cannot overflow the stack.
     pub fn spec_3_3_must_not_allow_unbounded_recursion(&self) -> Outcome {
         let name = "spec_3_3_must_not_allow_unbounded_recursion";
-        self.run(name, "3.3", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.3", |v, env| {
             let bound = v.bounded_recursion_depth;
             let n = bound.saturating_add(1);
             v.active(n, false)?;
             let flop = env.clone();
-            let subscriber = Self::subscriber(env).on_next_hook(move |probe, received| {
+            let subscriber = probing_subscriber(env).on_next_hook(move |probe, received| {
                 let depth = DEPTH.with(|d| {
                     d.set(d.get() + 1);
                     d.get()
@@ -63,7 +63,7 @@ where
                 }
                 DEPTH.with(|d| d.set(d.get() - 1));
             });
-            let probe = Self::attach(env, (v.factory)(n), subscriber)?;
+            let probe = attach(env, (v.factory)(n), subscriber)?;
             probe.request(1);
             // Stops after `n` elements or at a terminal signal, whichever comes first.
             let _ = probe.await_items(n, env.default_timeout());
@@ -85,9 +85,8 @@ where
     /// P#29, rule 3.6: after `cancel`, three `request(1)` produce no signal at all.
     pub fn spec_3_6_request_after_cancel_must_be_a_no_op(&self) -> Outcome {
         let name = "spec_3_6_request_after_cancel_must_be_a_no_op";
-        self.run(name, "3.6", Kind::Required, Duration::ZERO, |v, env| {
-            v.active(3, false)?;
-            let probe = v.subscribe(env, 3)?;
+        self.run(name, "3.6", |v, env| {
+            let probe = v.subscribe(env, 3, false)?;
             probe.cancel();
             (0..3).for_each(|_| probe.request(1));
             probe
@@ -100,9 +99,8 @@ where
     /// P#30, rule 3.7: `cancel` three times without a request: no panic, no signal.
     pub fn spec_3_7_cancel_after_cancel_must_be_a_no_op(&self) -> Outcome {
         let name = "spec_3_7_cancel_after_cancel_must_be_a_no_op";
-        self.run(name, "3.7", Kind::Required, Duration::ZERO, |v, env| {
-            v.active(1, false)?;
-            let probe = v.subscribe(env, 1)?;
+        self.run(name, "3.7", |v, env| {
+            let probe = v.subscribe(env, 1, false)?;
             (0..3).for_each(|_| probe.cancel());
             probe
                 .expect_signal_count(1, env.no_signals_timeout())
@@ -114,7 +112,7 @@ where
     /// P#31, rule 3.9: `request(0)` signals `on_error` with an error naming rule 3.9.
     pub fn spec_3_9_request_zero_must_signal_error(&self) -> Outcome {
         let name = "spec_3_9_request_zero_must_signal_error";
-        self.run(name, "3.9", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.9", |v, env| {
             let error = v.request_zero(env)?;
             ensure(error.rule() == Some("3.9"), || {
                 format!("request(0) must fail with an error whose rule() is 3.9, got {error:?}")
@@ -134,7 +132,7 @@ where
     /// (mentions `3.9` or a non-positive request). Java checks this on negative requests.
     pub fn spec_3_9_request_zero_should_signal_error_with_specific_message(&self) -> Outcome {
         let name = "spec_3_9_request_zero_should_signal_error_with_specific_message";
-        self.run(name, "3.9", Kind::Optional, Duration::ZERO, |v, env| {
+        self.run_optional(name, "3.9", |v, env| {
             let text = v.request_zero(env)?.to_string();
             let lower = text.to_lowercase();
             ensure(lower.contains("3.9") || lower.contains("non-positive"), || {
@@ -147,9 +145,8 @@ where
     /// the publisher falls quiet without exceeding the 15 requested.
     pub fn spec_3_12_cancel_must_make_the_publisher_eventually_stop_signalling(&self) -> Outcome {
         let name = "spec_3_12_cancel_must_make_the_publisher_eventually_stop_signalling";
-        self.run(name, "3.12", Kind::Required, Duration::ZERO, |v, env| {
-            v.active(20, false)?;
-            let probe = v.subscribe(env, 20)?;
+        self.run(name, "3.12", |v, env| {
+            let probe = v.subscribe(env, 20, false)?;
             probe.request(10);
             probe.request(5);
             probe.await_items(1, env.default_timeout())?;
@@ -174,10 +171,10 @@ where
         &self,
     ) -> Outcome {
         let name = "spec_3_13_cancel_must_make_the_publisher_eventually_drop_the_subscriber";
-        self.run(name, "3.13", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.13", |v, env| {
             v.active(3, false)?;
             let dropped = Arc::new(AtomicBool::new(false));
-            let subscriber = Self::subscriber(env);
+            let subscriber = probing_subscriber(env);
             let probe = subscriber.probe();
             (v.factory)(3).subscribe(DropFlag {
                 inner: subscriber,
@@ -207,9 +204,7 @@ where
     /// `on_complete`.
     pub fn spec_3_17_must_support_pending_element_count_up_to_unbounded(&self) -> Outcome {
         let name = "spec_3_17_must_support_pending_element_count_up_to_unbounded";
-        self.run(name, "3.17", Kind::Required, Duration::ZERO, |v, env| {
-            v.unbounded(env, &[UNBOUNDED])
-        })
+        self.run(name, "3.17", |v, env| v.unbounded(env, &[UNBOUNDED]))
     }
 
     /// P#37, rule 3.17: `request(MAX/2)` twice and `request(1)` (summing to
@@ -218,7 +213,7 @@ where
         &self,
     ) -> Outcome {
         let name = "spec_3_17_must_support_cumulative_pending_element_count_up_to_unbounded";
-        self.run(name, "3.17", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.17", |v, env| {
             v.unbounded(env, &[UNBOUNDED / 2, UNBOUNDED / 2, 1])
         })
     }
@@ -227,11 +222,11 @@ where
     /// `u64::MAX - 1`, ten times) is not an error; later `on_next`s cancel.
     pub fn spec_3_17_must_not_signal_on_error_when_pending_above_unbounded(&self) -> Outcome {
         let name = "spec_3_17_must_not_signal_on_error_when_pending_above_unbounded";
-        self.run(name, "3.17", Kind::Required, Duration::ZERO, |v, env| {
+        self.run(name, "3.17", |v, env| {
             let n = i32::MAX as u64;
             v.active(n, false)?;
             let subscriber =
-                Self::subscriber(env)
+                probing_subscriber(env)
                     .discard_items()
                     .on_next_hook(|probe, received| {
                         if received <= 10 {
@@ -240,7 +235,7 @@ where
                             probe.cancel();
                         }
                     });
-            let probe = Self::attach(env, (v.factory)(n), subscriber)?;
+            let probe = attach(env, (v.factory)(n), subscriber)?;
             probe.request(1);
             probe.await_items(1, env.default_timeout())?;
             env.verify_no_async_failures()?;
@@ -257,8 +252,7 @@ where
 
     /// Body of P#31/P#33: the error `request(0)` produced.
     fn request_zero(&self, env: &TestEnv) -> Result<Error, crate::tck::harness::Failure> {
-        self.active(10, false)?;
-        let probe = self.subscribe(env, 10)?;
+        let probe = self.subscribe(env, 10, false)?;
         probe.request(0);
         let error = probe
             .await_error(env.default_timeout())
@@ -268,8 +262,7 @@ where
 
     /// Body of P#36/P#37.
     fn unbounded(&self, env: &TestEnv, requests: &[u64]) -> TestResult {
-        self.active(3, true)?;
-        let probe = self.subscribe(env, 3)?;
+        let probe = self.subscribe(env, 3, true)?;
         requests.iter().for_each(|&n| probe.request(n));
         probe.await_items(3, env.default_timeout())?;
         probe.await_completion(env.default_timeout())?;

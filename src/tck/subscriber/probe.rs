@@ -2,10 +2,10 @@
 //! [`TestSubscriber`](super::TestSubscriber) from the test's side.
 
 use std::fmt;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use super::{terminal_name, Signal, State, Terminal, TestProbe, Violation};
-use crate::tck::env::lock;
+use crate::tck::env::{lock, wait_for};
 use crate::{Error, Subscription};
 
 impl<T> TestProbe<T> {
@@ -147,25 +147,14 @@ impl<T> TestProbe<T> {
         what: impl Fn(&State<T>) -> String,
         done: impl Fn(&State<T>) -> bool,
     ) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
-        let mut state = self.state();
-        loop {
-            if done(&state) {
-                return Ok(());
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(format!(
-                    "timed out after {timeout:?} waiting for {}",
-                    what(&state)
-                ));
-            }
-            state = self
-                .shared
-                .changed
-                .wait_timeout(state, deadline - now)
-                .unwrap_or_else(|poisoned| poisoned.into_inner())
-                .0;
+        let state = wait_for(&self.shared.state, &self.shared.changed, timeout, &done);
+        if done(&state) {
+            Ok(())
+        } else {
+            Err(format!(
+                "timed out after {timeout:?} waiting for {}",
+                what(&state)
+            ))
         }
     }
 
