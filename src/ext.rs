@@ -65,9 +65,12 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Backpressure
     ///
     /// PassThrough with replenishment: requests go upstream unchanged, and the items
-    /// the predicate swallows are requested again in one batch when upstream's
-    /// outstanding window runs dry (never one `request(1)` per swallowed item; never
-    /// at all under unbounded demand).
+    /// the predicate swallows are requested again, once per batch the stage receives
+    /// (one `request` for all the batch's swallowed items), so upstream's outstanding
+    /// demand always equals downstream's. An upstream that delivers item by item (a
+    /// [`BoxPublisher`] stage, or your own publisher without `on_next_batch`) gets
+    /// one `request(1)` per swallowed item. Inside a synchronous chain the re-request
+    /// is a thread-local update, not a call.
     ///
     /// # Timing
     ///

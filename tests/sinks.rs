@@ -539,7 +539,13 @@ fn blocking_iter_rejects_an_unbounded_window() {
 }
 
 #[test]
-#[should_panic(expected = "prefetch must be at least 1 (got 0)")]
+#[should_panic(expected = "blocking_iter prefetch must be in 1..=2^30 (got 0)")]
 fn blocking_iter_zero_prefetch_panics() {
     let _ = weir::range(0u8..3).blocking_iter(0);
+}
+
+#[test]
+#[should_panic(expected = "blocking_iter prefetch must be in 1..=2^30 (got 1073741825)")]
+fn blocking_iter_prefetch_above_the_limit_panics() {
+    let _ = weir::never::<u64>().blocking_iter((1 << 30) + 1);
 }

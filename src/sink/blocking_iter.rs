@@ -63,17 +63,22 @@ pub(crate) struct IterSubscriber<T> {
     subscribed: bool,
 }
 
+/// The largest window: the queue is allocated up front, so it must stay reasonable.
+const MAX_PREFETCH: u64 = 1 << 30;
+
 /// Build the two halves.
 ///
 /// # Panics
 ///
 /// If `prefetch` is 0 or larger than `usize::MAX`.
 pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIter<T>) {
+    assert!(
+        (1..=MAX_PREFETCH).contains(&prefetch),
+        "blocking_iter prefetch must be in 1..=2^30 (got {prefetch})"
+    );
     let replenish = Replenish::new(prefetch);
-    let capacity = usize::try_from(prefetch)
-        .ok()
-        .filter(|&c| c < isize::MAX as usize / 2)
-        .unwrap_or_else(|| panic!("blocking_iter prefetch must be in 1..=2^30 (got {prefetch})"));
+    // The queue is allocated once, up front, for the whole window.
+    let capacity = prefetch as usize;
     let shared = Arc::new(Shared {
         state: Mutex::new(State {
             queue: VecDeque::with_capacity(capacity),
