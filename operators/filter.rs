@@ -99,17 +99,22 @@ where
     }
 
     #[inline]
-    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
         if !self.upstream.is_active() {
-            return;
+            return 0;
         }
         let mut outcome = BatchOutcome::default();
         let predicate = &mut self.predicate;
         let batch = Guarded::new(items, |x: T| predicate(&x).then_some(x), &mut outcome);
-        self.downstream.on_next_batch(batch);
+        let credit = self.downstream.on_next_batch(batch);
         match outcome.panic {
-            Some(error) => self.fail(error),
-            None => self.replenish(outcome.swallowed),
+            Some(error) => {
+                self.fail(error);
+                0
+            }
+            // Downstream holds our upstream's subscription: its credit passes as is,
+            // plus the swallowed items, which are owed to downstream again.
+            None => credit.saturating_add(outcome.swallowed),
         }
     }
 

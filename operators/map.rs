@@ -90,16 +90,22 @@ where
     }
 
     #[inline]
-    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
         if !self.upstream.is_active() {
-            return;
+            return 0;
         }
         let mut outcome = BatchOutcome::default();
         let f = &mut self.f;
-        self.downstream
-            .on_next_batch(Guarded::new(items, |x| Some(f(x)), &mut outcome));
-        if let Some(error) = outcome.panic {
-            self.fail(error);
+        // Downstream holds our upstream's subscription, so its credit passes as is.
+        let credit =
+            self.downstream
+                .on_next_batch(Guarded::new(items, |x| Some(f(x)), &mut outcome));
+        match outcome.panic {
+            Some(error) => {
+                self.fail(error);
+                0
+            }
+            None => credit,
         }
     }
 

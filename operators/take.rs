@@ -39,6 +39,7 @@ impl<P: Publisher> Publisher for Take<P> {
         self.source.subscribe(TakeSubscriber {
             downstream: subscriber,
             remaining: self.n,
+            cap: None,
             upstream: Upstream::Idle,
         })
     }
@@ -52,13 +53,9 @@ struct Cap {
     upstream: Subscription,
 }
 
-impl RawSubscription for Cap {
-    fn request(&self, n: u64) {
-        if n == 0 {
-            // The source answers with the rule 3.9 error.
-            self.upstream.request(0);
-            return;
-        }
+impl Cap {
+    /// Take up to `n` from the allowance; returns what may go upstream.
+    fn grant(&self, n: u64) -> u64 {
         // Relaxed: the allowance only partitions a number; the request itself is
         // published by the upstream's demand counter.
         let previous = self
@@ -67,7 +64,18 @@ impl RawSubscription for Cap {
                 Some(left - left.min(n))
             })
             .unwrap_or_else(|left| left);
-        let grant = previous.min(n);
+        previous.min(n)
+    }
+}
+
+impl RawSubscription for Cap {
+    fn request(&self, n: u64) {
+        if n == 0 {
+            // The source answers with the rule 3.9 error.
+            self.upstream.request(0);
+            return;
+        }
+        let grant = self.grant(n);
         if grant > 0 {
             self.upstream.request(grant);
         }
@@ -83,6 +91,8 @@ struct TakeSubscriber<S> {
     downstream: S,
     /// Items still to pass.
     remaining: u64,
+    /// The cap downstream's requests go through (and its batch credit).
+    cap: Option<Arc<Cap>>,
     /// Life-cycle state; upstream is cancelled once `remaining` reaches 0.
     upstream: Upstream,
 }
@@ -115,6 +125,7 @@ impl<T, S: Subscriber<T>> Subscriber<T> for TakeSubscriber<S> {
             allowance: AtomicU64::new(self.remaining),
             upstream: subscription,
         });
+        self.cap = Some(cap.clone());
         self.downstream.on_subscribe(Subscription::new(cap));
     }
 
@@ -127,9 +138,9 @@ impl<T, S: Subscriber<T>> Subscriber<T> for TakeSubscriber<S> {
     }
 
     #[inline]
-    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
         if !self.upstream.is_active() {
-            return;
+            return 0;
         }
         let mut passed = 0u64;
         let remaining = self.remaining;
@@ -137,17 +148,22 @@ impl<T, S: Subscriber<T>> Subscriber<T> for TakeSubscriber<S> {
             .size_hint()
             .1
             .is_some_and(|upper| upper as u64 <= remaining);
-        if within {
+        let credit = if within {
             // The common case: upstream honours the cap, so no `Take` adaptor (whose
             // `fold` cannot fuse) is needed.
             self.downstream
-                .on_next_batch(items.inspect(|_| passed += 1));
+                .on_next_batch(items.inspect(|_| passed += 1))
         } else {
             let limit = usize::try_from(remaining).unwrap_or(usize::MAX);
             self.downstream
-                .on_next_batch(items.take(limit).inspect(|_| passed += 1));
-        }
+                .on_next_batch(items.take(limit).inspect(|_| passed += 1))
+        };
         self.passed(passed);
+        // Downstream's credit goes through the cap, like its requests.
+        match (&self.cap, self.upstream.is_active(), credit) {
+            (Some(cap), true, 1..) => cap.grant(credit),
+            _ => 0,
+        }
     }
 
     fn on_error(&mut self, error: Error) {

@@ -5,8 +5,10 @@
 //!   emitting thread; saturating add, batched settle.
 //! * [`Replenish`]: the 75% rule for anything that holds a prefetch window (sinks,
 //!   async boundaries, bridges, mux credit).
-//! * `Reentrant` (crate-private): the fast path for a `request` made on the thread
-//!   that is running the requested subscription's drain pass.
+//!
+//! Batch credit (demand returned from `Subscriber::on_next_batch`) is added by the
+//! emitter to its pass-local demand with plain arithmetic; it needs no atomic because
+//! only the drain owner sees it.
 //!
 //! # Memory ordering (decided once, here)
 //!
@@ -220,69 +222,6 @@ impl Replenish {
         } else {
             None
         }
-    }
-}
-
-/// Re-entrant credit: a `request` made from inside `on_next`, on the thread that is
-/// running the drain pass of the very subscription it targets.
-///
-/// That is how every batching subscriber replenishes in a synchronous chain, once per
-/// batch. The pass owner marks its thread with the subscription's address
-/// ([`Reentrant::enter`]); [`Subscription::request`](crate::Subscription::request)
-/// checks the mark and, on a match, adds to a thread-local counter instead of making a
-/// virtual call and two read-modify-writes. The pass collects the counter with
-/// [`Reentrant::take`] after each batch. No synchronisation is needed: the mark, the
-/// counter and the pass are all on one thread, and the pass is the `Wip` owner.
-/// Requests from other threads, or for other subscriptions, take the ordinary path.
-pub(crate) struct Reentrant {
-    previous: (usize, u64),
-}
-
-thread_local! {
-    /// (address of the subscription whose pass runs on this thread, credit requested
-    /// re-entrantly and not yet collected).
-    static REENTRANT: std::cell::Cell<(usize, u64)> = const { std::cell::Cell::new((0, 0)) };
-}
-
-impl Reentrant {
-    /// Mark this thread as running the pass of the subscription at `address`. The
-    /// previous mark (a pass further up this thread's stack) comes back on drop.
-    #[inline]
-    pub(crate) fn enter(address: usize) -> Self {
-        Reentrant {
-            previous: REENTRANT.with(|r| r.replace((address, 0))),
-        }
-    }
-
-    /// Collect the credit requested re-entrantly since the last call.
-    #[inline]
-    pub(crate) fn take(&self) -> u64 {
-        REENTRANT.with(|r| {
-            let (address, credit) = r.get();
-            r.set((address, 0));
-            credit
-        })
-    }
-
-    /// If the pass of the subscription at `address` runs on this thread, record `n`
-    /// there and return true.
-    #[inline]
-    pub(crate) fn try_credit(address: usize, n: u64) -> bool {
-        REENTRANT.with(|r| {
-            let (owner, credit) = r.get();
-            if owner == address && n != 0 {
-                r.set((owner, credit.saturating_add(n)));
-                true
-            } else {
-                false
-            }
-        })
-    }
-}
-
-impl Drop for Reentrant {
-    fn drop(&mut self) {
-        REENTRANT.with(|r| r.set(self.previous));
     }
 }
 

@@ -27,6 +27,9 @@ enum Defect {
     /// `request` emits while holding a lock, so a `request` from `on_next` deadlocks
     /// or panics (rules 3.2 / 3.3).
     LocksAcrossSignals,
+    /// Delivers with `on_next_batch` but throws away the batch credit it returns, so
+    /// a subscriber that replenishes that way starves (rules 3.8 / 1.3).
+    DropsBatchCredit,
 }
 
 /// A synchronous publisher of `0..n` with an optional defect.
@@ -97,7 +100,11 @@ impl<S: Subscriber<u64> + Send> ToySubscription<S> {
             }
             self.demand.fetch_sub(1, Ordering::SeqCst);
             *next += 1;
-            subscriber.on_next(*next - 1);
+            if self.defect == Defect::DropsBatchCredit {
+                let _dropped_credit = subscriber.on_next_batch(std::iter::once(*next - 1));
+            } else {
+                subscriber.on_next(*next - 1);
+            }
         }
         if *next == self.n {
             subscriber.on_complete();
@@ -369,6 +376,21 @@ fn panicking_in_on_error_fails_rule_2_10() {
     let outcome = whitebox(SubscriberDefect::PanicsOnError)
         .spec_2_10_must_accept_on_error_with_preceding_request();
     assert_fails_naming(outcome, "2.10");
+}
+
+#[test]
+fn dropping_batch_credit_fails_the_suite() {
+    let report = verification(Defect::DropsBatchCredit).run_all();
+    let failed: Vec<&str> = report
+        .entries
+        .iter()
+        .filter(|entry| matches!(entry.2, Outcome::Fail(_)))
+        .map(|entry| entry.0.as_str())
+        .collect();
+    assert!(
+        failed.contains(&"spec_1_3_must_signal_serially"),
+        "a publisher that drops batch credit must fail the suite: {failed:?}"
+    );
 }
 
 #[test]

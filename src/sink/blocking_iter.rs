@@ -126,10 +126,28 @@ impl<T> Subscriber<T> for IterSubscriber<T> {
     }
 
     fn on_next(&mut self, item: T) {
-        self.on_next_batch(std::iter::once(item));
+        self.push(std::iter::once(item));
     }
 
-    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
+    /// Queues the batch; replenishing is the iterator's job, so no batch credit.
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        self.push(items);
+        0
+    }
+
+    fn on_error(&mut self, error: Error) {
+        self.end(Err(error));
+    }
+
+    fn on_complete(&mut self) {
+        self.end(Ok(()));
+    }
+}
+
+impl<T> IterSubscriber<T> {
+    /// Queue `items` under one lock; an upstream that overflows the window is
+    /// cancelled and reported.
+    fn push<I: Iterator<Item = T>>(&mut self, items: I) {
         let mut state = self.shared.lock();
         if state.end.is_some() {
             return;
@@ -149,14 +167,6 @@ impl<T> Subscriber<T> for IterSubscriber<T> {
         }
         drop(state);
         self.shared.ready.notify_one();
-    }
-
-    fn on_error(&mut self, error: Error) {
-        self.end(Err(error));
-    }
-
-    fn on_complete(&mut self) {
-        self.end(Ok(()));
     }
 }
 

@@ -1,7 +1,8 @@
 //! `fold`: combine every item into an accumulator; `for_each` and `collect` are folds.
 //!
 //! Demand contract: requests `prefetch` up front, then what it consumed each time
-//! `prefetch - prefetch/4` items arrived ([`Replenish`]), once per batch;
+//! `prefetch - prefetch/4` items arrived ([`Replenish`]), once per batch (as the
+//! batch credit `on_next_batch` returns, or a `request` on the item-by-item path);
 //! `prefetch == UNBOUNDED` requests once. The accumulator lives in the subscriber
 //! and is handed to the [`SinkHandle`] on completion.
 
@@ -40,11 +41,11 @@ pub(crate) fn fold<A, F>(prefetch: u64, init: A, f: F) -> (FoldSubscriber<A, F>,
 }
 
 impl<A, F> FoldSubscriber<A, F> {
-    fn consumed(&mut self, n: u64) {
-        if let Some(batch) = self.replenish.on_consumed(n) {
-            if let Some(upstream) = &self.upstream {
-                upstream.request(batch);
-            }
+    /// Record `n` consumed items; returns the demand to add now (0: none).
+    fn consumed(&mut self, n: u64) -> u64 {
+        match (self.replenish.on_consumed(n), &self.upstream) {
+            (Some(batch), Some(_)) => batch,
+            _ => 0,
         }
     }
 
@@ -79,15 +80,18 @@ where
         match catch(|| (self.f)(acc, item)) {
             Ok(acc) => {
                 self.acc = Some(acc);
-                self.consumed(1);
+                let more = self.consumed(1);
+                if let (Some(upstream), 1..) = (&self.upstream, more) {
+                    upstream.request(more);
+                }
             }
             Err(error) => self.fail(error),
         }
     }
 
     #[inline]
-    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
-        let Some(acc) = self.acc.take() else { return };
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        let Some(acc) = self.acc.take() else { return 0 };
         let f = &mut self.f;
         let mut count = 0u64;
         // One guard around the whole batch: the accumulator stays a plain value, so
@@ -103,9 +107,13 @@ where
         match folded {
             Ok(acc) => {
                 self.acc = Some(acc);
-                self.consumed(count);
+                // Replenish as batch credit: no call back into the publisher.
+                self.consumed(count)
             }
-            Err(error) => self.fail(error),
+            Err(error) => {
+                self.fail(error);
+                0
+            }
         }
     }
 

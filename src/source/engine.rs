@@ -18,12 +18,12 @@
 //! 4. A terminal signal drops both too, so nothing follows it (1.7) and the
 //!    subscription counts as cancelled (1.6).
 //!
-//! 5. A `request` made on the thread that is running this engine's pass (the
-//!    re-entrant replenish from inside `on_next`, once per batch in a batching
-//!    chain) is recorded in a thread-local by `Subscription::request` itself
-//!    ([`Reentrant`]) and collected after the batch into the pass's local demand.
-//!    A synchronous pipeline that requests in batches of 64 therefore makes no
-//!    virtual call and touches no shared atomic to replenish.
+//! 5. The subscriber replenishes by returning **batch credit** from
+//!    `on_next_batch` (see [`Subscriber::on_next_batch`]). The pass adds it to its
+//!    local demand with plain arithmetic: a synchronous pipeline that requests in
+//!    batches of 64 makes no call back into the engine and touches no atomic to
+//!    replenish. A `request` from inside `on_next` (the per-item path) takes the
+//!    shared path of step 3 and is just as correct.
 //!
 //! State (the source and the subscriber) lives in a `Mutex` that only the `Wip` owner
 //! locks, so it is never contended; it exists to make the hand-over between owners on
@@ -35,7 +35,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use crate::demand::{self, AtomicDemand, Reentrant, UNBOUNDED};
+use crate::demand::{self, AtomicDemand, UNBOUNDED};
 use crate::drain::Wip;
 use crate::guard::catch;
 use crate::loom::{AtomicU8, Ordering};
@@ -54,25 +54,38 @@ const BAD_REQUEST: u8 = 2;
 pub(crate) struct Emitted {
     /// Items delivered (never more than the budget).
     pub(crate) count: u64,
+    /// Batch credit the subscriber returned: demand added at the end of the batch.
+    pub(crate) credit: u64,
     /// `Some` when the source has ended: `Ok` to complete, `Err` to fail.
     pub(crate) end: Option<Result<(), Error>>,
 }
 
 impl Emitted {
     pub(crate) fn more(count: u64) -> Self {
-        Emitted { count, end: None }
+        Emitted {
+            count,
+            credit: 0,
+            end: None,
+        }
     }
     pub(crate) fn complete(count: u64) -> Self {
         Emitted {
             count,
+            credit: 0,
             end: Some(Ok(())),
         }
     }
     pub(crate) fn fail(count: u64, error: Error) -> Self {
         Emitted {
             count,
+            credit: 0,
             end: Some(Err(error)),
         }
+    }
+    /// Record the batch credit the subscriber returned.
+    pub(crate) fn with_credit(mut self, credit: u64) -> Self {
+        self.credit = credit;
+        self
     }
 }
 
@@ -147,20 +160,15 @@ where
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    fn address(&self) -> usize {
-        self as *const Self as *const () as usize
-    }
-
     /// One drain pass; runs only on the `Wip` owner.
     fn pass(&self) {
         let mut state = self.lock();
         let Some((source, subscriber)) = state.as_mut() else {
             return;
         };
-        let reentrant = Reentrant::enter(self.address());
         // One panic guard around the whole emission loop (not one per batch), so the
         // loop's state stays in registers.
-        match catch(|| self.emit_loop(source, subscriber, &reentrant)) {
+        match catch(|| self.emit_loop(source, subscriber)) {
             Ok(Pass::Idle) => {}
             Ok(Pass::Over) => *state = None,
             Err(_) => {
@@ -172,8 +180,8 @@ where
 
     /// Emit batches while there is demand; see the module docs.
     #[inline]
-    fn emit_loop(&self, source: &mut E, subscriber: &mut S, reentrant: &Reentrant) -> Pass {
-        // Demand taken from `self.demand` and from re-entrant requests, not yet used.
+    fn emit_loop(&self, source: &mut E, subscriber: &mut S) -> Pass {
+        // Demand taken from `self.demand` and from batch credit, not yet used.
         let mut local = 0u64;
         loop {
             // Relaxed: the flags were set before the setter's `Wip::enter` (Release),
@@ -194,7 +202,7 @@ where
             let emitted = source.emit(subscriber, budget);
             debug_assert!(emitted.count <= budget, "source emitted beyond its budget");
             if local != UNBOUNDED {
-                local = (local - emitted.count).saturating_add(reentrant.take());
+                local = (local - emitted.count).saturating_add(emitted.credit);
             }
             if let Some(end) = emitted.end {
                 match end {

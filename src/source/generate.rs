@@ -117,16 +117,18 @@ where
     fn emit<S: Subscriber<T>>(&mut self, subscriber: &mut S, budget: u64) -> Emitted {
         let mut end = None;
         let mut emitted = 0;
+        let mut credit = 0;
         if budget > 0 {
             let mut steps = Steps {
                 source: self,
                 left: budget,
                 end: &mut end,
             };
-            subscriber.on_next_batch(steps.by_ref().inspect(|_| emitted += 1));
+            credit = subscriber.on_next_batch(steps.by_ref().inspect(|_| emitted += 1));
         }
         Emitted {
             count: emitted,
+            credit,
             end,
         }
     }

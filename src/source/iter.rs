@@ -126,22 +126,25 @@ where
     fn emit<S: Subscriber<I::Item>>(&mut self, subscriber: &mut S, budget: u64) -> Emitted {
         let mut panic = None;
         let mut emitted = 0;
+        let mut credit = 0;
         if budget > 0 {
             let mut batch = Catching {
                 iter: &mut self.iter,
                 left: budget,
                 panic: &mut panic,
             };
-            subscriber.on_next_batch(batch.by_ref().inspect(|_| emitted += 1));
+            credit = subscriber.on_next_batch(batch.by_ref().inspect(|_| emitted += 1));
         }
-        if let Some(error) = panic {
-            return Emitted::fail(emitted, error);
-        }
-        match catch(|| self.iter.peek().is_none()) {
-            Ok(true) => Emitted::complete(emitted),
-            Ok(false) => Emitted::more(emitted),
-            Err(error) => Emitted::fail(emitted, error),
-        }
+        let outcome = if let Some(error) = panic {
+            Emitted::fail(emitted, error)
+        } else {
+            match catch(|| self.iter.peek().is_none()) {
+                Ok(true) => Emitted::complete(emitted),
+                Ok(false) => Emitted::more(emitted),
+                Err(error) => Emitted::fail(emitted, error),
+            }
+        };
+        outcome.with_credit(credit)
     }
 }
 

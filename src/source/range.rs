@@ -82,16 +82,18 @@ where
     fn emit<S: Subscriber<T>>(&mut self, subscriber: &mut S, budget: u64) -> Emitted {
         let available = T::distance(self.start, self.end);
         let n = budget.min(available);
+        let mut credit = 0;
         if n > 0 {
             let end = T::forward(self.start, n);
-            subscriber.on_next_batch(self.start..end);
+            credit = subscriber.on_next_batch(self.start..end);
             self.start = end;
         }
-        if self.start >= self.end {
+        let emitted = if self.start >= self.end {
             Emitted::complete(n)
         } else {
             Emitted::more(n)
-        }
+        };
+        emitted.with_credit(credit)
     }
 }
 

@@ -13,7 +13,10 @@ use super::Subscriber;
 /// An implementation calls `on_subscribe` first (rule 1.9), never calls `on_next`
 /// more often than requested (1.1), signals serially (1.3), ends with at most one of
 /// `on_complete` / `on_error` and nothing after it (1.7), and stops and drops the
-/// subscriber after `cancel` (3.12, 3.13). The conformance kit (`weir::tck`, feature
+/// subscriber after `cancel` (3.12, 3.13). A publisher that delivers with
+/// [`Subscriber::on_next_batch`] adds the batch credit it returns to the outstanding
+/// demand, exactly as if the subscriber had called `request` with it. The conformance
+/// kit (`weir::tck`, feature
 /// `tck`) checks all of this for your own publishers.
 #[must_use = "publishers do nothing until subscribed"]
 pub trait Publisher {

@@ -33,11 +33,19 @@ pub trait Subscriber<T> {
     /// Several items at once, never more than the outstanding demand. Each item counts
     /// as one `on_next` for rule 1.1.
     ///
-    /// The default calls [`on_next`](Subscriber::on_next) per item. Operators and sinks
-    /// override it to settle their bookkeeping once per batch, which lets a synchronous
-    /// chain compile to one fused loop. An implementation should consume the whole
-    /// iterator unless it cancels; items it leaves behind stay with the publisher.
-    fn on_next_batch<I>(&mut self, items: I)
+    /// Returns **batch credit**: further demand, exactly as if the subscriber had called
+    /// [`Subscription::request`] with it on its own subscription at the end of the
+    /// batch (0: none). A batching subscriber replenishes this way, so a synchronous
+    /// chain settles demand once per batch with no call back into the publisher and no
+    /// atomic operation. Calling `request` instead (or as well) is equally correct.
+    ///
+    /// The default calls [`on_next`](Subscriber::on_next) per item and returns 0.
+    /// Operators and sinks override it to settle their bookkeeping once per batch,
+    /// which lets a synchronous chain compile to one fused loop. An implementation
+    /// should consume the whole iterator unless it cancels; items it leaves behind are
+    /// dropped.
+    #[must_use = "the returned batch credit is demand: a publisher must add it as if requested"]
+    fn on_next_batch<I>(&mut self, items: I) -> u64
     where
         I: Iterator<Item = T>,
         Self: Sized,
@@ -45,6 +53,7 @@ pub trait Subscriber<T> {
         for item in items {
             self.on_next(item);
         }
+        0
     }
 }
 

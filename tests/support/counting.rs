@@ -200,7 +200,7 @@ impl<T, S: Subscriber<T>> Subscriber<T> for CountingSubscriber<S> {
         self.downstream.on_next(item);
     }
 
-    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) {
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
         let stats = self.stats.clone();
         let mut first = true;
         let counted = items.inspect(move |_| {
@@ -211,11 +211,20 @@ impl<T, S: Subscriber<T>> Subscriber<T> for CountingSubscriber<S> {
             stats.record_item();
         });
         match self.delivery {
-            Delivery::Batches => self.downstream.on_next_batch(counted),
+            Delivery::Batches => {
+                // Batch credit is a request made at the end of the batch: count it
+                // like one, and pass it on.
+                let credit = self.downstream.on_next_batch(counted);
+                if credit > 0 {
+                    self.stats.record_request(credit);
+                }
+                credit
+            }
             Delivery::OneByOne => {
                 for item in counted {
                     self.downstream.on_next(item);
                 }
+                0
             }
         }
     }

@@ -185,8 +185,13 @@ impl ThreadedRange {
                 control.demand -= k;
             }
             drop(control);
-            subscriber.on_next_batch(next..next + k);
+            let credit = subscriber.on_next_batch(next..next + k);
             next += k;
+            if credit > 0 {
+                // Batch credit is a request made at the end of the batch.
+                let mut control = shared.lock();
+                control.demand = control.demand.saturating_add(credit);
+            }
         }
     }
 }

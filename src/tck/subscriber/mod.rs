@@ -308,6 +308,49 @@ fn terminal_name(terminal: &Terminal) -> String {
     }
 }
 
+impl<T> TestSubscriber<T> {
+    /// Record one item; request `request_on_next` now unless it goes back as batch
+    /// credit (`by_credit`).
+    fn deliver(&mut self, item: T, by_credit: bool) {
+        self.enter();
+        let mut state = lock(&self.shared.state);
+        self.shared.check_order(&mut state, "on_next");
+        state.received += 1;
+        if state.received > state.requested {
+            let message = format!(
+                "on_next #{} arrived but only {} were requested in total",
+                state.received, state.requested
+            );
+            self.shared.violate(&mut state, "1.1", message);
+        }
+        if state.record_items {
+            state.signals.push(Signal::Next(item));
+        }
+        let received = state.received;
+        let request = self.request_on_next;
+        let subscription = if request > 0 && !by_credit {
+            state.requested = state.requested.saturating_add(request);
+            state.subscription.clone()
+        } else {
+            None
+        };
+        drop(state);
+        self.shared.changed.notify_all();
+        if let Some(subscription) = subscription {
+            subscription.request(request);
+        }
+        if let Some(hook) = &mut self.on_next_hook {
+            hook(
+                &TestProbe {
+                    shared: self.shared.clone(),
+                },
+                received,
+            );
+        }
+        self.leave();
+    }
+}
+
 impl<T> Subscriber<T> for TestSubscriber<T> {
     fn on_subscribe(&mut self, subscription: Subscription) {
         self.enter();
@@ -355,42 +398,23 @@ impl<T> Subscriber<T> for TestSubscriber<T> {
     }
 
     fn on_next(&mut self, item: T) {
-        self.enter();
-        let mut state = lock(&self.shared.state);
-        self.shared.check_order(&mut state, "on_next");
-        state.received += 1;
-        if state.received > state.requested {
-            let message = format!(
-                "on_next #{} arrived but only {} were requested in total",
-                state.received, state.requested
-            );
-            self.shared.violate(&mut state, "1.1", message);
+        self.deliver(item, false);
+    }
+
+    /// Items of a batch are checked one by one; the scripted `request_on_next` is
+    /// returned as batch credit for the whole batch (counted as requested only when
+    /// the batch ends), so publishers that drop batch credit fail the checks.
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        let mut credit = 0u64;
+        for item in items {
+            self.deliver(item, true);
+            credit = credit.saturating_add(self.request_on_next);
         }
-        if state.record_items {
-            state.signals.push(Signal::Next(item));
+        if credit > 0 {
+            let mut state = lock(&self.shared.state);
+            state.requested = state.requested.saturating_add(credit);
         }
-        let received = state.received;
-        let request = self.request_on_next;
-        let subscription = if request > 0 {
-            state.requested = state.requested.saturating_add(request);
-            state.subscription.clone()
-        } else {
-            None
-        };
-        drop(state);
-        self.shared.changed.notify_all();
-        if let Some(subscription) = subscription {
-            subscription.request(request);
-        }
-        if let Some(hook) = &mut self.on_next_hook {
-            hook(
-                &TestProbe {
-                    shared: self.shared.clone(),
-                },
-                received,
-            );
-        }
-        self.leave();
+        credit
     }
 
     fn on_error(&mut self, error: Error) {
