@@ -13,6 +13,7 @@
 
 use crate::drain::Upstream;
 use crate::guard::{catch, BatchOutcome, Guarded};
+use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
 /// Publisher for the [`filter`](crate::PublisherExt::filter) method.
@@ -45,6 +46,10 @@ where
             predicate: self.predicate,
             upstream: Upstream::Idle,
         })
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound()
     }
 }
 
@@ -116,6 +121,10 @@ where
             // plus the swallowed items, which are owed to downstream again.
             None => credit.saturating_add(outcome.swallowed),
         }
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.downstream.drop_hook()
     }
 
     fn on_error(&mut self, error: Error) {

@@ -11,6 +11,7 @@
 
 use crate::drain::Upstream;
 use crate::guard::{catch, BatchOutcome, Guarded};
+use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
 /// Publisher for the [`map`](crate::PublisherExt::map) method.
@@ -44,6 +45,10 @@ where
             f: self.f,
             upstream: Upstream::Idle,
         })
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound()
     }
 }
 
@@ -107,6 +112,10 @@ where
             }
             None => credit,
         }
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.downstream.drop_hook()
     }
 
     fn on_error(&mut self, error: Error) {

@@ -4,8 +4,12 @@
 
 mod filter;
 mod map;
+mod on_backpressure_drop;
+mod on_dropped;
 mod take;
 
 pub use filter::Filter;
 pub use map::Map;
+pub use on_backpressure_drop::OnBackpressureDrop;
+pub use on_dropped::OnDropped;
 pub use take::Take;

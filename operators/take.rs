@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use crate::drain::Upstream;
 use crate::loom::{AtomicU64, Ordering};
+use crate::metrics::DropHook;
 use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
 /// Publisher for the [`take`](crate::PublisherExt::take) method.
@@ -42,6 +43,10 @@ impl<P: Publisher> Publisher for Take<P> {
             cap: None,
             upstream: Upstream::Idle,
         })
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound()
     }
 }
 
@@ -164,6 +169,10 @@ impl<T, S: Subscriber<T>> Subscriber<T> for TakeSubscriber<S> {
             (Some(cap), true, 1..) => cap.grant(credit),
             _ => 0,
         }
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.downstream.drop_hook()
     }
 
     fn on_error(&mut self, error: Error) {

@@ -168,3 +168,51 @@ impl std::error::Error for Error {
             .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
+
+/// Why a lossy stage dropped an item (principle 3). Reported to the pipeline's
+/// [`DropHook`](crate::metrics::DropHook) and counted in its
+/// [`Drops`](crate::metrics::Drops).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum DropReason {
+    /// A full buffer discarded its oldest item to make room (`DropOldest`).
+    OverflowOldest,
+    /// A full buffer discarded the arriving item (`DropNewest`, `on_backpressure_drop`).
+    OverflowNewest,
+    /// A newer item replaced this one while there was no demand (keep-latest).
+    ReplacedByLatest,
+    /// The item was merged into another by a `conflate` function.
+    Merged,
+    /// The item waited longer than its queue's maximum age.
+    Expired,
+    /// A push source rejected the item (`Reject` policy); the sender got it back.
+    Rejected,
+}
+
+impl DropReason {
+    /// How many reasons there are.
+    pub const COUNT: usize = 6;
+
+    /// Every reason, in declaration order.
+    pub const ALL: [DropReason; DropReason::COUNT] = [
+        DropReason::OverflowOldest,
+        DropReason::OverflowNewest,
+        DropReason::ReplacedByLatest,
+        DropReason::Merged,
+        DropReason::Expired,
+        DropReason::Rejected,
+    ];
+}
+
+impl fmt::Display for DropReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DropReason::OverflowOldest => "overflow (oldest dropped)",
+            DropReason::OverflowNewest => "overflow (newest dropped)",
+            DropReason::ReplacedByLatest => "replaced by a later item",
+            DropReason::Merged => "merged into another item",
+            DropReason::Expired => "expired in the queue",
+            DropReason::Rejected => "rejected",
+        })
+    }
+}

@@ -1,7 +1,8 @@
 //! [`PublisherExt`]: one thin constructor per operator and sink. The user
 //! documentation of every operator lives on its method here.
 
-use crate::operators::{Filter, Map, Take};
+use crate::metrics::DropHook;
+use crate::operators::{Filter, Map, OnBackpressureDrop, OnDropped, Take};
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
 
@@ -145,6 +146,110 @@ pub trait PublisherExt: Publisher + Sized {
     fn take(self, n: u64) -> Take<Self> {
         assert_publisher::<Self::Item, _>(Take::new(self, n))
     }
+
+    // ---- transformation operators (issue 3) go here, in this section ----------------
+
+    // ---- multi-source operators (issue 3) go here, in this section -----------------
+
+    // ---- rate-decoupling operators ------------------------------------------------
+
+    /// Request everything upstream; pass on what downstream has asked for and drop the
+    /// rest, reporting every dropped item.
+    ///
+    /// # Backpressure
+    ///
+    /// UnboundedIn: upstream is asked for `UNBOUNDED` once. Downstream's demand is
+    /// honoured exactly; items that arrive while it is zero are dropped with
+    /// [`DropReason::OverflowNewest`](crate::DropReason::OverflowNewest), handed to the
+    /// pipeline's [`DropHook`] (see [`on_dropped`](Self::on_dropped)) and counted.
+    /// In-flight bound: 0 (nothing is held).
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4-5|
+    /// demand : 1---2-----
+    /// output : 1---4-5|      (2 and 3 dropped: no demand when they arrived)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; nothing is held, so nothing is discarded.
+    ///
+    /// # Panics
+    ///
+    /// Never.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::metrics::{DropHook, Drops};
+    /// use weir::prelude::*;
+    /// use weir::DropReason;
+    ///
+    /// let drops = Drops::new();
+    /// // A consumer that wants 3 items of a source that pushes 10 at once.
+    /// let kept = weir::range(0u32..10)
+    ///     .on_backpressure_drop()
+    ///     .on_dropped(DropHook::new(drops.clone()))
+    ///     .take(3)
+    ///     .collect_with(3)
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(kept, vec![0, 1, 2]);
+    /// assert_eq!(drops.count(DropReason::OverflowNewest), 7);
+    /// ```
+    fn on_backpressure_drop(self) -> OnBackpressureDrop<Self>
+    where
+        Self::Item: 'static,
+    {
+        assert_publisher::<Self::Item, _>(OnBackpressureDrop::new(self))
+    }
+
+    /// Report what the lossy stages upstream drop to `hook`: every dropped item with
+    /// its reason (the hook may take the item to release resources) and per-reason
+    /// counters.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: the stage changes no signal. Place it after the lossy stages it
+    /// should hear from; they ask for the hook when they are subscribed.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::metrics::{DropHook, Drops};
+    /// use weir::prelude::*;
+    /// use std::sync::{Arc, Mutex};
+    ///
+    /// let drops = Drops::new();
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = seen.clone();
+    /// let hook = DropHook::new(drops.clone()).inspect(move |dropped| {
+    ///     log.lock().unwrap().extend(dropped.take::<u32>());
+    /// });
+    /// let kept = weir::range(0u32..5)
+    ///     .on_backpressure_drop()
+    ///     .on_dropped(hook)
+    ///     .take(2)
+    ///     .collect_with(2)
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(kept, vec![0, 1]);
+    /// assert_eq!(*seen.lock().unwrap(), vec![2, 3, 4]);
+    /// assert_eq!(drops.total(), 3);
+    /// ```
+    fn on_dropped(self, hook: DropHook) -> OnDropped<Self> {
+        assert_publisher::<Self::Item, _>(OnDropped::new(self, hook))
+    }
+
+    // ---- more rate-decoupling operators (issue 3) go here, in this section --------
+
+    // ---- sinks and type erasure ----------------------------------------------------
 
     /// Erase the publisher's type, for heterogeneous pipelines.
     ///

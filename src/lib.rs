@@ -28,6 +28,7 @@ mod error;
 mod ext;
 mod guard;
 pub(crate) mod loom;
+pub mod metrics;
 #[path = "../operators/mod.rs"]
 pub mod operators;
 pub mod sink;
@@ -36,7 +37,7 @@ pub mod spec;
 #[cfg(feature = "tck")]
 pub mod tck;
 
-pub use error::{Error, ErrorKind};
+pub use error::{DropReason, Error, ErrorKind};
 pub use ext::PublisherExt;
 pub use source::{defer, empty, error, from_iter, generate, just, never, range};
 pub use spec::{BoxPublisher, Processor, Publisher, RawSubscription, Subscriber, Subscription};

@@ -27,11 +27,20 @@ pub trait Publisher {
     fn subscribe<S>(self, subscriber: S)
     where
         S: Subscriber<Self::Item> + Send + 'static;
+
+    /// The most items this publisher, with all its upstream stages, can hold at once
+    /// (principle 2: every buffer is bounded). Sources and pass-through stages hold
+    /// none; a buffering stage adds its capacity to its upstream's bound (saturating).
+    /// The default is 0: override it if your publisher buffers.
+    fn in_flight_bound(&self) -> u64 {
+        0
+    }
 }
 
 /// Object-safe form of [`Publisher`], used by [`BoxPublisher`].
 trait DynPublisher<T>: Send {
     fn subscribe_boxed(self: Box<Self>, subscriber: Box<dyn Subscriber<T> + Send>);
+    fn bound(&self) -> u64;
 }
 
 impl<P> DynPublisher<P::Item> for P
@@ -40,6 +49,9 @@ where
 {
     fn subscribe_boxed(self: Box<Self>, subscriber: Box<dyn Subscriber<P::Item> + Send>) {
         (*self).subscribe(subscriber)
+    }
+    fn bound(&self) -> u64 {
+        self.in_flight_bound()
     }
 }
 
@@ -78,5 +90,9 @@ impl<T: Send + 'static> Publisher for BoxPublisher<T> {
         S: Subscriber<T> + Send + 'static,
     {
         self.inner.subscribe_boxed(Box::new(subscriber))
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.inner.bound()
     }
 }

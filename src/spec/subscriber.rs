@@ -1,6 +1,7 @@
 //! The `Subscriber` trait.
 
 use super::Subscription;
+use crate::metrics::DropHook;
 use crate::Error;
 
 /// The receiver of a publisher's signals (Reactive Streams `Subscriber`).
@@ -29,6 +30,14 @@ pub trait Subscriber<T> {
 
     /// The stream ended; no further signals follow.
     fn on_complete(&mut self);
+
+    /// The pipeline's drop hook, asked for by lossy stages upstream when they are
+    /// subscribed. Stages that do not drop items forward the question downstream;
+    /// [`PublisherExt::on_dropped`](crate::PublisherExt::on_dropped) answers it.
+    /// The default is `None` (no hook: drops are still made, and logged).
+    fn drop_hook(&self) -> Option<DropHook> {
+        None
+    }
 
     /// Several items at once, never more than the outstanding demand. Each item counts
     /// as one `on_next` for rule 1.1.
@@ -69,5 +78,8 @@ impl<T, S: Subscriber<T> + ?Sized> Subscriber<T> for Box<S> {
     }
     fn on_complete(&mut self) {
         (**self).on_complete()
+    }
+    fn drop_hook(&self) -> Option<DropHook> {
+        (**self).drop_hook()
     }
 }

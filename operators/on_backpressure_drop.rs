@@ -1,0 +1,150 @@
+//! `on_backpressure_drop`: request everything upstream; pass on what downstream has
+//! asked for and drop the rest, reporting each drop.
+//!
+//! Demand contract: UnboundedIn. Upstream is asked for `UNBOUNDED` once. Downstream
+//! demand is an [`AtomicDemand`]: read once per batch, settled once per batch with
+//! `produced`, and topped up by downstream's `request` (any thread) or by the batch
+//! credit its `on_next_batch` returns. Items beyond the demand are dropped with
+//! [`DropReason::OverflowNewest`] through the pipeline's drop hook, counted per batch.
+//! In-flight bound: 0 (nothing is held).
+//!
+//! States ([`Upstream`]): `Idle` → `Active` → `Done`.
+
+use std::sync::Arc;
+
+use crate::demand::{AtomicDemand, UNBOUNDED};
+use crate::drain::Upstream;
+use crate::metrics::{DropHook, DropReporter};
+use crate::{DropReason, Error, Publisher, RawSubscription, Subscriber, Subscription};
+
+const STAGE: &str = "on_backpressure_drop";
+
+/// Publisher for the [`on_backpressure_drop`](crate::PublisherExt::on_backpressure_drop) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct OnBackpressureDrop<P> {
+    source: P,
+}
+
+impl<P> OnBackpressureDrop<P> {
+    pub(crate) fn new(source: P) -> Self {
+        OnBackpressureDrop { source }
+    }
+}
+
+impl<P: Publisher> Publisher for OnBackpressureDrop<P>
+where
+    P::Item: 'static,
+{
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        self.source.subscribe(DropSubscriber {
+            downstream: subscriber,
+            upstream: Upstream::Idle,
+            credit: None,
+            drops: DropReporter::new(STAGE, None),
+        })
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound()
+    }
+}
+
+/// Downstream's subscription: its requests become demand here, not upstream.
+struct Credit {
+    /// Downstream's outstanding demand.
+    demand: AtomicDemand,
+    /// Upstream, for cancel and for `request(0)` (the source reports rule 3.9).
+    upstream: Subscription,
+}
+
+impl RawSubscription for Credit {
+    fn request(&self, n: u64) {
+        if n == 0 {
+            self.upstream.request(0);
+        } else {
+            self.demand.add(n);
+        }
+    }
+
+    fn cancel(&self) {
+        self.upstream.cancel();
+    }
+}
+
+struct DropSubscriber<S> {
+    /// The next stage.
+    downstream: S,
+    /// Life-cycle state.
+    upstream: Upstream,
+    /// Shared with downstream's subscription handle, once subscribed.
+    credit: Option<Arc<Credit>>,
+    /// Reports what is dropped.
+    drops: DropReporter,
+}
+
+impl<T: 'static, S: Subscriber<T>> Subscriber<T> for DropSubscriber<S> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if !self.upstream.accept(&subscription) {
+            return;
+        }
+        let credit = Arc::new(Credit {
+            demand: AtomicDemand::new(),
+            upstream: subscription.clone(),
+        });
+        self.credit = Some(credit.clone());
+        self.drops = DropReporter::new(STAGE, self.downstream.drop_hook());
+        self.downstream.on_subscribe(Subscription::new(credit));
+        subscription.request(UNBOUNDED);
+    }
+
+    fn on_next(&mut self, item: T) {
+        let _credit_is_ours = self.on_next_batch(std::iter::once(item));
+    }
+
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, mut items: I) -> u64 {
+        let (Some(credit), true) = (&self.credit, self.upstream.is_active()) else {
+            return 0;
+        };
+        let credit = credit.clone();
+        let wanted = credit.demand.get();
+        let mut passed = 0u64;
+        if wanted > 0 {
+            let limit = usize::try_from(wanted).unwrap_or(usize::MAX);
+            let more = self
+                .downstream
+                .on_next_batch(items.by_ref().take(limit).inspect(|_| passed += 1));
+            credit.demand.produced(passed);
+            if more > 0 {
+                credit.demand.add(more);
+            }
+        }
+        for item in items {
+            self.drops.drop_item(DropReason::OverflowNewest, item);
+        }
+        self.drops.flush();
+        // Upstream was asked for everything: no credit goes up.
+        0
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.downstream.drop_hook()
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if self.upstream.finish() {
+            self.downstream.on_error(error);
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if self.upstream.finish() {
+            self.downstream.on_complete();
+        }
+    }
+}

@@ -1,0 +1,76 @@
+//! `on_dropped`: give the lossy stages upstream a [`DropHook`] to report to.
+//!
+//! Demand contract: PassThrough. The stage changes no signal; it only answers
+//! [`Subscriber::drop_hook`] for the stages above it. Lossy stages ask while they are
+//! being subscribed, which happens after this stage exists, so the order in the chain
+//! is: lossy stages first, then `on_dropped`, then the rest.
+
+use crate::metrics::DropHook;
+use crate::{Error, Publisher, Subscriber, Subscription};
+
+/// Publisher for the [`on_dropped`](crate::PublisherExt::on_dropped) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct OnDropped<P> {
+    source: P,
+    hook: DropHook,
+}
+
+impl<P> OnDropped<P> {
+    pub(crate) fn new(source: P, hook: DropHook) -> Self {
+        OnDropped { source, hook }
+    }
+}
+
+impl<P: Publisher> Publisher for OnDropped<P> {
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        self.source.subscribe(OnDroppedSubscriber {
+            downstream: subscriber,
+            hook: self.hook,
+        })
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound()
+    }
+}
+
+struct OnDroppedSubscriber<S> {
+    /// The next stage; every signal goes straight to it.
+    downstream: S,
+    /// The answer to `drop_hook`.
+    hook: DropHook,
+}
+
+impl<T, S: Subscriber<T>> Subscriber<T> for OnDroppedSubscriber<S> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        self.downstream.on_subscribe(subscription);
+    }
+
+    #[inline]
+    fn on_next(&mut self, item: T) {
+        self.downstream.on_next(item);
+    }
+
+    #[inline]
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        self.downstream.on_next_batch(items)
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        Some(self.hook.clone())
+    }
+
+    fn on_error(&mut self, error: Error) {
+        self.downstream.on_error(error);
+    }
+
+    fn on_complete(&mut self) {
+        self.downstream.on_complete();
+    }
+}

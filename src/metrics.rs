@@ -1,0 +1,231 @@
+//! Drops, counted and reported (principle 3: every drop is counted, with a reason).
+//!
+//! A lossy stage (`on_backpressure_drop`, `on_backpressure_latest`, `conflate`, a
+//! drop-oldest buffer, …) never discards an item silently. At subscribe time it asks
+//! its downstream for a [`DropHook`] ([`Subscriber::drop_hook`]); pass-through stages
+//! forward the question, and [`PublisherExt::on_dropped`] answers it. Each discarded
+//! item is then handed to the hook as a [`Dropped`] (its reason, the stage's name,
+//! and the item itself, which the hook may take to release resources), and counted in
+//! the hook's [`Drops`]. Without a hook the stage still drops the item (that is its
+//! policy) and emits a `tracing` event at debug level, rate-limited to powers of two.
+//!
+//! Counting: a stage counts drops locally while it handles a batch and adds them to
+//! the shared atomic counters once per batch ([`Drops::add`]), not per item.
+//!
+//! [`Subscriber::drop_hook`]: crate::Subscriber::drop_hook
+//! [`PublisherExt::on_dropped`]: crate::PublisherExt::on_dropped
+
+use std::any::Any;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::DropReason;
+
+/// Counters of dropped items by [`DropReason`]; clones share the counters.
+#[derive(Clone, Default)]
+pub struct Drops {
+    counters: Arc<[AtomicU64; DropReason::COUNT]>,
+}
+
+impl fmt::Debug for Drops {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut map = f.debug_map();
+        for reason in DropReason::ALL {
+            map.entry(&reason, &self.count(reason));
+        }
+        map.finish()
+    }
+}
+
+impl Drops {
+    /// New counters, all zero.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add `n` drops for `reason`.
+    #[inline]
+    pub fn add(&self, reason: DropReason, n: u64) {
+        if n > 0 {
+            // Relaxed: counters are statistics; no other memory is published with them.
+            self.counters[reason as usize].fetch_add(n, Ordering::Relaxed);
+        }
+    }
+
+    /// Drops counted for `reason`.
+    pub fn count(&self, reason: DropReason) -> u64 {
+        self.counters[reason as usize].load(Ordering::Relaxed)
+    }
+
+    /// Drops counted for every reason together.
+    pub fn total(&self) -> u64 {
+        DropReason::ALL.iter().map(|&r| self.count(r)).sum()
+    }
+}
+
+/// One dropped item, as a [`DropHook`] sees it.
+pub struct Dropped<'a> {
+    reason: DropReason,
+    stage: &'static str,
+    /// Always an `Option<T>` holding the item, so [`take`](Dropped::take) can move it out.
+    item: &'a mut dyn Any,
+}
+
+impl fmt::Debug for Dropped<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Dropped")
+            .field("reason", &self.reason)
+            .field("stage", &self.stage)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> Dropped<'a> {
+    /// Why the item was dropped.
+    pub fn reason(&self) -> DropReason {
+        self.reason
+    }
+
+    /// The name of the stage that dropped it (e.g. `"on_backpressure_latest"`).
+    pub fn stage(&self) -> &'static str {
+        self.stage
+    }
+
+    /// Take the item out, if it is a `T` (and was not taken yet). Items the hook does
+    /// not take are dropped by the stage right after the hook returns.
+    pub fn take<T: 'static>(&mut self) -> Option<T> {
+        self.item.downcast_mut::<Option<T>>().and_then(Option::take)
+    }
+
+    /// Look at the item, if it is a `T`.
+    pub fn peek<T: 'static>(&self) -> Option<&T> {
+        self.item
+            .downcast_ref::<Option<T>>()
+            .and_then(Option::as_ref)
+    }
+}
+
+/// Where a pipeline's lossy stages report what they drop: counters, and optionally a
+/// closure that sees every dropped item. Cheap to clone (two `Arc`s).
+///
+/// # Examples
+///
+/// ```
+/// use weir::metrics::{DropHook, Drops};
+/// use weir::DropReason;
+///
+/// let drops = Drops::new();
+/// let hook = DropHook::new(drops.clone()).inspect(|dropped| {
+///     if let Some(buffer) = dropped.take::<Vec<u8>>() {
+///         drop(buffer); // or hand it back to a pool
+///     }
+/// });
+/// hook.report("example", DropReason::OverflowNewest, vec![1u8, 2, 3]);
+/// assert_eq!(drops.count(DropReason::OverflowNewest), 1);
+/// ```
+#[derive(Clone)]
+pub struct DropHook {
+    drops: Drops,
+    inspect: Option<Arc<dyn Fn(&mut Dropped<'_>) + Send + Sync>>,
+}
+
+impl fmt::Debug for DropHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DropHook")
+            .field("drops", &self.drops)
+            .field("inspect", &self.inspect.is_some())
+            .finish()
+    }
+}
+
+impl DropHook {
+    /// A hook that counts into `drops`.
+    pub fn new(drops: Drops) -> Self {
+        DropHook {
+            drops,
+            inspect: None,
+        }
+    }
+
+    /// Also call `f` for every dropped item (after counting it).
+    pub fn inspect(mut self, f: impl Fn(&mut Dropped<'_>) + Send + Sync + 'static) -> Self {
+        self.inspect = Some(Arc::new(f));
+        self
+    }
+
+    /// The counters this hook adds to.
+    pub fn drops(&self) -> &Drops {
+        &self.drops
+    }
+
+    /// Report one dropped `item`: hand it to the closure, if any; it is dropped after.
+    /// Counting is separate ([`Drops::add`]) so stages can count once per batch.
+    pub fn hand_over<T: 'static>(&self, stage: &'static str, reason: DropReason, item: T) {
+        if let Some(inspect) = &self.inspect {
+            let mut slot = Some(item);
+            inspect(&mut Dropped {
+                reason,
+                stage,
+                item: &mut slot,
+            });
+        }
+    }
+
+    /// Count and hand over one dropped item.
+    pub fn report<T: 'static>(&self, stage: &'static str, reason: DropReason, item: T) {
+        self.drops.add(reason, 1);
+        self.hand_over(stage, reason, item);
+    }
+}
+
+/// What a lossy stage holds: the hook found downstream (if any) and the drops of the
+/// current batch, not yet added to the shared counters.
+#[derive(Debug, Default)]
+pub(crate) struct DropReporter {
+    hook: Option<DropHook>,
+    stage: &'static str,
+    pending: [u64; DropReason::COUNT],
+    /// Drops seen without a hook, for rate-limited logging.
+    unhooked: u64,
+}
+
+impl DropReporter {
+    pub(crate) fn new(stage: &'static str, hook: Option<DropHook>) -> Self {
+        DropReporter {
+            hook,
+            stage,
+            pending: [0; DropReason::COUNT],
+            unhooked: 0,
+        }
+    }
+
+    /// One item dropped: handed to the hook now, counted at the next [`flush`](Self::flush).
+    pub(crate) fn drop_item<T: 'static>(&mut self, reason: DropReason, item: T) {
+        self.pending[reason as usize] += 1;
+        match &self.hook {
+            Some(hook) => hook.hand_over(self.stage, reason, item),
+            None => {
+                self.unhooked += 1;
+                if self.unhooked.is_power_of_two() {
+                    tracing::debug!(
+                        stage = self.stage,
+                        ?reason,
+                        dropped = self.unhooked,
+                        "items dropped without a drop hook (add PublisherExt::on_dropped to see them)"
+                    );
+                }
+            }
+        }
+    }
+
+    /// Add this batch's drops to the shared counters.
+    pub(crate) fn flush(&mut self) {
+        for reason in DropReason::ALL {
+            let n = std::mem::take(&mut self.pending[reason as usize]);
+            if let Some(hook) = &self.hook {
+                hook.drops.add(reason, n);
+            }
+        }
+    }
+}
