@@ -10,6 +10,7 @@
 #[path = "support/mod.rs"]
 pub mod support;
 
+use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
@@ -18,10 +19,12 @@ use proptest::prelude::*;
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;
 use weir::sink::{SinkHandle, DEFAULT_PREFETCH};
-use weir::source::Step;
 use weir::{Error, ErrorKind};
 
-use support::counting::{counted, counted_with, counting_generator, Delivery, Stats};
+use support::counting::{
+    counted, counted_with, counting_generator, Counted, CountingGenerator, Delivery, Stats,
+};
+use support::failing::fails_after;
 use support::threaded::{current_thread_id, thread_cpu_nanos, Gate, ThreadedRange};
 use support::PATIENCE;
 
@@ -330,15 +333,7 @@ fn errors_are_the_result() {
     assert_eq!(error.kind(), ErrorKind::Upstream);
 
     // After some items: for_each saw them, the result is the error.
-    let failure = boom.clone();
-    let source = weir::generate(0u32, move |n| {
-        *n += 1;
-        if *n > 3 {
-            Step::Error(failure.clone())
-        } else {
-            Step::Next(*n)
-        }
-    });
+    let source = fails_after(3, boom.clone());
     let seen = Arc::new(AtomicU64::new(0));
     let counter = seen.clone();
     let error = source
@@ -351,46 +346,57 @@ fn errors_are_the_result() {
     assert_eq!(seen.load(Ordering::SeqCst), 3);
 }
 
-#[test]
-fn panics_in_the_closure_become_panicked_and_cancel_upstream() {
+/// Run `sink` over an endless counting generator seen through a counting adaptor
+/// (`delivery`): it must fail with a `Panicked` error carrying `message`, and cancel
+/// upstream once. Returns what upstream saw and how often the generator was called.
+fn fails_with_panic<A: Debug>(
+    delivery: Delivery,
+    sink: impl FnOnce(Counted<CountingGenerator>) -> SinkHandle<A>,
+    message: &str,
+) -> (Arc<Stats>, u64) {
     let (generator, calls) = counting_generator(u64::MAX);
-    let (source, stats) = counted(generator);
-    let error = source
-        .fold_with(8, 0u64, |acc, x| {
-            if x == 20 {
-                panic!("fold boom");
-            }
-            acc + x
-        })
-        .wait()
-        .unwrap_err();
+    let (source, stats) = counted_with(generator, delivery);
+    let error = sink(source).wait().unwrap_err();
     assert_eq!(
         (error.kind(), error.message()),
-        (ErrorKind::Panicked, "fold boom")
+        (ErrorKind::Panicked, message)
     );
     assert_eq!(stats.cancels(), 1);
-    assert!(calls.load(Ordering::SeqCst) <= stats.requested());
+    (stats, calls.load(Ordering::SeqCst))
+}
+
+#[test]
+fn panics_in_the_closure_become_panicked_and_cancel_upstream() {
+    let (stats, pulled) = fails_with_panic(
+        Delivery::Batches,
+        |source| {
+            source.fold_with(8, 0u64, |acc, x| {
+                if x == 20 {
+                    panic!("fold boom");
+                }
+                acc + x
+            })
+        },
+        "fold boom",
+    );
+    assert!(pulled <= stats.requested());
     assert!(
         stats.requested() <= 20 + 8,
         "requested {}",
         stats.requested()
     );
 
-    let (generator, _) = counting_generator(u64::MAX);
-    let (source, stats) = counted_with(generator, Delivery::OneByOne);
-    let error = source
-        .for_each_with(4, |x| {
-            if x == 9 {
-                panic!("for_each boom at {x}");
-            }
-        })
-        .wait()
-        .unwrap_err();
-    assert_eq!(
-        (error.kind(), error.message()),
-        (ErrorKind::Panicked, "for_each boom at 9")
+    let (stats, _) = fails_with_panic(
+        Delivery::OneByOne,
+        |source| {
+            source.for_each_with(4, |x| {
+                if x == 9 {
+                    panic!("for_each boom at {x}");
+                }
+            })
+        },
+        "for_each boom at 9",
     );
-    assert_eq!(stats.cancels(), 1);
     // Window 4, limit 3: upstream batches are [0, 4), [4, 7), [7, 10); the panic at 9
     // ends the third, and nothing more is pulled.
     assert_eq!(stats.delivered(), 10, "upstream stops at the panic");
@@ -409,16 +415,7 @@ fn blocking_iter_yields_everything_in_order() {
 #[test]
 fn blocking_iter_yields_the_error_then_none() {
     let boom = Error::msg("broken");
-    let failure = boom.clone();
-    let source = weir::generate(0u32, move |n| {
-        *n += 1;
-        if *n > 3 {
-            Step::Error(failure.clone())
-        } else {
-            Step::Next(*n)
-        }
-    });
-    let mut iter = source.blocking_iter(2);
+    let mut iter = fails_after(3, boom.clone()).blocking_iter(2);
     for expected in 1..=3 {
         assert_eq!(iter.next().unwrap().unwrap(), expected);
     }

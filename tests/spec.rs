@@ -87,58 +87,50 @@ impl<T> Subscriber<T> for Probe {
     }
 }
 
+/// Subscribe a [`Probe`] that requests 1 up front and 1 inside every `on_next` to
+/// `publisher`: all `items` must arrive with `on_next` never nested inside `on_next`,
+/// then one completion and no error.
+fn assert_reentrant_requests_stay_flat<P: Publisher>(publisher: P, items: u64) {
+    let (probe, seen) = Probe::new(1, 1);
+    publisher.subscribe(probe);
+    let seen = seen.lock().unwrap();
+    assert_eq!(
+        (
+            seen.items,
+            seen.max_depth,
+            seen.completed,
+            seen.errors.len()
+        ),
+        (items, 1, 1, 0),
+        "(items, on_next nesting depth, completions, errors)"
+    );
+}
+
 #[test]
 fn spec_3_3_a_million_reentrant_requests_do_not_grow_the_stack() {
-    let (probe, seen) = Probe::new(1, 1);
-    weir::range(0u64..1_000_000).subscribe(probe);
-    let seen = seen.lock().unwrap();
-    assert_eq!(seen.items, 1_000_000);
-    assert_eq!(seen.max_depth, 1, "on_next nested inside on_next");
-    assert_eq!(seen.completed, 1);
-    assert!(seen.errors.is_empty());
+    assert_reentrant_requests_stay_flat(weir::range(0u64..1_000_000), 1_000_000);
 }
 
 #[test]
 fn spec_3_3_holds_through_operators_and_other_sources() {
-    let (probe, seen) = Probe::new(1, 1);
-    weir::range(0u64..2_000_000)
-        .map(|x| x + 1)
-        .filter(|x| x % 2 == 0)
-        .take(1_000_000)
-        .subscribe(probe);
-    let seen = seen.lock().unwrap();
-    assert_eq!(
-        (seen.items, seen.max_depth, seen.completed),
-        (1_000_000, 1, 1)
+    assert_reentrant_requests_stay_flat(
+        weir::range(0u64..2_000_000)
+            .map(|x| x + 1)
+            .filter(|x| x % 2 == 0)
+            .take(1_000_000),
+        1_000_000,
     );
-    drop(seen);
-
-    let (probe, seen) = Probe::new(1, 1);
-    weir::from_iter(0..1_000_000).subscribe(probe);
-    let seen = seen.lock().unwrap();
-    assert_eq!(
-        (seen.items, seen.max_depth, seen.completed),
-        (1_000_000, 1, 1)
-    );
-    drop(seen);
-
-    let (probe, seen) = Probe::new(1, 1);
+    assert_reentrant_requests_stay_flat(weir::from_iter(0..1_000_000), 1_000_000);
     let mut n = 0u32;
-    weir::generate((), move |_| {
+    let generator = weir::generate((), move |_| {
         n += 1;
         if n > 1_000_000 {
             Step::Complete
         } else {
             Step::Next(n)
         }
-    })
-    .subscribe(probe);
-    let seen = seen.lock().unwrap();
-    assert_eq!(
-        (seen.items, seen.max_depth, seen.completed),
-        (1_000_000, 1, 1)
-    );
-    drop(seen);
+    });
+    assert_reentrant_requests_stay_flat(generator, 1_000_000);
 }
 
 fn assert_request_zero_fails<P: Publisher>(publisher: P) {

@@ -3,167 +3,84 @@
 //! outstanding demand always equals downstream's; a panic in the predicate becomes
 //! `on_error(Panicked)` and cancels upstream.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-
 use proptest::prelude::*;
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;
-use weir::source::Step;
 use weir::tck::proptest::{check_publisher, demand_schedule};
-use weir::tck::TestSubscriber;
-use weir::{Error, ErrorKind};
 
-use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
+use crate::baseline::{self, request, Spy};
+use crate::support::counting::{counted, counted_with, Delivery};
 use crate::support::model::{check_model, schedule, Completion};
-use crate::support::shape;
-use crate::support::unruly::Unruly;
+use crate::support::probe_of;
+
+/// `filter` whose predicate (keeps the odd items) reports each call to `spy`, for the
+/// baseline checks that count its calls or make it panic. It would keep the item
+/// [`Unruly`](crate::support::unruly::Unruly) sends after its error.
+fn spied<P: Publisher<Item = u64>>(source: P, spy: Spy) -> impl Publisher<Item = u64> {
+    source.filter(move |x| {
+        spy.call(*x);
+        x % 2 == 1
+    })
+}
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u32..10)
-        .filter(|x| x % 3 == 0)
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(out, vec![0, 3, 6, 9]);
-
-    let none = weir::range(0u32..1_000)
-        .filter(|_| false)
-        .collect()
-        .wait()
-        .unwrap();
-    assert!(none.is_empty());
+    baseline::smoke(weir::range(0u32..10).filter(|x| x % 3 == 0), &[0, 3, 6, 9]);
+    baseline::smoke(weir::range(0u32..1_000).filter(|_| false), &[]);
 }
 
 #[test]
 fn respects_demand() {
-    let (source, stats) = counted(weir::range(1u64..100));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.filter(|x| x % 3 == 0).subscribe(subscriber);
-
-    probe.assert_items(&[]);
-    assert_eq!(stats.delivered(), 0);
-
-    probe.request(1);
-    probe.assert_items(&[3]);
-    // Upstream was pulled exactly up to the first accepted item (1 and 2 were
-    // swallowed and re-requested), and no demand is left over upstream.
-    assert_eq!(stats.delivered(), 3);
-    assert_eq!(stats.requested(), 3);
-
-    probe.request(2);
-    probe.assert_items(&[3, 6, 9]);
-    assert_eq!((stats.requested(), stats.delivered()), (9, 9));
-    probe.assert_no_terminal();
-    assert!(!stats.over_delivered());
+    baseline::respects_demand(
+        weir::range(1u64..100),
+        |source| source.filter(|x| x % 3 == 0),
+        &[
+            // Upstream was pulled exactly up to the first accepted item (1 and 2 were
+            // swallowed and re-requested), and no demand is left over upstream.
+            request(1, &[3], (3, 3)),
+            request(2, &[3, 6, 9], (9, 9)),
+        ],
+    );
 }
 
 #[test]
 fn cancel_stops_upstream() {
-    let (generator, calls) = counting_generator(u64::MAX);
-    let (source, stats) = counted(generator);
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.filter(|x| x % 2 == 0).subscribe(subscriber);
-
-    probe.request(3);
-    probe.assert_items(&[0, 2, 4]);
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        5,
-        "pulled 0..=4 and no further"
-    );
-
-    probe.cancel();
-    assert_eq!(stats.cancels(), 1, "cancel reaches upstream");
-    probe.request(10);
-    probe.assert_items(&[0, 2, 4]);
-    probe.assert_no_terminal();
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        5,
-        "upstream not pulled after cancel"
-    );
+    // 1 and 3 are swallowed: 0..=4 pulled for three items.
+    baseline::cancel_stops_upstream(|source| source.filter(|x| x % 2 == 0), &[0, 2, 4], 5);
 }
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let failure = boom.clone();
-    let mut sent = 0u64;
-    let source = weir::generate((), move |_| {
-        sent += 1;
-        if sent > 6 {
-            Step::Error(failure.clone())
-        } else {
-            Step::Next(sent)
-        }
-    });
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.filter(|x| x % 2 == 0).subscribe(subscriber);
-    probe.request(10);
-    probe.assert_items(&[2, 4, 6]);
-    assert!(
-        Error::ptr_eq(&probe.assert_error(), &boom),
-        "the same error"
-    );
-    assert_eq!(shape(&probe), "SNNNE");
-    probe.request(5);
-    assert_eq!(shape(&probe), "SNNNE", "nothing after the error");
-
-    // An error needs no demand, and the predicate never runs.
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::error::<u64>(boom.clone())
-        .filter(|_| unreachable!("no items"))
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-
-    // An upstream that keeps signalling after its error: only the first error passes.
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone())
-        .filter(|_| true)
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    probe.assert_no_violations();
+    // The predicate runs on each of the six items before the error.
+    baseline::error_propagates_once(spied, 6, &[1, 3, 5], 6);
 }
 
 #[test]
 fn completes() {
     // Demand beyond what passes: the rest of the source is pulled, then completion.
-    let (source, stats) = counted(weir::range(0u32..20));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.filter(|x| *x < 3).subscribe(subscriber);
-    probe.request(4);
-    probe.assert_items(&[0, 1, 2]);
-    probe.assert_completed();
-    assert_eq!(shape(&probe), "SNNNC");
+    let stats = baseline::completes(
+        weir::range(0u32..20),
+        |source| source.filter(|x| *x < 3),
+        4,
+        &[0, 1, 2],
+    );
     assert_eq!(stats.delivered(), 20);
 
     // A source that ends right after the last accepted item completes with it.
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0u32..10)
-        .filter(|x| x % 3 == 0)
-        .subscribe(subscriber);
-    probe.request(4);
-    probe.assert_items(&[0, 3, 6, 9]);
-    probe.assert_completed();
+    baseline::completes(
+        weir::range(0u32..10),
+        |source| source.filter(|x| x % 3 == 0),
+        4,
+        &[0, 3, 6, 9],
+    );
 
     // Nothing passes and the source ends: completion with no items.
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0u32..1_000)
-        .filter(|_| false)
-        .subscribe(subscriber);
-    probe.request(1);
-    assert_eq!(shape(&probe), "SC");
+    baseline::completes(
+        weir::range(0u32..1_000),
+        |source| source.filter(|_| false),
+        1,
+        &[],
+    );
 }
 
 /// Credit batching under a batch-requesting sink.
@@ -250,9 +167,7 @@ fn item_by_item_upstream_never_stalls() {
     // again, at most one request per swallowed item, so the stream cannot stall with
     // demand outstanding.
     let (source, stats) = counted_with(weir::range(0u32..10), Delivery::OneByOne);
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.filter(|x| x % 5 == 4).subscribe(subscriber);
+    let probe = probe_of(source.filter(|x| x % 5 == 4));
     probe.request(2);
     probe.assert_items(&[4, 9]);
     probe.assert_completed();
@@ -267,62 +182,7 @@ fn item_by_item_upstream_never_stalls() {
 
 #[test]
 fn panic_becomes_panicked_error_and_cancels_upstream() {
-    for delivery in [Delivery::Batches, Delivery::OneByOne] {
-        let (generator, calls) = counting_generator(u64::MAX);
-        let (source, stats) = counted_with(generator, delivery);
-        let tested = Arc::new(AtomicU64::new(0));
-        let counter = tested.clone();
-        let subscriber = TestSubscriber::new();
-        let probe = subscriber.probe();
-        source
-            .filter(move |x| {
-                counter.fetch_add(1, Ordering::SeqCst);
-                if *x == 5 {
-                    panic!("filter boom at {x}");
-                }
-                x % 2 == 0
-            })
-            .subscribe(subscriber);
-        probe.request(10);
-
-        probe.assert_items(&[0, 2, 4]);
-        let error = probe.assert_error();
-        assert_eq!(error.kind(), ErrorKind::Panicked, "{delivery:?}");
-        assert_eq!(error.message(), "filter boom at 5", "{delivery:?}");
-        assert_eq!(shape(&probe), "SNNNE", "{delivery:?}");
-        assert_eq!(stats.cancels(), 1, "{delivery:?}: upstream cancelled");
-        assert_eq!(tested.load(Ordering::SeqCst), 6, "{delivery:?}");
-
-        let pulled = calls.load(Ordering::SeqCst);
-        probe.request(100);
-        assert_eq!(shape(&probe), "SNNNE", "{delivery:?}: nothing follows");
-        assert_eq!(calls.load(Ordering::SeqCst), pulled, "{delivery:?}");
-        assert_eq!(tested.load(Ordering::SeqCst), 6, "{delivery:?}");
-        assert!(!stats.over_delivered());
-    }
-
-    // Through a batching sink (the fused fold path).
-    let (source, stats) = counted(weir::range(0u64..1_000_000));
-    let result = source
-        .filter(|x| {
-            if *x == 500 {
-                panic!("filter boom in a batch");
-            }
-            true
-        })
-        .collect_with(64)
-        .wait();
-    let error = result.unwrap_err();
-    assert_eq!(
-        (error.kind(), error.message()),
-        (ErrorKind::Panicked, "filter boom in a batch")
-    );
-    assert_eq!(stats.cancels(), 1);
-    assert!(
-        stats.delivered() <= 500 + 64,
-        "{} pulled",
-        stats.delivered()
-    );
+    baseline::panic_becomes_panicked_error_and_cancels_upstream(spied, 5, &[1, 3], 500);
 }
 
 proptest! {
@@ -339,7 +199,6 @@ proptest! {
         modulus in 1u8..=4,
     ) {
         let keep = move |x: &u8| x % modulus == 0;
-        let model: Vec<u8> = input.iter().copied().filter(keep).collect();
         let positions: Vec<u64> = input
             .iter()
             .enumerate()
@@ -348,14 +207,13 @@ proptest! {
             .collect();
         let run = check_model(
             input,
-            &model,
+            |input| input.iter().copied().filter(keep).collect(),
             |s| s.filter(keep),
             &schedule,
             Completion::BeyondLength,
         )?;
         let (stats, probe) = (&run.stats, &run.probe);
         let received = probe.received_count();
-        prop_assert!(!stats.over_delivered());
         prop_assert_eq!(stats.cancels(), schedule.cancels());
         if probe.requested() < u64::MAX / 4 {
             // Every swallowed item was requested again, once.

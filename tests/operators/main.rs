@@ -2,13 +2,15 @@
 //!
 //! Each module starts with the baseline set (`smoke`, `respects_demand`,
 //! `cancel_stops_upstream`, `error_propagates_once`, `completes`, and a proptest model
-//! check against `Iterator`), then adds what is specific to its operator. The shared
-//! fixtures (the counting adaptor, the model harness, a rule-breaking publisher) are in
-//! `tests/support`.
+//! check against `Iterator`), then adds what is specific to its operator. The baseline
+//! checks are written once, in `baseline`; each module calls them with its operator
+//! and its expectations. The shared fixtures (the counting adaptor, the model harness,
+//! failing and rule-breaking publishers) are in `tests/support`.
 
 #[path = "../support/mod.rs"]
 pub mod support;
 
+mod baseline;
 mod filter;
 mod map;
 mod take;

@@ -7,145 +7,74 @@ use std::sync::atomic::Ordering;
 use proptest::prelude::*;
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;
-use weir::source::Step;
 use weir::tck::proptest::{check_publisher, demand_schedule};
-use weir::tck::TestSubscriber;
 use weir::Error;
 
+use crate::baseline::{self, request};
 use crate::support::counting::{counted, counting_generator};
+use crate::support::failing::fails_after;
 use crate::support::model::{check_model, schedule, Completion};
-use crate::support::shape;
-use crate::support::unruly::Unruly;
+use crate::support::{probe_of, shape};
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u64..u64::MAX)
-        .take(4)
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(out, vec![0, 1, 2, 3]);
+    baseline::smoke(weir::range(0u64..u64::MAX).take(4), &[0, 1, 2, 3]);
 
     // A shorter source simply completes.
-    let out = weir::range(0u8..3).take(10).collect().wait().unwrap();
-    assert_eq!(out, vec![0, 1, 2]);
+    baseline::smoke(weir::range(0u8..3).take(10), &[0, 1, 2]);
 }
 
 #[test]
 fn respects_demand() {
-    let (source, stats) = counted(weir::range(0u64..1_000));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.take(5).subscribe(subscriber);
-
-    probe.assert_items(&[]);
-    assert_eq!(stats.request_calls(), 0);
-
-    probe.request(1);
-    probe.assert_items(&[0]);
-    assert_eq!(stats.request_log(), vec![1]);
-
-    probe.request(2);
-    probe.assert_items(&[0, 1, 2]);
-    assert_eq!(stats.request_log(), vec![1, 2]);
-    probe.assert_no_terminal();
-
-    // Asking for more than is left is capped at what is left.
-    probe.request(10);
-    probe.assert_items(&[0, 1, 2, 3, 4]);
-    assert_eq!(stats.request_log(), vec![1, 2, 2]);
-    probe.assert_completed();
+    baseline::respects_demand(
+        weir::range(0u64..1_000),
+        |source| source.take(5),
+        &[
+            request(1, &[0], (1, 1)).log(&[1]),
+            request(2, &[0, 1, 2], (3, 3)).log(&[1, 2]),
+            // Asking for more than is left is capped at what is left.
+            request(10, &[0, 1, 2, 3, 4], (5, 5))
+                .log(&[1, 2, 2])
+                .completes(),
+        ],
+    );
 }
 
 #[test]
 fn cancel_stops_upstream() {
-    let (generator, calls) = counting_generator(u64::MAX);
-    let (source, stats) = counted(generator);
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.take(100).subscribe(subscriber);
-
-    probe.request(3);
-    probe.assert_items(&[0, 1, 2]);
-    probe.cancel();
-    assert_eq!(stats.cancels(), 1, "cancel reaches upstream");
-    probe.request(10);
-    probe.assert_items(&[0, 1, 2]);
-    probe.assert_no_terminal();
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        3,
-        "upstream not pulled after cancel"
-    );
+    baseline::cancel_stops_upstream(|source| source.take(100), &[0, 1, 2], 3);
 }
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let failure = boom.clone();
-    let mut sent = 0u64;
-    let source = weir::generate((), move |_| {
-        sent += 1;
-        if sent > 2 {
-            Step::Error(failure.clone())
-        } else {
-            Step::Next(sent)
-        }
-    });
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.take(5).subscribe(subscriber);
-    probe.request(10);
-    probe.assert_items(&[1, 2]);
-    assert!(
-        Error::ptr_eq(&probe.assert_error(), &boom),
-        "the same error"
-    );
-    assert_eq!(shape(&probe), "SNNE");
-    probe.request(5);
-    assert_eq!(shape(&probe), "SNNE", "nothing after the error");
-
-    // An error needs no demand.
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::error::<u64>(boom.clone())
-        .take(3)
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-
-    // An upstream that keeps signalling after its error: only the first error passes.
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone()).take(5).subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    probe.assert_no_violations();
+    // An error before the nth item passes.
+    baseline::error_propagates_once(|source, _| source.take(5), 2, &[1, 2], 0);
 
     // An error after the nth item cannot arrive: take completed and cancelled first.
-    let failure = boom.clone();
-    let mut sent = 0u64;
-    let source = weir::generate((), move |_| {
-        sent += 1;
-        if sent > 3 {
-            Step::Error(failure.clone())
-        } else {
-            Step::Next(sent)
-        }
-    });
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.take(3).subscribe(subscriber);
+    let probe = probe_of(fails_after(3, Error::msg("source failed")).take(3));
     probe.request(UNBOUNDED);
     assert_eq!(shape(&probe), "SNNNC");
+}
+
+#[test]
+fn completes() {
+    // A source shorter than n completes take with it.
+    baseline::completes(
+        weir::range(0u64..3),
+        |source| source.take(10),
+        3,
+        &[0, 1, 2],
+    );
+
+    // An empty source completes with no demand at all.
+    baseline::completes(weir::empty::<u64>(), |source| source.take(3), 0, &[]);
 }
 
 #[test]
 fn completes_exactly_after_n_and_cancels_upstream() {
     let (generator, calls) = counting_generator(u64::MAX);
     let (source, stats) = counted(generator);
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.take(4).subscribe(subscriber);
+    let probe = probe_of(source.take(4));
 
     probe.request(3);
     assert_eq!(shape(&probe), "SNNN");
@@ -179,9 +108,7 @@ fn never_requests_more_than_n_upstream() {
 
     // Unbounded demand in pieces, plus more after saturation.
     let (source, stats) = counted(weir::range(0u64..u64::MAX));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.take(7).subscribe(subscriber);
+    let probe = probe_of(source.take(7));
     probe.request(UNBOUNDED - 1);
     probe.request(UNBOUNDED);
     probe.request(3);
@@ -191,9 +118,7 @@ fn never_requests_more_than_n_upstream() {
 
     // Many small requests that add up to more than n.
     let (source, stats) = counted(weir::range(0u64..u64::MAX));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.take(10).subscribe(subscriber);
+    let probe = probe_of(source.take(10));
     for _ in 0..8 {
         probe.request(3);
     }
@@ -211,9 +136,7 @@ fn never_requests_more_than_n_upstream() {
 #[test]
 fn take_zero_completes_without_requesting_and_cancels_upstream() {
     let (source, stats) = counted(weir::range(0u64..10));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.take(0).subscribe(subscriber);
+    let probe = probe_of(source.take(0));
     // Completed with zero demand.
     assert_eq!(shape(&probe), "SC");
     assert_eq!(stats.request_calls(), 0, "take(0) requests nothing");
@@ -241,10 +164,9 @@ proptest! {
         n in prop_oneof![4 => 0u64..56, 1 => Just(u64::MAX)],
         schedule in schedule(),
     ) {
-        let model: Vec<u16> = input.iter().copied().take(n as usize).collect();
-        let run = check_model(input, &model, |s| s.take(n), &schedule, Completion::AtLength)?;
+        let model = |input: &[u16]| input.iter().copied().take(n as usize).collect();
+        let run = check_model(input, model, |s| s.take(n), &schedule, Completion::AtLength)?;
         let (stats, probe) = (&run.stats, &run.probe);
-        prop_assert!(!stats.over_delivered());
         prop_assert_eq!(stats.requested(), n.min(probe.requested()));
         if n == 0 {
             prop_assert_eq!((stats.request_calls(), stats.cancels()), (0, 1));

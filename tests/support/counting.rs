@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use weir::demand::UNBOUNDED;
+use weir::source::{Generate, Step};
 use weir::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
 /// How the adaptor hands items downstream.
@@ -244,16 +245,36 @@ impl<T, S: Subscriber<T>> Subscriber<T> for CountingSubscriber<S> {
 /// (`u64::MAX`: practically endless) and counts every call of its closure.
 ///
 /// Clones share the call counter but each starts again from 0.
-pub fn counting_generator(len: u64) -> (impl Publisher<Item = u64> + Clone, Arc<AtomicU64>) {
+pub fn counting_generator(len: u64) -> (CountingGenerator, Arc<AtomicU64>) {
     let calls = Arc::new(AtomicU64::new(0));
-    let counter = calls.clone();
-    let source = weir::generate(0u64, move |next| {
-        counter.fetch_add(1, Ordering::SeqCst);
-        if *next == len {
-            return weir::source::Step::Complete;
+    let state = Counter {
+        next: 0,
+        len,
+        calls: calls.clone(),
+    };
+    (weir::generate(state, Counter::step), calls)
+}
+
+/// The source built by [`counting_generator`], a `generate` with a named state and
+/// step function so that a test harness can take a closure over
+/// `Counted<CountingGenerator>`.
+pub type CountingGenerator = Generate<Counter, fn(&mut Counter) -> Step<u64>>;
+
+/// The state of a [`CountingGenerator`].
+#[derive(Clone, Debug)]
+pub struct Counter {
+    next: u64,
+    len: u64,
+    calls: Arc<AtomicU64>,
+}
+
+impl Counter {
+    fn step(&mut self) -> Step<u64> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.next == self.len {
+            return Step::Complete;
         }
-        *next += 1;
-        weir::source::Step::Next(*next - 1)
-    });
-    (source, calls)
+        self.next += 1;
+        Step::Next(self.next - 1)
+    }
 }

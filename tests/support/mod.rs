@@ -2,13 +2,15 @@
 //! `tests/sinks.rs`), pulled in with `#[path]`.
 
 pub mod counting;
+pub mod failing;
 pub mod model;
 pub mod threaded;
 pub mod unruly;
 
 use std::time::Duration;
 
-use weir::tck::{Signal, TestProbe};
+use weir::tck::{Signal, TestProbe, TestSubscriber};
+use weir::Publisher;
 
 /// Generous bound for waits on things that must happen (never reached when they do).
 pub const PATIENCE: Duration = Duration::from_secs(10);
@@ -26,4 +28,12 @@ pub fn shape<T: Clone>(probe: &TestProbe<T>) -> String {
             Signal::Complete => 'C',
         })
         .collect()
+}
+
+/// Subscribe a test subscriber with no initial demand to `publisher`; return its probe.
+pub fn probe_of<P: Publisher>(publisher: P) -> TestProbe<P::Item> {
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    publisher.subscribe(subscriber);
+    probe
 }

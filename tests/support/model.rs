@@ -98,12 +98,13 @@ pub struct Run<U> {
 }
 
 /// Build `operator(counted(from_iter(input)))`, run `schedule` on it, and check
-/// after every step that the output is the prefix of `model` allowed by the demand so
-/// far: in order, nothing lost or duplicated, never more than requested, and complete
-/// exactly when `completion` says it must.
+/// after every step that the output is the prefix of `model(&input)` (the reference
+/// over `Vec`) allowed by the demand so far: in order, nothing lost or duplicated,
+/// never more than requested, and complete exactly when `completion` says it must.
+/// At the end, upstream must never have delivered more than it was asked for.
 pub fn check_model<T, U, P>(
     input: Vec<T>,
-    model: &[U],
+    model: impl FnOnce(&[T]) -> Vec<U>,
     operator: impl FnOnce(Counted<weir::source::FromIter<std::vec::IntoIter<T>>>) -> P,
     schedule: &Schedule,
     completion: Completion,
@@ -113,6 +114,8 @@ where
     U: Clone + PartialEq + Debug + Send + 'static,
     P: Publisher<Item = U>,
 {
+    let model = model(&input);
+    let model = &model[..];
     let (source, stats) = counted_with(weir::from_iter(input), schedule.delivery);
     let subscriber = TestSubscriber::new().request_on_next(schedule.reentrant);
     let probe = subscriber.probe();
@@ -140,6 +143,10 @@ where
             &format!("after action #{i} {action:?}"),
         )?;
     }
+    prop_assert!(
+        !stats.over_delivered(),
+        "upstream delivered more than was requested from it"
+    );
     Ok(Run {
         probe,
         stats,

@@ -1,0 +1,380 @@
+//! The baseline checks every operator file runs (style 9.10), written once, in the
+//! spirit of Reactor's `FluxOperatorTest` scenarios.
+//!
+//! Each function builds its sources, applies the operator (a closure over the source,
+//! passed by the operator's file), subscribes a zero-demand `TestSubscriber` and makes
+//! the generic assertions. The caller passes only what is specific to its operator:
+//! the items that must arrive, what upstream must have been asked for, how often its
+//! closure runs. The proptest model check is `support::model::check_model`.
+//!
+//! Closures that take a [`Spy`] must call [`Spy::call`] once for every item they are
+//! given, first thing: the spy counts the calls and panics where a check asks it to.
+
+use std::fmt::Debug;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use weir::prelude::*;
+use weir::source::Fail;
+use weir::{Error, ErrorKind};
+
+use crate::support::counting::{
+    counted, counted_with, counting_generator, Counted, CountingGenerator, Delivery, Stats,
+};
+use crate::support::failing::{fails_after, FailsAfter};
+use crate::support::unruly::Unruly;
+use crate::support::{probe_of, shape};
+
+/// The shape (see [`shape`]) of `on_subscribe`, `items` items, then `end` (`'C'` or
+/// `'E'`).
+fn ended(items: usize, end: char) -> String {
+    format!("S{}{end}", "N".repeat(items))
+}
+
+/// `smoke`: collecting `publisher` with the default sink yields exactly `expected`.
+pub fn smoke<P, E>(publisher: P, expected: &[E])
+where
+    P: Publisher,
+    P::Item: PartialEq<E> + Debug,
+    E: Debug,
+{
+    assert_eq!(publisher.collect().wait().unwrap(), expected);
+}
+
+/// One step of [`respects_demand`]: a `request`, and what must hold once it returns.
+#[derive(Debug)]
+pub struct Demand<'a, U> {
+    request: u64,
+    items: &'a [U],
+    upstream: (u64, u64),
+    log: Option<&'a [u64]>,
+    completed: bool,
+}
+
+/// `request(n)`, after which exactly `items` have arrived in all, upstream has been
+/// asked for `requested` items in total and has delivered `delivered`, and the stream
+/// has not terminated.
+pub fn request<U>(n: u64, items: &[U], (requested, delivered): (u64, u64)) -> Demand<'_, U> {
+    Demand {
+        request: n,
+        items,
+        upstream: (requested, delivered),
+        log: None,
+        completed: false,
+    }
+}
+
+impl<'a, U> Demand<'a, U> {
+    /// Also: every request upstream so far, in order, was exactly `log`.
+    pub fn log(self, log: &'a [u64]) -> Self {
+        Demand {
+            log: Some(log),
+            ..self
+        }
+    }
+
+    /// The stream has completed after this step (instead of not having terminated).
+    pub fn completes(self) -> Self {
+        Demand {
+            completed: true,
+            ..self
+        }
+    }
+}
+
+/// `respects_demand`: `op(counted(source))` under a subscriber that starts at zero
+/// demand. Before any request nothing arrives and nothing is asked of upstream; after
+/// each of `steps`, exactly what it says arrived, upstream was asked and delivered
+/// exactly what it says, and never more than it was asked for.
+pub fn respects_demand<S, P>(
+    source: S,
+    op: impl FnOnce(Counted<S>) -> P,
+    steps: &[Demand<'_, P::Item>],
+) where
+    S: Publisher,
+    P: Publisher,
+    P::Item: Clone + PartialEq + Debug,
+{
+    let (source, stats) = counted(source);
+    let probe = probe_of(op(source));
+    probe.assert_items(&[]);
+    probe.assert_no_terminal();
+    assert_eq!(
+        (stats.request_calls(), stats.delivered()),
+        (0, 0),
+        "nothing asked of upstream at zero demand"
+    );
+    for (i, step) in steps.iter().enumerate() {
+        probe.request(step.request);
+        probe.assert_items(step.items);
+        assert_eq!(
+            (stats.requested(), stats.delivered()),
+            step.upstream,
+            "step {i}: (requested, delivered) upstream"
+        );
+        if let Some(log) = step.log {
+            assert_eq!(stats.request_log(), log, "step {i}: the upstream requests");
+        }
+        if step.completed {
+            probe.assert_completed();
+        } else {
+            probe.assert_no_terminal();
+        }
+        assert!(!stats.over_delivered(), "step {i}: upstream over-delivered");
+    }
+}
+
+/// `cancel_stops_upstream`: `op` over an endless counted [`counting_generator`].
+/// `request(items.len())` brings exactly `items`, for which the generator was called
+/// `pulled` times; after `cancel` (which must reach upstream once) further requests
+/// bring nothing, no terminal signal, and no further call of the generator.
+pub fn cancel_stops_upstream<P>(
+    op: impl FnOnce(Counted<CountingGenerator>) -> P,
+    items: &[P::Item],
+    pulled: u64,
+) where
+    P: Publisher,
+    P::Item: Clone + PartialEq + Debug,
+{
+    let (generator, calls) = counting_generator(u64::MAX);
+    let (source, stats) = counted(generator);
+    let probe = probe_of(op(source));
+
+    probe.request(items.len() as u64);
+    probe.assert_items(items);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        pulled,
+        "pulled exactly up to the last item and no further"
+    );
+
+    probe.cancel();
+    assert_eq!(stats.cancels(), 1, "cancel reaches upstream");
+    probe.request(10);
+    probe.assert_items(items);
+    probe.assert_no_terminal();
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        pulled,
+        "upstream not pulled after cancel"
+    );
+    assert_eq!(stats.delivered(), pulled);
+}
+
+/// Counts the calls of an operator's closure, and panics at a chosen item. Clones
+/// share the count.
+#[derive(Clone, Debug, Default)]
+pub struct Spy {
+    calls: Arc<AtomicU64>,
+    panic_at: Option<u64>,
+}
+
+impl Spy {
+    /// A spy that panics with `boom at {item}` when it is called with `item`.
+    fn panicking_at(item: u64) -> Self {
+        Spy {
+            panic_at: Some(item),
+            ..Spy::default()
+        }
+    }
+
+    /// Record a call of the closure with `item`; panic if it is the chosen one.
+    pub fn call(&self, item: u64) {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.panic_at == Some(item) {
+            panic!("boom at {item}");
+        }
+    }
+
+    /// How many times the closure was called.
+    fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+/// The failing sources of [`error_propagates_once`], as one type so that one closure
+/// can apply the operator to each.
+#[derive(Debug)]
+pub enum Faulty {
+    /// A well-behaved source that fails after some items.
+    After(FailsAfter),
+    /// `weir::error`: fails at once, without demand.
+    Now(Fail<u64>),
+    /// [`Unruly`]: two errors, a completion and an item.
+    Unruly(Unruly),
+}
+
+impl Publisher for Faulty {
+    type Item = u64;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<u64> + Send + 'static,
+    {
+        match self {
+            Faulty::After(source) => source.subscribe(subscriber),
+            Faulty::Now(source) => source.subscribe(subscriber),
+            Faulty::Unruly(source) => source.subscribe(subscriber),
+        }
+    }
+}
+
+/// `error_propagates_once`, over three sources:
+///
+/// * one that emits `1..=sent` and then fails: under a request of 10, exactly `items`
+///   arrive, then that very error, and nothing after it whatever is requested; the
+///   operator's closure ran `calls` times;
+/// * `weir::error`: the error arrives without any demand;
+/// * [`Unruly`]: only its first error passes, and no protocol violation;
+///
+/// and the closure never runs for the last two.
+pub fn error_propagates_once<P>(
+    op: impl Fn(Faulty, Spy) -> P,
+    sent: u64,
+    items: &[P::Item],
+    calls: u64,
+) where
+    P: Publisher,
+    P::Item: Clone + PartialEq + Debug,
+{
+    let boom = Error::msg("source failed");
+    let spy = Spy::default();
+
+    let probe = probe_of(op(
+        Faulty::After(fails_after(sent, boom.clone())),
+        spy.clone(),
+    ));
+    probe.request(10);
+    probe.assert_items(items);
+    assert!(
+        Error::ptr_eq(&probe.assert_error(), &boom),
+        "the same error"
+    );
+    assert_eq!(shape(&probe), ended(items.len(), 'E'));
+    assert_eq!(
+        spy.calls(),
+        calls,
+        "the closure runs once per item it is given"
+    );
+    probe.request(5);
+    assert_eq!(
+        shape(&probe),
+        ended(items.len(), 'E'),
+        "nothing after the error"
+    );
+
+    // An error needs no demand, and the closure never runs.
+    let probe = probe_of(op(Faulty::Now(weir::error(boom.clone())), spy.clone()));
+    assert_eq!(shape(&probe), "SE");
+    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
+
+    // An upstream that keeps signalling after its error: only the first error passes.
+    let probe = probe_of(op(Faulty::Unruly(Unruly::new(boom.clone())), spy.clone()));
+    assert_eq!(shape(&probe), "SE");
+    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
+    probe.assert_no_violations();
+
+    assert_eq!(spy.calls(), calls, "the closure ran after an error");
+}
+
+/// `completes`: `op(counted(source))`, given `request` (0: none at all), brings exactly
+/// `items` and then `on_complete`, and nothing else. Returns what upstream saw.
+pub fn completes<S, P>(
+    source: S,
+    op: impl FnOnce(Counted<S>) -> P,
+    request: u64,
+    items: &[P::Item],
+) -> Arc<Stats>
+where
+    S: Publisher,
+    P: Publisher,
+    P::Item: Clone + PartialEq + Debug,
+{
+    let (source, stats) = counted(source);
+    let probe = probe_of(op(source));
+    if request > 0 {
+        probe.request(request);
+    }
+    probe.assert_items(items);
+    probe.assert_completed();
+    assert_eq!(shape(&probe), ended(items.len(), 'C'));
+    assert!(!stats.over_delivered());
+    stats
+}
+
+/// A panic in the operator's closure, over an endless [`counting_generator`] seen
+/// through a counting adaptor.
+///
+/// * Item by item (both delivery modes), under a request of 10, with the spy panicking
+///   at item `at`: exactly `items` arrive, then `on_error` of kind `Panicked` carrying
+///   the panic's message; upstream is cancelled once; the closure ran for `0..=at`;
+///   nothing was pulled beyond the demand of 10; more demand pulls, calls and signals
+///   nothing.
+/// * Through a batching sink (`fold_with(64, ..)`, the fused path), with the spy
+///   panicking at `batch_at`: the sink fails with that panic, upstream is cancelled
+///   once, the closure stops at the panic, and no more than the batch in flight was
+///   pulled.
+pub fn panic_becomes_panicked_error_and_cancels_upstream<P>(
+    op: impl Fn(Counted<CountingGenerator>, Spy) -> P,
+    at: u64,
+    items: &[P::Item],
+    batch_at: u64,
+) where
+    P: Publisher,
+    P::Item: Clone + PartialEq + Debug,
+{
+    for delivery in [Delivery::Batches, Delivery::OneByOne] {
+        let (generator, calls) = counting_generator(u64::MAX);
+        let (source, stats) = counted_with(generator, delivery);
+        let spy = Spy::panicking_at(at);
+        let probe = probe_of(op(source, spy.clone()));
+        probe.request(10);
+
+        probe.assert_items(items);
+        let error = probe.assert_error();
+        assert_eq!(error.kind(), ErrorKind::Panicked, "{delivery:?}");
+        assert_eq!(error.message(), format!("boom at {at}"), "{delivery:?}");
+        assert_eq!(shape(&probe), ended(items.len(), 'E'), "{delivery:?}");
+        assert_eq!(stats.cancels(), 1, "{delivery:?}: upstream cancelled");
+        assert_eq!(spy.calls(), at + 1, "{delivery:?}");
+
+        // Nothing follows: more demand pulls nothing and signals nothing.
+        let pulled = calls.load(Ordering::SeqCst);
+        assert!(
+            pulled <= 10,
+            "{delivery:?}: pulled {pulled} against a demand of 10"
+        );
+        probe.request(100);
+        assert_eq!(
+            shape(&probe),
+            ended(items.len(), 'E'),
+            "{delivery:?}: nothing follows"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), pulled, "{delivery:?}");
+        assert_eq!(spy.calls(), at + 1, "{delivery:?}");
+        assert!(!stats.over_delivered(), "{delivery:?}");
+    }
+
+    // Through a batching sink (the fused fold path).
+    let (generator, calls) = counting_generator(u64::MAX);
+    let (source, stats) = counted(generator);
+    let spy = Spy::panicking_at(batch_at);
+    let error = op(source, spy.clone())
+        .fold_with(64, (), |(), _| ())
+        .wait()
+        .unwrap_err();
+    assert_eq!(
+        (error.kind(), error.message()),
+        (ErrorKind::Panicked, format!("boom at {batch_at}").as_str())
+    );
+    assert_eq!(stats.cancels(), 1);
+    assert_eq!(spy.calls(), batch_at + 1, "the closure stops at the panic");
+    // At most the batch in flight is pulled: never beyond what was requested.
+    assert!(calls.load(Ordering::SeqCst) <= stats.requested());
+    assert!(!stats.over_delivered());
+    assert!(
+        stats.delivered() <= batch_at + 64,
+        "{} pulled",
+        stats.delivered()
+    );
+}

@@ -1,0 +1,40 @@
+//! A well-behaved source that fails: it emits `1, 2, …, n` as demand allows, then
+//! `on_error`.
+
+use weir::source::{Generate, Step};
+use weir::Error;
+
+/// A `generate` source of `1..=items` that then fails with `error` (a clone of it, so
+/// a test can check with [`Error::ptr_eq`] that the same error arrives).
+pub fn fails_after(items: u64, error: Error) -> FailsAfter {
+    weir::generate(
+        Failing {
+            sent: 0,
+            items,
+            error,
+        },
+        Failing::step,
+    )
+}
+
+/// The source built by [`fails_after`], with a name a test harness can use.
+pub type FailsAfter = Generate<Failing, fn(&mut Failing) -> Step<u64>>;
+
+/// The state of a [`FailsAfter`].
+#[derive(Clone, Debug)]
+pub struct Failing {
+    sent: u64,
+    items: u64,
+    error: Error,
+}
+
+impl Failing {
+    fn step(&mut self) -> Step<u64> {
+        self.sent += 1;
+        if self.sent > self.items {
+            Step::Error(self.error.clone())
+        } else {
+            Step::Next(self.sent)
+        }
+    }
+}
