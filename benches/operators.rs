@@ -1,0 +1,74 @@
+//! Each operator's throughput next to the equivalent `Iterator` code, in one run.
+//!
+//! Every case pushes 1,000,000 `u64`s from `range` through one operator into a
+//! checksum (`fold_with(UNBOUNDED, ..)` with [`mix`], which the compiler cannot turn
+//! into a closed form), and the `Iterator` twin does the same work, so the
+//! ratio `weir / iterator` is the cost of the operator's demand machinery. Target
+//! (issue 3): report the ratio; no stage may allocate per item (see `tests/alloc.rs`).
+//!
+//! Run: `cargo bench --bench operators`.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use std::hint::black_box;
+use weir::demand::UNBOUNDED;
+use weir::prelude::*;
+
+const N: u64 = 1_000_000;
+
+/// The checksum step: an xor of scrambled items (no closed form, still vectorisable).
+#[inline(always)]
+fn mix(acc: u64, x: u64) -> u64 {
+    acc ^ x.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+fn sum<P: Publisher<Item = u64>>(publisher: P) -> u64 {
+    publisher
+        .fold_with(UNBOUNDED, 0u64, mix)
+        .wait()
+        .expect("the pipelines here do not fail")
+}
+
+fn operators(c: &mut Criterion) {
+    let mut group = c.benchmark_group("operators/1M");
+    group.throughput(Throughput::Elements(N));
+
+    // Each case: (name, weir pipeline, Iterator twin). Both must agree.
+    type Case = (&'static str, fn() -> u64, fn() -> u64);
+    let cases: [Case; 4] = [
+        (
+            "map",
+            || sum(weir::range(0..black_box(N)).map(|x| x ^ 0x5a)),
+            || (0..black_box(N)).map(|x| x ^ 0x5a).fold(0u64, mix),
+        ),
+        (
+            "filter",
+            || sum(weir::range(0..black_box(N)).filter(|x| x % 3 != 0)),
+            || (0..black_box(N)).filter(|x| x % 3 != 0).fold(0u64, mix),
+        ),
+        (
+            "take",
+            || sum(weir::range(0..u64::MAX).take(black_box(N))),
+            || (0..u64::MAX).take(black_box(N) as usize).fold(0u64, mix),
+        ),
+        (
+            "on_backpressure_drop",
+            || sum(weir::range(0..black_box(N)).on_backpressure_drop()),
+            || (0..black_box(N)).fold(0u64, mix),
+        ),
+    ];
+    for (name, weir_case, iterator_case) in cases {
+        assert_eq!(
+            weir_case(),
+            iterator_case(),
+            "{name}: weir and the Iterator twin disagree"
+        );
+        group.bench_function(BenchmarkId::new("weir", name), |b| b.iter(weir_case));
+        group.bench_function(BenchmarkId::new("iterator", name), |b| {
+            b.iter(iterator_case)
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, operators);
+criterion_main!(benches);
