@@ -3,7 +3,8 @@
 //! A counting global allocator counts every allocation made by this test binary. The
 //! same pipeline runs over 1,000 and over 1,000,000 items; the count must not grow
 //! with the item count (the only allocations are per subscription: the engine, the
-//! sink's handle). Runs in one test so no other test allocates concurrently.
+//! sink's handle). Only allocations made on the measuring thread count, so the test
+//! harness's own threads cannot disturb the figures.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,11 +16,23 @@ struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 
+thread_local! {
+    /// True on the thread whose allocations are being counted.
+    static COUNTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn count_one() {
+    // `try_with`: the allocator can be called while thread-locals are torn down.
+    if COUNTING.try_with(std::cell::Cell::get).unwrap_or(false) {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
 // SAFETY: delegates every call to `System`, which upholds the `GlobalAlloc` contract;
 // the counter has no effect on the returned memory.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count_one();
         // SAFETY: the caller's obligations for `alloc` are passed through unchanged.
         unsafe { System.alloc(layout) }
     }
@@ -30,7 +43,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        count_one();
         // SAFETY: the caller's obligations for `realloc` are passed through unchanged.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -40,6 +53,7 @@ unsafe impl GlobalAlloc for Counting {
 static GLOBAL: Counting = Counting;
 
 fn allocations_for(n: u64, prefetch: u64) -> (u64, u64) {
+    COUNTING.with(|c| c.set(true));
     let before = ALLOCATIONS.load(Ordering::Relaxed);
     let sum = weir::range(0..n)
         .map(|x| x * 3)
@@ -48,6 +62,7 @@ fn allocations_for(n: u64, prefetch: u64) -> (u64, u64) {
         .wait()
         .expect("range does not fail");
     let after = ALLOCATIONS.load(Ordering::Relaxed);
+    COUNTING.with(|c| c.set(false));
     (after - before, sum)
 }
 
