@@ -9,6 +9,11 @@
 #[path = "../support/mod.rs"]
 pub mod support;
 
+mod concat;
+mod concat_map;
 mod filter;
+mod flat_map;
 mod map;
+mod merge;
 mod take;
+mod zip;
