@@ -6,9 +6,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
+use weir::DropReason;
 use weir::Error;
 
 use crate::support::counting::counted;
@@ -159,6 +161,20 @@ fn threaded_sources_in_order() {
         let model: Vec<u64> = (0..300).chain(1_000..1_300).collect();
         assert_eq!(out, model);
     }
+}
+
+#[test]
+fn forwards_the_drop_hook_to_both_sources() {
+    let drops = Drops::new();
+    let out = weir::range(0u64..1_000)
+        .on_backpressure_drop()
+        .concat(weir::range(0u64..1_000).on_backpressure_drop())
+        .on_dropped(DropHook::new(drops.clone()))
+        .collect_with(16)
+        .wait()
+        .unwrap();
+    assert!(drops.count(DropReason::OverflowNewest) > 0);
+    assert_eq!(out.len() as u64 + drops.total(), 2_000);
 }
 
 proptest! {

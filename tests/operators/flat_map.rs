@@ -7,9 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
+use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
+use weir::DropReason;
 use weir::{Error, ErrorKind};
 
 use crate::support::counting::counted;
@@ -350,6 +352,19 @@ fn threaded_inners_lose_and_duplicate_nothing() {
             assert_eq!(inner, (0..500).collect::<Vec<_>>());
         }
     }
+}
+
+#[test]
+fn forwards_the_drop_hook_to_every_inner() {
+    let drops = Drops::new();
+    let out = weir::range(0u64..3)
+        .flat_map(|_| weir::range(0u64..1_000).on_backpressure_drop(), 2, 16)
+        .on_dropped(DropHook::new(drops.clone()))
+        .collect()
+        .wait()
+        .unwrap();
+    assert!(drops.count(DropReason::OverflowNewest) > 0);
+    assert_eq!(out.len() as u64 + drops.total(), 3_000);
 }
 
 proptest! {

@@ -4,10 +4,12 @@
 //! the rest.
 
 use proptest::prelude::*;
+use weir::metrics::{DropHook, Drops};
 use weir::operators::MERGE_PREFETCH;
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
+use weir::DropReason;
 use weir::Error;
 
 use crate::support::counting::counted;
@@ -160,6 +162,20 @@ fn threaded_sources_lose_and_duplicate_nothing() {
             assert_eq!(side, (0..2_000).collect::<Vec<_>>(), "side {tag} in order");
         }
     }
+}
+
+#[test]
+fn forwards_the_drop_hook_to_every_source() {
+    let drops = Drops::new();
+    let out = weir::range(0u64..1_000)
+        .on_backpressure_drop()
+        .merge(weir::range(0u64..1_000).on_backpressure_drop())
+        .on_dropped(DropHook::new(drops.clone()))
+        .collect()
+        .wait()
+        .unwrap();
+    assert!(drops.count(DropReason::OverflowNewest) > 0);
+    assert_eq!(out.len() as u64 + drops.total(), 2_000);
 }
 
 proptest! {

@@ -2,10 +2,12 @@
 //! complete once one side has completed and its lane is empty, cancelling the other.
 
 use proptest::prelude::*;
+use weir::metrics::{DropHook, Drops};
 use weir::operators::ZIP_PREFETCH;
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
+use weir::DropReason;
 use weir::{Error, ErrorKind};
 
 use crate::support::counting::counted;
@@ -123,6 +125,20 @@ fn threaded_sides_pair_in_order() {
             .unwrap();
         assert_eq!(out, (0..800).map(|x| (x, x)).collect::<Vec<_>>());
     }
+}
+
+#[test]
+fn forwards_the_drop_hook_to_both_sides() {
+    let drops = Drops::new();
+    let out = weir::range(0u64..1_000)
+        .on_backpressure_drop()
+        .zip(weir::range(0u64..1_000), |a, _| a)
+        .on_dropped(DropHook::new(drops.clone()))
+        .collect()
+        .wait()
+        .unwrap();
+    assert!(drops.count(DropReason::OverflowNewest) > 0);
+    assert_eq!(out.len() as u64 + drops.total(), 1_000);
 }
 
 proptest! {
