@@ -5,19 +5,19 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use proptest::prelude::*;
 use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
-use weir::tck::proptest::{check_publisher, demand_schedule};
+use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule, PublisherCheck};
 use weir::tck::TestSubscriber;
-use weir::DropReason;
-use weir::{Error, ErrorKind};
+use weir::{DropReason, Error, ErrorKind};
 
 use crate::support::counting::counted;
 use crate::support::model::{schedule, Action};
-use crate::support::shape;
 use crate::support::threaded::ThreadedRange;
+use crate::support::{shape, PATIENCE};
 
 /// Counters shared by every inner source of one test.
 #[derive(Default)]
@@ -422,4 +422,15 @@ proptest! {
 
 fn inner_len(items: &[(usize, u64)], i: usize) -> usize {
     items.iter().filter(|x| x.0 == i).count()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// The kit's random schedules over sources that emit from threads of their own.
+    #[test]
+    fn obeys_any_demand_schedule_with_threaded_sources(n in 0u64..24, schedule in demand_schedule()) {
+        let check = PublisherCheck::asynchronous(PATIENCE, Duration::from_millis(10));
+        check_publisher_with(|n| weir::range(0..n).flat_map(|_| ThreadedRange::new(1), 3, 2), n, &schedule, check)?;
+    }
 }

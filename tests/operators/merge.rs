@@ -3,20 +3,21 @@
 //! sources interleaved, each source's order kept; the first error wins and cancels
 //! the rest.
 
+use std::time::Duration;
+
 use proptest::prelude::*;
 use weir::metrics::{DropHook, Drops};
 use weir::operators::MERGE_PREFETCH;
 use weir::prelude::*;
-use weir::tck::proptest::{check_publisher, demand_schedule};
+use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule, PublisherCheck};
 use weir::tck::TestSubscriber;
-use weir::DropReason;
-use weir::Error;
+use weir::{DropReason, Error};
 
 use crate::support::counting::counted;
 use crate::support::model::{schedule, Action};
-use crate::support::shape;
 use crate::support::threaded::ThreadedRange;
 use crate::support::unruly::Unruly;
+use crate::support::{shape, PATIENCE};
 
 #[test]
 fn smoke() {
@@ -234,5 +235,16 @@ proptest! {
             n,
             &schedule,
         )?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// The kit's random schedules over sources that emit from threads of their own.
+    #[test]
+    fn obeys_any_demand_schedule_with_threaded_sources(n in 0u64..24, schedule in demand_schedule()) {
+        let check = PublisherCheck::asynchronous(PATIENCE, Duration::from_millis(10));
+        check_publisher_with(|n| ThreadedRange::new(n / 2).merge(ThreadedRange::new(n - n / 2)), n, &schedule, check)?;
     }
 }

@@ -1,19 +1,20 @@
 //! `zip` (mirrors `operators/zip.rs`): pairs in order; a bounded lane per side;
 //! complete once one side has completed and its lane is empty, cancelling the other.
 
+use std::time::Duration;
+
 use proptest::prelude::*;
 use weir::metrics::{DropHook, Drops};
 use weir::operators::ZIP_PREFETCH;
 use weir::prelude::*;
-use weir::tck::proptest::{check_publisher, demand_schedule};
+use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule, PublisherCheck};
 use weir::tck::TestSubscriber;
-use weir::DropReason;
-use weir::{Error, ErrorKind};
+use weir::{DropReason, Error, ErrorKind};
 
 use crate::support::counting::counted;
 use crate::support::model::{check_model, schedule, Completion};
-use crate::support::shape;
 use crate::support::threaded::ThreadedRange;
+use crate::support::{shape, PATIENCE};
 
 #[test]
 fn smoke() {
@@ -167,5 +168,16 @@ proptest! {
     fn obeys_any_demand_schedule(n in 0u64..40, schedule in demand_schedule()) {
         check_publisher(|n| weir::range(0..n).zip(weir::range(0..u64::MAX), |a, _| a), n, &schedule)?;
         check_publisher(|n| weir::range(0..u64::MAX).zip(weir::range(0..n), |_, b| b), n, &schedule)?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// The kit's random schedules over sources that emit from threads of their own.
+    #[test]
+    fn obeys_any_demand_schedule_with_threaded_sources(n in 0u64..24, schedule in demand_schedule()) {
+        let check = PublisherCheck::asynchronous(PATIENCE, Duration::from_millis(10));
+        check_publisher_with(|n| ThreadedRange::new(n).zip(ThreadedRange::new(n + 5), |a, _| a), n, &schedule, check)?;
     }
 }
