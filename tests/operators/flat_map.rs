@@ -367,6 +367,42 @@ fn forwards_the_drop_hook_to_every_inner() {
     assert_eq!(out.len() as u64 + drops.total(), 3_000);
 }
 
+/// A publisher that ignores demand (breaks rule 1.1): `n` items at once.
+#[derive(Clone, Copy)]
+struct Greedy(u64);
+
+impl Publisher for Greedy {
+    type Item = u64;
+    fn subscribe<S: Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
+        subscriber.on_subscribe(Subscription::noop());
+        for i in 0..self.0 {
+            subscriber.on_next(i);
+        }
+        subscriber.on_complete();
+    }
+}
+
+#[test]
+fn sources_that_over_deliver_fail_instead_of_growing_a_buffer() {
+    // An inner pushes 5 items into a window of 2.
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    weir::range(0u64..3)
+        .flat_map(|_| Greedy(5), 1, 2)
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "SE");
+    assert_eq!(probe.assert_error().rule(), Some("1.1"));
+
+    // The outer source pushes a second item while the only inner is live.
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    Greedy(3)
+        .flat_map(|_| weir::never::<u64>(), 1, 2)
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "SE");
+    assert_eq!(probe.assert_error().rule(), Some("1.1"));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(128))]
 
