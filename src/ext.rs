@@ -2,7 +2,9 @@
 //! documentation of every operator lives on its method here.
 
 use crate::metrics::DropHook;
-use crate::operators::{Filter, Map, OnBackpressureDrop, OnDropped, Take};
+use crate::operators::{
+    Concat, ConcatMap, Filter, FlatMap, Map, Merge, OnBackpressureDrop, OnDropped, Take, Zip,
+};
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
 
@@ -150,6 +152,270 @@ pub trait PublisherExt: Publisher + Sized {
     // ---- transformation operators (issue 3) go here, in this section ----------------
 
     // ---- multi-source operators (issue 3) go here, in this section -----------------
+
+    /// Merge this publisher with `other`: the items of both, interleaved as they
+    /// arrive, each source's own order kept.
+    ///
+    /// # Backpressure
+    ///
+    /// Prefetching, per source: each side is asked for
+    /// [`MERGE_PREFETCH`](crate::operators::MERGE_PREFETCH) items up front and
+    /// replenished by the 75% rule (in batches of 3/4 of the window) as downstream
+    /// takes its items. Downstream never gets more than it requested. In-flight bound:
+    /// both sources' bounds plus `2 × MERGE_PREFETCH`. Several sources:
+    /// [`weir::merge`](crate::merge).
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// self   : 1---2---3|
+    /// other  : --x---y|
+    /// output : 1-x-2-y-3|   (completes when both have)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The first error of either side is signalled at once; the other side is
+    /// cancelled and its queued items are released.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancels both sides; queued items (at most `MERGE_PREFETCH` per side) are released.
+    ///
+    /// # Panics
+    ///
+    /// Never.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let mut all = weir::range(0u32..3).merge(weir::range(10..12)).collect().wait().unwrap();
+    /// all.sort();
+    /// assert_eq!(all, vec![0, 1, 2, 10, 11]);
+    /// ```
+    fn merge<Q>(self, other: Q) -> Merge<Self, Q>
+    where
+        Q: Publisher<Item = Self::Item>,
+    {
+        assert_publisher::<Self::Item, _>(Merge::new(self, other))
+    }
+
+    /// All items of this publisher, then all items of `other`, which is subscribed
+    /// only once this one has completed.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough with carry-over: downstream's requests go to the live source; what
+    /// downstream requested and the first source did not deliver is requested from
+    /// `other` as soon as it is subscribed, exactly. In-flight bound: 0 (plus the
+    /// sources' own bounds).
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// self   : 1-2|
+    /// other  :     a-b|     (subscribed at the `|` of self)
+    /// output : 1-2-a-b|
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// An error of the first source ends the stream: `other` is never subscribed.
+    /// An error of `other` passes through.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancels the live source; after a cancel `other` is never subscribed. Nothing is
+    /// buffered.
+    ///
+    /// # Panics
+    ///
+    /// Never.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let all = weir::range(0u32..3).concat(weir::range(7..9)).collect().wait().unwrap();
+    /// assert_eq!(all, vec![0, 1, 2, 7, 8]);
+    /// ```
+    fn concat<Q>(self, other: Q) -> Concat<Self, Q>
+    where
+        Q: Publisher<Item = Self::Item> + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(Concat::new(self, other))
+    }
+
+    /// Map every item to a publisher with `f` and merge those inner publishers, at
+    /// most `concurrency` at a time, each with a window of `prefetch` items.
+    ///
+    /// # Backpressure
+    ///
+    /// Prefetching, bounded twice. This publisher is asked for `concurrency` items up
+    /// front and for 1 more each time an inner publisher completes, so there are never
+    /// more than `concurrency` inner subscriptions. Each inner is asked for `prefetch`
+    /// items up front and replenished by the 75% rule as downstream takes its items, so
+    /// never more than `concurrency × prefetch` items are buffered. Downstream never
+    /// gets more than it requested. In-flight bound: this publisher's bound plus
+    /// `concurrency × prefetch`.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-------2|
+    /// inner 1:  a--b|
+    /// inner 2:          c-d|
+    /// output : -a--b----c-d|   (inners may interleave; each keeps its order)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The first error of the source or of any inner is signalled at once; everything
+    /// else is cancelled and queued items are released. A panic in `f` becomes an error
+    /// of kind [`Panicked`](crate::ErrorKind::Panicked) the same way.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancels the source and every live inner; queued items (at most
+    /// `concurrency × prefetch`) are released.
+    ///
+    /// # Panics
+    ///
+    /// At construction, if `concurrency` is not in `1..=2^16` ("flat_map concurrency
+    /// must be in 1..=2^16 (got 0)") or `prefetch` is not in `1..=2^20`
+    /// ("flat_map prefetch must be in 1..=2^20 (got 0)").
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let mut all = weir::range(1u32..4)
+    ///     .flat_map(|n| weir::range(0..n), 2, 16)
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// all.sort();
+    /// assert_eq!(all, vec![0, 0, 0, 1, 1, 2]);
+    /// ```
+    fn flat_map<Q, F>(self, f: F, concurrency: u64, prefetch: u64) -> FlatMap<Self, F>
+    where
+        F: FnMut(Self::Item) -> Q + Send + 'static,
+        Q: Publisher,
+    {
+        assert_publisher::<Q::Item, _>(FlatMap::new(self, f, concurrency, prefetch))
+    }
+
+    /// Map every item to a publisher with `f` and emit those inner publishers one after
+    /// another, in the order of the items, each with a window of `prefetch` items.
+    ///
+    /// # Backpressure
+    ///
+    /// Prefetching: [`flat_map`](Self::flat_map) with a concurrency of 1. This
+    /// publisher is asked for 1 item, and for 1 more once the current inner has
+    /// completed; the inner is asked for `prefetch` items and replenished by the 75%
+    /// rule. In-flight bound: this publisher's bound plus `prefetch`.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2------|
+    /// inner 1:  a-b|
+    /// inner 2:      c-d|   (subscribed after inner 1 completed)
+    /// output : -a-b-c-d-|
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`flat_map`](Self::flat_map): the first error (or a panic in `f`) is
+    /// signalled at once and everything else is cancelled.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancels the source and the live inner; queued items (at most `prefetch`) are
+    /// released.
+    ///
+    /// # Panics
+    ///
+    /// At construction, if `prefetch` is not in `1..=2^20` ("concat_map prefetch must
+    /// be in 1..=2^20 (got 0)").
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let all = weir::range(1u32..4)
+    ///     .concat_map(|n| weir::range(0..n), 8)
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(all, vec![0, 0, 1, 0, 1, 2]);
+    /// ```
+    fn concat_map<Q, F>(self, f: F, prefetch: u64) -> ConcatMap<Self, F>
+    where
+        F: FnMut(Self::Item) -> Q + Send + 'static,
+        Q: Publisher,
+    {
+        assert_publisher::<Q::Item, _>(ConcatMap::new(self, f, prefetch))
+    }
+
+    /// Pair the items of this publisher and `other` in order and combine each pair
+    /// with `f`.
+    ///
+    /// # Backpressure
+    ///
+    /// Prefetching, per side: each side is asked for
+    /// [`ZIP_PREFETCH`](crate::operators::ZIP_PREFETCH) items up front and replenished
+    /// by the 75% rule as pairs go out; downstream demand counts pairs. In-flight
+    /// bound: both sources' bounds plus `2 × ZIP_PREFETCH`.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// self   : 1---2---3---4|
+    /// other  : --a---b|
+    /// output : --x---y|      (x = f(1, a), y = f(2, b); other ended, lane empty)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The first error of either side is signalled at once and the other side is
+    /// cancelled. A panic in `f` becomes an error of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked) and cancels both sides.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancels both sides; queued items (at most `ZIP_PREFETCH` per side) are
+    /// released. Completion cancels the side that is still running.
+    ///
+    /// # Panics
+    ///
+    /// Never.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let pairs = weir::range(1u32..10)
+    ///     .zip(weir::from_iter(["a", "b"]), |n, s| format!("{s}{n}"))
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(pairs, vec!["a1", "b2"]);
+    /// ```
+    fn zip<Q, F, U>(self, other: Q, f: F) -> Zip<Self, Q, F>
+    where
+        Q: Publisher,
+        F: FnMut(Self::Item, Q::Item) -> U + Send + 'static,
+        U: Send + 'static,
+    {
+        assert_publisher::<U, _>(Zip::new(self, other, f))
+    }
 
     // ---- rate-decoupling operators ------------------------------------------------
 

@@ -39,6 +39,7 @@ pub mod tck;
 
 pub use error::{DropReason, Error, ErrorKind};
 pub use ext::PublisherExt;
+pub use operators::merge;
 pub use source::{defer, empty, error, from_iter, generate, just, never, range};
 pub use spec::{BoxPublisher, Processor, Publisher, RawSubscription, Subscriber, Subscription};
 

@@ -101,6 +101,33 @@ weir::publisher_tck!(
         .env(env())
 );
 
+// ---- multi-source operators (issue 3) ----------------------------------------------
+
+weir::publisher_tck!(
+    merge,
+    verify(|n| weir::range(0..n / 2).merge(weir::range(n / 2..n)))
+);
+weir::publisher_tck!(
+    merge_all,
+    verify(|n| weir::merge(vec![weir::range(0..n / 3), weir::range(n / 3..n)]))
+);
+weir::publisher_tck!(
+    concat,
+    verify(|n| weir::range(0..n / 2).concat(weir::range(n / 2..n)))
+);
+weir::publisher_tck!(
+    flat_map,
+    verify(|n| weir::range(0..n).flat_map(weir::just, 4, 2))
+);
+weir::publisher_tck!(
+    concat_map,
+    verify(|n| weir::range(0..n).concat_map(weir::just, 2))
+);
+weir::publisher_tck!(
+    zip,
+    verify(|n| weir::range(0..n).zip(weir::range(0..u64::MAX), |a, b| a + b))
+);
+
 // ---- sinks --------------------------------------------------------------------------
 
 weir::subscriber_blackbox_tck!(

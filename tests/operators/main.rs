@@ -11,6 +11,11 @@
 pub mod support;
 
 mod baseline;
+mod concat;
+mod concat_map;
 mod filter;
+mod flat_map;
 mod map;
+mod merge;
 mod take;
+mod zip;

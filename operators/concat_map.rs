@@ -1,0 +1,50 @@
+//! `concat_map`: map each item to a publisher and emit the inner publishers one after
+//! another, in order.
+//!
+//! Demand contract: Prefetching. It is [`FlatMap`] with a concurrency of 1: the outer
+//! source is asked for 1 item, and for 1 more only once the current inner publisher
+//! has completed; the inner gets a bounded lane of `prefetch` items replenished by the
+//! 75% rule. Only one inner is ever live, so the order of the outer items is kept.
+//! In-flight bound: the outer source's bound plus `prefetch`.
+//!
+//! States and races: those of [`FlatMap`] (one lane).
+
+use super::flat_map::FlatMap;
+use super::inner::validate_prefetch;
+use crate::{Publisher, Subscriber};
+
+/// Publisher for the [`concat_map`](crate::PublisherExt::concat_map) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct ConcatMap<P, F> {
+    inner: FlatMap<P, F>,
+}
+
+impl<P, F> ConcatMap<P, F> {
+    pub(crate) fn new(source: P, f: F, prefetch: u64) -> Self {
+        validate_prefetch("concat_map", "prefetch", prefetch);
+        ConcatMap {
+            inner: FlatMap::new(source, f, 1, prefetch),
+        }
+    }
+}
+
+impl<P, F, Q> Publisher for ConcatMap<P, F>
+where
+    P: Publisher,
+    F: FnMut(P::Item) -> Q + Send + 'static,
+    Q: Publisher,
+{
+    type Item = Q::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<Q::Item> + Send + 'static,
+    {
+        self.inner.subscribe(subscriber)
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.inner.in_flight_bound()
+    }
+}

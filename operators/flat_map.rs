@@ -1,0 +1,170 @@
+//! `flat_map`: map each item to a publisher and merge the inner publishers, at most
+//! `concurrency` at a time.
+//!
+//! Demand contract: Prefetching, bounded twice. The outer source is asked for
+//! `concurrency` items up front and for 1 more each time an inner publisher completes,
+//! so live inner subscriptions never exceed `concurrency`. Each inner gets a bounded
+//! lane of `prefetch` items, replenished by the 75% rule ([`super::inner`]), so at most
+//! `concurrency × prefetch` items are buffered. Downstream demand is an
+//! `AtomicDemand` settled once per batch by [`MergeDrain`].
+//! In-flight bound: the outer source's bound plus `concurrency × prefetch`.
+//!
+//! States: the outer subscriber follows [`Upstream`] (`Idle` → `Active` → `Done`,
+//! also after `f` panicked or the outer source over-delivered); each inner lane
+//! follows the merge lanes (`Empty` ⇄ `Items` → `Finished` | `Failed`); the hub holds
+//! the drain until the terminal signal.
+//!
+//! Races: `f` and inner `subscribe` run on the outer source's thread; inner sources
+//! deliver on theirs; both only fill lanes and wake the one `Wip` drain, which makes
+//! every downstream signal and every replenishing request.
+
+use std::sync::Arc;
+
+use super::inner::{validate_prefetch, Hub, Notify};
+use super::merge::{connect, LaneSet, MergeDrain};
+use crate::drain::Upstream;
+use crate::guard::catch;
+use crate::metrics::DropHook;
+use crate::{Error, Publisher, Subscriber, Subscription};
+
+/// Largest concurrency accepted: one slot per inner is allocated up front.
+const MAX_CONCURRENCY: u64 = 1 << 16;
+
+/// Publisher for the [`flat_map`](crate::PublisherExt::flat_map) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct FlatMap<P, F> {
+    source: P,
+    f: F,
+    concurrency: u64,
+    prefetch: u64,
+}
+
+impl<P, F> FlatMap<P, F> {
+    pub(crate) fn new(source: P, f: F, concurrency: u64, prefetch: u64) -> Self {
+        assert!(
+            (1..=MAX_CONCURRENCY).contains(&concurrency),
+            "flat_map concurrency must be in 1..=2^16 (got {concurrency})"
+        );
+        validate_prefetch("flat_map", "prefetch", prefetch);
+        FlatMap {
+            source,
+            f,
+            concurrency,
+            prefetch,
+        }
+    }
+
+    /// Bound of the buffers this stage holds itself.
+    fn own_bound(&self) -> u64 {
+        self.concurrency.saturating_mul(self.prefetch)
+    }
+}
+
+impl<P, F, Q> Publisher for FlatMap<P, F>
+where
+    P: Publisher,
+    F: FnMut(P::Item) -> Q + Send + 'static,
+    Q: Publisher,
+{
+    type Item = Q::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<Q::Item> + Send + 'static,
+    {
+        let concurrency = usize::try_from(self.concurrency).expect("validated to 2^16");
+        let drain = MergeDrain::new(subscriber, concurrency, self.prefetch, true);
+        let set = drain.set.clone();
+        let (source, f, window) = (self.source, self.f, self.concurrency);
+        Hub::start(drain, move |hub| {
+            source.subscribe(Outer {
+                f,
+                set,
+                hub: hub.clone(),
+                window,
+                upstream: Upstream::Idle,
+            });
+        });
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source
+            .in_flight_bound()
+            .saturating_add(self.own_bound())
+    }
+}
+
+/// The subscriber to the outer source: maps each item and connects its publisher.
+struct Outer<F, U, N> {
+    /// The user's closure.
+    f: F,
+    /// The inner lanes (shared with the drain).
+    set: Arc<LaneSet<U>>,
+    /// Woken when the outer source ends.
+    hub: Arc<N>,
+    /// The first request: the concurrency.
+    window: u64,
+    /// Life cycle; `Done` also after `f` panicked or the source over-delivered.
+    upstream: Upstream,
+}
+
+impl<F, U, N: Notify> Outer<F, U, N> {
+    /// End the outer side with `error` (cancelling the outer source).
+    fn fail(&mut self, error: Error) {
+        if self.upstream.finish() {
+            // Through the shared slot, so the drain's own cancel is not a second call.
+            self.set.outer.cancel();
+            self.set.end_outer(Err(error));
+            self.hub.notify();
+        }
+    }
+}
+
+impl<T, F, Q, N> Subscriber<T> for Outer<F, Q::Item, N>
+where
+    F: FnMut(T) -> Q,
+    Q: Publisher,
+    N: Notify,
+{
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if self.upstream.accept(&subscription) && self.set.outer.set(subscription.clone()) {
+            subscription.request(self.window);
+        }
+    }
+
+    fn on_next(&mut self, item: T) {
+        if !self.upstream.is_active() {
+            return;
+        }
+        match catch(|| (self.f)(item)) {
+            Ok(inner) => {
+                if !connect(&self.set, inner, &self.hub) && !self.set.is_closed() {
+                    self.fail(Error::spec_violation(
+                        "1.1",
+                        "the outer source of flat_map delivered more items than requested (rule 1.1)",
+                    ));
+                }
+            }
+            Err(error) => self.fail(error),
+        }
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if self.upstream.finish() {
+            self.set.end_outer(Err(error));
+            self.hub.notify();
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if self.upstream.finish() {
+            self.set.end_outer(Ok(()));
+            self.hub.notify();
+        }
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.set.hook.clone()
+    }
+}

@@ -1,0 +1,108 @@
+//! `weir::merge`: a source that merges every publisher of a list.
+//!
+//! Demand contract: Prefetching, per source, exactly as [`Merge`](super::Merge): one
+//! bounded lane of [`MERGE_PREFETCH`] per source, replenished by the 75% rule, all
+//! drained by one [`MergeDrain`]. The list is collected once, at construction; its
+//! length fixes the number of lanes. In-flight bound: the sources' bounds plus
+//! `MERGE_PREFETCH` per source.
+//!
+//! States and races: those of [`Merge`](super::Merge), with `n` lanes instead of two.
+//! With no sources, the stream completes at once.
+
+use super::inner::Hub;
+use super::merge::{connect, MergeDrain, MERGE_PREFETCH};
+use crate::{Publisher, Subscriber};
+
+/// Publisher for the [`merge`](crate::merge) source: every publisher of a list.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct MergeAll<P> {
+    sources: Vec<P>,
+}
+
+impl<P> MergeAll<P> {
+    pub(crate) fn new(sources: impl IntoIterator<Item = P>) -> Self {
+        MergeAll {
+            sources: sources.into_iter().collect(),
+        }
+    }
+}
+
+impl<P: Publisher> Publisher for MergeAll<P> {
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        let sources = self.sources;
+        // No outer source: with no publishers the stream is complete at once.
+        let drain = MergeDrain::new(subscriber, sources.len(), MERGE_PREFETCH, false);
+        let set = drain.set.clone();
+        Hub::start(drain, move |hub| {
+            for source in sources {
+                connect(&set, source, hub);
+            }
+        });
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.sources.iter().fold(0u64, |sum, p| {
+            sum.saturating_add(p.in_flight_bound())
+                .saturating_add(MERGE_PREFETCH)
+        })
+    }
+}
+
+/// Merge every publisher of `sources` (all of one type; use
+/// [`boxed`](crate::PublisherExt::boxed) for mixed ones): their items interleaved as
+/// they arrive, each source's own order kept.
+///
+/// # Backpressure
+///
+/// Prefetching, per source: each source is asked for [`MERGE_PREFETCH`] items up
+/// front and replenished by the 75% rule as downstream takes its items; downstream
+/// never gets more than it requested. In-flight bound: the sources' bounds plus
+/// `MERGE_PREFETCH` per source.
+///
+/// # Timing
+///
+/// ```text
+/// a      : 1---2---3|
+/// b      : --x---y|
+/// output : 1-x-2-y-3|   (completes when every source has)
+/// ```
+///
+/// # Errors
+///
+/// The first error of any source is signalled at once; the other sources are
+/// cancelled and their queued items released.
+///
+/// # Cancellation
+///
+/// Cancels every source; queued items (at most `MERGE_PREFETCH` per source) are
+/// released.
+///
+/// # Panics
+///
+/// Never. With no sources, the stream completes at once.
+///
+/// # Examples
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// let mut all = weir::merge(vec![weir::range(0u32..3), weir::range(10..12)])
+///     .collect()
+///     .wait()
+///     .unwrap();
+/// all.sort();
+/// assert_eq!(all, vec![0, 1, 2, 10, 11]);
+/// ```
+pub fn merge<I>(sources: I) -> MergeAll<I::Item>
+where
+    I: IntoIterator,
+    I::Item: Publisher,
+{
+    MergeAll::new(sources)
+}

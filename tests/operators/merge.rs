@@ -1,0 +1,250 @@
+//! `merge` and `weir::merge` (mirror `operators/merge.rs`): Prefetching per source
+//! (a bounded lane of `MERGE_PREFETCH`, replenished by the 75% rule); items of all
+//! sources interleaved, each source's order kept; the first error wins and cancels
+//! the rest.
+
+use std::time::Duration;
+
+use proptest::prelude::*;
+use weir::metrics::{DropHook, Drops};
+use weir::operators::MERGE_PREFETCH;
+use weir::prelude::*;
+use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule, PublisherCheck};
+use weir::tck::TestSubscriber;
+use weir::{DropReason, Error};
+
+use crate::support::counting::counted;
+use crate::support::model::{schedule, Action};
+use crate::support::threaded::ThreadedRange;
+use crate::support::unruly::Unruly;
+use crate::support::{shape, PATIENCE};
+
+#[test]
+fn smoke() {
+    let mut out = weir::range(0u32..5)
+        .merge(weir::range(100..103))
+        .collect()
+        .wait()
+        .unwrap();
+    out.sort();
+    assert_eq!(out, vec![0, 1, 2, 3, 4, 100, 101, 102]);
+
+    let mut out = weir::merge(vec![
+        weir::range(0u8..2),
+        weir::range(5..7),
+        weir::range(9..10),
+    ])
+    .collect()
+    .wait()
+    .unwrap();
+    out.sort();
+    assert_eq!(out, vec![0, 1, 5, 6, 9]);
+}
+
+#[test]
+fn respects_demand_and_prefetches_per_source() {
+    let (a, a_stats) = counted(weir::range(0u64..1_000));
+    let (b, b_stats) = counted(weir::range(1_000u64..2_000));
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    a.merge(b).subscribe(subscriber);
+
+    // Each side is asked for its window up front, nothing reaches downstream yet.
+    assert_eq!(a_stats.request_log(), vec![MERGE_PREFETCH]);
+    assert_eq!(b_stats.request_log(), vec![MERGE_PREFETCH]);
+    assert_eq!(probe.received_count(), 0);
+
+    probe.request(3);
+    assert_eq!(probe.received_count(), 3);
+    probe.request(400);
+    assert_eq!(probe.received_count(), 403);
+    probe.assert_no_violations();
+    for stats in [&a_stats, &b_stats] {
+        assert!(!stats.over_delivered());
+        // Replenished in batches of at least 3/4 of the window, never per item.
+        assert!(stats.request_log().iter().skip(1).all(|&n| n >= 192));
+        // Outstanding demand plus queued items never exceed the window.
+        assert!(stats.max_outstanding() <= MERGE_PREFETCH);
+    }
+    probe.request(u64::MAX);
+    assert_eq!(probe.received_count(), 2_000);
+    probe.assert_completed();
+}
+
+#[test]
+fn cancel_stops_upstream() {
+    let (a, a_stats) = counted(weir::range(0u64..u64::MAX));
+    let (b, b_stats) = counted(weir::never::<u64>());
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    a.merge(b).subscribe(subscriber);
+    probe.request(5);
+    probe.cancel();
+    assert_eq!((a_stats.cancels(), b_stats.cancels()), (1, 1));
+    let delivered = a_stats.delivered();
+    probe.request(10);
+    assert_eq!(probe.received_count(), 5);
+    assert_eq!(
+        a_stats.delivered(),
+        delivered,
+        "nothing pulled after cancel"
+    );
+    probe.assert_no_terminal();
+}
+
+#[test]
+fn error_propagates_once() {
+    let boom = Error::msg("side failed");
+    let (b, b_stats) = counted(weir::never::<u64>());
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    weir::error::<u64>(boom.clone())
+        .merge(b)
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "SE", "an error needs no demand");
+    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
+    assert_eq!(b_stats.cancels(), 1, "the other side is cancelled");
+
+    // A side that keeps signalling after its error: one error passes.
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    Unruly::new(boom.clone())
+        .merge(weir::range(0u64..3))
+        .subscribe(subscriber);
+    probe.request(10);
+    assert!(shape(&probe).ends_with('E'));
+    assert_eq!(shape(&probe).matches('E').count(), 1);
+    probe.assert_no_violations();
+}
+
+#[test]
+fn completes_when_every_source_has() {
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    weir::empty::<u8>()
+        .merge(weir::empty())
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "SC", "completion needs no demand");
+
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    weir::merge(Vec::<weir::BoxPublisher<u8>>::new()).subscribe(subscriber);
+    assert_eq!(shape(&probe), "SC");
+
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    weir::range(0u8..2)
+        .merge(weir::never())
+        .subscribe(subscriber);
+    probe.request(5);
+    probe.assert_items(&[0, 1]);
+    probe.assert_no_terminal();
+}
+
+#[test]
+fn in_flight_bound_is_one_window_per_source() {
+    let merged = weir::range(0u8..1).merge(weir::range(0..1));
+    assert_eq!(merged.in_flight_bound(), 2 * MERGE_PREFETCH);
+    let all = weir::merge(vec![weir::range(0u8..1); 3]);
+    assert_eq!(all.in_flight_bound(), 3 * MERGE_PREFETCH);
+}
+
+#[test]
+fn threaded_sources_lose_and_duplicate_nothing() {
+    for _ in 0..20 {
+        let out = ThreadedRange::new(2_000)
+            .map(|x| (0u8, x))
+            .merge(ThreadedRange::new(2_000).map(|x| (1u8, x)))
+            .collect_with(7)
+            .wait()
+            .unwrap();
+        for tag in [0u8, 1] {
+            let side: Vec<u64> = out.iter().filter(|p| p.0 == tag).map(|p| p.1).collect();
+            assert_eq!(side, (0..2_000).collect::<Vec<_>>(), "side {tag} in order");
+        }
+    }
+}
+
+#[test]
+fn forwards_the_drop_hook_to_every_source() {
+    let drops = Drops::new();
+    let out = weir::range(0u64..1_000)
+        .on_backpressure_drop()
+        .merge(weir::range(0u64..1_000).on_backpressure_drop())
+        .on_dropped(DropHook::new(drops.clone()))
+        .collect()
+        .wait()
+        .unwrap();
+    assert!(drops.count(DropReason::OverflowNewest) > 0);
+    assert_eq!(out.len() as u64 + drops.total(), 2_000);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// Output is, per source, the source's items in order (so, as a multiset, the
+    /// union of the inputs), never more than requested, exactly `min(requested, len)`
+    /// items, complete once everything went out, nothing after a cancel.
+    #[test]
+    fn matches_the_multiset_model(
+        a in prop::collection::vec(any::<u16>(), 0..40),
+        b in prop::collection::vec(any::<u16>(), 0..40),
+        schedule in schedule(),
+    ) {
+        let subscriber = TestSubscriber::new().request_on_next(schedule.reentrant);
+        let probe = subscriber.probe();
+        weir::from_iter(a.clone())
+            .map(|x| (0u8, x))
+            .merge(weir::from_iter(b.clone()).map(|x| (1u8, x)))
+            .subscribe(subscriber);
+        let len = (a.len() + b.len()) as u64;
+        let mut frozen: Option<u64> = None;
+        for action in schedule.actions.iter().copied().map(Some).chain([None]) {
+            match action {
+                Some(Action::Request(k)) => probe.request(k),
+                Some(Action::Cancel) => {
+                    probe.cancel();
+                    frozen.get_or_insert(probe.received_count());
+                }
+                None => {}
+            }
+            prop_assert!(probe.check_violations().is_ok(), "{:?}", probe.violations());
+            let items = probe.items();
+            let received = items.len() as u64;
+            prop_assert!(received <= probe.requested());
+            for (tag, input) in [(0u8, &a), (1u8, &b)] {
+                let side: Vec<u16> = items.iter().filter(|p| p.0 == tag).map(|p| p.1).collect();
+                prop_assert_eq!(&side[..], &input[..side.len()]);
+            }
+            match frozen {
+                Some(at_cancel) => prop_assert_eq!(received, at_cancel),
+                None => {
+                    prop_assert_eq!(received, probe.requested().min(len));
+                    prop_assert_eq!(probe.is_completed(), received == len);
+                }
+            }
+        }
+    }
+
+    /// The kit's random schedules (1-3 threads, huge requests, `request(0)`, cancels).
+    #[test]
+    fn obeys_any_demand_schedule(n in 0u64..40, schedule in demand_schedule()) {
+        check_publisher(|n| weir::range(0..n / 2).merge(weir::range(n / 2..n)), n, &schedule)?;
+        check_publisher(
+            |n| weir::merge(vec![weir::range(0..n / 3), weir::range(n / 3..n), weir::range(0..0)]),
+            n,
+            &schedule,
+        )?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(16))]
+
+    /// The kit's random schedules over sources that emit from threads of their own.
+    #[test]
+    fn obeys_any_demand_schedule_with_threaded_sources(n in 0u64..24, schedule in demand_schedule()) {
+        let check = PublisherCheck::asynchronous(PATIENCE, Duration::from_millis(10));
+        check_publisher_with(|n| ThreadedRange::new(n / 2).merge(ThreadedRange::new(n - n / 2)), n, &schedule, check)?;
+    }
+}
