@@ -34,7 +34,7 @@ fn operators(c: &mut Criterion) {
 
     // Each case: (name, weir pipeline, Iterator twin). Both must agree.
     type Case = (&'static str, fn() -> u64, fn() -> u64);
-    let cases: [Case; 4] = [
+    let cases: [Case; 8] = [
         (
             "map",
             || sum(weir::range(0..black_box(N)).map(|x| x ^ 0x5a)),
@@ -54,6 +54,41 @@ fn operators(c: &mut Criterion) {
             "on_backpressure_drop",
             || sum(weir::range(0..black_box(N)).on_backpressure_drop()),
             || (0..black_box(N)).fold(0u64, mix),
+        ),
+        (
+            "merge",
+            || sum(weir::range(0..black_box(N) / 2).merge(weir::range(N / 2..N))),
+            || (0..black_box(N) / 2).chain(N / 2..N).fold(0u64, mix),
+        ),
+        (
+            "concat",
+            || sum(weir::range(0..black_box(N) / 2).concat(weir::range(N / 2..N))),
+            || (0..black_box(N) / 2).chain(N / 2..N).fold(0u64, mix),
+        ),
+        (
+            "flat_map",
+            || {
+                sum(weir::range(0..black_box(N) / 1000).flat_map(
+                    |i| weir::range(i * 1000..(i + 1) * 1000),
+                    4,
+                    256,
+                ))
+            },
+            || {
+                (0..black_box(N) / 1000)
+                    .flat_map(|i| i * 1000..(i + 1) * 1000)
+                    .fold(0u64, mix)
+            },
+        ),
+        (
+            "zip",
+            || sum(weir::range(0..black_box(N)).zip(weir::range(0..N), |a, b| a ^ (b << 1))),
+            || {
+                (0..black_box(N))
+                    .zip(0..N)
+                    .map(|(a, b)| a ^ (b << 1))
+                    .fold(0u64, mix)
+            },
         ),
     ];
     for (name, weir_case, iterator_case) in cases {
