@@ -3,12 +3,14 @@
 //! documentation lives.
 
 mod filter;
+mod filter_map;
 mod map;
 mod on_backpressure_drop;
 mod on_dropped;
 mod take;
 
 pub use filter::Filter;
+pub use filter_map::FilterMap;
 pub use map::Map;
 pub use on_backpressure_drop::OnBackpressureDrop;
 pub use on_dropped::OnDropped;

@@ -2,7 +2,7 @@
 //! documentation of every operator lives on its method here.
 
 use crate::metrics::DropHook;
-use crate::operators::{Filter, Map, OnBackpressureDrop, OnDropped, Take};
+use crate::operators::{Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Take};
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
 
@@ -148,6 +148,57 @@ pub trait PublisherExt: Publisher + Sized {
     }
 
     // ---- transformation operators (issue 3) go here, in this section ----------------
+
+    /// Transform each item with `f` and pass on the `Some` results; `None` swallows
+    /// the item.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough with replenishment, exactly like [`filter`](Self::filter):
+    /// requests go upstream unchanged, and the items `f` swallows are requested again
+    /// once per batch the stage receives (one `request(1)` per swallowed item from an
+    /// upstream that delivers item by item), so upstream's outstanding demand always
+    /// equals downstream's. In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4|
+    /// output : --a---b|    (f: even x to Some(..), odd x to None)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, upstream is cancelled and downstream receives `on_error` of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let numbers = weir::from_iter(vec!["1", "x", "3"])
+    ///     .filter_map(|s| s.parse::<u32>().ok())
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(numbers, vec![1, 3]);
+    /// ```
+    fn filter_map<U, F>(self, f: F) -> FilterMap<Self, F>
+    where
+        F: FnMut(Self::Item) -> Option<U> + Send + 'static,
+        U: Send + 'static,
+    {
+        assert_publisher::<U, _>(FilterMap::new(self, f))
+    }
 
     // ---- multi-source operators (issue 3) go here, in this section -----------------
 

@@ -57,6 +57,10 @@ weir::publisher_tck!(
 );
 weir::publisher_tck!(take, verify(|n| weir::range(0..u64::MAX).take(n)));
 weir::publisher_tck!(
+    filter_map,
+    verify(|n| weir::range(0..n.saturating_mul(3)).filter_map(|x| (x % 3 == 1).then_some(x / 3)))
+);
+weir::publisher_tck!(
     chain,
     verify(|n| {
         weir::range(0..u64::MAX)

@@ -10,5 +10,6 @@
 pub mod support;
 
 mod filter;
+mod filter_map;
 mod map;
 mod take;
