@@ -7,6 +7,7 @@ mod filter_map;
 mod map;
 mod on_backpressure_drop;
 mod on_dropped;
+mod skip;
 mod take;
 
 pub use filter::Filter;
@@ -14,4 +15,5 @@ pub use filter_map::FilterMap;
 pub use map::Map;
 pub use on_backpressure_drop::OnBackpressureDrop;
 pub use on_dropped::OnDropped;
+pub use skip::Skip;
 pub use take::Take;

@@ -2,7 +2,7 @@
 //! documentation of every operator lives on its method here.
 
 use crate::metrics::DropHook;
-use crate::operators::{Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Take};
+use crate::operators::{Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Skip, Take};
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
 
@@ -198,6 +198,47 @@ pub trait PublisherExt: Publisher + Sized {
         U: Send + 'static,
     {
         assert_publisher::<U, _>(FilterMap::new(self, f))
+    }
+
+    /// Drop the first `n` items; pass on the rest.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough plus the skipped items, asked for once: downstream's first
+    /// `request(m)` goes upstream as `request(m + n)` (saturating at
+    /// [`UNBOUNDED`](crate::demand::UNBOUNDED)), as in Reactor; later requests pass
+    /// unchanged. The skipped items are never requested one at a time. In-flight
+    /// bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4|
+    /// output : ----3-4|    (skip(2))
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged, also while items are being skipped.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered.
+    ///
+    /// # Panics
+    ///
+    /// Never.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let rest = weir::range(0u32..6).skip(4).collect().wait().unwrap();
+    /// assert_eq!(rest, vec![4, 5]);
+    /// ```
+    fn skip(self, n: u64) -> Skip<Self> {
+        assert_publisher::<Self::Item, _>(Skip::new(self, n))
     }
 
     // ---- multi-source operators (issue 3) go here, in this section -----------------

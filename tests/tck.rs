@@ -61,6 +61,10 @@ weir::publisher_tck!(
     verify(|n| weir::range(0..n.saturating_mul(3)).filter_map(|x| (x % 3 == 1).then_some(x / 3)))
 );
 weir::publisher_tck!(
+    skip,
+    verify(|n| weir::range(0..n.saturating_add(5)).skip(5))
+);
+weir::publisher_tck!(
     chain,
     verify(|n| {
         weir::range(0..u64::MAX)

@@ -12,4 +12,5 @@ pub mod support;
 mod filter;
 mod filter_map;
 mod map;
+mod skip;
 mod take;
