@@ -9,6 +9,7 @@ mod on_backpressure_drop;
 mod on_dropped;
 mod skip;
 mod take;
+mod take_while;
 
 pub use filter::Filter;
 pub use filter_map::FilterMap;
@@ -17,3 +18,4 @@ pub use on_backpressure_drop::OnBackpressureDrop;
 pub use on_dropped::OnDropped;
 pub use skip::Skip;
 pub use take::Take;
+pub use take_while::TakeWhile;

@@ -2,7 +2,9 @@
 //! documentation of every operator lives on its method here.
 
 use crate::metrics::DropHook;
-use crate::operators::{Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Skip, Take};
+use crate::operators::{
+    Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Skip, Take, TakeWhile,
+};
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
 
@@ -239,6 +241,51 @@ pub trait PublisherExt: Publisher + Sized {
     /// ```
     fn skip(self, n: u64) -> Skip<Self> {
         assert_publisher::<Self::Item, _>(Skip::new(self, n))
+    }
+
+    /// Pass on items while `predicate` returns true; at the first item it rejects,
+    /// complete and cancel upstream.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: requests go upstream unchanged. The rejected item is not passed on
+    /// and nothing is requested for it: the stream ends with it. Within a batch,
+    /// upstream is not pulled past the rejected item. In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-7-3-…
+    /// output : 1-2-|         (predicate: x < 5; upstream is cancelled at the `|`)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors before the first rejected item pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream. `take_while` cancels upstream itself at the first
+    /// rejected item.
+    ///
+    /// # Panics
+    ///
+    /// If `predicate` panics, upstream is cancelled and downstream receives `on_error`
+    /// of kind [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let small = weir::range(0u64..u64::MAX).take_while(|x| x * x < 20).collect().wait();
+    /// assert_eq!(small.unwrap(), vec![0, 1, 2, 3, 4]);
+    /// ```
+    fn take_while<F>(self, predicate: F) -> TakeWhile<Self, F>
+    where
+        F: FnMut(&Self::Item) -> bool + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(TakeWhile::new(self, predicate))
     }
 
     // ---- multi-source operators (issue 3) go here, in this section -----------------

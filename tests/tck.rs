@@ -65,6 +65,10 @@ weir::publisher_tck!(
     verify(|n| weir::range(0..n.saturating_add(5)).skip(5))
 );
 weir::publisher_tck!(
+    take_while,
+    verify(|n| weir::range(0..u64::MAX).take_while(move |x| *x < n))
+);
+weir::publisher_tck!(
     chain,
     verify(|n| {
         weir::range(0..u64::MAX)

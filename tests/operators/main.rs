@@ -14,3 +14,4 @@ mod filter_map;
 mod map;
 mod skip;
 mod take;
+mod take_while;
