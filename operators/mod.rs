@@ -8,6 +8,7 @@ mod map;
 mod on_backpressure_drop;
 mod on_dropped;
 mod skip;
+mod skip_while;
 mod take;
 mod take_while;
 
@@ -17,5 +18,6 @@ pub use map::Map;
 pub use on_backpressure_drop::OnBackpressureDrop;
 pub use on_dropped::OnDropped;
 pub use skip::Skip;
+pub use skip_while::SkipWhile;
 pub use take::Take;
 pub use take_while::TakeWhile;

@@ -3,7 +3,7 @@
 
 use crate::metrics::DropHook;
 use crate::operators::{
-    Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Skip, Take, TakeWhile,
+    Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Skip, SkipWhile, Take, TakeWhile,
 };
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
@@ -286,6 +286,52 @@ pub trait PublisherExt: Publisher + Sized {
         F: FnMut(&Self::Item) -> bool + Send + 'static,
     {
         assert_publisher::<Self::Item, _>(TakeWhile::new(self, predicate))
+    }
+
+    /// Drop items while `predicate` returns true; from the first item it rejects on,
+    /// pass everything (the predicate is not called again).
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough with replenishment while skipping, exactly like
+    /// [`filter`](Self::filter): requests go upstream unchanged, and the skipped items
+    /// are requested again once per batch the stage receives (one `request(1)` per
+    /// skipped item from an upstream that delivers item by item). Afterwards, plain
+    /// PassThrough. In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-7-3-8|
+    /// output : ----7-3-8|    (predicate: x < 5)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered.
+    ///
+    /// # Panics
+    ///
+    /// If `predicate` panics, upstream is cancelled and downstream receives `on_error`
+    /// of kind [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let rest = weir::from_iter(vec![1, 2, 7, 3, 8]).skip_while(|x| *x < 5).collect();
+    /// assert_eq!(rest.wait().unwrap(), vec![7, 3, 8]);
+    /// ```
+    fn skip_while<F>(self, predicate: F) -> SkipWhile<Self, F>
+    where
+        F: FnMut(&Self::Item) -> bool + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(SkipWhile::new(self, predicate))
     }
 
     // ---- multi-source operators (issue 3) go here, in this section -----------------

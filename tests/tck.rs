@@ -69,6 +69,10 @@ weir::publisher_tck!(
     verify(|n| weir::range(0..u64::MAX).take_while(move |x| *x < n))
 );
 weir::publisher_tck!(
+    skip_while,
+    verify(|n| weir::range(0..n.saturating_add(5)).skip_while(|x| *x < 5))
+);
+weir::publisher_tck!(
     chain,
     verify(|n| {
         weir::range(0..u64::MAX)

@@ -13,5 +13,6 @@ mod filter;
 mod filter_map;
 mod map;
 mod skip;
+mod skip_while;
 mod take;
 mod take_while;
