@@ -3,7 +3,7 @@
 
 use crate::metrics::DropHook;
 use crate::operators::{
-    Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Skip, SkipWhile, Take, TakeWhile,
+    Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Scan, Skip, SkipWhile, Take, TakeWhile,
 };
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
@@ -332,6 +332,51 @@ pub trait PublisherExt: Publisher + Sized {
         F: FnMut(&Self::Item) -> bool + Send + 'static,
     {
         assert_publisher::<Self::Item, _>(SkipWhile::new(self, predicate))
+    }
+
+    /// Fold each item into an accumulator that starts at `init`, and emit each new
+    /// accumulator (`init` itself is not emitted).
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: one state out per item in; requests go upstream unchanged.
+    /// In-flight bound: 0 (each state is emitted as it is made; a clone is kept as
+    /// the next step's accumulator).
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3|
+    /// output : 1-3-6|      (scan(0, |acc, x| acc + x))
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, upstream is cancelled and downstream receives `on_error` of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let running = weir::range(1u64..5).scan(0, |acc, x| acc + x).collect();
+    /// assert_eq!(running.wait().unwrap(), vec![1, 3, 6, 10]);
+    /// ```
+    fn scan<A, F>(self, init: A, f: F) -> Scan<Self, A, F>
+    where
+        A: Clone + Send + 'static,
+        F: FnMut(A, Self::Item) -> A + Send + 'static,
+    {
+        assert_publisher::<A, _>(Scan::new(self, init, f))
     }
 
     // ---- multi-source operators (issue 3) go here, in this section -----------------

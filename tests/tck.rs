@@ -72,6 +72,7 @@ weir::publisher_tck!(
     skip_while,
     verify(|n| weir::range(0..n.saturating_add(5)).skip_while(|x| *x < 5))
 );
+weir::publisher_tck!(scan, verify(|n| weir::range(0..n).scan(0, |a, x| a + x)));
 weir::publisher_tck!(
     chain,
     verify(|n| {
