@@ -3,7 +3,8 @@
 
 use crate::metrics::DropHook;
 use crate::operators::{
-    Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Scan, Skip, SkipWhile, Take, TakeWhile,
+    Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Reduce, Scan, Skip, SkipWhile, Take,
+    TakeWhile,
 };
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
@@ -377,6 +378,58 @@ pub trait PublisherExt: Publisher + Sized {
         F: FnMut(A, Self::Item) -> A + Send + 'static,
     {
         assert_publisher::<A, _>(Scan::new(self, init, f))
+    }
+
+    /// Combine all items with `f` (the first item is the starting value) and emit the
+    /// result once, when upstream completes. An empty upstream completes without an
+    /// item.
+    ///
+    /// # Backpressure
+    ///
+    /// Decoupled: upstream is consumed like a sink consumes it, in batches of
+    /// [`DEFAULT_PREFETCH`] with the 75% replenish rule
+    /// ([`Replenish`](crate::demand::Replenish)), starting at subscription: the result
+    /// needs every item, whatever downstream asks for, and upstream is never asked for
+    /// [`UNBOUNDED`](crate::demand::UNBOUNDED). Downstream's demand only releases the
+    /// result: it is emitted once upstream completed and downstream has requested at
+    /// least 1; until then it waits in the stage. In-flight bound: upstream's plus 1.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4|
+    /// output : -------(10|)   (reduce(|a, x| a + x))
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// An upstream error is passed on at once, without demand; the partial result is
+    /// dropped.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream and drops the partial (or waiting) result.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, upstream is cancelled and downstream receives `on_error` of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let max = weir::from_iter(vec![3, 9, 4]).reduce(|a, b| a.max(b)).collect();
+    /// assert_eq!(max.wait().unwrap(), vec![9]);
+    /// let none = weir::empty::<u32>().reduce(|a, b| a + b).collect();
+    /// assert_eq!(none.wait().unwrap(), vec![]);
+    /// ```
+    fn reduce<F>(self, f: F) -> Reduce<Self, F>
+    where
+        F: FnMut(Self::Item, Self::Item) -> Self::Item + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(Reduce::new(self, f))
     }
 
     // ---- multi-source operators (issue 3) go here, in this section -----------------

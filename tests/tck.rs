@@ -73,6 +73,11 @@ weir::publisher_tck!(
     verify(|n| weir::range(0..n.saturating_add(5)).skip_while(|x| *x < 5))
 );
 weir::publisher_tck!(scan, verify(|n| weir::range(0..n).scan(0, |a, x| a + x)));
+// One result per stream: 0 elements from an empty source, 1 from a non-empty one.
+weir::publisher_tck!(
+    reduce,
+    verify(|n| weir::range(0..5 * n.min(1)).reduce(|a, b| a + b)).max_elements(1)
+);
 weir::publisher_tck!(
     chain,
     verify(|n| {

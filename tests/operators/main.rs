@@ -12,6 +12,7 @@ pub mod support;
 mod filter;
 mod filter_map;
 mod map;
+mod reduce;
 mod scan;
 mod skip;
 mod skip_while;
