@@ -4,6 +4,9 @@
 
 mod filter;
 mod filter_map;
+mod inspect;
+mod inspect_cancel;
+mod inspect_request;
 mod map;
 mod on_backpressure_drop;
 mod on_dropped;
@@ -16,6 +19,9 @@ mod take_while;
 
 pub use filter::Filter;
 pub use filter_map::FilterMap;
+pub use inspect::Inspect;
+pub use inspect_cancel::InspectCancel;
+pub use inspect_request::InspectRequest;
 pub use map::Map;
 pub use on_backpressure_drop::OnBackpressureDrop;
 pub use on_dropped::OnDropped;

@@ -3,8 +3,8 @@
 
 use crate::metrics::DropHook;
 use crate::operators::{
-    Filter, FilterMap, Map, OnBackpressureDrop, OnDropped, Reduce, Scan, Skip, SkipWhile, Take,
-    TakeWhile,
+    Filter, FilterMap, Inspect, InspectCancel, InspectRequest, Map, OnBackpressureDrop, OnDropped,
+    Reduce, Scan, Skip, SkipWhile, Take, TakeWhile,
 };
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
@@ -430,6 +430,183 @@ pub trait PublisherExt: Publisher + Sized {
         F: FnMut(Self::Item, Self::Item) -> Self::Item + Send + 'static,
     {
         assert_publisher::<Self::Item, _>(Reduce::new(self, f))
+    }
+
+    /// Call `f` with a reference to each item as it passes (the `on_next` tap).
+    ///
+    /// The three taps are three stages: `inspect` (items),
+    /// [`inspect_request`](Self::inspect_request) (every request) and
+    /// [`inspect_cancel`](Self::inspect_cancel) (the first cancel); chain the ones you
+    /// need. Each sees the signals at its place in the chain.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: requests go upstream unchanged; one item out per item in.
+    /// In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3|
+    /// output : 1-2-3|      (f sees 1, 2, 3 just before downstream does)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged; `f` does not see them.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, the item is not passed on, upstream is cancelled and downstream
+    /// receives `on_error` of kind [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use weir::prelude::*;
+    ///
+    /// let seen = Arc::new(AtomicU64::new(0));
+    /// let counter = seen.clone();
+    /// let evens = weir::range(0u64..10)
+    ///     .inspect(move |_| {
+    ///         counter.fetch_add(1, Ordering::Relaxed);
+    ///     })
+    ///     .filter(|x| x % 2 == 0)
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(evens, vec![0, 2, 4, 6, 8]);
+    /// assert_eq!(seen.load(Ordering::Relaxed), 10);
+    /// ```
+    fn inspect<F>(self, f: F) -> Inspect<Self, F>
+    where
+        F: FnMut(&Self::Item) + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(Inspect::new(self, f))
+    }
+
+    /// Call `f` with every amount downstream requests, then forward the request (the
+    /// `on_request` tap).
+    ///
+    /// `f` sees `request(n)` calls, including an illegal `request(0)`, and the batch
+    /// credit downstream returns from `on_next_batch` (demand, exactly as if
+    /// requested): the sum of what `f` sees is what upstream was asked for. It may run
+    /// on any thread, concurrently, hence `Fn + Sync`.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: every request and all credit go upstream unchanged, after `f`.
+    /// In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// demand : 2---1-----
+    /// f      : 2---1-----
+    /// source : 1-2-3|
+    /// output : 1-2-3|
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; `f` is not called for it.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, that request is not forwarded, later requests are ignored, and
+    /// downstream receives `on_error` of kind [`Panicked`](crate::ErrorKind::Panicked)
+    /// from the thread that delivers the stream's signals: the stage asks upstream for
+    /// `request(0)` and swaps upstream's rule 3.9 answer for the panic (upstream
+    /// terminates with that answer, so nothing more is pulled). On the batch-credit
+    /// path the stage cancels upstream and fails downstream at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use weir::prelude::*;
+    ///
+    /// let log = Arc::new(Mutex::new(Vec::new()));
+    /// let requests = log.clone();
+    /// let items = weir::range(0u32..10)
+    ///     .inspect_request(move |n| requests.lock().unwrap().push(n))
+    ///     .collect_with(4)
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(items.len(), 10);
+    /// // The sink asked for its window of 4, then (as batch credit) for what it had
+    /// // consumed each time at least 3 of the window were used.
+    /// assert_eq!(*log.lock().unwrap(), vec![4, 4, 4]);
+    /// ```
+    fn inspect_request<F>(self, f: F) -> InspectRequest<Self, F>
+    where
+        F: Fn(u64) + Send + Sync + 'static,
+    {
+        assert_publisher::<Self::Item, _>(InspectRequest::new(self, f))
+    }
+
+    /// Call `f` once when downstream cancels, then cancel upstream (the `on_cancel`
+    /// tap).
+    ///
+    /// `f` runs at the first `cancel` only (cancel is idempotent), on the cancelling
+    /// thread, and not at all if the stream terminates or is never cancelled.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: requests go upstream unchanged. In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4…
+    /// demand : 2-----x
+    /// output : 1-2---      (f runs at the `x`, then upstream is cancelled)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged; `f` is not called for them.
+    ///
+    /// # Cancellation
+    ///
+    /// The first cancel runs `f`, then goes upstream; later cancels go upstream only.
+    ///
+    /// # Panics
+    ///
+    /// A panic in `f` is caught and logged (`tracing` error); upstream is cancelled
+    /// regardless. Nothing is signalled: downstream has cancelled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use weir::prelude::*;
+    ///
+    /// let cancelled = Arc::new(AtomicBool::new(false));
+    /// let flag = cancelled.clone();
+    /// let mut items = weir::range(0u64..u64::MAX)
+    ///     .inspect_cancel(move || flag.store(true, Ordering::Relaxed))
+    ///     .blocking_iter(4);
+    /// assert_eq!(items.next().unwrap().unwrap(), 0);
+    /// drop(items); // dropping the iterator cancels
+    /// assert!(cancelled.load(Ordering::Relaxed));
+    /// ```
+    fn inspect_cancel<F>(self, f: F) -> InspectCancel<Self, F>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(InspectCancel::new(self, f))
     }
 
     // ---- multi-source operators (issue 3) go here, in this section -----------------

@@ -78,6 +78,15 @@ weir::publisher_tck!(
     reduce,
     verify(|n| weir::range(0..5 * n.min(1)).reduce(|a, b| a + b)).max_elements(1)
 );
+weir::publisher_tck!(inspect, verify(|n| weir::range(0..n).inspect(|_| {})));
+weir::publisher_tck!(
+    inspect_request,
+    verify(|n| weir::range(0..n).inspect_request(|_| {}))
+);
+weir::publisher_tck!(
+    inspect_cancel,
+    verify(|n| weir::range(0..n).inspect_cancel(|| {}))
+);
 weir::publisher_tck!(
     chain,
     verify(|n| {

@@ -11,6 +11,9 @@ pub mod support;
 
 mod filter;
 mod filter_map;
+mod inspect;
+mod inspect_cancel;
+mod inspect_request;
 mod map;
 mod reduce;
 mod scan;
