@@ -14,7 +14,8 @@
 //! may not own the stream's signals, so it cannot signal downstream itself: it parks
 //! the panic in a `OnceLock`, ignores every later request, and asks upstream for
 //! `request(0)`. Upstream's rule 3.9 error comes back through this stage, on the
-//! thread that owns the signals, and is replaced by the parked panic. A panic on the
+//! thread that owns the signals, and is replaced by the parked panic (a completion
+//! that overtakes that answer is replaced too). A panic on the
 //! batch-credit path happens on that thread already: upstream is cancelled and
 //! downstream fails at once.
 
@@ -168,8 +169,14 @@ where
     }
 
     fn on_complete(&mut self) {
-        if self.upstream.finish() {
-            self.downstream.on_complete();
+        if !self.upstream.finish() {
+            return;
+        }
+        // Upstream may complete before it saw the `request(0)` of a panicked tap: the
+        // stage failed all the same.
+        match self.tap.as_ref().and_then(|tap| tap.panicked.get()) {
+            Some(panic) => self.downstream.on_error(panic.clone()),
+            None => self.downstream.on_complete(),
         }
     }
 }

@@ -11,7 +11,7 @@ use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
 use weir::{Error, ErrorKind};
 
-use crate::support::counting::{counted, counting_generator};
+use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
 use crate::support::model::{check_model, schedule, Completion};
 use crate::support::shape;
 use crate::support::unruly::Unruly;
@@ -153,11 +153,13 @@ fn panic_on_request_becomes_panicked_error() {
         "later requests are ignored"
     );
 
-    // Re-entrant: the tap panics inside a request made from on_next.
+    // Re-entrant: the tap panics inside a request made from on_next (item by item,
+    // so the test subscriber requests instead of returning batch credit).
     let calls = AtomicU64::new(0);
     let subscriber = TestSubscriber::new().request_on_next(1);
     let probe = subscriber.probe();
-    weir::range(0u64..100)
+    let (source, _) = counted_with(weir::range(0u64..100), Delivery::OneByOne);
+    source
         .inspect_request(move |_| {
             assert!(calls.fetch_add(1, Ordering::SeqCst) != 3, "re-entrant boom");
         })
@@ -165,6 +167,25 @@ fn panic_on_request_becomes_panicked_error() {
     probe.request(1);
     assert_eq!(probe.assert_error().message(), "re-entrant boom");
     probe.assert_no_violations();
+}
+
+#[test]
+fn panic_is_reported_even_when_upstream_completes_first() {
+    // The tap panics in the request made from inside the last item's on_next; the
+    // source ends in the same pass, before it sees the `request(0)`.
+    let calls = AtomicU64::new(0);
+    let subscriber = TestSubscriber::new().request_on_next(1);
+    let probe = subscriber.probe();
+    let (source, _) = counted_with(weir::from_iter(vec![1u8, 2, 3]), Delivery::OneByOne);
+    source
+        .inspect_request(move |_| {
+            assert!(calls.fetch_add(1, Ordering::SeqCst) != 3, "late boom");
+        })
+        .subscribe(subscriber);
+    probe.request(3);
+    probe.assert_items(&[1, 2, 3]);
+    assert_eq!(probe.assert_error().message(), "late boom");
+    assert_eq!(shape(&probe), "SNNNE");
 }
 
 #[test]
