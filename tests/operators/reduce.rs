@@ -34,6 +34,23 @@ fn smoke() {
 }
 
 #[test]
+fn in_flight_bounds() {
+    // `reduce` holds its result until downstream asks; the other transformation
+    // operators hold nothing.
+    let chain = weir::range(0u64..10)
+        .filter_map(Some)
+        .skip(1)
+        .take_while(|_| true)
+        .skip_while(|_| false)
+        .scan(0, |a, x| a + x)
+        .inspect(|_| {})
+        .inspect_request(|_| {})
+        .inspect_cancel(|| {});
+    assert_eq!(chain.in_flight_bound(), 0);
+    assert_eq!(chain.reduce(|a, b| a + b).in_flight_bound(), 1);
+}
+
+#[test]
 fn respects_demand() {
     // Upstream completes at once; the result waits for downstream's request.
     let (source, stats) = counted(weir::range(0u64..10));

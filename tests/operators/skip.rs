@@ -88,6 +88,26 @@ fn skipped_items_are_requested_once_not_one_at_a_time() {
 }
 
 #[test]
+fn concurrent_first_requests_add_n_exactly_once() {
+    for _ in 0..20 {
+        let (source, stats) = counted(weir::range(0u64..1_000_000));
+        let subscriber = TestSubscriber::new();
+        let probe = subscriber.probe();
+        source.skip(10).subscribe(subscriber);
+        std::thread::scope(|scope| {
+            for _ in 0..3 {
+                let probe = probe.clone();
+                scope.spawn(move || (0..50).for_each(|_| probe.request(1)));
+            }
+        });
+        assert_eq!(stats.requested(), 150 + 10);
+        assert_eq!(probe.received_count(), 150);
+        assert_eq!(probe.items(), (10..160).collect::<Vec<_>>());
+        probe.assert_no_violations();
+    }
+}
+
+#[test]
 fn cancel_stops_upstream() {
     let (generator, calls) = counting_generator(u64::MAX);
     let (source, stats) = counted(generator);
