@@ -47,6 +47,13 @@ pub fn validate(n: u64) -> Result<u64, Error> {
     }
 }
 
+/// Add two amounts of demand, saturating at [`UNBOUNDED`] (rule 3.17): for a stage
+/// that asks upstream for more than downstream did (items it will swallow or skip).
+#[inline]
+pub fn sum(a: u64, b: u64) -> u64 {
+    a.saturating_add(b)
+}
+
 #[cold]
 fn non_positive_request() -> Error {
     Error::spec_violation(

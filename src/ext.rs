@@ -3,7 +3,8 @@
 
 use crate::metrics::DropHook;
 use crate::operators::{
-    Concat, ConcatMap, Filter, FlatMap, Map, Merge, OnBackpressureDrop, OnDropped, Take, Zip,
+    Concat, ConcatMap, Filter, FilterMap, FlatMap, Inspect, InspectCancel, InspectRequest, Map,
+    Merge, OnBackpressureDrop, OnDropped, Reduce, Scan, Skip, SkipWhile, Take, TakeWhile, Zip,
 };
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
@@ -150,6 +151,463 @@ pub trait PublisherExt: Publisher + Sized {
     }
 
     // ---- transformation operators (issue 3) go here, in this section ----------------
+
+    /// Transform each item with `f` and pass on the `Some` results; `None` swallows
+    /// the item.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough with replenishment, exactly like [`filter`](Self::filter):
+    /// requests go upstream unchanged, and the items `f` swallows are requested again
+    /// once per batch the stage receives (one `request(1)` per swallowed item from an
+    /// upstream that delivers item by item), so upstream's outstanding demand always
+    /// equals downstream's. In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4|
+    /// output : --a---b|    (f: even x to Some(..), odd x to None)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, upstream is cancelled and downstream receives `on_error` of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let numbers = weir::from_iter(vec!["1", "x", "3"])
+    ///     .filter_map(|s| s.parse::<u32>().ok())
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(numbers, vec![1, 3]);
+    /// ```
+    fn filter_map<U, F>(self, f: F) -> FilterMap<Self, F>
+    where
+        F: FnMut(Self::Item) -> Option<U> + Send + 'static,
+        U: Send + 'static,
+    {
+        assert_publisher::<U, _>(FilterMap::new(self, f))
+    }
+
+    /// Drop the first `n` items; pass on the rest.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough plus the skipped items, asked for once: downstream's first
+    /// `request(m)` goes upstream as `request(m + n)` (saturating at
+    /// [`UNBOUNDED`](crate::demand::UNBOUNDED)), as in Reactor; later requests pass
+    /// unchanged. The skipped items are never requested one at a time. In-flight
+    /// bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4|
+    /// output : ----3-4|    (skip(2))
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged, also while items are being skipped.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered.
+    ///
+    /// # Panics
+    ///
+    /// Never.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let rest = weir::range(0u32..6).skip(4).collect().wait().unwrap();
+    /// assert_eq!(rest, vec![4, 5]);
+    /// ```
+    fn skip(self, n: u64) -> Skip<Self> {
+        assert_publisher::<Self::Item, _>(Skip::new(self, n))
+    }
+
+    /// Pass on items while `predicate` returns true; at the first item it rejects,
+    /// complete and cancel upstream.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: requests go upstream unchanged. The rejected item is not passed on
+    /// and nothing is requested for it: the stream ends with it. Within a batch,
+    /// upstream is not pulled past the rejected item. In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-7-3-…
+    /// output : 1-2-|         (predicate: x < 5; upstream is cancelled at the `|`)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors before the first rejected item pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream. `take_while` cancels upstream itself at the first
+    /// rejected item.
+    ///
+    /// # Panics
+    ///
+    /// If `predicate` panics, upstream is cancelled and downstream receives `on_error`
+    /// of kind [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let small = weir::range(0u64..u64::MAX).take_while(|x| x * x < 20).collect().wait();
+    /// assert_eq!(small.unwrap(), vec![0, 1, 2, 3, 4]);
+    /// ```
+    fn take_while<F>(self, predicate: F) -> TakeWhile<Self, F>
+    where
+        F: FnMut(&Self::Item) -> bool + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(TakeWhile::new(self, predicate))
+    }
+
+    /// Drop items while `predicate` returns true; from the first item it rejects on,
+    /// pass everything (the predicate is not called again).
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough with replenishment while skipping, exactly like
+    /// [`filter`](Self::filter): requests go upstream unchanged, and the skipped items
+    /// are requested again once per batch the stage receives (one `request(1)` per
+    /// skipped item from an upstream that delivers item by item). Afterwards, plain
+    /// PassThrough. In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-7-3-8|
+    /// output : ----7-3-8|    (predicate: x < 5)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered.
+    ///
+    /// # Panics
+    ///
+    /// If `predicate` panics, upstream is cancelled and downstream receives `on_error`
+    /// of kind [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let rest = weir::from_iter(vec![1, 2, 7, 3, 8]).skip_while(|x| *x < 5).collect();
+    /// assert_eq!(rest.wait().unwrap(), vec![7, 3, 8]);
+    /// ```
+    fn skip_while<F>(self, predicate: F) -> SkipWhile<Self, F>
+    where
+        F: FnMut(&Self::Item) -> bool + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(SkipWhile::new(self, predicate))
+    }
+
+    /// Fold each item into an accumulator that starts at `init`, and emit each new
+    /// accumulator (`init` itself is not emitted).
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: one state out per item in; requests go upstream unchanged.
+    /// In-flight bound: 0 (each state is emitted as it is made; a clone is kept as
+    /// the next step's accumulator).
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3|
+    /// output : 1-3-6|      (scan(0, |acc, x| acc + x))
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, upstream is cancelled and downstream receives `on_error` of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let running = weir::range(1u64..5).scan(0, |acc, x| acc + x).collect();
+    /// assert_eq!(running.wait().unwrap(), vec![1, 3, 6, 10]);
+    /// ```
+    fn scan<A, F>(self, init: A, f: F) -> Scan<Self, A, F>
+    where
+        A: Clone + Send + 'static,
+        F: FnMut(A, Self::Item) -> A + Send + 'static,
+    {
+        assert_publisher::<A, _>(Scan::new(self, init, f))
+    }
+
+    /// Combine all items with `f` (the first item is the starting value) and emit the
+    /// result once, when upstream completes. An empty upstream completes without an
+    /// item.
+    ///
+    /// # Backpressure
+    ///
+    /// Decoupled: upstream is consumed like a sink consumes it, in batches of
+    /// [`DEFAULT_PREFETCH`] with the 75% replenish rule
+    /// ([`Replenish`](crate::demand::Replenish)), starting at subscription: the result
+    /// needs every item, whatever downstream asks for, and upstream is never asked for
+    /// [`UNBOUNDED`](crate::demand::UNBOUNDED). Downstream's demand only releases the
+    /// result: it is emitted once upstream completed and downstream has requested at
+    /// least 1; until then it waits in the stage. In-flight bound: upstream's plus 1.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4|
+    /// output : -------(10|)   (reduce(|a, x| a + x))
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// An upstream error is passed on at once, without demand; the partial result is
+    /// dropped.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream and drops the partial (or waiting) result.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, upstream is cancelled and downstream receives `on_error` of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let max = weir::from_iter(vec![3, 9, 4]).reduce(|a, b| a.max(b)).collect();
+    /// assert_eq!(max.wait().unwrap(), vec![9]);
+    /// let none = weir::empty::<u32>().reduce(|a, b| a + b).collect();
+    /// assert_eq!(none.wait().unwrap(), vec![]);
+    /// ```
+    fn reduce<F>(self, f: F) -> Reduce<Self, F>
+    where
+        F: FnMut(Self::Item, Self::Item) -> Self::Item + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(Reduce::new(self, f))
+    }
+
+    /// Call `f` with a reference to each item as it passes (the `on_next` tap).
+    ///
+    /// The three taps are three stages: `inspect` (items),
+    /// [`inspect_request`](Self::inspect_request) (every request) and
+    /// [`inspect_cancel`](Self::inspect_cancel) (the first cancel); chain the ones you
+    /// need. Each sees the signals at its place in the chain.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: requests go upstream unchanged; one item out per item in.
+    /// In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3|
+    /// output : 1-2-3|      (f sees 1, 2, 3 just before downstream does)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged; `f` does not see them.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; nothing is buffered.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, the item is not passed on, upstream is cancelled and downstream
+    /// receives `on_error` of kind [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use weir::prelude::*;
+    ///
+    /// let seen = Arc::new(AtomicU64::new(0));
+    /// let counter = seen.clone();
+    /// let evens = weir::range(0u64..10)
+    ///     .inspect(move |_| {
+    ///         counter.fetch_add(1, Ordering::Relaxed);
+    ///     })
+    ///     .filter(|x| x % 2 == 0)
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(evens, vec![0, 2, 4, 6, 8]);
+    /// assert_eq!(seen.load(Ordering::Relaxed), 10);
+    /// ```
+    fn inspect<F>(self, f: F) -> Inspect<Self, F>
+    where
+        F: FnMut(&Self::Item) + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(Inspect::new(self, f))
+    }
+
+    /// Call `f` with every amount downstream requests, then forward the request (the
+    /// `on_request` tap).
+    ///
+    /// `f` sees `request(n)` calls, including an illegal `request(0)`, and the batch
+    /// credit downstream returns from `on_next_batch` (demand, exactly as if
+    /// requested): the sum of what `f` sees is what upstream was asked for. It may run
+    /// on any thread, concurrently, hence `Fn + Sync`.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: every request and all credit go upstream unchanged, after `f`.
+    /// In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// demand : 2---1-----
+    /// f      : 2---1-----
+    /// source : 1-2-3|
+    /// output : 1-2-3|
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; `f` is not called for it.
+    ///
+    /// # Panics
+    ///
+    /// If `f` panics, that request is not forwarded, later requests are ignored, and
+    /// downstream receives `on_error` of kind [`Panicked`](crate::ErrorKind::Panicked)
+    /// from the thread that delivers the stream's signals: the stage asks upstream for
+    /// `request(0)` and swaps upstream's rule 3.9 answer for the panic (upstream
+    /// terminates with that answer, so nothing more is pulled). On the batch-credit
+    /// path the stage cancels upstream and fails downstream at once.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use weir::prelude::*;
+    ///
+    /// let log = Arc::new(Mutex::new(Vec::new()));
+    /// let requests = log.clone();
+    /// let items = weir::range(0u32..10)
+    ///     .inspect_request(move |n| requests.lock().unwrap().push(n))
+    ///     .collect_with(4)
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(items.len(), 10);
+    /// // The sink asked for its window of 4, then (as batch credit) for what it had
+    /// // consumed each time at least 3 of the window were used.
+    /// assert_eq!(*log.lock().unwrap(), vec![4, 4, 4]);
+    /// ```
+    fn inspect_request<F>(self, f: F) -> InspectRequest<Self, F>
+    where
+        F: Fn(u64) + Send + Sync + 'static,
+    {
+        assert_publisher::<Self::Item, _>(InspectRequest::new(self, f))
+    }
+
+    /// Call `f` once when downstream cancels, then cancel upstream (the `on_cancel`
+    /// tap).
+    ///
+    /// `f` runs at the first `cancel` only (cancel is idempotent), on the cancelling
+    /// thread, and not at all if the stream terminates or is never cancelled.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: requests go upstream unchanged. In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4…
+    /// demand : 2-----x
+    /// output : 1-2---      (f runs at the `x`, then upstream is cancelled)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through unchanged; `f` is not called for them.
+    ///
+    /// # Cancellation
+    ///
+    /// The first cancel runs `f`, then goes upstream; later cancels go upstream only.
+    ///
+    /// # Panics
+    ///
+    /// A panic in `f` is caught and logged (`tracing` error); upstream is cancelled
+    /// regardless. Nothing is signalled: downstream has cancelled.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicBool, Ordering};
+    /// use std::sync::Arc;
+    /// use weir::prelude::*;
+    ///
+    /// let cancelled = Arc::new(AtomicBool::new(false));
+    /// let flag = cancelled.clone();
+    /// let mut items = weir::range(0u64..u64::MAX)
+    ///     .inspect_cancel(move || flag.store(true, Ordering::Relaxed))
+    ///     .blocking_iter(4);
+    /// assert_eq!(items.next().unwrap().unwrap(), 0);
+    /// drop(items); // dropping the iterator cancels
+    /// assert!(cancelled.load(Ordering::Relaxed));
+    /// ```
+    fn inspect_cancel<F>(self, f: F) -> InspectCancel<Self, F>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(InspectCancel::new(self, f))
+    }
 
     // ---- multi-source operators (issue 3) go here, in this section -----------------
 

@@ -57,6 +57,37 @@ weir::publisher_tck!(
 );
 weir::publisher_tck!(take, verify(|n| weir::range(0..u64::MAX).take(n)));
 weir::publisher_tck!(
+    filter_map,
+    verify(|n| weir::range(0..n.saturating_mul(3)).filter_map(|x| (x % 3 == 1).then_some(x / 3)))
+);
+weir::publisher_tck!(
+    skip,
+    verify(|n| weir::range(0..n.saturating_add(5)).skip(5))
+);
+weir::publisher_tck!(
+    take_while,
+    verify(|n| weir::range(0..u64::MAX).take_while(move |x| *x < n))
+);
+weir::publisher_tck!(
+    skip_while,
+    verify(|n| weir::range(0..n.saturating_add(5)).skip_while(|x| *x < 5))
+);
+weir::publisher_tck!(scan, verify(|n| weir::range(0..n).scan(0, |a, x| a + x)));
+// One result per stream: 0 elements from an empty source, 1 from a non-empty one.
+weir::publisher_tck!(
+    reduce,
+    verify(|n| weir::range(0..5 * n.min(1)).reduce(|a, b| a + b)).max_elements(1)
+);
+weir::publisher_tck!(inspect, verify(|n| weir::range(0..n).inspect(|_| {})));
+weir::publisher_tck!(
+    inspect_request,
+    verify(|n| weir::range(0..n).inspect_request(|_| {}))
+);
+weir::publisher_tck!(
+    inspect_cancel,
+    verify(|n| weir::range(0..n).inspect_cancel(|| {}))
+);
+weir::publisher_tck!(
     chain,
     verify(|n| {
         weir::range(0..u64::MAX)

@@ -1,0 +1,139 @@
+//! `filter_map`: transform each item with a closure that may swallow it (`None`).
+//!
+//! Demand contract: PassThrough with replenishment, exactly like `filter`. Downstream
+//! holds the upstream subscription itself, so its requests go up unchanged; every
+//! swallowed item is owed to downstream again and is re-requested as batch credit,
+//! once per batch received (one `request(1)` per swallowed item on the item-by-item
+//! path). Upstream's outstanding demand therefore always equals downstream's.
+//! In-flight bound: 0 (nothing is held).
+//!
+//! States ([`Upstream`]): `Idle` → `Active` → `Done` (terminal, or the closure
+//! panicked: upstream cancelled, downstream `on_error(Panicked)`).
+
+use crate::demand;
+use crate::drain::Upstream;
+use crate::guard::{catch, BatchOutcome, Guarded};
+use crate::metrics::DropHook;
+use crate::{Error, Publisher, Subscriber, Subscription};
+
+/// Publisher for the [`filter_map`](crate::PublisherExt::filter_map) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct FilterMap<P, F> {
+    source: P,
+    f: F,
+}
+
+impl<P, F> FilterMap<P, F> {
+    pub(crate) fn new(source: P, f: F) -> Self {
+        FilterMap { source, f }
+    }
+}
+
+impl<P, F, U> Publisher for FilterMap<P, F>
+where
+    P: Publisher,
+    F: FnMut(P::Item) -> Option<U> + Send + 'static,
+    U: Send + 'static,
+{
+    type Item = U;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<U> + Send + 'static,
+    {
+        self.source.subscribe(FilterMapSubscriber {
+            downstream: subscriber,
+            f: self.f,
+            upstream: Upstream::Idle,
+        })
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound()
+    }
+}
+
+struct FilterMapSubscriber<S, F> {
+    /// The next stage.
+    downstream: S,
+    /// The user's closure.
+    f: F,
+    /// Life-cycle state; holds upstream to re-request swallowed items and to cancel.
+    upstream: Upstream,
+}
+
+impl<S, F> FilterMapSubscriber<S, F> {
+    fn fail<U>(&mut self, error: Error)
+    where
+        S: Subscriber<U>,
+    {
+        if self.upstream.cancel() {
+            self.downstream.on_error(error);
+        }
+    }
+}
+
+impl<T, U, S, F> Subscriber<T> for FilterMapSubscriber<S, F>
+where
+    S: Subscriber<U>,
+    F: FnMut(T) -> Option<U>,
+{
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if self.upstream.accept(&subscription) {
+            self.downstream.on_subscribe(subscription);
+        }
+    }
+
+    #[inline]
+    fn on_next(&mut self, item: T) {
+        if !self.upstream.is_active() {
+            return;
+        }
+        match catch(|| (self.f)(item)) {
+            Ok(Some(out)) => self.downstream.on_next(out),
+            Ok(None) => {
+                // The swallowed item is owed to downstream again.
+                if let Some(upstream) = self.upstream.get() {
+                    upstream.request(1);
+                }
+            }
+            Err(error) => self.fail(error),
+        }
+    }
+
+    #[inline]
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        if !self.upstream.is_active() {
+            return 0;
+        }
+        let mut outcome = BatchOutcome::default();
+        let batch = Guarded::new(items, &mut self.f, &mut outcome);
+        let credit = self.downstream.on_next_batch(batch);
+        match outcome.panic {
+            Some(error) => {
+                self.fail(error);
+                0
+            }
+            // Downstream holds our upstream's subscription: its credit passes as is,
+            // plus the swallowed items, which are owed to downstream again.
+            None => demand::sum(credit, outcome.swallowed),
+        }
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.downstream.drop_hook()
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if self.upstream.finish() {
+            self.downstream.on_error(error);
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if self.upstream.finish() {
+            self.downstream.on_complete();
+        }
+    }
+}

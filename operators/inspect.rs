@@ -1,0 +1,134 @@
+//! `inspect`: call a closure with a reference to each item, and pass the item on.
+//!
+//! Demand contract: PassThrough, 1:1. Downstream holds the upstream subscription
+//! itself; a batch stays a batch (the tap runs lazily inside `on_next_batch`, so a
+//! synchronous chain still fuses into one loop). In-flight bound: 0. The request and
+//! cancel taps are the stages `inspect_request` and `inspect_cancel`.
+//!
+//! States ([`Upstream`]): `Idle` → `Active` → `Done` (terminal, or the tap panicked:
+//! upstream cancelled, downstream `on_error(Panicked)`).
+
+use crate::drain::Upstream;
+use crate::guard::{catch, BatchOutcome, Guarded};
+use crate::metrics::DropHook;
+use crate::{Error, Publisher, Subscriber, Subscription};
+
+/// Publisher for the [`inspect`](crate::PublisherExt::inspect) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct Inspect<P, F> {
+    source: P,
+    f: F,
+}
+
+impl<P, F> Inspect<P, F> {
+    pub(crate) fn new(source: P, f: F) -> Self {
+        Inspect { source, f }
+    }
+}
+
+impl<P, F> Publisher for Inspect<P, F>
+where
+    P: Publisher,
+    F: FnMut(&P::Item) + Send + 'static,
+{
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        self.source.subscribe(InspectSubscriber {
+            downstream: subscriber,
+            f: self.f,
+            upstream: Upstream::Idle,
+        })
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound()
+    }
+}
+
+struct InspectSubscriber<S, F> {
+    /// The next stage.
+    downstream: S,
+    /// The user's tap.
+    f: F,
+    /// Life-cycle state; holds upstream to cancel it if the tap panics.
+    upstream: Upstream,
+}
+
+impl<S, F> InspectSubscriber<S, F> {
+    fn fail<T>(&mut self, error: Error)
+    where
+        S: Subscriber<T>,
+    {
+        if self.upstream.cancel() {
+            self.downstream.on_error(error);
+        }
+    }
+}
+
+impl<T, S, F> Subscriber<T> for InspectSubscriber<S, F>
+where
+    S: Subscriber<T>,
+    F: FnMut(&T),
+{
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if self.upstream.accept(&subscription) {
+            self.downstream.on_subscribe(subscription);
+        }
+    }
+
+    #[inline]
+    fn on_next(&mut self, item: T) {
+        if !self.upstream.is_active() {
+            return;
+        }
+        match catch(|| (self.f)(&item)) {
+            Ok(()) => self.downstream.on_next(item),
+            Err(error) => self.fail(error),
+        }
+    }
+
+    #[inline]
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        if !self.upstream.is_active() {
+            return 0;
+        }
+        let mut outcome = BatchOutcome::default();
+        let f = &mut self.f;
+        let tapped = |x: T| {
+            f(&x);
+            Some(x)
+        };
+        // Downstream holds our upstream's subscription, so its credit passes as is.
+        let credit = self
+            .downstream
+            .on_next_batch(Guarded::new(items, tapped, &mut outcome));
+        match outcome.panic {
+            Some(error) => {
+                self.fail(error);
+                0
+            }
+            None => credit,
+        }
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.downstream.drop_hook()
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if self.upstream.finish() {
+            self.downstream.on_error(error);
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if self.upstream.finish() {
+            self.downstream.on_complete();
+        }
+    }
+}

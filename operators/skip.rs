@@ -1,0 +1,175 @@
+//! `skip`: drop the first `n` items, pass on the rest.
+//!
+//! Demand contract: PassThrough plus the skipped items, asked for once. Downstream's
+//! first `request(m)` goes upstream as `request(m + n)` (saturating): the `n` items
+//! to skip are requested on top of the first demand, in one call, never one at a
+//! time (Reactor's `skip`). Every later request, and all batch credit, passes
+//! unchanged. `skip(0)` hands downstream the upstream subscription itself.
+//! In-flight bound: 0 (skipped items are dropped as they arrive, never held).
+//!
+//! States ([`Upstream`]): `Idle` → `Active` → `Done`, plus the count still to skip.
+//! Races: the "first request" flag is one atomic swap, so exactly one request (from
+//! any thread, or the first batch credit) carries the `n`; concurrent requests may
+//! reach upstream in either order, which changes no total.
+
+use std::sync::Arc;
+
+use crate::demand;
+use crate::drain::Upstream;
+use crate::loom::{AtomicU8, Ordering};
+use crate::metrics::DropHook;
+use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
+
+/// Publisher for the [`skip`](crate::PublisherExt::skip) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct Skip<P> {
+    source: P,
+    n: u64,
+}
+
+impl<P> Skip<P> {
+    pub(crate) fn new(source: P, n: u64) -> Self {
+        Skip { source, n }
+    }
+}
+
+impl<P: Publisher> Publisher for Skip<P> {
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        self.source.subscribe(SkipSubscriber {
+            downstream: subscriber,
+            remaining: self.n,
+            first: None,
+            upstream: Upstream::Idle,
+        })
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound()
+    }
+}
+
+/// The subscription downstream holds (for `n > 0`): adds the skipped items to the
+/// first request.
+struct FirstRequest {
+    /// 1 until the first request (or batch credit) went upstream, then 0.
+    pending: AtomicU8,
+    /// The items to skip.
+    n: u64,
+    /// The upstream subscription.
+    upstream: Subscription,
+}
+
+impl FirstRequest {
+    /// What upstream must be asked for when downstream asks for `m >= 1`.
+    fn grant(&self, m: u64) -> u64 {
+        // Relaxed: the swap only elects the one request that carries `n` (a
+        // read-modify-write, so exactly one caller sees 1); the request itself
+        // is published by the upstream's demand counter.
+        if self.pending.swap(0, Ordering::Relaxed) == 1 {
+            demand::sum(m, self.n)
+        } else {
+            m
+        }
+    }
+}
+
+impl RawSubscription for FirstRequest {
+    fn request(&self, m: u64) {
+        if m == 0 {
+            // The source answers with the rule 3.9 error.
+            self.upstream.request(0);
+        } else {
+            self.upstream.request(self.grant(m));
+        }
+    }
+
+    fn cancel(&self) {
+        self.upstream.cancel();
+    }
+}
+
+struct SkipSubscriber<S> {
+    /// The next stage.
+    downstream: S,
+    /// Items still to skip.
+    remaining: u64,
+    /// Shared with downstream's subscription (`None` for `skip(0)`): translates
+    /// downstream's batch credit like its requests.
+    first: Option<Arc<FirstRequest>>,
+    /// Life-cycle state.
+    upstream: Upstream,
+}
+
+impl<T, S: Subscriber<T>> Subscriber<T> for SkipSubscriber<S> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if !self.upstream.accept(&subscription) {
+            return;
+        }
+        if self.remaining == 0 {
+            self.downstream.on_subscribe(subscription);
+            return;
+        }
+        let first = Arc::new(FirstRequest {
+            pending: AtomicU8::new(1),
+            n: self.remaining,
+            upstream: subscription,
+        });
+        self.first = Some(first.clone());
+        self.downstream.on_subscribe(Subscription::new(first));
+    }
+
+    #[inline]
+    fn on_next(&mut self, item: T) {
+        if !self.upstream.is_active() {
+            return;
+        }
+        if self.remaining > 0 {
+            self.remaining -= 1;
+        } else {
+            self.downstream.on_next(item);
+        }
+    }
+
+    #[inline]
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, mut items: I) -> u64 {
+        if !self.upstream.is_active() {
+            return 0;
+        }
+        if self.remaining > 0 {
+            let limit = usize::try_from(self.remaining).unwrap_or(usize::MAX);
+            let skipped = items.by_ref().take(limit).count() as u64;
+            self.remaining -= skipped;
+            if self.remaining > 0 {
+                // The whole batch was skipped: upstream was asked for it, nothing is owed.
+                return 0;
+            }
+        }
+        let credit = self.downstream.on_next_batch(items);
+        match (&self.first, credit) {
+            (Some(first), 1..) => first.grant(credit),
+            _ => credit,
+        }
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.downstream.drop_hook()
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if self.upstream.finish() {
+            self.downstream.on_error(error);
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if self.upstream.finish() {
+            self.downstream.on_complete();
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! `skip_while`: drop items while a predicate accepts them; from the first item it
+//! rejects on, pass everything (the predicate is not called again).
+//!
+//! Demand contract: PassThrough with replenishment while skipping, exactly like
+//! `filter`: downstream holds the upstream subscription itself, and every skipped
+//! item is owed to downstream again and re-requested as batch credit, once per batch
+//! (one `request(1)` per skipped item on the item-by-item path). Once skipping ended
+//! the stage is a plain pass-through. In-flight bound: 0.
+//!
+//! States ([`Upstream`]): `Idle` → `Active` → `Done` (terminal, or the predicate
+//! panicked: upstream cancelled, downstream `on_error(Panicked)`), plus `skipping`,
+//! which goes from true to false once.
+
+use crate::demand;
+use crate::drain::Upstream;
+use crate::guard::{catch, BatchOutcome, Guarded};
+use crate::metrics::DropHook;
+use crate::{Error, Publisher, Subscriber, Subscription};
+
+/// Publisher for the [`skip_while`](crate::PublisherExt::skip_while) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct SkipWhile<P, F> {
+    source: P,
+    predicate: F,
+}
+
+impl<P, F> SkipWhile<P, F> {
+    pub(crate) fn new(source: P, predicate: F) -> Self {
+        SkipWhile { source, predicate }
+    }
+}
+
+impl<P, F> Publisher for SkipWhile<P, F>
+where
+    P: Publisher,
+    F: FnMut(&P::Item) -> bool + Send + 'static,
+{
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        self.source.subscribe(SkipWhileSubscriber {
+            downstream: subscriber,
+            predicate: self.predicate,
+            skipping: true,
+            upstream: Upstream::Idle,
+        })
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound()
+    }
+}
+
+struct SkipWhileSubscriber<S, F> {
+    /// The next stage.
+    downstream: S,
+    /// The user's predicate; called only while `skipping`.
+    predicate: F,
+    /// True until the predicate rejected an item.
+    skipping: bool,
+    /// Life-cycle state; holds upstream to re-request skipped items and to cancel.
+    upstream: Upstream,
+}
+
+impl<S, F> SkipWhileSubscriber<S, F> {
+    fn fail<T>(&mut self, error: Error)
+    where
+        S: Subscriber<T>,
+    {
+        if self.upstream.cancel() {
+            self.downstream.on_error(error);
+        }
+    }
+}
+
+impl<T, S, F> Subscriber<T> for SkipWhileSubscriber<S, F>
+where
+    S: Subscriber<T>,
+    F: FnMut(&T) -> bool,
+{
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if self.upstream.accept(&subscription) {
+            self.downstream.on_subscribe(subscription);
+        }
+    }
+
+    #[inline]
+    fn on_next(&mut self, item: T) {
+        if !self.upstream.is_active() {
+            return;
+        }
+        if !self.skipping {
+            self.downstream.on_next(item);
+            return;
+        }
+        match catch(|| (self.predicate)(&item)) {
+            Ok(true) => {
+                // The skipped item is owed to downstream again.
+                if let Some(upstream) = self.upstream.get() {
+                    upstream.request(1);
+                }
+            }
+            Ok(false) => {
+                self.skipping = false;
+                self.downstream.on_next(item);
+            }
+            Err(error) => self.fail(error),
+        }
+    }
+
+    #[inline]
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        if !self.upstream.is_active() {
+            return 0;
+        }
+        if !self.skipping {
+            // Downstream holds our upstream's subscription: its credit passes as is.
+            return self.downstream.on_next_batch(items);
+        }
+        let mut outcome = BatchOutcome::default();
+        let (predicate, skipping) = (&mut self.predicate, &mut self.skipping);
+        let step = |x: T| {
+            if *skipping && predicate(&x) {
+                return None;
+            }
+            *skipping = false;
+            Some(x)
+        };
+        let credit = self
+            .downstream
+            .on_next_batch(Guarded::new(items, step, &mut outcome));
+        match outcome.panic {
+            Some(error) => {
+                self.fail(error);
+                0
+            }
+            // Downstream's credit, plus the skipped items, owed to downstream again.
+            None => demand::sum(credit, outcome.swallowed),
+        }
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.downstream.drop_hook()
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if self.upstream.finish() {
+            self.downstream.on_error(error);
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if self.upstream.finish() {
+            self.downstream.on_complete();
+        }
+    }
+}
