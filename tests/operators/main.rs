@@ -11,4 +11,5 @@ pub mod support;
 
 mod filter;
 mod map;
+mod on_backpressure_drop;
 mod take;

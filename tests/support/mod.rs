@@ -2,9 +2,11 @@
 //! `tests/sinks.rs`), pulled in with `#[path]`.
 
 pub mod counting;
+pub mod lossy;
 pub mod model;
 pub mod threaded;
 pub mod unruly;
+pub mod valve;
 
 use std::time::Duration;
 
