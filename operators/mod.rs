@@ -2,12 +2,14 @@
 //! built by a method of [`PublisherExt`](crate::PublisherExt), where its user
 //! documentation lives.
 
+mod buffer;
 mod filter;
 mod map;
 mod on_backpressure_drop;
 mod on_dropped;
 mod take;
 
+pub use buffer::Buffer;
 pub use filter::Filter;
 pub use map::Map;
 pub use on_backpressure_drop::OnBackpressureDrop;

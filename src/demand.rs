@@ -3,6 +3,7 @@
 //! * [`UNBOUNDED`] and [`validate`]: rules 3.17 and 3.9.
 //! * [`AtomicDemand`]: outstanding demand shared between the requesting thread and the
 //!   emitting thread; saturating add, batched settle.
+//! * [`in_items`]: demand counted in batches, converted to items (`buffer`).
 //! * [`Replenish`]: the 75% rule for anything that holds a prefetch window (sinks,
 //!   async boundaries, bridges, mux credit).
 //!
@@ -45,6 +46,15 @@ pub fn validate(n: u64) -> Result<u64, Error> {
     } else {
         Ok(n)
     }
+}
+
+/// Demand for `batches` batches of `size` items each, in items: the product,
+/// saturating at [`UNBOUNDED`]. Used by stages that emit one item per `size` inputs
+/// (`buffer`). A product that saturates asks for more than 2^64 items, which no
+/// source will deliver before the batch count is reached.
+#[inline]
+pub fn in_items(batches: u64, size: u64) -> u64 {
+    batches.saturating_mul(size)
 }
 
 #[cold]

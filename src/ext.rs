@@ -2,7 +2,7 @@
 //! documentation of every operator lives on its method here.
 
 use crate::metrics::DropHook;
-use crate::operators::{Filter, Map, OnBackpressureDrop, OnDropped, Take};
+use crate::operators::{Buffer, Filter, Map, OnBackpressureDrop, OnDropped, Take};
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
 
@@ -248,6 +248,47 @@ pub trait PublisherExt: Publisher + Sized {
     }
 
     // ---- more rate-decoupling operators (issue 3) go here, in this section --------
+
+    /// Gather items into `Vec`s of `size` items; the last one may be shorter.
+    ///
+    /// # Backpressure
+    ///
+    /// Full, scaled: a request for `k` batches asks upstream for `k × size` items
+    /// (saturating at unbounded). In-flight bound: `size` (the batch being filled).
+    /// Exactly one `Vec` is allocated per emitted batch, with capacity `size`; nothing
+    /// is allocated per item.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4-5|
+    /// demand : 3---------
+    /// output : ---a---b(c|)   (buffer(2): a = [1, 2], b = [3, 4], c = [5])
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through; the partial batch is discarded.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the partial batch is discarded.
+    ///
+    /// # Panics
+    ///
+    /// If `size` is not in `1..=2^30`: "buffer size must be in 1..=1073741824 (got 0)".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let batches = weir::range(1u32..6).buffer(2).collect().wait().unwrap();
+    /// assert_eq!(batches, vec![vec![1, 2], vec![3, 4], vec![5]]);
+    /// ```
+    fn buffer(self, size: usize) -> Buffer<Self> {
+        assert_publisher::<Vec<Self::Item>, _>(Buffer::new(self, size))
+    }
 
     // ---- sinks and type erasure ----------------------------------------------------
 

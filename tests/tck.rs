@@ -96,6 +96,10 @@ weir::publisher_tck!(
     })
 );
 weir::publisher_tck!(defer, verify(|n| weir::defer(move || weir::range(0..n))));
+weir::publisher_tck!(
+    buffer,
+    verify(|n| weir::range(0..n.saturating_mul(3)).buffer(3).map(|b| b[0]))
+);
 // A lossy stage fed by an eager source drops what the kit has not requested yet, so
 // the kit's exact counts cannot hold. `mirrored` feeds the stage from a source that
 // releases one item per item the kit requests (after the request reached the stage):

@@ -9,6 +9,7 @@
 #[path = "../support/mod.rs"]
 pub mod support;
 
+mod buffer;
 mod filter;
 mod map;
 mod on_backpressure_drop;
