@@ -4,6 +4,7 @@
 
 mod buffer;
 mod filter;
+mod limit_rate;
 mod map;
 mod on_backpressure_drop;
 mod on_dropped;
@@ -11,6 +12,7 @@ mod take;
 
 pub use buffer::Buffer;
 pub use filter::Filter;
+pub use limit_rate::LimitRate;
 pub use map::Map;
 pub use on_backpressure_drop::OnBackpressureDrop;
 pub use on_dropped::OnDropped;

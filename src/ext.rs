@@ -2,7 +2,7 @@
 //! documentation of every operator lives on its method here.
 
 use crate::metrics::DropHook;
-use crate::operators::{Buffer, Filter, Map, OnBackpressureDrop, OnDropped, Take};
+use crate::operators::{Buffer, Filter, LimitRate, Map, OnBackpressureDrop, OnDropped, Take};
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Publisher};
 
@@ -288,6 +288,58 @@ pub trait PublisherExt: Publisher + Sized {
     /// ```
     fn buffer(self, size: usize) -> Buffer<Self> {
         assert_publisher::<Vec<Self::Item>, _>(Buffer::new(self, size))
+    }
+
+    /// Pass items through unchanged, but ask upstream in batches: `high` first, then
+    /// `low` more each time `low` items were delivered.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough items, batched requests: never more than `high` outstanding
+    /// upstream, and never more than downstream has asked for (nothing is prefetched
+    /// ahead of downstream's demand, so nothing is held; in-flight bound 0). A batch
+    /// goes up whenever at least `low` of the outstanding items were delivered, as
+    /// large as the room below `high` allows; when nothing is outstanding, new demand
+    /// goes up at once. `low >= high` means the 75% rule (`high - high / 4`); `low == 0`
+    /// means "always `high`": the next batch waits until the previous one was
+    /// delivered in full. Under unbounded demand `limit_rate(256, 192)` asks for 256,
+    /// then 192 (or a whole delivered batch) at a time.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// demand   : *-----------
+    /// upstream : 4-2-2-2-2---    (what limit_rate(4, 2) requests; items one by one)
+    /// output   : -1234567890|
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; nothing is held.
+    ///
+    /// # Panics
+    ///
+    /// If `high` is 0: "limit_rate high must be at least 1 (got 0)". Every `low` is
+    /// valid (see above).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let total = weir::range(0u64..10_000)
+    ///     .limit_rate(256, 192)
+    ///     .fold(0, |acc, x| acc + x)
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(total, 49_995_000);
+    /// ```
+    fn limit_rate(self, high: u64, low: u64) -> LimitRate<Self> {
+        assert_publisher::<Self::Item, _>(LimitRate::new(self, high, low))
     }
 
     // ---- sinks and type erasure ----------------------------------------------------

@@ -100,6 +100,7 @@ weir::publisher_tck!(
     buffer,
     verify(|n| weir::range(0..n.saturating_mul(3)).buffer(3).map(|b| b[0]))
 );
+weir::publisher_tck!(limit_rate, verify(|n| weir::range(0..n).limit_rate(16, 12)));
 // A lossy stage fed by an eager source drops what the kit has not requested yet, so
 // the kit's exact counts cannot hold. `mirrored` feeds the stage from a source that
 // releases one item per item the kit requests (after the request reached the stage):

@@ -11,6 +11,7 @@ pub mod support;
 
 mod buffer;
 mod filter;
+mod limit_rate;
 mod map;
 mod on_backpressure_drop;
 mod take;
