@@ -2,9 +2,12 @@
 //! documentation of every operator lives on its method here.
 
 use crate::metrics::DropHook;
-use crate::operators::{Buffer, Filter, LimitRate, Map, OnBackpressureDrop, OnDropped, Take};
+use crate::operators::{
+    Buffer, Conflate, Filter, KeepLatest, LimitRate, Map, Merge, OnBackpressureBuffer,
+    OnBackpressureDrop, OnBackpressureLatest, OnDropped, Take,
+};
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
-use crate::{BoxPublisher, Publisher};
+use crate::{BoxPublisher, Overflow, Publisher};
 
 /// Identity function that checks, at zero cost, that `P` is a publisher of `T`.
 #[inline(always)]
@@ -340,6 +343,241 @@ pub trait PublisherExt: Publisher + Sized {
     /// ```
     fn limit_rate(self, high: u64, low: u64) -> LimitRate<Self> {
         assert_publisher::<Self::Item, _>(LimitRate::new(self, high, low))
+    }
+
+    /// Request everything upstream and hold up to `capacity` items that downstream has
+    /// not asked for yet; when full, apply `policy`.
+    ///
+    /// # Backpressure
+    ///
+    /// UnboundedIn: upstream is asked for `UNBOUNDED` once. Items pass straight
+    /// through while downstream has demand and nothing is held; otherwise they wait in
+    /// a ring of `capacity` slots, allocated once and never grown, and go out oldest
+    /// first as downstream requests (from any thread). In-flight bound: `capacity`.
+    /// When the ring is full, [`Overflow::DropOldest`](crate::Overflow::DropOldest)
+    /// drops the oldest held item ([`DropReason::OverflowOldest`](crate::DropReason)),
+    /// [`Overflow::DropNewest`](crate::Overflow::DropNewest) the arriving one
+    /// (`OverflowNewest`); both are handed to the pipeline's [`DropHook`] and counted.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4-5|
+    /// demand : ------1---1-1
+    /// output : ------1---4-(5|)   (capacity 2, DropOldest: 2 and 3 dropped)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// With [`Overflow::Error`](crate::Overflow::Error), the item that does not fit is
+    /// refused (reported as `OverflowNewest`), upstream is cancelled at once, and
+    /// downstream receives `on_error` of kind [`Overflow`](crate::ErrorKind::Overflow)
+    /// **after** the held items were delivered: nothing the buffer accepted is lost.
+    /// (Reactor signals the error at once and discards the buffer.) Upstream errors,
+    /// like completion, are delivered after the held items.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the held items are released (dropped, not reported: they
+    /// were not lost for lack of room).
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is not in `1..=2^30`:
+    /// "on_backpressure_buffer capacity must be in 1..=1073741824 (got 0)".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::metrics::{DropHook, Drops};
+    /// use weir::prelude::*;
+    /// use weir::{DropReason, Overflow};
+    ///
+    /// let drops = Drops::new();
+    /// // 10 items arrive at once; the consumer takes 2 now and 3 later.
+    /// let subscriber = weir::tck::TestSubscriber::new().request_on_subscribe(2);
+    /// let probe = subscriber.probe();
+    /// weir::range(0u32..10)
+    ///     .on_backpressure_buffer(3, Overflow::DropOldest)
+    ///     .on_dropped(DropHook::new(drops.clone()))
+    ///     .subscribe(subscriber);
+    /// probe.request(3);
+    /// assert_eq!(probe.items(), vec![0, 1, 7, 8, 9]);
+    /// assert_eq!(drops.count(DropReason::OverflowOldest), 5);
+    /// probe.assert_completed();
+    /// ```
+    fn on_backpressure_buffer(self, capacity: usize, policy: Overflow) -> OnBackpressureBuffer<Self>
+    where
+        Self::Item: 'static,
+    {
+        assert_publisher::<Self::Item, _>(OnBackpressureBuffer::new(
+            self,
+            capacity,
+            policy,
+            "on_backpressure_buffer",
+        ))
+    }
+
+    /// Request everything upstream and keep only the newest item downstream has not
+    /// asked for yet.
+    ///
+    /// # Backpressure
+    ///
+    /// UnboundedIn: upstream is asked for `UNBOUNDED` once. An item passes straight
+    /// through when downstream has demand; otherwise it waits in a slot of one, and a
+    /// newer item replaces it: the replaced item is dropped with
+    /// [`DropReason::ReplacedByLatest`](crate::DropReason::ReplacedByLatest), handed
+    /// to the pipeline's [`DropHook`] and counted. In-flight bound: 1.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4-5|
+    /// demand : 1---1----1
+    /// output : 1---3----(5|)   (2 and 4 replaced)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors are delivered after the held item, like completion.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the held item is released without a report.
+    ///
+    /// # Panics
+    ///
+    /// Never.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let subscriber = weir::tck::TestSubscriber::new().request_on_subscribe(1);
+    /// let probe = subscriber.probe();
+    /// weir::range(0u32..10).on_backpressure_latest().subscribe(subscriber);
+    /// probe.request(5);
+    /// assert_eq!(probe.items(), vec![0, 9]);
+    /// probe.assert_completed();
+    /// ```
+    fn on_backpressure_latest(self) -> OnBackpressureLatest<Self>
+    where
+        Self::Item: 'static,
+    {
+        assert_publisher::<Self::Item, _>(OnBackpressureBuffer::new(
+            self,
+            1,
+            KeepLatest,
+            "on_backpressure_latest",
+        ))
+    }
+
+    /// While downstream has no demand, merge arriving items into the held one with
+    /// `merge(held, new)`.
+    ///
+    /// # Backpressure
+    ///
+    /// UnboundedIn: upstream is asked for `UNBOUNDED` once. An item passes straight
+    /// through when downstream has demand; otherwise it is held (one slot), and each
+    /// later item is merged into it. Both inputs of a merge go into `merge`, so
+    /// nothing can be handed to the [`DropHook`]; each merge is counted as one
+    /// [`DropReason::Merged`](crate::DropReason::Merged). In-flight bound: 1.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4-5|
+    /// demand : 1---1----1
+    /// output : 1---a----(b|)   (a = merge(2, 3), b = merge(4, 5))
+    /// ```
+    ///
+    /// Completion waits until the held item has been delivered.
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors are delivered after the held item, like completion.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the held item is released without a report.
+    ///
+    /// # Panics
+    ///
+    /// Never itself. If `merge` panics, upstream is cancelled and downstream receives
+    /// `on_error` of kind [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::metrics::{DropHook, Drops};
+    /// use weir::prelude::*;
+    /// use weir::DropReason;
+    ///
+    /// let drops = Drops::new();
+    /// let subscriber = weir::tck::TestSubscriber::new().request_on_subscribe(1);
+    /// let probe = subscriber.probe();
+    /// weir::range(1u32..6)
+    ///     .conflate(|held, new| held + new)
+    ///     .on_dropped(DropHook::new(drops.clone()))
+    ///     .subscribe(subscriber);
+    /// probe.request(1);
+    /// assert_eq!(probe.items(), vec![1, 2 + 3 + 4 + 5]);
+    /// assert_eq!(drops.count(DropReason::Merged), 3);
+    /// probe.assert_completed();
+    /// ```
+    fn conflate<F>(self, merge: F) -> Conflate<Self, F>
+    where
+        Self::Item: 'static,
+        F: FnMut(Self::Item, Self::Item) -> Self::Item + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(OnBackpressureBuffer::new(
+            self,
+            1,
+            Merge(merge),
+            "conflate",
+        ))
+    }
+
+    /// [`conflate`](Self::conflate) that keeps the newest item: the same as
+    /// [`on_backpressure_latest`](Self::on_backpressure_latest) (replaced items are
+    /// handed to the [`DropHook`] as
+    /// [`ReplacedByLatest`](crate::DropReason::ReplacedByLatest)), reported under the
+    /// stage name `conflate_latest`.
+    ///
+    /// # Backpressure
+    ///
+    /// UnboundedIn; in-flight bound 1.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4-5|
+    /// demand : 1---1----1
+    /// output : 1---3----(5|)
+    /// ```
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let subscriber = weir::tck::TestSubscriber::new().request_on_subscribe(1);
+    /// let probe = subscriber.probe();
+    /// weir::range(0u32..10).conflate_latest().subscribe(subscriber);
+    /// probe.request(1);
+    /// assert_eq!(probe.items(), vec![0, 9]);
+    /// ```
+    fn conflate_latest(self) -> OnBackpressureLatest<Self>
+    where
+        Self::Item: 'static,
+    {
+        assert_publisher::<Self::Item, _>(OnBackpressureBuffer::new(
+            self,
+            1,
+            KeepLatest,
+            "conflate_latest",
+        ))
     }
 
     // ---- sinks and type erasure ----------------------------------------------------

@@ -37,7 +37,7 @@ pub mod spec;
 #[cfg(feature = "tck")]
 pub mod tck;
 
-pub use error::{DropReason, Error, ErrorKind};
+pub use error::{DropReason, Error, ErrorKind, Overflow};
 pub use ext::PublisherExt;
 pub use source::{defer, empty, error, from_iter, generate, just, never, range};
 pub use spec::{BoxPublisher, Processor, Publisher, RawSubscription, Subscriber, Subscription};

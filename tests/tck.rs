@@ -110,6 +110,22 @@ weir::publisher_tck!(
     on_backpressure_drop,
     verify(|n| valve::mirrored(n, |s| s.on_backpressure_drop()))
 );
+weir::publisher_tck!(
+    on_backpressure_buffer,
+    verify(|n| valve::mirrored(n, |s| s.on_backpressure_buffer(2, weir::Overflow::Error)))
+);
+weir::publisher_tck!(
+    on_backpressure_latest,
+    verify(|n| valve::mirrored(n, |s| s.on_backpressure_latest()))
+);
+weir::publisher_tck!(
+    conflate,
+    verify(|n| valve::mirrored(n, |s| s.conflate(|_, _| panic!("nothing to merge"))))
+);
+weir::publisher_tck!(
+    conflate_latest,
+    verify(|n| valve::mirrored(n, |s| s.conflate_latest()))
+);
 // Boxed publishers are not `Clone`: the rule 1.11 tests skip.
 weir::publisher_tck!(
     boxed,

@@ -10,8 +10,11 @@
 pub mod support;
 
 mod buffer;
+mod conflate;
 mod filter;
 mod limit_rate;
 mod map;
+mod on_backpressure_buffer;
 mod on_backpressure_drop;
+mod on_backpressure_latest;
 mod take;

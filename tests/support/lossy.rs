@@ -123,3 +123,121 @@ pub fn check_books(run: &LossyRun) -> Result<(), TestCaseError> {
     );
     Ok(())
 }
+
+/// What a holding stage's model predicts.
+#[derive(Debug, Default)]
+pub struct Predicted {
+    /// Items delivered, in order.
+    pub kept: Vec<u64>,
+    /// Items handed to the hook, with reasons, in order.
+    pub dropped: Vec<(DropReason, u64)>,
+    /// Merges counted (not handed over).
+    pub merged: u64,
+    /// Items that left the source (fewer than `len` when the stage failed).
+    pub produced: u64,
+    /// True when the stage failed with an overflow error.
+    pub failed: bool,
+}
+
+/// What a full holding stage does with an arriving item in the model.
+pub enum ModelFull {
+    /// Drop the oldest held item, hold the new one.
+    DropOldest(DropReason),
+    /// Drop the arriving item.
+    DropNewest,
+    /// Refuse the arriving item and fail.
+    Fail,
+    /// Merge the arriving item into the newest held one.
+    Merge(fn(u64, u64) -> u64),
+}
+
+/// The model of the holding core (`on_backpressure_buffer`, `_latest`, `conflate`):
+/// an arriving item passes when downstream has demand and nothing is held; otherwise
+/// it is held, up to `capacity`, and `full` decides when there is no room. Held items
+/// go out oldest first as demand arrives. The run ends like [`run_lossy`]'s.
+pub fn holding_model(len: u64, events: &[Event], capacity: usize, full: ModelFull) -> Predicted {
+    let mut out = Predicted::default();
+    let mut held = std::collections::VecDeque::new();
+    let mut demand = 0u64;
+    let take = |demand: &mut u64| {
+        if *demand != UNBOUNDED {
+            *demand -= 1;
+        }
+    };
+    let ending = [Event::Request(UNBOUNDED), Event::Arrive(len)];
+    for event in events.iter().copied().chain(ending) {
+        match event {
+            Event::Request(k) => demand = demand.saturating_add(k),
+            Event::Arrive(k) => {
+                for _ in 0..k.min(len - out.produced) {
+                    if out.failed {
+                        break;
+                    }
+                    let item = out.produced;
+                    out.produced += 1;
+                    if demand > 0 && held.is_empty() {
+                        out.kept.push(item);
+                        take(&mut demand);
+                    } else if held.len() < capacity {
+                        held.push_back(item);
+                    } else {
+                        match full {
+                            ModelFull::DropOldest(reason) => {
+                                out.dropped.push((reason, held.pop_front().unwrap()));
+                                held.push_back(item);
+                            }
+                            ModelFull::DropNewest => {
+                                out.dropped.push((DropReason::OverflowNewest, item))
+                            }
+                            ModelFull::Fail => {
+                                out.dropped.push((DropReason::OverflowNewest, item));
+                                out.failed = true;
+                            }
+                            ModelFull::Merge(f) => {
+                                let last = held.pop_back().unwrap();
+                                held.push_back(f(last, item));
+                                out.merged += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        while demand > 0 {
+            let Some(item) = held.pop_front() else { break };
+            out.kept.push(item);
+            take(&mut demand);
+        }
+    }
+    out
+}
+
+/// Compare a run with its prediction: the same items delivered and dropped, the same
+/// counts, the books closed, and the right terminal signal.
+pub fn check_prediction(run: &LossyRun, predicted: &Predicted) -> Result<(), TestCaseError> {
+    prop_assert_eq!(&run.delivered, &predicted.kept);
+    prop_assert_eq!(&run.dropped, &predicted.dropped);
+    prop_assert_eq!(run.drops.count(DropReason::Merged), predicted.merged);
+    let handed: u64 = run.dropped.len() as u64;
+    prop_assert_eq!(
+        run.delivered.len() as u64 + handed + predicted.merged,
+        predicted.produced,
+        "delivered + dropped == produced"
+    );
+    if predicted.failed {
+        let error = run.probe.error();
+        prop_assert!(
+            error
+                .as_ref()
+                .is_some_and(|e| e.kind() == weir::ErrorKind::Overflow),
+            "overflow error expected, got {:?}",
+            error
+        );
+    } else {
+        prop_assert!(
+            matches!(run.probe.terminal(), Some(Terminal::Complete)),
+            "completed"
+        );
+    }
+    Ok(())
+}
