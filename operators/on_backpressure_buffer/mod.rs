@@ -36,18 +36,20 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::demand::{self, AtomicDemand, UNBOUNDED};
+use crate::demand::{AtomicDemand, UNBOUNDED};
 use crate::drain::{Upstream, Wip};
-use crate::loom::{AtomicU8, Mutex, MutexGuardOf, Ordering};
+use crate::loom::{AtomicU8, Mutex};
 use crate::metrics::{DropHook, DropReporter};
-use crate::{DropReason, Error, Overflow, Publisher, RawSubscription, Subscriber, Subscription};
+use crate::{DropReason, Error, Overflow, Publisher, Subscriber, Subscription};
+
+use shared::{lock, Held, Shared};
+
+#[cfg(all(test, loom))]
+mod loom_tests;
+mod shared;
 
 /// The largest capacity: the ring is allocated up front.
 const MAX_CAPACITY: usize = 1 << 30;
-/// Flag: downstream cancelled.
-const CANCELLED: u8 = 1;
-/// Flag: downstream called `request(0)` (rule 3.9).
-const BAD_REQUEST: u8 = 2;
 
 /// What a holding stage does with an item that arrives while it is full. Implemented
 /// by [`Overflow`], [`KeepLatest`](super::KeepLatest) and [`Merge`](super::Merge); the
@@ -135,156 +137,6 @@ impl<P: Publisher, O: OnFull<P::Item>> Publisher for OnBackpressureBuffer<P, O> 
         self.source
             .in_flight_bound()
             .saturating_add(self.capacity as u64)
-    }
-}
-
-/// The held items and the parked end of the stream.
-struct Held<T> {
-    /// At most `capacity` items, oldest first; allocated once.
-    items: VecDeque<T>,
-    /// Upstream's terminal signal (or the stage's own failure), delivered once `items`
-    /// is empty.
-    end: Option<Result<(), Error>>,
-}
-
-/// State shared by the producer, downstream's subscription handle and the drain owner.
-struct Shared<T, S> {
-    /// Downstream's outstanding demand.
-    demand: AtomicDemand,
-    /// The one drain loop.
-    wip: Wip,
-    /// `CANCELLED | BAD_REQUEST`.
-    flags: AtomicU8,
-    /// The ring; locked briefly, never across a call into another stage.
-    held: Mutex<Held<T>>,
-    /// Downstream; locked only by the `Wip` owner. `None` once terminated.
-    downstream: Mutex<Option<S>>,
-    /// Upstream, to cancel it.
-    upstream: Subscription,
-}
-
-fn lock<X>(mutex: &Mutex<X>) -> MutexGuardOf<'_, X> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-impl<T, S: Subscriber<T>> Shared<T, S> {
-    /// One drain pass; `arrive` handles the producer's batch (after the held items).
-    fn pass_with(&self, arrive: impl FnOnce(&mut S)) {
-        let mut slot = lock(&self.downstream);
-        let Some(downstream) = slot.as_mut() else {
-            return;
-        };
-        if self.stopped(downstream) {
-            *slot = None;
-            return;
-        }
-        self.deliver_held(downstream);
-        arrive(downstream);
-        let end = {
-            let mut held = lock(&self.held);
-            if held.items.is_empty() {
-                held.end.take()
-            } else {
-                None
-            }
-        };
-        match end {
-            Some(Ok(())) => downstream.on_complete(),
-            Some(Err(error)) => downstream.on_error(error),
-            None => {
-                if !self.stopped(downstream) {
-                    return;
-                }
-            }
-        }
-        *slot = None;
-    }
-
-    fn pass(&self) {
-        self.pass_with(|_| {});
-    }
-
-    /// Handle a cancel or `request(0)`: true when the stage is over (the held items
-    /// are released).
-    fn stopped(&self, downstream: &mut S) -> bool {
-        // Relaxed: set before the setter's `Wip::enter` (Release), which this owner
-        // Acquired before the pass (see `drain`).
-        let flags = self.flags.load(Ordering::Relaxed);
-        if flags == 0 {
-            return false;
-        }
-        self.upstream.cancel();
-        if flags & CANCELLED == 0 {
-            downstream.on_error(demand::validate(0).unwrap_err());
-        }
-        let mut held = lock(&self.held);
-        held.items.clear();
-        held.end = None;
-        true
-    }
-
-    /// Deliver held items, oldest first, while downstream has demand. Demand is read
-    /// and settled once per run of items; the loop goes round again only if the run
-    /// used all of it (downstream may have requested more from inside `on_next`).
-    fn deliver_held(&self, downstream: &mut S) {
-        loop {
-            let budget = self.demand.get();
-            let mut sent = 0u64;
-            while sent < budget && self.flags.load(Ordering::Relaxed) == 0 {
-                let Some(item) = lock(&self.held).items.pop_front() else {
-                    break;
-                };
-                downstream.on_next(item);
-                sent += 1;
-            }
-            self.demand.produced(sent);
-            if sent == 0 || sent < budget {
-                return;
-            }
-        }
-    }
-
-    /// Pass arriving items straight through while nothing is held and downstream has
-    /// demand; returns with the items that must be held (if any) left in `items`.
-    fn pass_through<I: Iterator<Item = T>>(&self, downstream: &mut S, items: &mut I) {
-        loop {
-            let wanted = self.demand.get();
-            if wanted == 0 || self.flags.load(Ordering::Relaxed) != 0 {
-                return;
-            }
-            if !lock(&self.held).items.is_empty() {
-                return;
-            }
-            let limit = usize::try_from(wanted).unwrap_or(usize::MAX);
-            let mut passed = 0usize;
-            let credit =
-                downstream.on_next_batch(items.by_ref().take(limit).inspect(|_| passed += 1));
-            self.demand.produced(passed as u64);
-            if credit > 0 {
-                self.demand.add(credit);
-            }
-            if passed < limit {
-                return;
-            }
-        }
-    }
-}
-
-impl<T: Send, S: Subscriber<T> + Send> RawSubscription for Shared<T, S> {
-    fn request(&self, n: u64) {
-        if demand::validate(n).is_ok() {
-            self.demand.add(n);
-        } else {
-            self.flags.fetch_or(BAD_REQUEST, Ordering::Relaxed);
-        }
-        self.wip.drain(|| self.pass());
-    }
-
-    fn cancel(&self) {
-        self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
-        self.wip.drain(|| self.pass());
     }
 }
 
@@ -426,72 +278,5 @@ where
 
     fn on_complete(&mut self) {
         self.terminate(Ok(()));
-    }
-}
-
-/// Loom model of this stage's own race: `RUSTFLAGS="--cfg loom" cargo test --release
-/// --lib loom`.
-#[cfg(all(test, loom))]
-mod loom_tests {
-    use super::*;
-    use crate::metrics::Drops;
-    use std::sync::Mutex as StdMutex;
-
-    /// Records what downstream receives; only the `Wip` owner calls it.
-    struct Recorder {
-        items: Arc<StdMutex<Vec<u64>>>,
-        subscription: Arc<StdMutex<Option<Subscription>>>,
-    }
-
-    impl Subscriber<u64> for Recorder {
-        fn on_subscribe(&mut self, subscription: Subscription) {
-            *self.subscription.lock().unwrap() = Some(subscription);
-        }
-        fn on_next(&mut self, item: u64) {
-            self.items.lock().unwrap().push(item);
-        }
-        fn on_error(&mut self, _error: Error) {}
-        fn on_complete(&mut self) {}
-    }
-
-    /// The producer pushes an item while another thread requests one: whoever owns
-    /// the drain, the item is delivered by the time both calls returned (a lost
-    /// wake-up would leave it held); a second item then finds no demand and is held,
-    /// and goes out with the next request.
-    #[test]
-    fn loom_producer_races_request() {
-        loom::model(|| {
-            let items = Arc::new(StdMutex::new(Vec::new()));
-            let subscription = Arc::new(StdMutex::new(None));
-            let drops = Drops::new();
-            let mut stage = HoldSubscriber {
-                pending: Some(Recorder {
-                    items: items.clone(),
-                    subscription: subscription.clone(),
-                }),
-                shared: None,
-                hook: None,
-                policy: Overflow::DropNewest,
-                drops: DropReporter::new("loom", None),
-                stage: "loom",
-                capacity: 1,
-                upstream: Upstream::Idle,
-            };
-            stage.on_subscribe(Subscription::noop());
-            stage.drops = DropReporter::new("loom", Some(DropHook::new(drops.clone())));
-            let handle = subscription.lock().unwrap().clone().unwrap();
-            let consumer = {
-                let handle = handle.clone();
-                loom::thread::spawn(move || handle.request(1))
-            };
-            stage.on_next(1);
-            consumer.join().unwrap();
-            assert_eq!(*items.lock().unwrap(), vec![1], "no lost wake-up");
-            stage.on_next(2);
-            assert_eq!(*items.lock().unwrap(), vec![1], "never beyond demand");
-            handle.request(5);
-            assert_eq!(*items.lock().unwrap(), vec![1, 2]);
-            assert_eq!(drops.total(), 0);
-        });
     }
 }
