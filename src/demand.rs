@@ -171,6 +171,43 @@ impl AtomicDemand {
     }
 }
 
+/// Deliver items from `items` to `downstream` against `demand`, the way a stage that
+/// owns its downstream's demand does it: demand is read once per batch, the batch goes
+/// out with one `on_next_batch`, and it is settled once with
+/// [`produced`](AtomicDemand::produced) (downstream's batch credit added). It repeats
+/// while a batch used all the demand there was (downstream may have requested more
+/// from inside it) and `stop()` is false. Returns how many items went out; what is
+/// left in `items` arrived without demand.
+pub(crate) fn deliver<T, S, I>(
+    demand: &AtomicDemand,
+    downstream: &mut S,
+    items: &mut I,
+    stop: impl Fn() -> bool,
+) -> u64
+where
+    S: crate::Subscriber<T>,
+    I: Iterator<Item = T>,
+{
+    let mut total = 0u64;
+    loop {
+        let wanted = demand.get();
+        if wanted == 0 || stop() {
+            return total;
+        }
+        let limit = usize::try_from(wanted).unwrap_or(usize::MAX);
+        let mut passed = 0usize;
+        let credit = downstream.on_next_batch(items.by_ref().take(limit).inspect(|_| passed += 1));
+        demand.produced(passed as u64);
+        if credit > 0 {
+            demand.add(credit);
+        }
+        total += passed as u64;
+        if passed < limit {
+            return total;
+        }
+    }
+}
+
 /// The 75% rule: a consumer that holds a window of `prefetch` items requests
 /// `prefetch` up front and then, each time at least `limit = prefetch - prefetch / 4`
 /// items were consumed, requests exactly what was consumed. Outstanding demand

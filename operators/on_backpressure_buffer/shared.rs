@@ -122,27 +122,13 @@ impl<T, S: Subscriber<T>> Shared<T, S> {
     }
 
     /// Pass arriving items straight through while nothing is held and downstream has
-    /// demand; returns with the items that must be held (if any) left in `items`.
+    /// demand; the items that must be held (if any) are left in `items`. Only the
+    /// producer holds items, so the ring stays empty while this runs.
     pub(super) fn pass_through<I: Iterator<Item = T>>(&self, downstream: &mut S, items: &mut I) {
-        loop {
-            let wanted = self.demand.get();
-            if wanted == 0 || self.flags.load(Ordering::Relaxed) != 0 {
-                return;
-            }
-            if !lock(&self.held).items.is_empty() {
-                return;
-            }
-            let limit = usize::try_from(wanted).unwrap_or(usize::MAX);
-            let mut passed = 0usize;
-            let credit =
-                downstream.on_next_batch(items.by_ref().take(limit).inspect(|_| passed += 1));
-            self.demand.produced(passed as u64);
-            if credit > 0 {
-                self.demand.add(credit);
-            }
-            if passed < limit {
-                return;
-            }
+        if lock(&self.held).items.is_empty() {
+            demand::deliver(&self.demand, downstream, items, || {
+                self.flags.load(Ordering::Relaxed) != 0
+            });
         }
     }
 }

@@ -165,6 +165,24 @@ fn overflow_error_comes_after_the_held_items() {
     assert_eq!(probe.assert_error().kind(), ErrorKind::Overflow);
 }
 
+/// One upstream batch of 10; downstream asks for one more inside each `on_next`:
+/// everything passes straight through, nothing is held or dropped.
+#[test]
+fn demand_requested_inside_a_batch_lets_later_items_pass() {
+    let drops = Drops::new();
+    let subscriber = TestSubscriber::new()
+        .request_on_subscribe(1)
+        .request_on_next(1);
+    let probe = subscriber.probe();
+    weir::range(0u64..10)
+        .on_backpressure_buffer(1, Overflow::DropNewest)
+        .on_dropped(DropHook::new(drops.clone()))
+        .subscribe(subscriber);
+    probe.assert_items(&(0..10).collect::<Vec<_>>());
+    assert_eq!(drops.total(), 0);
+    probe.assert_completed();
+}
+
 #[test]
 fn in_flight_bound_is_the_capacity() {
     let p = weir::range(0u64..3).on_backpressure_buffer(32, Overflow::DropOldest);

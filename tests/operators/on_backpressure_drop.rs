@@ -125,6 +125,24 @@ fn request_zero_is_reported() {
     probe.assert_error_rule("3.9");
 }
 
+/// A synchronous source hands all 10 items over in one batch; downstream asks for
+/// one more inside each `on_next`, so every item arrives while there is demand.
+#[test]
+fn demand_requested_inside_a_batch_lets_later_items_pass() {
+    let drops = Drops::new();
+    let subscriber = TestSubscriber::new()
+        .request_on_subscribe(1)
+        .request_on_next(1);
+    let probe = subscriber.probe();
+    weir::range(0u64..10)
+        .on_backpressure_drop()
+        .on_dropped(DropHook::new(drops.clone()))
+        .subscribe(subscriber);
+    probe.assert_items(&(0..10).collect::<Vec<_>>());
+    assert_eq!(drops.total(), 0);
+    probe.assert_completed();
+}
+
 #[test]
 fn holds_nothing() {
     let p = weir::range(0u64..3).on_backpressure_drop();
