@@ -266,7 +266,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// ```text
     /// source : 1-2-3-4-5|
     /// demand : 3---------
-    /// output : ---a---b(c|)   (buffer(2): a = [1, 2], b = [3, 4], c = [5])
+    /// output : --a---b--(c|)   (buffer(2): a = [1, 2], b = [3, 4], c = [5])
     /// ```
     ///
     /// # Errors
@@ -362,9 +362,9 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Timing
     ///
     /// ```text
-    /// source : 1-2-3-4-5|
-    /// demand : ------1---1-1
-    /// output : ------1---4-(5|)   (capacity 2, DropOldest: 2 and 3 dropped)
+    /// source : 1-2-3-4|
+    /// demand : --------1-1
+    /// output : --------3-(4|)   (capacity 2, DropOldest: 1 and 2 dropped)
     /// ```
     ///
     /// # Errors
@@ -394,17 +394,15 @@ pub trait PublisherExt: Publisher + Sized {
     /// use weir::{DropReason, Overflow};
     ///
     /// let drops = Drops::new();
-    /// // 10 items arrive at once; the consumer takes 2 now and 3 later.
-    /// let subscriber = weir::tck::TestSubscriber::new().request_on_subscribe(2);
-    /// let probe = subscriber.probe();
-    /// weir::range(0u32..10)
+    /// // The source pushes 10 items at once; the consumer has room for 2.
+    /// let items = weir::range(0u32..10)
     ///     .on_backpressure_buffer(3, Overflow::DropOldest)
     ///     .on_dropped(DropHook::new(drops.clone()))
-    ///     .subscribe(subscriber);
-    /// probe.request(3);
-    /// assert_eq!(probe.items(), vec![0, 1, 7, 8, 9]);
+    ///     .blocking_iter(2)
+    ///     .collect::<Result<Vec<_>, _>>()
+    ///     .unwrap();
+    /// assert_eq!(items, vec![0, 1, 7, 8, 9]);
     /// assert_eq!(drops.count(DropReason::OverflowOldest), 5);
-    /// probe.assert_completed();
     /// ```
     fn on_backpressure_buffer(self, capacity: usize, policy: Overflow) -> OnBackpressureBuffer<Self>
     where
@@ -454,12 +452,13 @@ pub trait PublisherExt: Publisher + Sized {
     /// ```
     /// use weir::prelude::*;
     ///
-    /// let subscriber = weir::tck::TestSubscriber::new().request_on_subscribe(1);
-    /// let probe = subscriber.probe();
-    /// weir::range(0u32..10).on_backpressure_latest().subscribe(subscriber);
-    /// probe.request(5);
-    /// assert_eq!(probe.items(), vec![0, 9]);
-    /// probe.assert_completed();
+    /// // The source pushes 10 items at once; the consumer has room for 1.
+    /// let items = weir::range(0u32..10)
+    ///     .on_backpressure_latest()
+    ///     .blocking_iter(1)
+    ///     .collect::<Result<Vec<_>, _>>()
+    ///     .unwrap();
+    /// assert_eq!(items, vec![0, 9]);
     /// ```
     fn on_backpressure_latest(self) -> OnBackpressureLatest<Self>
     where
@@ -515,16 +514,15 @@ pub trait PublisherExt: Publisher + Sized {
     /// use weir::DropReason;
     ///
     /// let drops = Drops::new();
-    /// let subscriber = weir::tck::TestSubscriber::new().request_on_subscribe(1);
-    /// let probe = subscriber.probe();
-    /// weir::range(1u32..6)
+    /// // The source pushes 5 items at once; the consumer has room for 1.
+    /// let items = weir::range(1u32..6)
     ///     .conflate(|held, new| held + new)
     ///     .on_dropped(DropHook::new(drops.clone()))
-    ///     .subscribe(subscriber);
-    /// probe.request(1);
-    /// assert_eq!(probe.items(), vec![1, 2 + 3 + 4 + 5]);
+    ///     .blocking_iter(1)
+    ///     .collect::<Result<Vec<_>, _>>()
+    ///     .unwrap();
+    /// assert_eq!(items, vec![1, 2 + 3 + 4 + 5]);
     /// assert_eq!(drops.count(DropReason::Merged), 3);
-    /// probe.assert_completed();
     /// ```
     fn conflate<F>(self, merge: F) -> Conflate<Self, F>
     where
@@ -557,16 +555,29 @@ pub trait PublisherExt: Publisher + Sized {
     /// output : 1---3----(5|)
     /// ```
     ///
+    /// # Errors
+    ///
+    /// Upstream errors are delivered after the held item, like completion.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the held item is released without a report.
+    ///
+    /// # Panics
+    ///
+    /// Never.
+    ///
     /// # Examples
     ///
     /// ```
     /// use weir::prelude::*;
     ///
-    /// let subscriber = weir::tck::TestSubscriber::new().request_on_subscribe(1);
-    /// let probe = subscriber.probe();
-    /// weir::range(0u32..10).conflate_latest().subscribe(subscriber);
-    /// probe.request(1);
-    /// assert_eq!(probe.items(), vec![0, 9]);
+    /// let items = weir::range(0u32..10)
+    ///     .conflate_latest()
+    ///     .blocking_iter(1)
+    ///     .collect::<Result<Vec<_>, _>>()
+    ///     .unwrap();
+    /// assert_eq!(items, vec![0, 9]);
     /// ```
     fn conflate_latest(self) -> OnBackpressureLatest<Self>
     where
