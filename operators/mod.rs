@@ -2,8 +2,10 @@
 //! built by a method of [`PublisherExt`](crate::PublisherExt), where its user
 //! documentation lives.
 
+mod buffer;
 mod concat;
 mod concat_map;
+mod conflate;
 mod filter;
 mod filter_map;
 mod flat_map;
@@ -11,10 +13,13 @@ mod inner;
 mod inspect;
 mod inspect_cancel;
 mod inspect_request;
+mod limit_rate;
 mod map;
 mod merge;
 mod merge_all;
+mod on_backpressure_buffer;
 mod on_backpressure_drop;
+mod on_backpressure_latest;
 mod on_dropped;
 mod reduce;
 mod scan;
@@ -24,18 +29,23 @@ mod take;
 mod take_while;
 mod zip;
 
+pub use buffer::Buffer;
 pub use concat::Concat;
 pub use concat_map::ConcatMap;
+pub use conflate::{Conflate, MergeInto};
 pub use filter::Filter;
 pub use filter_map::FilterMap;
 pub use flat_map::FlatMap;
 pub use inspect::Inspect;
 pub use inspect_cancel::InspectCancel;
 pub use inspect_request::InspectRequest;
+pub use limit_rate::LimitRate;
 pub use map::Map;
 pub use merge::{Merge, MERGE_PREFETCH};
 pub use merge_all::{merge, MergeAll};
+pub use on_backpressure_buffer::{Lost, OnBackpressureBuffer, OnFull};
 pub use on_backpressure_drop::OnBackpressureDrop;
+pub use on_backpressure_latest::{KeepLatest, OnBackpressureLatest};
 pub use on_dropped::OnDropped;
 pub use reduce::Reduce;
 pub use scan::Scan;

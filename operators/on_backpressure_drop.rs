@@ -4,7 +4,8 @@
 //! Demand contract: UnboundedIn. Upstream is asked for `UNBOUNDED` once. Downstream
 //! demand is an [`AtomicDemand`]: read once per batch, settled once per batch with
 //! `produced`, and topped up by downstream's `request` (any thread) or by the batch
-//! credit its `on_next_batch` returns. Items beyond the demand are dropped with
+//! credit its `on_next_batch` returns ([`demand::deliver`]; demand requested from
+//! inside a batch lets later items of the same upstream batch pass). Items beyond the demand are dropped with
 //! [`DropReason::OverflowNewest`] through the pipeline's drop hook, counted per batch.
 //! In-flight bound: 0 (nothing is held).
 //!
@@ -12,7 +13,7 @@
 
 use std::sync::Arc;
 
-use crate::demand::{AtomicDemand, UNBOUNDED};
+use crate::demand::{self, AtomicDemand, UNBOUNDED};
 use crate::drain::Upstream;
 use crate::metrics::{DropHook, DropReporter};
 use crate::{DropReason, Error, Publisher, RawSubscription, Subscriber, Subscription};
@@ -112,18 +113,7 @@ impl<T: 'static, S: Subscriber<T>> Subscriber<T> for DropSubscriber<S> {
             return 0;
         };
         let credit = credit.clone();
-        let wanted = credit.demand.get();
-        let mut passed = 0u64;
-        if wanted > 0 {
-            let limit = usize::try_from(wanted).unwrap_or(usize::MAX);
-            let more = self
-                .downstream
-                .on_next_batch(items.by_ref().take(limit).inspect(|_| passed += 1));
-            credit.demand.produced(passed);
-            if more > 0 {
-                credit.demand.add(more);
-            }
-        }
+        demand::deliver(&credit.demand, &mut self.downstream, &mut items, || false);
         for item in items {
             self.drops.drop_item(DropReason::OverflowNewest, item);
         }

@@ -3,6 +3,8 @@
 //! * [`UNBOUNDED`] and [`validate`]: rules 3.17 and 3.9.
 //! * [`AtomicDemand`]: outstanding demand shared between the requesting thread and the
 //!   emitting thread; saturating add, batched settle.
+//! * [`RateLimit`]: `limit_rate(high, low)`'s request batching.
+//! * [`in_items`]: demand counted in batches, converted to items (`buffer`).
 //! * [`Replenish`]: the 75% rule for anything that holds a prefetch window (sinks,
 //!   async boundaries, bridges, mux credit).
 //!
@@ -52,6 +54,15 @@ pub fn validate(n: u64) -> Result<u64, Error> {
 #[inline]
 pub fn sum(a: u64, b: u64) -> u64 {
     a.saturating_add(b)
+}
+
+/// Demand for `batches` batches of `size` items each, in items: the product,
+/// saturating at [`UNBOUNDED`]. Used by stages that emit one item per `size` inputs
+/// (`buffer`). A product that saturates asks for more than 2^64 items, which no
+/// source will deliver before the batch count is reached.
+#[inline]
+pub fn in_items(batches: u64, size: u64) -> u64 {
+    batches.saturating_mul(size)
 }
 
 #[cold]
@@ -167,6 +178,43 @@ impl AtomicDemand {
     }
 }
 
+/// Deliver items from `items` to `downstream` against `demand`, the way a stage that
+/// owns its downstream's demand does it: demand is read once per batch, the batch goes
+/// out with one `on_next_batch`, and it is settled once with
+/// [`produced`](AtomicDemand::produced) (downstream's batch credit added). It repeats
+/// while a batch used all the demand there was (downstream may have requested more
+/// from inside it) and `stop()` is false. Returns how many items went out; what is
+/// left in `items` arrived without demand.
+pub(crate) fn deliver<T, S, I>(
+    demand: &AtomicDemand,
+    downstream: &mut S,
+    items: &mut I,
+    stop: impl Fn() -> bool,
+) -> u64
+where
+    S: crate::Subscriber<T>,
+    I: Iterator<Item = T>,
+{
+    let mut total = 0u64;
+    loop {
+        let wanted = demand.get();
+        if wanted == 0 || stop() {
+            return total;
+        }
+        let limit = usize::try_from(wanted).unwrap_or(usize::MAX);
+        let mut passed = 0usize;
+        let credit = downstream.on_next_batch(items.by_ref().take(limit).inspect(|_| passed += 1));
+        demand.produced(passed as u64);
+        if credit > 0 {
+            demand.add(credit);
+        }
+        total += passed as u64;
+        if passed < limit {
+            return total;
+        }
+    }
+}
+
 /// The 75% rule: a consumer that holds a window of `prefetch` items requests
 /// `prefetch` up front and then, each time at least `limit = prefetch - prefetch / 4`
 /// items were consumed, requests exactly what was consumed. Outstanding demand
@@ -232,6 +280,97 @@ impl Replenish {
     }
 }
 
+/// The request batching of `limit_rate(high, low)`: downstream's demand goes upstream
+/// in batches, never more than `high` outstanding upstream and never more than
+/// downstream asked for.
+///
+/// The first batch is up to `high`; after that a batch goes up each time at least
+/// `low` of the outstanding items were delivered (the *room*, `high - outstanding`,
+/// reached `low`), and it is as large as the room (or downstream's remaining demand,
+/// if smaller). Item by item that is "`low` more each time `low` were consumed";
+/// when a whole batch arrives at once it is requested again in one go. When nothing
+/// is outstanding the room is `high`, so new demand always goes up at once.
+///
+/// `low >= high` means the 75% rule ([`Replenish`]'s limit of `high`); `low == 0`
+/// means "always `high`": the next batch goes up only when all of the previous one
+/// was delivered.
+#[derive(Clone, Debug)]
+pub struct RateLimit {
+    high: u64,
+    low: u64,
+    /// Downstream demand not yet forwarded (saturating; `UNBOUNDED` stays).
+    wanted: u64,
+    /// Forwarded upstream and not yet delivered; never above `high`.
+    outstanding: u64,
+}
+
+impl RateLimit {
+    /// Batches of `high`, replenished at `low` (see the type docs for `low >= high`
+    /// and `low == 0`).
+    ///
+    /// # Panics
+    ///
+    /// If `high` is 0: "limit_rate high must be at least 1 (got 0)".
+    pub fn new(high: u64, low: u64) -> Self {
+        assert!(high >= 1, "limit_rate high must be at least 1 (got 0)");
+        let low = if low >= high {
+            Replenish::new(high).limit()
+        } else if low == 0 {
+            high
+        } else {
+            low
+        };
+        RateLimit {
+            high,
+            low,
+            wanted: 0,
+            outstanding: 0,
+        }
+    }
+
+    /// The most that is ever outstanding upstream.
+    pub fn high(&self) -> u64 {
+        self.high
+    }
+
+    /// The replenish mark after the `low >= high` and `low == 0` rules.
+    pub fn low(&self) -> u64 {
+        self.low
+    }
+
+    /// Downstream requested `n` more; returns what to request upstream now (0: none).
+    #[inline]
+    pub fn on_request(&mut self, n: u64) -> u64 {
+        self.wanted = self.wanted.saturating_add(n);
+        self.forward()
+    }
+
+    /// Upstream delivered `n` items; returns what to request upstream now (0: none).
+    #[inline]
+    pub fn on_delivered(&mut self, n: u64) -> u64 {
+        debug_assert!(
+            n <= self.outstanding,
+            "rule 1.1 violated: {n} items delivered against {} outstanding",
+            self.outstanding
+        );
+        self.outstanding = self.outstanding.saturating_sub(n);
+        self.forward()
+    }
+
+    fn forward(&mut self) -> u64 {
+        let room = self.high - self.outstanding;
+        if room < self.low || self.wanted == 0 {
+            return 0;
+        }
+        let batch = room.min(self.wanted);
+        if self.wanted != UNBOUNDED {
+            self.wanted -= batch;
+        }
+        self.outstanding += batch;
+        batch
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -257,6 +396,39 @@ mod tests {
     #[should_panic(expected = "prefetch must be at least 1 (got 0)")]
     fn replenish_rejects_zero() {
         let _ = Replenish::new(0);
+    }
+
+    #[test]
+    fn rate_limit_batches_at_low() {
+        let mut r = RateLimit::new(4, 2);
+        assert_eq!(r.on_request(UNBOUNDED), 4);
+        assert_eq!(r.on_delivered(1), 0);
+        assert_eq!(r.on_delivered(1), 2);
+        assert_eq!(r.on_delivered(4), 4);
+        // Bounded downstream demand is never exceeded.
+        let mut r = RateLimit::new(8, 6);
+        assert_eq!(r.on_request(3), 3);
+        assert_eq!(r.on_request(2), 0, "room 5 is below the mark 6");
+        assert_eq!(r.on_delivered(3), 2, "nothing outstanding: room 8");
+        assert_eq!(r.on_delivered(2), 0, "nothing wanted");
+    }
+
+    #[test]
+    fn rate_limit_low_rules() {
+        assert_eq!(RateLimit::new(256, 192).low(), 192);
+        assert_eq!(RateLimit::new(256, 256).low(), 192, "low >= high: 75%");
+        assert_eq!(RateLimit::new(256, 999).low(), 192);
+        assert_eq!(RateLimit::new(256, 0).low(), 256, "low == 0: always high");
+        let mut r = RateLimit::new(3, 0);
+        assert_eq!(r.on_request(10), 3);
+        assert_eq!(r.on_delivered(2), 0);
+        assert_eq!(r.on_delivered(1), 3);
+    }
+
+    #[test]
+    #[should_panic(expected = "limit_rate high must be at least 1 (got 0)")]
+    fn rate_limit_rejects_zero() {
+        let _ = RateLimit::new(0, 0);
     }
 
     #[test]

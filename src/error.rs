@@ -169,6 +169,20 @@ impl std::error::Error for Error {
     }
 }
 
+/// What [`on_backpressure_buffer`](crate::PublisherExt::on_backpressure_buffer) does
+/// when an item arrives and the buffer is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Overflow {
+    /// Refuse the item (reported as `OverflowNewest`), cancel upstream, and fail with
+    /// [`ErrorKind::Overflow`] once the buffered items were delivered.
+    Error,
+    /// Drop the oldest buffered item (reported as `OverflowOldest`) to make room.
+    DropOldest,
+    /// Drop the arriving item (reported as `OverflowNewest`).
+    DropNewest,
+}
+
 /// Why a lossy stage dropped an item (principle 3). Reported to the pipeline's
 /// [`DropHook`](crate::metrics::DropHook) and counted in its
 /// [`Drops`](crate::metrics::Drops).

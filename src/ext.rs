@@ -3,11 +3,13 @@
 
 use crate::metrics::DropHook;
 use crate::operators::{
-    Concat, ConcatMap, Filter, FilterMap, FlatMap, Inspect, InspectCancel, InspectRequest, Map,
-    Merge, OnBackpressureDrop, OnDropped, Reduce, Scan, Skip, SkipWhile, Take, TakeWhile, Zip,
+    Buffer, Concat, ConcatMap, Conflate, Filter, FilterMap, FlatMap, Inspect, InspectCancel,
+    InspectRequest, KeepLatest, LimitRate, Map, Merge, MergeInto, OnBackpressureBuffer,
+    OnBackpressureDrop, OnBackpressureLatest, OnDropped, Reduce, Scan, Skip, SkipWhile, Take,
+    TakeWhile, Zip,
 };
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
-use crate::{BoxPublisher, Publisher};
+use crate::{BoxPublisher, Overflow, Publisher};
 
 /// Identity function that checks, at zero cost, that `P` is a publisher of `T`.
 #[inline(always)]
@@ -972,6 +974,345 @@ pub trait PublisherExt: Publisher + Sized {
     }
 
     // ---- more rate-decoupling operators (issue 3) go here, in this section --------
+
+    /// Gather items into `Vec`s of `size` items; the last one may be shorter.
+    ///
+    /// # Backpressure
+    ///
+    /// Full, scaled: a request for `k` batches asks upstream for `k × size` items
+    /// (saturating at unbounded). In-flight bound: `size` (the batch being filled).
+    /// Exactly one `Vec` is allocated per emitted batch, with capacity `size`; nothing
+    /// is allocated per item.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4-5|
+    /// demand : 3---------
+    /// output : --a---b--(c|)   (buffer(2): a = [1, 2], b = [3, 4], c = [5])
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through; the partial batch is discarded.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the partial batch is discarded.
+    ///
+    /// # Panics
+    ///
+    /// If `size` is not in `1..=2^30`: "buffer size must be in 1..=1073741824 (got 0)".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let batches = weir::range(1u32..6).buffer(2).collect().wait().unwrap();
+    /// assert_eq!(batches, vec![vec![1, 2], vec![3, 4], vec![5]]);
+    /// ```
+    fn buffer(self, size: usize) -> Buffer<Self> {
+        assert_publisher::<Vec<Self::Item>, _>(Buffer::new(self, size))
+    }
+
+    /// Pass items through unchanged, but ask upstream in batches: `high` first, then
+    /// `low` more each time `low` items were delivered.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough items, batched requests: never more than `high` outstanding
+    /// upstream, and never more than downstream has asked for (nothing is prefetched
+    /// ahead of downstream's demand, so nothing is held; in-flight bound 0). A batch
+    /// goes up whenever at least `low` of the outstanding items were delivered, as
+    /// large as the room below `high` allows; when nothing is outstanding, new demand
+    /// goes up at once. `low >= high` means the 75% rule (`high - high / 4`); `low == 0`
+    /// means "always `high`": the next batch waits until the previous one was
+    /// delivered in full. Under unbounded demand `limit_rate(256, 192)` asks for 256,
+    /// then 192 (or a whole delivered batch) at a time.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// demand   : *-----------
+    /// upstream : 4-2-2-2-2---    (what limit_rate(4, 2) requests; items one by one)
+    /// output   : -1234567890|
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; nothing is held.
+    ///
+    /// # Panics
+    ///
+    /// If `high` is 0: "limit_rate high must be at least 1 (got 0)". Every `low` is
+    /// valid (see above).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let total = weir::range(0u64..10_000)
+    ///     .limit_rate(256, 192)
+    ///     .fold(0, |acc, x| acc + x)
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(total, 49_995_000);
+    /// ```
+    fn limit_rate(self, high: u64, low: u64) -> LimitRate<Self> {
+        assert_publisher::<Self::Item, _>(LimitRate::new(self, high, low))
+    }
+
+    /// Request everything upstream and hold up to `capacity` items that downstream has
+    /// not asked for yet; when full, apply `policy`.
+    ///
+    /// # Backpressure
+    ///
+    /// UnboundedIn: upstream is asked for `UNBOUNDED` once. Items pass straight
+    /// through while downstream has demand and nothing is held; otherwise they wait in
+    /// a ring of `capacity` slots, allocated once and never grown, and go out oldest
+    /// first as downstream requests (from any thread). In-flight bound: `capacity`.
+    /// When the ring is full, [`Overflow::DropOldest`](crate::Overflow::DropOldest)
+    /// drops the oldest held item ([`DropReason::OverflowOldest`](crate::DropReason)),
+    /// [`Overflow::DropNewest`](crate::Overflow::DropNewest) the arriving one
+    /// (`OverflowNewest`); both are handed to the pipeline's [`DropHook`] and counted.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4|
+    /// demand : --------1-1
+    /// output : --------3-(4|)   (capacity 2, DropOldest: 1 and 2 dropped)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// With [`Overflow::Error`](crate::Overflow::Error), the item that does not fit is
+    /// refused (reported as `OverflowNewest`), upstream is cancelled at once, and
+    /// downstream receives `on_error` of kind [`Overflow`](crate::ErrorKind::Overflow)
+    /// **after** the held items were delivered: nothing the buffer accepted is lost.
+    /// (Reactor signals the error at once and discards the buffer.) Upstream errors,
+    /// like completion, are delivered after the held items.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the held items are released (dropped, not reported: they
+    /// were not lost for lack of room).
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is not in `1..=2^30`:
+    /// "on_backpressure_buffer capacity must be in 1..=1073741824 (got 0)".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::metrics::{DropHook, Drops};
+    /// use weir::prelude::*;
+    /// use weir::{DropReason, Overflow};
+    ///
+    /// let drops = Drops::new();
+    /// // The source pushes 10 items at once; the consumer has room for 2.
+    /// let items = weir::range(0u32..10)
+    ///     .on_backpressure_buffer(3, Overflow::DropOldest)
+    ///     .on_dropped(DropHook::new(drops.clone()))
+    ///     .blocking_iter(2)
+    ///     .collect::<Result<Vec<_>, _>>()
+    ///     .unwrap();
+    /// assert_eq!(items, vec![0, 1, 7, 8, 9]);
+    /// assert_eq!(drops.count(DropReason::OverflowOldest), 5);
+    /// ```
+    fn on_backpressure_buffer(self, capacity: usize, policy: Overflow) -> OnBackpressureBuffer<Self>
+    where
+        Self::Item: 'static,
+    {
+        assert_publisher::<Self::Item, _>(OnBackpressureBuffer::new(
+            self,
+            capacity,
+            policy,
+            "on_backpressure_buffer",
+        ))
+    }
+
+    /// Request everything upstream and keep only the newest item downstream has not
+    /// asked for yet.
+    ///
+    /// # Backpressure
+    ///
+    /// UnboundedIn: upstream is asked for `UNBOUNDED` once. An item passes straight
+    /// through when downstream has demand; otherwise it waits in a slot of one, and a
+    /// newer item replaces it: the replaced item is dropped with
+    /// [`DropReason::ReplacedByLatest`](crate::DropReason::ReplacedByLatest), handed
+    /// to the pipeline's [`DropHook`] and counted. In-flight bound: 1.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4-5|
+    /// demand : 1---1----1
+    /// output : 1---3----(5|)   (2 and 4 replaced)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors are delivered after the held item, like completion.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the held item is released without a report.
+    ///
+    /// # Panics
+    ///
+    /// Never.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// // The source pushes 10 items at once; the consumer has room for 1.
+    /// let items = weir::range(0u32..10)
+    ///     .on_backpressure_latest()
+    ///     .blocking_iter(1)
+    ///     .collect::<Result<Vec<_>, _>>()
+    ///     .unwrap();
+    /// assert_eq!(items, vec![0, 9]);
+    /// ```
+    fn on_backpressure_latest(self) -> OnBackpressureLatest<Self>
+    where
+        Self::Item: 'static,
+    {
+        assert_publisher::<Self::Item, _>(OnBackpressureBuffer::new(
+            self,
+            1,
+            KeepLatest,
+            "on_backpressure_latest",
+        ))
+    }
+
+    /// While downstream has no demand, merge arriving items into the held one with
+    /// `merge(held, new)`.
+    ///
+    /// # Backpressure
+    ///
+    /// UnboundedIn: upstream is asked for `UNBOUNDED` once. An item passes straight
+    /// through when downstream has demand; otherwise it is held (one slot), and each
+    /// later item is merged into it. Both inputs of a merge go into `merge`, so
+    /// nothing can be handed to the [`DropHook`]; each merge is counted as one
+    /// [`DropReason::Merged`](crate::DropReason::Merged). In-flight bound: 1.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4-5|
+    /// demand : 1---1----1
+    /// output : 1---a----(b|)   (a = merge(2, 3), b = merge(4, 5))
+    /// ```
+    ///
+    /// Completion waits until the held item has been delivered.
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors are delivered after the held item, like completion.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the held item is released without a report.
+    ///
+    /// # Panics
+    ///
+    /// Never itself. If `merge` panics, upstream is cancelled and downstream receives
+    /// `on_error` of kind [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::metrics::{DropHook, Drops};
+    /// use weir::prelude::*;
+    /// use weir::DropReason;
+    ///
+    /// let drops = Drops::new();
+    /// // The source pushes 5 items at once; the consumer has room for 1.
+    /// let items = weir::range(1u32..6)
+    ///     .conflate(|held, new| held + new)
+    ///     .on_dropped(DropHook::new(drops.clone()))
+    ///     .blocking_iter(1)
+    ///     .collect::<Result<Vec<_>, _>>()
+    ///     .unwrap();
+    /// assert_eq!(items, vec![1, 2 + 3 + 4 + 5]);
+    /// assert_eq!(drops.count(DropReason::Merged), 3);
+    /// ```
+    fn conflate<F>(self, merge: F) -> Conflate<Self, F>
+    where
+        Self::Item: 'static,
+        F: FnMut(Self::Item, Self::Item) -> Self::Item + Send + 'static,
+    {
+        assert_publisher::<Self::Item, _>(OnBackpressureBuffer::new(
+            self,
+            1,
+            MergeInto(merge),
+            "conflate",
+        ))
+    }
+
+    /// [`conflate`](Self::conflate) that keeps the newest item: the same as
+    /// [`on_backpressure_latest`](Self::on_backpressure_latest) (replaced items are
+    /// handed to the [`DropHook`] as
+    /// [`ReplacedByLatest`](crate::DropReason::ReplacedByLatest)), reported under the
+    /// stage name `conflate_latest`.
+    ///
+    /// # Backpressure
+    ///
+    /// UnboundedIn; in-flight bound 1.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4-5|
+    /// demand : 1---1----1
+    /// output : 1---3----(5|)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors are delivered after the held item, like completion.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the held item is released without a report.
+    ///
+    /// # Panics
+    ///
+    /// Never.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let items = weir::range(0u32..10)
+    ///     .conflate_latest()
+    ///     .blocking_iter(1)
+    ///     .collect::<Result<Vec<_>, _>>()
+    ///     .unwrap();
+    /// assert_eq!(items, vec![0, 9]);
+    /// ```
+    fn conflate_latest(self) -> OnBackpressureLatest<Self>
+    where
+        Self::Item: 'static,
+    {
+        assert_publisher::<Self::Item, _>(OnBackpressureBuffer::new(
+            self,
+            1,
+            KeepLatest,
+            "conflate_latest",
+        ))
+    }
 
     // ---- sinks and type erasure ----------------------------------------------------
 

@@ -37,7 +37,7 @@ pub mod spec;
 #[cfg(feature = "tck")]
 pub mod tck;
 
-pub use error::{DropReason, Error, ErrorKind};
+pub use error::{DropReason, Error, ErrorKind, Overflow};
 pub use ext::PublisherExt;
 pub use operators::merge;
 pub use source::{defer, empty, error, from_iter, generate, just, never, range};

@@ -222,6 +222,12 @@ impl DropReporter {
         }
     }
 
+    /// `n` items dropped that cannot be handed over (a `conflate` function consumed
+    /// them): counted at the next [`flush`](Self::flush).
+    pub(crate) fn count(&mut self, reason: DropReason, n: u64) {
+        self.pending[reason as usize] += n;
+    }
+
     /// Add this batch's drops to the shared counters.
     pub(crate) fn flush(&mut self) {
         for reason in DropReason::ALL {

@@ -11,6 +11,9 @@
 mod identity_processor;
 #[path = "support/multicast_processor.rs"]
 mod multicast_processor;
+#[path = "support/valve.rs"]
+#[allow(dead_code)] // the handle is for the lossy proptests
+mod valve;
 
 use std::time::Duration;
 
@@ -124,6 +127,38 @@ weir::publisher_tck!(
     })
 );
 weir::publisher_tck!(defer, verify(|n| weir::defer(move || weir::range(0..n))));
+weir::publisher_tck!(
+    buffer,
+    verify(|n| weir::range(0..n.saturating_mul(3)).buffer(3).map(|b| b[0]))
+);
+weir::publisher_tck!(limit_rate, verify(|n| weir::range(0..n).limit_rate(16, 12)));
+// A lossy stage fed by an eager source drops what the kit has not requested yet, so
+// the kit's exact counts cannot hold. `mirrored` feeds the stage from a source that
+// releases one item per item the kit requests (after the request reached the stage):
+// every item then arrives while downstream has demand, nothing is dropped, and the
+// whole suite applies to the stage's demand, ordering and terminal behaviour.
+weir::publisher_tck!(
+    on_backpressure_drop,
+    verify(|n| valve::mirrored(n, |s| s.on_backpressure_drop()))
+);
+weir::publisher_tck!(
+    on_backpressure_buffer,
+    verify(|n| valve::mirrored(n, |s| s.on_backpressure_buffer(2, weir::Overflow::Error)))
+);
+weir::publisher_tck!(
+    on_backpressure_latest,
+    verify(|n| valve::mirrored(n, |s| s.on_backpressure_latest()))
+);
+// Under the mirrored source nothing is ever held, so nothing is merged: a merge
+// would panic and fail the suite.
+weir::publisher_tck!(
+    conflate,
+    verify(|n| valve::mirrored(n, |s| s.conflate(|_, _| panic!("nothing to merge"))))
+);
+weir::publisher_tck!(
+    conflate_latest,
+    verify(|n| valve::mirrored(n, |s| s.conflate_latest()))
+);
 // Boxed publishers are not `Clone`: the rule 1.11 tests skip.
 weir::publisher_tck!(
     boxed,

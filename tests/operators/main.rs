@@ -11,16 +11,22 @@
 pub mod support;
 
 mod baseline;
+mod buffer;
 mod concat;
 mod concat_map;
+mod conflate;
 mod filter;
 mod filter_map;
 mod flat_map;
 mod inspect;
 mod inspect_cancel;
 mod inspect_request;
+mod limit_rate;
 mod map;
 mod merge;
+mod on_backpressure_buffer;
+mod on_backpressure_drop;
+mod on_backpressure_latest;
 mod reduce;
 mod scan;
 mod skip;

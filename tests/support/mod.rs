@@ -3,9 +3,11 @@
 
 pub mod counting;
 pub mod failing;
+pub mod lossy;
 pub mod model;
 pub mod threaded;
 pub mod unruly;
+pub mod valve;
 
 use std::time::Duration;
 

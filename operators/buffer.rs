@@ -1,0 +1,184 @@
+//! `buffer`: gather items into `Vec`s of `size` items; the last one may be shorter.
+//!
+//! Demand contract: Full, scaled. A downstream request for `k` batches goes upstream
+//! as `k × size` items ([`demand::in_items`], saturating); downstream's batch credit is
+//! scaled the same way. Upstream never delivers more than `k × size` items, so at most
+//! `k` full batches form, plus the partial one that completion flushes. In-flight
+//! bound: `size` (the batch being filled).
+//!
+//! Allocation: exactly one `Vec` per emitted batch, made with capacity `size` when the
+//! batch's first item arrives (so a stream that ends on a batch boundary allocates
+//! none for the empty remainder), and nothing per item.
+//!
+//! States ([`Upstream`]): `Idle` → `Active` → `Done`. On completion the partial batch
+//! is emitted before `on_complete` (its demand is covered: upstream delivered fewer
+//! than `k × size` items, so fewer than `k` batches went out); on error it is dropped.
+
+use std::sync::Arc;
+
+use crate::demand;
+use crate::drain::Upstream;
+use crate::metrics::DropHook;
+use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
+
+/// The largest batch size: batches are allocated up front, so the size is capped.
+pub(crate) const MAX_SIZE: usize = 1 << 30;
+
+/// Publisher for the [`buffer`](crate::PublisherExt::buffer) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct Buffer<P> {
+    source: P,
+    size: usize,
+}
+
+impl<P> Buffer<P> {
+    pub(crate) fn new(source: P, size: usize) -> Self {
+        assert!(
+            (1..=MAX_SIZE).contains(&size),
+            "buffer size must be in 1..=1073741824 (got {size})"
+        );
+        Buffer { source, size }
+    }
+}
+
+impl<P: Publisher> Publisher for Buffer<P> {
+    type Item = Vec<P::Item>;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<Vec<P::Item>> + Send + 'static,
+    {
+        self.source.subscribe(BufferSubscriber {
+            downstream: subscriber,
+            size: self.size,
+            batch: Vec::new(),
+            upstream: Upstream::Idle,
+        })
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source
+            .in_flight_bound()
+            .saturating_add(self.size as u64)
+    }
+}
+
+/// Downstream's subscription: requests count batches; upstream counts items.
+struct Scaled {
+    /// The upstream subscription.
+    upstream: Subscription,
+    /// Items per batch.
+    size: u64,
+}
+
+impl RawSubscription for Scaled {
+    fn request(&self, n: u64) {
+        // `request(0)` goes up unchanged: the source reports rule 3.9.
+        self.upstream.request(demand::in_items(n, self.size));
+    }
+
+    fn cancel(&self) {
+        self.upstream.cancel();
+    }
+}
+
+struct BufferSubscriber<S, T> {
+    /// The next stage.
+    downstream: S,
+    /// Items per batch.
+    size: usize,
+    /// The batch being filled; capacity 0 until its first item arrives.
+    batch: Vec<T>,
+    /// Life-cycle state.
+    upstream: Upstream,
+}
+
+/// Add `item` to `batch`; returns the batch once it is full.
+#[inline]
+fn fill<T>(batch: &mut Vec<T>, size: usize, item: T) -> Option<Vec<T>> {
+    if batch.capacity() == 0 {
+        *batch = Vec::with_capacity(size);
+    }
+    batch.push(item);
+    (batch.len() == size).then(|| std::mem::take(batch))
+}
+
+/// The full batches formed from a run of items (the remainder stays in `batch`).
+struct Batches<'a, I: Iterator> {
+    items: I,
+    batch: &'a mut Vec<I::Item>,
+    size: usize,
+}
+
+impl<I: Iterator> Iterator for Batches<'_, I> {
+    type Item = Vec<I::Item>;
+
+    #[inline]
+    fn next(&mut self) -> Option<Vec<I::Item>> {
+        loop {
+            let item = self.items.next()?;
+            if let Some(full) = fill(self.batch, self.size, item) {
+                return Some(full);
+            }
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let upper = self.items.size_hint().1;
+        (0, upper.map(|u| (self.batch.len() + u) / self.size))
+    }
+}
+
+impl<T, S: Subscriber<Vec<T>>> Subscriber<T> for BufferSubscriber<S, T> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if self.upstream.accept(&subscription) {
+            self.downstream
+                .on_subscribe(Subscription::new(Arc::new(Scaled {
+                    upstream: subscription,
+                    size: self.size as u64,
+                })));
+        }
+    }
+
+    fn on_next(&mut self, item: T) {
+        if !self.upstream.is_active() {
+            return;
+        }
+        if let Some(full) = fill(&mut self.batch, self.size, item) {
+            self.downstream.on_next(full);
+        }
+    }
+
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        if !self.upstream.is_active() {
+            return 0;
+        }
+        let credit = self.downstream.on_next_batch(Batches {
+            items,
+            batch: &mut self.batch,
+            size: self.size,
+        });
+        demand::in_items(credit, self.size as u64)
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.downstream.drop_hook()
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if self.upstream.finish() {
+            self.batch = Vec::new();
+            self.downstream.on_error(error);
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if self.upstream.finish() {
+            if !self.batch.is_empty() {
+                self.downstream.on_next(std::mem::take(&mut self.batch));
+            }
+            self.downstream.on_complete();
+        }
+    }
+}

@@ -1,0 +1,174 @@
+//! `limit_rate`: pass items through unchanged, but rebatch the requests that go
+//! upstream.
+//!
+//! Demand contract: PassThrough items, batched requests through
+//! [`demand::RateLimit`]: the first batch is up to `high`, then one batch each time
+//! `low` of the outstanding items were delivered; never more than `high` outstanding
+//! upstream and never more than downstream asked for (nothing is prefetched, so
+//! nothing is held). In-flight bound: 0.
+//!
+//! The `RateLimit` state is shared by downstream's `request` (any thread) and the
+//! delivery path (upstream's thread) behind a small mutex, locked once per `request`
+//! and once per delivered batch, never across a call into another stage. What the
+//! delivery path frees goes upstream as batch credit; what a `request` frees goes up
+//! with `request`.
+//!
+//! States ([`Upstream`]): `Idle` → `Active` → `Done`.
+
+use std::sync::Arc;
+
+use crate::demand::RateLimit;
+use crate::drain::Upstream;
+use crate::loom::{Mutex, MutexGuardOf};
+use crate::metrics::DropHook;
+use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
+
+/// Publisher for the [`limit_rate`](crate::PublisherExt::limit_rate) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct LimitRate<P> {
+    source: P,
+    high: u64,
+    low: u64,
+}
+
+impl<P> LimitRate<P> {
+    pub(crate) fn new(source: P, high: u64, low: u64) -> Self {
+        // Validates `high` (and documents the `low` rules) once, at construction.
+        let _ = RateLimit::new(high, low);
+        LimitRate { source, high, low }
+    }
+}
+
+impl<P: Publisher> Publisher for LimitRate<P> {
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        self.source.subscribe(LimitSubscriber {
+            downstream: subscriber,
+            rate: RateLimit::new(self.high, self.low),
+            limiter: None,
+            upstream: Upstream::Idle,
+        })
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound()
+    }
+}
+
+/// Downstream's subscription and the shared request batching.
+struct Limiter {
+    /// The batching state.
+    rate: Mutex<RateLimit>,
+    /// The upstream subscription.
+    upstream: Subscription,
+}
+
+impl Limiter {
+    fn rate(&self) -> MutexGuardOf<'_, RateLimit> {
+        self.rate
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl RawSubscription for Limiter {
+    fn request(&self, n: u64) {
+        if n == 0 {
+            // The source answers with the rule 3.9 error.
+            self.upstream.request(0);
+            return;
+        }
+        let batch = self.rate().on_request(n);
+        if batch > 0 {
+            self.upstream.request(batch);
+        }
+    }
+
+    fn cancel(&self) {
+        self.upstream.cancel();
+    }
+}
+
+struct LimitSubscriber<S> {
+    /// The next stage.
+    downstream: S,
+    /// The batching state until `on_subscribe` moves it into the limiter.
+    rate: RateLimit,
+    /// Shared with downstream's subscription, once subscribed.
+    limiter: Option<Arc<Limiter>>,
+    /// Life-cycle state.
+    upstream: Upstream,
+}
+
+impl<S> LimitSubscriber<S> {
+    /// `delivered` items went out and downstream returned `credit`: what to request.
+    fn settle(&self, delivered: u64, credit: u64) -> u64 {
+        let Some(limiter) = &self.limiter else {
+            return 0;
+        };
+        let mut rate = limiter.rate();
+        let mut batch = rate.on_delivered(delivered);
+        if credit > 0 {
+            batch += rate.on_request(credit);
+        }
+        batch
+    }
+}
+
+impl<T, S: Subscriber<T>> Subscriber<T> for LimitSubscriber<S> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if !self.upstream.accept(&subscription) {
+            return;
+        }
+        let limiter = Arc::new(Limiter {
+            rate: Mutex::new(self.rate.clone()),
+            upstream: subscription,
+        });
+        self.limiter = Some(limiter.clone());
+        self.downstream.on_subscribe(Subscription::new(limiter));
+    }
+
+    fn on_next(&mut self, item: T) {
+        if !self.upstream.is_active() {
+            return;
+        }
+        self.downstream.on_next(item);
+        let batch = self.settle(1, 0);
+        if let (true, Some(upstream)) = (batch > 0, self.upstream.get()) {
+            upstream.request(batch);
+        }
+    }
+
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        if !self.upstream.is_active() {
+            return 0;
+        }
+        let mut delivered = 0u64;
+        let credit = self
+            .downstream
+            .on_next_batch(items.inspect(|_| delivered += 1));
+        // What the delivery frees goes upstream as our own batch credit.
+        self.settle(delivered, credit)
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.downstream.drop_hook()
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if self.upstream.finish() {
+            self.downstream.on_error(error);
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if self.upstream.finish() {
+            self.downstream.on_complete();
+        }
+    }
+}

@@ -1,0 +1,263 @@
+//! `on_backpressure_buffer` (mirrors `operators/on_backpressure_buffer.rs`):
+//! UnboundedIn. Holds up to `capacity` items downstream has not asked for; when full,
+//! drops the oldest, drops the newest, or fails after delivering what it holds.
+
+use std::sync::{Arc, Mutex};
+
+use proptest::prelude::*;
+use weir::demand::UNBOUNDED;
+use weir::metrics::{DropHook, Drops};
+use weir::prelude::*;
+use weir::tck::TestSubscriber;
+use weir::{DropReason, Error, ErrorKind, Overflow};
+
+use crate::support::counting::counted;
+use crate::support::lossy::{check_prediction, events, holding_model, run_lossy, ModelFull};
+use crate::support::shape;
+use crate::support::threaded::ThreadedRange;
+use crate::support::unruly::Unruly;
+use crate::support::valve::{mirrored, valve};
+
+#[test]
+fn smoke() {
+    let out = weir::range(0u64..100)
+        .on_backpressure_buffer(4, Overflow::Error)
+        .collect()
+        .wait()
+        .unwrap();
+    assert_eq!(
+        out,
+        (0..100).collect::<Vec<_>>(),
+        "enough demand: nothing held"
+    );
+}
+
+#[test]
+fn respects_demand_and_holds_oldest_first() {
+    let (source, handle) = valve(100);
+    let drops = Drops::new();
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source
+        .on_backpressure_buffer(3, Overflow::DropNewest)
+        .on_dropped(DropHook::new(drops.clone()))
+        .subscribe(subscriber);
+
+    handle.release(5);
+    probe.assert_items(&[]);
+    assert_eq!(
+        drops.count(DropReason::OverflowNewest),
+        2,
+        "3 and 4 dropped"
+    );
+
+    probe.request(2);
+    probe.assert_items(&[0, 1]);
+    handle.release(1);
+    probe.assert_items(&[0, 1]);
+    probe.request(1);
+    probe.assert_items(&[0, 1, 2]);
+    probe.request(10);
+    probe.assert_items(&[0, 1, 2, 5]);
+    handle.release(2);
+    probe.assert_items(&[0, 1, 2, 5, 6, 7]);
+    probe.assert_no_violations();
+}
+
+#[test]
+fn cancel_stops_upstream_and_releases_the_held_items() {
+    let (source, stats) = counted(weir::never::<u64>());
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source
+        .on_backpressure_buffer(2, Overflow::DropOldest)
+        .subscribe(subscriber);
+    assert_eq!(stats.request_log(), vec![UNBOUNDED]);
+    probe.cancel();
+    assert_eq!(stats.cancels(), 1);
+
+    // Held items are dropped on cancel (the Arc count shows it) and never delivered.
+    let item = Arc::new(());
+    let witness = item.clone();
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    weir::just(item)
+        .on_backpressure_buffer(2, Overflow::DropOldest)
+        .subscribe(subscriber);
+    assert_eq!(Arc::strong_count(&witness), 2, "held");
+    probe.cancel();
+    assert_eq!(Arc::strong_count(&witness), 1, "released on cancel");
+    probe.request(1);
+    assert_eq!(probe.received_count(), 0);
+    probe.assert_no_terminal();
+}
+
+#[test]
+fn error_propagates_once_after_the_held_items() {
+    let boom = Error::msg("source failed");
+    let failure = boom.clone();
+    let mut sent = 0u64;
+    let source = weir::generate((), move |_| {
+        sent += 1;
+        if sent > 2 {
+            weir::source::Step::Error(failure.clone())
+        } else {
+            weir::source::Step::Next(sent)
+        }
+    });
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source
+        .on_backpressure_buffer(4, Overflow::Error)
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "S", "the error waits behind the held items");
+    probe.request(1);
+    assert_eq!(shape(&probe), "SN");
+    probe.request(1);
+    assert_eq!(shape(&probe), "SNNE");
+    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
+    probe.request(1);
+    assert_eq!(shape(&probe), "SNNE", "once");
+
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    Unruly::new(boom.clone())
+        .on_backpressure_buffer(4, Overflow::Error)
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "SE", "nothing held: the error goes at once");
+    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
+    probe.assert_no_violations();
+}
+
+#[test]
+fn completes_after_the_held_items() {
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    weir::range(0u64..3)
+        .on_backpressure_buffer(8, Overflow::Error)
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "S", "completion waits for the held items");
+    probe.request(2);
+    assert_eq!(shape(&probe), "SNN");
+    probe.request(1);
+    assert_eq!(shape(&probe), "SNNNC");
+}
+
+#[test]
+fn overflow_error_comes_after_the_held_items() {
+    let drops = Drops::new();
+    let (source, stats) = counted(weir::range(0u64..10));
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source
+        .on_backpressure_buffer(3, Overflow::Error)
+        .on_dropped(DropHook::new(drops.clone()))
+        .subscribe(subscriber);
+    assert_eq!(stats.cancels(), 1, "upstream cancelled at the overflow");
+    assert_eq!(
+        drops.count(DropReason::OverflowNewest),
+        1,
+        "the refused item"
+    );
+    assert_eq!(shape(&probe), "S");
+    probe.request(3);
+    probe.assert_items(&[0, 1, 2]);
+    assert_eq!(probe.assert_error().kind(), ErrorKind::Overflow);
+}
+
+/// One upstream batch of 10; downstream asks for one more inside each `on_next`:
+/// everything passes straight through, nothing is held or dropped.
+#[test]
+fn demand_requested_inside_a_batch_lets_later_items_pass() {
+    let drops = Drops::new();
+    let subscriber = TestSubscriber::new()
+        .request_on_subscribe(1)
+        .request_on_next(1);
+    let probe = subscriber.probe();
+    weir::range(0u64..10)
+        .on_backpressure_buffer(1, Overflow::DropNewest)
+        .on_dropped(DropHook::new(drops.clone()))
+        .subscribe(subscriber);
+    probe.assert_items(&(0..10).collect::<Vec<_>>());
+    assert_eq!(drops.total(), 0);
+    probe.assert_completed();
+}
+
+#[test]
+fn in_flight_bound_is_the_capacity() {
+    let p = weir::range(0u64..3).on_backpressure_buffer(32, Overflow::DropOldest);
+    assert_eq!(p.in_flight_bound(), 32);
+    assert_eq!(p.buffer(4).in_flight_bound(), 36);
+}
+
+#[test]
+#[should_panic(expected = "on_backpressure_buffer capacity must be in 1..=1073741824 (got 0)")]
+fn capacity_zero_is_rejected() {
+    let _ = weir::range(0u64..3).on_backpressure_buffer(0, Overflow::DropOldest);
+}
+
+#[test]
+fn a_source_that_follows_demand_loses_nothing() {
+    let out = mirrored(50, |s| s.on_backpressure_buffer(2, Overflow::Error))
+        .collect_with(7)
+        .wait()
+        .unwrap();
+    assert_eq!(out, (0..50).collect::<Vec<_>>());
+}
+
+/// A producer thread pushes while the consumer (this thread) requests: every item is
+/// delivered in order or dropped, never both, never more than the capacity held.
+#[test]
+fn a_producer_thread_and_a_consumer_thread() {
+    for policy in [Overflow::DropOldest, Overflow::DropNewest] {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let hook = DropHook::new(Drops::new()).inspect(move |d| {
+            log.lock().unwrap().extend(d.take::<u64>());
+        });
+        let mut delivered = Vec::new();
+        for item in ThreadedRange::new(20_000)
+            .on_backpressure_buffer(8, policy)
+            .on_dropped(hook)
+            .blocking_iter(4)
+        {
+            delivered.push(item.unwrap());
+        }
+        let mut dropped = seen.lock().unwrap().clone();
+        assert!(
+            delivered.windows(2).all(|w| w[0] < w[1]),
+            "{policy:?}: in order"
+        );
+        let mut all = delivered.clone();
+        all.append(&mut dropped);
+        all.sort_unstable();
+        assert_eq!(all, (0..20_000).collect::<Vec<_>>(), "{policy:?}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// delivered + dropped == produced; drops reach the hook with the policy's reason;
+    /// the kept items are those the policy says (oldest dropped for `DropOldest`,
+    /// newest for `DropNewest`; for `Error` the held items, then the error).
+    #[test]
+    fn keeps_what_the_policy_says(
+        len in 0u64..40,
+        capacity in 1usize..5,
+        policy in prop_oneof![
+            Just(Overflow::DropOldest),
+            Just(Overflow::DropNewest),
+            Just(Overflow::Error),
+        ],
+        events in events(),
+    ) {
+        let run = run_lossy(len, &events, |s| s.on_backpressure_buffer(capacity, policy))?;
+        let full = match policy {
+            Overflow::DropOldest => ModelFull::DropOldest(DropReason::OverflowOldest),
+            Overflow::DropNewest => ModelFull::DropNewest,
+            _ => ModelFull::Fail,
+        };
+        check_prediction(&run, &holding_model(len, &events, capacity, full))?;
+    }
+}

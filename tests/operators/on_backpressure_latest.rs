@@ -1,0 +1,142 @@
+//! `on_backpressure_latest` and `conflate_latest` (mirror
+//! `operators/on_backpressure_latest.rs`): UnboundedIn; keeps only the newest
+//! undelivered item, replaced items reported as `ReplacedByLatest`.
+
+use proptest::prelude::*;
+use weir::demand::UNBOUNDED;
+use weir::metrics::{DropHook, Drops};
+use weir::prelude::*;
+use weir::tck::TestSubscriber;
+use weir::{DropReason, Error};
+
+use crate::support::counting::counted;
+use crate::support::lossy::{check_prediction, events, holding_model, run_lossy, ModelFull};
+use crate::support::shape;
+use crate::support::unruly::Unruly;
+use crate::support::valve::{mirrored, valve};
+
+#[test]
+fn smoke() {
+    let out = weir::range(0u64..100)
+        .on_backpressure_latest()
+        .collect()
+        .wait()
+        .unwrap();
+    assert_eq!(
+        out,
+        (0..100).collect::<Vec<_>>(),
+        "enough demand: nothing replaced"
+    );
+}
+
+#[test]
+fn respects_demand_and_keeps_the_newest() {
+    for latest in [true, false] {
+        let (source, handle) = valve(100);
+        let drops = Drops::new();
+        let subscriber = TestSubscriber::new();
+        let probe = subscriber.probe();
+        let hook = DropHook::new(drops.clone()).inspect(move |d| {
+            let stage = if latest {
+                "on_backpressure_latest"
+            } else {
+                "conflate_latest"
+            };
+            assert_eq!(d.stage(), stage);
+        });
+        if latest {
+            source
+                .on_backpressure_latest()
+                .on_dropped(hook)
+                .subscribe(subscriber);
+        } else {
+            source
+                .conflate_latest()
+                .on_dropped(hook)
+                .subscribe(subscriber);
+        }
+        handle.release(4);
+        probe.assert_items(&[]);
+        assert_eq!(drops.count(DropReason::ReplacedByLatest), 3);
+        probe.request(2);
+        probe.assert_items(&[3]);
+        handle.release(2);
+        probe.assert_items(&[3, 4]);
+        probe.request(1);
+        probe.assert_items(&[3, 4, 5]);
+        assert_eq!(drops.total(), 3);
+        probe.assert_no_violations();
+    }
+}
+
+#[test]
+fn cancel_stops_upstream() {
+    let (source, stats) = counted(weir::never::<u64>());
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source.on_backpressure_latest().subscribe(subscriber);
+    assert_eq!(stats.request_log(), vec![UNBOUNDED]);
+    probe.cancel();
+    assert_eq!(stats.cancels(), 1);
+    probe.request(1);
+    probe.assert_no_terminal();
+}
+
+#[test]
+fn error_propagates_once() {
+    let boom = Error::msg("source failed");
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    Unruly::new(boom.clone())
+        .on_backpressure_latest()
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "SE");
+    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
+    probe.assert_no_violations();
+}
+
+#[test]
+fn completes_after_the_held_item() {
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    weir::range(0u64..5)
+        .on_backpressure_latest()
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "S", "4 is held; completion waits for it");
+    probe.request(1);
+    probe.assert_items(&[4]);
+    probe.assert_completed();
+    assert_eq!(
+        weir::range(0u64..5)
+            .on_backpressure_latest()
+            .in_flight_bound(),
+        1
+    );
+}
+
+#[test]
+fn a_source_that_follows_demand_loses_nothing() {
+    let out = mirrored(50, |s| s.on_backpressure_latest())
+        .collect_with(3)
+        .wait()
+        .unwrap();
+    assert_eq!(out, (0..50).collect::<Vec<_>>());
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    /// delivered + dropped == produced; every replaced item reached the hook as
+    /// `ReplacedByLatest`; what is delivered is what arrived with demand, or the
+    /// newest item held when demand came.
+    #[test]
+    fn keeps_the_newest(len in 0u64..40, events in events(), latest in any::<bool>()) {
+        let run = if latest {
+            run_lossy(len, &events, |s| s.on_backpressure_latest())?
+        } else {
+            run_lossy(len, &events, |s| s.conflate_latest())?
+        };
+        let full = ModelFull::DropOldest(DropReason::ReplacedByLatest);
+        check_prediction(&run, &holding_model(len, &events, 1, full))?;
+    }
+}
