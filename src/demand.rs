@@ -291,9 +291,10 @@ impl Replenish {
 /// when a whole batch arrives at once it is requested again in one go. When nothing
 /// is outstanding the room is `high`, so new demand always goes up at once.
 ///
-/// `low >= high` means the 75% rule ([`Replenish`]'s limit of `high`); `low == 0`
+/// `low == high` means the 75% rule ([`Replenish`]'s limit of `high`); `low == 0`
 /// means "always `high`": the next batch goes up only when all of the previous one
-/// was delivered.
+/// was delivered. `low > high` is a configuration error (a low-water mark above the
+/// high one) and panics.
 #[derive(Clone, Debug)]
 pub struct RateLimit {
     high: u64,
@@ -305,15 +306,20 @@ pub struct RateLimit {
 }
 
 impl RateLimit {
-    /// Batches of `high`, replenished at `low` (see the type docs for `low >= high`
+    /// Batches of `high`, replenished at `low` (see the type docs for `low == high`
     /// and `low == 0`).
     ///
     /// # Panics
     ///
-    /// If `high` is 0: "limit_rate high must be at least 1 (got 0)".
+    /// If `high` is 0: "limit_rate high must be at least 1 (got 0)"; if `low > high`:
+    /// "limit_rate low must be in 0..=high (got low 300, high 256)".
     pub fn new(high: u64, low: u64) -> Self {
         assert!(high >= 1, "limit_rate high must be at least 1 (got 0)");
-        let low = if low >= high {
+        assert!(
+            low <= high,
+            "limit_rate low must be in 0..=high (got low {low}, high {high})"
+        );
+        let low = if low == high {
             Replenish::new(high).limit()
         } else if low == 0 {
             high

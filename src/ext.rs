@@ -1026,7 +1026,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// ahead of downstream's demand, so nothing is held; in-flight bound 0). A batch
     /// goes up whenever at least `low` of the outstanding items were delivered, as
     /// large as the room below `high` allows; when nothing is outstanding, new demand
-    /// goes up at once. `low >= high` means the 75% rule (`high - high / 4`); `low == 0`
+    /// goes up at once. `low == high` means the 75% rule (`high - high / 4`); `low == 0`
     /// means "always `high`": the next batch waits until the previous one was
     /// delivered in full. Under unbounded demand `limit_rate(256, 192)` asks for 256,
     /// then 192 (or a whole delivered batch) at a time.
@@ -1049,8 +1049,8 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// If `high` is 0: "limit_rate high must be at least 1 (got 0)". Every `low` is
-    /// valid (see above).
+    /// At construction, if `high` is 0: "limit_rate high must be at least 1 (got 0)";
+    /// if `low > high`: "limit_rate low must be in 0..=high (got low …, high …)".
     ///
     /// # Examples
     ///
