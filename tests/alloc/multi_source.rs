@@ -1,0 +1,51 @@
+//! The multi-source operators: allocations per source or inner subscription, never
+//! per item.
+
+use weir::prelude::*;
+
+use crate::assert_flat;
+
+fn sum<P: Publisher<Item = u64>>(p: P) -> u64 {
+    p.fold_with(64, 0u64, |acc, x| acc.wrapping_add(x))
+        .wait()
+        .expect("these pipelines do not fail")
+}
+
+#[test]
+fn merge_concat_and_zip_allocate_nothing_per_item() {
+    assert_flat(
+        "merge",
+        24,
+        |n| sum(weir::range(0..n / 2).merge(weir::range(n / 2..n))),
+        |n| (0..n).sum(),
+    );
+    assert_flat(
+        "concat",
+        24,
+        |n| sum(weir::range(0..n / 2).concat(weir::range(n / 2..n))),
+        |n| (0..n).sum(),
+    );
+    assert_flat(
+        "zip",
+        24,
+        |n| sum(weir::range(0..n).zip(weir::range(0..n), |a, b| a ^ b)),
+        |_| 0,
+    );
+}
+
+#[test]
+fn flat_map_allocates_per_inner_not_per_item() {
+    // Ten inner sources whatever `n` is: items per inner grow, allocations must not.
+    assert_flat(
+        "flat_map",
+        200,
+        |n| {
+            sum(weir::range(0..10u64).flat_map(
+                move |i| weir::range(i * (n / 10)..(i + 1) * (n / 10)),
+                3,
+                32,
+            ))
+        },
+        |n| (0..n / 10 * 10).sum(),
+    );
+}
