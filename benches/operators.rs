@@ -12,6 +12,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Through
 use std::hint::black_box;
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;
+use weir::Overflow;
 
 const N: u64 = 1_000_000;
 
@@ -34,7 +35,7 @@ fn operators(c: &mut Criterion) {
 
     // Each case: (name, weir pipeline, Iterator twin). Both must agree.
     type Case = (&'static str, fn() -> u64, fn() -> u64);
-    let cases: [Case; 8] = [
+    let cases: [Case; 20] = [
         (
             "map",
             || sum(weir::range(0..black_box(N)).map(|x| x ^ 0x5a)),
@@ -54,6 +55,104 @@ fn operators(c: &mut Criterion) {
             "on_backpressure_drop",
             || sum(weir::range(0..black_box(N)).on_backpressure_drop()),
             || (0..black_box(N)).fold(0u64, mix),
+        ),
+        (
+            "filter_map",
+            || sum(weir::range(0..black_box(N)).filter_map(|x| (x % 3 != 0).then_some(x ^ 1))),
+            || {
+                (0..black_box(N))
+                    .filter_map(|x| (x % 3 != 0).then_some(x ^ 1))
+                    .fold(0u64, mix)
+            },
+        ),
+        (
+            "skip",
+            || sum(weir::range(0..black_box(N) + 100).skip(100)),
+            || (0..black_box(N) + 100).skip(100).fold(0u64, mix),
+        ),
+        (
+            "take_while",
+            || sum(weir::range(0..black_box(N) * 2).take_while(|x| *x < N)),
+            || (0..black_box(N) * 2).take_while(|x| *x < N).fold(0u64, mix),
+        ),
+        (
+            "skip_while",
+            || sum(weir::range(0..black_box(N) + 100).skip_while(|x| *x < 100)),
+            || {
+                (0..black_box(N) + 100)
+                    .skip_while(|x| *x < 100)
+                    .fold(0u64, mix)
+            },
+        ),
+        (
+            "scan",
+            || sum(weir::range(0..black_box(N)).scan(0u64, |acc, x| acc ^ x)),
+            || {
+                (0..black_box(N))
+                    .scan(0u64, |acc, x| {
+                        *acc ^= x;
+                        Some(*acc)
+                    })
+                    .fold(0u64, mix)
+            },
+        ),
+        (
+            "inspect",
+            || sum(weir::range(0..black_box(N)).inspect(|x| assert!(*x < u64::MAX))),
+            || {
+                (0..black_box(N))
+                    .inspect(|x| assert!(*x < u64::MAX))
+                    .fold(0u64, mix)
+            },
+        ),
+        (
+            "buffer(64)",
+            || {
+                sum(weir::range(0..black_box(N))
+                    .buffer(64)
+                    .map(|b| b.iter().fold(0u64, |a, &x| mix(a, x))))
+            },
+            || {
+                let items: Vec<u64> = (0..black_box(N)).collect();
+                items
+                    .chunks(64)
+                    .map(|b| b.iter().fold(0u64, |a, &x| mix(a, x)))
+                    .fold(0u64, mix)
+            },
+        ),
+        (
+            "limit_rate(256,192)",
+            || sum(weir::range(0..black_box(N)).limit_rate(256, 192)),
+            || (0..black_box(N)).fold(0u64, mix),
+        ),
+        (
+            "on_backpressure_buffer(256)",
+            || sum(weir::range(0..black_box(N)).on_backpressure_buffer(256, Overflow::DropOldest)),
+            || (0..black_box(N)).fold(0u64, mix),
+        ),
+        (
+            "on_backpressure_latest",
+            || sum(weir::range(0..black_box(N)).on_backpressure_latest()),
+            || (0..black_box(N)).fold(0u64, mix),
+        ),
+        (
+            "conflate",
+            || sum(weir::range(0..black_box(N)).conflate(|a, b| a.max(b))),
+            || (0..black_box(N)).fold(0u64, mix),
+        ),
+        (
+            "reduce",
+            || {
+                sum(weir::range(0..black_box(N))
+                    .map(|x| x.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                    .reduce(|a, b| a ^ b))
+            },
+            || {
+                let reduced = (0..black_box(N))
+                    .map(|x| x.wrapping_mul(0x9E37_79B9_7F4A_7C15))
+                    .reduce(|a, b| a ^ b);
+                mix(0, reduced.unwrap_or(0))
+            },
         ),
         (
             "merge",
