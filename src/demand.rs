@@ -422,8 +422,7 @@ mod tests {
     #[test]
     fn rate_limit_low_rules() {
         assert_eq!(RateLimit::new(256, 192).low(), 192);
-        assert_eq!(RateLimit::new(256, 256).low(), 192, "low >= high: 75%");
-        assert_eq!(RateLimit::new(256, 999).low(), 192);
+        assert_eq!(RateLimit::new(256, 256).low(), 192, "low == high: 75%");
         assert_eq!(RateLimit::new(256, 0).low(), 256, "low == 0: always high");
         let mut r = RateLimit::new(3, 0);
         assert_eq!(r.on_request(10), 3);
@@ -435,6 +434,12 @@ mod tests {
     #[should_panic(expected = "limit_rate high must be at least 1 (got 0)")]
     fn rate_limit_rejects_zero() {
         let _ = RateLimit::new(0, 0);
+    }
+
+    #[test]
+    #[should_panic(expected = "limit_rate low must be in 0..=high (got low 999, high 256)")]
+    fn rate_limit_rejects_low_above_high() {
+        let _ = RateLimit::new(256, 999);
     }
 
     #[test]
