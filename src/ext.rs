@@ -943,7 +943,28 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Backpressure
     ///
     /// PassThrough: the stage changes no signal. Place it after the lossy stages it
-    /// should hear from; they ask for the hook when they are subscribed.
+    /// should hear from; they ask for the hook when they are subscribed. The nearest
+    /// `on_dropped` below a lossy stage is the one it reports to.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3|
+    /// output : 1-2-3|      (unchanged)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream.
+    ///
+    /// # Panics
+    ///
+    /// Never itself. A panic in the hook's `inspect` closure unwinds into the lossy
+    /// stage that reported the drop; keep hooks simple.
     ///
     /// # Examples
     ///
@@ -1410,6 +1431,18 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Panics
     ///
     /// If `prefetch` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let mut seen = Vec::new();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// weir::range(0u32..5).for_each_with(2, move |x| tx.send(x).unwrap()).wait().unwrap();
+    /// seen.extend(rx.try_iter());
+    /// assert_eq!(seen, vec![0, 1, 2, 3, 4]);
+    /// ```
     fn for_each_with<F>(self, prefetch: u64, mut f: F) -> SinkHandle<()>
     where
         F: FnMut(Self::Item) + Send + 'static,
@@ -1437,6 +1470,14 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Panics
     ///
     /// If `prefetch` is 0.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// assert_eq!(weir::range(0u8..4).collect_with(2).wait().unwrap(), vec![0, 1, 2, 3]);
+    /// ```
     fn collect_with(self, prefetch: u64) -> SinkHandle<Vec<Self::Item>> {
         self.fold_with(prefetch, Vec::new(), |mut v, item| {
             v.push(item);

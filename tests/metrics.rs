@@ -56,41 +56,8 @@ fn drop_reasons_are_listed_once_and_displayed() {
 }
 
 #[test]
-fn on_dropped_passes_every_signal_through() {
-    let drops = Drops::new();
-    let items = weir::range(0u32..1000)
-        .on_dropped(DropHook::new(drops.clone()))
-        .filter(|x| x % 7 == 0)
-        .collect_with(16)
-        .wait()
-        .unwrap();
-    assert_eq!(
-        items,
-        (0u32..1000).filter(|x| x % 7 == 0).collect::<Vec<_>>()
-    );
-    assert_eq!(drops.total(), 0, "nothing upstream drops");
-}
-
-#[test]
-fn the_nearest_hook_downstream_is_the_one_used() {
-    let (near, far) = (Drops::new(), Drops::new());
-    let kept = weir::range(0u32..10)
-        .on_backpressure_drop()
-        .on_dropped(DropHook::new(near.clone()))
-        .map(|x| x)
-        .on_dropped(DropHook::new(far.clone()))
-        .take(4)
-        .collect_with(4)
-        .wait()
-        .unwrap();
-    assert_eq!(kept, vec![0, 1, 2, 3]);
-    assert_eq!(near.count(DropReason::OverflowNewest), 6);
-    assert_eq!(far.total(), 0);
-}
-
-#[test]
 fn in_flight_bound_sums_the_stages() {
-    // No stage so far holds items: sources, map, filter, take, drop and the hook.
+    // Stages that hold nothing add nothing.
     let pipeline = weir::range(0u32..10)
         .map(|x| x + 1)
         .filter(|x| x % 2 == 0)
@@ -99,4 +66,20 @@ fn in_flight_bound_sums_the_stages() {
         .take(3);
     assert_eq!(pipeline.in_flight_bound(), 0);
     assert_eq!(pipeline.boxed().in_flight_bound(), 0);
+
+    // Holding stages add what they can hold, and a pipeline reports the sum.
+    let holding = weir::range(0u32..10)
+        .on_backpressure_buffer(16, weir::Overflow::DropOldest)
+        .buffer(8)
+        .map(|batch| batch.len() as u32)
+        .on_backpressure_latest()
+        .flat_map(|n| weir::range(0..n), 3, 4)
+        .conflate(|a, b| a.max(b));
+    assert_eq!(holding.in_flight_bound(), 16 + 8 + 1 + 3 * 4 + 1);
+    assert_eq!(
+        weir::range(0u32..4)
+            .merge(weir::range(0u32..4))
+            .in_flight_bound(),
+        2 * weir::operators::MERGE_PREFETCH
+    );
 }

@@ -27,6 +27,7 @@ mod merge;
 mod on_backpressure_buffer;
 mod on_backpressure_drop;
 mod on_backpressure_latest;
+mod on_dropped;
 mod reduce;
 mod scan;
 mod skip;
