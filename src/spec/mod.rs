@@ -32,11 +32,11 @@
 //! | 2.12 | moot: subscribers are moved | documented skip |
 //! | 2.13 | panics in subscribers are caught by sources and treated as cancel | `spec_2_13` (null parts moot) |
 //! | 3.1 | structural: only the subscriber holds its handle | documented skip |
-//! | 3.2 | `request` is re-entrant: it only adds demand and enters the `Wip` loop | `spec_3_2_*` |
+//! | 3.2 | `request` is re-entrant: it only adds demand and enters the `Wip` loop; batching subscribers replenish with batch credit instead | `spec_3_2_*` |
 //! | 3.3 | the `Wip` trampoline: a nested `request` returns at once | `spec_3_3_*`, `tests/spec.rs` (1,000,000 re-entrant requests) |
 //! | 3.4, 3.5 | `request`/`cancel` do O(1) work besides the drain they may run | documented skip |
 //! | 3.6, 3.7 | the cancelled flag makes later calls no-ops | `spec_3_6_*`, `spec_3_7_*` |
-//! | 3.8 | `AtomicDemand::add` | `spec_3_8_*` |
+//! | 3.8 | `AtomicDemand::add`; batch credit returned by `Subscriber::on_next_batch` counts as a request made at the end of the batch | `spec_3_8_*`, `tests/tck_broken.rs` (a publisher that drops batch credit fails) |
 //! | 3.9 | `demand::validate` turns `request(0)` into `on_error` naming rule 3.9 | `spec_3_9_*` |
 //! | 3.10, 3.11 | sources may emit or terminate inside `request` | documented skip |
 //! | 3.12 | cancel sets a flag read at every pass and chunk | `spec_3_12_*` |
