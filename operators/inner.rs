@@ -125,6 +125,28 @@ impl<T> Lane<T> {
         self.lock().items.pop_front()
     }
 
+    /// Move up to `max` of the oldest queued items to `out`, under one lock (drain
+    /// owner only); returns how many moved.
+    pub(crate) fn pop_into(&self, out: &mut VecDeque<T>, max: usize) -> usize {
+        let mut state = self.lock();
+        let n = max.min(state.items.len());
+        out.extend(state.items.drain(..n));
+        n
+    }
+
+    /// Queue a whole batch under one lock; on overflow gives back the item that did
+    /// not fit (the rest of the batch is dropped with the failing lane).
+    fn push_all<I: Iterator<Item = T>>(&self, items: I) -> Result<(), T> {
+        let mut state = self.lock();
+        for item in items {
+            if state.items.len() == state.items.capacity() {
+                return Err(item);
+            }
+            state.items.push_back(item);
+        }
+        Ok(())
+    }
+
     /// True when at least one item is queued.
     pub(crate) fn has_items(&self) -> bool {
         !self.lock().items.is_empty()
@@ -187,14 +209,19 @@ impl<T, N: Notify> LaneSubscriber<T, N> {
     /// Queue one item; on overflow cancel the source and fail the lane.
     fn accept(&mut self, item: T) {
         if self.upstream.is_active() && self.lane.push(item).is_err() {
-            // Through the lane's slot, so the drain's own cancel is not a second call.
-            self.upstream.finish();
-            self.lane.subscription.cancel();
-            self.lane.end(Err(Error::spec_violation(
-                "1.1",
-                "an inner source delivered more items than requested (rule 1.1)",
-            )));
+            self.overflowed();
         }
+    }
+
+    /// The source delivered beyond its window (rule 1.1): cancel it, fail the lane.
+    fn overflowed(&mut self) {
+        // Through the lane's slot, so the drain's own cancel is not a second call.
+        self.upstream.finish();
+        self.lane.subscription.cancel();
+        self.lane.end(Err(Error::spec_violation(
+            "1.1",
+            "an inner source delivered more items than requested (rule 1.1)",
+        )));
     }
 }
 
@@ -212,8 +239,8 @@ impl<T, N: Notify> Subscriber<T> for LaneSubscriber<T, N> {
     }
 
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
-        for item in items {
-            self.accept(item);
+        if self.upstream.is_active() && self.lane.push_all(items).is_err() {
+            self.overflowed();
         }
         self.hub.notify();
         // Credit is returned by the drain, as it consumes (Replenish).

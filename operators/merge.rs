@@ -15,6 +15,7 @@
 //! every downstream signal comes from the `Wip` owner. A downstream `request` or
 //! `cancel` from any thread only sets demand or a flag and wakes the drain.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::inner::{Ctx, Drain, Hub, Lane, LaneStatus, LaneSubscriber, Notify, Progress};
@@ -137,6 +138,10 @@ pub(crate) struct MergeDrain<S, T> {
     pub(crate) set: Arc<LaneSet<T>>,
     /// The lane the next pass starts at (fairness).
     cursor: usize,
+    /// Items taken out of a lane under one lock, on their way downstream as one batch.
+    /// Capacity `prefetch`, allocated once; it holds items a lane already counted in
+    /// its window (moved, not added), and is empty between deliveries.
+    scratch: VecDeque<T>,
 }
 
 impl<S: Subscriber<T>, T> MergeDrain<S, T> {
@@ -169,6 +174,9 @@ impl<S: Subscriber<T>, T> MergeDrain<S, T> {
             downstream,
             set,
             cursor: 0,
+            scratch: VecDeque::with_capacity(
+                usize::try_from(prefetch).expect("validated prefetch"),
+            ),
         }
     }
 
@@ -176,9 +184,14 @@ impl<S: Subscriber<T>, T> MergeDrain<S, T> {
     fn deliver(&mut self, lane: &Lane<T>, ctx: &Ctx<'_>) -> u64 {
         let wanted = ctx.demand.get();
         let budget = usize::try_from(wanted).unwrap_or(usize::MAX);
-        let mut count = 0u64;
-        let items = std::iter::from_fn(|| lane.pop()).take(budget);
-        let credit = self.downstream.on_next_batch(items.inspect(|_| count += 1));
+        // One lock for the whole batch; the scratch never grows past its capacity.
+        let room = self.scratch.capacity() - self.scratch.len();
+        let count = lane.pop_into(&mut self.scratch, budget.min(room)) as u64;
+        if count == 0 {
+            return 0;
+        }
+        // Items a cancelling downstream leaves in the drain are dropped with it.
+        let credit = self.downstream.on_next_batch(self.scratch.drain(..));
         ctx.demand.produced(count);
         if credit > 0 {
             ctx.demand.add(credit);
