@@ -120,11 +120,6 @@ impl<T> Lane<T> {
         }
     }
 
-    /// Take the oldest queued item (drain owner only).
-    pub(crate) fn pop(&self) -> Option<T> {
-        self.lock().items.pop_front()
-    }
-
     /// Move up to `max` of the oldest queued items to `out`, under one lock (drain
     /// owner only); returns how many moved.
     pub(crate) fn pop_into(&self, out: &mut VecDeque<T>, max: usize) -> usize {
@@ -147,9 +142,9 @@ impl<T> Lane<T> {
         Ok(())
     }
 
-    /// True when at least one item is queued.
-    pub(crate) fn has_items(&self) -> bool {
-        !self.lock().items.is_empty()
+    /// How many items are queued.
+    pub(crate) fn len(&self) -> usize {
+        self.lock().items.len()
     }
 
     /// Where this lane stands. An error wins over queued items.

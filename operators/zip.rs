@@ -15,6 +15,7 @@
 //! `Wip` drain; only the drain pops, so a pair is taken only when both lanes hold an
 //! item, and every downstream signal comes from the drain owner.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::inner::{Ctx, Drain, Hub, Lane, LaneStatus, LaneSubscriber, Progress};
@@ -60,6 +61,10 @@ where
             first: first.clone(),
             second: second.clone(),
             f: self.f,
+            scratch: (
+                VecDeque::with_capacity(ZIP_PREFETCH as usize),
+                VecDeque::with_capacity(ZIP_PREFETCH as usize),
+            ),
         };
         let (a, b) = (self.first, self.second);
         Hub::start(drain, move |hub| {
@@ -86,6 +91,10 @@ struct ZipDrain<S, A, B, F> {
     second: Arc<Lane<B>>,
     /// The user's combining closure.
     f: F,
+    /// Items taken out of each lane under one lock, paired from here as one batch.
+    /// Capacity `ZIP_PREFETCH` each, allocated once; they hold items the lanes already
+    /// counted in their windows (moved, not added) and are empty between deliveries.
+    scratch: (VecDeque<A>, VecDeque<B>),
 }
 
 impl<S, A, B, F, U> ZipDrain<S, A, B, F>
@@ -96,16 +105,18 @@ where
     /// Emit pairs up to the demand; returns how many went out, or the closure's panic.
     fn deliver(&mut self, ctx: &Ctx<'_>) -> Result<u64, Error> {
         let budget = usize::try_from(ctx.demand.get()).unwrap_or(usize::MAX);
-        let (first, second) = (&self.first, &self.second);
-        // Only the drain pops, so when both lanes hold an item both pops succeed.
-        let pairs = std::iter::from_fn(|| {
-            if first.has_items() && second.has_items() {
-                Some((first.pop()?, second.pop()?))
-            } else {
-                None
-            }
-        })
-        .take(budget);
+        // Only the drain takes items, so both lanes still hold `n` after measuring.
+        let room = self.scratch.0.capacity().min(self.scratch.1.capacity());
+        let n = budget
+            .min(room)
+            .min(self.first.len())
+            .min(self.second.len());
+        if n == 0 {
+            return Ok(0);
+        }
+        self.first.pop_into(&mut self.scratch.0, n);
+        self.second.pop_into(&mut self.scratch.1, n);
+        let pairs = self.scratch.0.drain(..).zip(self.scratch.1.drain(..));
         let mut outcome = BatchOutcome::default();
         let mut count = 0u64;
         let f = &mut self.f;
@@ -119,8 +130,9 @@ where
         if credit > 0 {
             ctx.demand.add(credit);
         }
-        self.first.consumed(count);
-        self.second.consumed(count);
+        // The lanes gave up `n` items each, whatever downstream took of them.
+        self.first.consumed(n as u64);
+        self.second.consumed(n as u64);
         Ok(count)
     }
 }
