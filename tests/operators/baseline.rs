@@ -314,15 +314,21 @@ where
 ///   panicking at `batch_at`: the sink fails with that panic, upstream is cancelled
 ///   once, the closure stops at the panic, and no more than the batch in flight was
 ///   pulled.
+///
+/// Returns how many times the generator was called with
+/// [`Delivery::Batches`], for the operators that promise a tighter bound than the
+/// demand. (Item by item, the counting adaptor itself drains the source's batch.)
 pub fn panic_becomes_panicked_error_and_cancels_upstream<P>(
     op: impl Fn(Counted<CountingGenerator>, Spy) -> P,
     at: u64,
     items: &[P::Item],
     batch_at: u64,
-) where
+) -> u64
+where
     P: Publisher,
     P::Item: Clone + PartialEq + Debug,
 {
+    let mut pulled_in_batches = 0;
     for delivery in [Delivery::Batches, Delivery::OneByOne] {
         let (generator, calls) = counting_generator(u64::MAX);
         let (source, stats) = counted_with(generator, delivery);
@@ -353,6 +359,9 @@ pub fn panic_becomes_panicked_error_and_cancels_upstream<P>(
         assert_eq!(calls.load(Ordering::SeqCst), pulled, "{delivery:?}");
         assert_eq!(spy.calls(), at + 1, "{delivery:?}");
         assert!(!stats.over_delivered(), "{delivery:?}");
+        if delivery == Delivery::Batches {
+            pulled_in_batches = pulled;
+        }
     }
 
     // Through a batching sink (the fused fold path).
@@ -377,4 +386,5 @@ pub fn panic_becomes_panicked_error_and_cancels_upstream<P>(
         "{} pulled",
         stats.delivered()
     );
+    pulled_in_batches
 }
