@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use weir::prelude::*;
 use weir::source::Fail;
+use weir::tck::TestProbe;
 use weir::{Error, ErrorKind};
 
 use crate::support::counting::{
@@ -85,12 +86,14 @@ impl<'a, U> Demand<'a, U> {
 /// `respects_demand`: `op(counted(source))` under a subscriber that starts at zero
 /// demand. Before any request nothing arrives and nothing is asked of upstream; after
 /// each of `steps`, exactly what it says arrived, upstream was asked and delivered
-/// exactly what it says, and never more than it was asked for.
+/// exactly what it says, and never more than it was asked for. Returns the probe, for
+/// the checks that go on from there.
 pub fn respects_demand<S, P>(
     source: S,
     op: impl FnOnce(Counted<S>) -> P,
     steps: &[Demand<'_, P::Item>],
-) where
+) -> TestProbe<P::Item>
+where
     S: Publisher,
     P: Publisher,
     P::Item: Clone + PartialEq + Debug,
@@ -122,6 +125,7 @@ pub fn respects_demand<S, P>(
         }
         assert!(!stats.over_delivered(), "step {i}: upstream over-delivered");
     }
+    probe
 }
 
 /// `cancel_stops_upstream`: `op` over an endless counted [`counting_generator`].
