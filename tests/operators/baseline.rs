@@ -5,7 +5,8 @@
 //! passed by the operator's file), subscribes a zero-demand `TestSubscriber` and makes
 //! the generic assertions. The caller passes only what is specific to its operator:
 //! the items that must arrive, what upstream must have been asked for, how often its
-//! closure runs. The proptest model check is `support::model::check_model`.
+//! closure runs. The proptest model check is `support::model::check_model`; for the
+//! operators that interleave several sources it is [`check_interleaved`].
 //!
 //! Closures that take a [`Spy`] must call [`Spy::call`] once for every item they are
 //! given, first thing: the spy counts the calls and panics where a check asks it to.
@@ -14,15 +15,18 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use weir::prelude::*;
 use weir::source::Fail;
-use weir::tck::TestProbe;
+use weir::tck::{TestProbe, TestSubscriber};
 use weir::{Error, ErrorKind};
 
 use crate::support::counting::{
     counted, counted_with, counting_generator, Counted, CountingGenerator, Delivery, Stats,
 };
 use crate::support::failing::{fails_after, FailsAfter};
+use crate::support::model::{Action, Schedule};
 use crate::support::unruly::Unruly;
 use crate::support::{probe_of, shape};
 
@@ -391,4 +395,57 @@ where
         stats.delivered()
     );
     pulled_in_batches
+}
+
+/// The multiset model of an operator that interleaves several sources: `publisher`
+/// emits `(tag, item)` pairs, and `sides` gives each tag's items in order. Driven by
+/// `schedule` (re-entrant requests included), after every step and once more at the
+/// end: no protocol violation; never more items than requested; each tag's items, in
+/// order, are the start of its side; then either nothing more since the first cancel,
+/// or exactly `min(requested, total)` items, completed once everything went out.
+pub fn check_interleaved<P, K, T>(
+    publisher: P,
+    sides: &[(K, Vec<T>)],
+    schedule: &Schedule,
+) -> Result<(), TestCaseError>
+where
+    P: Publisher<Item = (K, T)>,
+    K: Clone + PartialEq + Debug + Send + 'static,
+    T: Clone + PartialEq + Debug + Send + 'static,
+{
+    let subscriber = TestSubscriber::new().request_on_next(schedule.reentrant);
+    let probe = subscriber.probe();
+    publisher.subscribe(subscriber);
+    let total: u64 = sides.iter().map(|(_, side)| side.len() as u64).sum();
+    let mut frozen: Option<u64> = None;
+    for action in schedule.actions.iter().copied().map(Some).chain([None]) {
+        match action {
+            Some(Action::Request(k)) => probe.request(k),
+            Some(Action::Cancel) => {
+                probe.cancel();
+                frozen.get_or_insert(probe.received_count());
+            }
+            None => {}
+        }
+        prop_assert!(probe.check_violations().is_ok(), "{:?}", probe.violations());
+        let items = probe.items();
+        let received = items.len() as u64;
+        prop_assert!(received <= probe.requested());
+        for (tag, side) in sides {
+            let got: Vec<T> = items
+                .iter()
+                .filter(|p| p.0 == *tag)
+                .map(|p| p.1.clone())
+                .collect();
+            prop_assert_eq!(Some(&got[..]), side.get(..got.len()), "{:?}", tag);
+        }
+        match frozen {
+            Some(at_cancel) => prop_assert_eq!(received, at_cancel),
+            None => {
+                prop_assert_eq!(received, probe.requested().min(total));
+                prop_assert_eq!(probe.is_completed(), received == total);
+            }
+        }
+    }
+    Ok(())
 }

@@ -13,8 +13,9 @@ use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule
 use weir::tck::TestSubscriber;
 use weir::{DropReason, Error};
 
+use crate::baseline;
 use crate::support::counting::counted;
-use crate::support::model::{schedule, Action};
+use crate::support::model::schedule;
 use crate::support::threaded::ThreadedRange;
 use crate::support::unruly::Unruly;
 use crate::support::{shape, PATIENCE};
@@ -191,39 +192,10 @@ proptest! {
         b in prop::collection::vec(any::<u16>(), 0..40),
         schedule in schedule(),
     ) {
-        let subscriber = TestSubscriber::new().request_on_next(schedule.reentrant);
-        let probe = subscriber.probe();
-        weir::from_iter(a.clone())
+        let merged = weir::from_iter(a.clone())
             .map(|x| (0u8, x))
-            .merge(weir::from_iter(b.clone()).map(|x| (1u8, x)))
-            .subscribe(subscriber);
-        let len = (a.len() + b.len()) as u64;
-        let mut frozen: Option<u64> = None;
-        for action in schedule.actions.iter().copied().map(Some).chain([None]) {
-            match action {
-                Some(Action::Request(k)) => probe.request(k),
-                Some(Action::Cancel) => {
-                    probe.cancel();
-                    frozen.get_or_insert(probe.received_count());
-                }
-                None => {}
-            }
-            prop_assert!(probe.check_violations().is_ok(), "{:?}", probe.violations());
-            let items = probe.items();
-            let received = items.len() as u64;
-            prop_assert!(received <= probe.requested());
-            for (tag, input) in [(0u8, &a), (1u8, &b)] {
-                let side: Vec<u16> = items.iter().filter(|p| p.0 == tag).map(|p| p.1).collect();
-                prop_assert_eq!(&side[..], &input[..side.len()]);
-            }
-            match frozen {
-                Some(at_cancel) => prop_assert_eq!(received, at_cancel),
-                None => {
-                    prop_assert_eq!(received, probe.requested().min(len));
-                    prop_assert_eq!(probe.is_completed(), received == len);
-                }
-            }
-        }
+            .merge(weir::from_iter(b.clone()).map(|x| (1u8, x)));
+        baseline::check_interleaved(merged, &[(0, a), (1, b)], &schedule)?;
     }
 
     /// The kit's random schedules (1-3 threads, huge requests, `request(0)`, cancels).
