@@ -17,10 +17,11 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
+use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::source::Fail;
 use weir::tck::{TestProbe, TestSubscriber};
-use weir::{Error, ErrorKind};
+use weir::{DropReason, Error, ErrorKind};
 
 use crate::support::counting::{
     counted, counted_with, counting_generator, Counted, CountingGenerator, Delivery, Stats,
@@ -448,4 +449,19 @@ where
         }
     }
     Ok(())
+}
+
+/// A drop hook attached below `publisher` reaches the lossy stages of all its sources:
+/// collected with the default sink, some items are reported dropped for
+/// `OverflowNewest`, and each of the `items` the sources emitted either arrived or was
+/// reported dropped.
+pub fn drop_hook_reaches_every_source<P: Publisher>(publisher: P, items: u64) {
+    let drops = Drops::new();
+    let out = publisher
+        .on_dropped(DropHook::new(drops.clone()))
+        .collect()
+        .wait()
+        .unwrap();
+    assert!(drops.count(DropReason::OverflowNewest) > 0);
+    assert_eq!(out.len() as u64 + drops.total(), items);
 }

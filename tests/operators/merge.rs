@@ -6,12 +6,11 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use weir::metrics::{DropHook, Drops};
 use weir::operators::MERGE_PREFETCH;
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule, PublisherCheck};
 use weir::tck::TestSubscriber;
-use weir::{DropReason, Error};
+use weir::Error;
 
 use crate::baseline;
 use crate::support::counting::counted;
@@ -168,16 +167,12 @@ fn threaded_sources_lose_and_duplicate_nothing() {
 
 #[test]
 fn forwards_the_drop_hook_to_every_source() {
-    let drops = Drops::new();
-    let out = weir::range(0u64..1_000)
-        .on_backpressure_drop()
-        .merge(weir::range(0u64..1_000).on_backpressure_drop())
-        .on_dropped(DropHook::new(drops.clone()))
-        .collect()
-        .wait()
-        .unwrap();
-    assert!(drops.count(DropReason::OverflowNewest) > 0);
-    assert_eq!(out.len() as u64 + drops.total(), 2_000);
+    baseline::drop_hook_reaches_every_source(
+        weir::range(0u64..1_000)
+            .on_backpressure_drop()
+            .merge(weir::range(0u64..1_000).on_backpressure_drop()),
+        2_000,
+    );
 }
 
 proptest! {
