@@ -8,11 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule, PublisherCheck};
 use weir::tck::TestSubscriber;
-use weir::{DropReason, Error, ErrorKind};
+use weir::{Error, ErrorKind};
 
 use crate::baseline;
 use crate::support::counting::counted;
@@ -357,15 +356,10 @@ fn threaded_inners_lose_and_duplicate_nothing() {
 
 #[test]
 fn forwards_the_drop_hook_to_every_inner() {
-    let drops = Drops::new();
-    let out = weir::range(0u64..3)
-        .flat_map(|_| weir::range(0u64..1_000).on_backpressure_drop(), 2, 16)
-        .on_dropped(DropHook::new(drops.clone()))
-        .collect()
-        .wait()
-        .unwrap();
-    assert!(drops.count(DropReason::OverflowNewest) > 0);
-    assert_eq!(out.len() as u64 + drops.total(), 3_000);
+    baseline::drop_hook_reaches_every_source(
+        weir::range(0u64..3).flat_map(|_| weir::range(0u64..1_000).on_backpressure_drop(), 2, 16),
+        3_000,
+    );
 }
 
 /// A publisher that ignores demand (breaks rule 1.1): `n` items at once.
