@@ -29,6 +29,7 @@ use crate::support::counting::{
 use crate::support::failing::{fails_after, FailsAfter};
 use crate::support::model::{Action, Schedule};
 use crate::support::unruly::Unruly;
+use crate::support::valve::{valve, ValveHandle, ValveSource};
 use crate::support::{probe_of, shape};
 
 /// The shape (see [`shape`]) of `on_subscribe`, `items` items, then `end` (`'C'` or
@@ -464,4 +465,19 @@ pub fn drop_hook_reaches_every_source<P: Publisher>(publisher: P, items: u64) {
         .unwrap();
     assert!(drops.count(DropReason::OverflowNewest) > 0);
     assert_eq!(out.len() as u64 + drops.total(), items);
+}
+
+/// `op` over a [`valve`] of `len` items, with a drop hook below it, subscribed by a
+/// zero-demand `TestSubscriber`: the probe, the valve's handle and the drops reported.
+pub fn valve_probe<P>(
+    len: u64,
+    op: impl FnOnce(ValveSource) -> P,
+) -> (TestProbe<P::Item>, ValveHandle, Drops)
+where
+    P: Publisher,
+{
+    let (source, handle) = valve(len);
+    let drops = Drops::new();
+    let probe = probe_of(op(source).on_dropped(DropHook::new(drops.clone())));
+    (probe, handle, drops)
 }
