@@ -11,37 +11,28 @@ use weir::prelude::*;
 use weir::tck::TestSubscriber;
 use weir::{DropReason, Error, ErrorKind, Overflow};
 
+use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::lossy::{check_prediction, events, holding_model, run_lossy, ModelFull};
 use crate::support::shape;
 use crate::support::threaded::ThreadedRange;
 use crate::support::unruly::Unruly;
-use crate::support::valve::{mirrored, valve};
+use crate::support::valve::mirrored;
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u64..100)
-        .on_backpressure_buffer(4, Overflow::Error)
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(
-        out,
-        (0..100).collect::<Vec<_>>(),
-        "enough demand: nothing held"
+    // Enough demand: nothing held.
+    baseline::smoke(
+        weir::range(0u64..100).on_backpressure_buffer(4, Overflow::Error),
+        &(0..100).collect::<Vec<_>>(),
     );
 }
 
 #[test]
 fn respects_demand_and_holds_oldest_first() {
-    let (source, handle) = valve(100);
-    let drops = Drops::new();
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source
-        .on_backpressure_buffer(3, Overflow::DropNewest)
-        .on_dropped(DropHook::new(drops.clone()))
-        .subscribe(subscriber);
+    let (probe, handle, drops) = baseline::valve_probe(100, |source| {
+        source.on_backpressure_buffer(3, Overflow::DropNewest)
+    });
 
     handle.release(5);
     probe.assert_items(&[]);
