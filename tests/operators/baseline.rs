@@ -481,3 +481,24 @@ where
     let probe = probe_of(op(source).on_dropped(DropHook::new(drops.clone())));
     (probe, handle, drops)
 }
+
+/// `publisher` (a synchronous source of `0..len`, handing its items over in one batch,
+/// under a lossy stage) with a drop hook below it, under a subscriber that requests 1
+/// on subscribe and 1 more inside each `on_next`: every item arrives while there is
+/// demand, nothing is reported dropped, and the stream completes.
+pub fn demand_inside_a_batch_loses_nothing<P>(publisher: P, len: u64)
+where
+    P: Publisher<Item = u64>,
+{
+    let drops = Drops::new();
+    let subscriber = TestSubscriber::new()
+        .request_on_subscribe(1)
+        .request_on_next(1);
+    let probe = subscriber.probe();
+    publisher
+        .on_dropped(DropHook::new(drops.clone()))
+        .subscribe(subscriber);
+    probe.assert_items(&(0..len).collect::<Vec<_>>());
+    assert_eq!(drops.total(), 0);
+    probe.assert_completed();
+}
