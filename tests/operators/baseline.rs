@@ -27,7 +27,7 @@ use crate::support::counting::{
     counted, counted_with, counting_generator, Counted, CountingGenerator, Delivery, Stats,
 };
 use crate::support::failing::{fails_after, FailsAfter};
-use crate::support::model::{Action, Schedule};
+use crate::support::model::{Action, Run, Schedule};
 use crate::support::unruly::Unruly;
 use crate::support::valve::{valve, ValveHandle, ValveSource};
 use crate::support::{probe_of, shape};
@@ -501,4 +501,43 @@ where
     probe.assert_items(&(0..len).collect::<Vec<_>>());
     assert_eq!(drops.total(), 0);
     probe.assert_completed();
+}
+
+/// The demand invariant of a replenishing operator (one that re-requests what it
+/// swallows) after a [`check_model`](crate::support::model::check_model) `run` under
+/// `schedule`: upstream never over-delivered, was cancelled exactly as often as the
+/// schedule cancelled, and (short of saturation) was asked for downstream's demand
+/// plus every item swallowed, each once.
+pub fn check_replenished<U: Clone>(run: &Run<U>, schedule: &Schedule) -> Result<(), TestCaseError> {
+    let (stats, probe) = (&run.stats, &run.probe);
+    prop_assert!(!stats.over_delivered());
+    prop_assert_eq!(stats.cancels(), schedule.cancels());
+    if probe.requested() < u64::MAX / 4 {
+        prop_assert_eq!(
+            stats.requested(),
+            probe.requested() + (stats.delivered() - probe.received_count())
+        );
+    }
+    Ok(())
+}
+
+/// `op` over a counted `range(0..items)` into a sink that requests 64 at a time
+/// (`fold_with(64, ..)`), where `op` passes `kept` of the items: all of them arrive,
+/// upstream delivers every item, never has more than the sink's window outstanding,
+/// and the swallowed items are re-requested once per batch (plus the sink's own
+/// replenishes, one per 48 kept), never once per item.
+pub fn re_requested_in_batches<P>(
+    op: impl FnOnce(Counted<weir::source::Range<u64>>) -> P,
+    items: u64,
+    kept: u64,
+) where
+    P: Publisher,
+{
+    let (source, stats) = counted(weir::range(0..items));
+    let count = op(source).fold_with(64, 0u64, |n, _| n + 1).wait().unwrap();
+    assert_eq!(count, kept);
+    assert_eq!(stats.delivered(), items);
+    assert!(stats.max_outstanding() <= 64);
+    assert!(stats.request_calls() <= 1 + stats.deliveries() + kept / 48);
+    assert!(stats.request_calls() <= items / 10);
 }

@@ -8,7 +8,6 @@ use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, demand_schedule};
 
 use crate::baseline::{self, request, Spy};
-use crate::support::counting::counted;
 use crate::support::model::{check_model, schedule, Completion};
 
 /// Even numbers, halved and shown; odd ones swallowed.
@@ -88,18 +87,11 @@ fn completes() {
 #[test]
 fn swallowed_items_are_re_requested_in_batches() {
     const ITEMS: u64 = 1_000_000;
-    let (source, stats) = counted(weir::range(0..ITEMS));
-    let count = source
-        .filter_map(|x| (x % 10 == 0).then_some(x))
-        .fold_with(64, 0u64, |n, _| n + 1)
-        .wait()
-        .unwrap();
-    assert_eq!(count, ITEMS / 10);
-    assert_eq!(stats.delivered(), ITEMS);
-    assert!(stats.max_outstanding() <= 64);
-    // At most one re-request per batch plus the sink's own replenishes.
-    assert!(stats.request_calls() <= 1 + stats.deliveries() + ITEMS / 10 / 48);
-    assert!(stats.request_calls() <= ITEMS / 10);
+    baseline::re_requested_in_batches(
+        |source| source.filter_map(|x| (x % 10 == 0).then_some(x)),
+        ITEMS,
+        ITEMS / 10,
+    );
 }
 
 #[test]
@@ -121,15 +113,7 @@ proptest! {
         let f = move |x: u8| (x % modulus == 0).then(|| u32::from(x) * 7);
         let model: Vec<u32> = input.iter().copied().filter_map(f).collect();
         let run = check_model(input, |_| model, |s| s.filter_map(f), &schedule, Completion::BeyondLength)?;
-        let (stats, probe) = (&run.stats, &run.probe);
-        prop_assert!(!stats.over_delivered());
-        prop_assert_eq!(stats.cancels(), schedule.cancels());
-        if probe.requested() < u64::MAX / 4 {
-            prop_assert_eq!(
-                stats.requested(),
-                probe.requested() + (stats.delivered() - probe.received_count())
-            );
-        }
+        baseline::check_replenished(&run, &schedule)?;
     }
 
     /// The kit's random schedules (1-3 threads, huge requests, `request(0)`, cancels).
