@@ -515,7 +515,8 @@ pub fn check_replenished<U: Clone>(run: &Run<U>, schedule: &Schedule) -> Result<
     if probe.requested() < u64::MAX / 4 {
         prop_assert_eq!(
             stats.requested(),
-            probe.requested() + (stats.delivered() - probe.received_count())
+            probe.requested() + (stats.delivered() - probe.received_count()),
+            "upstream outstanding differs from downstream outstanding"
         );
     }
     Ok(())
