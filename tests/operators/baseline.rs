@@ -5,7 +5,8 @@
 //! passed by the operator's file), subscribes a zero-demand `TestSubscriber` and makes
 //! the generic assertions. The caller passes only what is specific to its operator:
 //! the items that must arrive, what upstream must have been asked for, how often its
-//! closure runs. The proptest model check is `support::model::check_model`.
+//! closure runs. The proptest model check is `support::model::check_model`; for the
+//! operators that interleave several sources it is [`check_interleaved`].
 //!
 //! Closures that take a [`Spy`] must call [`Spy::call`] once for every item they are
 //! given, first thing: the spy counts the calls and panics where a check asks it to.
@@ -14,15 +15,21 @@ use std::fmt::Debug;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::source::Fail;
-use weir::{Error, ErrorKind};
+use weir::tck::{TestProbe, TestSubscriber};
+use weir::{DropReason, Error, ErrorKind};
 
 use crate::support::counting::{
     counted, counted_with, counting_generator, Counted, CountingGenerator, Delivery, Stats,
 };
 use crate::support::failing::{fails_after, FailsAfter};
+use crate::support::model::{Action, Run, Schedule};
 use crate::support::unruly::Unruly;
+use crate::support::valve::{valve, ValveHandle, ValveSource};
 use crate::support::{probe_of, shape};
 
 /// The shape (see [`shape`]) of `on_subscribe`, `items` items, then `end` (`'C'` or
@@ -85,12 +92,14 @@ impl<'a, U> Demand<'a, U> {
 /// `respects_demand`: `op(counted(source))` under a subscriber that starts at zero
 /// demand. Before any request nothing arrives and nothing is asked of upstream; after
 /// each of `steps`, exactly what it says arrived, upstream was asked and delivered
-/// exactly what it says, and never more than it was asked for.
+/// exactly what it says, and never more than it was asked for. Returns the probe, for
+/// the checks that go on from there.
 pub fn respects_demand<S, P>(
     source: S,
     op: impl FnOnce(Counted<S>) -> P,
     steps: &[Demand<'_, P::Item>],
-) where
+) -> TestProbe<P::Item>
+where
     S: Publisher,
     P: Publisher,
     P::Item: Clone + PartialEq + Debug,
@@ -122,6 +131,7 @@ pub fn respects_demand<S, P>(
         }
         assert!(!stats.over_delivered(), "step {i}: upstream over-delivered");
     }
+    probe
 }
 
 /// `cancel_stops_upstream`: `op` over an endless counted [`counting_generator`].
@@ -314,15 +324,21 @@ where
 ///   panicking at `batch_at`: the sink fails with that panic, upstream is cancelled
 ///   once, the closure stops at the panic, and no more than the batch in flight was
 ///   pulled.
+///
+/// Returns how many times the generator was called with
+/// [`Delivery::Batches`], for the operators that promise a tighter bound than the
+/// demand. (Item by item, the counting adaptor itself drains the source's batch.)
 pub fn panic_becomes_panicked_error_and_cancels_upstream<P>(
     op: impl Fn(Counted<CountingGenerator>, Spy) -> P,
     at: u64,
     items: &[P::Item],
     batch_at: u64,
-) where
+) -> u64
+where
     P: Publisher,
     P::Item: Clone + PartialEq + Debug,
 {
+    let mut pulled_in_batches = 0;
     for delivery in [Delivery::Batches, Delivery::OneByOne] {
         let (generator, calls) = counting_generator(u64::MAX);
         let (source, stats) = counted_with(generator, delivery);
@@ -353,6 +369,9 @@ pub fn panic_becomes_panicked_error_and_cancels_upstream<P>(
         assert_eq!(calls.load(Ordering::SeqCst), pulled, "{delivery:?}");
         assert_eq!(spy.calls(), at + 1, "{delivery:?}");
         assert!(!stats.over_delivered(), "{delivery:?}");
+        if delivery == Delivery::Batches {
+            pulled_in_batches = pulled;
+        }
     }
 
     // Through a batching sink (the fused fold path).
@@ -377,4 +396,149 @@ pub fn panic_becomes_panicked_error_and_cancels_upstream<P>(
         "{} pulled",
         stats.delivered()
     );
+    pulled_in_batches
+}
+
+/// The multiset model of an operator that interleaves several sources: `publisher`
+/// emits `(tag, item)` pairs, and `sides` gives each tag's items in order. Driven by
+/// `schedule` (re-entrant requests included), after every step and once more at the
+/// end: no protocol violation; never more items than requested; each tag's items, in
+/// order, are the start of its side; then either nothing more since the first cancel,
+/// or exactly `min(requested, total)` items, completed once everything went out.
+pub fn check_interleaved<P, K, T>(
+    publisher: P,
+    sides: &[(K, Vec<T>)],
+    schedule: &Schedule,
+) -> Result<(), TestCaseError>
+where
+    P: Publisher<Item = (K, T)>,
+    K: Clone + PartialEq + Debug + Send + 'static,
+    T: Clone + PartialEq + Debug + Send + 'static,
+{
+    let subscriber = TestSubscriber::new().request_on_next(schedule.reentrant);
+    let probe = subscriber.probe();
+    publisher.subscribe(subscriber);
+    let total: u64 = sides.iter().map(|(_, side)| side.len() as u64).sum();
+    let mut frozen: Option<u64> = None;
+    for action in schedule.actions.iter().copied().map(Some).chain([None]) {
+        match action {
+            Some(Action::Request(k)) => probe.request(k),
+            Some(Action::Cancel) => {
+                probe.cancel();
+                frozen.get_or_insert(probe.received_count());
+            }
+            None => {}
+        }
+        prop_assert!(probe.check_violations().is_ok(), "{:?}", probe.violations());
+        let items = probe.items();
+        let received = items.len() as u64;
+        prop_assert!(received <= probe.requested());
+        for (tag, side) in sides {
+            let got: Vec<T> = items
+                .iter()
+                .filter(|p| p.0 == *tag)
+                .map(|p| p.1.clone())
+                .collect();
+            prop_assert_eq!(Some(&got[..]), side.get(..got.len()), "{:?}", tag);
+        }
+        match frozen {
+            Some(at_cancel) => prop_assert_eq!(received, at_cancel),
+            None => {
+                prop_assert_eq!(received, probe.requested().min(total));
+                prop_assert_eq!(probe.is_completed(), received == total);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A drop hook attached below `publisher` reaches the lossy stages of all its sources:
+/// collected with the default sink, some items are reported dropped for
+/// `OverflowNewest`, and each of the `items` the sources emitted either arrived or was
+/// reported dropped.
+pub fn drop_hook_reaches_every_source<P: Publisher>(publisher: P, items: u64) {
+    let drops = Drops::new();
+    let out = publisher
+        .on_dropped(DropHook::new(drops.clone()))
+        .collect()
+        .wait()
+        .unwrap();
+    assert!(drops.count(DropReason::OverflowNewest) > 0);
+    assert_eq!(out.len() as u64 + drops.total(), items);
+}
+
+/// `op` over a [`valve`] of `len` items, with a drop hook below it, subscribed by a
+/// zero-demand `TestSubscriber`: the probe, the valve's handle and the drops reported.
+pub fn valve_probe<P>(
+    len: u64,
+    op: impl FnOnce(ValveSource) -> P,
+) -> (TestProbe<P::Item>, ValveHandle, Drops)
+where
+    P: Publisher,
+{
+    let (source, handle) = valve(len);
+    let drops = Drops::new();
+    let probe = probe_of(op(source).on_dropped(DropHook::new(drops.clone())));
+    (probe, handle, drops)
+}
+
+/// `publisher` (a synchronous source of `0..len`, handing its items over in one batch,
+/// under a lossy stage) with a drop hook below it, under a subscriber that requests 1
+/// on subscribe and 1 more inside each `on_next`: every item arrives while there is
+/// demand, nothing is reported dropped, and the stream completes.
+pub fn demand_inside_a_batch_loses_nothing<P>(publisher: P, len: u64)
+where
+    P: Publisher<Item = u64>,
+{
+    let drops = Drops::new();
+    let subscriber = TestSubscriber::new()
+        .request_on_subscribe(1)
+        .request_on_next(1);
+    let probe = subscriber.probe();
+    publisher
+        .on_dropped(DropHook::new(drops.clone()))
+        .subscribe(subscriber);
+    probe.assert_items(&(0..len).collect::<Vec<_>>());
+    assert_eq!(drops.total(), 0);
+    probe.assert_completed();
+}
+
+/// The demand invariant of a replenishing operator (one that re-requests what it
+/// swallows) after a [`check_model`](crate::support::model::check_model) `run` under
+/// `schedule`: upstream never over-delivered, was cancelled exactly as often as the
+/// schedule cancelled, and (short of saturation) was asked for downstream's demand
+/// plus every item swallowed, each once.
+pub fn check_replenished<U: Clone>(run: &Run<U>, schedule: &Schedule) -> Result<(), TestCaseError> {
+    let (stats, probe) = (&run.stats, &run.probe);
+    prop_assert!(!stats.over_delivered());
+    prop_assert_eq!(stats.cancels(), schedule.cancels());
+    if probe.requested() < u64::MAX / 4 {
+        prop_assert_eq!(
+            stats.requested(),
+            probe.requested() + (stats.delivered() - probe.received_count()),
+            "upstream outstanding differs from downstream outstanding"
+        );
+    }
+    Ok(())
+}
+
+/// `op` over a counted `range(0..items)` into a sink that requests 64 at a time
+/// (`fold_with(64, ..)`), where `op` passes `kept` of the items: all of them arrive,
+/// upstream delivers every item, never has more than the sink's window outstanding,
+/// and the swallowed items are re-requested once per batch (plus the sink's own
+/// replenishes, one per 48 kept), never once per item.
+pub fn re_requested_in_batches<P>(
+    op: impl FnOnce(Counted<weir::source::Range<u64>>) -> P,
+    items: u64,
+    kept: u64,
+) where
+    P: Publisher,
+{
+    let (source, stats) = counted(weir::range(0..items));
+    let count = op(source).fold_with(64, 0u64, |n, _| n + 1).wait().unwrap();
+    assert_eq!(count, kept);
+    assert_eq!(stats.delivered(), items);
+    assert!(stats.max_outstanding() <= 64);
+    assert!(stats.request_calls() <= 1 + stats.deliveries() + kept / 48);
+    assert!(stats.request_calls() <= items / 10);
 }

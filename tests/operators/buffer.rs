@@ -5,105 +5,61 @@ use proptest::prelude::*;
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, demand_schedule};
-use weir::tck::TestSubscriber;
-use weir::Error;
 
-use crate::support::counting::{counted, counting_generator};
+use crate::baseline::{self, request};
 use crate::support::model::{check_model, schedule, Completion};
-use crate::support::shape;
-use crate::support::unruly::Unruly;
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u32..7).buffer(3).collect().wait().unwrap();
-    assert_eq!(out, vec![vec![0, 1, 2], vec![3, 4, 5], vec![6]]);
-    let out = weir::range(0u32..6).buffer(3).collect().wait().unwrap();
-    assert_eq!(
-        out,
-        vec![vec![0, 1, 2], vec![3, 4, 5]],
-        "no empty batch at the end"
+    baseline::smoke(
+        weir::range(0u32..7).buffer(3),
+        &[vec![0, 1, 2], vec![3, 4, 5], vec![6]],
     );
-    let out = weir::empty::<u32>().buffer(3).collect().wait().unwrap();
-    assert!(out.is_empty());
+    // No empty batch at the end.
+    baseline::smoke(
+        weir::range(0u32..6).buffer(3),
+        &[vec![0, 1, 2], vec![3, 4, 5]],
+    );
+    baseline::smoke(weir::empty::<u32>().buffer(3), &[] as &[Vec<u32>]);
 }
 
 #[test]
 fn respects_demand() {
-    let (source, stats) = counted(weir::range(0u64..1_000));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.buffer(4).subscribe(subscriber);
-    assert_eq!(stats.request_calls(), 0);
-
-    probe.request(1);
-    probe.assert_items(&[vec![0, 1, 2, 3]]);
-    assert_eq!(stats.request_log(), vec![4]);
-
-    probe.request(2);
-    assert_eq!(probe.received_count(), 3);
-    assert_eq!(stats.request_log(), vec![4, 8]);
-    assert!(!stats.over_delivered());
-
-    // Saturation: unbounded batches ask for unbounded items.
-    probe.request(u64::MAX / 2);
-    assert_eq!(stats.request_log(), vec![4, 8, UNBOUNDED]);
-    probe.assert_completed();
-    assert_eq!(probe.received_count(), 250);
+    let all: Vec<u64> = (0..1_000).collect();
+    let batches: Vec<Vec<u64>> = all.chunks(4).map(<[u64]>::to_vec).collect();
+    baseline::respects_demand(
+        weir::range(0u64..1_000),
+        |source| source.buffer(4),
+        &[
+            request(1, &batches[..1], (4, 4)).log(&[4]),
+            request(2, &batches[..3], (12, 12)).log(&[4, 8]),
+            // Saturation: unbounded batches ask for unbounded items.
+            request(u64::MAX / 2, &batches, (UNBOUNDED, 1_000))
+                .log(&[4, 8, UNBOUNDED])
+                .completes(),
+        ],
+    );
 }
 
 #[test]
 fn cancel_stops_upstream() {
-    let (generator, calls) = counting_generator(u64::MAX);
-    let (source, stats) = counted(generator);
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.buffer(2).subscribe(subscriber);
-    probe.request(2);
-    probe.assert_items(&[vec![0, 1], vec![2, 3]]);
-    probe.cancel();
-    assert_eq!(stats.cancels(), 1);
-    probe.request(5);
-    assert_eq!(probe.received_count(), 2);
-    probe.assert_no_terminal();
-    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 4);
+    baseline::cancel_stops_upstream(|source| source.buffer(2), &[vec![0, 1], vec![2, 3]], 4);
 }
 
 #[test]
 fn error_propagates_once_and_discards_the_partial_batch() {
-    let boom = Error::msg("source failed");
-    let failure = boom.clone();
-    let mut sent = 0u64;
-    let source = weir::generate((), move |_| {
-        sent += 1;
-        if sent > 3 {
-            weir::source::Step::Error(failure.clone())
-        } else {
-            weir::source::Step::Next(sent)
-        }
-    });
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.buffer(2).subscribe(subscriber);
-    probe.request(10);
-    probe.assert_items(&[vec![1, 2]]);
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    assert_eq!(shape(&probe), "SNE", "[3] is discarded");
-
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone()).buffer(2).subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    probe.assert_no_violations();
+    // [3] is discarded.
+    baseline::error_propagates_once(|source, _| source.buffer(2), 3, &[vec![1, 2]], 0);
 }
 
 #[test]
 fn completes_with_the_partial_batch() {
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0u64..5).buffer(2).subscribe(subscriber);
-    probe.request(3);
-    probe.assert_items(&[vec![0, 1], vec![2, 3], vec![4]]);
-    probe.assert_completed();
+    baseline::completes(
+        weir::range(0u64..5),
+        |source| source.buffer(2),
+        3,
+        &[vec![0, 1], vec![2, 3], vec![4]],
+    );
 }
 
 #[test]

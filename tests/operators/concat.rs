@@ -13,19 +13,29 @@ use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule
 use weir::tck::TestSubscriber;
 use weir::{DropReason, Error};
 
+use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::model::{check_model, schedule, Completion};
 use crate::support::threaded::ThreadedRange;
 use crate::support::{shape, PATIENCE};
 
+/// A source of `items` that records whether it was subscribed, and the record.
+fn watched(items: std::ops::Range<u64>) -> (impl Publisher<Item = u64>, Arc<AtomicBool>) {
+    let subscribed = Arc::new(AtomicBool::new(false));
+    let flag = subscribed.clone();
+    let source = weir::defer(move || {
+        flag.store(true, Ordering::SeqCst);
+        weir::range(items)
+    });
+    (source, subscribed)
+}
+
 #[test]
 fn smoke() {
-    let out = weir::range(0u32..3)
-        .concat(weir::range(10..12))
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(out, vec![0, 1, 2, 10, 11]);
+    baseline::smoke(
+        weir::range(0u32..3).concat(weir::range(10..12)),
+        &[0, 1, 2, 10, 11],
+    );
 }
 
 #[test]
@@ -60,12 +70,7 @@ fn respects_demand_and_carries_it_over_exactly() {
 
 #[test]
 fn subscribes_the_second_only_after_the_first_completed() {
-    let subscribed = Arc::new(AtomicBool::new(false));
-    let flag = subscribed.clone();
-    let second = weir::defer(move || {
-        flag.store(true, Ordering::SeqCst);
-        weir::range(5u64..7)
-    });
+    let (second, subscribed) = watched(5u64..7);
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
     weir::range(0u64..2).concat(second).subscribe(subscriber);
@@ -83,12 +88,7 @@ fn subscribes_the_second_only_after_the_first_completed() {
 #[test]
 fn cancel_stops_upstream() {
     let (first, first_stats) = counted(weir::range(0u64..u64::MAX));
-    let subscribed = Arc::new(AtomicBool::new(false));
-    let flag = subscribed.clone();
-    let second = weir::defer(move || {
-        flag.store(true, Ordering::SeqCst);
-        weir::range(0u64..3)
-    });
+    let (second, subscribed) = watched(0u64..3);
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
     first.concat(second).subscribe(subscriber);
@@ -116,12 +116,7 @@ fn cancel_stops_upstream() {
 #[test]
 fn error_propagates_once() {
     let boom = Error::msg("first failed");
-    let subscribed = Arc::new(AtomicBool::new(false));
-    let flag = subscribed.clone();
-    let second = weir::defer(move || {
-        flag.store(true, Ordering::SeqCst);
-        weir::range(0u64..3)
-    });
+    let (second, subscribed) = watched(0u64..3);
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
     weir::error::<u64>(boom.clone())
@@ -142,12 +137,12 @@ fn error_propagates_once() {
 
 #[test]
 fn completes() {
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::empty::<u8>()
-        .concat(weir::empty())
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SC");
+    baseline::completes(
+        weir::empty::<u8>(),
+        |source| source.concat(weir::empty()),
+        0,
+        &[],
+    );
 }
 
 #[test]

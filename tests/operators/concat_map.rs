@@ -7,18 +7,17 @@ use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
 use weir::Error;
 
+use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::model::{check_model, schedule, Completion};
 use crate::support::shape;
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u32..4)
-        .concat_map(|n| weir::range(0..n), 2)
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(out, vec![0, 0, 1, 0, 1, 2]);
+    baseline::smoke(
+        weir::range(0u32..4).concat_map(|n| weir::range(0..n), 2),
+        &[0, 0, 1, 0, 1, 2],
+    );
 }
 
 #[test]
@@ -97,12 +96,13 @@ fn error_propagates_once() {
 
 #[test]
 fn completes() {
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0u8..3)
-        .concat_map(|_| weir::empty::<u8>(), 1)
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SC");
+    // Empty inners only: completion with no demand at all.
+    baseline::completes(
+        weir::range(0u8..3),
+        |source| source.concat_map(|_| weir::empty::<u8>(), 1),
+        0,
+        &[],
+    );
 }
 
 proptest! {

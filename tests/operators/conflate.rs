@@ -7,25 +7,20 @@ use weir::demand::UNBOUNDED;
 use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::tck::TestSubscriber;
-use weir::{DropReason, Error, ErrorKind};
+use weir::{DropReason, ErrorKind};
 
+use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::lossy::{check_prediction, events, holding_model, run_lossy, ModelFull};
 use crate::support::shape;
-use crate::support::unruly::Unruly;
 use crate::support::valve::valve;
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u64..100)
-        .conflate(|a, b| a + b)
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(
-        out,
-        (0..100).collect::<Vec<_>>(),
-        "enough demand: nothing merged"
+    // Enough demand: nothing merged.
+    baseline::smoke(
+        weir::range(0u64..100).conflate(|a, b| a + b),
+        &(0..100).collect::<Vec<_>>(),
     );
 }
 
@@ -69,15 +64,19 @@ fn cancel_stops_upstream() {
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone())
-        .conflate(|a, b| a + b)
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    probe.assert_no_violations();
+    // Before its error the source sends 1, then 2, which is merged into it (the one
+    // call of the function): the error waits behind the held 3.
+    baseline::error_propagates_once(
+        |source, spy| {
+            source.conflate(move |held, new| {
+                spy.call(new);
+                held + new
+            })
+        },
+        2,
+        &[3],
+        1,
+    );
 }
 
 #[test]

@@ -212,17 +212,10 @@ proptest! {
             &schedule,
             Completion::BeyondLength,
         )?;
+        // Every swallowed item was requested again, once.
+        baseline::check_replenished(&run, &schedule)?;
         let (stats, probe) = (&run.stats, &run.probe);
         let received = probe.received_count();
-        prop_assert_eq!(stats.cancels(), schedule.cancels());
-        if probe.requested() < u64::MAX / 4 {
-            // Every swallowed item was requested again, once.
-            prop_assert_eq!(
-                stats.requested(),
-                probe.requested() + (stats.delivered() - received),
-                "upstream outstanding differs from downstream outstanding"
-            );
-        }
         if !run.cancelled && !probe.is_terminated() && received == probe.requested() {
             let expected = if received == 0 { 0 } else { positions[received as usize - 1] + 1 };
             prop_assert_eq!(stats.delivered(), expected, "pulled beyond the last accepted item");

@@ -8,14 +8,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule, PublisherCheck};
 use weir::tck::TestSubscriber;
-use weir::{DropReason, Error, ErrorKind};
+use weir::{Error, ErrorKind};
 
+use crate::baseline;
 use crate::support::counting::counted;
-use crate::support::model::{schedule, Action};
+use crate::support::model::schedule;
 use crate::support::threaded::ThreadedRange;
 use crate::support::{shape, PATIENCE};
 
@@ -356,15 +356,10 @@ fn threaded_inners_lose_and_duplicate_nothing() {
 
 #[test]
 fn forwards_the_drop_hook_to_every_inner() {
-    let drops = Drops::new();
-    let out = weir::range(0u64..3)
-        .flat_map(|_| weir::range(0u64..1_000).on_backpressure_drop(), 2, 16)
-        .on_dropped(DropHook::new(drops.clone()))
-        .collect()
-        .wait()
-        .unwrap();
-    assert!(drops.count(DropReason::OverflowNewest) > 0);
-    assert_eq!(out.len() as u64 + drops.total(), 3_000);
+    baseline::drop_hook_reaches_every_source(
+        weir::range(0u64..3).flat_map(|_| weir::range(0u64..1_000).on_backpressure_drop(), 2, 16),
+        3_000,
+    );
 }
 
 /// A publisher that ignores demand (breaks rule 1.1): `n` items at once.
@@ -416,37 +411,11 @@ proptest! {
         p in 1u64..5,
         schedule in schedule(),
     ) {
-        let subscriber = TestSubscriber::new().request_on_next(schedule.reentrant);
-        let probe = subscriber.probe();
-        weir::from_iter(lens.clone().into_iter().enumerate())
-            .flat_map(|(i, len)| weir::range(0..len).map(move |x| (i, x)), c, p)
-            .subscribe(subscriber);
-        let total: u64 = lens.iter().sum();
-        let mut frozen: Option<u64> = None;
-        for action in schedule.actions.iter().copied().map(Some).chain([None]) {
-            match action {
-                Some(Action::Request(k)) => probe.request(k),
-                Some(Action::Cancel) => {
-                    probe.cancel();
-                    frozen.get_or_insert(probe.received_count());
-                }
-                None => {}
-            }
-            prop_assert!(probe.check_violations().is_ok(), "{:?}", probe.violations());
-            let items = probe.items();
-            let received = items.len() as u64;
-            for (i, &len) in lens.iter().enumerate() {
-                let inner: Vec<u64> = items.iter().filter(|x| x.0 == i).map(|x| x.1).collect();
-                prop_assert_eq!(inner, (0..len).take(inner_len(&items, i)).collect::<Vec<_>>());
-            }
-            match frozen {
-                Some(at_cancel) => prop_assert_eq!(received, at_cancel),
-                None => {
-                    prop_assert_eq!(received, probe.requested().min(total));
-                    prop_assert_eq!(probe.is_completed(), received == total);
-                }
-            }
-        }
+        let flattened = weir::from_iter(lens.clone().into_iter().enumerate())
+            .flat_map(|(i, len)| weir::range(0..len).map(move |x| (i, x)), c, p);
+        let sides: Vec<(usize, Vec<u64>)> =
+            lens.iter().enumerate().map(|(i, &len)| (i, (0..len).collect())).collect();
+        baseline::check_interleaved(flattened, &sides, &schedule)?;
     }
 
     /// The kit's random schedules (1-3 threads, huge requests, `request(0)`, cancels).
@@ -454,10 +423,6 @@ proptest! {
     fn obeys_any_demand_schedule(n in 0u64..40, schedule in demand_schedule()) {
         check_publisher(|n| weir::range(0..n).flat_map(weir::just, 3, 2), n, &schedule)?;
     }
-}
-
-fn inner_len(items: &[(usize, u64)], i: usize) -> usize {
-    items.iter().filter(|x| x.0 == i).count()
 }
 
 proptest! {

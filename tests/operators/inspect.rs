@@ -2,20 +2,14 @@
 //! items that pass, in order, just before downstream; a panic in the tap becomes
 //! `on_error(Panicked)` and cancels upstream.
 
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use proptest::prelude::*;
 use weir::prelude::*;
-use weir::source::Step;
 use weir::tck::proptest::{check_publisher, demand_schedule};
-use weir::tck::TestSubscriber;
-use weir::{Error, ErrorKind};
 
-use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
+use crate::baseline::{self, request, Spy};
 use crate::support::model::{check_model, schedule, Completion};
-use crate::support::shape;
-use crate::support::unruly::Unruly;
 
 /// A tap that records what it sees, and the record.
 fn recorder<T: Clone + Send + 'static>() -> (impl FnMut(&T) + Send + 'static, Arc<Mutex<Vec<T>>>) {
@@ -24,109 +18,60 @@ fn recorder<T: Clone + Send + 'static>() -> (impl FnMut(&T) + Send + 'static, Ar
     (move |x: &T| log.lock().unwrap().push(x.clone()), seen)
 }
 
+/// `inspect` whose tap reports each item to `spy`, for the baseline checks that count
+/// its calls or make it panic.
+fn spied<P: Publisher<Item = u64>>(source: P, spy: Spy) -> impl Publisher<Item = u64> {
+    source.inspect(move |x| spy.call(*x))
+}
+
 #[test]
 fn smoke() {
     let (tap, seen) = recorder();
-    let out = weir::range(0u32..5).inspect(tap).collect().wait().unwrap();
-    assert_eq!(out, vec![0, 1, 2, 3, 4]);
-    assert_eq!(*seen.lock().unwrap(), out);
+    baseline::smoke(weir::range(0u32..5).inspect(tap), &[0, 1, 2, 3, 4]);
+    assert_eq!(*seen.lock().unwrap(), vec![0, 1, 2, 3, 4]);
 }
 
 #[test]
 fn respects_demand() {
-    let (source, stats) = counted(weir::range(0u64..10));
+    // Requests pass through unchanged.
     let (tap, seen) = recorder();
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.inspect(tap).subscribe(subscriber);
-    probe.request(1);
-    probe.assert_items(&[0]);
-    probe.request(2);
-    probe.assert_items(&[0, 1, 2]);
-    assert_eq!(*seen.lock().unwrap(), vec![0, 1, 2]);
-    assert_eq!(
-        stats.request_log(),
-        vec![1, 2],
-        "requests pass through unchanged"
+    baseline::respects_demand(
+        weir::range(0u64..10),
+        |source| source.inspect(tap),
+        &[
+            request(1, &[0], (1, 1)).log(&[1]),
+            request(2, &[0, 1, 2], (3, 3)).log(&[1, 2]),
+        ],
     );
-    probe.assert_no_terminal();
+    assert_eq!(*seen.lock().unwrap(), vec![0, 1, 2]);
 }
 
 #[test]
 fn cancel_stops_upstream() {
-    let (generator, calls) = counting_generator(u64::MAX);
-    let (source, stats) = counted(generator);
     let (tap, seen) = recorder();
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.inspect(tap).subscribe(subscriber);
-    probe.request(3);
-    probe.cancel();
-    assert_eq!(stats.cancels(), 1);
-    probe.request(10);
-    probe.assert_items(&[0, 1, 2]);
+    baseline::cancel_stops_upstream(|source| source.inspect(tap), &[0, 1, 2], 3);
     assert_eq!(seen.lock().unwrap().len(), 3);
-    assert_eq!(calls.load(Ordering::SeqCst), 3);
 }
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let failure = boom.clone();
-    let mut sent = 0u64;
-    let source = weir::generate((), move |_| {
-        sent += 1;
-        if sent > 2 {
-            Step::Error(failure.clone())
-        } else {
-            Step::Next(sent)
-        }
-    });
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.inspect(|_| {}).subscribe(subscriber);
-    probe.request(10);
-    probe.assert_items(&[1, 2]);
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    assert_eq!(shape(&probe), "SNNE");
-
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone())
-        .inspect(|_| {})
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    probe.assert_no_violations();
+    // A well-behaved source that fails after two items; the tap saw each.
+    baseline::error_propagates_once(spied, 2, &[1, 2], 2);
 }
 
 #[test]
 fn completes() {
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0u64..2).inspect(|_| {}).subscribe(subscriber);
-    probe.request(2);
-    probe.assert_items(&[0, 1]);
-    probe.assert_completed();
+    baseline::completes(
+        weir::range(0u64..2),
+        |source| source.inspect(|_| {}),
+        2,
+        &[0, 1],
+    );
 }
 
 #[test]
 fn panic_becomes_panicked_error_and_cancels_upstream() {
-    for delivery in [Delivery::Batches, Delivery::OneByOne] {
-        let (generator, _) = counting_generator(u64::MAX);
-        let (source, stats) = counted_with(generator, delivery);
-        let subscriber = TestSubscriber::new();
-        let probe = subscriber.probe();
-        source
-            .inspect(|x| assert!(*x != 2, "inspect boom at {x}"))
-            .subscribe(subscriber);
-        probe.request(10);
-        probe.assert_items(&[0, 1]);
-        let error = probe.assert_error();
-        assert_eq!(error.kind(), ErrorKind::Panicked, "{delivery:?}");
-        assert_eq!(error.message(), "inspect boom at 2", "{delivery:?}");
-        assert_eq!(stats.cancels(), 1, "{delivery:?}");
-    }
+    baseline::panic_becomes_panicked_error_and_cancels_upstream(spied, 2, &[0, 1], 100);
 }
 
 proptest! {

@@ -9,12 +9,11 @@ use proptest::prelude::*;
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
-use weir::Error;
 
+use crate::baseline::{self, request};
 use crate::support::counting::{counted, counting_generator};
 use crate::support::model::{check_model, schedule, Completion};
 use crate::support::shape;
-use crate::support::unruly::Unruly;
 
 /// A cancel tap that counts its runs, and the count.
 fn counter() -> (impl FnOnce() + Send + 'static, Arc<AtomicU64>) {
@@ -31,22 +30,20 @@ fn counter() -> (impl FnOnce() + Send + 'static, Arc<AtomicU64>) {
 #[test]
 fn smoke() {
     let (tap, runs) = counter();
-    let out = weir::range(0u32..3).inspect_cancel(tap).collect().wait();
-    assert_eq!(out.unwrap(), vec![0, 1, 2]);
+    baseline::smoke(weir::range(0u32..3).inspect_cancel(tap), &[0, 1, 2]);
     assert_eq!(runs.load(Ordering::SeqCst), 0, "no cancel, no tap");
 }
 
 #[test]
 fn respects_demand() {
-    let (source, stats) = counted(weir::range(0u64..10));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.inspect_cancel(|| {}).subscribe(subscriber);
-    probe.request(1);
-    probe.request(2);
-    probe.assert_items(&[0, 1, 2]);
-    assert_eq!(stats.request_log(), vec![1, 2]);
-    probe.assert_no_terminal();
+    baseline::respects_demand(
+        weir::range(0u64..10),
+        |source| source.inspect_cancel(|| {}),
+        &[
+            request(1, &[0], (1, 1)).log(&[1]),
+            request(2, &[0, 1, 2], (3, 3)).log(&[1, 2]),
+        ],
+    );
 }
 
 #[test]
@@ -84,29 +81,31 @@ fn panic_in_the_tap_still_cancels_upstream() {
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let (tap, runs) = counter();
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone())
-        .inspect_cancel(tap)
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    probe.assert_no_violations();
+    // An error is not a cancel: the tap never runs.
+    let runs = Arc::new(AtomicU64::new(0));
+    baseline::error_propagates_once(
+        |source, _| {
+            let runs = runs.clone();
+            source.inspect_cancel(move || {
+                runs.fetch_add(1, Ordering::SeqCst);
+            })
+        },
+        2,
+        &[1, 2],
+        0,
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 }
 
 #[test]
 fn completes() {
     let (tap, runs) = counter();
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0u64..2)
-        .inspect_cancel(tap)
-        .subscribe(subscriber);
-    probe.request(2);
-    probe.assert_completed();
+    baseline::completes(
+        weir::range(0u64..2),
+        |source| source.inspect_cancel(tap),
+        2,
+        &[0, 1],
+    );
     assert_eq!(runs.load(Ordering::SeqCst), 0);
 
     // A stage below that cancels on its own (take) is a downstream cancel here.

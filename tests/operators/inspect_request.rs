@@ -9,12 +9,12 @@ use proptest::prelude::*;
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
-use weir::{Error, ErrorKind};
+use weir::ErrorKind;
 
+use crate::baseline::{self, request};
 use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
 use crate::support::model::{check_model, schedule, Completion};
 use crate::support::shape;
-use crate::support::unruly::Unruly;
 
 /// A request tap that records what it sees, and the record.
 fn recorder() -> (impl Fn(u64) + Send + Sync + 'static, Arc<Mutex<Vec<u64>>>) {
@@ -37,17 +37,16 @@ fn smoke() {
 
 #[test]
 fn respects_demand() {
-    let (source, stats) = counted(weir::range(0u64..10));
     let (tap, seen) = recorder();
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.inspect_request(tap).subscribe(subscriber);
-    probe.assert_items(&[]);
-    probe.request(1);
-    probe.request(2);
-    probe.assert_items(&[0, 1, 2]);
+    let probe = baseline::respects_demand(
+        weir::range(0u64..10),
+        |source| source.inspect_request(tap),
+        &[
+            request(1, &[0], (1, 1)).log(&[1]),
+            request(2, &[0, 1, 2], (3, 3)).log(&[1, 2]),
+        ],
+    );
     assert_eq!(*seen.lock().unwrap(), vec![1, 2]);
-    assert_eq!(stats.request_log(), vec![1, 2]);
     probe.request(0);
     probe.assert_error_rule("3.9");
     assert_eq!(
@@ -94,34 +93,17 @@ fn cancel_stops_upstream() {
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let subscriber = TestSubscriber::<u64>::new();
-    let probe = subscriber.probe();
-    weir::error(boom.clone())
-        .inspect_request(|_| {})
-        .subscribe(subscriber);
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone())
-        .inspect_request(|_| {})
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    probe.assert_no_violations();
+    baseline::error_propagates_once(|source, _| source.inspect_request(|_| {}), 2, &[1, 2], 0);
 }
 
 #[test]
 fn completes() {
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0u64..2)
-        .inspect_request(|_| {})
-        .subscribe(subscriber);
-    probe.request(3);
-    probe.assert_items(&[0, 1]);
-    probe.assert_completed();
+    baseline::completes(
+        weir::range(0u64..2),
+        |source| source.inspect_request(|_| {}),
+        3,
+        &[0, 1],
+    );
 }
 
 #[test]

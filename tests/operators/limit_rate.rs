@@ -7,21 +7,17 @@ use weir::demand::UNBOUNDED;
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
-use weir::Error;
 
-use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
+use crate::baseline;
+use crate::support::counting::{counted_with, Delivery};
 use crate::support::model::{check_model, schedule, Completion};
-use crate::support::shape;
-use crate::support::unruly::Unruly;
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u64..1_000)
-        .limit_rate(16, 12)
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(out, (0..1_000).collect::<Vec<_>>());
+    baseline::smoke(
+        weir::range(0u64..1_000).limit_rate(16, 12),
+        &(0..1_000).collect::<Vec<_>>(),
+    );
 }
 
 #[test]
@@ -56,46 +52,22 @@ fn respects_demand() {
 
 #[test]
 fn cancel_stops_upstream() {
-    let (generator, calls) = counting_generator(u64::MAX);
-    let (source, stats) = counted(generator);
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.limit_rate(8, 6).subscribe(subscriber);
-    probe.request(3);
-    probe.cancel();
-    assert_eq!(stats.cancels(), 1);
-    probe.request(5);
-    probe.assert_items(&[0, 1, 2]);
-    probe.assert_no_terminal();
-    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 3);
+    baseline::cancel_stops_upstream(|source| source.limit_rate(8, 6), &[0, 1, 2], 3);
 }
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::error::<u64>(boom.clone())
-        .limit_rate(4, 3)
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom).limit_rate(4, 3).subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    probe.assert_no_violations();
+    baseline::error_propagates_once(|source, _| source.limit_rate(4, 3), 2, &[1, 2], 0);
 }
 
 #[test]
 fn completes() {
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0u64..3).limit_rate(2, 1).subscribe(subscriber);
-    probe.request(5);
-    probe.assert_items(&[0, 1, 2]);
-    probe.assert_completed();
+    baseline::completes(
+        weir::range(0u64..3),
+        |source| source.limit_rate(2, 1),
+        5,
+        &[0, 1, 2],
+    );
     assert_eq!(weir::range(0u64..3).limit_rate(2, 1).in_flight_bound(), 0);
 }
 

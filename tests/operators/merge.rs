@@ -6,15 +6,15 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use weir::metrics::{DropHook, Drops};
 use weir::operators::MERGE_PREFETCH;
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule, PublisherCheck};
 use weir::tck::TestSubscriber;
-use weir::{DropReason, Error};
+use weir::Error;
 
+use crate::baseline;
 use crate::support::counting::counted;
-use crate::support::model::{schedule, Action};
+use crate::support::model::schedule;
 use crate::support::threaded::ThreadedRange;
 use crate::support::unruly::Unruly;
 use crate::support::{shape, PATIENCE};
@@ -167,16 +167,12 @@ fn threaded_sources_lose_and_duplicate_nothing() {
 
 #[test]
 fn forwards_the_drop_hook_to_every_source() {
-    let drops = Drops::new();
-    let out = weir::range(0u64..1_000)
-        .on_backpressure_drop()
-        .merge(weir::range(0u64..1_000).on_backpressure_drop())
-        .on_dropped(DropHook::new(drops.clone()))
-        .collect()
-        .wait()
-        .unwrap();
-    assert!(drops.count(DropReason::OverflowNewest) > 0);
-    assert_eq!(out.len() as u64 + drops.total(), 2_000);
+    baseline::drop_hook_reaches_every_source(
+        weir::range(0u64..1_000)
+            .on_backpressure_drop()
+            .merge(weir::range(0u64..1_000).on_backpressure_drop()),
+        2_000,
+    );
 }
 
 proptest! {
@@ -191,39 +187,10 @@ proptest! {
         b in prop::collection::vec(any::<u16>(), 0..40),
         schedule in schedule(),
     ) {
-        let subscriber = TestSubscriber::new().request_on_next(schedule.reentrant);
-        let probe = subscriber.probe();
-        weir::from_iter(a.clone())
+        let merged = weir::from_iter(a.clone())
             .map(|x| (0u8, x))
-            .merge(weir::from_iter(b.clone()).map(|x| (1u8, x)))
-            .subscribe(subscriber);
-        let len = (a.len() + b.len()) as u64;
-        let mut frozen: Option<u64> = None;
-        for action in schedule.actions.iter().copied().map(Some).chain([None]) {
-            match action {
-                Some(Action::Request(k)) => probe.request(k),
-                Some(Action::Cancel) => {
-                    probe.cancel();
-                    frozen.get_or_insert(probe.received_count());
-                }
-                None => {}
-            }
-            prop_assert!(probe.check_violations().is_ok(), "{:?}", probe.violations());
-            let items = probe.items();
-            let received = items.len() as u64;
-            prop_assert!(received <= probe.requested());
-            for (tag, input) in [(0u8, &a), (1u8, &b)] {
-                let side: Vec<u16> = items.iter().filter(|p| p.0 == tag).map(|p| p.1).collect();
-                prop_assert_eq!(&side[..], &input[..side.len()]);
-            }
-            match frozen {
-                Some(at_cancel) => prop_assert_eq!(received, at_cancel),
-                None => {
-                    prop_assert_eq!(received, probe.requested().min(len));
-                    prop_assert_eq!(probe.is_completed(), received == len);
-                }
-            }
-        }
+            .merge(weir::from_iter(b.clone()).map(|x| (1u8, x)));
+        baseline::check_interleaved(merged, &[(0, a), (1, b)], &schedule)?;
     }
 
     /// The kit's random schedules (1-3 threads, huge requests, `request(0)`, cancels).

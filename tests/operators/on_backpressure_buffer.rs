@@ -11,37 +11,28 @@ use weir::prelude::*;
 use weir::tck::TestSubscriber;
 use weir::{DropReason, Error, ErrorKind, Overflow};
 
+use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::lossy::{check_prediction, events, holding_model, run_lossy, ModelFull};
 use crate::support::shape;
 use crate::support::threaded::ThreadedRange;
 use crate::support::unruly::Unruly;
-use crate::support::valve::{mirrored, valve};
+use crate::support::valve::mirrored;
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u64..100)
-        .on_backpressure_buffer(4, Overflow::Error)
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(
-        out,
-        (0..100).collect::<Vec<_>>(),
-        "enough demand: nothing held"
+    // Enough demand: nothing held.
+    baseline::smoke(
+        weir::range(0u64..100).on_backpressure_buffer(4, Overflow::Error),
+        &(0..100).collect::<Vec<_>>(),
     );
 }
 
 #[test]
 fn respects_demand_and_holds_oldest_first() {
-    let (source, handle) = valve(100);
-    let drops = Drops::new();
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source
-        .on_backpressure_buffer(3, Overflow::DropNewest)
-        .on_dropped(DropHook::new(drops.clone()))
-        .subscribe(subscriber);
+    let (probe, handle, drops) = baseline::valve_probe(100, |source| {
+        source.on_backpressure_buffer(3, Overflow::DropNewest)
+    });
 
     handle.release(5);
     probe.assert_items(&[]);
@@ -169,18 +160,10 @@ fn overflow_error_comes_after_the_held_items() {
 /// everything passes straight through, nothing is held or dropped.
 #[test]
 fn demand_requested_inside_a_batch_lets_later_items_pass() {
-    let drops = Drops::new();
-    let subscriber = TestSubscriber::new()
-        .request_on_subscribe(1)
-        .request_on_next(1);
-    let probe = subscriber.probe();
-    weir::range(0u64..10)
-        .on_backpressure_buffer(1, Overflow::DropNewest)
-        .on_dropped(DropHook::new(drops.clone()))
-        .subscribe(subscriber);
-    probe.assert_items(&(0..10).collect::<Vec<_>>());
-    assert_eq!(drops.total(), 0);
-    probe.assert_completed();
+    baseline::demand_inside_a_batch_loses_nothing(
+        weir::range(0u64..10).on_backpressure_buffer(1, Overflow::DropNewest),
+        10,
+    );
 }
 
 #[test]

@@ -9,38 +9,26 @@ use weir::demand::UNBOUNDED;
 use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::tck::TestSubscriber;
-use weir::{DropReason, Error};
+use weir::DropReason;
 
+use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::lossy::{check_books, events, run_lossy, Event};
 use crate::support::shape;
-use crate::support::unruly::Unruly;
 use crate::support::valve::{mirrored, valve};
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u64..10)
-        .on_backpressure_drop()
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(
-        out,
-        (0..10).collect::<Vec<_>>(),
-        "enough demand: nothing dropped"
+    // Enough demand: nothing dropped.
+    baseline::smoke(
+        weir::range(0u64..10).on_backpressure_drop(),
+        &(0..10).collect::<Vec<_>>(),
     );
 }
 
 #[test]
 fn respects_demand() {
-    let (source, handle) = valve(10);
-    let drops = Drops::new();
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source
-        .on_backpressure_drop()
-        .on_dropped(DropHook::new(drops.clone()))
-        .subscribe(subscriber);
+    let (probe, handle, drops) = baseline::valve_probe(10, |source| source.on_backpressure_drop());
 
     handle.release(2);
     probe.assert_items(&[]);
@@ -86,22 +74,9 @@ fn requests_unbounded_once_and_cancel_stops_upstream() {
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::error::<u64>(boom.clone())
-        .on_backpressure_drop()
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE", "an error needs no demand");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone())
-        .on_backpressure_drop()
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    probe.assert_no_violations();
+    // Upstream is asked for everything at once: what it sends before its error is
+    // dropped for want of demand, and the error needs none.
+    baseline::error_propagates_once(|source, _| source.on_backpressure_drop(), 2, &[], 0);
 }
 
 #[test]
@@ -129,18 +104,7 @@ fn request_zero_is_reported() {
 /// one more inside each `on_next`, so every item arrives while there is demand.
 #[test]
 fn demand_requested_inside_a_batch_lets_later_items_pass() {
-    let drops = Drops::new();
-    let subscriber = TestSubscriber::new()
-        .request_on_subscribe(1)
-        .request_on_next(1);
-    let probe = subscriber.probe();
-    weir::range(0u64..10)
-        .on_backpressure_drop()
-        .on_dropped(DropHook::new(drops.clone()))
-        .subscribe(subscriber);
-    probe.assert_items(&(0..10).collect::<Vec<_>>());
-    assert_eq!(drops.total(), 0);
-    probe.assert_completed();
+    baseline::demand_inside_a_batch_loses_nothing(weir::range(0u64..10).on_backpressure_drop(), 10);
 }
 
 #[test]

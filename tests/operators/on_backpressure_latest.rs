@@ -7,25 +7,20 @@ use weir::demand::UNBOUNDED;
 use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::tck::TestSubscriber;
-use weir::{DropReason, Error};
+use weir::DropReason;
 
+use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::lossy::{check_prediction, events, holding_model, run_lossy, ModelFull};
 use crate::support::shape;
-use crate::support::unruly::Unruly;
 use crate::support::valve::{mirrored, valve};
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u64..100)
-        .on_backpressure_latest()
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(
-        out,
-        (0..100).collect::<Vec<_>>(),
-        "enough demand: nothing replaced"
+    // Enough demand: nothing replaced.
+    baseline::smoke(
+        weir::range(0u64..100).on_backpressure_latest(),
+        &(0..100).collect::<Vec<_>>(),
     );
 }
 
@@ -84,15 +79,9 @@ fn cancel_stops_upstream() {
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone())
-        .on_backpressure_latest()
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    probe.assert_no_violations();
+    // Before its error the source sends 1, then 2, which replaces it: the error waits
+    // behind the held 2.
+    baseline::error_propagates_once(|source, _| source.on_backpressure_latest(), 2, &[2], 0);
 }
 
 #[test]

@@ -14,6 +14,7 @@ use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
 use weir::{Error, ErrorKind};
 
+use crate::baseline;
 use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
 use crate::support::model::{check_model, schedule, Completion};
 use crate::support::threaded::{Gate, ThreadedRange};
@@ -22,15 +23,9 @@ use crate::support::{shape, PATIENCE};
 
 #[test]
 fn smoke() {
-    let sum = weir::range(1u64..101).reduce(|a, b| a + b).collect().wait();
-    assert_eq!(sum.unwrap(), vec![5050]);
-    let one = weir::just(7u8)
-        .reduce(|_, _| unreachable!())
-        .collect()
-        .wait();
-    assert_eq!(one.unwrap(), vec![7]);
-    let none = weir::empty::<u8>().reduce(|a, b| a + b).collect().wait();
-    assert!(none.unwrap().is_empty());
+    baseline::smoke(weir::range(1u64..101).reduce(|a, b| a + b), &[5050]);
+    baseline::smoke(weir::just(7u8).reduce(|_, _| unreachable!()), &[7]);
+    baseline::smoke(weir::empty::<u8>().reduce(|a, b| a + b), &[]);
 }
 
 #[test]

@@ -2,146 +2,89 @@
 //! item in (the initial state is not emitted); a panic in the closure becomes
 //! `on_error(Panicked)` and cancels upstream.
 
-use std::sync::atomic::Ordering;
-
 use proptest::prelude::*;
 use weir::prelude::*;
-use weir::source::Step;
 use weir::tck::proptest::{check_publisher, demand_schedule};
-use weir::tck::TestSubscriber;
-use weir::{Error, ErrorKind};
 
-use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
+use crate::baseline::{self, request, Spy};
 use crate::support::model::{check_model, schedule, Completion};
-use crate::support::shape;
-use crate::support::unruly::Unruly;
+
+/// `scan` from 0 whose closure (sums the items) reports each call to `spy`, for the
+/// baseline check that makes it panic.
+fn spied<P: Publisher<Item = u64>>(source: P, spy: Spy) -> impl Publisher<Item = u64> {
+    source.scan(0u64, move |a, x| {
+        spy.call(x);
+        a + x
+    })
+}
 
 #[test]
 fn smoke() {
-    let out = weir::range(1u64..6)
-        .scan(0, |acc, x| acc + x)
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(out, vec![1, 3, 6, 10, 15]);
+    baseline::smoke(
+        weir::range(1u64..6).scan(0, |acc, x| acc + x),
+        &[1, 3, 6, 10, 15],
+    );
 
     // A non-`Copy` state: each emitted state is a snapshot.
-    let out = weir::from_iter(vec!['a', 'b', 'c'])
-        .scan(String::new(), |mut s, c| {
+    baseline::smoke(
+        weir::from_iter(vec!['a', 'b', 'c']).scan(String::new(), |mut s, c| {
             s.push(c);
             s
-        })
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(out, vec!["a", "ab", "abc"]);
+        }),
+        &["a", "ab", "abc"],
+    );
 
-    let none = weir::empty::<u8>().scan(7u8, |a, _| a).collect().wait();
-    assert!(none.unwrap().is_empty(), "the initial state is not emitted");
+    // The initial state is not emitted.
+    baseline::smoke(weir::empty::<u8>().scan(7u8, |a, _| a), &[]);
 }
 
 #[test]
 fn respects_demand() {
-    let (source, stats) = counted(weir::range(1u64..100));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.scan(0, |a, x| a + x).subscribe(subscriber);
-    probe.assert_items(&[]);
-    probe.request(1);
-    probe.assert_items(&[1]);
-    probe.request(2);
-    probe.assert_items(&[1, 3, 6]);
-    assert_eq!(
-        stats.request_log(),
-        vec![1, 2],
-        "requests pass through unchanged"
+    // Requests pass through unchanged.
+    baseline::respects_demand(
+        weir::range(1u64..100),
+        |source| source.scan(0, |a, x| a + x),
+        &[
+            request(1, &[1], (1, 1)).log(&[1]),
+            request(2, &[1, 3, 6], (3, 3)).log(&[1, 2]),
+        ],
     );
-    assert_eq!(stats.delivered(), 3);
-    probe.assert_no_terminal();
 }
 
 #[test]
 fn cancel_stops_upstream() {
-    let (generator, calls) = counting_generator(u64::MAX);
-    let (source, stats) = counted(generator);
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.scan(0, |a, x| a + x).subscribe(subscriber);
-    probe.request(3);
-    probe.assert_items(&[0, 1, 3]);
-    probe.cancel();
-    assert_eq!(stats.cancels(), 1);
-    probe.request(10);
-    probe.assert_items(&[0, 1, 3]);
-    probe.assert_no_terminal();
-    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    baseline::cancel_stops_upstream(|source| source.scan(0, |a, x| a + x), &[0, 1, 3], 3);
 }
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let failure = boom.clone();
-    let mut sent = 0u64;
-    let source = weir::generate((), move |_| {
-        sent += 1;
-        if sent > 2 {
-            Step::Error(failure.clone())
-        } else {
-            Step::Next(sent)
-        }
-    });
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.scan(10, |a, x| a + x).subscribe(subscriber);
-    probe.request(10);
-    probe.assert_items(&[11, 13]);
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    assert_eq!(shape(&probe), "SNNE");
-
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone())
-        .scan(0, |a, x| a + x)
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    probe.assert_no_violations();
+    // From 10, over a well-behaved source that fails after two items.
+    baseline::error_propagates_once(
+        |source, spy| {
+            source.scan(10, move |a, x| {
+                spy.call(x);
+                a + x
+            })
+        },
+        2,
+        &[11, 13],
+        2,
+    );
 }
 
 #[test]
 fn completes() {
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0u64..3)
-        .scan(0, |a, x| a + x)
-        .subscribe(subscriber);
-    probe.request(3);
-    probe.assert_items(&[0, 1, 3]);
-    probe.assert_completed();
+    baseline::completes(
+        weir::range(0u64..3),
+        |source| source.scan(0, |a, x| a + x),
+        3,
+        &[0, 1, 3],
+    );
 }
 
 #[test]
 fn panic_becomes_panicked_error_and_cancels_upstream() {
-    for delivery in [Delivery::Batches, Delivery::OneByOne] {
-        let (generator, _) = counting_generator(u64::MAX);
-        let (source, stats) = counted_with(generator, delivery);
-        let subscriber = TestSubscriber::new();
-        let probe = subscriber.probe();
-        source
-            .scan(0u64, |a, x| {
-                assert!(x != 3, "scan boom at {x}");
-                a + x
-            })
-            .subscribe(subscriber);
-        probe.request(10);
-        probe.assert_items(&[0, 1, 3]);
-        let error = probe.assert_error();
-        assert_eq!(error.kind(), ErrorKind::Panicked, "{delivery:?}");
-        assert_eq!(error.message(), "scan boom at 3", "{delivery:?}");
-        assert_eq!(stats.cancels(), 1, "{delivery:?}");
-        probe.request(10);
-        assert_eq!(shape(&probe), "SNNNE", "{delivery:?}");
-    }
+    baseline::panic_becomes_panicked_error_and_cancels_upstream(spied, 3, &[0, 1, 3], 100);
 }
 
 proptest! {

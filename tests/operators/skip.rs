@@ -2,60 +2,35 @@
 //! top of downstream's first request (`m + n`, as in Reactor); everything else passes
 //! through unchanged.
 
-use std::sync::atomic::Ordering;
-
 use proptest::prelude::*;
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;
-use weir::source::Step;
 use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
-use weir::Error;
 
-use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
+use crate::baseline::{self, request};
+use crate::support::counting::{counted, counted_with, Delivery};
 use crate::support::model::{check_model, schedule, Completion};
-use crate::support::shape;
-use crate::support::unruly::Unruly;
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u32..10).skip(7).collect().wait().unwrap();
-    assert_eq!(out, vec![7, 8, 9]);
-    let all = weir::range(0u32..3).skip(0).collect().wait().unwrap();
-    assert_eq!(all, vec![0, 1, 2]);
-    let none = weir::range(0u32..3).skip(5).collect().wait().unwrap();
-    assert!(none.is_empty());
+    baseline::smoke(weir::range(0u32..10).skip(7), &[7, 8, 9]);
+    baseline::smoke(weir::range(0u32..3).skip(0), &[0, 1, 2]);
+    baseline::smoke(weir::range(0u32..3).skip(5), &[]);
 }
 
 #[test]
 fn respects_demand() {
-    let (source, stats) = counted(weir::range(0u64..100));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.skip(5).subscribe(subscriber);
-    assert_eq!(
-        stats.request_calls(),
-        0,
-        "nothing requested before downstream asks"
+    // Nothing requested before downstream asks; the first request carries the 5
+    // skipped, later requests pass unchanged.
+    baseline::respects_demand(
+        weir::range(0u64..100),
+        |source| source.skip(5),
+        &[
+            request(1, &[5], (6, 6)).log(&[6]),
+            request(3, &[5, 6, 7, 8], (9, 9)).log(&[6, 3]),
+        ],
     );
-
-    probe.request(1);
-    probe.assert_items(&[5]);
-    assert_eq!(
-        stats.request_log(),
-        vec![6],
-        "first request carries the 5 skipped"
-    );
-
-    probe.request(3);
-    probe.assert_items(&[5, 6, 7, 8]);
-    assert_eq!(
-        stats.request_log(),
-        vec![6, 3],
-        "later requests pass unchanged"
-    );
-    probe.assert_no_terminal();
-    assert!(!stats.over_delivered());
 }
 
 #[test]
@@ -109,77 +84,22 @@ fn concurrent_first_requests_add_n_exactly_once() {
 
 #[test]
 fn cancel_stops_upstream() {
-    let (generator, calls) = counting_generator(u64::MAX);
-    let (source, stats) = counted(generator);
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.skip(2).subscribe(subscriber);
-    probe.request(2);
-    probe.assert_items(&[2, 3]);
-    probe.cancel();
-    assert_eq!(stats.cancels(), 1);
-    probe.request(10);
-    probe.assert_items(&[2, 3]);
-    probe.assert_no_terminal();
-    assert_eq!(
-        calls.load(Ordering::SeqCst),
-        4,
-        "upstream not pulled after cancel"
-    );
+    // 0 and 1 are skipped: 0..=3 pulled for two items.
+    baseline::cancel_stops_upstream(|source| source.skip(2), &[2, 3], 4);
 }
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let failure = boom.clone();
-    let mut sent = 0u64;
-    let source = weir::generate((), move |_| {
-        sent += 1;
-        if sent > 3 {
-            Step::Error(failure.clone())
-        } else {
-            Step::Next(sent)
-        }
-    });
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.skip(2).subscribe(subscriber);
-    probe.request(10);
-    probe.assert_items(&[3]);
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    assert_eq!(shape(&probe), "SNE");
-
-    // An error while still skipping, without demand.
-    let subscriber = TestSubscriber::<u64>::new();
-    let probe = subscriber.probe();
-    weir::error::<u64>(boom.clone())
-        .skip(3)
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone()).skip(1).subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    probe.assert_no_violations();
+    // After the skipped items; while still skipping (`weir::error`), without demand.
+    baseline::error_propagates_once(|source, _| source.skip(2), 3, &[3], 0);
 }
 
 #[test]
 fn completes() {
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0u64..5).skip(3).subscribe(subscriber);
-    probe.request(2);
-    probe.assert_items(&[3, 4]);
-    probe.assert_completed();
+    baseline::completes(weir::range(0u64..5), |source| source.skip(3), 2, &[3, 4]);
 
     // Everything skipped: completion after the first request.
-    let subscriber = TestSubscriber::<u64>::new();
-    let probe = subscriber.probe();
-    weir::range(0u64..5).skip(10).subscribe(subscriber);
-    probe.request(1);
-    assert_eq!(shape(&probe), "SC");
+    baseline::completes(weir::range(0u64..5), |source| source.skip(10), 1, &[]);
 }
 
 #[test]

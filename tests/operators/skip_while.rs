@@ -7,43 +7,41 @@ use std::sync::Arc;
 
 use proptest::prelude::*;
 use weir::prelude::*;
-use weir::source::Step;
 use weir::tck::proptest::{check_publisher, demand_schedule};
-use weir::tck::TestSubscriber;
-use weir::{Error, ErrorKind};
 
-use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
+use crate::baseline::{self, request, Spy};
 use crate::support::model::{check_model, schedule, Completion};
-use crate::support::shape;
-use crate::support::unruly::Unruly;
+
+/// `skip_while` whose predicate (skips every item) reports each call to `spy`, for the
+/// baseline check that makes it panic.
+fn spied<P: Publisher<Item = u64>>(source: P, spy: Spy) -> impl Publisher<Item = u64> {
+    source.skip_while(move |x| {
+        spy.call(*x);
+        true
+    })
+}
 
 #[test]
 fn smoke() {
-    let out = weir::from_iter(vec![1u8, 2, 9, 1, 2])
-        .skip_while(|x| *x < 5)
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(out, vec![9, 1, 2]);
-    let none = weir::range(0u32..100).skip_while(|_| true).collect().wait();
-    assert!(none.unwrap().is_empty());
+    baseline::smoke(
+        weir::from_iter(vec![1u8, 2, 9, 1, 2]).skip_while(|x| *x < 5),
+        &[9, 1, 2],
+    );
+    baseline::smoke(weir::range(0u32..100).skip_while(|_| true), &[]);
 }
 
 #[test]
 fn respects_demand() {
-    let (source, stats) = counted(weir::range(0u64..100));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.skip_while(|x| *x < 10).subscribe(subscriber);
-    probe.assert_items(&[]);
-    probe.request(1);
-    probe.assert_items(&[10]);
-    // Pulled exactly up to the first passed item; the ten skipped were re-requested.
-    assert_eq!((stats.requested(), stats.delivered()), (11, 11));
-    probe.request(2);
-    probe.assert_items(&[10, 11, 12]);
-    assert_eq!((stats.requested(), stats.delivered()), (13, 13));
-    probe.assert_no_terminal();
+    baseline::respects_demand(
+        weir::range(0u64..100),
+        |source| source.skip_while(|x| *x < 10),
+        &[
+            // Pulled exactly up to the first passed item; the ten skipped were
+            // re-requested.
+            request(1, &[10], (11, 11)),
+            request(2, &[10, 11, 12], (13, 13)),
+        ],
+    );
 }
 
 #[test]
@@ -66,97 +64,48 @@ fn predicate_stops_at_the_first_rejected_item() {
 /// time: the skipped items are re-requested once per batch, not once per item.
 #[test]
 fn skipped_items_are_re_requested_in_batches() {
-    const ITEMS: u64 = 1_000_000;
-    let (source, stats) = counted(weir::range(0..ITEMS));
-    let count = source
-        .skip_while(|x| *x < 900_000)
-        .fold_with(64, 0u64, |n, _| n + 1)
-        .wait()
-        .unwrap();
-    assert_eq!(count, 100_000);
-    assert!(stats.max_outstanding() <= 64);
-    assert!(stats.request_calls() <= 1 + stats.deliveries() + 100_000 / 48);
-    assert!(stats.request_calls() <= ITEMS / 10);
+    baseline::re_requested_in_batches(
+        |source| source.skip_while(|x| *x < 900_000),
+        1_000_000,
+        100_000,
+    );
 }
 
 #[test]
 fn cancel_stops_upstream() {
-    let (generator, calls) = counting_generator(u64::MAX);
-    let (source, stats) = counted(generator);
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.skip_while(|x| *x < 2).subscribe(subscriber);
-    probe.request(2);
-    probe.assert_items(&[2, 3]);
-    probe.cancel();
-    assert_eq!(stats.cancels(), 1);
-    probe.request(10);
-    probe.assert_items(&[2, 3]);
-    assert_eq!(calls.load(Ordering::SeqCst), 4);
+    // 0 and 1 are skipped: 0..=3 pulled for two items.
+    baseline::cancel_stops_upstream(|source| source.skip_while(|x| *x < 2), &[2, 3], 4);
 }
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let failure = boom.clone();
-    let mut sent = 0u64;
-    let source = weir::generate((), move |_| {
-        sent += 1;
-        if sent > 3 {
-            Step::Error(failure.clone())
-        } else {
-            Step::Next(sent)
-        }
-    });
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.skip_while(|x| *x < 3).subscribe(subscriber);
-    probe.request(10);
-    probe.assert_items(&[3]);
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    assert_eq!(shape(&probe), "SNE");
-
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone())
-        .skip_while(|_| true)
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    probe.assert_no_violations();
+    // The predicate runs on 1, 2 and 3 (the first it rejects), then never again.
+    baseline::error_propagates_once(
+        |source, spy| {
+            source.skip_while(move |x| {
+                spy.call(*x);
+                *x < 3
+            })
+        },
+        3,
+        &[3],
+        3,
+    );
 }
 
 #[test]
 fn completes() {
-    let subscriber = TestSubscriber::<u64>::new();
-    let probe = subscriber.probe();
-    weir::range(0u64..50)
-        .skip_while(|_| true)
-        .subscribe(subscriber);
-    probe.request(1);
-    assert_eq!(shape(&probe), "SC");
+    baseline::completes(
+        weir::range(0u64..50),
+        |source| source.skip_while(|_| true),
+        1,
+        &[],
+    );
 }
 
 #[test]
 fn panic_becomes_panicked_error_and_cancels_upstream() {
-    for delivery in [Delivery::Batches, Delivery::OneByOne] {
-        let (generator, _) = counting_generator(u64::MAX);
-        let (source, stats) = counted_with(generator, delivery);
-        let subscriber = TestSubscriber::<u64>::new();
-        let probe = subscriber.probe();
-        source
-            .skip_while(|x| {
-                assert!(*x != 4, "skip_while boom at {x}");
-                true
-            })
-            .subscribe(subscriber);
-        probe.request(10);
-        let error = probe.assert_error();
-        assert_eq!(error.kind(), ErrorKind::Panicked, "{delivery:?}");
-        assert_eq!(error.message(), "skip_while boom at 4", "{delivery:?}");
-        assert_eq!(shape(&probe), "SE", "{delivery:?}");
-        assert_eq!(stats.cancels(), 1, "{delivery:?}");
-    }
+    baseline::panic_becomes_panicked_error_and_cancels_upstream(spied, 4, &[], 100);
 }
 
 proptest! {
@@ -174,15 +123,7 @@ proptest! {
         let model: Vec<u8> = input.iter().copied().skip_while(skip).collect();
         let completion = if model.is_empty() { Completion::BeyondLength } else { Completion::AtLength };
         let run = check_model(input, |_| model, |s| s.skip_while(skip), &schedule, completion)?;
-        let (stats, probe) = (&run.stats, &run.probe);
-        prop_assert!(!stats.over_delivered());
-        prop_assert_eq!(stats.cancels(), schedule.cancels());
-        if probe.requested() < u64::MAX / 4 {
-            prop_assert_eq!(
-                stats.requested(),
-                probe.requested() + (stats.delivered() - probe.received_count())
-            );
-        }
+        baseline::check_replenished(&run, &schedule)?;
     }
 
     /// The kit's random schedules (1-3 threads, huge requests, `request(0)`, cancels).

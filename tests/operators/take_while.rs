@@ -6,48 +6,41 @@ use std::sync::atomic::Ordering;
 
 use proptest::prelude::*;
 use weir::prelude::*;
-use weir::source::Step;
 use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::TestSubscriber;
-use weir::{Error, ErrorKind};
 
-use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
+use crate::baseline::{self, request, Spy};
+use crate::support::counting::{counted_with, counting_generator, Delivery};
 use crate::support::model::{check_model, schedule, Completion};
 use crate::support::shape;
-use crate::support::unruly::Unruly;
+
+/// `take_while` whose predicate (keeps every item) reports each call to `spy`, for the
+/// baseline checks that count its calls or make it panic.
+fn spied<P: Publisher<Item = u64>>(source: P, spy: Spy) -> impl Publisher<Item = u64> {
+    source.take_while(move |x| {
+        spy.call(*x);
+        true
+    })
+}
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u32..100)
-        .take_while(|x| *x < 4)
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(out, vec![0, 1, 2, 3]);
-    let all = weir::range(0u32..3).take_while(|_| true).collect().wait();
-    assert_eq!(all.unwrap(), vec![0, 1, 2]);
-    let none = weir::range(0u32..3).take_while(|_| false).collect().wait();
-    assert!(none.unwrap().is_empty());
+    baseline::smoke(weir::range(0u32..100).take_while(|x| *x < 4), &[0, 1, 2, 3]);
+    baseline::smoke(weir::range(0u32..3).take_while(|_| true), &[0, 1, 2]);
+    baseline::smoke(weir::range(0u32..3).take_while(|_| false), &[]);
 }
 
 #[test]
 fn respects_demand() {
-    let (source, stats) = counted(weir::range(0u64..100));
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.take_while(|x| *x < 50).subscribe(subscriber);
-    probe.assert_items(&[]);
-    probe.request(1);
-    probe.assert_items(&[0]);
-    probe.request(2);
-    probe.assert_items(&[0, 1, 2]);
-    assert_eq!(
-        stats.request_log(),
-        vec![1, 2],
-        "requests pass through unchanged"
+    // Requests pass through unchanged.
+    baseline::respects_demand(
+        weir::range(0u64..100),
+        |source| source.take_while(|x| *x < 50),
+        &[
+            request(1, &[0], (1, 1)).log(&[1]),
+            request(2, &[0, 1, 2], (3, 3)).log(&[1, 2]),
+        ],
     );
-    assert_eq!(stats.delivered(), 3);
-    probe.assert_no_terminal();
 }
 
 #[test]
@@ -86,86 +79,30 @@ fn rejected_item_completes_and_cancels_without_pulling_further() {
 
 #[test]
 fn cancel_stops_upstream() {
-    let (generator, calls) = counting_generator(u64::MAX);
-    let (source, stats) = counted(generator);
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.take_while(|_| true).subscribe(subscriber);
-    probe.request(3);
-    probe.cancel();
-    assert_eq!(stats.cancels(), 1);
-    probe.request(10);
-    probe.assert_items(&[0, 1, 2]);
-    probe.assert_no_terminal();
-    assert_eq!(calls.load(Ordering::SeqCst), 3);
+    baseline::cancel_stops_upstream(|source| source.take_while(|_| true), &[0, 1, 2], 3);
 }
 
 #[test]
 fn error_propagates_once() {
-    let boom = Error::msg("source failed");
-    let failure = boom.clone();
-    let mut sent = 0u64;
-    let source = weir::generate((), move |_| {
-        sent += 1;
-        if sent > 2 {
-            Step::Error(failure.clone())
-        } else {
-            Step::Next(sent)
-        }
-    });
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source.take_while(|_| true).subscribe(subscriber);
-    probe.request(10);
-    probe.assert_items(&[1, 2]);
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    assert_eq!(shape(&probe), "SNNE");
-
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    Unruly::new(boom.clone())
-        .take_while(|_| true)
-        .subscribe(subscriber);
-    assert_eq!(shape(&probe), "SE");
-    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
-    probe.assert_no_violations();
+    // A well-behaved source that fails after two items; the predicate ran on each.
+    baseline::error_propagates_once(spied, 2, &[1, 2], 2);
 }
 
 #[test]
 fn completes() {
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0u64..3)
-        .take_while(|_| true)
-        .subscribe(subscriber);
-    probe.request(3);
-    probe.assert_items(&[0, 1, 2]);
-    probe.assert_completed();
+    baseline::completes(
+        weir::range(0u64..3),
+        |source| source.take_while(|_| true),
+        3,
+        &[0, 1, 2],
+    );
 }
 
 #[test]
 fn panic_becomes_panicked_error_and_cancels_upstream() {
-    for delivery in [Delivery::Batches, Delivery::OneByOne] {
-        let (generator, calls) = counting_generator(u64::MAX);
-        let (source, stats) = counted_with(generator, delivery);
-        let subscriber = TestSubscriber::new();
-        let probe = subscriber.probe();
-        source
-            .take_while(|x| {
-                assert!(*x != 2, "take_while boom at {x}");
-                true
-            })
-            .subscribe(subscriber);
-        probe.request(10);
-        probe.assert_items(&[0, 1]);
-        let error = probe.assert_error();
-        assert_eq!(error.kind(), ErrorKind::Panicked, "{delivery:?}");
-        assert_eq!(error.message(), "take_while boom at 2", "{delivery:?}");
-        assert_eq!(stats.cancels(), 1, "{delivery:?}");
-        if delivery == Delivery::Batches {
-            assert_eq!(calls.load(Ordering::SeqCst), 3, "not pulled past the panic");
-        }
-    }
+    let pulled =
+        baseline::panic_becomes_panicked_error_and_cancels_upstream(spied, 2, &[0, 1], 100);
+    assert_eq!(pulled, 3, "not pulled past the panic");
 }
 
 proptest! {

@@ -4,13 +4,13 @@
 use std::time::Duration;
 
 use proptest::prelude::*;
-use weir::metrics::{DropHook, Drops};
 use weir::operators::ZIP_PREFETCH;
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule, PublisherCheck};
 use weir::tck::TestSubscriber;
-use weir::{DropReason, Error, ErrorKind};
+use weir::{Error, ErrorKind};
 
+use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::model::{check_model, schedule, Completion};
 use crate::support::threaded::ThreadedRange;
@@ -18,12 +18,10 @@ use crate::support::{shape, PATIENCE};
 
 #[test]
 fn smoke() {
-    let out = weir::range(0u32..5)
-        .zip(weir::range(10u32..13), |a, b| a + b)
-        .collect()
-        .wait()
-        .unwrap();
-    assert_eq!(out, vec![10, 12, 14]);
+    baseline::smoke(
+        weir::range(0u32..5).zip(weir::range(10u32..13), |a, b| a + b),
+        &[10, 12, 14],
+    );
 }
 
 #[test]
@@ -130,16 +128,12 @@ fn threaded_sides_pair_in_order() {
 
 #[test]
 fn forwards_the_drop_hook_to_both_sides() {
-    let drops = Drops::new();
-    let out = weir::range(0u64..1_000)
-        .on_backpressure_drop()
-        .zip(weir::range(0u64..1_000), |a, _| a)
-        .on_dropped(DropHook::new(drops.clone()))
-        .collect()
-        .wait()
-        .unwrap();
-    assert!(drops.count(DropReason::OverflowNewest) > 0);
-    assert_eq!(out.len() as u64 + drops.total(), 1_000);
+    baseline::drop_hook_reaches_every_source(
+        weir::range(0u64..1_000)
+            .on_backpressure_drop()
+            .zip(weir::range(0u64..1_000), |a, _| a),
+        1_000,
+    );
 }
 
 proptest! {
