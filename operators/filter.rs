@@ -69,15 +69,6 @@ impl<S, F> FilterSubscriber<S, F> {
             upstream.request(swallowed);
         }
     }
-
-    fn fail<T>(&mut self, error: Error)
-    where
-        S: Subscriber<T>,
-    {
-        if self.upstream.cancel() {
-            self.downstream.on_error(error);
-        }
-    }
 }
 
 impl<T, S, F> Subscriber<T> for FilterSubscriber<S, F>
@@ -99,7 +90,7 @@ where
         match catch(|| (self.predicate)(&item)) {
             Ok(true) => self.downstream.on_next(item),
             Ok(false) => self.replenish(1),
-            Err(error) => self.fail(error),
+            Err(error) => self.upstream.fail(&mut self.downstream, error),
         }
     }
 
@@ -114,7 +105,7 @@ where
         let credit = self.downstream.on_next_batch(batch);
         match outcome.panic {
             Some(error) => {
-                self.fail(error);
+                self.upstream.fail(&mut self.downstream, error);
                 0
             }
             // Downstream holds our upstream's subscription: its credit passes as is,
@@ -128,14 +119,10 @@ where
     }
 
     fn on_error(&mut self, error: Error) {
-        if self.upstream.finish() {
-            self.downstream.on_error(error);
-        }
+        self.upstream.forward_error(&mut self.downstream, error);
     }
 
     fn on_complete(&mut self) {
-        if self.upstream.finish() {
-            self.downstream.on_complete();
-        }
+        self.upstream.forward_complete(&mut self.downstream);
     }
 }

@@ -63,17 +63,6 @@ struct FilterMapSubscriber<S, F> {
     upstream: Upstream,
 }
 
-impl<S, F> FilterMapSubscriber<S, F> {
-    fn fail<U>(&mut self, error: Error)
-    where
-        S: Subscriber<U>,
-    {
-        if self.upstream.cancel() {
-            self.downstream.on_error(error);
-        }
-    }
-}
-
 impl<T, U, S, F> Subscriber<T> for FilterMapSubscriber<S, F>
 where
     S: Subscriber<U>,
@@ -98,7 +87,7 @@ where
                     upstream.request(1);
                 }
             }
-            Err(error) => self.fail(error),
+            Err(error) => self.upstream.fail(&mut self.downstream, error),
         }
     }
 
@@ -112,7 +101,7 @@ where
         let credit = self.downstream.on_next_batch(batch);
         match outcome.panic {
             Some(error) => {
-                self.fail(error);
+                self.upstream.fail(&mut self.downstream, error);
                 0
             }
             // Downstream holds our upstream's subscription: its credit passes as is,
@@ -126,14 +115,10 @@ where
     }
 
     fn on_error(&mut self, error: Error) {
-        if self.upstream.finish() {
-            self.downstream.on_error(error);
-        }
+        self.upstream.forward_error(&mut self.downstream, error);
     }
 
     fn on_complete(&mut self) {
-        if self.upstream.finish() {
-            self.downstream.on_complete();
-        }
+        self.upstream.forward_complete(&mut self.downstream);
     }
 }

@@ -59,17 +59,6 @@ struct InspectSubscriber<S, F> {
     upstream: Upstream,
 }
 
-impl<S, F> InspectSubscriber<S, F> {
-    fn fail<T>(&mut self, error: Error)
-    where
-        S: Subscriber<T>,
-    {
-        if self.upstream.cancel() {
-            self.downstream.on_error(error);
-        }
-    }
-}
-
 impl<T, S, F> Subscriber<T> for InspectSubscriber<S, F>
 where
     S: Subscriber<T>,
@@ -88,7 +77,7 @@ where
         }
         match catch(|| (self.f)(&item)) {
             Ok(()) => self.downstream.on_next(item),
-            Err(error) => self.fail(error),
+            Err(error) => self.upstream.fail(&mut self.downstream, error),
         }
     }
 
@@ -109,7 +98,7 @@ where
             .on_next_batch(Guarded::new(items, tapped, &mut outcome));
         match outcome.panic {
             Some(error) => {
-                self.fail(error);
+                self.upstream.fail(&mut self.downstream, error);
                 0
             }
             None => credit,
@@ -121,14 +110,10 @@ where
     }
 
     fn on_error(&mut self, error: Error) {
-        if self.upstream.finish() {
-            self.downstream.on_error(error);
-        }
+        self.upstream.forward_error(&mut self.downstream, error);
     }
 
     fn on_complete(&mut self) {
-        if self.upstream.finish() {
-            self.downstream.on_complete();
-        }
+        self.upstream.forward_complete(&mut self.downstream);
     }
 }

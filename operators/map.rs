@@ -61,17 +61,6 @@ struct MapSubscriber<S, F> {
     upstream: Upstream,
 }
 
-impl<S, F> MapSubscriber<S, F> {
-    fn fail<U>(&mut self, error: Error)
-    where
-        S: Subscriber<U>,
-    {
-        if self.upstream.cancel() {
-            self.downstream.on_error(error);
-        }
-    }
-}
-
 impl<T, U, S, F> Subscriber<T> for MapSubscriber<S, F>
 where
     S: Subscriber<U>,
@@ -90,7 +79,7 @@ where
         }
         match catch(|| (self.f)(item)) {
             Ok(out) => self.downstream.on_next(out),
-            Err(error) => self.fail(error),
+            Err(error) => self.upstream.fail(&mut self.downstream, error),
         }
     }
 
@@ -107,7 +96,7 @@ where
                 .on_next_batch(Guarded::new(items, |x| Some(f(x)), &mut outcome));
         match outcome.panic {
             Some(error) => {
-                self.fail(error);
+                self.upstream.fail(&mut self.downstream, error);
                 0
             }
             None => credit,
@@ -119,14 +108,10 @@ where
     }
 
     fn on_error(&mut self, error: Error) {
-        if self.upstream.finish() {
-            self.downstream.on_error(error);
-        }
+        self.upstream.forward_error(&mut self.downstream, error);
     }
 
     fn on_complete(&mut self) {
-        if self.upstream.finish() {
-            self.downstream.on_complete();
-        }
+        self.upstream.forward_complete(&mut self.downstream);
     }
 }

@@ -65,16 +65,7 @@ struct ScanSubscriber<S, A, F> {
     upstream: Upstream,
 }
 
-impl<S, A, F> ScanSubscriber<S, A, F> {
-    fn fail(&mut self, error: Error)
-    where
-        S: Subscriber<A>,
-    {
-        if self.upstream.cancel() {
-            self.downstream.on_error(error);
-        }
-    }
-}
+impl<S, A, F> ScanSubscriber<S, A, F> {}
 
 /// Fold `item` into `acc` and return the new state (also kept in `acc`). `None` only
 /// if an earlier call panicked, after which the stage never calls this again.
@@ -105,7 +96,7 @@ where
         match catch(|| step(&mut self.acc, &mut self.f, item)) {
             Ok(Some(state)) => self.downstream.on_next(state),
             Ok(None) => {}
-            Err(error) => self.fail(error),
+            Err(error) => self.upstream.fail(&mut self.downstream, error),
         }
     }
 
@@ -121,7 +112,7 @@ where
         let credit = self.downstream.on_next_batch(batch);
         match outcome.panic {
             Some(error) => {
-                self.fail(error);
+                self.upstream.fail(&mut self.downstream, error);
                 0
             }
             None => credit,
@@ -133,14 +124,10 @@ where
     }
 
     fn on_error(&mut self, error: Error) {
-        if self.upstream.finish() {
-            self.downstream.on_error(error);
-        }
+        self.upstream.forward_error(&mut self.downstream, error);
     }
 
     fn on_complete(&mut self) {
-        if self.upstream.finish() {
-            self.downstream.on_complete();
-        }
+        self.upstream.forward_complete(&mut self.downstream);
     }
 }

@@ -162,14 +162,10 @@ impl<T, S: Subscriber<T>> Subscriber<T> for SkipSubscriber<S> {
     }
 
     fn on_error(&mut self, error: Error) {
-        if self.upstream.finish() {
-            self.downstream.on_error(error);
-        }
+        self.upstream.forward_error(&mut self.downstream, error);
     }
 
     fn on_complete(&mut self) {
-        if self.upstream.finish() {
-            self.downstream.on_complete();
-        }
+        self.upstream.forward_complete(&mut self.downstream);
     }
 }

@@ -66,17 +66,6 @@ struct SkipWhileSubscriber<S, F> {
     upstream: Upstream,
 }
 
-impl<S, F> SkipWhileSubscriber<S, F> {
-    fn fail<T>(&mut self, error: Error)
-    where
-        S: Subscriber<T>,
-    {
-        if self.upstream.cancel() {
-            self.downstream.on_error(error);
-        }
-    }
-}
-
 impl<T, S, F> Subscriber<T> for SkipWhileSubscriber<S, F>
 where
     S: Subscriber<T>,
@@ -108,7 +97,7 @@ where
                 self.skipping = false;
                 self.downstream.on_next(item);
             }
-            Err(error) => self.fail(error),
+            Err(error) => self.upstream.fail(&mut self.downstream, error),
         }
     }
 
@@ -135,7 +124,7 @@ where
             .on_next_batch(Guarded::new(items, step, &mut outcome));
         match outcome.panic {
             Some(error) => {
-                self.fail(error);
+                self.upstream.fail(&mut self.downstream, error);
                 0
             }
             // Downstream's credit, plus the skipped items, owed to downstream again.
@@ -148,14 +137,10 @@ where
     }
 
     fn on_error(&mut self, error: Error) {
-        if self.upstream.finish() {
-            self.downstream.on_error(error);
-        }
+        self.upstream.forward_error(&mut self.downstream, error);
     }
 
     fn on_complete(&mut self) {
-        if self.upstream.finish() {
-            self.downstream.on_complete();
-        }
+        self.upstream.forward_complete(&mut self.downstream);
     }
 }

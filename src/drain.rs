@@ -25,7 +25,7 @@
 //! enters next, which Acquires the previous owner's Release in `leave`.
 
 use crate::loom::{AtomicUsize, Mutex, Ordering};
-use crate::Subscription;
+use crate::{Error, Subscriber, Subscription};
 
 /// The work-in-progress counter of a queue-drain loop. See the module docs.
 #[derive(Debug, Default)]
@@ -332,6 +332,28 @@ impl Upstream {
                 true
             }
             _ => false,
+        }
+    }
+
+    /// The stage failed on its own (a user closure panicked): cancel upstream and, if
+    /// the stage was active, signal `error` downstream (rule 4.2's "immediately").
+    pub(crate) fn fail<T, S: Subscriber<T>>(&mut self, downstream: &mut S, error: Error) {
+        if self.cancel() {
+            downstream.on_error(error);
+        }
+    }
+
+    /// Upstream failed: pass the first terminal signal on; ignore any later one (1.7).
+    pub(crate) fn forward_error<T, S: Subscriber<T>>(&mut self, downstream: &mut S, error: Error) {
+        if self.finish() {
+            downstream.on_error(error);
+        }
+    }
+
+    /// Upstream completed: pass the first terminal signal on; ignore any later one.
+    pub(crate) fn forward_complete<T, S: Subscriber<T>>(&mut self, downstream: &mut S) {
+        if self.finish() {
+            downstream.on_complete();
         }
     }
 }
