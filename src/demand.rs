@@ -377,7 +377,7 @@ impl RateLimit {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(weir_loom)))]
 mod tests {
     use super::*;
 
@@ -462,8 +462,8 @@ mod tests {
     }
 }
 
-/// Loom models: `RUSTFLAGS="--cfg loom" cargo test --release --lib loom`.
-#[cfg(all(test, loom))]
+/// Loom models: `RUSTFLAGS="--cfg weir_loom" cargo test --release --lib loom`.
+#[cfg(all(test, weir_loom))]
 mod loom_tests {
     use super::*;
     use loom::sync::Arc;

@@ -173,8 +173,8 @@ impl SubscriptionSlot {
     }
 }
 
-/// Loom models: `RUSTFLAGS="--cfg loom" cargo test --release --lib loom`.
-#[cfg(all(test, loom))]
+/// Loom models: `RUSTFLAGS="--cfg weir_loom" cargo test --release --lib loom`.
+#[cfg(all(test, weir_loom))]
 mod loom_tests {
     use super::*;
     use crate::loom::AtomicU64;

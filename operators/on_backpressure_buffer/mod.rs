@@ -44,7 +44,7 @@ use crate::{DropReason, Error, Overflow, Publisher, Subscriber, Subscription};
 
 use shared::{lock, Held, Shared};
 
-#[cfg(all(test, loom))]
+#[cfg(all(test, weir_loom))]
 mod loom_tests;
 mod shared;
 

@@ -1,0 +1,40 @@
+//! [`Immediate`]: run every task on the calling thread, at once.
+
+use std::time::{Duration, Instant};
+
+use super::{run_task, Scheduler, Task};
+
+/// Runs each task on the calling thread before `schedule` returns; a delayed task
+/// blocks the caller in `std::thread::sleep` for the delay first.
+///
+/// Useful in tests and for stages that must stay on the caller's thread. Delays block,
+/// so do not use it for time operators in production (use [`ThreadPool`](super::ThreadPool)
+/// or [`Tokio`](super::Tokio)); in tests prefer [`VirtualTime`](super::VirtualTime).
+///
+/// ```
+/// use weir::runtime::{Immediate, Scheduler};
+/// use std::sync::atomic::{AtomicBool, Ordering};
+/// use std::sync::Arc;
+///
+/// let ran = Arc::new(AtomicBool::new(false));
+/// let flag = ran.clone();
+/// Immediate.schedule(Box::new(move || flag.store(true, Ordering::Relaxed)));
+/// assert!(ran.load(Ordering::Relaxed));
+/// ```
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Immediate;
+
+impl Scheduler for Immediate {
+    fn schedule(&self, task: Task) {
+        run_task(task);
+    }
+
+    fn schedule_after(&self, delay: Duration, task: Task) {
+        std::thread::sleep(delay);
+        run_task(task);
+    }
+
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}

@@ -1,0 +1,163 @@
+//! [`VirtualTime`]: a manual clock for deterministic tests of time operators.
+//!
+//! Nothing runs until the test says so. `schedule` queues a task for the current
+//! instant; `schedule_after` queues it for `now + delay`. [`VirtualTime::advance`]
+//! moves the clock forward, running every task that falls due, in due order (ties in
+//! scheduling order), with the clock set to each task's due time while it runs. Tasks
+//! that schedule more tasks are handled in the same call, so after `advance(d)` returns
+//! the queue holds only tasks due after the new `now`.
+//!
+//! The lock is never held while a task runs, so tasks may schedule freely.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::{run_task, Scheduler, Task};
+
+/// A scheduler whose clock only moves when told to.
+///
+/// Cloning gives another handle to the same clock and queue.
+///
+/// ```
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+/// use weir::runtime::{Scheduler, VirtualTime};
+///
+/// let vt = VirtualTime::new();
+/// let log = Arc::new(Mutex::new(Vec::new()));
+/// let (a, b) = (log.clone(), log.clone());
+/// vt.schedule_after(Duration::from_secs(2), Box::new(move || a.lock().unwrap().push("2s")));
+/// vt.schedule(Box::new(move || b.lock().unwrap().push("now")));
+///
+/// vt.advance(Duration::from_secs(1));
+/// assert_eq!(*log.lock().unwrap(), ["now"]);
+/// vt.advance(Duration::from_secs(1));
+/// assert_eq!(*log.lock().unwrap(), ["now", "2s"]);
+/// assert_eq!(vt.elapsed(), Duration::from_secs(2));
+/// ```
+#[derive(Clone)]
+pub struct VirtualTime {
+    inner: Arc<Mutex<State>>,
+}
+
+struct State {
+    /// The real instant that virtual time zero maps to.
+    origin: Instant,
+    /// Virtual time elapsed since `origin`.
+    elapsed: Duration,
+    /// Tasks keyed by (due, scheduling sequence): the map's order is the run order.
+    queue: BTreeMap<(Duration, u64), Task>,
+    seq: u64,
+}
+
+impl std::fmt::Debug for VirtualTime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.lock();
+        f.debug_struct("VirtualTime")
+            .field("elapsed", &state.elapsed)
+            .field("pending", &state.queue.len())
+            .finish()
+    }
+}
+
+impl Default for VirtualTime {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl VirtualTime {
+    /// A clock at virtual time zero with nothing queued.
+    pub fn new() -> Self {
+        VirtualTime {
+            inner: Arc::new(Mutex::new(State {
+                origin: Instant::now(),
+                elapsed: Duration::ZERO,
+                queue: BTreeMap::new(),
+                seq: 0,
+            })),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // A task never runs under this lock, so it cannot be poisoned by user code;
+        // recover the state anyway rather than propagate a panic.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Virtual time passed since this clock was created.
+    pub fn elapsed(&self) -> Duration {
+        self.lock().elapsed
+    }
+
+    /// How many tasks are queued (due now or later).
+    pub fn pending(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    /// Run every task that is due now (and those they schedule for now), without
+    /// moving the clock.
+    pub fn run_ready(&self) {
+        self.advance(Duration::ZERO)
+    }
+
+    /// Move the clock forward by `by`, running every task that falls due on the way,
+    /// each at its own due time.
+    pub fn advance(&self, by: Duration) {
+        let target = self.elapsed() + by;
+        self.advance_to(target)
+    }
+
+    /// Move the clock to `elapsed` virtual time since creation (no-op if already past),
+    /// running every task that falls due on the way.
+    pub fn advance_to(&self, elapsed: Duration) {
+        loop {
+            let task = {
+                let mut state = self.lock();
+                let target = elapsed.max(state.elapsed);
+                match state.queue.first_key_value() {
+                    Some((&(due, seq), _)) if due <= target => {
+                        state.elapsed = state.elapsed.max(due);
+                        state.queue.remove(&(due, seq))
+                    }
+                    _ => {
+                        state.elapsed = target;
+                        None
+                    }
+                }
+            };
+            match task {
+                Some(task) => {
+                    run_task(task);
+                }
+                None => return,
+            }
+        }
+    }
+
+    fn push(&self, delay: Duration, task: Task) {
+        let mut state = self.lock();
+        let due = state.elapsed + delay;
+        let seq = state.seq;
+        state.seq += 1;
+        state.queue.insert((due, seq), task);
+    }
+}
+
+impl Scheduler for VirtualTime {
+    fn schedule(&self, task: Task) {
+        self.push(Duration::ZERO, task)
+    }
+
+    fn schedule_after(&self, delay: Duration, task: Task) {
+        self.push(delay, task)
+    }
+
+    fn now(&self) -> Instant {
+        let state = self.lock();
+        state.origin + state.elapsed
+    }
+}
