@@ -31,6 +31,7 @@ pub(crate) mod loom;
 pub mod metrics;
 #[path = "../operators/mod.rs"]
 pub mod operators;
+pub mod queue;
 pub mod runtime;
 pub mod sink;
 pub mod source;

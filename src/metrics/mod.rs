@@ -12,8 +12,16 @@
 //! Counting: a stage counts drops locally while it handles a batch and adds them to
 //! the shared atomic counters once per batch ([`Drops::add`]), not per item.
 //!
+//! Bounded queues also expose [`QueueStats`] (depth, oldest-item age, rates, lag in
+//! seconds) through a [`QueueMonitor`]; see [`queue_stats`'s docs](QueueStats).
+//!
 //! [`Subscriber::drop_hook`]: crate::Subscriber::drop_hook
 //! [`PublisherExt::on_dropped`]: crate::PublisherExt::on_dropped
+
+mod queue_stats;
+
+pub(crate) use queue_stats::QueueGauge;
+pub use queue_stats::{QueueMonitor, QueueStats, RATE_WINDOW};
 
 use std::any::Any;
 use std::fmt;

@@ -1,0 +1,377 @@
+//! Queue statistics: what a bounded queue holds, how old its oldest item is, how fast
+//! it drains, and therefore how far behind its consumer is, in seconds.
+//!
+//! Every bounded queue weir builds for you (an async boundary's hand-off, a push
+//! source, `on_backpressure_buffer`) owns a [`QueueGauge`]: a handful of atomics the
+//! queue updates once per batch (never per item), plus two small rate estimators. A
+//! [`QueueMonitor`] is the user's read-only handle; [`QueueMonitor::snapshot`] turns the
+//! gauge into a plain [`QueueStats`] value.
+//!
+//! # Rates and lag
+//!
+//! Arrival and drain rates are estimated per window of [`RATE_WINDOW`]: at the end of
+//! each window the window's rate is blended into the estimate with weight 1/2 (an
+//! exponentially weighted moving average with a half-life of one window). A snapshot
+//! taken long after the last window closed blends in the open window too, so a queue
+//! that stopped draining shows its drain rate falling towards zero rather than frozen.
+//!
+//! From them (DESIGN §11): lag = depth / drain rate (how long the newest item will
+//! wait); time to drain = depth / (drain rate − arrival rate), defined only while the
+//! queue is shrinking.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::metrics::Drops;
+use crate::runtime::Scheduler;
+use crate::DropReason;
+
+/// The window over which arrival and drain rates are measured.
+pub const RATE_WINDOW: Duration = Duration::from_millis(100);
+
+/// A point-in-time view of one bounded queue. See the [module docs](self).
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct QueueStats {
+    /// Items in the queue now.
+    pub depth: usize,
+    /// The most items the queue may hold.
+    pub capacity: usize,
+    /// How long the oldest queued item has waited (`None` when empty).
+    pub oldest_age: Option<Duration>,
+    /// Items accepted into the queue so far.
+    pub enqueued: u64,
+    /// Items taken out of the queue for delivery so far.
+    pub dequeued: u64,
+    /// Items dropped by the queue's policy, by [`DropReason`] (index: position in
+    /// [`DropReason::ALL`]). See [`dropped`](Self::dropped).
+    pub dropped_by_reason: [u64; DropReason::COUNT],
+    /// Items refused and handed back to their producer (`try_send` on a full queue,
+    /// the `Reject` policy). Not drops: the producer still owns them.
+    pub rejected: u64,
+    /// Total time producers spent waiting for room.
+    pub blocked: Duration,
+    /// Estimated items per second offered to the queue.
+    pub arrival_rate: f64,
+    /// Estimated items per second taken out of the queue.
+    pub drain_rate: f64,
+}
+
+impl QueueStats {
+    /// Items dropped for `reason`.
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        self.dropped_by_reason[reason_index(reason)]
+    }
+
+    /// Items dropped for any reason.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped_by_reason.iter().sum()
+    }
+
+    /// How long an item arriving now would wait: `depth / drain_rate`.
+    /// `Some(ZERO)` when empty; `None` when items wait and nothing drains.
+    pub fn lag(&self) -> Option<Duration> {
+        if self.depth == 0 {
+            return Some(Duration::ZERO);
+        }
+        seconds(self.depth as f64 / self.drain_rate)
+    }
+
+    /// How long until the queue is empty at the current rates:
+    /// `depth / (drain_rate − arrival_rate)`. `Some(ZERO)` when empty; `None` while the
+    /// queue is not shrinking.
+    pub fn time_to_drain(&self) -> Option<Duration> {
+        if self.depth == 0 {
+            return Some(Duration::ZERO);
+        }
+        seconds(self.depth as f64 / (self.drain_rate - self.arrival_rate))
+    }
+}
+
+fn seconds(s: f64) -> Option<Duration> {
+    (s.is_finite() && s >= 0.0).then(|| Duration::from_secs_f64(s.min(1e9)))
+}
+
+fn reason_index(reason: DropReason) -> usize {
+    DropReason::ALL
+        .iter()
+        .position(|r| *r == reason)
+        .expect("every reason is in DropReason::ALL")
+}
+
+impl fmt::Display for QueueStats {
+    /// One line: depth/capacity, oldest age, lag, rates and counters.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let secs = |d: Option<Duration>| match d {
+            Some(d) => format!("{:.3}s", d.as_secs_f64()),
+            None => "∞".to_owned(),
+        };
+        write!(
+            f,
+            "depth {}/{} oldest {} lag {} drain {:.0}/s arrive {:.0}/s enq {} deq {} dropped {} rejected {} blocked {:.3}s",
+            self.depth,
+            self.capacity,
+            self.oldest_age
+                .map_or_else(|| "-".to_owned(), |a| format!("{:.3}s", a.as_secs_f64())),
+            secs(self.lag()),
+            self.drain_rate,
+            self.arrival_rate,
+            self.enqueued,
+            self.dequeued,
+            self.dropped_total(),
+            self.rejected,
+            self.blocked.as_secs_f64(),
+        )
+    }
+}
+
+/// A read-only handle on one queue's statistics. Cheap to clone; may be read from any
+/// thread while the pipeline runs.
+#[derive(Clone)]
+pub struct QueueMonitor {
+    gauge: Arc<QueueGauge>,
+}
+
+impl fmt::Debug for QueueMonitor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("QueueMonitor").field(&self.snapshot()).finish()
+    }
+}
+
+impl QueueMonitor {
+    pub(crate) fn new(gauge: Arc<QueueGauge>) -> Self {
+        QueueMonitor { gauge }
+    }
+
+    /// The queue's statistics now.
+    pub fn snapshot(&self) -> QueueStats {
+        self.gauge.snapshot()
+    }
+}
+
+/// The live counters behind a [`QueueMonitor`]. Written by the queue's owner once per
+/// batch; read by snapshots. All counters are statistics: `Relaxed` throughout, since
+/// no other memory is published through them.
+pub(crate) struct QueueGauge {
+    capacity: usize,
+    clock: Arc<dyn Scheduler>,
+    origin: Instant,
+    depth: AtomicUsize,
+    /// Enqueue instant of the oldest item, as nanoseconds since `origin` plus one;
+    /// 0 = empty.
+    oldest: AtomicU64,
+    enqueued: AtomicU64,
+    dequeued: AtomicU64,
+    rejected: AtomicU64,
+    blocked_nanos: AtomicU64,
+    drops: Drops,
+    arrival: Mutex<Rate>,
+    drain: Mutex<Rate>,
+}
+
+impl fmt::Debug for QueueGauge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("QueueGauge")
+            .field("capacity", &self.capacity)
+            .finish_non_exhaustive()
+    }
+}
+
+impl QueueGauge {
+    /// A gauge for a queue of `capacity` items, reading time from `clock`.
+    pub(crate) fn new(capacity: usize, clock: Arc<dyn Scheduler>) -> Arc<Self> {
+        let origin = clock.now();
+        Arc::new(QueueGauge {
+            capacity,
+            origin,
+            depth: AtomicUsize::new(0),
+            oldest: AtomicU64::new(0),
+            enqueued: AtomicU64::new(0),
+            dequeued: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
+            blocked_nanos: AtomicU64::new(0),
+            drops: Drops::new(),
+            arrival: Mutex::new(Rate::new(origin)),
+            drain: Mutex::new(Rate::new(origin)),
+            clock,
+        })
+    }
+
+    /// The clock this gauge (and its queue's stamps) reads.
+    pub(crate) fn now(&self) -> Instant {
+        self.clock.now()
+    }
+
+    /// `n` items were offered to the queue at `now` (accepted, dropped or refused):
+    /// feeds the arrival rate.
+    pub(crate) fn offered(&self, n: u64, now: Instant) {
+        lock(&self.arrival).record(n, now);
+    }
+
+    /// `n` items were accepted into the queue.
+    pub(crate) fn enqueued(&self, n: u64) {
+        self.enqueued.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` items were taken out for delivery at `now`: feeds the drain rate.
+    pub(crate) fn dequeued(&self, n: u64, now: Instant) {
+        self.dequeued.fetch_add(n, Ordering::Relaxed);
+        lock(&self.drain).record(n, now);
+    }
+
+    /// `n` items were dropped for `reason`.
+    pub(crate) fn dropped(&self, reason: DropReason, n: u64) {
+        self.drops.add(reason, n);
+    }
+
+    /// `n` items were refused and handed back to their producer.
+    pub(crate) fn rejected(&self, n: u64) {
+        self.rejected.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A producer waited `waited` for room.
+    pub(crate) fn blocked(&self, waited: Duration) {
+        let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
+        self.blocked_nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// The queue now holds `depth` items, the oldest enqueued at `oldest`.
+    pub(crate) fn level(&self, depth: usize, oldest: Option<Instant>) {
+        self.depth.store(depth, Ordering::Relaxed);
+        let stamp = oldest.map_or(0, |t| {
+            let since = t.saturating_duration_since(self.origin).as_nanos();
+            u64::try_from(since).unwrap_or(u64::MAX - 1) + 1
+        });
+        self.oldest.store(stamp, Ordering::Relaxed);
+    }
+
+    pub(crate) fn snapshot(&self) -> QueueStats {
+        let now = self.clock.now();
+        let oldest = self.oldest.load(Ordering::Relaxed);
+        let oldest_age = (oldest != 0).then(|| {
+            let enqueued_at = self.origin + Duration::from_nanos(oldest - 1);
+            now.saturating_duration_since(enqueued_at)
+        });
+        QueueStats {
+            depth: self.depth.load(Ordering::Relaxed),
+            capacity: self.capacity,
+            oldest_age,
+            enqueued: self.enqueued.load(Ordering::Relaxed),
+            dequeued: self.dequeued.load(Ordering::Relaxed),
+            dropped_by_reason: DropReason::ALL.map(|r| self.drops.count(r)),
+            rejected: self.rejected.load(Ordering::Relaxed),
+            blocked: Duration::from_nanos(self.blocked_nanos.load(Ordering::Relaxed)),
+            arrival_rate: lock(&self.arrival).estimate(now),
+            drain_rate: lock(&self.drain).estimate(now),
+        }
+    }
+}
+
+fn lock(rate: &Mutex<Rate>) -> std::sync::MutexGuard<'_, Rate> {
+    // Only this module's arithmetic runs under the lock; recover from poisoning anyway.
+    rate.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A windowed, exponentially weighted rate estimate (items per second).
+#[derive(Debug)]
+struct Rate {
+    window_start: Instant,
+    in_window: u64,
+    estimate: Option<f64>,
+}
+
+impl Rate {
+    fn new(now: Instant) -> Self {
+        Rate {
+            window_start: now,
+            in_window: 0,
+            estimate: None,
+        }
+    }
+
+    fn record(&mut self, n: u64, now: Instant) {
+        self.in_window += n;
+        let elapsed = now.saturating_duration_since(self.window_start);
+        if elapsed >= RATE_WINDOW {
+            self.estimate = Some(self.blend(self.in_window as f64 / elapsed.as_secs_f64()));
+            self.window_start = now;
+            self.in_window = 0;
+        }
+    }
+
+    fn blend(&self, window_rate: f64) -> f64 {
+        match self.estimate {
+            Some(old) => (old + window_rate) / 2.0,
+            None => window_rate,
+        }
+    }
+
+    fn estimate(&self, now: Instant) -> f64 {
+        let elapsed = now.saturating_duration_since(self.window_start);
+        let open = || self.in_window as f64 / elapsed.as_secs_f64();
+        if elapsed >= RATE_WINDOW {
+            self.blend(open())
+        } else {
+            match self.estimate {
+                Some(rate) => rate,
+                None if elapsed > Duration::ZERO => open(),
+                None => 0.0,
+            }
+        }
+    }
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+    use crate::runtime::VirtualTime;
+
+    #[test]
+    fn rates_lag_and_time_to_drain_follow_the_sizing_rules() {
+        let vt = VirtualTime::new();
+        let gauge = QueueGauge::new(10_000, Arc::new(vt.clone()));
+        let monitor = QueueMonitor::new(gauge.clone());
+        // 1,200/s arriving, 1,000/s draining, for one second in 10 ms batches.
+        for _ in 0..100 {
+            vt.advance(Duration::from_millis(10));
+            let now = vt.now();
+            gauge.offered(12, now);
+            gauge.enqueued(12);
+            gauge.dequeued(10, now);
+        }
+        let start = vt.now() - Duration::from_secs(1);
+        gauge.level(200, Some(start));
+        let stats = monitor.snapshot();
+        assert!((stats.arrival_rate - 1_200.0).abs() < 1.0, "{stats:?}");
+        assert!((stats.drain_rate - 1_000.0).abs() < 1.0, "{stats:?}");
+        assert_eq!(stats.oldest_age, Some(Duration::from_secs(1)));
+        // lag = 200 / 1,000/s = 0.2 s; the queue grows, so no time to drain.
+        let lag = stats.lag().unwrap().as_secs_f64();
+        assert!((lag - 0.2).abs() < 1e-3, "{lag}");
+        assert_eq!(stats.time_to_drain(), None);
+        assert_eq!((stats.enqueued, stats.dequeued), (1_200, 1_000));
+    }
+
+    #[test]
+    fn a_stalled_queue_shows_its_drain_rate_falling_and_no_lag_bound() {
+        let vt = VirtualTime::new();
+        let gauge = QueueGauge::new(100, Arc::new(vt.clone()));
+        vt.advance(Duration::from_millis(100));
+        gauge.dequeued(100, vt.now());
+        assert_eq!(gauge.snapshot().drain_rate, 1_000.0);
+        vt.advance(Duration::from_secs(10));
+        gauge.level(5, Some(vt.now()));
+        let stats = gauge.snapshot();
+        assert_eq!(stats.drain_rate, 500.0, "half-life of one window");
+        assert!(stats.drain_rate < 1_000.0);
+        assert_eq!(stats.oldest_age, Some(Duration::ZERO));
+        gauge.dropped(DropReason::Expired, 3);
+        gauge.rejected(2);
+        let stats = gauge.snapshot();
+        assert_eq!(stats.dropped(DropReason::Expired), 3);
+        assert_eq!((stats.dropped_total(), stats.rejected), (3, 2));
+        assert!(stats.to_string().contains("depth 5/100"), "{stats}");
+    }
+}

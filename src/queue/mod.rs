@@ -1,0 +1,162 @@
+//! Bounded queues and how to size them.
+//!
+//! Every queue weir builds is bounded by construction (principle 2) and bounded in
+//! *time* as well as in count (principle 4):
+//!
+//! - [`Capacity`] sizes a queue in items, or from a wait budget:
+//!   `Capacity::for_wait(drain_rate, budget)` = `drain_rate × budget` (DESIGN §11: a
+//!   queue drained at 1,200/s with a 5 s budget holds 6,000).
+//! - [`TimeBounds`] adds an optional maximum age (items that waited longer are dropped
+//!   at dequeue, counted as [`DropReason::Expired`](crate::DropReason::Expired), so no
+//!   work is done for callers that gave up) and optional adaptive LIFO (once the queue
+//!   has not been empty for an interval, serve the newest item first: a standing queue
+//!   then hurts only the items already too old, not every new arrival).
+//! - Items are stamped at enqueue; each queue's [`QueueMonitor`](crate::metrics::QueueMonitor)
+//!   reports depth, oldest-item age, rates, and lag in seconds.
+
+pub(crate) mod timed;
+
+use std::fmt;
+use std::time::Duration;
+
+/// The largest capacity a weir queue accepts (2^30 items): a guard against sizing
+/// arithmetic gone wrong, not a memory budget.
+pub const MAX_CAPACITY: usize = 1 << 30;
+
+/// How many items a queue may hold. See the [module docs](self).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Capacity(usize);
+
+impl Capacity {
+    /// Exactly `n` items.
+    ///
+    /// # Panics
+    ///
+    /// If `n` is 0 or greater than [`MAX_CAPACITY`].
+    pub fn items(n: usize) -> Self {
+        assert!(
+            (1..=MAX_CAPACITY).contains(&n),
+            "Capacity: items must be in 1..={MAX_CAPACITY}, got {n}"
+        );
+        Capacity(n)
+    }
+
+    /// Enough room for `budget` worth of work at `drain_rate` items per second:
+    /// `⌈drain_rate × budget⌉` (Little's law). Keep the budget below your callers' own
+    /// timeout, or admitted work is dead on arrival.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::queue::Capacity;
+    ///
+    /// let capacity = Capacity::for_wait(1_200.0, Duration::from_secs(5)).unwrap();
+    /// assert_eq!(capacity.get(), 6_000);
+    /// assert!(Capacity::for_wait(0.0, Duration::from_secs(5)).is_err());
+    /// ```
+    pub fn for_wait(drain_rate: f64, budget: Duration) -> Result<Self, SizingError> {
+        if !(drain_rate.is_finite() && drain_rate > 0.0) {
+            return Err(SizingError::new(format!(
+                "drain_rate must be a positive, finite number of items per second, got {drain_rate}"
+            )));
+        }
+        if budget.is_zero() {
+            return Err(SizingError::new("wait budget must be greater than zero"));
+        }
+        let items = (drain_rate * budget.as_secs_f64()).ceil();
+        if items > MAX_CAPACITY as f64 {
+            return Err(SizingError::new(format!(
+                "{drain_rate}/s × {budget:?} = {items} items exceeds MAX_CAPACITY ({MAX_CAPACITY})"
+            )));
+        }
+        Ok(Capacity((items as usize).max(1)))
+    }
+
+    /// The capacity in items.
+    pub fn get(self) -> usize {
+        self.0
+    }
+}
+
+impl From<usize> for Capacity {
+    /// [`Capacity::items`].
+    fn from(n: usize) -> Self {
+        Capacity::items(n)
+    }
+}
+
+/// Time limits on a queue: maximum age at dequeue and adaptive LIFO. Default: neither.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimeBounds {
+    max_age: Option<Duration>,
+    lifo_after: Option<Duration>,
+}
+
+impl TimeBounds {
+    /// No time limits: FIFO, items never expire.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// Drop items that waited longer than `max_age` when they reach the head of the
+    /// queue (reason [`Expired`](crate::DropReason::Expired), counted, sent to the
+    /// drop hook).
+    ///
+    /// # Panics
+    ///
+    /// If `max_age` is zero (every item would expire).
+    pub fn max_age(mut self, max_age: Duration) -> Self {
+        assert!(
+            !max_age.is_zero(),
+            "TimeBounds::max_age must be greater than zero"
+        );
+        self.max_age = Some(max_age);
+        self
+    }
+
+    /// Adaptive LIFO: once the queue has been non-empty for `interval` without a break
+    /// (a standing queue), serve the newest item first until it empties again.
+    ///
+    /// # Panics
+    ///
+    /// If `interval` is zero.
+    pub fn adaptive_lifo(mut self, interval: Duration) -> Self {
+        assert!(
+            !interval.is_zero(),
+            "TimeBounds::adaptive_lifo interval must be greater than zero"
+        );
+        self.lifo_after = Some(interval);
+        self
+    }
+
+    /// The maximum age, if set.
+    pub fn get_max_age(&self) -> Option<Duration> {
+        self.max_age
+    }
+
+    /// The adaptive-LIFO interval, if set.
+    pub fn get_adaptive_lifo(&self) -> Option<Duration> {
+        self.lifo_after
+    }
+}
+
+/// A queue-sizing request that cannot be met, with the reason.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SizingError {
+    message: String,
+}
+
+impl SizingError {
+    pub(crate) fn new(message: impl Into<String>) -> Self {
+        SizingError {
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for SizingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "impossible queue sizing: {}", self.message)
+    }
+}
+
+impl std::error::Error for SizingError {}
