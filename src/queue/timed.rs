@@ -22,7 +22,11 @@ use crate::metrics::QueueGauge;
 use crate::DropReason;
 
 pub(crate) struct TimedQueue<T> {
-    items: VecDeque<(Instant, T)>,
+    /// Oldest first. Kept apart from the stamps so that holding policies can work on
+    /// the items directly ([`items_mut`](Self::items_mut)).
+    items: VecDeque<T>,
+    /// `stamps[i]` is when `items[i]` was enqueued.
+    stamps: VecDeque<Instant>,
     capacity: usize,
     bounds: TimeBounds,
     /// When the queue last went from empty to non-empty.
@@ -31,6 +35,16 @@ pub(crate) struct TimedQueue<T> {
     offered: u64,
     enqueued: u64,
     dequeued: u64,
+}
+
+/// What [`TimedQueue::pop_or_expired`] found at the head.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Popped<T> {
+    /// The next item to deliver.
+    Item(T),
+    /// An item that waited longer than the maximum age (already counted as `Expired`
+    /// in the gauge; the caller hands it to the drop hook).
+    Expired(T),
 }
 
 impl<T> std::fmt::Debug for TimedQueue<T> {
@@ -45,9 +59,11 @@ impl<T> std::fmt::Debug for TimedQueue<T> {
 
 impl<T> TimedQueue<T> {
     pub(crate) fn new(capacity: Capacity, bounds: TimeBounds, gauge: Arc<QueueGauge>) -> Self {
+        // Grows to at most `capacity`; never preallocates a large capacity up front.
+        let initial = capacity.get().min(1024);
         TimedQueue {
-            // Grows to at most `capacity`; never preallocates a large capacity up front.
-            items: VecDeque::with_capacity(capacity.get().min(1024)),
+            items: VecDeque::with_capacity(initial),
+            stamps: VecDeque::with_capacity(initial),
             capacity: capacity.get(),
             bounds,
             busy_since: None,
@@ -93,7 +109,8 @@ impl<T> TimedQueue<T> {
     pub(crate) fn push_evicting(&mut self, item: T, now: Instant) -> Option<T> {
         self.offered += 1;
         let evicted = if self.is_full() {
-            self.items.pop_front().map(|(_, old)| old)
+            self.stamps.pop_front();
+            self.items.pop_front()
         } else {
             None
         };
@@ -110,50 +127,84 @@ impl<T> TimedQueue<T> {
         if self.items.is_empty() {
             self.busy_since = Some(now);
         }
-        self.items.push_back((now, item));
+        self.items.push_back(item);
+        self.stamps.push_back(now);
         self.enqueued += 1;
     }
 
-    /// The next item to deliver at `now`, after handing every expired head item to
-    /// `expired`. LIFO once the queue has stood for the adaptive-LIFO interval.
-    pub(crate) fn pop(&mut self, now: Instant, expired: &mut impl FnMut(T)) -> Option<T> {
-        if let Some(max_age) = self.bounds.get_max_age() {
-            let mut n = 0;
-            while let Some((stamp, _)) = self.items.front() {
-                if now.saturating_duration_since(*stamp) <= max_age {
-                    break;
-                }
-                let (_, item) = self.items.pop_front().expect("front exists");
-                n += 1;
-                expired(item);
-            }
-            if n > 0 {
-                self.gauge.dropped(DropReason::Expired, n);
+    /// The items, oldest first, for a holding policy that rearranges a full queue.
+    /// After changing them, say what changed: [`evicted_oldest`](Self::evicted_oldest)
+    /// or [`refreshed_newest`](Self::refreshed_newest); a policy that merges into the
+    /// newest item keeps its stamp (the merged value holds data that old).
+    pub(crate) fn items_mut(&mut self) -> &mut VecDeque<T> {
+        &mut self.items
+    }
+
+    /// A policy took the oldest item out and appended one at `now`.
+    pub(crate) fn evicted_oldest(&mut self, now: Instant) {
+        self.stamps.pop_front();
+        self.stamps.push_back(now);
+        self.enqueued += 1;
+    }
+
+    /// A policy replaced the newest item with one that arrived at `now`.
+    pub(crate) fn refreshed_newest(&mut self, now: Instant) {
+        if let Some(stamp) = self.stamps.back_mut() {
+            *stamp = now;
+        }
+    }
+
+    /// The next item to deliver at `now`, or the next expired head item. LIFO once the
+    /// queue has stood for the adaptive-LIFO interval. `None` when empty.
+    pub(crate) fn pop_or_expired(&mut self, now: Instant) -> Option<Popped<T>> {
+        if let (Some(max_age), Some(stamp)) = (self.bounds.get_max_age(), self.stamps.front()) {
+            if now.saturating_duration_since(*stamp) > max_age {
+                self.stamps.pop_front();
+                let item = self.items.pop_front().expect("a stamp has its item");
+                self.left();
+                self.gauge.dropped(DropReason::Expired, 1);
+                return Some(Popped::Expired(item));
             }
         }
         let standing = match (self.bounds.get_adaptive_lifo(), self.busy_since) {
             (Some(interval), Some(since)) => now.saturating_duration_since(since) >= interval,
             _ => false,
         };
-        let popped = if standing {
+        let item = if standing {
+            self.stamps.pop_back();
             self.items.pop_back()
         } else {
+            self.stamps.pop_front();
             self.items.pop_front()
-        };
+        }?;
+        self.dequeued += 1;
+        self.left();
+        Some(Popped::Item(item))
+    }
+
+    fn left(&mut self) {
         if self.items.is_empty() {
             self.busy_since = None;
         }
-        popped.map(|(_, item)| {
-            self.dequeued += 1;
-            item
-        })
+    }
+
+    /// The next item to deliver at `now`, after handing every expired head item to
+    /// `expired`.
+    pub(crate) fn pop(&mut self, now: Instant, expired: &mut impl FnMut(T)) -> Option<T> {
+        loop {
+            match self.pop_or_expired(now)? {
+                Popped::Item(item) => return Some(item),
+                Popped::Expired(item) => expired(item),
+            }
+        }
     }
 
     /// Take every item out (cancellation, abort), oldest first, without counting them
     /// as delivered.
     pub(crate) fn take_all(&mut self) -> impl Iterator<Item = T> + '_ {
         self.busy_since = None;
-        self.items.drain(..).map(|(_, item)| item)
+        self.stamps.clear();
+        self.items.drain(..)
     }
 
     /// Publish this batch's counters, depth and oldest stamp to the gauge.
@@ -168,7 +219,7 @@ impl<T> TimedQueue<T> {
             self.gauge.dequeued(std::mem::take(&mut self.dequeued), now);
         }
         self.gauge
-            .level(self.items.len(), self.items.front().map(|(stamp, _)| *stamp));
+            .level(self.items.len(), self.stamps.front().copied());
     }
 }
 
