@@ -1102,6 +1102,11 @@ pub trait PublisherExt: Publisher + Sized {
     /// drops the oldest held item ([`DropReason::OverflowOldest`](crate::DropReason)),
     /// [`Overflow::DropNewest`](crate::Overflow::DropNewest) the arriving one
     /// (`OverflowNewest`); both are handed to the pipeline's [`DropHook`] and counted.
+    /// Held items are stamped at enqueue: [`OnBackpressureBuffer::time_bounds`] drops
+    /// items older than a maximum age at dequeue (`Expired`) and can serve a standing
+    /// queue newest first; [`OnBackpressureBuffer::monitor`] reports depth, oldest age
+    /// and lag. Size `capacity` from time with
+    /// [`Capacity::for_wait`](crate::queue::Capacity::for_wait)`(rate, budget).get()`.
     ///
     /// # Timing
     ///

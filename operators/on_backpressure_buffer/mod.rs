@@ -39,7 +39,10 @@ use std::sync::Arc;
 use crate::demand::{AtomicDemand, UNBOUNDED};
 use crate::drain::{Upstream, Wip};
 use crate::loom::{AtomicU8, Mutex};
-use crate::metrics::{DropHook, DropReporter};
+use crate::metrics::{DropHook, DropReporter, QueueGauge, QueueMonitor};
+use crate::queue::timed::TimedQueue;
+use crate::queue::{Capacity, TimeBounds};
+use crate::runtime::{Immediate, Scheduler};
 use crate::{DropReason, Error, Overflow, Publisher, Subscriber, Subscription};
 
 use shared::{lock, Held, Shared};
@@ -48,14 +51,20 @@ use shared::{lock, Held, Shared};
 mod loom_tests;
 mod shared;
 
-/// The largest capacity: the ring is allocated up front.
-const MAX_CAPACITY: usize = 1 << 30;
+/// The largest capacity.
+const MAX_CAPACITY: usize = crate::queue::MAX_CAPACITY;
 
 /// What a holding stage does with an item that arrives while it is full. Implemented
 /// by [`Overflow`], [`KeepLatest`](super::KeepLatest) and [`MergeInto`](super::MergeInto); the
 /// stage reports what is lost.
 pub trait OnFull<T>: Send + 'static {
     /// `held` holds `capacity` items (oldest first) and `item` arrived.
+    ///
+    /// Contract (the stage keeps enqueue stamps beside the items): return
+    /// `Lost::Item(OverflowOldest, _)` only after taking the oldest out and appending
+    /// `item`; `Lost::Item(ReplacedByLatest, _)` only after replacing the newest with
+    /// `item`; `Lost::Merged` after merging `item` into the newest (which keeps its
+    /// stamp); anything else only when `held` is unchanged.
     fn on_full(&mut self, held: &mut VecDeque<T>, item: T) -> Lost<T>;
 }
 
@@ -90,6 +99,12 @@ impl<T: Send + 'static> OnFull<T> for Overflow {
 /// Publisher for the [`on_backpressure_buffer`](crate::PublisherExt::on_backpressure_buffer)
 /// method (and, with other policies, `on_backpressure_latest`, `conflate` and
 /// `conflate_latest`).
+///
+/// The held items form a time-stamped queue: [`time_bounds`](Self::time_bounds) adds a
+/// maximum age (expired items are dropped at dequeue, reported as
+/// [`DropReason::Expired`]) and adaptive LIFO; [`monitor`](Self::monitor) reads its
+/// [`QueueStats`](crate::metrics::QueueStats); [`clock`](Self::clock) sets the clock
+/// the stamps come from (the wall clock by default).
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct OnBackpressureBuffer<P, O = Overflow> {
@@ -97,6 +112,8 @@ pub struct OnBackpressureBuffer<P, O = Overflow> {
     capacity: usize,
     policy: O,
     stage: &'static str,
+    bounds: TimeBounds,
+    gauge: Arc<QueueGauge>,
 }
 
 impl<P, O> OnBackpressureBuffer<P, O> {
@@ -110,7 +127,42 @@ impl<P, O> OnBackpressureBuffer<P, O> {
             capacity,
             policy,
             stage,
+            bounds: TimeBounds::none(),
+            gauge: QueueGauge::new(capacity, Arc::new(Immediate)),
         }
+    }
+
+    /// Bound the held items in time: maximum age at dequeue and adaptive LIFO
+    /// (see [`TimeBounds`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    /// use weir::queue::TimeBounds;
+    /// use weir::Overflow;
+    ///
+    /// let buffered = weir::range(0u32..10)
+    ///     .on_backpressure_buffer(100, Overflow::DropOldest)
+    ///     .time_bounds(TimeBounds::none().max_age(Duration::from_secs(5)));
+    /// assert_eq!(buffered.collect().wait().unwrap().len(), 10);
+    /// ```
+    pub fn time_bounds(mut self, bounds: TimeBounds) -> Self {
+        self.bounds = bounds;
+        self
+    }
+
+    /// Read time (enqueue stamps, ages, rates) from `clock` instead of the wall clock,
+    /// e.g. a [`VirtualTime`](crate::runtime::VirtualTime) in tests. Resets the
+    /// monitor: call it before [`monitor`](Self::monitor).
+    pub fn clock(mut self, clock: impl Scheduler) -> Self {
+        self.gauge = QueueGauge::new(self.capacity, Arc::new(clock));
+        self
+    }
+
+    /// A handle on the held-items queue's statistics (shared by every subscription of
+    /// this publisher and its clones).
+    pub fn monitor(&self) -> QueueMonitor {
+        QueueMonitor::new(self.gauge.clone())
     }
 }
 
@@ -129,6 +181,8 @@ impl<P: Publisher, O: OnFull<P::Item>> Publisher for OnBackpressureBuffer<P, O> 
             drops: DropReporter::new(self.stage, None),
             stage: self.stage,
             capacity: self.capacity,
+            bounds: self.bounds,
+            gauge: self.gauge,
             upstream: Upstream::Idle,
         })
     }
@@ -155,6 +209,10 @@ struct HoldSubscriber<T, S, O> {
     stage: &'static str,
     /// The most items held.
     capacity: usize,
+    /// Time limits on the held items.
+    bounds: TimeBounds,
+    /// The held-items queue's statistics.
+    gauge: Arc<QueueGauge>,
     /// Life-cycle state.
     upstream: Upstream,
 }
@@ -163,34 +221,53 @@ impl<T: Send + 'static, S: Subscriber<T>, O: OnFull<T>> HoldSubscriber<T, S, O> 
     /// Hold `items`, applying the policy when full. A refusal or a failed merge
     /// cancels upstream and parks the error behind the held items.
     fn hold(&mut self, shared: &Shared<T, S>, items: impl Iterator<Item = T>) {
+        let mut items = items.peekable();
+        if items.peek().is_none() {
+            return;
+        }
+        // One clock read and one statistics flush per batch.
+        let now = self.gauge.now();
         let mut held = lock(&shared.held);
+        let mut failure = None;
         for item in items {
-            if held.items.len() < self.capacity {
-                held.items.push_back(item);
+            let Err(item) = held.queue.push(item, now) else {
                 continue;
-            }
-            let error = match self.policy.on_full(&mut held.items, item) {
+            };
+            let lost = self.policy.on_full(held.queue.items_mut(), item);
+            match lost {
                 Lost::Item(reason, lost) => {
+                    match reason {
+                        DropReason::OverflowOldest => held.queue.evicted_oldest(now),
+                        DropReason::ReplacedByLatest => held.queue.refreshed_newest(now),
+                        _ => {}
+                    }
+                    self.gauge.dropped(reason, 1);
                     self.drops.drop_item(reason, lost);
-                    continue;
                 }
                 Lost::Merged => {
+                    self.gauge.dropped(DropReason::Merged, 1);
                     self.drops.count(DropReason::Merged, 1);
-                    continue;
                 }
                 Lost::Refused(refused) => {
+                    self.gauge.dropped(DropReason::OverflowNewest, 1);
                     self.drops.drop_item(DropReason::OverflowNewest, refused);
-                    Error::overflow(format!(
+                    failure = Some(Error::overflow(format!(
                         "buffer of {} items full and its policy is Overflow::Error",
                         self.capacity
-                    ))
+                    )));
+                    break;
                 }
-                Lost::Failed(error) => error,
-            };
+                Lost::Failed(error) => {
+                    failure = Some(error);
+                    break;
+                }
+            }
+        }
+        held.queue.flush(now);
+        if let Some(error) = failure {
             held.end = Some(Err(error));
             drop(held);
             self.upstream.cancel();
-            return;
         }
     }
 
@@ -222,11 +299,16 @@ where
             wip: Wip::new(),
             flags: AtomicU8::new(0),
             held: Mutex::new(Held {
-                items: VecDeque::with_capacity(self.capacity),
+                queue: TimedQueue::new(
+                    Capacity::items(self.capacity),
+                    self.bounds,
+                    self.gauge.clone(),
+                ),
                 end: None,
             }),
             downstream: Mutex::new(None),
             upstream: subscription.clone(),
+            expired: Mutex::new(DropReporter::new(self.stage, self.hook.clone())),
         });
         self.shared = Some(shared.clone());
         // Own the loop while downstream's on_subscribe runs: its requests only count.

@@ -244,3 +244,116 @@ proptest! {
         check_prediction(&run, &holding_model(len, &events, capacity, full))?;
     }
 }
+
+mod time_bounds {
+    //! The held items are a time-stamped queue: max age at dequeue, adaptive LIFO and
+    //! queue statistics, under `VirtualTime`.
+
+    use std::time::Duration;
+
+    use weir::queue::TimeBounds;
+    use weir::runtime::VirtualTime;
+    use weir::{DropReason, Overflow, PublisherExt};
+
+    use crate::baseline;
+
+    #[test]
+    fn items_older_than_max_age_are_dropped_at_dequeue_and_reported() {
+        let vt = VirtualTime::new();
+        let clock = vt.clone();
+        let mut monitor = None;
+        let (probe, handle, drops) = baseline::valve_probe(100, |source| {
+            let stage = source
+                .on_backpressure_buffer(10, Overflow::DropOldest)
+                .time_bounds(TimeBounds::none().max_age(Duration::from_secs(1)))
+                .clock(clock);
+            monitor = Some(stage.monitor());
+            stage
+        });
+        let monitor = monitor.unwrap();
+
+        handle.release(3); // 0, 1, 2 held at t = 0
+        vt.advance(Duration::from_millis(800));
+        handle.release(2); // 3, 4 held at t = 0.8 s
+        let stats = monitor.snapshot();
+        assert_eq!((stats.depth, stats.enqueued), (5, 5));
+        assert_eq!(stats.oldest_age, Some(Duration::from_millis(800)));
+
+        vt.advance(Duration::from_millis(400)); // t = 1.2 s: 0..3 are 1.2 s old
+        let stats = monitor.snapshot();
+        assert_eq!(stats.oldest_age, Some(Duration::from_millis(1_200)));
+        probe.request(1);
+        probe.assert_items(&[3]);
+        assert_eq!(drops.count(DropReason::Expired), 3, "0, 1, 2 expired");
+        let stats = monitor.snapshot();
+        assert_eq!(stats.dropped(DropReason::Expired), 3);
+        assert_eq!((stats.depth, stats.dequeued), (1, 1));
+        assert_eq!(stats.oldest_age, Some(Duration::from_millis(400)));
+
+        vt.advance(Duration::from_millis(500)); // 4 is 0.9 s old: still fresh
+        probe.request(5);
+        probe.assert_items(&[3, 4]);
+        assert_eq!(drops.total(), 3);
+        probe.assert_no_violations();
+    }
+
+    #[test]
+    fn a_standing_queue_serves_newest_first_once_the_interval_has_passed() {
+        let vt = VirtualTime::new();
+        let clock = vt.clone();
+        let (probe, handle, drops) = baseline::valve_probe(100, |source| {
+            source
+                .on_backpressure_buffer(10, Overflow::DropOldest)
+                .time_bounds(TimeBounds::none().adaptive_lifo(Duration::from_secs(1)))
+                .clock(clock)
+        });
+        handle.release(3);
+        probe.request(1);
+        probe.assert_items(&[0]);
+        vt.advance(Duration::from_secs(1));
+        handle.release(2); // held: 1, 2, 3, 4; non-empty for 1 s
+        probe.request(2);
+        probe.assert_items(&[0, 4, 3]);
+        probe.request(2);
+        probe.assert_items(&[0, 4, 3, 2, 1]);
+        handle.release(2); // the queue emptied: FIFO again
+        probe.request(10);
+        probe.assert_items(&[0, 4, 3, 2, 1, 5, 6]);
+        assert_eq!(drops.total(), 0);
+        probe.assert_no_violations();
+    }
+
+    #[test]
+    fn the_monitor_counts_overflow_drops_and_lag() {
+        let vt = VirtualTime::new();
+        let clock = vt.clone();
+        let mut monitor = None;
+        let (probe, handle, _drops) = baseline::valve_probe(1_000, |source| {
+            let stage = source
+                .on_backpressure_buffer(4, Overflow::DropNewest)
+                .clock(clock);
+            monitor = Some(stage.monitor());
+            stage
+        });
+        let monitor = monitor.unwrap();
+        // 10 per 100 ms offered, 2 per 100 ms taken, for one second.
+        for _ in 0..10 {
+            vt.advance(Duration::from_millis(100));
+            handle.release(10);
+            probe.request(2);
+        }
+        let stats = monitor.snapshot();
+        assert_eq!(stats.capacity, 4);
+        assert_eq!(stats.dequeued, 20);
+        assert_eq!(
+            stats.dropped(DropReason::OverflowNewest) + stats.enqueued,
+            100,
+            "every offered item was queued or dropped: {stats:?}"
+        );
+        assert_eq!(stats.depth, 2, "4 held after each offer, 2 taken");
+        assert!(stats.drain_rate > 0.0, "{stats:?}");
+        let lag = stats.lag().expect("draining");
+        assert!(lag > Duration::ZERO, "{stats:?}");
+        probe.assert_no_violations();
+    }
+}
