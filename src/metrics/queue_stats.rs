@@ -31,7 +31,13 @@ use crate::DropReason;
 /// The window over which arrival and drain rates are measured.
 pub const RATE_WINDOW: Duration = Duration::from_millis(100);
 
-/// A point-in-time view of one bounded queue. See the [module docs](self).
+/// A point-in-time view of one bounded queue, from [`QueueMonitor::snapshot`].
+///
+/// Rates are estimated per [`RATE_WINDOW`] and blended with weight 1/2 at the end of
+/// each window (a snapshot long after the last window blends in the open one, so a
+/// stalled queue's drain rate falls instead of freezing). From them, DESIGN §11:
+/// [`lag`](Self::lag) = depth / drain rate, [`time_to_drain`](Self::time_to_drain) =
+/// depth / (drain rate − arrival rate).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct QueueStats {
