@@ -1,0 +1,206 @@
+//! The schedulers (mirrors `src/runtime/`): what runs where and when, counted and
+//! ordered, never timed.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use weir::runtime::{Immediate, Scheduler, ThreadPool, Tokio, VirtualTime};
+
+fn log() -> (
+    Arc<Mutex<Vec<&'static str>>>,
+    impl Fn(&'static str) -> weir::runtime::Task,
+) {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let writer = log.clone();
+    let task = move |name: &'static str| -> weir::runtime::Task {
+        let writer = writer.clone();
+        Box::new(move || writer.lock().unwrap().push(name))
+    };
+    (log, task)
+}
+
+#[test]
+fn immediate_runs_on_the_calling_thread_before_returning() {
+    let here = std::thread::current().id();
+    let (tx, rx) = mpsc::channel();
+    Immediate.schedule(Box::new(move || {
+        tx.send(std::thread::current().id()).unwrap()
+    }));
+    assert_eq!(rx.try_recv().unwrap(), here);
+}
+
+#[test]
+fn virtual_time_runs_tasks_in_due_order_with_ties_in_scheduling_order() {
+    let vt = VirtualTime::new();
+    let (log, task) = log();
+    vt.schedule_after(Duration::from_secs(3), task("c@3"));
+    vt.schedule_after(Duration::from_secs(1), task("a@1"));
+    vt.schedule_after(Duration::from_secs(1), task("b@1"));
+    vt.schedule(task("now"));
+    assert_eq!(vt.pending(), 4);
+    assert!(
+        log.lock().unwrap().is_empty(),
+        "nothing runs until the clock is driven"
+    );
+
+    vt.run_ready();
+    assert_eq!(*log.lock().unwrap(), ["now"]);
+    vt.advance(Duration::from_millis(2_500));
+    assert_eq!(*log.lock().unwrap(), ["now", "a@1", "b@1"]);
+    assert_eq!(vt.elapsed(), Duration::from_millis(2_500));
+    vt.advance_to(Duration::from_secs(3));
+    assert_eq!(*log.lock().unwrap(), ["now", "a@1", "b@1", "c@3"]);
+    assert_eq!(vt.pending(), 0);
+}
+
+#[test]
+fn virtual_time_sets_the_clock_to_each_tasks_due_time_and_runs_what_tasks_schedule() {
+    let vt = VirtualTime::new();
+    let start = vt.now();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    // A task that re-arms itself every second, three times, recording the clock.
+    fn tick(vt: VirtualTime, start: std::time::Instant, seen: Arc<Mutex<Vec<Duration>>>) {
+        let clock = vt.clone();
+        vt.schedule_after(
+            Duration::from_secs(1),
+            Box::new(move || {
+                let mut s = seen.lock().unwrap();
+                s.push(clock.now() - start);
+                if s.len() < 3 {
+                    drop(s);
+                    tick(clock, start, seen);
+                }
+            }),
+        );
+    }
+    tick(vt.clone(), start, seen.clone());
+    vt.advance(Duration::from_secs(10));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [1, 2, 3].map(Duration::from_secs),
+        "each run saw its own due time"
+    );
+    assert_eq!(vt.now() - start, Duration::from_secs(10));
+}
+
+#[test]
+fn a_panicking_task_does_not_stop_virtual_time_or_a_pool() {
+    let vt = VirtualTime::new();
+    let (log, task) = log();
+    vt.schedule(Box::new(|| panic!("task panics")));
+    vt.schedule(task("after"));
+    vt.run_ready();
+    assert_eq!(*log.lock().unwrap(), ["after"]);
+
+    let pool = ThreadPool::new(1);
+    let (tx, rx) = mpsc::channel();
+    pool.schedule(Box::new(|| panic!("task panics")));
+    pool.schedule(Box::new(move || tx.send(()).unwrap()));
+    rx.recv_timeout(Duration::from_secs(10))
+        .expect("the worker survived the panic");
+}
+
+#[test]
+fn thread_pool_runs_every_task_on_its_named_workers() {
+    let pool = ThreadPool::builder().name("rt-test").threads(2).build();
+    let (tx, rx) = mpsc::channel();
+    for i in 0..1_000 {
+        let tx = tx.clone();
+        pool.schedule(Box::new(move || {
+            let name = std::thread::current().name().unwrap_or("").to_owned();
+            tx.send((i, name)).unwrap();
+        }));
+    }
+    drop(tx);
+    let mut got: Vec<_> = rx.iter().collect();
+    got.sort();
+    assert_eq!(got.len(), 1_000);
+    assert!(got.iter().enumerate().all(|(i, (j, _))| i == *j));
+    assert!(got.iter().all(|(_, name)| name.starts_with("rt-test-")));
+}
+
+#[test]
+fn thread_pool_timers_fire_in_deadline_order_and_not_early() {
+    let pool = ThreadPool::new(1);
+    let (tx, rx) = mpsc::channel();
+    let start = pool.now();
+    for (delay, name) in [(30, "c"), (10, "a"), (20, "b")] {
+        let tx = tx.clone();
+        let clock = pool.clone();
+        pool.schedule_after(
+            Duration::from_millis(delay),
+            Box::new(move || tx.send((name, clock.now() - start)).unwrap()),
+        );
+    }
+    drop(tx);
+    let fired: Vec<_> = rx.iter().collect();
+    assert_eq!(
+        fired.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+        ["a", "b", "c"]
+    );
+    for ((_, at), min) in fired.iter().zip([10, 20, 30]) {
+        assert!(
+            *at >= Duration::from_millis(min),
+            "{at:?} fired before {min} ms"
+        );
+    }
+}
+
+#[test]
+fn dropping_the_last_pool_handle_stops_its_workers() {
+    let pool = ThreadPool::builder().name("rt-drop").threads(1).build();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = mpsc::channel();
+    let counter = ran.clone();
+    pool.schedule(Box::new(move || {
+        counter.fetch_add(1, Ordering::SeqCst);
+        tx.send(()).unwrap();
+    }));
+    rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    let later = ran.clone();
+    pool.schedule_after(
+        Duration::from_secs(3_600),
+        Box::new(move || {
+            later.fetch_add(1, Ordering::SeqCst);
+        }),
+    );
+    drop(pool);
+    // The hour-long timer was dropped with the pool, releasing what it captured.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while Arc::strong_count(&ran) > 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "queued task never released"
+        );
+        std::thread::yield_now();
+    }
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+#[should_panic(expected = "ThreadPool: threads must be at least 1, got 0")]
+fn a_pool_without_threads_is_refused() {
+    let _ = ThreadPool::new(0);
+}
+
+#[test]
+fn tokio_runs_tasks_on_the_runtime_and_reads_its_paused_clock() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+        .unwrap();
+    let scheduler = Tokio::new(rt.handle().clone());
+    let start = scheduler.now();
+    let (tx, rx) = mpsc::channel();
+    let clock = scheduler.clone();
+    scheduler.schedule_after(
+        Duration::from_secs(60),
+        Box::new(move || tx.send(clock.now() - start).unwrap()),
+    );
+    // With time paused, the runtime jumps the clock straight to the timer.
+    rt.block_on(async { tokio::time::sleep(Duration::from_secs(61)).await });
+    assert_eq!(rx.try_recv().unwrap(), Duration::from_secs(60));
+}
