@@ -106,12 +106,49 @@ impl<T> TimedQueue<T> {
         self.offered += n;
     }
 
+    /// Replace the newest queued item with `item` (stamped `now`) and return the one
+    /// it replaced (the caller reports it as `ReplacedByLatest`); on an empty queue
+    /// this is a plain append and returns `None`.
+    pub(crate) fn replace_newest(&mut self, item: T, now: Instant) -> Option<T> {
+        self.offered += 1;
+        let replaced = self.items.pop_back().map(|(_, old)| old);
+        self.append(item, now);
+        replaced
+    }
+
     fn append(&mut self, item: T, now: Instant) {
         if self.items.is_empty() {
             self.busy_since = Some(now);
         }
+        if self.items.len() == self.items.capacity() {
+            // Grow by doubling, but never past `capacity`: the buffer's memory stays
+            // within `capacity` slots whatever the capacity (no power-of-two rounding).
+            let len = self.items.len();
+            self.items
+                .reserve_exact(len.max(1).min(self.capacity.saturating_sub(len).max(1)));
+        }
         self.items.push_back((now, item));
         self.enqueued += 1;
+    }
+
+    /// Take up to `max` items out at `now` into `out`, in delivery order (the
+    /// [`pop`](Self::pop) rules: expired head items go to `expired` and are counted,
+    /// LIFO once standing). Returns how many items were delivered plus expired.
+    pub(crate) fn pop_batch(
+        &mut self,
+        now: Instant,
+        max: usize,
+        out: &mut Vec<T>,
+        expired: &mut Vec<T>,
+    ) -> usize {
+        let (out_before, expired_before) = (out.len(), expired.len());
+        while out.len() - out_before < max {
+            match self.pop(now, &mut |item| expired.push(item)) {
+                Some(item) => out.push(item),
+                None => break,
+            }
+        }
+        out.len() - out_before + expired.len() - expired_before
     }
 
     /// The next item to deliver at `now`, after handing every expired head item to
@@ -167,8 +204,10 @@ impl<T> TimedQueue<T> {
         if self.dequeued > 0 {
             self.gauge.dequeued(std::mem::take(&mut self.dequeued), now);
         }
-        self.gauge
-            .level(self.items.len(), self.items.front().map(|(stamp, _)| *stamp));
+        self.gauge.level(
+            self.items.len(),
+            self.items.front().map(|(stamp, _)| *stamp),
+        );
     }
 }
 
@@ -184,7 +223,11 @@ mod tests {
         let vt = VirtualTime::new();
         let gauge = QueueGauge::new(capacity, Arc::new(vt.clone()));
         let monitor = QueueMonitor::new(gauge.clone());
-        (vt, TimedQueue::new(Capacity::items(capacity), bounds, gauge), monitor)
+        (
+            vt,
+            TimedQueue::new(Capacity::items(capacity), bounds, gauge),
+            monitor,
+        )
     }
 
     #[test]
@@ -215,19 +258,28 @@ mod tests {
         q.push(3, vt.now()).unwrap();
         vt.advance(Duration::from_millis(300));
         q.flush(vt.now());
-        assert_eq!(monitor.snapshot().oldest_age, Some(Duration::from_millis(1_100)));
+        assert_eq!(
+            monitor.snapshot().oldest_age,
+            Some(Duration::from_millis(1_100))
+        );
         let mut expired = Vec::new();
         assert_eq!(q.pop(vt.now(), &mut |i| expired.push(i)), Some(3));
         assert_eq!(expired, [0, 1, 2]);
         q.flush(vt.now());
         let stats = monitor.snapshot();
         assert_eq!(stats.dropped(DropReason::Expired), 3);
-        assert_eq!((stats.depth, stats.dequeued, stats.oldest_age), (0, 1, None));
+        assert_eq!(
+            (stats.depth, stats.dequeued, stats.oldest_age),
+            (0, 1, None)
+        );
     }
 
     #[test]
     fn a_standing_queue_serves_newest_first_until_it_empties() {
-        let (vt, mut q, _) = queue(8, TimeBounds::none().adaptive_lifo(Duration::from_millis(100)));
+        let (vt, mut q, _) = queue(
+            8,
+            TimeBounds::none().adaptive_lifo(Duration::from_millis(100)),
+        );
         let mut none = |_| panic!("nothing expires");
         q.push(1, vt.now()).unwrap();
         q.push(2, vt.now()).unwrap();
@@ -238,6 +290,10 @@ mod tests {
         assert_eq!(q.pop(vt.now(), &mut none), Some(2));
         q.push(4, vt.now()).unwrap();
         q.push(5, vt.now()).unwrap();
-        assert_eq!(q.pop(vt.now(), &mut none), Some(4), "FIFO again after emptying");
+        assert_eq!(
+            q.pop(vt.now(), &mut none),
+            Some(4),
+            "FIFO again after emptying"
+        );
     }
 }
