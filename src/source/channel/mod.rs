@@ -196,20 +196,19 @@ impl std::error::Error for ChannelClosed {}
 ///
 /// ```
 /// use weir::prelude::*;
-/// use weir::metrics::{DropHook, Drops};
 /// use weir::source::channel::ChannelPolicy;
 /// use weir::DropReason;
 ///
 /// let (tx, rx) = weir::channel::<u32>(3, ChannelPolicy::DropOldest);
-/// let drops = Drops::new();
-/// let mut handle = rx.on_dropped(DropHook::new(drops.clone())).collect_with(1);
-/// // The sink requested 1 item at subscribe: 0 is delivered at once; 1..=3 wait.
+/// let monitor = rx.monitor();
 /// for i in 0..6 {
 ///     tx.try_send(i).unwrap(); // never refused: the oldest queued item makes room
 /// }
 /// drop(tx);
-/// assert_eq!(handle.wait().unwrap(), vec![0, 3, 4, 5]);
-/// assert_eq!(drops.count(DropReason::OverflowOldest), 2);
+/// // Dropped before anyone subscribed: counted in the queue's stats. Drops after
+/// // subscribe also go to the subscriber's drop hook (`PublisherExt::on_dropped`).
+/// assert_eq!(monitor.snapshot().dropped(DropReason::OverflowOldest), 3);
+/// assert_eq!(rx.collect().wait().unwrap(), vec![3, 4, 5]);
 /// ```
 pub fn channel<T: Send + 'static>(
     capacity: impl Into<Capacity>,
