@@ -479,6 +479,11 @@ fn two_water_marks_flip_far_less_than_one() {
             hysteresis.flips
         );
         assert!(hysteresis.flips >= 8, "tick {tick:?}: {hysteresis:?}");
+        if tick == Duration::from_secs(1) {
+            // The 1-second reference model: about 36–41 flips against 12–13.
+            assert!((34..=42).contains(&single.flips), "{single:?}");
+            assert!((11..=14).contains(&hysteresis.flips), "{hysteresis:?}");
+        }
         assert!(
             hysteresis.pauses.iter().all(|p| *p >= Duration::from_secs(3)),
             "tick {tick:?}: the 800/500 run pauses for several seconds at a time: {hysteresis:?}"

@@ -497,8 +497,8 @@ fn demand_schedules_identity_processor() {
 
 /// `factory(n)` for `weir::channel`: `n` items queued up front, senders dropped (the
 /// stream completes after them). One subscriber per channel, so no rule 1.11 clones.
-fn channel_prefilled(n: u64) -> weir::source::Channel<u64> {
-    let capacity = usize::try_from(n).unwrap_or(usize::MAX).clamp(1, 1 << 20);
+fn prefilled_channel(n: u64) -> weir::source::Channel<u64> {
+    let capacity = usize::try_from(n).expect("max_elements bounds n").max(1);
     let (tx, rx) = weir::channel(capacity, weir::source::ChannelPolicy::Backpressure);
     for i in 0..n {
         tx.try_send(i).expect("sized to hold every item");
@@ -509,7 +509,7 @@ fn channel_prefilled(n: u64) -> weir::source::Channel<u64> {
 /// `factory(n)` for `weir::channel`: a producer thread pushing `n` items with
 /// `send_blocking` through a channel of 4 (so delivery happens on both threads); it
 /// stops when the subscriber cancels (its sends answer `Closed`).
-fn channel_threaded(n: u64) -> weir::source::Channel<u64> {
+fn threaded_channel(n: u64) -> weir::source::Channel<u64> {
     let (tx, rx) = weir::channel(4, weir::source::ChannelPolicy::Backpressure);
     std::thread::spawn(move || {
         for i in 0..n {
@@ -523,14 +523,16 @@ fn channel_threaded(n: u64) -> weir::source::Channel<u64> {
 
 weir::publisher_tck!(
     channel_prefilled,
-    PublisherVerification::new(channel_prefilled)
+    PublisherVerification::new(prefilled_channel)
         .with_failed_publisher(|| weir::error::<u64>(Error::msg("failed on purpose")))
+        // Queued up front, so not 2^31 items: rule 3.17's overflow test runs threaded.
+        .max_elements(1 << 20)
         .stochastic_iterations(20)
         .env(env())
 );
 weir::publisher_tck!(
     channel_threaded,
-    PublisherVerification::new(channel_threaded)
+    PublisherVerification::new(threaded_channel)
         .with_failed_publisher(|| weir::error::<u64>(Error::msg("failed on purpose")))
         .stochastic_iterations(20)
         .env(env())
