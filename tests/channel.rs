@@ -75,7 +75,11 @@ fn try_send_full_and_closed_hand_the_item_back() {
     let full = tx.try_send(3).unwrap_err();
     assert!(full.is_full());
     assert_eq!(full.into_inner(), 3);
-    assert_eq!(monitor.snapshot().rejected, 1, "a refused try_send counts as rejected");
+    assert_eq!(
+        monitor.snapshot().rejected,
+        1,
+        "a refused try_send counts as rejected"
+    );
     tx.close();
     assert!(tx.is_closed());
     assert_eq!(tx.try_send(4), Err(TrySendError::Closed(4)));
@@ -101,10 +105,18 @@ fn cancel_closes_the_senders_and_releases_queued_items() {
     }
     assert_eq!(live.load(Ordering::SeqCst), 3);
     probe.cancel();
-    assert_eq!(live.load(Ordering::SeqCst), 0, "queued items are released at cancel");
+    assert_eq!(
+        live.load(Ordering::SeqCst),
+        0,
+        "queued items are released at cancel"
+    );
     let back = tx.try_send(Tracked::new(&live)).unwrap_err();
     assert!(back.is_closed(), "senders see Closed after cancel");
-    assert_eq!(live.load(Ordering::SeqCst), 1, "the item came back to its sender");
+    assert_eq!(
+        live.load(Ordering::SeqCst),
+        1,
+        "the item came back to its sender"
+    );
     drop(back);
     assert_eq!(tx.wait_resumed(), Err(ChannelClosed));
     assert_eq!(
@@ -130,10 +142,20 @@ fn reject_hands_back_and_counts_rejections_in_every_send_form() {
     let (tx, rx) = weir::channel::<u64>(1, ChannelPolicy::Reject);
     tx.try_send(0).unwrap();
     assert_eq!(tx.try_send(1), Err(TrySendError::Full(1)));
-    assert_eq!(tx.send_blocking(2), Err(TrySendError::Full(2)), "Reject never waits");
-    assert_eq!(futures::executor::block_on(tx.send(3)), Err(TrySendError::Full(3)));
+    assert_eq!(
+        tx.send_blocking(2),
+        Err(TrySendError::Full(2)),
+        "Reject never waits"
+    );
+    assert_eq!(
+        futures::executor::block_on(tx.send(3)),
+        Err(TrySendError::Full(3))
+    );
     let stats = rx.monitor().snapshot();
-    assert_eq!((stats.rejected, stats.enqueued, stats.dropped_total()), (3, 1, 0));
+    assert_eq!(
+        (stats.rejected, stats.enqueued, stats.dropped_total()),
+        (3, 1, 0)
+    );
 }
 
 // ---- policies -----------------------------------------------------------------------
@@ -230,7 +252,10 @@ fn fail_delivers_the_error_after_the_queued_items() {
     let (tx, rx) = weir::channel::<u64>(8, ChannelPolicy::Backpressure);
     tx.try_send(1).unwrap();
     assert!(tx.fail(weir::Error::msg("socket reset")));
-    assert!(!tx.fail(weir::Error::msg("again")), "only the first end counts");
+    assert!(
+        !tx.fail(weir::Error::msg("again")),
+        "only the first end counts"
+    );
     let probe = probe_of(rx);
     probe.request(1);
     probe.assert_items(&[1]);
@@ -273,7 +298,10 @@ fn send_waits_for_room_under_futures_block_on() {
     });
     assert_eq!(consumer.join().unwrap(), (0..2_000).collect::<Vec<_>>());
     let stats = monitor.snapshot();
-    assert_eq!((stats.enqueued, stats.dequeued, stats.rejected), (2_000, 2_000, 0));
+    assert_eq!(
+        (stats.enqueued, stats.dequeued, stats.rejected),
+        (2_000, 2_000, 0)
+    );
 }
 
 #[test]
@@ -311,7 +339,10 @@ fn a_waiting_send_records_the_time_it_waited() {
     assert!(std::pin::Pin::new(&mut send).poll(&mut cx).is_pending());
     clock.advance(Duration::from_secs(1));
     probe.request(1);
-    assert_eq!(std::pin::Pin::new(&mut send).poll(&mut cx), Poll::Ready(Ok(())));
+    assert_eq!(
+        std::pin::Pin::new(&mut send).poll(&mut cx),
+        Poll::Ready(Ok(()))
+    );
     probe.request(1);
     probe.assert_items(&[0, 1]);
     let stats = monitor.snapshot();
@@ -327,8 +358,14 @@ fn a_dropped_send_future_unregisters_and_records_its_wait() {
     let waker = futures::task::noop_waker();
     let mut cx = Context::from_waker(&waker);
     let mut send = tx.send(1);
-    assert!(matches!(std::pin::Pin::new(&mut send).poll(&mut cx), Poll::Pending));
-    assert!(matches!(std::pin::Pin::new(&mut send).poll(&mut cx), Poll::Pending));
+    assert!(matches!(
+        std::pin::Pin::new(&mut send).poll(&mut cx),
+        Poll::Pending
+    ));
+    assert!(matches!(
+        std::pin::Pin::new(&mut send).poll(&mut cx),
+        Poll::Pending
+    ));
     drop(send);
     let probe = probe_of(rx);
     probe.request(5);
@@ -349,11 +386,23 @@ fn water_marks_pause_at_high_and_resume_at_low() {
     }
     assert_eq!(tx.state(), FlowState::Flowing);
     tx.try_send(5).unwrap();
-    assert_eq!(tx.state(), FlowState::Paused, "depth 6 reached the high mark");
+    assert_eq!(
+        tx.state(),
+        FlowState::Paused,
+        "depth 6 reached the high mark"
+    );
     tx.try_send(6).unwrap();
-    assert_eq!(tx.state(), FlowState::Paused, "paused is advice: items are still taken");
+    assert_eq!(
+        tx.state(),
+        FlowState::Paused,
+        "paused is advice: items are still taken"
+    );
     probe.request(4);
-    assert_eq!(tx.state(), FlowState::Paused, "depth 3 is above the low mark");
+    assert_eq!(
+        tx.state(),
+        FlowState::Paused,
+        "depth 3 is above the low mark"
+    );
     let resumed = std::thread::spawn({
         let tx = tx.clone();
         move || tx.wait_resumed()
@@ -456,7 +505,10 @@ fn flapping(marks: WaterMarks, tick: Duration) -> Flapping {
         u64::from(run.flips).div_ceil(2),
         "the channel's pause counter agrees with the observed flips"
     );
-    assert_eq!(probe.received_count() + monitor.snapshot().depth as u64, next);
+    assert_eq!(
+        probe.received_count() + monitor.snapshot().depth as u64,
+        next
+    );
     run
 }
 
@@ -485,7 +537,10 @@ fn two_water_marks_flip_far_less_than_one() {
             assert!((11..=14).contains(&hysteresis.flips), "{hysteresis:?}");
         }
         assert!(
-            hysteresis.pauses.iter().all(|p| *p >= Duration::from_secs(3)),
+            hysteresis
+                .pauses
+                .iter()
+                .all(|p| *p >= Duration::from_secs(3)),
             "tick {tick:?}: the 800/500 run pauses for several seconds at a time: {hysteresis:?}"
         );
         assert!(
@@ -513,15 +568,24 @@ fn items_older_than_max_age_expire_at_delivery() {
     clock.advance(Duration::from_millis(800));
     tx.try_send(3).unwrap();
     clock.advance(Duration::from_millis(300));
-    assert_eq!(monitor.snapshot().oldest_age, Some(Duration::from_millis(1_100)));
+    assert_eq!(
+        monitor.snapshot().oldest_age,
+        Some(Duration::from_millis(1_100))
+    );
     probe.request(8);
     probe.assert_items(&[3]);
     let expired = DropReason::Expired;
-    assert_eq!(*seen.lock().unwrap(), [(expired, 0), (expired, 1), (expired, 2)]);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(expired, 0), (expired, 1), (expired, 2)]
+    );
     assert_eq!(drops.count(expired), 3);
     let stats = monitor.snapshot();
     assert_eq!(stats.dropped(expired), 3);
-    assert_eq!((stats.depth, stats.dequeued, stats.oldest_age), (0, 1, None));
+    assert_eq!(
+        (stats.depth, stats.dequeued, stats.oldest_age),
+        (0, 1, None)
+    );
 }
 
 #[test]
@@ -568,7 +632,10 @@ fn stats_report_lag_and_oldest_age_under_virtual_time() {
     }
     let stats = monitor.snapshot();
     assert_eq!(stats.capacity, 5_000);
-    assert_eq!((stats.enqueued, stats.dequeued, stats.depth), (1_200, 1_000, 200));
+    assert_eq!(
+        (stats.enqueued, stats.dequeued, stats.depth),
+        (1_200, 1_000, 200)
+    );
     assert!((stats.arrival_rate - 1_200.0).abs() < 1.0, "{stats:?}");
     assert!((stats.drain_rate - 1_000.0).abs() < 1.0, "{stats:?}");
     // FIFO: the oldest queued item is number 1,000, sent in step 84 (t = 0.84 s).
@@ -592,7 +659,10 @@ fn stats_report_lag_and_oldest_age_under_virtual_time() {
 
 /// A channel holding `n` items whose senders are gone: it completes after them.
 fn prefilled(n: u64) -> Channel<u64> {
-    let (tx, rx) = weir::channel(usize::try_from(n).unwrap_or(1).max(1), ChannelPolicy::Backpressure);
+    let (tx, rx) = weir::channel(
+        usize::try_from(n).unwrap_or(1).max(1),
+        ChannelPolicy::Backpressure,
+    );
     for i in 0..n {
         tx.try_send(i).unwrap();
     }

@@ -7,6 +7,8 @@
 //! Runs are serialised by [`measure`], so parallel tests cannot add to each other's
 //! peaks. One module per hand-off.
 
+mod channel;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
