@@ -126,6 +126,30 @@ fn cancel_closes_the_senders_and_releases_queued_items() {
 }
 
 #[test]
+fn dropping_the_unsubscribed_channel_closes_the_senders() {
+    let live = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = weir::channel::<Tracked>(4, ChannelPolicy::Backpressure);
+    tx.try_send(Tracked::new(&live)).unwrap();
+    let clone = rx.clone();
+    drop(rx);
+    assert!(!tx.is_closed(), "a clone can still subscribe");
+    drop(clone);
+    assert!(tx.is_closed());
+    assert_eq!(live.load(Ordering::SeqCst), 0, "queued items are released");
+    let (tx, rx) = weir::channel::<u64>(4, ChannelPolicy::Backpressure);
+    let probe = probe_of(rx);
+    assert!(!tx.is_closed(), "a subscribed channel stays open");
+    probe.cancel();
+}
+
+#[test]
+fn sender_and_channel_are_send_and_sync() {
+    fn send_sync<X: Send + Sync>() {}
+    send_sync::<weir::source::channel::Sender<u64>>();
+    send_sync::<Channel<u64>>();
+}
+
+#[test]
 fn cancel_wakes_a_blocked_sender_with_its_item() {
     let (tx, rx) = weir::channel::<u64>(1, ChannelPolicy::Backpressure);
     let probe = probe_of(rx);

@@ -168,6 +168,8 @@ pub(super) struct Shared<T> {
     pub(super) senders: AtomicUsize,
     /// Set by the first `subscribe`.
     pub(super) subscribed: AtomicBool,
+    /// Live `Channel` handles; the last one dropped unsubscribed closes the channel.
+    pub(super) publishers: AtomicUsize,
     demand: AtomicDemand,
     wip: Wip,
     flags: AtomicU8,
@@ -203,6 +205,7 @@ impl<T: Send + 'static> Shared<T> {
             paused: AtomicBool::new(false),
             senders: AtomicUsize::new(1),
             subscribed: AtomicBool::new(false),
+            publishers: AtomicUsize::new(1),
             demand: AtomicDemand::new(),
             wip: Wip::new(),
             flags: AtomicU8::new(0),
@@ -536,7 +539,7 @@ impl<T: Send + 'static> Shared<T> {
     /// The subscription is over (terminated, cancelled, or its subscriber broke):
     /// close for the senders, wake every waiter, and release what is still queued
     /// (outside the lock: an item's `Drop` is user code).
-    fn shut(&self) {
+    pub(super) fn shut(&self) {
         let (released, wake) = {
             let mut st = lock(&self.state);
             st.open = false;

@@ -35,7 +35,8 @@
 //!
 //! **Which thread delivers**: whichever thread runs the drain loop: the subscriber's
 //! thread when it calls `request`, or a producer's thread when its `send` finds
-//! demand waiting. A sender never runs the loop when the subscriber has no demand.
+//! demand waiting. A sender runs the loop only when the subscriber has demand (or,
+//! when it closes the channel, to deliver the end).
 //! Put [`publish_on`](crate::PublisherExt::publish_on) after the channel to deliver on
 //! a scheduler of your choice instead.
 //!
@@ -49,6 +50,8 @@
 //!
 //! * Every [`Sender`] dropped, or [`Sender::close`]: the publisher completes after the
 //!   queued items are delivered. [`Sender::fail`]: `on_error` after the queued items.
+//! * Every [`Channel`] handle dropped without subscribing: nobody can read the items
+//!   any more, so the channel closes as if cancelled.
 //! * The subscriber cancels (or terminates, or panics): senders get their items back
 //!   as [`TrySendError::Closed`], waiting senders wake up with `Closed`, and the items
 //!   still queued are released (dropped, not reported: nothing was lost to overflow).
@@ -104,6 +107,23 @@ use crate::runtime::{Immediate, Scheduler};
 use crate::{Error, Publisher, Subscriber, Subscription};
 
 /// What a full channel does with an offered item.
+///
+/// ```
+/// use weir::source::channel::{ChannelPolicy, TrySendError};
+/// use weir::DropReason;
+///
+/// let offer = |policy| {
+///     let (tx, rx) = weir::channel::<u32>(2, policy);
+///     let answers: Vec<_> = (0..3).map(|i| tx.try_send(i).is_ok()).collect();
+///     (answers, rx.monitor().snapshot())
+/// };
+/// let (answers, stats) = offer(ChannelPolicy::Backpressure);
+/// assert_eq!((answers, stats.rejected), (vec![true, true, false], 1));
+/// let (answers, stats) = offer(ChannelPolicy::DropOldest);
+/// assert_eq!((answers, stats.dropped(DropReason::OverflowOldest)), (vec![true; 3], 1));
+/// let (_, stats) = offer(ChannelPolicy::KeepLatest);
+/// assert_eq!(stats.dropped(DropReason::ReplacedByLatest), 1);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ChannelPolicy {
     /// Lossless: `try_send` hands the item back (`Full`, counted as rejected);
@@ -122,6 +142,16 @@ pub enum ChannelPolicy {
 }
 
 /// Why a send handed its item back.
+///
+/// ```
+/// use weir::source::channel::{ChannelPolicy, TrySendError};
+///
+/// let (tx, _rx) = weir::channel::<String>(1, ChannelPolicy::Reject);
+/// tx.try_send("a".to_owned()).unwrap();
+/// let refused = tx.try_send("b".to_owned()).unwrap_err();
+/// assert!(refused.is_full() && !refused.is_closed());
+/// assert_eq!(refused.into_inner(), "b", "the item comes back");
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum TrySendError<T> {
     /// The channel is full (`Backpressure` with `try_send`, or `Reject`).
@@ -336,8 +366,25 @@ pub struct Channel<T: Send + 'static> {
 
 impl<T: Send + 'static> Clone for Channel<T> {
     fn clone(&self) -> Self {
+        // Relaxed: a reference count; the Arc clone below does the synchronising.
+        self.shared.publishers.fetch_add(1, Ordering::Relaxed);
         Channel {
             shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Channel<T> {
+    /// The last handle dropped without ever subscribing: nobody can read the channel
+    /// any more, so it closes (senders get `Closed`, waiting senders wake up) and the
+    /// queued items are released.
+    fn drop(&mut self) {
+        // AcqRel: the last handle must see every other handle's decrement; Acquire on
+        // `subscribed` pairs with the swap in `subscribe`.
+        if self.shared.publishers.fetch_sub(1, Ordering::AcqRel) == 1
+            && !self.shared.subscribed.load(Ordering::Acquire)
+        {
+            self.shared.shut();
         }
     }
 }

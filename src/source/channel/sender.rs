@@ -238,6 +238,24 @@ impl<T: Send + 'static> Sender<T> {
 
     /// Block this thread until the channel is `Flowing` (`Ok`) or closed (`Err`).
     /// See [`resumed`](Self::resumed).
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::source::channel::{ChannelBuilder, ChannelPolicy, FlowState, WaterMarks};
+    ///
+    /// let (tx, rx) = ChannelBuilder::new(64, ChannelPolicy::Backpressure)
+    ///     .water_marks(WaterMarks::new(32, 8))
+    ///     .build::<u32>();
+    /// let consumer = std::thread::spawn(move || rx.collect().wait().unwrap());
+    /// for i in 0..1_000 {
+    ///     if tx.state() == FlowState::Paused {
+    ///         tx.wait_resumed().unwrap(); // stop reading the socket until then
+    ///     }
+    ///     tx.send_blocking(i).unwrap();
+    /// }
+    /// drop(tx);
+    /// assert_eq!(consumer.join().unwrap().len(), 1_000);
+    /// ```
     pub fn wait_resumed(&self) -> Result<(), ChannelClosed> {
         let shared = &*self.shared;
         let mut st = lock(&shared.state);
@@ -259,6 +277,18 @@ impl<T: Send + 'static> Sender<T> {
 
     /// Close the channel for every sender: later sends answer `Closed`, and the
     /// publisher completes once the queued items are delivered. Idempotent.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::source::channel::ChannelPolicy;
+    ///
+    /// let (tx, rx) = weir::channel::<u32>(4, ChannelPolicy::Backpressure);
+    /// let other = tx.clone();
+    /// tx.try_send(1).unwrap();
+    /// tx.close();
+    /// assert!(other.is_closed(), "closed for every sender");
+    /// assert_eq!(rx.collect().wait().unwrap(), vec![1]);
+    /// ```
     pub fn close(&self) {
         self.shared.close(Ok(()));
     }
@@ -274,9 +304,12 @@ impl<T: Send + 'static> Sender<T> {
     /// let (tx, rx) = weir::channel::<u32>(4, ChannelPolicy::Backpressure);
     /// tx.try_send(1).unwrap();
     /// assert!(tx.fail(weir::Error::msg("socket reset")));
-    /// let mut probe = Vec::new();
-    /// let error = rx.inspect(move |x| probe.push(*x)).collect().wait().unwrap_err();
-    /// assert_eq!(error.message(), "socket reset");
+    /// assert!(tx.try_send(2).unwrap_err().is_closed());
+    /// let items = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    /// let seen = items.clone();
+    /// let result = rx.inspect(move |x| seen.lock().unwrap().push(*x)).collect().wait();
+    /// assert_eq!(result.unwrap_err().message(), "socket reset");
+    /// assert_eq!(*items.lock().unwrap(), [1], "the queued item came first");
     /// ```
     pub fn fail(&self, error: Error) -> bool {
         self.shared.close(Err(error))
