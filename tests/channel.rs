@@ -396,6 +396,31 @@ fn a_dropped_send_future_unregisters_and_records_its_wait() {
     probe.assert_items(&[0]);
 }
 
+/// Races between a sender that skips the drain loop when it sees no demand and a
+/// request arriving at the same moment: no item may be left queued while demand is
+/// outstanding (each `await_items` would time out).
+#[test]
+fn no_item_is_stranded_when_requests_race_sends() {
+    for round in 0..10 {
+        let (tx, rx) = weir::channel::<u64>(1 + round % 3, ChannelPolicy::Backpressure);
+        let probe = probe_of(rx);
+        let n = 2_000u64;
+        let producer = std::thread::spawn(move || {
+            for i in 0..n {
+                tx.send_blocking(i).unwrap();
+            }
+        });
+        for i in 1..=n {
+            probe.request(1);
+            probe.await_items(i, Duration::from_secs(5)).unwrap();
+        }
+        producer.join().unwrap();
+        probe.request(1);
+        probe.await_completion(Duration::from_secs(5)).unwrap();
+        assert_eq!(probe.items(), (0..n).collect::<Vec<_>>());
+    }
+}
+
 // ---- water marks --------------------------------------------------------------------
 
 #[test]

@@ -296,4 +296,61 @@ mod tests {
             "FIFO again after emptying"
         );
     }
+
+    #[test]
+    fn replace_newest_swaps_the_tail_and_counts_an_arrival() {
+        let (vt, mut q, monitor) = queue(2, TimeBounds::none());
+        let now = vt.now();
+        assert_eq!(q.replace_newest(1, now), None, "empty: a plain append");
+        q.push(2, now).unwrap();
+        assert_eq!(q.replace_newest(3, now), Some(2));
+        q.flush(now);
+        let stats = monitor.snapshot();
+        assert_eq!((stats.depth, stats.enqueued), (2, 3));
+        let mut none = |_| panic!("nothing expires");
+        assert_eq!(q.pop(now, &mut none), Some(1));
+        assert_eq!(q.pop(now, &mut none), Some(3));
+    }
+
+    #[test]
+    fn pop_batch_takes_at_most_max_and_hands_out_expired_items() {
+        let (vt, mut q, monitor) = queue(16, TimeBounds::none().max_age(Duration::from_secs(1)));
+        for i in 0..4 {
+            q.push(i, vt.now()).unwrap();
+        }
+        vt.advance(Duration::from_secs(2));
+        for i in 4..10 {
+            q.push(i, vt.now()).unwrap();
+        }
+        let (mut out, mut expired) = (Vec::new(), Vec::new());
+        assert_eq!(q.pop_batch(vt.now(), 3, &mut out, &mut expired), 7);
+        assert_eq!(
+            (out.as_slice(), expired.as_slice()),
+            (&[4, 5, 6][..], &[0, 1, 2, 3][..])
+        );
+        out.clear();
+        assert_eq!(q.pop_batch(vt.now(), 10, &mut out, &mut expired), 3);
+        assert_eq!(out, [7, 8, 9]);
+        q.flush(vt.now());
+        let stats = monitor.snapshot();
+        assert_eq!(
+            (
+                stats.dequeued,
+                stats.dropped(DropReason::Expired),
+                stats.depth
+            ),
+            (6, 4, 0)
+        );
+    }
+
+    #[test]
+    fn the_ring_never_grows_past_the_capacity() {
+        let (vt, mut q, _) = queue(1_500, TimeBounds::none());
+        for i in 0..1_500 {
+            q.push(i, vt.now()).unwrap();
+        }
+        assert_eq!(q.push(0, vt.now()), Err(0));
+        assert!(q.items.capacity() < 2_048, "{} slots", q.items.capacity());
+        assert!(q.items.capacity() >= 1_500);
+    }
 }
