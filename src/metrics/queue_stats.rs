@@ -31,7 +31,11 @@ use crate::DropReason;
 /// The window over which arrival and drain rates are measured.
 pub const RATE_WINDOW: Duration = Duration::from_millis(100);
 
-/// A point-in-time view of one bounded queue. See the [module docs](self).
+/// A point-in-time view of one bounded queue, from [`QueueMonitor::snapshot`].
+///
+/// Rates are estimated per [`RATE_WINDOW`] and blended into an exponentially weighted
+/// average (half-life one window); lag = depth / drain rate, time to drain = depth /
+/// (drain rate − arrival rate) while the queue shrinks (DESIGN §11).
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct QueueStats {

@@ -41,10 +41,13 @@ impl fmt::Display for FlowState {
     }
 }
 
-/// High and low water marks of a push source, in items. See the [module docs](self).
+/// High and low water marks of a push source, in items.
 ///
 /// Once the depth reaches `high` the channel is paused; once it has fallen to `low` it
 /// flows again. `low < high`; the channel checks `high ≤ capacity` when it is built.
+/// The gap makes pauses long and rare: with one threshold ([`single`](Self::single))
+/// the state flips around the mark at every delivery (DESIGN §11: "one threshold
+/// flaps; two give long, rare pauses"). Size them with [`derive`](Self::derive).
 ///
 /// ```
 /// use weir::source::channel::WaterMarks;
