@@ -15,8 +15,8 @@
 //!   not yet seen is ordered after the push by the state lock, and the pass that
 //!   request triggers finds the item.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 use std::time::Instant;
 
@@ -28,6 +28,17 @@ use crate::guard::catch;
 use crate::metrics::{DropHook, QueueGauge};
 use crate::queue::timed::TimedQueue;
 use crate::{DropReason, Error, RawSubscription, Subscriber};
+
+// The loom models at the end of this file check the real channel, so every atomic,
+// lock and condition variable here is loom's under `cfg(weir_loom)`.
+#[cfg(weir_loom)]
+use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+#[cfg(weir_loom)]
+use loom::sync::{Condvar, Mutex, MutexGuard};
+#[cfg(not(weir_loom))]
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+#[cfg(not(weir_loom))]
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// The stage name drops are reported under.
 pub(super) const STAGE: &str = "channel";
@@ -585,5 +596,88 @@ impl<T: Send + 'static> RawSubscription for Link<T> {
         // Relaxed: published by the `Wip::enter` below (see `deliver`).
         shared.flags.fetch_or(CANCELLED, Ordering::Relaxed);
         shared.wip.drain(|| shared.pass());
+    }
+}
+
+/// Loom models of the channel: `RUSTFLAGS="--cfg weir_loom" cargo test --release --lib loom`.
+#[cfg(all(test, weir_loom))]
+mod loom_tests {
+    use std::sync::Mutex as StdMutex;
+
+    use loom::thread;
+
+    use super::super::{channel, ChannelPolicy, TrySendError};
+    use super::Arc;
+    use crate::{Error, Publisher, Subscriber, Subscription};
+
+    /// Records what it receives; the subscription is handed out for the model to drive.
+    struct Recorder {
+        items: Arc<StdMutex<Vec<u32>>>,
+        subscription: Arc<StdMutex<Option<Subscription>>>,
+    }
+
+    impl Subscriber<u32> for Recorder {
+        fn on_subscribe(&mut self, subscription: Subscription) {
+            *self.subscription.lock().unwrap() = Some(subscription);
+        }
+        fn on_next(&mut self, item: u32) {
+            self.items.lock().unwrap().push(item);
+        }
+        fn on_error(&mut self, error: Error) {
+            panic!("unexpected error {error}");
+        }
+        fn on_complete(&mut self) {}
+    }
+
+    /// A sender that skips the drain loop when it sees no demand, racing requests:
+    /// whatever the interleaving, both items are delivered once both requests and both
+    /// sends have returned (no item stranded with demand outstanding), in order.
+    #[test]
+    fn loom_sends_racing_requests_strand_nothing() {
+        loom::model(|| {
+            let (tx, rx) = channel::<u32>(2, ChannelPolicy::Backpressure);
+            let items = Arc::new(StdMutex::new(Vec::new()));
+            let slot = Arc::new(StdMutex::new(None));
+            rx.subscribe(Recorder {
+                items: items.clone(),
+                subscription: slot.clone(),
+            });
+            let subscription = slot.lock().unwrap().clone().unwrap();
+            let producer = thread::spawn(move || {
+                tx.try_send(1).unwrap();
+                tx.try_send(2).unwrap();
+                tx // kept alive: closing would run the drain loop and hide a stranded item
+            });
+            subscription.request(1);
+            subscription.request(1);
+            let tx = producer.join().unwrap();
+            assert_eq!(*items.lock().unwrap(), [1, 2]);
+            drop(tx);
+        });
+    }
+
+    /// Cancel racing a send: the item is either queued (and then released by the
+    /// cancel) or handed back as `Closed`; after the cancel every send is `Closed`.
+    #[test]
+    fn loom_cancel_racing_a_send_closes_the_channel() {
+        loom::model(|| {
+            let (tx, rx) = channel::<u32>(2, ChannelPolicy::Backpressure);
+            let items = Arc::new(StdMutex::new(Vec::new()));
+            let slot = Arc::new(StdMutex::new(None));
+            rx.subscribe(Recorder {
+                items: items.clone(),
+                subscription: slot.clone(),
+            });
+            let subscription = slot.lock().unwrap().clone().unwrap();
+            let producer = thread::spawn(move || {
+                let first = tx.try_send(1);
+                assert!(matches!(first, Ok(()) | Err(TrySendError::Closed(1))));
+                tx
+            });
+            subscription.cancel();
+            let tx = producer.join().unwrap();
+            assert_eq!(tx.try_send(2), Err(TrySendError::Closed(2)));
+            assert!(items.lock().unwrap().is_empty(), "nothing was requested");
+        });
     }
 }
