@@ -9,8 +9,10 @@
 //!
 //! The constant ([`CONSTANT`]) covers what does not depend on the item count: the
 //! channel's shared state and gauge, its delivery batch buffer (at most 256 items),
-//! the `blocking_iter` hand-off (`PREFETCH` items), the producer thread's handle and
-//! the test's own bookkeeping. The queue itself holds at most `CAPACITY` stamped items
+//! the `blocking_iter` hand-off (`PREFETCH` items), the producer thread's handle, the
+//! test's own bookkeeping, and whatever the test harness allocates meanwhile (the heap
+//! is counted process-wide: another test's captured output lands in the window).
+//! Measured: about 3.5 KiB typically, up to 14 KiB. The queue itself holds at most `CAPACITY` stamped items
 //! (`TimedQueue` grows its ring by doubling but never past the capacity).
 //!
 //! Runtime is dominated by the consumer: 10M items at ~10× the producer's cost.
@@ -30,7 +32,7 @@ const N: u64 = 10_000_000;
 const CAPACITY: usize = 4_096;
 const PREFETCH: u64 = 64;
 /// Heap that does not grow with `N` (see the module docs), in bytes.
-const CONSTANT: usize = 16 * 1024;
+const CONSTANT: usize = 32 * 1024;
 
 /// The memory bound: the queue's stamped slots plus the constant.
 fn bound() -> usize {
@@ -50,8 +52,9 @@ fn work(x: u64, rounds: u32) -> u64 {
 /// producer offering into a channel (measured here, not asserted: it only sizes the
 /// load so the claim "10× slower" holds on this machine).
 fn calibrate() -> (u32, Duration) {
-    let n = 200_000u32;
-    let offer = (0..3)
+    let n = 100_000u32;
+    // Medians of five runs: the calibration is noisy on a shared machine.
+    let mut offers: Vec<Duration> = (0..5)
         .map(|_| {
             let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::DropOldest);
             let start = Instant::now();
@@ -62,16 +65,23 @@ fn calibrate() -> (u32, Duration) {
             drop(rx);
             per_item
         })
-        .min()
-        .unwrap();
+        .collect();
+    offers.sort();
+    let offer = offers[2];
     let probe = 1_000u32;
-    let start = Instant::now();
-    let mut sink = 0;
-    for i in 0..u64::from(n / 10) {
-        sink ^= work(i, probe);
-    }
-    black_box(sink);
-    let per_round = start.elapsed().as_secs_f64() / f64::from(n / 10) / f64::from(probe);
+    let mut per_round: Vec<f64> = (0..5)
+        .map(|_| {
+            let start = Instant::now();
+            let mut sink = 0;
+            for i in 0..u64::from(n / 10) {
+                sink ^= work(i, probe);
+            }
+            black_box(sink);
+            start.elapsed().as_secs_f64() / f64::from(n / 10) / f64::from(probe)
+        })
+        .collect();
+    per_round.sort_by(f64::total_cmp);
+    let per_round = per_round[2];
     let rounds = (10.0 * offer.as_secs_f64() / per_round).ceil() as u32;
     (rounds.max(1), offer)
 }
