@@ -85,5 +85,6 @@ fn the_counter_sees_a_large_allocation() {
         v.len()
     });
     assert_eq!(len, 1 << 20);
-    assert!(peak >= 1 << 20, "peak {peak}");
+    // Process-wide count: another test's thread may free a little meanwhile.
+    assert!(peak >= (1 << 20) - (64 << 10), "peak {peak}");
 }
