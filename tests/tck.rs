@@ -492,3 +492,48 @@ fn demand_schedules_identity_processor() {
         48,
     );
 }
+
+// ---- push source (issue 4) -----------------------------------------------------------
+
+/// `factory(n)` for `weir::channel`: `n` items queued up front, senders dropped (the
+/// stream completes after them). One subscriber per channel, so no rule 1.11 clones.
+fn prefilled_channel(n: u64) -> weir::source::Channel<u64> {
+    let capacity = usize::try_from(n).expect("max_elements bounds n").max(1);
+    let (tx, rx) = weir::channel(capacity, weir::source::ChannelPolicy::Backpressure);
+    for i in 0..n {
+        tx.try_send(i).expect("sized to hold every item");
+    }
+    rx
+}
+
+/// `factory(n)` for `weir::channel`: a producer thread pushing `n` items with
+/// `send_blocking` through a channel of 4 (so delivery happens on both threads); it
+/// stops when the subscriber cancels (its sends answer `Closed`).
+fn threaded_channel(n: u64) -> weir::source::Channel<u64> {
+    let (tx, rx) = weir::channel(4, weir::source::ChannelPolicy::Backpressure);
+    std::thread::spawn(move || {
+        for i in 0..n {
+            if tx.send_blocking(i).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+weir::publisher_tck!(
+    channel_prefilled,
+    PublisherVerification::new(prefilled_channel)
+        .with_failed_publisher(|| weir::error::<u64>(Error::msg("failed on purpose")))
+        // Queued up front, so not 2^31 items: rule 3.17's overflow test runs threaded.
+        .max_elements(1 << 20)
+        .stochastic_iterations(20)
+        .env(env())
+);
+weir::publisher_tck!(
+    channel_threaded,
+    PublisherVerification::new(threaded_channel)
+        .with_failed_publisher(|| weir::error::<u64>(Error::msg("failed on purpose")))
+        .stochastic_iterations(20)
+        .env(env())
+);

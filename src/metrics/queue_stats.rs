@@ -59,6 +59,9 @@ pub struct QueueStats {
     pub rejected: u64,
     /// Total time producers spent waiting for room.
     pub blocked: Duration,
+    /// How many times the queue's high water mark paused its producers (push sources
+    /// with water marks; 0 elsewhere).
+    pub pauses: u64,
     /// Estimated items per second offered to the queue.
     pub arrival_rate: f64,
     /// Estimated items per second taken out of the queue.
@@ -174,6 +177,7 @@ pub(crate) struct QueueGauge {
     dequeued: AtomicU64,
     rejected: AtomicU64,
     blocked_nanos: AtomicU64,
+    pauses: AtomicU64,
     drops: Drops,
     arrival: Mutex<Rate>,
     drain: Mutex<Rate>,
@@ -200,6 +204,7 @@ impl QueueGauge {
             dequeued: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             blocked_nanos: AtomicU64::new(0),
+            pauses: AtomicU64::new(0),
             drops: Drops::new(),
             arrival: Mutex::new(Rate::new(origin)),
             drain: Mutex::new(Rate::new(origin)),
@@ -245,6 +250,11 @@ impl QueueGauge {
         self.blocked_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
+    /// The high water mark paused the producers once more.
+    pub(crate) fn paused(&self) {
+        self.pauses.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// The queue now holds `depth` items, the oldest enqueued at `oldest`.
     pub(crate) fn level(&self, depth: usize, oldest: Option<Instant>) {
         self.depth.store(depth, Ordering::Relaxed);
@@ -271,6 +281,7 @@ impl QueueGauge {
             dropped_by_reason: DropReason::ALL.map(|r| self.drops.count(r)),
             rejected: self.rejected.load(Ordering::Relaxed),
             blocked: Duration::from_nanos(self.blocked_nanos.load(Ordering::Relaxed)),
+            pauses: self.pauses.load(Ordering::Relaxed),
             arrival_rate: lock(&self.arrival).estimate(now),
             drain_rate: lock(&self.drain).estimate(now),
         }

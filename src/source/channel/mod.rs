@@ -1,0 +1,466 @@
+//! `channel`: a push source for producers you cannot slow down (sockets, callbacks,
+//! other threads).
+//!
+//! [`channel(capacity, policy)`](fn@channel) returns a [`Sender`] and a [`Channel`]
+//! (a [`Publisher`]). Producers offer items through the sender; the publisher delivers
+//! them to its one subscriber as it requests them.
+//!
+//! # The algorithm
+//!
+//! One bounded, time-stamped queue (`TimedQueue`: capacity in items or from a wait
+//! budget, optional max age and adaptive LIFO) sits between the senders and the
+//! subscriber, under one short lock.
+//!
+//! * **Offer** (`try_send`, `send`, `send_blocking`): under the lock, the item is
+//!   stamped and appended if there is room. If the queue is full the [`ChannelPolicy`]
+//!   decides: `Backpressure` hands the item back (`try_send`) or waits for room
+//!   (`send`, `send_blocking`); `Reject` hands it back and counts a rejection;
+//!   `DropOldest`, `DropNewest` and `KeepLatest` make room (or drop the item) and
+//!   report the dropped item to the subscriber's drop hook. The queue's stats are
+//!   published once per offer. The lock is released before any user code runs (the
+//!   drop hook, wakers, the subscriber).
+//! * **Water marks**: when an offer brings the depth to the high mark the channel turns
+//!   [`Paused`](FlowState::Paused); when delivery brings it down to the low mark it turns
+//!   [`Flowing`](FlowState::Flowing) again and wakes [`Sender::resumed`] /
+//!   [`Sender::wait_resumed`]. Each change is a `tracing` debug event (target
+//!   `weir::channel`), never one per item. Paused is advice: a cooperative producer
+//!   stops producing, but whatever it still offers is handled by the policy up to
+//!   capacity (that room above the high mark is what [`WaterMarks::derive`] sizes).
+//! * **Delivery** is demand-driven, through one [`Wip`](crate::drain::Wip) drain loop.
+//!   A pass reads the demand, takes up to `min(demand, 256)` items out of the queue in
+//!   one locked step (items older than the max age are dropped there, reason
+//!   `Expired`), releases the lock, hands them to the subscriber in one
+//!   `on_next_batch`, settles the demand once and repeats. Taking items out wakes
+//!   senders waiting for room and may resume the flow.
+//!
+//! **Which thread delivers**: whichever thread runs the drain loop: the subscriber's
+//! thread when it calls `request`, or a producer's thread when its `send` finds
+//! demand waiting. A sender runs the loop only when the subscriber has demand (or,
+//! when it closes the channel, to deliver the end).
+//! Put [`publish_on`](crate::PublisherExt::publish_on) after the channel to deliver on
+//! a scheduler of your choice instead.
+//!
+//! # Demand contract
+//!
+//! Never more items than requested (rule 1.1); `on_complete` / `on_error` need no
+//! demand and follow the last queued item. In-flight bound: the capacity, plus one
+//! batch being handed over. `request(0)` fails the stream with the rule 3.9 error.
+//!
+//! # Ending
+//!
+//! * Every [`Sender`] dropped, or [`Sender::close`]: the publisher completes after the
+//!   queued items are delivered. [`Sender::fail`]: `on_error` after the queued items.
+//! * Every [`Channel`] handle dropped without subscribing: nobody can read the items
+//!   any more, so the channel closes as if cancelled.
+//! * The subscriber cancels (or terminates, or panics): senders get their items back
+//!   as [`TrySendError::Closed`], waiting senders wake up with `Closed`, and the items
+//!   still queued are released (dropped, not reported: nothing was lost to overflow).
+//!
+//! # One subscriber
+//!
+//! A channel delivers each item once. [`Channel`] is `Clone` (so it can be handed to
+//! whoever subscribes, and its [`monitor`](Channel::monitor) read), but only the first
+//! `subscribe` is served; any later subscriber gets `on_subscribe` followed by
+//! `on_error` saying so. Put a multicasting processor after the channel to fan out.
+//!
+//! # Stats
+//!
+//! [`Channel::monitor`] and [`Sender::monitor`] give the queue's
+//! [`QueueMonitor`]: depth, capacity, oldest-item age, enqueued/dequeued, dropped by
+//! reason, rejected, time senders spent blocked, arrival and drain rates, lag and
+//! time-to-drain, and how many times the water marks paused the producers. Updated
+//! per batch: once per offer and once per drain step.
+//!
+//! ```
+//! use weir::prelude::*;
+//! use weir::source::channel::ChannelPolicy;
+//!
+//! let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+//! let producer = std::thread::spawn(move || {
+//!     for i in 0..10_000 {
+//!         tx.send_blocking(i).unwrap(); // waits while the channel is full
+//!     }
+//! }); // the last Sender dropped: the stream completes
+//! let sum = rx.fold(0, |sum, x| sum + x).wait().unwrap();
+//! producer.join().unwrap();
+//! assert_eq!(sum, (0..10_000).sum::<u64>());
+//! ```
+
+mod core;
+mod marks;
+mod sender;
+
+use std::fmt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+pub use marks::{FlowState, WaterMarks};
+pub use sender::{Resumed, SendFuture, Sender};
+
+use self::core::Shared;
+#[cfg(all(test, not(weir_loom)))]
+use self::core::BATCH;
+use crate::metrics::{QueueGauge, QueueMonitor};
+use crate::queue::timed::TimedQueue;
+use crate::queue::{Capacity, TimeBounds};
+use crate::runtime::{Immediate, Scheduler};
+use crate::{Error, Publisher, Subscriber, Subscription};
+
+/// What a full channel does with an offered item.
+///
+/// ```
+/// use weir::source::channel::{ChannelPolicy, TrySendError};
+/// use weir::DropReason;
+///
+/// let offer = |policy| {
+///     let (tx, rx) = weir::channel::<u32>(2, policy);
+///     let answers: Vec<_> = (0..3).map(|i| tx.try_send(i).is_ok()).collect();
+///     (answers, rx.monitor().snapshot())
+/// };
+/// let (answers, stats) = offer(ChannelPolicy::Backpressure);
+/// assert_eq!((answers, stats.rejected), (vec![true, true, false], 1));
+/// let (answers, stats) = offer(ChannelPolicy::DropOldest);
+/// assert_eq!((answers, stats.dropped(DropReason::OverflowOldest)), (vec![true; 3], 1));
+/// let (_, stats) = offer(ChannelPolicy::KeepLatest);
+/// assert_eq!(stats.dropped(DropReason::ReplacedByLatest), 1);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ChannelPolicy {
+    /// Lossless: `try_send` hands the item back (`Full`, counted as rejected);
+    /// `send` and `send_blocking` wait for room.
+    Backpressure,
+    /// Refuse: every send hands the item back at once (`Full`), counted as rejected.
+    Reject,
+    /// Drop the oldest queued item to make room (reason `OverflowOldest`).
+    DropOldest,
+    /// Drop the offered item (reason `OverflowNewest`).
+    DropNewest,
+    /// Replace the newest queued item with the offered one (the replaced item is
+    /// dropped with reason `ReplacedByLatest`): the queue keeps the oldest items and
+    /// the very latest one.
+    KeepLatest,
+}
+
+/// Why a send handed its item back.
+///
+/// ```
+/// use weir::source::channel::{ChannelPolicy, TrySendError};
+///
+/// let (tx, _rx) = weir::channel::<String>(1, ChannelPolicy::Reject);
+/// tx.try_send("a".to_owned()).unwrap();
+/// let refused = tx.try_send("b".to_owned()).unwrap_err();
+/// assert!(refused.is_full() && !refused.is_closed());
+/// assert_eq!(refused.into_inner(), "b", "the item comes back");
+/// ```
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TrySendError<T> {
+    /// The channel is full (`Backpressure` with `try_send`, or `Reject`).
+    Full(T),
+    /// The channel is closed: every sender closed it, it failed, or its subscriber
+    /// cancelled or terminated.
+    Closed(T),
+}
+
+impl<T> TrySendError<T> {
+    /// The item handed back.
+    pub fn into_inner(self) -> T {
+        match self {
+            TrySendError::Full(item) | TrySendError::Closed(item) => item,
+        }
+    }
+
+    /// True for [`Full`](TrySendError::Full).
+    pub fn is_full(&self) -> bool {
+        matches!(self, TrySendError::Full(_))
+    }
+
+    /// True for [`Closed`](TrySendError::Closed).
+    pub fn is_closed(&self) -> bool {
+        matches!(self, TrySendError::Closed(_))
+    }
+}
+
+impl<T> fmt::Debug for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("Full(..)"),
+            TrySendError::Closed(_) => f.write_str("Closed(..)"),
+        }
+    }
+}
+
+impl<T> fmt::Display for TrySendError<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TrySendError::Full(_) => f.write_str("channel full: item handed back"),
+            TrySendError::Closed(_) => f.write_str("channel closed: item handed back"),
+        }
+    }
+}
+
+impl<T> std::error::Error for TrySendError<T> {}
+
+/// The channel closed while waiting for it to resume ([`Sender::resumed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ChannelClosed;
+
+impl fmt::Display for ChannelClosed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("channel closed")
+    }
+}
+
+impl std::error::Error for ChannelClosed {}
+
+/// A push source: a [`Sender`] for the producers and a [`Channel`] publisher for the
+/// pipeline. `capacity` is in items (`usize`) or a [`Capacity`] (e.g.
+/// [`Capacity::for_wait`]); water marks default to high = capacity, low = capacity / 2;
+/// no time bounds; the wall clock. Use [`ChannelBuilder`] for the rest. See the
+/// [module docs](self).
+///
+/// # Panics
+///
+/// If `capacity` is 0 or above [`MAX_CAPACITY`](crate::queue::MAX_CAPACITY).
+///
+/// # Examples
+///
+/// ```
+/// use weir::prelude::*;
+/// use weir::source::channel::ChannelPolicy;
+/// use weir::DropReason;
+///
+/// let (tx, rx) = weir::channel::<u32>(3, ChannelPolicy::DropOldest);
+/// let monitor = rx.monitor();
+/// for i in 0..6 {
+///     tx.try_send(i).unwrap(); // never refused: the oldest queued item makes room
+/// }
+/// drop(tx);
+/// // Dropped before anyone subscribed: counted in the queue's stats. Drops after
+/// // subscribe also go to the subscriber's drop hook (`PublisherExt::on_dropped`).
+/// assert_eq!(monitor.snapshot().dropped(DropReason::OverflowOldest), 3);
+/// assert_eq!(rx.collect().wait().unwrap(), vec![3, 4, 5]);
+/// ```
+pub fn channel<T: Send + 'static>(
+    capacity: impl Into<Capacity>,
+    policy: ChannelPolicy,
+) -> (Sender<T>, Channel<T>) {
+    ChannelBuilder::new(capacity, policy).build()
+}
+
+/// Configures a [`channel`](fn@channel): water marks, time bounds, clock.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::queue::{Capacity, TimeBounds};
+/// use weir::runtime::VirtualTime;
+/// use weir::source::channel::{ChannelBuilder, ChannelPolicy, WaterMarks};
+///
+/// let clock = VirtualTime::new();
+/// let capacity = Capacity::for_wait(1_000.0, Duration::from_secs(2)).unwrap(); // 2,000
+/// let (tx, rx) = ChannelBuilder::new(capacity, ChannelPolicy::DropOldest)
+///     .water_marks(WaterMarks::new(1_500, 500))
+///     .time_bounds(TimeBounds::none().max_age(Duration::from_secs(2)))
+///     .clock(clock.clone())
+///     .build::<String>();
+/// assert_eq!(tx.capacity(), 2_000);
+/// # drop(rx);
+/// ```
+#[derive(Clone)]
+pub struct ChannelBuilder {
+    capacity: Capacity,
+    policy: ChannelPolicy,
+    marks: Option<WaterMarks>,
+    bounds: TimeBounds,
+    clock: Arc<dyn Scheduler>,
+}
+
+impl fmt::Debug for ChannelBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChannelBuilder")
+            .field("capacity", &self.capacity)
+            .field("policy", &self.policy)
+            .field("marks", &self.marks)
+            .field("bounds", &self.bounds)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ChannelBuilder {
+    /// A channel of `capacity` items with `policy`.
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is a `usize` that is 0 or above [`MAX_CAPACITY`](crate::queue::MAX_CAPACITY).
+    pub fn new(capacity: impl Into<Capacity>, policy: ChannelPolicy) -> Self {
+        ChannelBuilder {
+            capacity: capacity.into(),
+            policy,
+            marks: None,
+            bounds: TimeBounds::none(),
+            clock: Arc::new(Immediate),
+        }
+    }
+
+    /// Pause at `marks.high()`, resume at `marks.low()` (checked against the capacity
+    /// in [`build`](Self::build)). See [`WaterMarks::derive`].
+    pub fn water_marks(mut self, marks: WaterMarks) -> Self {
+        self.marks = Some(marks);
+        self
+    }
+
+    /// Max age and adaptive LIFO for the queue.
+    pub fn time_bounds(mut self, bounds: TimeBounds) -> Self {
+        self.bounds = bounds;
+        self
+    }
+
+    /// The clock that stamps items and times the stats (default: the wall clock);
+    /// pass a [`VirtualTime`](crate::runtime::VirtualTime) in tests.
+    pub fn clock(mut self, clock: impl Scheduler) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// Build the channel.
+    ///
+    /// # Panics
+    ///
+    /// If the high water mark is above the capacity.
+    ///
+    /// ```should_panic
+    /// use weir::source::channel::{ChannelBuilder, ChannelPolicy, WaterMarks};
+    ///
+    /// // panics: "channel: water mark high must be in 1..=capacity (got high 20, capacity 10)"
+    /// let _ = ChannelBuilder::new(10, ChannelPolicy::Reject)
+    ///     .water_marks(WaterMarks::new(20, 5))
+    ///     .build::<u8>();
+    /// ```
+    pub fn build<T: Send + 'static>(self) -> (Sender<T>, Channel<T>) {
+        let capacity = self.capacity.get();
+        let marks = self
+            .marks
+            .unwrap_or_else(|| WaterMarks::default_for(capacity));
+        assert!(
+            marks.high() <= capacity,
+            "channel: water mark high must be in 1..=capacity (got high {}, capacity {capacity})",
+            marks.high()
+        );
+        let gauge = QueueGauge::new(capacity, self.clock.clone());
+        let queue = TimedQueue::new(self.capacity, self.bounds, gauge);
+        let shared = Arc::new(Shared::new(self.policy, marks, queue));
+        (
+            Sender {
+                shared: shared.clone(),
+            },
+            Channel { shared },
+        )
+    }
+}
+
+/// The publisher half of a [`channel`](fn@channel). Serves one subscriber; see the
+/// [module docs](self).
+#[must_use = "publishers do nothing until subscribed"]
+pub struct Channel<T: Send + 'static> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T: Send + 'static> Clone for Channel<T> {
+    fn clone(&self) -> Self {
+        // Relaxed: a reference count; the Arc clone below does the synchronising.
+        self.shared.publishers.fetch_add(1, Ordering::Relaxed);
+        Channel {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Channel<T> {
+    /// The last handle dropped without ever subscribing: nobody can read the channel
+    /// any more, so it closes (senders get `Closed`, waiting senders wake up) and the
+    /// queued items are released.
+    fn drop(&mut self) {
+        // AcqRel: the last handle must see every other handle's decrement; Acquire on
+        // `subscribed` pairs with the swap in `subscribe`.
+        if self.shared.publishers.fetch_sub(1, Ordering::AcqRel) == 1
+            && !self.shared.subscribed.load(Ordering::Acquire)
+        {
+            self.shared.shut();
+        }
+    }
+}
+
+impl<T: Send + 'static> fmt::Debug for Channel<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Channel")
+            .field("policy", &self.shared.policy)
+            .field("marks", &self.shared.marks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> Channel<T> {
+    /// The queue's statistics, readable from any thread while the pipeline runs.
+    ///
+    /// ```
+    /// use weir::source::channel::ChannelPolicy;
+    ///
+    /// let (tx, rx) = weir::channel::<u32>(10, ChannelPolicy::Backpressure);
+    /// let monitor = rx.monitor();
+    /// tx.try_send(1).unwrap();
+    /// tx.try_send(2).unwrap();
+    /// let stats = monitor.snapshot();
+    /// assert_eq!((stats.depth, stats.capacity, stats.enqueued), (2, 10, 2));
+    /// ```
+    pub fn monitor(&self) -> QueueMonitor {
+        QueueMonitor::new(self.shared.gauge.clone())
+    }
+}
+
+impl<T: Send + 'static> Publisher for Channel<T> {
+    type Item = T;
+
+    fn subscribe<S>(self, mut subscriber: S)
+    where
+        S: Subscriber<T> + Send + 'static,
+    {
+        // AcqRel: only the first subscribe wins; the swap orders later ones after it.
+        if self.shared.subscribed.swap(true, Ordering::AcqRel) {
+            subscriber.on_subscribe(Subscription::noop());
+            subscriber.on_error(Error::msg(
+                "weir::channel serves one subscriber and this channel is already subscribed \
+                 (each item is delivered once; put a multicast processor after it to fan out)",
+            ));
+            return;
+        }
+        self.shared.attach(subscriber);
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        (self.shared.capacity() + self.shared.batch_size()) as u64
+    }
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+    use crate::PublisherExt;
+
+    #[test]
+    #[should_panic(
+        expected = "channel: water mark high must be in 1..=capacity (got high 20, capacity 10)"
+    )]
+    fn marks_above_capacity_are_refused() {
+        let _ = ChannelBuilder::new(10, ChannelPolicy::Reject)
+            .water_marks(WaterMarks::new(20, 5))
+            .build::<u8>();
+    }
+
+    #[test]
+    fn in_flight_bound_is_capacity_plus_one_batch() {
+        let (_tx, rx) = channel::<u8>(10, ChannelPolicy::Reject);
+        assert_eq!(rx.in_flight_bound(), 20);
+        let (_tx, rx) = channel::<u8>(1_000, ChannelPolicy::Reject);
+        assert_eq!(rx.in_flight_bound(), 1_000 + BATCH as u64);
+        assert_eq!(rx.map(|x| x).in_flight_bound(), 1_000 + BATCH as u64);
+    }
+}

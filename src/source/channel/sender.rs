@@ -1,0 +1,445 @@
+//! [`Sender`]: the producer's handle on a channel, and its two futures.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use super::core::{lock, Offer, Shared};
+use super::marks::FlowState;
+use super::{ChannelClosed, ChannelPolicy, TrySendError};
+use crate::metrics::QueueMonitor;
+use crate::Error;
+
+/// The sending half of a [`channel`](super::channel()). Cheap to clone; every clone
+/// feeds the same queue. `Send + Sync`, so producers on several threads may share one
+/// handle or each own a clone.
+///
+/// The channel closes (the publisher completes after the queued items) when every
+/// `Sender` is dropped or one of them calls [`close`](Self::close).
+///
+/// # Examples
+///
+/// ```
+/// use weir::prelude::*;
+/// use weir::source::channel::{ChannelPolicy, TrySendError};
+///
+/// let (tx, rx) = weir::channel::<u32>(2, ChannelPolicy::Backpressure);
+/// assert_eq!(tx.try_send(1), Ok(()));
+/// assert_eq!(tx.try_send(2), Ok(()));
+/// assert_eq!(tx.try_send(3), Err(TrySendError::Full(3)), "full: the item comes back");
+/// drop(tx);
+/// assert_eq!(rx.collect().wait().unwrap(), vec![1, 2]);
+/// ```
+pub struct Sender<T: Send + 'static> {
+    pub(super) shared: Arc<Shared<T>>,
+}
+
+impl<T: Send + 'static> std::fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sender")
+            .field("policy", &self.shared.policy)
+            .field("marks", &self.shared.marks)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> Clone for Sender<T> {
+    fn clone(&self) -> Self {
+        // Relaxed: a reference count; the Arc clone below does the synchronising.
+        self.shared.senders.fetch_add(1, Ordering::Relaxed);
+        Sender {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static> Drop for Sender<T> {
+    fn drop(&mut self) {
+        // AcqRel: the last sender must see every other sender's decrement (and what
+        // they did before it) before it closes the channel.
+        if self.shared.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shared.close(Ok(()));
+        }
+    }
+}
+
+impl<T: Send + 'static> Sender<T> {
+    /// Offer `item` and answer at once.
+    ///
+    /// * `Ok(())`: the channel took the item. Under `DropOldest`, `DropNewest` and
+    ///   `KeepLatest` that includes a full channel: the policy made room (or dropped
+    ///   this very item) and reported the loss to the drop hook.
+    /// * `Err(Full(item))`: full under `Backpressure` or `Reject`; the item is handed
+    ///   back and counted as rejected.
+    /// * `Err(Closed(item))`: the channel was closed, failed, terminated or cancelled
+    ///   by its subscriber; the item is handed back.
+    ///
+    /// If the subscriber has demand, the item is delivered on this thread before
+    /// `try_send` returns (see the [module docs](super)).
+    ///
+    /// ```
+    /// use weir::source::channel::{ChannelPolicy, TrySendError};
+    ///
+    /// let (tx, rx) = weir::channel::<&str>(1, ChannelPolicy::Reject);
+    /// tx.try_send("a").unwrap();
+    /// assert_eq!(tx.try_send("b"), Err(TrySendError::Full("b")));
+    /// assert_eq!(tx.monitor().snapshot().rejected, 1);
+    /// tx.close();
+    /// assert_eq!(tx.try_send("c"), Err(TrySendError::Closed("c")));
+    /// # drop(rx);
+    /// ```
+    pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
+        let now = self.shared.gauge.now();
+        let outcome = {
+            let mut st = lock(&self.shared.state);
+            self.shared.offer(&mut st, item, now, false)
+        };
+        self.shared.settle(outcome)
+    }
+
+    /// Offer `item`, waiting for room under `Backpressure` (other policies answer at
+    /// once, like [`try_send`](Self::try_send)). Works in any executor: the future
+    /// registers its waker and is woken when the subscriber takes items out, or the
+    /// channel closes. The time spent waiting is added to the queue's `blocked` stat.
+    ///
+    /// Resolves to `Ok(())` once the item is in, `Err(Closed(item))` if the channel
+    /// closed first, and (under `Reject` only) `Err(Full(item))`.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::source::channel::ChannelPolicy;
+    ///
+    /// let (tx, rx) = weir::channel::<u32>(4, ChannelPolicy::Backpressure);
+    /// let consumer = std::thread::spawn(move || rx.collect().wait().unwrap());
+    /// futures::executor::block_on(async move {
+    ///     for i in 0..100 {
+    ///         tx.send(i).await.unwrap();
+    ///     }
+    /// });
+    /// assert_eq!(consumer.join().unwrap(), (0..100).collect::<Vec<_>>());
+    /// ```
+    pub fn send(&self, item: T) -> SendFuture<'_, T> {
+        SendFuture {
+            sender: self,
+            item: Some(item),
+            key: None,
+            since: None,
+        }
+    }
+
+    /// Offer `item`, blocking this thread until there is room under `Backpressure`
+    /// (other policies answer at once). Answers like [`send`](Self::send). The time
+    /// spent waiting is added to the queue's `blocked` stat.
+    ///
+    /// Do not call it from the channel's own subscriber (the thread that must make
+    /// room would be the one waiting).
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::source::channel::ChannelPolicy;
+    ///
+    /// let (tx, rx) = weir::channel::<u32>(8, ChannelPolicy::Backpressure);
+    /// let producer = std::thread::spawn(move || {
+    ///     for i in 0..1_000 {
+    ///         tx.send_blocking(i).unwrap();
+    ///     }
+    /// });
+    /// let total = rx.fold(0u64, |sum, x| sum + u64::from(x)).wait().unwrap();
+    /// producer.join().unwrap();
+    /// assert_eq!(total, 499_500);
+    /// ```
+    pub fn send_blocking(&self, item: T) -> Result<(), TrySendError<T>> {
+        let shared = &*self.shared;
+        let mut item = item;
+        let mut since: Option<Instant> = None;
+        let mut st = lock(&shared.state);
+        let outcome = loop {
+            let now = shared.gauge.now();
+            match shared.offer(&mut st, item, now, true) {
+                Offer::Full(back) if shared.policy == ChannelPolicy::Backpressure => {
+                    item = back;
+                    since.get_or_insert(now);
+                    st.blocked_threads += 1;
+                    st = shared
+                        .room
+                        .wait(st)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    st.blocked_threads -= 1;
+                }
+                other => break other,
+            }
+        };
+        drop(st);
+        if let Some(since) = since {
+            shared
+                .gauge
+                .blocked(shared.gauge.now().saturating_duration_since(since));
+        }
+        shared.settle(outcome)
+    }
+
+    /// The channel's flow state: `Paused` from the moment its depth reached the high
+    /// water mark until it fell to the low mark. Advice for cooperative producers (a
+    /// socket reader stops reading); a lock-free read.
+    ///
+    /// ```
+    /// use weir::source::channel::{ChannelPolicy, FlowState, WaterMarks};
+    ///
+    /// let (tx, rx) = weir::source::channel::ChannelBuilder::new(4, ChannelPolicy::Backpressure)
+    ///     .water_marks(WaterMarks::new(3, 1))
+    ///     .build::<u32>();
+    /// tx.try_send(1).unwrap();
+    /// tx.try_send(2).unwrap();
+    /// assert_eq!(tx.state(), FlowState::Flowing);
+    /// tx.try_send(3).unwrap();
+    /// assert_eq!(tx.state(), FlowState::Paused);
+    /// # drop(rx);
+    /// ```
+    pub fn state(&self) -> FlowState {
+        // Relaxed: advisory; `resumed`/`wait_resumed` read the state under the lock.
+        if self.shared.paused.load(Ordering::Relaxed) {
+            FlowState::Paused
+        } else {
+            FlowState::Flowing
+        }
+    }
+
+    /// A future that completes with `Ok(())` once the channel is `Flowing` (at once if
+    /// it is), or `Err(ChannelClosed)` if the channel closes first.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::source::channel::{ChannelBuilder, ChannelPolicy, FlowState, WaterMarks};
+    ///
+    /// let (tx, rx) = ChannelBuilder::new(8, ChannelPolicy::Backpressure)
+    ///     .water_marks(WaterMarks::new(4, 1))
+    ///     .build::<u32>();
+    /// let consumer = std::thread::spawn(move || rx.collect().wait().unwrap());
+    /// futures::executor::block_on(async {
+    ///     for i in 0..100 {
+    ///         if tx.state() == FlowState::Paused {
+    ///             tx.resumed().await.unwrap(); // a socket reader would stop reading here
+    ///         }
+    ///         tx.send(i).await.unwrap();
+    ///     }
+    /// });
+    /// drop(tx);
+    /// assert_eq!(consumer.join().unwrap().len(), 100);
+    /// ```
+    pub fn resumed(&self) -> Resumed<'_, T> {
+        Resumed {
+            sender: self,
+            key: None,
+        }
+    }
+
+    /// Block this thread until the channel is `Flowing` (`Ok`) or closed (`Err`).
+    /// See [`resumed`](Self::resumed).
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::source::channel::{ChannelBuilder, ChannelPolicy, FlowState, WaterMarks};
+    ///
+    /// let (tx, rx) = ChannelBuilder::new(64, ChannelPolicy::Backpressure)
+    ///     .water_marks(WaterMarks::new(32, 8))
+    ///     .build::<u32>();
+    /// let consumer = std::thread::spawn(move || rx.collect().wait().unwrap());
+    /// for i in 0..1_000 {
+    ///     if tx.state() == FlowState::Paused {
+    ///         tx.wait_resumed().unwrap(); // stop reading the socket until then
+    ///     }
+    ///     tx.send_blocking(i).unwrap();
+    /// }
+    /// drop(tx);
+    /// assert_eq!(consumer.join().unwrap().len(), 1_000);
+    /// ```
+    pub fn wait_resumed(&self) -> Result<(), ChannelClosed> {
+        let shared = &*self.shared;
+        let mut st = lock(&shared.state);
+        loop {
+            if !st.open {
+                return Err(ChannelClosed);
+            }
+            if st.flow == FlowState::Flowing {
+                return Ok(());
+            }
+            st.resume_threads += 1;
+            st = shared
+                .resume
+                .wait(st)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            st.resume_threads -= 1;
+        }
+    }
+
+    /// Close the channel for every sender: later sends answer `Closed`, and the
+    /// publisher completes once the queued items are delivered. Idempotent.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::source::channel::ChannelPolicy;
+    ///
+    /// let (tx, rx) = weir::channel::<u32>(4, ChannelPolicy::Backpressure);
+    /// let other = tx.clone();
+    /// tx.try_send(1).unwrap();
+    /// tx.close();
+    /// assert!(other.is_closed(), "closed for every sender");
+    /// assert_eq!(rx.collect().wait().unwrap(), vec![1]);
+    /// ```
+    pub fn close(&self) {
+        self.shared.close(Ok(()));
+    }
+
+    /// Close the channel with an error: the subscriber receives `on_error(error)`
+    /// after the queued items. Returns false (and drops `error`) if the channel was
+    /// already closed.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::source::channel::ChannelPolicy;
+    ///
+    /// let (tx, rx) = weir::channel::<u32>(4, ChannelPolicy::Backpressure);
+    /// tx.try_send(1).unwrap();
+    /// assert!(tx.fail(weir::Error::msg("socket reset")));
+    /// assert!(tx.try_send(2).unwrap_err().is_closed());
+    /// let items = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    /// let seen = items.clone();
+    /// let result = rx.inspect(move |x| seen.lock().unwrap().push(*x)).collect().wait();
+    /// assert_eq!(result.unwrap_err().message(), "socket reset");
+    /// assert_eq!(*items.lock().unwrap(), [1], "the queued item came first");
+    /// ```
+    pub fn fail(&self, error: Error) -> bool {
+        self.shared.close(Err(error))
+    }
+
+    /// True once the channel no longer accepts items.
+    pub fn is_closed(&self) -> bool {
+        !lock(&self.shared.state).open
+    }
+
+    /// The channel's capacity in items.
+    pub fn capacity(&self) -> usize {
+        self.shared.capacity()
+    }
+
+    /// The queue's statistics (the same as [`Channel::monitor`](super::Channel::monitor)).
+    pub fn monitor(&self) -> QueueMonitor {
+        QueueMonitor::new(self.shared.gauge.clone())
+    }
+}
+
+/// The future returned by [`Sender::send`].
+#[must_use = "futures do nothing unless polled"]
+pub struct SendFuture<'a, T: Send + 'static> {
+    sender: &'a Sender<T>,
+    item: Option<T>,
+    key: Option<u64>,
+    /// When this send first found the channel full.
+    since: Option<Instant>,
+}
+
+impl<T: Send + 'static> std::fmt::Debug for SendFuture<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SendFuture")
+            .field("done", &self.item.is_none())
+            .field("waiting", &self.since.is_some())
+            .finish()
+    }
+}
+
+// The future is never pinned structurally: the item is moved in and out by value.
+impl<T: Send + 'static> Unpin for SendFuture<'_, T> {}
+
+impl<T: Send + 'static> Future for SendFuture<'_, T> {
+    type Output = Result<(), TrySendError<T>>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let shared = &*this.sender.shared;
+        let item = this
+            .item
+            .take()
+            .expect("SendFuture polled after completion");
+        let now = shared.gauge.now();
+        let outcome = {
+            let mut st = lock(&shared.state);
+            match shared.offer(&mut st, item, now, true) {
+                Offer::Full(back) if shared.policy == ChannelPolicy::Backpressure => {
+                    this.since.get_or_insert(now);
+                    st.send_wakers.register(&mut this.key, cx.waker());
+                    this.item = Some(back);
+                    return Poll::Pending;
+                }
+                other => {
+                    st.send_wakers.remove(this.key.take());
+                    other
+                }
+            }
+        };
+        if let Some(since) = this.since.take() {
+            shared
+                .gauge
+                .blocked(shared.gauge.now().saturating_duration_since(since));
+        }
+        Poll::Ready(shared.settle(outcome))
+    }
+}
+
+impl<T: Send + 'static> Drop for SendFuture<'_, T> {
+    fn drop(&mut self) {
+        let shared = &*self.sender.shared;
+        if self.key.is_some() {
+            lock(&shared.state).send_wakers.remove(self.key.take());
+        }
+        if let Some(since) = self.since.take() {
+            shared
+                .gauge
+                .blocked(shared.gauge.now().saturating_duration_since(since));
+        }
+    }
+}
+
+/// The future returned by [`Sender::resumed`].
+#[must_use = "futures do nothing unless polled"]
+pub struct Resumed<'a, T: Send + 'static> {
+    sender: &'a Sender<T>,
+    key: Option<u64>,
+}
+
+impl<T: Send + 'static> std::fmt::Debug for Resumed<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resumed").finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> Future for Resumed<'_, T> {
+    type Output = Result<(), ChannelClosed>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut st = lock(&this.sender.shared.state);
+        if !st.open {
+            st.resume_wakers.remove(this.key.take());
+            return Poll::Ready(Err(ChannelClosed));
+        }
+        if st.flow == FlowState::Flowing {
+            st.resume_wakers.remove(this.key.take());
+            return Poll::Ready(Ok(()));
+        }
+        st.resume_wakers.register(&mut this.key, cx.waker());
+        Poll::Pending
+    }
+}
+
+impl<T: Send + 'static> Drop for Resumed<'_, T> {
+    fn drop(&mut self) {
+        if self.key.is_some() {
+            lock(&self.sender.shared.state)
+                .resume_wakers
+                .remove(self.key.take());
+        }
+    }
+}

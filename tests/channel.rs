@@ -1,0 +1,824 @@
+//! Behaviour tests of the push source `weir::channel` (`src/source/channel/`): the
+//! answers of `try_send`/`send`/`send_blocking`, every policy's drops (reason, hook,
+//! counters), ending (close, fail, cancel, a second subscriber), water marks with
+//! hysteresis (including the flapping example under `VirtualTime`), max-age expiry,
+//! adaptive LIFO, the queue stats, and random demand schedules (proptest). The
+//! conformance kit runs on the publisher side in `tests/tck.rs` (`channel_*`).
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use weir::metrics::{DropHook, Drops, QueueMonitor};
+use weir::prelude::*;
+use weir::queue::{Capacity, TimeBounds};
+use weir::runtime::VirtualTime;
+use weir::source::channel::{
+    Channel, ChannelBuilder, ChannelClosed, ChannelPolicy, FlowState, TrySendError, WaterMarks,
+};
+use weir::tck::proptest::{check_publisher, demand_schedule};
+use weir::tck::{TestProbe, TestSubscriber};
+use weir::DropReason;
+
+/// Subscribe a zero-demand test subscriber and return its probe.
+fn probe_of<P: Publisher>(publisher: P) -> TestProbe<P::Item> {
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    publisher.subscribe(subscriber);
+    probe
+}
+
+/// What a drop hook saw, in order.
+type Seen = Arc<Mutex<Vec<(DropReason, u64)>>>;
+
+/// A hook that counts into fresh `Drops` and records every dropped `u64`.
+fn recording_hook() -> (DropHook, Drops, Seen) {
+    let drops = Drops::new();
+    let seen: Seen = Arc::default();
+    let record = seen.clone();
+    let hook = DropHook::new(drops.clone()).inspect(move |dropped| {
+        let reason = dropped.reason();
+        assert_eq!(dropped.stage(), "channel");
+        if let Some(item) = dropped.take::<u64>() {
+            record.lock().unwrap().push((reason, item));
+        }
+    });
+    (hook, drops, seen)
+}
+
+/// An item that counts how many of its kind are alive.
+#[derive(Debug)]
+struct Tracked(Arc<AtomicUsize>);
+
+impl Tracked {
+    fn new(live: &Arc<AtomicUsize>) -> Self {
+        live.fetch_add(1, Ordering::SeqCst);
+        Tracked(live.clone())
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+// ---- answers ----------------------------------------------------------------------
+
+#[test]
+fn try_send_full_and_closed_hand_the_item_back() {
+    let (tx, rx) = weir::channel::<u64>(2, ChannelPolicy::Backpressure);
+    let monitor = rx.monitor();
+    assert_eq!(tx.try_send(1), Ok(()));
+    assert_eq!(tx.try_send(2), Ok(()));
+    let full = tx.try_send(3).unwrap_err();
+    assert!(full.is_full());
+    assert_eq!(full.into_inner(), 3);
+    assert_eq!(
+        monitor.snapshot().rejected,
+        1,
+        "a refused try_send counts as rejected"
+    );
+    tx.close();
+    assert!(tx.is_closed());
+    assert_eq!(tx.try_send(4), Err(TrySendError::Closed(4)));
+    assert_eq!(tx.send_blocking(5), Err(TrySendError::Closed(5)));
+    assert_eq!(
+        futures::executor::block_on(tx.send(6)),
+        Err(TrySendError::Closed(6))
+    );
+    // Closing delivers the queued items, then completes.
+    let probe = probe_of(rx);
+    probe.request(10);
+    probe.assert_items(&[1, 2]);
+    probe.assert_completed();
+}
+
+#[test]
+fn cancel_closes_the_senders_and_releases_queued_items() {
+    let live = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = weir::channel::<Tracked>(4, ChannelPolicy::Backpressure);
+    let probe = probe_of(rx);
+    for _ in 0..3 {
+        tx.try_send(Tracked::new(&live)).unwrap();
+    }
+    assert_eq!(live.load(Ordering::SeqCst), 3);
+    probe.cancel();
+    assert_eq!(
+        live.load(Ordering::SeqCst),
+        0,
+        "queued items are released at cancel"
+    );
+    let back = tx.try_send(Tracked::new(&live)).unwrap_err();
+    assert!(back.is_closed(), "senders see Closed after cancel");
+    assert_eq!(
+        live.load(Ordering::SeqCst),
+        1,
+        "the item came back to its sender"
+    );
+    drop(back);
+    assert_eq!(tx.wait_resumed(), Err(ChannelClosed));
+    assert_eq!(
+        futures::executor::block_on(tx.resumed()),
+        Err(ChannelClosed)
+    );
+}
+
+#[test]
+fn dropping_the_unsubscribed_channel_closes_the_senders() {
+    let live = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = weir::channel::<Tracked>(4, ChannelPolicy::Backpressure);
+    tx.try_send(Tracked::new(&live)).unwrap();
+    let clone = rx.clone();
+    drop(rx);
+    assert!(!tx.is_closed(), "a clone can still subscribe");
+    drop(clone);
+    assert!(tx.is_closed());
+    assert_eq!(live.load(Ordering::SeqCst), 0, "queued items are released");
+    let (tx, rx) = weir::channel::<u64>(4, ChannelPolicy::Backpressure);
+    let probe = probe_of(rx);
+    assert!(!tx.is_closed(), "a subscribed channel stays open");
+    probe.cancel();
+}
+
+#[test]
+fn sender_and_channel_are_send_and_sync() {
+    fn send_sync<X: Send + Sync>() {}
+    send_sync::<weir::source::channel::Sender<u64>>();
+    send_sync::<Channel<u64>>();
+}
+
+#[test]
+fn cancel_wakes_a_blocked_sender_with_its_item() {
+    let (tx, rx) = weir::channel::<u64>(1, ChannelPolicy::Backpressure);
+    let probe = probe_of(rx);
+    tx.try_send(0).unwrap();
+    let blocked = std::thread::spawn(move || tx.send_blocking(1));
+    // Whether the sender is already waiting or not, it must end with Closed(1).
+    std::thread::sleep(Duration::from_millis(20));
+    probe.cancel();
+    assert_eq!(blocked.join().unwrap(), Err(TrySendError::Closed(1)));
+}
+
+#[test]
+fn reject_hands_back_and_counts_rejections_in_every_send_form() {
+    let (tx, rx) = weir::channel::<u64>(1, ChannelPolicy::Reject);
+    tx.try_send(0).unwrap();
+    assert_eq!(tx.try_send(1), Err(TrySendError::Full(1)));
+    assert_eq!(
+        tx.send_blocking(2),
+        Err(TrySendError::Full(2)),
+        "Reject never waits"
+    );
+    assert_eq!(
+        futures::executor::block_on(tx.send(3)),
+        Err(TrySendError::Full(3))
+    );
+    let stats = rx.monitor().snapshot();
+    assert_eq!(
+        (stats.rejected, stats.enqueued, stats.dropped_total()),
+        (3, 1, 0)
+    );
+}
+
+// ---- policies -----------------------------------------------------------------------
+
+/// Offer 0..6 to a channel of 3 whose subscriber has no demand, then drain it: what
+/// was delivered, and what the hook saw.
+fn lossy_run(policy: ChannelPolicy) -> (Vec<u64>, Vec<(DropReason, u64)>, Drops, QueueMonitor) {
+    let (tx, rx) = weir::channel::<u64>(3, policy);
+    let monitor = rx.monitor();
+    let (hook, drops, seen) = recording_hook();
+    let probe = probe_of(rx.on_dropped(hook));
+    for i in 0..6 {
+        assert_eq!(tx.try_send(i), Ok(()), "{policy:?} accepts responsibility");
+    }
+    drop(tx);
+    probe.request(10);
+    probe.assert_completed();
+    let seen = seen.lock().unwrap().clone();
+    (probe.items(), seen, drops, monitor)
+}
+
+#[test]
+fn drop_oldest_drops_the_oldest_queued_items() {
+    let (items, seen, drops, monitor) = lossy_run(ChannelPolicy::DropOldest);
+    assert_eq!(items, [3, 4, 5]);
+    let reason = DropReason::OverflowOldest;
+    assert_eq!(seen, [(reason, 0), (reason, 1), (reason, 2)]);
+    assert_eq!(drops.count(reason), 3);
+    assert_eq!(monitor.snapshot().dropped(reason), 3);
+}
+
+#[test]
+fn drop_newest_drops_the_offered_item() {
+    let (items, seen, drops, monitor) = lossy_run(ChannelPolicy::DropNewest);
+    assert_eq!(items, [0, 1, 2]);
+    let reason = DropReason::OverflowNewest;
+    assert_eq!(seen, [(reason, 3), (reason, 4), (reason, 5)]);
+    assert_eq!(drops.count(reason), 3);
+    assert_eq!(monitor.snapshot().dropped(reason), 3);
+}
+
+#[test]
+fn keep_latest_replaces_the_newest_queued_item() {
+    let (items, seen, drops, monitor) = lossy_run(ChannelPolicy::KeepLatest);
+    assert_eq!(items, [0, 1, 5]);
+    let reason = DropReason::ReplacedByLatest;
+    assert_eq!(seen, [(reason, 2), (reason, 3), (reason, 4)]);
+    assert_eq!(drops.count(reason), 3);
+    let stats = monitor.snapshot();
+    assert_eq!(stats.dropped(reason), 3);
+    // depth = enqueued − dequeued − drops of queued items.
+    assert_eq!((stats.enqueued, stats.dequeued, stats.depth), (6, 3, 0));
+}
+
+#[test]
+fn backpressure_and_reject_never_drop() {
+    for policy in [ChannelPolicy::Backpressure, ChannelPolicy::Reject] {
+        let (tx, rx) = weir::channel::<u64>(3, policy);
+        let (hook, drops, _) = recording_hook();
+        let probe = probe_of(rx.on_dropped(hook));
+        let refused: Vec<u64> = (0..6)
+            .filter_map(|i| tx.try_send(i).err().map(TrySendError::into_inner))
+            .collect();
+        assert_eq!(refused, [3, 4, 5], "{policy:?}");
+        drop(tx);
+        probe.request(10);
+        probe.assert_items(&[0, 1, 2]);
+        assert_eq!(drops.total(), 0);
+    }
+}
+
+// ---- ending -------------------------------------------------------------------------
+
+#[test]
+fn dropping_every_sender_completes_after_the_queued_items() {
+    let (tx, rx) = weir::channel::<u64>(8, ChannelPolicy::Backpressure);
+    let other = tx.clone();
+    tx.try_send(1).unwrap();
+    other.try_send(2).unwrap();
+    let probe = probe_of(rx);
+    drop(tx);
+    probe.request(1);
+    probe.assert_items(&[1]);
+    assert!(!probe.is_terminated(), "one sender is still alive");
+    drop(other);
+    assert!(!probe.is_terminated(), "item 2 is still queued");
+    probe.request(1);
+    probe.assert_items(&[1, 2]);
+    probe.assert_completed();
+}
+
+#[test]
+fn fail_delivers_the_error_after_the_queued_items() {
+    let (tx, rx) = weir::channel::<u64>(8, ChannelPolicy::Backpressure);
+    tx.try_send(1).unwrap();
+    assert!(tx.fail(weir::Error::msg("socket reset")));
+    assert!(
+        !tx.fail(weir::Error::msg("again")),
+        "only the first end counts"
+    );
+    let probe = probe_of(rx);
+    probe.request(1);
+    probe.assert_items(&[1]);
+    assert_eq!(probe.assert_error().message(), "socket reset");
+}
+
+#[test]
+fn a_second_subscriber_gets_on_subscribe_then_an_error() {
+    let (tx, rx) = weir::channel::<u64>(8, ChannelPolicy::Backpressure);
+    let first = probe_of(rx.clone());
+    let second = probe_of(rx);
+    assert!(second.is_subscribed());
+    let error = second.assert_error();
+    assert!(error.message().contains("serves one subscriber"), "{error}");
+    tx.try_send(7).unwrap();
+    first.request(1);
+    first.assert_items(&[7]);
+}
+
+#[test]
+fn request_zero_fails_the_stream_and_closes_the_senders() {
+    let (tx, rx) = weir::channel::<u64>(8, ChannelPolicy::Backpressure);
+    let probe = probe_of(rx);
+    probe.request(0);
+    probe.assert_error_rule("3.9");
+    assert_eq!(tx.try_send(1), Err(TrySendError::Closed(1)));
+}
+
+// ---- waiting senders ----------------------------------------------------------------
+
+#[test]
+fn send_waits_for_room_under_futures_block_on() {
+    let (tx, rx) = weir::channel::<u64>(4, ChannelPolicy::Backpressure);
+    let monitor = rx.monitor();
+    let consumer = std::thread::spawn(move || rx.collect().wait().unwrap());
+    futures::executor::block_on(async move {
+        for i in 0..2_000 {
+            tx.send(i).await.unwrap();
+        }
+    });
+    assert_eq!(consumer.join().unwrap(), (0..2_000).collect::<Vec<_>>());
+    let stats = monitor.snapshot();
+    assert_eq!(
+        (stats.enqueued, stats.dequeued, stats.rejected),
+        (2_000, 2_000, 0)
+    );
+}
+
+#[test]
+fn send_waits_for_room_under_tokio() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let (tx, rx) = weir::channel::<u64>(4, ChannelPolicy::Backpressure);
+    let handle = rx.blocking_iter(8);
+    let producer = runtime.spawn(async move {
+        for i in 0..2_000 {
+            tx.send(i).await.unwrap();
+        }
+    });
+    let items: Vec<u64> = handle.collect::<Result<_, _>>().unwrap();
+    runtime.block_on(producer).unwrap();
+    assert_eq!(items, (0..2_000).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_waiting_send_records_the_time_it_waited() {
+    use std::future::Future;
+    use std::task::{Context, Poll};
+    let clock = VirtualTime::new();
+    let (tx, rx) = ChannelBuilder::new(1, ChannelPolicy::Backpressure)
+        .clock(clock.clone())
+        .build::<u64>();
+    let monitor = rx.monitor();
+    let probe = probe_of(rx);
+    tx.try_send(0).unwrap();
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut send = tx.send(1);
+    assert!(std::pin::Pin::new(&mut send).poll(&mut cx).is_pending());
+    clock.advance(Duration::from_secs(1));
+    probe.request(1);
+    assert_eq!(
+        std::pin::Pin::new(&mut send).poll(&mut cx),
+        Poll::Ready(Ok(()))
+    );
+    probe.request(1);
+    probe.assert_items(&[0, 1]);
+    let stats = monitor.snapshot();
+    assert_eq!((stats.blocked, stats.rejected), (Duration::from_secs(1), 0));
+}
+
+#[test]
+fn a_dropped_send_future_unregisters_and_records_its_wait() {
+    use std::future::Future;
+    use std::task::{Context, Poll};
+    let (tx, rx) = weir::channel::<u64>(1, ChannelPolicy::Backpressure);
+    tx.try_send(0).unwrap();
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut send = tx.send(1);
+    assert!(matches!(
+        std::pin::Pin::new(&mut send).poll(&mut cx),
+        Poll::Pending
+    ));
+    assert!(matches!(
+        std::pin::Pin::new(&mut send).poll(&mut cx),
+        Poll::Pending
+    ));
+    drop(send);
+    let probe = probe_of(rx);
+    probe.request(5);
+    probe.assert_items(&[0]);
+}
+
+/// Races between a sender that skips the drain loop when it sees no demand and a
+/// request arriving at the same moment: no item may be left queued while demand is
+/// outstanding (each `await_items` would time out).
+#[test]
+fn no_item_is_stranded_when_requests_race_sends() {
+    for round in 0..10 {
+        let (tx, rx) = weir::channel::<u64>(1 + round % 3, ChannelPolicy::Backpressure);
+        let probe = probe_of(rx);
+        let n = 2_000u64;
+        let producer = std::thread::spawn(move || {
+            for i in 0..n {
+                tx.send_blocking(i).unwrap();
+            }
+        });
+        for i in 1..=n {
+            probe.request(1);
+            probe.await_items(i, Duration::from_secs(5)).unwrap();
+        }
+        producer.join().unwrap();
+        probe.request(1);
+        probe.await_completion(Duration::from_secs(5)).unwrap();
+        assert_eq!(probe.items(), (0..n).collect::<Vec<_>>());
+    }
+}
+
+// ---- water marks --------------------------------------------------------------------
+
+#[test]
+fn water_marks_pause_at_high_and_resume_at_low() {
+    let (tx, rx) = ChannelBuilder::new(10, ChannelPolicy::Backpressure)
+        .water_marks(WaterMarks::new(6, 2))
+        .build::<u64>();
+    let monitor = rx.monitor();
+    let probe = probe_of(rx);
+    for i in 0..5 {
+        tx.try_send(i).unwrap();
+    }
+    assert_eq!(tx.state(), FlowState::Flowing);
+    tx.try_send(5).unwrap();
+    assert_eq!(
+        tx.state(),
+        FlowState::Paused,
+        "depth 6 reached the high mark"
+    );
+    tx.try_send(6).unwrap();
+    assert_eq!(
+        tx.state(),
+        FlowState::Paused,
+        "paused is advice: items are still taken"
+    );
+    probe.request(4);
+    assert_eq!(
+        tx.state(),
+        FlowState::Paused,
+        "depth 3 is above the low mark"
+    );
+    let resumed = std::thread::spawn({
+        let tx = tx.clone();
+        move || tx.wait_resumed()
+    });
+    probe.request(1);
+    assert_eq!(tx.state(), FlowState::Flowing, "depth 2 is the low mark");
+    assert_eq!(resumed.join().unwrap(), Ok(()));
+    assert_eq!(futures::executor::block_on(tx.resumed()), Ok(()));
+    assert_eq!(monitor.snapshot().pauses, 1);
+}
+
+#[test]
+fn the_resumed_future_wakes_when_the_channel_flows_again() {
+    let (tx, rx) = ChannelBuilder::new(4, ChannelPolicy::Backpressure)
+        .water_marks(WaterMarks::new(2, 0))
+        .build::<u64>();
+    tx.try_send(0).unwrap();
+    tx.try_send(1).unwrap();
+    assert_eq!(tx.state(), FlowState::Paused);
+    let consumer = std::thread::spawn(move || rx.collect().wait().unwrap());
+    futures::executor::block_on(async {
+        tx.resumed().await.unwrap();
+        assert_eq!(tx.state(), FlowState::Flowing);
+    });
+    drop(tx);
+    assert_eq!(consumer.join().unwrap(), [0, 1]);
+}
+
+/// The figures of one flapping run.
+#[derive(Debug)]
+struct Flapping {
+    /// State changes, both directions.
+    flips: u32,
+    /// Lengths of the pauses that ended within the run.
+    pauses: Vec<Duration>,
+}
+
+/// DESIGN §11's flapping example, driven through a real channel under `VirtualTime`:
+/// 60 s in ticks of `tick`. Each tick the consumer is served its 100 items/s share
+/// (`request`), then the producer, if it saw `Flowing` at the end of the previous
+/// tick, offers its 160 items/s share (`try_send`); then it looks at the state again.
+/// A paused producer sends nothing. Flips are counted as the channel reports them,
+/// after every step (a push can only pause, a delivery only resume).
+fn flapping(marks: WaterMarks, tick: Duration) -> Flapping {
+    let clock = VirtualTime::new();
+    let (tx, rx) = ChannelBuilder::new(2_000, ChannelPolicy::Backpressure)
+        .water_marks(marks)
+        .clock(clock.clone())
+        .build::<u64>();
+    let monitor = rx.monitor();
+    let probe = probe_of(rx);
+    let tick_ms = tick.as_millis() as u64;
+    let ticks = 60_000 / tick_ms;
+    let (mut arrived, mut served) = (0u64, 0u64);
+    let mut producer_sees = FlowState::Flowing;
+    let mut last = FlowState::Flowing;
+    let mut paused_at = Duration::ZERO;
+    let mut run = Flapping {
+        flips: 0,
+        pauses: Vec::new(),
+    };
+    let mut observe = |run: &mut Flapping, now: Duration| {
+        let state = tx.state();
+        if state != last {
+            run.flips += 1;
+            match state {
+                FlowState::Paused => paused_at = now,
+                FlowState::Flowing => run.pauses.push(now - paused_at),
+            }
+            last = state;
+        }
+    };
+    let mut next = 0u64;
+    for k in 1..=ticks {
+        let now = clock.elapsed();
+        // Integer shares: after k ticks, 100·k·tick items served in total.
+        let serve = 100 * k * tick_ms / 1_000 - served;
+        served += serve;
+        if serve > 0 {
+            probe.request(serve);
+        }
+        observe(&mut run, now);
+        if producer_sees == FlowState::Flowing {
+            let offer = 160 * k * tick_ms / 1_000 - arrived;
+            arrived += offer;
+            for _ in 0..offer {
+                tx.try_send(next).expect("the capacity is never reached");
+                next += 1;
+            }
+        } else {
+            // Time passes for the paused producer too: its share is not made up later.
+            arrived = 160 * k * tick_ms / 1_000;
+        }
+        observe(&mut run, now);
+        producer_sees = tx.state();
+        clock.advance(tick);
+    }
+    assert_eq!(
+        monitor.snapshot().pauses,
+        u64::from(run.flips).div_ceil(2),
+        "the channel's pause counter agrees with the observed flips"
+    );
+    assert_eq!(
+        probe.received_count() + monitor.snapshot().depth as u64,
+        next
+    );
+    run
+}
+
+#[test]
+fn two_water_marks_flip_far_less_than_one() {
+    for tick in [Duration::from_secs(1), Duration::from_millis(10)] {
+        let single = flapping(WaterMarks::single(800), tick);
+        let hysteresis = flapping(WaterMarks::new(800, 500), tick);
+        println!(
+            "tick {tick:?}: one mark at 800: {} flips, pauses {:?}; marks 800/500: {} flips, pauses {:?}",
+            single.flips,
+            single.pauses.iter().collect::<std::collections::BTreeSet<_>>(),
+            hysteresis.flips,
+            hysteresis.pauses
+        );
+        assert!(
+            single.flips >= 3 * hysteresis.flips,
+            "tick {tick:?}: {} flips with one mark vs {} with two",
+            single.flips,
+            hysteresis.flips
+        );
+        assert!(hysteresis.flips >= 8, "tick {tick:?}: {hysteresis:?}");
+        if tick == Duration::from_secs(1) {
+            // The 1-second reference model: about 36–41 flips against 12–13.
+            assert!((34..=42).contains(&single.flips), "{single:?}");
+            assert!((11..=14).contains(&hysteresis.flips), "{hysteresis:?}");
+        }
+        assert!(
+            hysteresis
+                .pauses
+                .iter()
+                .all(|p| *p >= Duration::from_secs(3)),
+            "tick {tick:?}: the 800/500 run pauses for several seconds at a time: {hysteresis:?}"
+        );
+        assert!(
+            single.pauses.iter().all(|p| *p <= tick * 2),
+            "tick {tick:?}: one mark resumes at the next delivery: {single:?}"
+        );
+    }
+}
+
+// ---- time bounds and stats ----------------------------------------------------------
+
+#[test]
+fn items_older_than_max_age_expire_at_delivery() {
+    let clock = VirtualTime::new();
+    let (tx, rx) = ChannelBuilder::new(8, ChannelPolicy::Backpressure)
+        .time_bounds(TimeBounds::none().max_age(Duration::from_secs(1)))
+        .clock(clock.clone())
+        .build::<u64>();
+    let monitor = rx.monitor();
+    let (hook, drops, seen) = recording_hook();
+    let probe = probe_of(rx.on_dropped(hook));
+    for i in 0..3 {
+        tx.try_send(i).unwrap();
+    }
+    clock.advance(Duration::from_millis(800));
+    tx.try_send(3).unwrap();
+    clock.advance(Duration::from_millis(300));
+    assert_eq!(
+        monitor.snapshot().oldest_age,
+        Some(Duration::from_millis(1_100))
+    );
+    probe.request(8);
+    probe.assert_items(&[3]);
+    let expired = DropReason::Expired;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(expired, 0), (expired, 1), (expired, 2)]
+    );
+    assert_eq!(drops.count(expired), 3);
+    let stats = monitor.snapshot();
+    assert_eq!(stats.dropped(expired), 3);
+    assert_eq!(
+        (stats.depth, stats.dequeued, stats.oldest_age),
+        (0, 1, None)
+    );
+}
+
+#[test]
+fn a_standing_queue_is_served_newest_first() {
+    let clock = VirtualTime::new();
+    let (tx, rx) = ChannelBuilder::new(8, ChannelPolicy::Backpressure)
+        .time_bounds(TimeBounds::none().adaptive_lifo(Duration::from_millis(100)))
+        .clock(clock.clone())
+        .build::<u64>();
+    let probe = probe_of(rx);
+    tx.try_send(1).unwrap();
+    tx.try_send(2).unwrap();
+    probe.request(1);
+    probe.assert_items(&[1]);
+    clock.advance(Duration::from_millis(100));
+    tx.try_send(3).unwrap();
+    tx.try_send(4).unwrap();
+    probe.request(3);
+    probe.assert_items(&[1, 4, 3, 2]);
+    tx.try_send(5).unwrap();
+    tx.try_send(6).unwrap();
+    probe.request(2);
+    probe.assert_items(&[1, 4, 3, 2, 5, 6]);
+}
+
+#[test]
+fn stats_report_lag_and_oldest_age_under_virtual_time() {
+    let clock = VirtualTime::new();
+    let capacity = Capacity::for_wait(1_000.0, Duration::from_secs(5)).unwrap();
+    let (tx, rx) = ChannelBuilder::new(capacity, ChannelPolicy::Backpressure)
+        .clock(clock.clone())
+        .build::<u64>();
+    let monitor = tx.monitor();
+    let probe = probe_of(rx);
+    // One second: 1,200/s arriving, 1,000/s delivered, in 10 ms steps.
+    let mut next = 0;
+    for _ in 0..100 {
+        clock.advance(Duration::from_millis(10));
+        for _ in 0..12 {
+            tx.try_send(next).unwrap();
+            next += 1;
+        }
+        probe.request(10);
+    }
+    let stats = monitor.snapshot();
+    assert_eq!(stats.capacity, 5_000);
+    assert_eq!(
+        (stats.enqueued, stats.dequeued, stats.depth),
+        (1_200, 1_000, 200)
+    );
+    assert!((stats.arrival_rate - 1_200.0).abs() < 1.0, "{stats:?}");
+    assert!((stats.drain_rate - 1_000.0).abs() < 1.0, "{stats:?}");
+    // FIFO: the oldest queued item is number 1,000, sent in step 84 (t = 0.84 s).
+    assert_eq!(stats.oldest_age, Some(Duration::from_millis(160)));
+    // lag = depth / drain rate = 200 / 1,000/s.
+    let lag = stats.lag().unwrap().as_secs_f64();
+    assert!((lag - 0.2).abs() < 1e-3, "{lag}");
+    assert_eq!(stats.time_to_drain(), None, "the queue is growing");
+    // Arrivals stop; the backlog drains at 1,000/s.
+    for _ in 0..10 {
+        clock.advance(Duration::from_millis(10));
+        probe.request(10);
+    }
+    let stats = monitor.snapshot();
+    assert_eq!(stats.depth, 100);
+    let ttd = stats.time_to_drain().unwrap().as_secs_f64();
+    assert!(ttd > 0.0 && ttd < 1.0, "{ttd} {stats:?}");
+}
+
+// ---- random demand ------------------------------------------------------------------
+
+/// A channel holding `n` items whose senders are gone: it completes after them.
+fn prefilled(n: u64) -> Channel<u64> {
+    let (tx, rx) = weir::channel(
+        usize::try_from(n).unwrap_or(1).max(1),
+        ChannelPolicy::Backpressure,
+    );
+    for i in 0..n {
+        tx.try_send(i).unwrap();
+    }
+    rx
+}
+
+/// One step of a lossy run.
+#[derive(Clone, Debug)]
+enum Step {
+    Send(u64),
+    Request(u64),
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    prop::collection::vec(
+        prop_oneof![
+            (1u64..20).prop_map(Step::Send),
+            (1u64..10).prop_map(Step::Request),
+        ],
+        0..40,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Backpressure is lossless: a pre-filled channel delivers exactly 0..n, in order,
+    /// under any demand schedule (several requesting threads, cancel, request(0)).
+    #[test]
+    fn backpressure_delivers_in_order_under_random_demand(n in 0u64..40, schedule in demand_schedule()) {
+        check_publisher(prefilled, n, &schedule)?;
+    }
+
+    /// Backpressure across threads: a producer thread sending with `send_blocking` into
+    /// a small channel, a consumer requesting random amounts: every item exactly once,
+    /// in order.
+    #[test]
+    fn backpressure_across_threads_delivers_everything_in_order(
+        capacity in 1usize..8,
+        requests in prop::collection::vec(1u64..16, 1..20),
+    ) {
+        let n = 300u64;
+        let (tx, rx) = weir::channel::<u64>(capacity, ChannelPolicy::Backpressure);
+        let probe = probe_of(rx);
+        let producer = std::thread::spawn(move || {
+            for i in 0..n {
+                tx.send_blocking(i).unwrap();
+            }
+        });
+        let mut asked = 0;
+        for k in requests.iter().cycle() {
+            if asked >= n {
+                break;
+            }
+            probe.request(*k);
+            asked += k;
+            probe.await_items(asked.min(n), Duration::from_secs(5)).unwrap();
+        }
+        probe.request(1);
+        probe.await_completion(Duration::from_secs(5)).unwrap();
+        producer.join().unwrap();
+        prop_assert_eq!(probe.items(), (0..n).collect::<Vec<_>>());
+    }
+
+    /// Lossy policies lose nothing unaccounted: delivered + dropped == offered, the
+    /// hook and the queue's counters agree, and survivors keep their order.
+    #[test]
+    fn lossy_policies_account_for_every_item(
+        capacity in 1usize..6,
+        policy in prop_oneof![
+            Just(ChannelPolicy::DropOldest),
+            Just(ChannelPolicy::DropNewest),
+            Just(ChannelPolicy::KeepLatest),
+        ],
+        steps in steps(),
+    ) {
+        let (tx, rx) = weir::channel::<u64>(capacity, policy);
+        let monitor = rx.monitor();
+        let (hook, drops, seen) = recording_hook();
+        let probe = probe_of(rx.on_dropped(hook));
+        let mut offered = 0u64;
+        for step in &steps {
+            match step {
+                Step::Send(k) => {
+                    for _ in 0..*k {
+                        prop_assert_eq!(tx.try_send(offered), Ok(()));
+                        offered += 1;
+                    }
+                }
+                Step::Request(k) => probe.request(*k),
+            }
+        }
+        drop(tx);
+        probe.request(u64::MAX);
+        probe.assert_completed();
+        let delivered = probe.items();
+        prop_assert_eq!(delivered.len() as u64 + drops.total(), offered);
+        prop_assert_eq!(monitor.snapshot().dropped_total(), drops.total());
+        prop_assert_eq!(seen.lock().unwrap().len() as u64, drops.total());
+        prop_assert!(delivered.windows(2).all(|w| w[0] < w[1]), "{:?}", delivered);
+    }
+}
+
+#[test]
+fn prefilled_helper_delivers_its_items() {
+    let probe = probe_of(prefilled(3));
+    probe.request(5);
+    probe.assert_items(&[0, 1, 2]);
+    probe.assert_completed();
+}
