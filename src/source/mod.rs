@@ -15,6 +15,11 @@
 //! | [`never()`] | nothing, ever |
 //! | [`generate`] | what a stateful closure returns, once per requested item |
 //! | [`defer`] | whatever publisher a factory builds at subscribe time |
+//! | [`interval`] | 0, 1, 2, … one per period on a scheduler's clock (held, counted, without demand) |
+//! | [`timer`] | one `0u64` after a delay on a scheduler's clock, then complete |
+//!
+//! The time sources (and the time operators) run on the timed core (`timed.rs`): one
+//! drain loop for upstream, downstream and timer signals, at most one timer per stage.
 
 mod defer;
 pub(crate) mod engine;
@@ -28,3 +33,10 @@ pub use generate::{generate, Generate, Step};
 pub use iter::{empty, from_iter, just, FromIter};
 pub use range::{range, Range, RangeInt};
 pub use signal::{error, never, Fail, Never};
+
+// ---- time sources (issue 4, section 6) ----
+mod interval;
+pub(crate) mod timed;
+mod timer;
+pub use interval::{interval, Interval};
+pub use timer::{timer, Timer};

@@ -1,0 +1,431 @@
+//! The timed core: one drain loop shared by the time sources (`interval`, `timer`) and
+//! the time operators (`sample`, `debounce`, `timeout`, `buffer_timeout`, the shaping
+//! `throttle`).
+//!
+//! A time stage gets signals from three directions at once: upstream (`on_next`,
+//! `on_complete`, `on_error`, serial among themselves), downstream (`request`,
+//! `cancel`, any thread, re-entrantly) and its scheduler (a timer firing on a worker
+//! thread, or in the test's `VirtualTime::advance`). All three only *record* what
+//! happened in the stage's state machine (a [`Machine`], behind a mutex that is never
+//! held while another stage is called) and then enter the one [`Wip`] drain loop. Only
+//! the loop's owner calls downstream, so `on_next` is never called concurrently
+//! (rule 1.3) however many threads fire timers.
+//!
+//! # The pass
+//!
+//! The owner locks downstream (only owners do) and asks the machine, with the current
+//! outstanding demand and the scheduler's `now()`, for the next signal ([`Machine::poll`]):
+//! an item (only when demand > 0), the end of the stream, or nothing. It settles the
+//! demand per item and repeats until the machine has nothing to say. A cancel or a
+//! `request(0)` seen at the top of a pass ends the stage: upstream is cancelled, the
+//! machine (and what it holds) is dropped, `request(0)` is answered with the rule 3.9
+//! error, and downstream is dropped (rule 3.13).
+//!
+//! # Effects
+//!
+//! Every machine callback gets an [`Fx`]: it may ask to arm a timer, to request or
+//! cancel upstream, and report one dropped item. The core carries these out *after*
+//! the machine's lock is released, because requesting upstream may deliver items
+//! synchronously (which lock the machine again) and an `Immediate` scheduler runs a
+//! timer on the caller's stack.
+//!
+//! # Timers
+//!
+//! A scheduler's timers cannot be cancelled, so a timer task holds only a [`Weak`]
+//! reference to the core and a token. When it fires it does nothing if the stage is
+//! gone, cancelled or terminated (the core's flags), and the machine ignores tokens it
+//! no longer expects (a generation counter or an "armed" flag). Every machine keeps at
+//! most one timer outstanding, re-arming it for the remainder when it fires early
+//! relative to newer state, so a scheduler's queue holds at most one task per stage,
+//! never one per item. After cancel or termination nothing re-arms.
+
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::{Duration, Instant};
+
+use crate::demand::{self, AtomicDemand};
+use crate::drain::{Upstream, Wip};
+use crate::loom::{AtomicU8, Ordering};
+use crate::metrics::{DropHook, DropReporter};
+use crate::runtime::Scheduler;
+use crate::{DropReason, Error, RawSubscription, Subscriber, Subscription};
+
+/// Flag: downstream cancelled.
+const CANCELLED: u8 = 1;
+/// Flag: downstream called `request(0)` (rule 3.9).
+const BAD_REQUEST: u8 = 2;
+/// Flag: the stage terminated downstream; timers and items are ignored.
+const DONE: u8 = 4;
+
+/// What a machine's `poll` asks the drain owner to signal downstream.
+#[derive(Debug)]
+pub(crate) enum Emit<T> {
+    /// `on_next(item)`; only returned when demand > 0.
+    Item(T),
+    /// `on_complete` (`Ok`) or `on_error`; the stage is over.
+    End(Result<(), Error>),
+}
+
+/// The effects of one machine callback, carried out by the core after it released the
+/// machine's lock.
+#[derive(Debug)]
+pub(crate) struct Fx<D> {
+    /// The scheduler's clock when the callback started.
+    pub(crate) now: Instant,
+    /// Arm a timer: fire `on_timer(token)` after the delay.
+    pub(crate) arm: Option<(Duration, u64)>,
+    /// Request this many more items upstream (0: none).
+    pub(crate) request: u64,
+    /// Cancel upstream (the stage ends on its own).
+    pub(crate) cancel_upstream: bool,
+    /// An item the machine discarded, for the drop hook.
+    pub(crate) dropped: Option<(DropReason, D)>,
+}
+
+impl<D> Fx<D> {
+    fn new(now: Instant) -> Self {
+        Fx {
+            now,
+            arm: None,
+            request: 0,
+            cancel_upstream: false,
+            dropped: None,
+        }
+    }
+}
+
+/// A time stage's state machine. Its methods run under the core's lock: they must not
+/// call other stages; they say what to do through the [`Fx`].
+pub(crate) trait Machine: Send + 'static {
+    /// Items from upstream (sources: never called).
+    type In: Send + 'static;
+    /// Items downstream.
+    type Out: Send + 'static;
+
+    /// Downstream is subscribed (its `on_subscribe` returned).
+    fn on_start(&mut self, _fx: &mut Fx<Self::In>) {}
+
+    /// Downstream requested `n` more (already added to the demand).
+    fn on_request(&mut self, _n: u64, _fx: &mut Fx<Self::In>) {}
+
+    /// An item from upstream.
+    fn on_item(&mut self, _item: Self::In, _fx: &mut Fx<Self::In>) {}
+
+    /// Upstream terminated.
+    fn on_end(&mut self, _end: Result<(), Error>, _fx: &mut Fx<Self::In>) {}
+
+    /// A timer armed with `token` fired.
+    fn on_timer(&mut self, token: u64, fx: &mut Fx<Self::In>);
+
+    /// The next signal for downstream, given the outstanding `demand` (an item only
+    /// when `demand > 0`), or `None` when there is nothing to signal now.
+    fn poll(&mut self, demand: u64, fx: &mut Fx<Self::In>) -> Option<Emit<Self::Out>>;
+}
+
+fn lock<X>(mutex: &Mutex<X>) -> MutexGuard<'_, X> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The state a time stage shares between upstream, downstream and its timers.
+pub(crate) struct Core<M: Machine, S, C> {
+    /// The one drain loop.
+    wip: Wip,
+    /// Downstream's outstanding demand.
+    demand: AtomicDemand,
+    /// `CANCELLED | BAD_REQUEST | DONE`.
+    flags: AtomicU8,
+    /// The state machine; `None` once the stage is over (what it held is released).
+    machine: Mutex<Option<M>>,
+    /// Downstream; locked only by the `Wip` owner. `None` once the stage is over.
+    downstream: Mutex<Option<S>>,
+    /// Upstream, for operators (sources have none).
+    upstream: Option<Subscription>,
+    /// Where timers run and what time it is.
+    scheduler: C,
+    /// For timer tasks, which must not keep the stage alive.
+    me: Weak<Self>,
+}
+
+impl<M, S, C> Core<M, S, C>
+where
+    M: Machine,
+    S: Subscriber<M::Out> + Send + 'static,
+    C: Scheduler + Clone,
+{
+    /// A core around `machine`, fed by `upstream` (none for a source).
+    pub(crate) fn new(machine: M, scheduler: C, upstream: Option<Subscription>) -> Arc<Self> {
+        Arc::new_cyclic(|me| Core {
+            wip: Wip::new(),
+            demand: AtomicDemand::new(),
+            flags: AtomicU8::new(0),
+            machine: Mutex::new(Some(machine)),
+            downstream: Mutex::new(None),
+            upstream,
+            scheduler,
+            me: me.clone(),
+        })
+    }
+
+    /// Subscribe `downstream`: `on_subscribe` runs while this call owns the loop (its
+    /// requests only count), then the machine starts and the first pass runs.
+    pub(crate) fn start(self: &Arc<Self>, mut downstream: S) {
+        let entered = self.wip.enter();
+        debug_assert!(entered, "a new loop has no other owner");
+        downstream.on_subscribe(Subscription::new(self.clone()));
+        *lock(&self.downstream) = Some(downstream);
+        self.call(|m, fx| m.on_start(fx));
+        self.wip.run(|| self.pass());
+    }
+
+    /// Run `f` on the machine (if the stage is not over), then carry out its effects.
+    /// Returns the item it dropped, if any.
+    fn call(
+        &self,
+        f: impl FnOnce(&mut M, &mut Fx<M::In>),
+    ) -> Option<(DropReason, M::In)> {
+        let mut fx = Fx::new(self.scheduler.now());
+        {
+            let mut machine = lock(&self.machine);
+            f(machine.as_mut()?, &mut fx);
+        }
+        self.apply(fx)
+    }
+
+    /// Carry out `fx` (no lock held); hand back the dropped item.
+    fn apply(&self, fx: Fx<M::In>) -> Option<(DropReason, M::In)> {
+        if let Some((delay, token)) = fx.arm {
+            let me = self.me.clone();
+            self.scheduler.schedule_after(
+                delay,
+                Box::new(move || {
+                    if let Some(core) = me.upgrade() {
+                        core.fire(token);
+                    }
+                }),
+            );
+        }
+        if let Some(upstream) = &self.upstream {
+            if fx.cancel_upstream {
+                upstream.cancel();
+            } else if fx.request > 0 {
+                upstream.request(fx.request);
+            }
+        }
+        fx.dropped
+    }
+
+    /// A timer fired.
+    fn fire(&self, token: u64) {
+        // Relaxed: an early exit only; a stale read is caught by the machine being gone.
+        if self.flags.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        let _timers_drop_nothing = self.call(|m, fx| m.on_timer(token, fx));
+        self.wip.drain(|| self.pass());
+    }
+
+    /// An item from upstream; returns the item the machine dropped, for the caller's
+    /// drop reporter.
+    pub(crate) fn item(&self, item: M::In) -> Option<(DropReason, M::In)> {
+        let dropped = self.call(|m, fx| m.on_item(item, fx));
+        self.wip.drain(|| self.pass());
+        dropped
+    }
+
+    /// Upstream terminated.
+    pub(crate) fn end(&self, end: Result<(), Error>) {
+        let _ends_drop_nothing = self.call(|m, fx| m.on_end(end, fx));
+        self.wip.drain(|| self.pass());
+    }
+
+    /// The stage is over: no more timers or items; release what the machine held.
+    fn finish(&self) {
+        // Relaxed: read only by `fire`'s early exit (see there).
+        self.flags.fetch_or(DONE, Ordering::Relaxed);
+        let machine = lock(&self.machine).take();
+        drop(machine);
+    }
+
+    /// One drain pass (see the module docs).
+    fn pass(&self) {
+        let mut slot = lock(&self.downstream);
+        let Some(downstream) = slot.as_mut() else {
+            return;
+        };
+        loop {
+            // Relaxed: set before the setter's `Wip::enter` (AcqRel), which this owner
+            // acquired before the pass.
+            let flags = self.flags.load(Ordering::Relaxed);
+            if flags & (CANCELLED | BAD_REQUEST) != 0 {
+                self.finish();
+                if let Some(upstream) = &self.upstream {
+                    upstream.cancel();
+                }
+                if flags & CANCELLED == 0 {
+                    downstream.on_error(demand::validate(0).unwrap_err());
+                }
+                *slot = None;
+                return;
+            }
+            let demand = self.demand.get();
+            let mut fx = Fx::new(self.scheduler.now());
+            let signal = {
+                let mut machine = lock(&self.machine);
+                let Some(machine) = machine.as_mut() else {
+                    return;
+                };
+                machine.poll(demand, &mut fx)
+            };
+            let _polls_drop_nothing = self.apply(fx);
+            match signal {
+                None => return,
+                Some(Emit::Item(item)) => {
+                    debug_assert!(demand > 0, "a machine emitted without demand");
+                    self.demand.produced(1);
+                    downstream.on_next(item);
+                }
+                Some(Emit::End(end)) => {
+                    self.finish();
+                    match end {
+                        Ok(()) => downstream.on_complete(),
+                        Err(error) => downstream.on_error(error),
+                    }
+                    *slot = None;
+                    return;
+                }
+            }
+        }
+    }
+}
+
+impl<M, S, C> RawSubscription for Core<M, S, C>
+where
+    M: Machine,
+    S: Subscriber<M::Out> + Send + 'static,
+    C: Scheduler + Clone,
+{
+    fn request(&self, n: u64) {
+        if demand::validate(n).is_ok() {
+            self.demand.add(n);
+            let _requests_drop_nothing = self.call(|m, fx| m.on_request(n, fx));
+        } else {
+            // Relaxed: published by the `Wip::enter` below (see `pass`).
+            self.flags.fetch_or(BAD_REQUEST, Ordering::Relaxed);
+        }
+        self.wip.drain(|| self.pass());
+    }
+
+    fn cancel(&self) {
+        // Relaxed: published by the `Wip::enter` below (see `pass`).
+        self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
+        self.wip.drain(|| self.pass());
+    }
+}
+
+/// A time operator's subscriber to its upstream: builds the [`Core`] at
+/// `on_subscribe`, feeds it items and the end, and reports what the machine drops to
+/// the pipeline's drop hook (downstream's, asked for once at subscribe time).
+pub(crate) struct TimedSubscriber<M: Machine, S, C> {
+    /// Downstream, the machine and the scheduler until `on_subscribe` builds the core.
+    pending: Option<(S, M, C)>,
+    /// The core, once subscribed.
+    core: Option<Arc<Core<M, S, C>>>,
+    /// Downstream's drop hook.
+    hook: Option<DropHook>,
+    /// Reports drops (producer side only), counted once per item.
+    drops: DropReporter,
+    /// The stage's name in drop reports.
+    stage: &'static str,
+    /// Life-cycle state (rules 2.5, 1.7).
+    upstream: Upstream,
+}
+
+impl<M: Machine, S, C> TimedSubscriber<M, S, C> {
+    pub(crate) fn new(stage: &'static str, downstream: S, machine: M, scheduler: C) -> Self {
+        TimedSubscriber {
+            pending: Some((downstream, machine, scheduler)),
+            core: None,
+            hook: None,
+            drops: DropReporter::new(stage, None),
+            stage,
+            upstream: Upstream::Idle,
+        }
+    }
+}
+
+impl<M, S, C> Subscriber<M::In> for TimedSubscriber<M, S, C>
+where
+    M: Machine,
+    S: Subscriber<M::Out> + Send + 'static,
+    C: Scheduler + Clone,
+{
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if !self.upstream.accept(&subscription) {
+            return;
+        }
+        let Some((downstream, machine, scheduler)) = self.pending.take() else {
+            return;
+        };
+        self.hook = downstream.drop_hook();
+        self.drops = DropReporter::new(self.stage, self.hook.clone());
+        let core = Core::new(machine, scheduler, Some(subscription));
+        self.core = Some(core.clone());
+        core.start(downstream);
+    }
+
+    fn on_next(&mut self, item: M::In) {
+        let (Some(core), true) = (&self.core, self.upstream.is_active()) else {
+            return;
+        };
+        if let Some((reason, dropped)) = core.item(item) {
+            self.drops.drop_item(reason, dropped);
+            self.drops.flush();
+        }
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if let (true, Some(core)) = (self.upstream.finish(), &self.core) {
+            core.end(Err(error));
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if let (true, Some(core)) = (self.upstream.finish(), &self.core) {
+            core.end(Ok(()));
+        }
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        match &self.pending {
+            Some((downstream, _, _)) => downstream.drop_hook(),
+            None => self.hook.clone(),
+        }
+    }
+}
+
+/// `nanos` as a `Duration`, saturating at `Duration::MAX`.
+pub(crate) fn from_nanos(nanos: u128) -> Duration {
+    const NANOS_PER_SEC: u128 = 1_000_000_000;
+    match u64::try_from(nanos / NANOS_PER_SEC) {
+        Ok(secs) => Duration::new(secs, (nanos % NANOS_PER_SEC) as u32),
+        Err(_) => Duration::MAX,
+    }
+}
+
+/// The next point of the grid `origin + k × period` (k ≥ 1) strictly after `now`, as a
+/// delay from `now`.
+pub(crate) fn until_next_tick(origin: Instant, period: Duration, now: Instant) -> Duration {
+    let period = period.as_nanos().max(1);
+    let elapsed = now.saturating_duration_since(origin).as_nanos();
+    let next = (elapsed / period + 1) * period;
+    from_nanos(next - elapsed)
+}
+
+/// Panic unless `value` is positive: `"{what} must be greater than zero (got 0ns)"`.
+pub(crate) fn assert_positive(what: &str, value: Duration) {
+    assert!(
+        !value.is_zero(),
+        "{what} must be greater than zero (got {value:?})"
+    );
+}
