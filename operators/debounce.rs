@@ -1,0 +1,146 @@
+//! `debounce(quiet)`: pass an item on only once `quiet` has passed with no newer item.
+//!
+//! Demand contract: UnboundedIn. Upstream is asked for `UNBOUNDED` once; the stage
+//! holds at most one item (in-flight bound 1). A newer item always supersedes the held
+//! one (whether or not its quiet period had already ended) and restarts the quiet
+//! period; the superseded item is a counted drop ([`DropReason::ReplacedByLatest`],
+//! handed to the drop hook). An item whose quiet period ended while there was no
+//! demand is held, not dropped, and goes out as soon as demand arrives. At upstream
+//! completion the held item goes out at once (when demand allows, without waiting for
+//! its quiet period), then `on_complete`; an upstream error is delivered at once and
+//! the held item is released without a report.
+//!
+//! Timers: never one per item. The stage keeps at most one timer outstanding. An item
+//! that arrives while none is armed arms one for `quiet`; items that arrive while one
+//! is armed only record their arrival time. When the timer fires it compares the clock
+//! with the newest item's arrival: if `quiet` has passed the item is ready, otherwise
+//! the timer is re-armed for the remainder.
+
+use std::time::{Duration, Instant};
+
+use crate::demand::UNBOUNDED;
+use crate::runtime::Scheduler;
+use crate::source::timed::{assert_positive, Emit, Fx, Machine, TimedSubscriber};
+use crate::{DropReason, Error, Publisher, Subscriber};
+
+/// Publisher for the [`debounce`](crate::PublisherExt::debounce) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct Debounce<P, C> {
+    source: P,
+    quiet: Duration,
+    scheduler: C,
+}
+
+impl<P, C> Debounce<P, C> {
+    pub(crate) fn new(source: P, quiet: Duration, scheduler: C) -> Self {
+        assert_positive("debounce quiet period", quiet);
+        Debounce {
+            source,
+            quiet,
+            scheduler,
+        }
+    }
+}
+
+impl<P: Publisher, C: Scheduler + Clone> Publisher for Debounce<P, C> {
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        let machine = Debouncer {
+            quiet: self.quiet,
+            held: None,
+            arrived: None,
+            ready: false,
+            armed: false,
+            end: None,
+        };
+        self.source.subscribe(TimedSubscriber::new(
+            "debounce",
+            subscriber,
+            machine,
+            self.scheduler,
+        ));
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound().saturating_add(1)
+    }
+}
+
+struct Debouncer<T> {
+    quiet: Duration,
+    /// The newest item, not yet delivered.
+    held: Option<T>,
+    /// When `held` arrived.
+    arrived: Option<Instant>,
+    /// `quiet` passed since `held` arrived: deliver it when demand allows.
+    ready: bool,
+    /// The one timer is outstanding.
+    armed: bool,
+    /// Upstream's terminal signal.
+    end: Option<Result<(), Error>>,
+}
+
+impl<T: Send + 'static> Machine for Debouncer<T> {
+    type In = T;
+    type Out = T;
+
+    fn on_start(&mut self, fx: &mut Fx<T>) {
+        fx.request = UNBOUNDED;
+    }
+
+    fn on_item(&mut self, item: T, fx: &mut Fx<T>) {
+        if let Some(superseded) = self.held.replace(item) {
+            fx.dropped = Some((DropReason::ReplacedByLatest, superseded));
+        }
+        self.arrived = Some(fx.now);
+        self.ready = false;
+        if !self.armed {
+            fx.arm = Some((self.quiet, 0));
+            self.armed = true;
+        }
+    }
+
+    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<T>) {
+        if end.is_err() {
+            self.held = None;
+        }
+        self.end = Some(end);
+    }
+
+    fn on_timer(&mut self, _token: u64, fx: &mut Fx<T>) {
+        self.armed = false;
+        if self.ready || self.held.is_none() {
+            return;
+        }
+        let since = fx
+            .now
+            .saturating_duration_since(self.arrived.unwrap_or(fx.now));
+        if since >= self.quiet {
+            self.ready = true;
+        } else {
+            fx.arm = Some((self.quiet - since, 0));
+            self.armed = true;
+        }
+    }
+
+    fn poll(&mut self, demand: u64, _fx: &mut Fx<T>) -> Option<Emit<T>> {
+        if matches!(self.end, Some(Err(_))) {
+            return self.end.take().map(Emit::End);
+        }
+        if demand > 0 && (self.ready || self.end.is_some()) {
+            if let Some(item) = self.held.take() {
+                self.ready = false;
+                return Some(Emit::Item(item));
+            }
+        }
+        if self.held.is_none() {
+            return self.end.take().map(Emit::End);
+        }
+        None
+    }
+}
