@@ -38,10 +38,14 @@ pub struct Interval<C> {
 /// # Timing
 ///
 /// ```text
-/// clock  : |----1----2----3----4----5   (periods)
-/// demand : 1---------1-----------2
-/// output : -----0----1-----------(2,3)-4
+/// clock  : ----|----|----|----|----|    (one tick per period)
+/// demand : 1--------1-------------2
+/// output : ----0----1-------------(23)-4   (2 and 3 fell due without demand: held)
 /// ```
+///
+/// # Errors
+///
+/// Never fails.
 ///
 /// # Cancellation
 ///
@@ -57,17 +61,11 @@ pub struct Interval<C> {
 /// use std::time::Duration;
 /// use weir::prelude::*;
 /// use weir::runtime::VirtualTime;
-/// use weir::tck::TestSubscriber;
 ///
 /// let vt = VirtualTime::new();
-/// let subscriber = TestSubscriber::new();
-/// let probe = subscriber.probe();
-/// weir::interval(Duration::from_secs(1), vt.clone()).subscribe(subscriber);
-/// probe.request(2);
-/// vt.advance(Duration::from_secs(3)); // three ticks due, two wanted
-/// probe.assert_items(&[0, 1]);
-/// probe.request(5); // the held tick goes out at once
-/// probe.assert_items(&[0, 1, 2]);
+/// let ticks = weir::interval(Duration::from_secs(1), vt.clone()).take(3).collect();
+/// vt.advance(Duration::from_secs(3));
+/// assert_eq!(ticks.wait().unwrap(), vec![0, 1, 2]);
 /// ```
 pub fn interval<C: Scheduler + Clone>(period: Duration, scheduler: C) -> Interval<C> {
     assert_positive("interval period", period);

@@ -33,6 +33,10 @@ pub struct Timer<C> {
 /// output : --------------(0|)
 /// ```
 ///
+/// # Errors
+///
+/// Never fails.
+///
 /// # Cancellation
 ///
 /// Cancel before the delay passes: the timer does nothing when it fires.
@@ -47,17 +51,13 @@ pub struct Timer<C> {
 /// use std::time::Duration;
 /// use weir::prelude::*;
 /// use weir::runtime::VirtualTime;
-/// use weir::tck::TestSubscriber;
 ///
 /// let vt = VirtualTime::new();
-/// let subscriber = TestSubscriber::new();
-/// let probe = subscriber.probe();
-/// weir::timer(Duration::from_secs(5), vt.clone()).subscribe(subscriber);
-/// vt.advance(Duration::from_secs(6)); // fired, but nobody asked yet
-/// probe.assert_items(&[]);
-/// probe.request(1);
-/// probe.assert_items(&[0]);
-/// probe.assert_completed();
+/// let fired = weir::timer(Duration::from_secs(5), vt.clone()).collect();
+/// vt.advance(Duration::from_secs(4));
+/// assert!(!fired.is_terminated());
+/// vt.advance(Duration::from_secs(1));
+/// assert_eq!(fired.wait().unwrap(), vec![0]);
 /// ```
 pub fn timer<C: Scheduler + Clone>(delay: Duration, scheduler: C) -> Timer<C> {
     Timer { delay, scheduler }
