@@ -247,6 +247,11 @@ impl<T: Send + 'static> Machine for Shaper<T> {
     }
 
     fn poll(&mut self, demand: u64, fx: &mut Fx<T>) -> Option<Emit<T>> {
+        // Account for the time since the last refill under the reservations that held
+        // during it, before any of them ends: a slot freed now fills from now on.
+        let tokens = self
+            .bucket
+            .refill(fx.now, self.owed + self.transit.len() as u64);
         if demand > 0 {
             if let Some(item) = self.transit.pop_front() {
                 return Some(Emit::Item(item));
@@ -265,13 +270,13 @@ impl<T: Send + 'static> Machine for Shaper<T> {
         if wanted == 0 {
             return None;
         }
-        let tokens = self.bucket.refill(fx.now, reserved);
         let n = wanted.min(tokens);
         if n > 0 {
             self.bucket.spend(n);
             self.owed += n;
             fx.request = n;
-        } else if !self.armed {
+        } else if !self.armed && reserved < self.bucket.burst {
+            // (With every token reserved, only an arriving item can free one.)
             fx.arm = Some((self.bucket.until_next(), 0));
             self.armed = true;
         }
