@@ -9,11 +9,12 @@ use crate::operators::{
     TakeWhile, Zip,
 };
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
+use crate::{BoxPublisher, Overflow, Publisher};
+
 // time operators (issue 4, section 6)
 use crate::operators::{BufferTimeout, Debounce, Rate, Sample, Throttle, ThrottleMode, Timeout};
 use crate::runtime::Scheduler;
 use std::time::Duration;
-use crate::{BoxPublisher, Overflow, Publisher};
 
 /// Identity function that checks, at zero cost, that `P` is a publisher of `T`.
 #[inline(always)]
@@ -1463,7 +1464,12 @@ pub trait PublisherExt: Publisher + Sized {
     /// vt.advance(Duration::from_secs(2));
     /// assert_eq!(batches.wait().unwrap(), vec![vec![0, 1], vec![2]]);
     /// ```
-    fn buffer_timeout<C>(self, size: usize, period: Duration, scheduler: C) -> BufferTimeout<Self, C>
+    fn buffer_timeout<C>(
+        self,
+        size: usize,
+        period: Duration,
+        scheduler: C,
+    ) -> BufferTimeout<Self, C>
     where
         C: Scheduler + Clone,
     {
@@ -1595,7 +1601,13 @@ pub trait PublisherExt: Publisher + Sized {
     /// assert_eq!(enforced.wait().unwrap(), vec![0, 1, 2]);
     /// assert_eq!(drops.count(DropReason::Rejected), 7);
     /// ```
-    fn throttle<C>(self, rate: Rate, burst: u64, mode: ThrottleMode, scheduler: C) -> Throttle<Self, C>
+    fn throttle<C>(
+        self,
+        rate: Rate,
+        burst: u64,
+        mode: ThrottleMode,
+        scheduler: C,
+    ) -> Throttle<Self, C>
     where
         C: Scheduler + Clone,
     {

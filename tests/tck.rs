@@ -11,11 +11,11 @@
 mod identity_processor;
 #[path = "support/multicast_processor.rs"]
 mod multicast_processor;
-#[path = "support/virtual_clock.rs"]
-mod virtual_clock;
 #[path = "support/valve.rs"]
 #[allow(dead_code)] // the handle is for the lossy proptests
 mod valve;
+#[path = "support/virtual_clock.rs"]
+mod virtual_clock;
 
 use std::time::Duration;
 
@@ -257,7 +257,12 @@ mod time_tck {
     }
 
     pub(super) fn throttle_shaping(n: u64) -> impl Publisher<Item = u64> + Clone {
-        weir::range(0..n).throttle(Rate::new(1, ms(2)), 2, ThrottleMode::Shaping, driven_clock())
+        weir::range(0..n).throttle(
+            Rate::new(1, ms(2)),
+            2,
+            ThrottleMode::Shaping,
+            driven_clock(),
+        )
     }
 
     pub(super) fn throttle_enforcing(n: u64) -> impl Publisher<Item = u64> + Clone {

@@ -180,10 +180,7 @@ where
 
     /// Run `f` on the machine (if the stage is not over), then carry out its effects.
     /// Returns the item it dropped, if any.
-    fn call(
-        &self,
-        f: impl FnOnce(&mut M, &mut Fx<M::In>),
-    ) -> Option<(DropReason, M::In)> {
+    fn call(&self, f: impl FnOnce(&mut M, &mut Fx<M::In>)) -> Option<(DropReason, M::In)> {
         let mut fx = Fx::new(self.scheduler.now());
         {
             let mut machine = lock(&self.machine);

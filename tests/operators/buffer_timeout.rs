@@ -98,9 +98,8 @@ fn upstream_never_owes_more_than_one_batch() {
 #[test]
 fn one_timer_however_many_batches() {
     let vt = VirtualTime::new();
-    let probe = crate::support::probe_of(
-        weir::range(0u64..3_000).buffer_timeout(3, ms(100), vt.clone()),
-    );
+    let probe =
+        crate::support::probe_of(weir::range(0u64..3_000).buffer_timeout(3, ms(100), vt.clone()));
     probe.request(500);
     assert_eq!(probe.received_count(), 500);
     assert!(vt.pending() <= 1, "{} timers queued", vt.pending());

@@ -168,7 +168,10 @@ fn the_drop_hook_sees_each_superseded_item() {
     let (source, handle) = valve(4);
     let drops = Drops::new();
     let hook = DropHook::new(drops.clone()).inspect(|d| {
-        assert_eq!((d.stage(), d.reason()), ("debounce", DropReason::ReplacedByLatest));
+        assert_eq!(
+            (d.stage(), d.reason()),
+            ("debounce", DropReason::ReplacedByLatest)
+        );
         assert!(d.peek::<u64>().is_some());
     });
     let probe = crate::support::probe_of(source.debounce(ms(10), vt.clone()).on_dropped(hook));

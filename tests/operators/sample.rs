@@ -170,7 +170,10 @@ fn the_drop_hook_sees_each_replaced_item() {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let log = seen.clone();
     let hook = DropHook::new(Drops::new()).inspect(move |d| {
-        assert_eq!((d.stage(), d.reason()), ("sample", DropReason::ReplacedByLatest));
+        assert_eq!(
+            (d.stage(), d.reason()),
+            ("sample", DropReason::ReplacedByLatest)
+        );
         log.lock().unwrap().push(d.take::<u64>().unwrap());
     });
     let probe = crate::support::probe_of(source.sample(ms(10), vt.clone()).on_dropped(hook));

@@ -54,7 +54,11 @@ fn shaping_paces_upstream_and_loses_nothing() {
     let (vt, probe, stats, drops) = throttled(5, 2, ThrottleMode::Shaping);
     probe.request(10);
     probe.assert_items(&[0, 1]);
-    assert_eq!(stats.requested(), 2, "upstream asked only for what tokens allow");
+    assert_eq!(
+        stats.requested(),
+        2,
+        "upstream asked only for what tokens allow"
+    );
     vt.advance_to(ms(499));
     probe.assert_items(&[0, 1]);
     vt.advance_to(ms(500));
@@ -65,7 +69,11 @@ fn shaping_paces_upstream_and_loses_nothing() {
     probe.assert_items(&[0, 1, 2, 3, 4]);
     probe.assert_completed();
     assert_eq!(drops.total(), 0);
-    assert!(stats.request_log().iter().all(|&n| n <= 2), "{:?}", stats.request_log());
+    assert!(
+        stats.request_log().iter().all(|&n| n <= 2),
+        "{:?}",
+        stats.request_log()
+    );
     probe.assert_no_violations();
 }
 
@@ -126,7 +134,12 @@ fn enforcing_refills_over_time() {
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
     source
-        .throttle(Rate::new(1, ms(100)), 2, ThrottleMode::Enforcing, vt.clone())
+        .throttle(
+            Rate::new(1, ms(100)),
+            2,
+            ThrottleMode::Enforcing,
+            vt.clone(),
+        )
         .on_dropped(DropHook::new(drops.clone()).inspect(|d| {
             assert_eq!((d.stage(), d.reason()), ("throttle", DropReason::Rejected));
         }))

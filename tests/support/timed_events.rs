@@ -74,7 +74,9 @@ where
     });
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
-    build(source, vt.clone()).on_dropped(hook).subscribe(subscriber);
+    build(source, vt.clone())
+        .on_dropped(hook)
+        .subscribe(subscriber);
     for step in steps {
         match *step {
             Step::Arrive(k) => handle.release(k),
@@ -87,7 +89,11 @@ where
     handle.release(len);
     vt.advance(Duration::from_secs(3600));
     prop_assert!(probe.violations().is_empty(), "{:?}", probe.violations());
-    prop_assert!(probe.is_completed(), "not completed: {:?}", probe.terminal());
+    prop_assert!(
+        probe.is_completed(),
+        "not completed: {:?}",
+        probe.terminal()
+    );
     let dropped = dropped.lock().unwrap().clone();
     Ok(TimedRun {
         delivered: probe.items(),
