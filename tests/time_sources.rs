@@ -167,3 +167,19 @@ fn time_sources_run_on_a_thread_pool_too() {
     let fired = weir::timer(ms(1), pool).collect().wait().unwrap();
     assert_eq!(fired, vec![0]);
 }
+
+#[test]
+fn time_sources_run_on_the_immediate_scheduler() {
+    // `Immediate` sleeps the caller for a delay and runs the timer on its stack.
+    let immediate = weir::runtime::Immediate;
+    let ticks = weir::interval(ms(1), immediate)
+        .take(3)
+        .collect()
+        .wait()
+        .unwrap();
+    assert_eq!(ticks, vec![0, 1, 2]);
+    assert_eq!(
+        weir::timer(ms(1), immediate).collect().wait().unwrap(),
+        vec![0]
+    );
+}

@@ -183,3 +183,46 @@ proptest! {
         run.probe.assert_no_violations();
     }
 }
+
+#[test]
+fn the_drop_hook_is_forwarded_upstream() {
+    let drops = weir::metrics::Drops::new();
+    let probe = crate::support::probe_of(
+        weir::range(0u64..10)
+            .on_backpressure_drop()
+            .buffer_timeout(2, ms(100), VirtualTime::new())
+            .on_dropped(weir::metrics::DropHook::new(drops.clone())),
+    );
+    // The eager source meets no demand at subscribe time: all ten are dropped, and
+    // the lossy stage found the hook through this one.
+    assert_eq!(drops.count(weir::DropReason::OverflowNewest), 10);
+    probe.request(1);
+    probe.assert_completed();
+}
+
+#[test]
+fn timers_on_a_thread_pool_never_overlap_upstream_signals() {
+    // Items from a producer thread, batch timers on pool workers: every item arrives
+    // exactly once, in order, and the subscriber sees no protocol violation (its
+    // signals are serial: one drain loop delivers them).
+    let pool = weir::runtime::ThreadPool::new(2);
+    let (source, handle) = valve(2_000);
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source
+        .buffer_timeout(7, std::time::Duration::from_micros(50), pool)
+        .subscribe(subscriber);
+    probe.request(UNBOUNDED);
+    let producer = std::thread::spawn(move || {
+        for _ in 0..2_000 {
+            handle.release(1);
+        }
+    });
+    producer.join().unwrap();
+    probe
+        .await_terminal(crate::support::PATIENCE)
+        .expect("completes");
+    let flat: Vec<u64> = probe.items().concat();
+    assert_eq!(flat, (0..2_000).collect::<Vec<_>>());
+    probe.assert_no_violations();
+}

@@ -220,3 +220,35 @@ proptest! {
         prop_assert_eq!(run.delivered.last().copied(), Some(len - 1));
     }
 }
+
+#[test]
+fn timers_on_a_thread_pool_never_overlap_upstream_signals() {
+    // Items from a producer thread, sample ticks on pool workers, requests from the
+    // test thread: the books balance and the subscriber sees serial signals.
+    let pool = weir::runtime::ThreadPool::new(2);
+    let (source, handle) = valve(3_000);
+    let drops = Drops::new();
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source
+        .sample(std::time::Duration::from_micros(100), pool)
+        .on_dropped(DropHook::new(drops.clone()))
+        .subscribe(subscriber);
+    let producer = std::thread::spawn(move || {
+        for _ in 0..3_000 {
+            handle.release(1);
+        }
+    });
+    for _ in 0..50 {
+        probe.request(1);
+        std::thread::yield_now();
+    }
+    producer.join().unwrap();
+    probe.request(UNBOUNDED);
+    probe
+        .await_terminal(crate::support::PATIENCE)
+        .expect("completes");
+    assert_eq!(probe.received_count() + drops.total(), 3_000);
+    assert_eq!(probe.items().last().copied(), Some(2_999));
+    probe.assert_no_violations();
+}

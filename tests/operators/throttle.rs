@@ -259,3 +259,24 @@ proptest! {
         prop_assert!(run.delivered.windows(2).all(|w| w[0] < w[1]));
     }
 }
+
+#[test]
+fn the_drop_hook_is_forwarded_upstream_through_shaping() {
+    let drops = Drops::new();
+    let probe = crate::support::probe_of(
+        weir::range(0u64..10)
+            .on_backpressure_drop()
+            .throttle(
+                Rate::per_second(1),
+                5,
+                ThrottleMode::Shaping,
+                VirtualTime::new(),
+            )
+            .on_dropped(DropHook::new(drops.clone())),
+    );
+    // The eager source meets no demand at subscribe time: all ten are dropped, and
+    // the lossy stage found the hook through this one.
+    assert_eq!(drops.count(DropReason::OverflowNewest), 10);
+    probe.request(1);
+    probe.assert_completed();
+}

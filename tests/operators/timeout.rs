@@ -151,3 +151,19 @@ fn cancel_stops_upstream_and_the_timer() {
 fn zero_duration_panics() {
     let _ = weir::range(0u64..1).timeout(ms(0), VirtualTime::new());
 }
+
+#[test]
+fn the_drop_hook_is_forwarded_upstream() {
+    let drops = weir::metrics::Drops::new();
+    let probe = crate::support::probe_of(
+        weir::range(0u64..10)
+            .on_backpressure_drop()
+            .timeout(ms(100), VirtualTime::new())
+            .on_dropped(weir::metrics::DropHook::new(drops.clone())),
+    );
+    // The eager source meets no demand at subscribe time: all ten are dropped, and
+    // the lossy stage found the hook through this one.
+    assert_eq!(drops.count(weir::DropReason::OverflowNewest), 10);
+    probe.request(1);
+    probe.assert_completed();
+}
