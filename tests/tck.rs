@@ -199,9 +199,10 @@ weir::publisher_tck!(
 // ---- time operators and sources (issue 4, section 6) ---------------------------------
 //
 // Every time stage runs on `virtual_clock::driven_clock()`: a shared `VirtualTime`
-// whose background driver jumps straight to the next queued timer (see
-// tests/support/virtual_clock.rs for why that keeps the kit's real-time waits short
-// and its checks deterministic). Where a stage holds items for a while (`sample`,
+// that a background driver runs at 20× real time (see tests/support/virtual_clock.rs
+// for why that keeps the kit's real-time waits short and its checks deterministic).
+// Timeouts and batch periods that must not fire are 10 s of virtual time (0.5 s real,
+// far above any scheduling hiccup). Where a stage holds items for a while (`sample`,
 // `debounce`, `buffer_timeout` by time), the kit's exact counts need each item to
 // arrive on its own: `spaced` feeds the stage from a mirrored valve (one item per item
 // the kit requests) whose items are each delayed by a 10 ms `timer`, one at a time, so
@@ -235,16 +236,16 @@ mod time_tck {
     }
 
     pub(super) fn timeout(n: u64) -> impl Publisher<Item = u64> + Clone {
-        weir::range(0..n).timeout(ms(1_000), driven_clock())
+        weir::range(0..n).timeout(ms(10_000), driven_clock())
     }
 
     pub(super) fn timeout_spaced(n: u64) -> impl Publisher<Item = u64> + Clone {
-        valve::mirrored(n, |s| spaced(s).timeout(ms(1_000), driven_clock()))
+        valve::mirrored(n, |s| spaced(s).timeout(ms(10_000), driven_clock()))
     }
 
     pub(super) fn buffer_timeout(n: u64) -> impl Publisher<Item = u64> + Clone {
         weir::range(0..n.saturating_mul(3))
-            .buffer_timeout(3, ms(50), driven_clock())
+            .buffer_timeout(3, ms(10_000), driven_clock())
             .map(|b| b[0])
     }
 
