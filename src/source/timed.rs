@@ -174,7 +174,11 @@ where
         debug_assert!(entered, "a new loop has no other owner");
         downstream.on_subscribe(Subscription::new(self.clone()));
         *lock(&self.downstream) = Some(downstream);
-        self.call(|m, fx| m.on_start(fx));
+        // Relaxed: this thread set any flag seen here (inside `on_subscribe`), or the
+        // pass below sees it through the `Wip`.
+        if self.flags.load(Ordering::Relaxed) == 0 {
+            let _starts_drop_nothing = self.call(|m, fx| m.on_start(fx));
+        }
         self.wip.run(|| self.pass());
     }
 

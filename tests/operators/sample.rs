@@ -252,3 +252,15 @@ fn timers_on_a_thread_pool_never_overlap_upstream_signals() {
     assert_eq!(probe.items().last().copied(), Some(2_999));
     probe.assert_no_violations();
 }
+
+#[test]
+fn cancel_inside_on_subscribe_requests_nothing() {
+    let vt = VirtualTime::new();
+    let (source, stats) = counted(weir::never::<u64>());
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    probe.cancel(); // before subscribing: the subscriber cancels in on_subscribe
+    source.sample(ms(100), vt).subscribe(subscriber);
+    assert_eq!(stats.request_calls(), 0);
+    assert_eq!(stats.cancels(), 1);
+}
