@@ -1360,11 +1360,14 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Timing
     ///
     /// ```text
-    /// clock  : |----|----|----|----|     (period boundaries)
-    /// source : -1-2---3------4-5-|
-    /// demand : ∞ ∞ ∞ … until the 4th boundary, then none
-    /// output : ----2----3-------      (1 replaced; 5 replaces 4 and waits for demand)
+    /// ticks  : -----|-----|-----|-----|
+    /// source : -1-2----3-----------4-5|
+    /// output : -----2-----3-----------(5|)
     /// ```
+    ///
+    /// With demand throughout: 1 is replaced by 2, and 4 by 5, which completion flushes
+    /// without waiting for a tick. Without demand at a tick, the sampled item waits and
+    /// goes out the moment demand arrives.
     ///
     /// # Errors
     ///
@@ -1425,10 +1428,13 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Timing
     ///
     /// ```text
-    /// source : -1-2-3-4-------5-----6|
-    /// clock  :         ←period→      (period measured from each batch's first item)
-    /// output : -----[1,2,3]-[4]-----[5]---([6]|)   (size 3)
+    /// source : 1-2-3-4--------5-----------6|
+    /// output : ----a-------b--------c------(d|)
     /// ```
+    ///
+    /// Size 3, period 6 dashes, demand throughout: a = [1, 2, 3] (full), b = [4] and
+    /// c = [5] (the period passed since their first item), d = [6] (flushed at
+    /// completion).
     ///
     /// # Errors
     ///
@@ -1491,11 +1497,14 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Timing
     ///
     /// ```text
-    /// demand : 1-------------1------------
-    /// source : ---a-----------------------
-    /// clock  : ←d→ stopped   ←--duration--→
-    /// output : ---a--------------------------#   (# = on_error(Timeout))
+    /// demand : 1-----------1------
+    /// source : --a----------------
+    /// output : --a---------------#
     /// ```
+    ///
+    /// Duration 6 dashes: the clock runs from the first request until `a`, stops while
+    /// nothing is requested, restarts at the second request and runs out 6 later
+    /// (`#` = `on_error` of kind `Timeout`).
     ///
     /// # Errors
     ///
@@ -1552,11 +1561,14 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Timing
     ///
     /// ```text
-    /// source    : (12345)-------------     (5 items at once; burst 2, 1 token per tick)
-    /// clock     : |----|----|----|----
-    /// shaping   : (12)-3----4----5-----     (paced, nothing lost)
-    /// enforcing : (12)------------------    (3, 4, 5 rejected)
+    /// tokens    : 2----+----+----+
+    /// shaping   : (12)-3----4----5|
+    /// enforcing : (12)|
     /// ```
+    ///
+    /// Burst 2, one token back every 5 dashes (`+`), 5 items wanted at once. Shaping
+    /// asks upstream for an item per token: paced, nothing lost. Enforcing, over an
+    /// eager source, passes the burst and rejects 3, 4 and 5 at once.
     ///
     /// # Errors
     ///
@@ -1630,9 +1642,12 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Timing
     ///
     /// ```text
-    /// source : -1-2-3--------4------5|
-    /// output : -------←quiet→3-------←quiet→4-(5|)   (1, 2 superseded)
+    /// source : -1-2-3-------4-------5|
+    /// output : --------3-------4-----(5|)
     /// ```
+    ///
+    /// Quiet period 3 dashes: 1 and 2 are superseded; 3 and 4 go out once 3 dashes
+    /// passed with nothing newer; 5 is flushed at completion.
     ///
     /// # Errors
     ///

@@ -38,10 +38,13 @@ pub struct Interval<C> {
 /// # Timing
 ///
 /// ```text
-/// clock  : ----|----|----|----|----|    (one tick per period)
+/// ticks  : ----|----|----|----|
 /// demand : 1--------1-------------2
-/// output : ----0----1-------------(23)-4   (2 and 3 fell due without demand: held)
+/// output : ----0----1-------------(23)
 /// ```
+///
+/// Ticks 2 and 3 fall due without demand: held as a count, delivered together when
+/// demand arrives.
 ///
 /// # Errors
 ///
