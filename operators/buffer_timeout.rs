@@ -109,13 +109,13 @@ impl<T: Send + 'static> Machine for Batcher<T> {
     type In = T;
     type Out = Vec<T>;
 
-    fn on_item(&mut self, item: T, fx: &mut Fx<T>) {
+    fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
         self.owed = self.owed.saturating_sub(1);
         if self.batch.is_empty() {
             if self.batch.capacity() == 0 {
                 self.batch = Vec::with_capacity(self.size);
             }
-            self.started = Some(fx.now);
+            self.started = Some(fx.now());
             if !self.armed {
                 fx.arm = Some((self.period, 0));
                 self.armed = true;
@@ -124,21 +124,20 @@ impl<T: Send + 'static> Machine for Batcher<T> {
         self.batch.push(item);
     }
 
-    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<T>) {
+    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
         if end.is_err() {
             self.batch = Vec::new();
         }
         self.end = Some(end);
     }
 
-    fn on_timer(&mut self, _token: u64, fx: &mut Fx<T>) {
+    fn on_timer(&mut self, _token: u64, fx: &mut Fx<'_, T>) {
         self.armed = false;
         if self.batch.is_empty() || self.due {
             return;
         }
-        let age = fx
-            .now
-            .saturating_duration_since(self.started.unwrap_or(fx.now));
+        let now = fx.now();
+        let age = now.saturating_duration_since(self.started.unwrap_or(now));
         if age >= self.period {
             self.due = true;
         } else {
@@ -147,7 +146,7 @@ impl<T: Send + 'static> Machine for Batcher<T> {
         }
     }
 
-    fn poll(&mut self, demand: u64, fx: &mut Fx<T>) -> Option<Emit<Vec<T>>> {
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Emit<Vec<T>>> {
         if matches!(self.end, Some(Err(_))) {
             return self.end.take().map(Emit::End);
         }

@@ -89,15 +89,15 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
     type In = T;
     type Out = T;
 
-    fn on_start(&mut self, fx: &mut Fx<T>) {
+    fn on_start(&mut self, fx: &mut Fx<'_, T>) {
         fx.request = UNBOUNDED;
     }
 
-    fn on_item(&mut self, item: T, fx: &mut Fx<T>) {
+    fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
         if let Some(superseded) = self.held.replace(item) {
             fx.dropped = Some((DropReason::ReplacedByLatest, superseded));
         }
-        self.arrived = Some(fx.now);
+        self.arrived = Some(fx.now());
         self.ready = false;
         if !self.armed {
             fx.arm = Some((self.quiet, 0));
@@ -105,21 +105,20 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
         }
     }
 
-    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<T>) {
+    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
         if end.is_err() {
             self.held = None;
         }
         self.end = Some(end);
     }
 
-    fn on_timer(&mut self, _token: u64, fx: &mut Fx<T>) {
+    fn on_timer(&mut self, _token: u64, fx: &mut Fx<'_, T>) {
         self.armed = false;
         if self.ready || self.held.is_none() {
             return;
         }
-        let since = fx
-            .now
-            .saturating_duration_since(self.arrived.unwrap_or(fx.now));
+        let now = fx.now();
+        let since = now.saturating_duration_since(self.arrived.unwrap_or(now));
         if since >= self.quiet {
             self.ready = true;
         } else {
@@ -128,7 +127,7 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
         }
     }
 
-    fn poll(&mut self, demand: u64, _fx: &mut Fx<T>) -> Option<Emit<T>> {
+    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Emit<T>> {
         if matches!(self.end, Some(Err(_))) {
             return self.end.take().map(Emit::End);
         }

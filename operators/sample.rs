@@ -91,35 +91,35 @@ impl<T: Send + 'static> Machine for Sampler<T> {
     type In = T;
     type Out = T;
 
-    fn on_start(&mut self, fx: &mut Fx<T>) {
-        self.origin = Some(fx.now);
+    fn on_start(&mut self, fx: &mut Fx<'_, T>) {
+        self.origin = Some(fx.now());
         fx.request = UNBOUNDED;
     }
 
-    fn on_item(&mut self, item: T, fx: &mut Fx<T>) {
+    fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
         if let Some(replaced) = self.held.replace(item) {
             fx.dropped = Some((DropReason::ReplacedByLatest, replaced));
         }
         if !self.sampled && !self.armed {
-            let origin = *self.origin.get_or_insert(fx.now);
-            fx.arm = Some((until_next_tick(origin, self.period, fx.now), 0));
+            let origin = *self.origin.get_or_insert(fx.now());
+            fx.arm = Some((until_next_tick(origin, self.period, fx.now()), 0));
             self.armed = true;
         }
     }
 
-    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<T>) {
+    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
         if end.is_err() {
             self.held = None;
         }
         self.end = Some(end);
     }
 
-    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<T>) {
+    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<'_, T>) {
         self.armed = false;
         self.sampled = self.held.is_some();
     }
 
-    fn poll(&mut self, demand: u64, _fx: &mut Fx<T>) -> Option<Emit<T>> {
+    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Emit<T>> {
         if matches!(self.end, Some(Err(_))) {
             return self.end.take().map(Emit::End);
         }

@@ -229,29 +229,29 @@ impl<T: Send + 'static> Machine for Shaper<T> {
     type In = T;
     type Out = T;
 
-    fn on_start(&mut self, fx: &mut Fx<T>) {
-        self.bucket.refill(fx.now, 0);
+    fn on_start(&mut self, fx: &mut Fx<'_, T>) {
+        self.bucket.refill(fx.now(), 0);
     }
 
-    fn on_item(&mut self, item: T, _fx: &mut Fx<T>) {
+    fn on_item(&mut self, item: T, _fx: &mut Fx<'_, T>) {
         self.owed = self.owed.saturating_sub(1);
         self.transit.push_back(item);
     }
 
-    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<T>) {
+    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
         self.end = Some(end);
     }
 
-    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<T>) {
+    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<'_, T>) {
         self.armed = false;
     }
 
-    fn poll(&mut self, demand: u64, fx: &mut Fx<T>) -> Option<Emit<T>> {
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Emit<T>> {
         // Account for the time since the last refill under the reservations that held
         // during it, before any of them ends: a slot freed now fills from now on.
         let tokens = self
             .bucket
-            .refill(fx.now, self.owed + self.transit.len() as u64);
+            .refill(fx.now(), self.owed + self.transit.len() as u64);
         if demand > 0 {
             if let Some(item) = self.transit.pop_front() {
                 return Some(Emit::Item(item));

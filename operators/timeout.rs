@@ -15,12 +15,15 @@
 //! `Timeout`. Upstream's own completion or error passes through (after the items in
 //! transit).
 //!
-//! Timers: at most one outstanding; each carries the generation it was armed in, and
-//! every item (or the demand running out) starts a new generation, so a stale fire
-//! does nothing.
+//! Timers: never one per item. The clock is a deadline (`now + duration` when it
+//! starts, cleared when it stops), and the stage keeps at most one timer outstanding.
+//! A clock that starts while a timer is still queued (left from an earlier deadline)
+//! arms none; when that timer fires it compares the clock with the current deadline:
+//! past it, the stage times out; before it, the timer is re-armed for the remainder;
+//! no deadline, it does nothing.
 
 use std::collections::VecDeque;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::runtime::Scheduler;
 use crate::source::timed::{assert_positive, Emit, Fx, Machine, TimedSubscriber};
@@ -56,7 +59,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Timeout<P, C> {
         let machine = Watch {
             duration: self.duration,
             transit: VecDeque::new(),
-            generation: 0,
+            deadline: None,
             armed: false,
             expired: false,
             end: None,
@@ -78,9 +81,9 @@ struct Watch<T> {
     duration: Duration,
     /// Items on their way through the drain loop (only against demand).
     transit: VecDeque<T>,
-    /// The current clock's generation; timers of older ones are stale.
-    generation: u64,
-    /// The clock runs (a timer of this generation is outstanding).
+    /// When the running clock runs out; `None` while it is stopped.
+    deadline: Option<Instant>,
+    /// The one timer is outstanding.
     armed: bool,
     /// The clock ran out.
     expired: bool,
@@ -88,39 +91,39 @@ struct Watch<T> {
     end: Option<Result<(), Error>>,
 }
 
-impl<T> Watch<T> {
-    /// Stop the clock: the outstanding timer, if any, becomes stale.
-    fn stop(&mut self) {
-        self.generation += 1;
-        self.armed = false;
-    }
-}
-
 impl<T: Send + 'static> Machine for Watch<T> {
     type In = T;
     type Out = T;
 
-    fn on_request(&mut self, n: u64, fx: &mut Fx<T>) {
+    fn on_request(&mut self, n: u64, fx: &mut Fx<'_, T>) {
         fx.request = n;
     }
 
-    fn on_item(&mut self, item: T, _fx: &mut Fx<T>) {
+    fn on_item(&mut self, item: T, _fx: &mut Fx<'_, T>) {
         self.transit.push_back(item);
-        self.stop();
+        self.deadline = None;
     }
 
-    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<T>) {
+    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
         self.end = Some(end);
-        self.stop();
+        self.deadline = None;
     }
 
-    fn on_timer(&mut self, token: u64, _fx: &mut Fx<T>) {
-        if self.armed && token == self.generation {
+    fn on_timer(&mut self, _token: u64, fx: &mut Fx<'_, T>) {
+        self.armed = false;
+        let Some(deadline) = self.deadline else {
+            return;
+        };
+        let now = fx.now();
+        if now >= deadline {
             self.expired = true;
+        } else {
+            fx.arm = Some((deadline - now, 0));
+            self.armed = true;
         }
     }
 
-    fn poll(&mut self, demand: u64, fx: &mut Fx<T>) -> Option<Emit<T>> {
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Emit<T>> {
         if demand > 0 {
             if let Some(item) = self.transit.pop_front() {
                 return Some(Emit::Item(item));
@@ -139,12 +142,14 @@ impl<T: Send + 'static> Machine for Watch<T> {
             )))));
         }
         if demand == 0 {
-            if self.armed {
-                self.stop();
+            self.deadline = None;
+        } else if self.deadline.is_none() && self.end.is_none() {
+            let now = fx.now();
+            self.deadline = Some(now + self.duration);
+            if !self.armed {
+                fx.arm = Some((self.duration, 0));
+                self.armed = true;
             }
-        } else if !self.armed && self.end.is_none() {
-            fx.arm = Some((self.duration, self.generation));
-            self.armed = true;
         }
         None
     }

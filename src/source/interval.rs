@@ -115,26 +115,26 @@ impl Machine for Ticks {
     type In = ();
     type Out = u64;
 
-    fn on_start(&mut self, fx: &mut Fx<()>) {
-        self.origin = Some(fx.now);
+    fn on_start(&mut self, fx: &mut Fx<'_, ()>) {
+        self.origin = Some(fx.now());
     }
 
-    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<()>) {
+    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<'_, ()>) {
         self.armed = false;
     }
 
-    fn poll(&mut self, demand: u64, fx: &mut Fx<()>) -> Option<Emit<u64>> {
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, ()>) -> Option<Emit<u64>> {
         let origin = self.origin?;
         if demand == 0 {
             return None;
         }
-        if self.next < self.due(origin, fx.now) {
+        if self.next < self.due(origin, fx.now()) {
             self.next += 1;
             return Some(Emit::Item(self.next - 1));
         }
         if !self.armed {
             let at = self.period.as_nanos() * (u128::from(self.next) + 1);
-            let elapsed = fx.now.saturating_duration_since(origin).as_nanos();
+            let elapsed = fx.now().saturating_duration_since(origin).as_nanos();
             fx.arm = Some((from_nanos(at.saturating_sub(elapsed)), 0));
             self.armed = true;
         }

@@ -66,11 +66,12 @@ pub(crate) enum Emit<T> {
 }
 
 /// The effects of one machine callback, carried out by the core after it released the
-/// machine's lock.
-#[derive(Debug)]
-pub(crate) struct Fx<D> {
-    /// The scheduler's clock when the callback started.
-    pub(crate) now: Instant,
+/// machine's lock; and the clock, read at most once per callback and only if asked.
+pub(crate) struct Fx<'a, D> {
+    /// The scheduler, for its clock.
+    clock: &'a dyn Scheduler,
+    /// The clock, once read.
+    now: Option<Instant>,
     /// Arm a timer: fire `on_timer(token)` after the delay.
     pub(crate) arm: Option<(Duration, u64)>,
     /// Request this many more items upstream (0: none).
@@ -81,15 +82,21 @@ pub(crate) struct Fx<D> {
     pub(crate) dropped: Option<(DropReason, D)>,
 }
 
-impl<D> Fx<D> {
-    fn new(now: Instant) -> Self {
+impl<'a, D> Fx<'a, D> {
+    fn new(clock: &'a dyn Scheduler) -> Self {
         Fx {
-            now,
+            clock,
+            now: None,
             arm: None,
             request: 0,
             cancel_upstream: false,
             dropped: None,
         }
+    }
+
+    /// The scheduler's clock (read once per callback).
+    pub(crate) fn now(&mut self) -> Instant {
+        *self.now.get_or_insert_with(|| self.clock.now())
     }
 }
 
@@ -102,23 +109,23 @@ pub(crate) trait Machine: Send + 'static {
     type Out: Send + 'static;
 
     /// Downstream is subscribed (its `on_subscribe` returned).
-    fn on_start(&mut self, _fx: &mut Fx<Self::In>) {}
+    fn on_start(&mut self, _fx: &mut Fx<'_, Self::In>) {}
 
     /// Downstream requested `n` more (already added to the demand).
-    fn on_request(&mut self, _n: u64, _fx: &mut Fx<Self::In>) {}
+    fn on_request(&mut self, _n: u64, _fx: &mut Fx<'_, Self::In>) {}
 
     /// An item from upstream.
-    fn on_item(&mut self, _item: Self::In, _fx: &mut Fx<Self::In>) {}
+    fn on_item(&mut self, _item: Self::In, _fx: &mut Fx<'_, Self::In>) {}
 
     /// Upstream terminated.
-    fn on_end(&mut self, _end: Result<(), Error>, _fx: &mut Fx<Self::In>) {}
+    fn on_end(&mut self, _end: Result<(), Error>, _fx: &mut Fx<'_, Self::In>) {}
 
     /// A timer armed with `token` fired.
-    fn on_timer(&mut self, token: u64, fx: &mut Fx<Self::In>);
+    fn on_timer(&mut self, token: u64, fx: &mut Fx<'_, Self::In>);
 
     /// The next signal for downstream, given the outstanding `demand` (an item only
     /// when `demand > 0`), or `None` when there is nothing to signal now.
-    fn poll(&mut self, demand: u64, fx: &mut Fx<Self::In>) -> Option<Emit<Self::Out>>;
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, Self::In>) -> Option<Emit<Self::Out>>;
 }
 
 fn lock<X>(mutex: &Mutex<X>) -> MutexGuard<'_, X> {
@@ -184,8 +191,8 @@ where
 
     /// Run `f` on the machine (if the stage is not over), then carry out its effects.
     /// Returns the item it dropped, if any.
-    fn call(&self, f: impl FnOnce(&mut M, &mut Fx<M::In>)) -> Option<(DropReason, M::In)> {
-        let mut fx = Fx::new(self.scheduler.now());
+    fn call(&self, f: impl FnOnce(&mut M, &mut Fx<'_, M::In>)) -> Option<(DropReason, M::In)> {
+        let mut fx = Fx::new(&self.scheduler);
         {
             let mut machine = lock(&self.machine);
             f(machine.as_mut()?, &mut fx);
@@ -194,7 +201,7 @@ where
     }
 
     /// Carry out `fx` (no lock held); hand back the dropped item.
-    fn apply(&self, fx: Fx<M::In>) -> Option<(DropReason, M::In)> {
+    fn apply(&self, fx: Fx<'_, M::In>) -> Option<(DropReason, M::In)> {
         if let Some((delay, token)) = fx.arm {
             let me = self.me.clone();
             self.scheduler.schedule_after(
@@ -270,7 +277,7 @@ where
                 return;
             }
             let demand = self.demand.get();
-            let mut fx = Fx::new(self.scheduler.now());
+            let mut fx = Fx::new(&self.scheduler);
             let signal = {
                 let mut machine = lock(&self.machine);
                 let Some(machine) = machine.as_mut() else {

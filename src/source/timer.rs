@@ -92,15 +92,15 @@ impl Machine for Once {
     type In = ();
     type Out = u64;
 
-    fn on_start(&mut self, fx: &mut Fx<()>) {
+    fn on_start(&mut self, fx: &mut Fx<'_, ()>) {
         fx.arm = Some((self.delay, 0));
     }
 
-    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<()>) {
+    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<'_, ()>) {
         self.fired = true;
     }
 
-    fn poll(&mut self, demand: u64, _fx: &mut Fx<()>) -> Option<Emit<u64>> {
+    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, ()>) -> Option<Emit<u64>> {
         if self.sent {
             Some(Emit::End(Ok(())))
         } else if self.fired && demand > 0 {

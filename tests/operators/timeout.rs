@@ -167,3 +167,22 @@ fn the_drop_hook_is_forwarded_upstream() {
     probe.request(1);
     probe.assert_completed();
 }
+
+#[test]
+fn one_timer_however_many_items() {
+    // A fast stream restarts the clock at every item; the stage still keeps a single
+    // timer queued, re-armed for the remainder when it fires early.
+    let vt = VirtualTime::new();
+    let probe = crate::support::probe_of(
+        weir::range(0u64..5_000)
+            .concat(weir::never())
+            .timeout(ms(100), vt.clone()),
+    );
+    probe.request(5_001);
+    assert_eq!(probe.received_count(), 5_000);
+    assert_eq!(vt.pending(), 1, "{} timers queued", vt.pending());
+    vt.advance(ms(99));
+    probe.assert_no_terminal();
+    vt.advance(ms(1));
+    assert_eq!(probe.error().unwrap().kind(), ErrorKind::Timeout);
+}
