@@ -34,9 +34,13 @@ const MAX_SIZE: usize = 1 << 30;
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct BufferTimeout<P, C> {
+    /// The upstream publisher.
     source: P,
+    /// Items per batch.
     size: usize,
+    /// How long a batch may wait for more items.
     period: Duration,
+    /// Where timers run and what time it is.
     scheduler: C,
 }
 
@@ -88,8 +92,11 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for BufferTimeout<P, C> {
     }
 }
 
+/// The stage's state (behind the timed core's lock).
 struct Batcher<T> {
+    /// Items per batch.
     size: usize,
+    /// How long a batch may wait for more items.
     period: Duration,
     /// The batch being filled; capacity 0 until its first item.
     batch: Vec<T>,

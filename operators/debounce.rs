@@ -27,8 +27,11 @@ use crate::{DropReason, Error, Publisher, Subscriber};
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct Debounce<P, C> {
+    /// The upstream publisher.
     source: P,
+    /// The quiet period.
     quiet: Duration,
+    /// Where timers run and what time it is.
     scheduler: C,
 }
 
@@ -52,9 +55,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Debounce<P, C> {
     {
         let machine = Debouncer {
             quiet: self.quiet,
-            held: None,
-            arrived: None,
-            ready: false,
+            slot: Slot::Empty,
             armed: false,
             end: None,
         };
@@ -71,15 +72,28 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Debounce<P, C> {
     }
 }
 
+/// What the stage holds.
+enum Slot<T> {
+    /// Nothing.
+    Empty,
+    /// The newest item, waiting out the quiet period that started when it arrived.
+    Quiet {
+        /// The item.
+        item: T,
+        /// When it arrived.
+        arrived: Instant,
+    },
+    /// An item whose quiet period passed, waiting for demand.
+    Ready(T),
+}
+
+/// The stage's state (behind the timed core's lock).
 struct Debouncer<T> {
+    /// The quiet period.
     quiet: Duration,
-    /// The newest item, not yet delivered.
-    held: Option<T>,
-    /// When `held` arrived.
-    arrived: Option<Instant>,
-    /// `quiet` passed since `held` arrived: deliver it when demand allows.
-    ready: bool,
-    /// The one timer is outstanding.
+    /// The newest item not yet delivered, if any.
+    slot: Slot<T>,
+    /// The one timer is queued (it may outlive the item it was armed for).
     armed: bool,
     /// Upstream's terminal signal.
     end: Option<Result<(), Error>>,
@@ -94,11 +108,16 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
     }
 
     fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
-        if let Some(superseded) = self.held.replace(item) {
-            fx.dropped = Some((DropReason::ReplacedByLatest, superseded));
+        match std::mem::replace(&mut self.slot, Slot::Empty) {
+            Slot::Quiet { item: old, .. } | Slot::Ready(old) => {
+                fx.dropped = Some((DropReason::ReplacedByLatest, old));
+            }
+            Slot::Empty => {}
         }
-        self.arrived = Some(fx.now());
-        self.ready = false;
+        self.slot = Slot::Quiet {
+            item,
+            arrived: fx.now(),
+        };
         if !self.armed {
             fx.arm = Some((self.quiet, 0));
             self.armed = true;
@@ -107,20 +126,21 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
 
     fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
         if end.is_err() {
-            self.held = None;
+            self.slot = Slot::Empty;
         }
         self.end = Some(end);
     }
 
     fn on_timer(&mut self, _token: u64, fx: &mut Fx<'_, T>) {
         self.armed = false;
-        if self.ready || self.held.is_none() {
+        let Slot::Quiet { arrived, .. } = self.slot else {
             return;
-        }
-        let now = fx.now();
-        let since = now.saturating_duration_since(self.arrived.unwrap_or(now));
+        };
+        let since = fx.now().saturating_duration_since(arrived);
         if since >= self.quiet {
-            self.ready = true;
+            if let Slot::Quiet { item, .. } = std::mem::replace(&mut self.slot, Slot::Empty) {
+                self.slot = Slot::Ready(item);
+            }
         } else {
             fx.arm = Some((self.quiet - since, 0));
             self.armed = true;
@@ -131,15 +151,15 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
         if matches!(self.end, Some(Err(_))) {
             return self.end.take().map(Emit::End);
         }
-        if demand > 0 && (self.ready || self.end.is_some()) {
-            if let Some(item) = self.held.take() {
-                self.ready = false;
-                return Some(Emit::Item(item));
+        match std::mem::replace(&mut self.slot, Slot::Empty) {
+            Slot::Ready(item) if demand > 0 => Some(Emit::Item(item)),
+            // At completion the held item need not wait out its quiet period.
+            Slot::Quiet { item, .. } if demand > 0 && self.end.is_some() => Some(Emit::Item(item)),
+            Slot::Empty => self.end.take().map(Emit::End),
+            held => {
+                self.slot = held;
+                None
             }
         }
-        if self.held.is_none() {
-            return self.end.take().map(Emit::End);
-        }
-        None
     }
 }

@@ -29,8 +29,11 @@ use crate::{DropReason, Error, Publisher, Subscriber};
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct Sample<P, C> {
+    /// The upstream publisher.
     source: P,
+    /// The sampling period.
     period: Duration,
+    /// Where timers run and what time it is.
     scheduler: C,
 }
 
@@ -55,9 +58,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Sample<P, C> {
         let machine = Sampler {
             period: self.period,
             origin: None,
-            held: None,
-            sampled: false,
-            armed: false,
+            slot: Slot::Empty,
             end: None,
         };
         self.source.subscribe(TimedSubscriber::new(
@@ -73,16 +74,24 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Sample<P, C> {
     }
 }
 
+/// What the stage holds.
+enum Slot<T> {
+    /// Nothing; no timer.
+    Empty,
+    /// An item not sampled yet; the timer for the next grid point is queued.
+    Waiting(T),
+    /// An item sampled at a grid point, waiting for demand; no timer.
+    Sampled(T),
+}
+
+/// The stage's state (behind the timed core's lock).
 struct Sampler<T> {
+    /// The sampling period.
     period: Duration,
     /// The grid's origin (subscription time).
     origin: Option<Instant>,
-    /// The newest item not yet delivered.
-    held: Option<T>,
-    /// A grid point passed while `held` was there: deliver it when demand allows.
-    sampled: bool,
-    /// A timer is outstanding.
-    armed: bool,
+    /// The newest item not yet delivered, if any.
+    slot: Slot<T>,
     /// Upstream's terminal signal.
     end: Option<Result<(), Error>>,
 }
@@ -97,41 +106,50 @@ impl<T: Send + 'static> Machine for Sampler<T> {
     }
 
     fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
-        if let Some(replaced) = self.held.replace(item) {
-            fx.dropped = Some((DropReason::ReplacedByLatest, replaced));
-        }
-        if !self.sampled && !self.armed {
-            let origin = *self.origin.get_or_insert(fx.now());
-            fx.arm = Some((until_next_tick(origin, self.period, fx.now()), 0));
-            self.armed = true;
-        }
+        self.slot = match std::mem::replace(&mut self.slot, Slot::Empty) {
+            Slot::Empty => {
+                let now = fx.now();
+                let origin = *self.origin.get_or_insert(now);
+                fx.arm = Some((until_next_tick(origin, self.period, now), 0));
+                Slot::Waiting(item)
+            }
+            Slot::Waiting(replaced) => {
+                fx.dropped = Some((DropReason::ReplacedByLatest, replaced));
+                Slot::Waiting(item)
+            }
+            Slot::Sampled(replaced) => {
+                fx.dropped = Some((DropReason::ReplacedByLatest, replaced));
+                Slot::Sampled(item)
+            }
+        };
     }
 
     fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
         if end.is_err() {
-            self.held = None;
+            self.slot = Slot::Empty;
         }
         self.end = Some(end);
     }
 
     fn on_timer(&mut self, _token: u64, _fx: &mut Fx<'_, T>) {
-        self.armed = false;
-        self.sampled = self.held.is_some();
+        if let Slot::Waiting(item) = std::mem::replace(&mut self.slot, Slot::Empty) {
+            self.slot = Slot::Sampled(item);
+        }
     }
 
     fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Emit<T>> {
         if matches!(self.end, Some(Err(_))) {
             return self.end.take().map(Emit::End);
         }
-        if demand > 0 && (self.sampled || self.end.is_some()) {
-            if let Some(item) = self.held.take() {
-                self.sampled = false;
-                return Some(Emit::Item(item));
+        match std::mem::replace(&mut self.slot, Slot::Empty) {
+            Slot::Sampled(item) if demand > 0 => Some(Emit::Item(item)),
+            // At completion the held item need not wait for its grid point.
+            Slot::Waiting(item) if demand > 0 && self.end.is_some() => Some(Emit::Item(item)),
+            Slot::Empty => self.end.take().map(Emit::End),
+            held => {
+                self.slot = held;
+                None
             }
         }
-        if self.held.is_none() {
-            return self.end.take().map(Emit::End);
-        }
-        None
     }
 }

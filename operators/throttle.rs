@@ -40,7 +40,9 @@ const MAX_BURST: u64 = 1 << 30;
 /// A refill rate: `tokens` per `per`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Rate {
+    /// Tokens added per period.
     tokens: u64,
+    /// The refill period.
     per: Duration,
 }
 
@@ -81,10 +83,15 @@ pub enum ThrottleMode {
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct Throttle<P, C> {
+    /// The upstream publisher.
     source: P,
+    /// The refill rate.
     rate: Rate,
+    /// The bucket's capacity in tokens.
     burst: u64,
+    /// Shaping or Enforcing.
     mode: ThrottleMode,
+    /// Where timers run and what time it is.
     scheduler: C,
 }
 
@@ -213,7 +220,9 @@ impl Bucket {
 
 // ---- Shaping ------------------------------------------------------------------------
 
+/// The shaping stage's state (behind the timed core's lock).
 struct Shaper<T> {
+    /// The token bucket.
     bucket: Bucket,
     /// Items received and not yet delivered (they were requested against demand).
     transit: VecDeque<T>,
@@ -286,9 +295,13 @@ impl<T: Send + 'static> Machine for Shaper<T> {
 
 // ---- Enforcing ----------------------------------------------------------------------
 
+/// The enforcing stage: a pass-through subscriber with a token bucket.
 struct Enforcer<S, C> {
+    /// The next stage.
     downstream: S,
+    /// The token bucket.
     bucket: Bucket,
+    /// Where timers run and what time it is.
     scheduler: C,
     /// Reports rejected items, counted once per batch.
     drops: DropReporter,

@@ -33,8 +33,11 @@ use crate::{Error, Publisher, Subscriber};
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct Timeout<P, C> {
+    /// The upstream publisher.
     source: P,
+    /// How long downstream may wait for an item.
     duration: Duration,
+    /// Where timers run and what time it is.
     scheduler: C,
 }
 
@@ -77,7 +80,9 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Timeout<P, C> {
     }
 }
 
+/// The stage's state (behind the timed core's lock).
 struct Watch<T> {
+    /// How long downstream may wait for an item.
     duration: Duration,
     /// Items on their way through the drain loop (only against demand).
     transit: VecDeque<T>,

@@ -22,7 +22,9 @@ use crate::{Publisher, Subscriber};
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct Interval<C> {
+    /// Time between ticks.
     period: Duration,
+    /// Where timers run and what time it is.
     scheduler: C,
 }
 
@@ -94,6 +96,7 @@ impl<C: Scheduler + Clone> Publisher for Interval<C> {
 
 /// The tick counter.
 struct Ticks {
+    /// Time between ticks.
     period: Duration,
     /// Subscription time; tick `k` is due at `origin + (k + 1) × period`.
     origin: Option<Instant>,

@@ -15,7 +15,9 @@ use crate::{Publisher, Subscriber};
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct Timer<C> {
+    /// How long to wait before the item.
     delay: Duration,
+    /// Where timers run and what time it is.
     scheduler: C,
 }
 
@@ -81,6 +83,7 @@ impl<C: Scheduler + Clone> Publisher for Timer<C> {
 
 /// The one-shot.
 struct Once {
+    /// How long to wait before the item.
     delay: Duration,
     /// The delay passed.
     fired: bool,
