@@ -1,4 +1,5 @@
-//! The timed core: one drain loop shared by the time sources (`interval`, `timer`) and
+//! The timed core (`subscriber.rs` is its upstream side, `clock.rs` its time
+//! arithmetic): one drain loop shared by the time sources (`interval`, `timer`) and
 //! the time operators (`sample`, `debounce`, `timeout`, `buffer_timeout`, the shaping
 //! `throttle`).
 //!
@@ -43,11 +44,16 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use crate::demand::{self, AtomicDemand};
-use crate::drain::{Upstream, Wip};
+use crate::drain::Wip;
 use crate::loom::{AtomicU8, Ordering};
-use crate::metrics::{DropHook, DropReporter};
 use crate::runtime::Scheduler;
 use crate::{DropReason, Error, RawSubscription, Subscriber, Subscription};
+
+pub(crate) use clock::{assert_positive, from_nanos, until_next_tick};
+pub(crate) use subscriber::TimedSubscriber;
+
+mod clock;
+mod subscriber;
 
 /// Flag: downstream cancelled.
 const CANCELLED: u8 = 1;
@@ -329,111 +335,4 @@ where
         self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
         self.wip.drain(|| self.pass());
     }
-}
-
-/// A time operator's subscriber to its upstream: builds the [`Core`] at
-/// `on_subscribe`, feeds it items and the end, and reports what the machine drops to
-/// the pipeline's drop hook (downstream's, asked for once at subscribe time).
-pub(crate) struct TimedSubscriber<M: Machine, S, C> {
-    /// Downstream, the machine and the scheduler until `on_subscribe` builds the core.
-    pending: Option<(S, M, C)>,
-    /// The core, once subscribed.
-    core: Option<Arc<Core<M, S, C>>>,
-    /// Downstream's drop hook.
-    hook: Option<DropHook>,
-    /// Reports drops (producer side only), counted once per item.
-    drops: DropReporter,
-    /// The stage's name in drop reports.
-    stage: &'static str,
-    /// Life-cycle state (rules 2.5, 1.7).
-    upstream: Upstream,
-}
-
-impl<M: Machine, S, C> TimedSubscriber<M, S, C> {
-    pub(crate) fn new(stage: &'static str, downstream: S, machine: M, scheduler: C) -> Self {
-        TimedSubscriber {
-            pending: Some((downstream, machine, scheduler)),
-            core: None,
-            hook: None,
-            drops: DropReporter::new(stage, None),
-            stage,
-            upstream: Upstream::Idle,
-        }
-    }
-}
-
-impl<M, S, C> Subscriber<M::In> for TimedSubscriber<M, S, C>
-where
-    M: Machine,
-    S: Subscriber<M::Out> + Send + 'static,
-    C: Scheduler + Clone,
-{
-    fn on_subscribe(&mut self, subscription: Subscription) {
-        if !self.upstream.accept(&subscription) {
-            return;
-        }
-        let Some((downstream, machine, scheduler)) = self.pending.take() else {
-            return;
-        };
-        self.hook = downstream.drop_hook();
-        self.drops = DropReporter::new(self.stage, self.hook.clone());
-        let core = Core::new(machine, scheduler, Some(subscription));
-        self.core = Some(core.clone());
-        core.start(downstream);
-    }
-
-    fn on_next(&mut self, item: M::In) {
-        let (Some(core), true) = (&self.core, self.upstream.is_active()) else {
-            return;
-        };
-        if let Some((reason, dropped)) = core.item(item) {
-            self.drops.drop_item(reason, dropped);
-            self.drops.flush();
-        }
-    }
-
-    fn on_error(&mut self, error: Error) {
-        if let (true, Some(core)) = (self.upstream.finish(), &self.core) {
-            core.end(Err(error));
-        }
-    }
-
-    fn on_complete(&mut self) {
-        if let (true, Some(core)) = (self.upstream.finish(), &self.core) {
-            core.end(Ok(()));
-        }
-    }
-
-    fn drop_hook(&self) -> Option<DropHook> {
-        match &self.pending {
-            Some((downstream, _, _)) => downstream.drop_hook(),
-            None => self.hook.clone(),
-        }
-    }
-}
-
-/// `nanos` as a `Duration`, saturating at `Duration::MAX`.
-pub(crate) fn from_nanos(nanos: u128) -> Duration {
-    const NANOS_PER_SEC: u128 = 1_000_000_000;
-    match u64::try_from(nanos / NANOS_PER_SEC) {
-        Ok(secs) => Duration::new(secs, (nanos % NANOS_PER_SEC) as u32),
-        Err(_) => Duration::MAX,
-    }
-}
-
-/// The next point of the grid `origin + k × period` (k ≥ 1) strictly after `now`, as a
-/// delay from `now`.
-pub(crate) fn until_next_tick(origin: Instant, period: Duration, now: Instant) -> Duration {
-    let period = period.as_nanos().max(1);
-    let elapsed = now.saturating_duration_since(origin).as_nanos();
-    let next = (elapsed / period + 1) * period;
-    from_nanos(next - elapsed)
-}
-
-/// Panic unless `value` is positive: `"{what} must be greater than zero (got 0ns)"`.
-pub(crate) fn assert_positive(what: &str, value: Duration) {
-    assert!(
-        !value.is_zero(),
-        "{what} must be greater than zero (got {value:?})"
-    );
 }
