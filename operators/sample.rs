@@ -14,7 +14,7 @@
 //! item (sampled or not) goes out when demand allows, then `on_complete`; an upstream
 //! error is delivered at once and the held item is released without a report.
 //!
-//! Timers (the timed core, `source/timed.rs`): at most one, armed only while an
+//! Timers (the timed core, `src/source/timed/`): at most one, armed only while an
 //! unsampled item is held, for the next grid point strictly after the item arrived.
 //! An idle stream costs no timer work.
 

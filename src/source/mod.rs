@@ -18,7 +18,7 @@
 //! | [`interval`] | 0, 1, 2, … one per period on a scheduler's clock (held, counted, without demand) |
 //! | [`timer`] | one `0u64` after a delay on a scheduler's clock, then complete |
 //!
-//! The time sources (and the time operators) run on the timed core (`timed.rs`): one
+//! The time sources (and the time operators) run on the timed core (`timed/`): one
 //! drain loop for upstream, downstream and timer signals, at most one timer per stage.
 
 mod defer;
