@@ -15,11 +15,6 @@
 //! | [`never()`] | nothing, ever |
 //! | [`generate`] | what a stateful closure returns, once per requested item |
 //! | [`defer`] | whatever publisher a factory builds at subscribe time |
-//! | [`interval`] | 0, 1, 2, … one per period on a scheduler's clock (held, counted, without demand) |
-//! | [`timer`] | one `0u64` after a delay on a scheduler's clock, then complete |
-//!
-//! The time sources (and the time operators) run on the timed core (`timed/`): one
-//! drain loop for upstream, downstream and timer signals, at most one timer per stage.
 
 mod defer;
 pub(crate) mod engine;
@@ -35,6 +30,10 @@ pub use range::{range, Range, RangeInt};
 pub use signal::{error, never, Fail, Never};
 
 // ---- time sources (issue 4, section 6) ----
+// `interval` (0, 1, 2, … one per period; ticks without demand held as a count) and
+// `timer` (one 0u64 after a delay). They, and the time operators, run on the timed core
+// (`timed/`): one drain loop for upstream, downstream and timer signals, at most one
+// timer per stage.
 mod interval;
 pub(crate) mod timed;
 mod timer;
