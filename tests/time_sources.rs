@@ -183,3 +183,25 @@ fn time_sources_run_on_the_immediate_scheduler() {
         vec![0]
     );
 }
+
+#[cfg(feature = "tokio")]
+#[test]
+fn time_operators_run_on_tokio() {
+    // Wall clock, short periods (about 20 ms in all); only counts and order are asserted.
+    use weir::operators::{Rate, ThrottleMode};
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_time()
+        .build()
+        .unwrap();
+    let tokio = weir::runtime::Tokio::new(runtime.handle().clone());
+    let batches = weir::interval(ms(1), tokio.clone())
+        .take(20)
+        .throttle(Rate::new(1, ms(1)), 1, ThrottleMode::Shaping, tokio.clone())
+        .buffer_timeout(5, ms(2), tokio)
+        .collect()
+        .wait()
+        .unwrap();
+    assert_eq!(batches.concat(), (0..20).collect::<Vec<_>>());
+    assert!(batches.iter().all(|b| (1..=5).contains(&b.len())));
+}
