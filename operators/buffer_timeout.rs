@@ -124,7 +124,7 @@ impl<T: Send + 'static> Machine for Batcher<T> {
             }
             self.started = Some(fx.now());
             if !self.armed {
-                fx.arm = Some((self.period, 0));
+                fx.arm = Some(self.period);
                 self.armed = true;
             }
         }
@@ -138,7 +138,7 @@ impl<T: Send + 'static> Machine for Batcher<T> {
         self.end = Some(end);
     }
 
-    fn on_timer(&mut self, _token: u64, fx: &mut Fx<'_, T>) {
+    fn on_timer(&mut self, fx: &mut Fx<'_, T>) {
         self.armed = false;
         if self.batch.is_empty() || self.due {
             return;
@@ -148,7 +148,7 @@ impl<T: Send + 'static> Machine for Batcher<T> {
         if age >= self.period {
             self.due = true;
         } else {
-            fx.arm = Some((self.period - age, 0));
+            fx.arm = Some(self.period - age);
             self.armed = true;
         }
     }

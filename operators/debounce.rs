@@ -119,7 +119,7 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
             arrived: fx.now(),
         };
         if !self.armed {
-            fx.arm = Some((self.quiet, 0));
+            fx.arm = Some(self.quiet);
             self.armed = true;
         }
     }
@@ -131,7 +131,7 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
         self.end = Some(end);
     }
 
-    fn on_timer(&mut self, _token: u64, fx: &mut Fx<'_, T>) {
+    fn on_timer(&mut self, fx: &mut Fx<'_, T>) {
         self.armed = false;
         let Slot::Quiet { arrived, .. } = self.slot else {
             return;
@@ -142,7 +142,7 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
                 self.slot = Slot::Ready(item);
             }
         } else {
-            fx.arm = Some((self.quiet - since, 0));
+            fx.arm = Some(self.quiet - since);
             self.armed = true;
         }
     }

@@ -110,7 +110,7 @@ impl<T: Send + 'static> Machine for Sampler<T> {
             Slot::Empty => {
                 let now = fx.now();
                 let origin = *self.origin.get_or_insert(now);
-                fx.arm = Some((until_next_tick(origin, self.period, now), 0));
+                fx.arm = Some(until_next_tick(origin, self.period, now));
                 Slot::Waiting(item)
             }
             Slot::Waiting(replaced) => {
@@ -131,7 +131,7 @@ impl<T: Send + 'static> Machine for Sampler<T> {
         self.end = Some(end);
     }
 
-    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<'_, T>) {
+    fn on_timer(&mut self, _fx: &mut Fx<'_, T>) {
         if let Slot::Waiting(item) = std::mem::replace(&mut self.slot, Slot::Empty) {
             self.slot = Slot::Sampled(item);
         }

@@ -114,7 +114,7 @@ impl<T: Send + 'static> Machine for Watch<T> {
         self.deadline = None;
     }
 
-    fn on_timer(&mut self, _token: u64, fx: &mut Fx<'_, T>) {
+    fn on_timer(&mut self, fx: &mut Fx<'_, T>) {
         self.armed = false;
         let Some(deadline) = self.deadline else {
             return;
@@ -123,7 +123,7 @@ impl<T: Send + 'static> Machine for Watch<T> {
         if now >= deadline {
             self.expired = true;
         } else {
-            fx.arm = Some((deadline - now, 0));
+            fx.arm = Some(deadline - now);
             self.armed = true;
         }
     }
@@ -152,7 +152,7 @@ impl<T: Send + 'static> Machine for Watch<T> {
             let now = fx.now();
             self.deadline = Some(now + self.duration);
             if !self.armed {
-                fx.arm = Some((self.duration, 0));
+                fx.arm = Some(self.duration);
                 self.armed = true;
             }
         }

@@ -37,7 +37,7 @@ impl<T: Send + 'static> Machine for Shaper<T> {
         self.end = Some(end);
     }
 
-    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<'_, T>) {
+    fn on_timer(&mut self, _fx: &mut Fx<'_, T>) {
         self.armed = false;
     }
 
@@ -72,7 +72,7 @@ impl<T: Send + 'static> Machine for Shaper<T> {
             fx.request = n;
         } else if !self.armed && reserved < self.bucket.burst {
             // (With every token reserved, only an arriving item can free one.)
-            fx.arm = Some((self.bucket.until_next(), 0));
+            fx.arm = Some(self.bucket.until_next());
             self.armed = true;
         }
         None

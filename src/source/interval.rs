@@ -122,7 +122,7 @@ impl Machine for Ticks {
         self.origin = Some(fx.now());
     }
 
-    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<'_, ()>) {
+    fn on_timer(&mut self, _fx: &mut Fx<'_, ()>) {
         self.armed = false;
     }
 
@@ -138,7 +138,7 @@ impl Machine for Ticks {
         if !self.armed {
             let at = self.period.as_nanos() * (u128::from(self.next) + 1);
             let elapsed = fx.now().saturating_duration_since(origin).as_nanos();
-            fx.arm = Some((from_nanos(at.saturating_sub(elapsed)), 0));
+            fx.arm = Some(from_nanos(at.saturating_sub(elapsed)));
             self.armed = true;
         }
         None

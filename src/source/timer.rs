@@ -96,10 +96,10 @@ impl Machine for Once {
     type Out = u64;
 
     fn on_start(&mut self, fx: &mut Fx<'_, ()>) {
-        fx.arm = Some((self.delay, 0));
+        fx.arm = Some(self.delay);
     }
 
-    fn on_timer(&mut self, _token: u64, _fx: &mut Fx<'_, ()>) {
+    fn on_timer(&mut self, _fx: &mut Fx<'_, ()>) {
         self.fired = true;
     }
 

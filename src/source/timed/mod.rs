@@ -33,12 +33,13 @@
 //! # Timers
 //!
 //! A scheduler's timers cannot be cancelled, so a timer task holds only a [`Weak`]
-//! reference to the core and a token. When it fires it does nothing if the stage is
-//! gone, cancelled or terminated (the core's flags), and the machine ignores tokens it
-//! no longer expects (a generation counter or an "armed" flag). Every machine keeps at
-//! most one timer outstanding, re-arming it for the remainder when it fires early
-//! relative to newer state, so a scheduler's queue holds at most one task per stage,
-//! never one per item. After cancel or termination nothing re-arms.
+//! reference to the core. When it fires it does nothing if the stage is gone,
+//! cancelled or terminated (the core's flags). Every machine keeps at most one timer
+//! outstanding (an "armed" flag, or a state that implies it) and, when it fires,
+//! compares the clock with the machine's current state: a timer armed for an item or a
+//! deadline that has since moved on is re-armed for the remainder, or does nothing.
+//! A scheduler's queue thus holds at most one task per stage, never one per item, and
+//! after cancel or termination nothing re-arms.
 
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
@@ -78,8 +79,8 @@ pub(crate) struct Fx<'a, D> {
     clock: &'a dyn Scheduler,
     /// The clock, once read.
     now: Option<Instant>,
-    /// Arm a timer: fire `on_timer(token)` after the delay.
-    pub(crate) arm: Option<(Duration, u64)>,
+    /// Arm a timer: `on_timer` after this delay.
+    pub(crate) arm: Option<Duration>,
     /// Request this many more items upstream (0: none).
     pub(crate) request: u64,
     /// Cancel upstream (the stage ends on its own).
@@ -126,8 +127,10 @@ pub(crate) trait Machine: Send + 'static {
     /// Upstream terminated.
     fn on_end(&mut self, _end: Result<(), Error>, _fx: &mut Fx<'_, Self::In>) {}
 
-    /// A timer armed with `token` fired.
-    fn on_timer(&mut self, token: u64, fx: &mut Fx<'_, Self::In>);
+    /// A timer fired. Machines keep at most one outstanding, so this is the one they
+    /// armed; it may have been armed for an item or a deadline that has moved on since,
+    /// which the machine checks against the clock.
+    fn on_timer(&mut self, fx: &mut Fx<'_, Self::In>);
 
     /// The next signal for downstream, given the outstanding `demand` (an item only
     /// when `demand > 0`), or `None` when there is nothing to signal now.
@@ -208,13 +211,13 @@ where
 
     /// Carry out `fx` (no lock held); hand back the dropped item.
     fn apply(&self, fx: Fx<'_, M::In>) -> Option<(DropReason, M::In)> {
-        if let Some((delay, token)) = fx.arm {
+        if let Some(delay) = fx.arm {
             let me = self.me.clone();
             self.scheduler.schedule_after(
                 delay,
                 Box::new(move || {
                     if let Some(core) = me.upgrade() {
-                        core.fire(token);
+                        core.fire();
                     }
                 }),
             );
@@ -230,12 +233,12 @@ where
     }
 
     /// A timer fired.
-    fn fire(&self, token: u64) {
+    fn fire(&self) {
         // Relaxed: an early exit only; a stale read is caught by the machine being gone.
         if self.flags.load(Ordering::Relaxed) != 0 {
             return;
         }
-        let _timers_drop_nothing = self.call(|m, fx| m.on_timer(token, fx));
+        let _timers_drop_nothing = self.call(|m, fx| m.on_timer(fx));
         self.wip.drain(|| self.pass());
     }
 
