@@ -29,6 +29,13 @@ mod take;
 mod take_while;
 mod zip;
 
+// ---- time operators (issue 4, section 6) ----
+mod buffer_timeout;
+mod debounce;
+mod sample;
+mod throttle;
+mod timeout;
+
 pub use buffer::Buffer;
 pub use concat::Concat;
 pub use concat_map::ConcatMap;
@@ -54,3 +61,10 @@ pub use skip_while::SkipWhile;
 pub use take::Take;
 pub use take_while::TakeWhile;
 pub use zip::{Zip, ZIP_PREFETCH};
+
+// ---- time operators (issue 4, section 6) ----
+pub use buffer_timeout::BufferTimeout;
+pub use debounce::Debounce;
+pub use sample::Sample;
+pub use throttle::{Rate, Throttle, ThrottleMode};
+pub use timeout::Timeout;

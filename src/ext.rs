@@ -11,6 +11,11 @@ use crate::operators::{
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Overflow, Publisher};
 
+// time operators (issue 4, section 6)
+use crate::operators::{BufferTimeout, Debounce, Rate, Sample, Throttle, ThrottleMode, Timeout};
+use crate::runtime::Scheduler;
+use std::time::Duration;
+
 /// Identity function that checks, at zero cost, that `P` is a publisher of `T`.
 #[inline(always)]
 fn assert_publisher<T, P: Publisher<Item = T>>(publisher: P) -> P {
@@ -1338,6 +1343,354 @@ pub trait PublisherExt: Publisher + Sized {
             KeepLatest,
             "conflate_latest",
         ))
+    }
+
+    // ---- time operators (issue 4, section 6) ----------------------------------------
+
+    /// Emit the newest item once per `period`, only when downstream has demand;
+    /// otherwise hold it.
+    ///
+    /// # Backpressure
+    ///
+    /// UnboundedIn: upstream is asked for `UNBOUNDED` once. The stage holds at most one
+    /// item (in-flight bound 1): a newer item replaces the held one, and the replaced
+    /// item is dropped with
+    /// [`DropReason::ReplacedByLatest`](crate::DropReason::ReplacedByLatest), handed
+    /// to the pipeline's [`DropHook`] and counted. At each period boundary (a grid
+    /// from the subscription instant) the held item is *sampled*; a sampled item goes
+    /// out at once if there is demand, and otherwise waits, still replaceable by newer
+    /// items, until demand arrives. Never an overflow error, never an item beyond
+    /// demand.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// ticks  : -----|-----|-----|-----|
+    /// source : -1-2----3-----------4-5|
+    /// output : -----2-----3-----------(5|)
+    /// ```
+    ///
+    /// With demand throughout: 1 is replaced by 2, and 4 by 5, which completion flushes
+    /// without waiting for a tick. Without demand at a tick, the sampled item waits and
+    /// goes out the moment demand arrives.
+    ///
+    /// # Errors
+    ///
+    /// Upstream completion: the held item (sampled or not) goes out as soon as demand
+    /// allows, then `on_complete`. Upstream errors are delivered at once; the held
+    /// item is released without a drop report.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the held item is released without a report, and the
+    /// stage's timer does nothing when it fires.
+    ///
+    /// # Panics
+    ///
+    /// If `period` is zero: "sample period must be greater than zero (got 0ns)".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::metrics::{DropHook, Drops};
+    /// use weir::prelude::*;
+    /// use weir::runtime::VirtualTime;
+    /// use weir::DropReason;
+    ///
+    /// let vt = VirtualTime::new();
+    /// let drops = Drops::new();
+    /// let ms = Duration::from_millis;
+    /// // One item every 100 ms (0 at 100 ms, …, 9 at 1 s), sampled every 230 ms.
+    /// let sampled = weir::interval(ms(100), vt.clone())
+    ///     .take(10)
+    ///     .sample(ms(230), vt.clone())
+    ///     .on_dropped(DropHook::new(drops.clone()))
+    ///     .collect();
+    /// vt.advance(Duration::from_secs(2));
+    /// assert_eq!(sampled.wait().unwrap(), vec![1, 3, 5, 8, 9]);
+    /// assert_eq!(drops.count(DropReason::ReplacedByLatest), 5);
+    /// ```
+    fn sample<C>(self, period: Duration, scheduler: C) -> Sample<Self, C>
+    where
+        C: Scheduler + Clone,
+    {
+        assert_publisher::<Self::Item, _>(Sample::new(self, period, scheduler))
+    }
+
+    /// Gather items into `Vec`s of `size`; a batch also goes out, shorter, once
+    /// `period` has passed since its first item and downstream has demand.
+    ///
+    /// # Backpressure
+    ///
+    /// Bounded window: downstream requests count batches. The stage requests from
+    /// upstream itself, at most `size` × downstream's outstanding batches and one
+    /// batch's worth at a time (items owed by upstream plus items held never exceed
+    /// `size`), so a batch that goes out early never leaves upstream owing more than
+    /// the stage can hold. Without demand a due batch is held (it may go on filling
+    /// up to `size`). Lossless. In-flight bound: `size`.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3-4--------5-----------6|
+    /// output : ----a-------b--------c------(d|)
+    /// ```
+    ///
+    /// Size 3, period 6 dashes, demand throughout: a = [1, 2, 3] (full), b = [4] and
+    /// c = [5] (the period passed since their first item), d = [6] (flushed at
+    /// completion).
+    ///
+    /// # Errors
+    ///
+    /// Upstream completion: the partial batch goes out when demand allows, then
+    /// `on_complete`. Upstream errors are delivered at once; the partial batch is
+    /// released.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the partial batch is released, and the stage's timer does
+    /// nothing when it fires.
+    ///
+    /// # Panics
+    ///
+    /// If `size` is not in `1..=2^30`:
+    /// "buffer_timeout size must be in 1..=1073741824 (got 0)"; if `period` is zero:
+    /// "buffer_timeout period must be greater than zero (got 0ns)".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    /// use weir::runtime::VirtualTime;
+    ///
+    /// let vt = VirtualTime::new();
+    /// let ms = Duration::from_millis;
+    /// // Items at 300, 600 and 900 ms; batches of up to 5, or whatever 500 ms gathered.
+    /// let batches = weir::interval(ms(300), vt.clone())
+    ///     .take(3)
+    ///     .buffer_timeout(5, ms(500), vt.clone())
+    ///     .collect();
+    /// vt.advance(Duration::from_secs(2));
+    /// assert_eq!(batches.wait().unwrap(), vec![vec![0, 1], vec![2]]);
+    /// ```
+    fn buffer_timeout<C>(
+        self,
+        size: usize,
+        period: Duration,
+        scheduler: C,
+    ) -> BufferTimeout<Self, C>
+    where
+        C: Scheduler + Clone,
+    {
+        assert_publisher::<Vec<Self::Item>, _>(BufferTimeout::new(self, size, period, scheduler))
+    }
+
+    /// Fail with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) if no item arrives
+    /// within `duration` while downstream is waiting for one.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: requests go upstream unchanged. The clock only runs while
+    /// downstream has outstanding demand: it starts when demand becomes outstanding,
+    /// restarts at every item, and stops while downstream has asked for nothing, so a
+    /// slow consumer never causes a timeout upstream. In-flight bound: 0 (an item
+    /// meeting a firing timer waits in the drain loop for a moment, never beyond
+    /// demand).
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// demand : 1-----------1------
+    /// source : --a----------------
+    /// output : --a---------------#
+    /// ```
+    ///
+    /// Duration 6 dashes: the clock runs from the first request until `a`, stops while
+    /// nothing is requested, restarts at the second request and runs out 6 later
+    /// (`#` = `on_error` of kind `Timeout`).
+    ///
+    /// # Errors
+    ///
+    /// The timeout: upstream is cancelled and downstream receives `on_error` of kind
+    /// `Timeout`. Upstream errors and completion pass through.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the stage's timer does nothing when it fires.
+    ///
+    /// # Panics
+    ///
+    /// If `duration` is zero: "timeout duration must be greater than zero (got 0ns)".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    /// use weir::runtime::VirtualTime;
+    /// use weir::ErrorKind;
+    ///
+    /// let vt = VirtualTime::new();
+    /// let result = weir::never::<u32>()
+    ///     .timeout(Duration::from_secs(1), vt.clone())
+    ///     .collect();
+    /// vt.advance(Duration::from_secs(2));
+    /// assert_eq!(result.wait().unwrap_err().kind(), ErrorKind::Timeout);
+    /// ```
+    fn timeout<C>(self, duration: Duration, scheduler: C) -> Timeout<Self, C>
+    where
+        C: Scheduler + Clone,
+    {
+        assert_publisher::<Self::Item, _>(Timeout::new(self, duration, scheduler))
+    }
+
+    /// Limit the rate of items with a token bucket of `burst` tokens refilled at
+    /// `rate`; [`ThrottleMode::Shaping`] delays items, [`ThrottleMode::Enforcing`]
+    /// drops them.
+    ///
+    /// # Backpressure
+    ///
+    /// Shaping (lossless): upstream is asked for items only as tokens allow (at most
+    /// the tokens available and downstream's outstanding demand); tokens reserved for
+    /// requested items count against the bucket, so no window sees more than
+    /// `burst + rate × window` items, and nothing is dropped. In-flight bound:
+    /// `burst`.
+    ///
+    /// Enforcing (lossy): requests pass upstream unchanged; an item that finds no
+    /// token is dropped with [`DropReason::Rejected`](crate::DropReason::Rejected),
+    /// handed to the pipeline's [`DropHook`], counted, and requested again so that
+    /// downstream's demand is still met. In-flight bound: 0.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// tokens    : 2----+----+----+
+    /// shaping   : (12)-3----4----5|
+    /// enforcing : (12)|
+    /// ```
+    ///
+    /// Burst 2, one token back every 5 dashes (`+`), 5 items wanted at once. Shaping
+    /// asks upstream for an item per token: paced, nothing lost. Enforcing, over an
+    /// eager source, passes the burst and rejects 3, 4 and 5 at once.
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors and completion pass through (after items in transit).
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; a shaping stage's timer does nothing when it fires.
+    ///
+    /// # Panics
+    ///
+    /// At construction: "throttle rate must add at least 1 token per period (got 0
+    /// per 1s)", "throttle rate period must be greater than zero (got 5 per 0ns)",
+    /// "throttle burst must be in 1..=1073741824 (got 0)".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::metrics::{DropHook, Drops};
+    /// use weir::operators::{Rate, ThrottleMode};
+    /// use weir::prelude::*;
+    /// use weir::runtime::VirtualTime;
+    /// use weir::DropReason;
+    ///
+    /// let vt = VirtualTime::new();
+    /// // Shaping: 2 items per second after a burst of 1; all 5 arrive, paced.
+    /// let shaped = weir::range(0u32..5)
+    ///     .throttle(Rate::per_second(2), 1, ThrottleMode::Shaping, vt.clone())
+    ///     .collect();
+    /// vt.advance(Duration::from_secs(1));
+    /// assert!(!shaped.is_terminated()); // 0 at 0 s, 1 at 0.5 s, 2 at 1 s so far
+    /// vt.advance(Duration::from_secs(1));
+    /// assert_eq!(shaped.wait().unwrap(), vec![0, 1, 2, 3, 4]);
+    ///
+    /// // Enforcing: the burst passes, the rest is rejected and counted.
+    /// let drops = Drops::new();
+    /// let enforced = weir::range(0u32..10)
+    ///     .throttle(Rate::per_second(1), 3, ThrottleMode::Enforcing, vt.clone())
+    ///     .on_dropped(DropHook::new(drops.clone()))
+    ///     .collect();
+    /// assert_eq!(enforced.wait().unwrap(), vec![0, 1, 2]);
+    /// assert_eq!(drops.count(DropReason::Rejected), 7);
+    /// ```
+    fn throttle<C>(
+        self,
+        rate: Rate,
+        burst: u64,
+        mode: ThrottleMode,
+        scheduler: C,
+    ) -> Throttle<Self, C>
+    where
+        C: Scheduler + Clone,
+    {
+        assert_publisher::<Self::Item, _>(Throttle::new(self, rate, burst, mode, scheduler))
+    }
+
+    /// Pass an item on only once `quiet` has passed with no newer item.
+    ///
+    /// # Backpressure
+    ///
+    /// UnboundedIn: upstream is asked for `UNBOUNDED` once. The stage holds at most
+    /// one item (in-flight bound 1). A newer item supersedes the held one (even one
+    /// whose quiet period had ended but that waits for demand) and restarts the
+    /// quiet period; the superseded item is dropped with
+    /// [`DropReason::ReplacedByLatest`](crate::DropReason::ReplacedByLatest), handed
+    /// to the pipeline's [`DropHook`] and counted. An item whose quiet period ended
+    /// without demand is held and goes out when demand arrives. The stage keeps at
+    /// most one timer, never one per item.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : -1-2-3-------4-------5|
+    /// output : --------3-------4-----(5|)
+    /// ```
+    ///
+    /// Quiet period 3 dashes: 1 and 2 are superseded; 3 and 4 go out once 3 dashes
+    /// passed with nothing newer; 5 is flushed at completion.
+    ///
+    /// # Errors
+    ///
+    /// Upstream completion: the held item goes out at once (when demand allows,
+    /// without waiting out its quiet period), then `on_complete`. Upstream errors are
+    /// delivered at once; the held item is released without a drop report.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream; the held item is released without a report, and the
+    /// stage's timer does nothing when it fires.
+    ///
+    /// # Panics
+    ///
+    /// If `quiet` is zero: "debounce quiet period must be greater than zero (got 0ns)".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    /// use weir::runtime::VirtualTime;
+    ///
+    /// let vt = VirtualTime::new();
+    /// let ms = Duration::from_millis;
+    /// // Items every 100 ms: a 50 ms quiet period passes between them, 150 ms never.
+    /// let calm = weir::interval(ms(100), vt.clone()).take(5).debounce(ms(50), vt.clone());
+    /// let busy = weir::interval(ms(100), vt.clone()).take(5).debounce(ms(150), vt.clone());
+    /// let (calm, busy) = (calm.collect(), busy.collect());
+    /// vt.advance(Duration::from_secs(1));
+    /// assert_eq!(calm.wait().unwrap(), vec![0, 1, 2, 3, 4]);
+    /// assert_eq!(busy.wait().unwrap(), vec![4]); // only the last, at completion
+    /// ```
+    fn debounce<C>(self, quiet: Duration, scheduler: C) -> Debounce<Self, C>
+    where
+        C: Scheduler + Clone,
+    {
+        assert_publisher::<Self::Item, _>(Debounce::new(self, quiet, scheduler))
     }
 
     // ---- sinks and type erasure ----------------------------------------------------

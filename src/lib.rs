@@ -44,6 +44,7 @@ pub use ext::PublisherExt;
 pub use operators::merge;
 pub use source::channel;
 pub use source::{defer, empty, error, from_iter, generate, just, never, range};
+pub use source::{interval, timer};
 pub use spec::{BoxPublisher, Processor, Publisher, RawSubscription, Subscriber, Subscription};
 
 /// The traits a pipeline needs: `use weir::prelude::*;`.

@@ -98,6 +98,31 @@ impl VirtualTime {
         self.lock().queue.len()
     }
 
+    /// The virtual time (since creation) at which the earliest queued task falls due,
+    /// or `None` when nothing is queued. With [`advance_to`](Self::advance_to) this
+    /// lets a driver jump straight to the next timer instead of stepping the clock:
+    /// for example a test helper that runs a `VirtualTime` from a background thread so
+    /// that code waiting in real time (the conformance kit) sees timers fire.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::runtime::{Scheduler, VirtualTime};
+    ///
+    /// let vt = VirtualTime::new();
+    /// assert_eq!(vt.next_due(), None);
+    /// vt.schedule_after(Duration::from_millis(30), Box::new(|| {}));
+    /// vt.schedule_after(Duration::from_millis(10), Box::new(|| {}));
+    /// assert_eq!(vt.next_due(), Some(Duration::from_millis(10)));
+    /// vt.advance_to(vt.next_due().unwrap());
+    /// assert_eq!(vt.next_due(), Some(Duration::from_millis(30)));
+    /// ```
+    pub fn next_due(&self) -> Option<Duration> {
+        self.lock()
+            .queue
+            .first_key_value()
+            .map(|(&(due, _), _)| due)
+    }
+
     /// Run every task that is due now (and those they schedule for now), without
     /// moving the clock.
     pub fn run_ready(&self) {

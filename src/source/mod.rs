@@ -31,3 +31,14 @@ pub use generate::{generate, Generate, Step};
 pub use iter::{empty, from_iter, just, FromIter};
 pub use range::{range, Range, RangeInt};
 pub use signal::{error, never, Fail, Never};
+
+// ---- time sources (issue 4, section 6) ----
+// `interval` (0, 1, 2, … one per period; ticks without demand held as a count) and
+// `timer` (one 0u64 after a delay). They, and the time operators, run on the timed core
+// (`timed/`): one drain loop for upstream, downstream and timer signals, at most one
+// timer per stage.
+mod interval;
+pub(crate) mod timed;
+mod timer;
+pub use interval::{interval, Interval};
+pub use timer::{timer, Timer};

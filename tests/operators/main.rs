@@ -35,3 +35,10 @@ mod skip_while;
 mod take;
 mod take_while;
 mod zip;
+
+// time operators (issue 4, section 6)
+mod buffer_timeout;
+mod debounce;
+mod sample;
+mod throttle;
+mod timeout;

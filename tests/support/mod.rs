@@ -8,6 +8,9 @@ pub mod model;
 pub mod threaded;
 pub mod unruly;
 pub mod valve;
+// time operators (issue 4, section 6)
+pub mod timed_events;
+pub mod virtual_clock;
 
 use std::time::Duration;
 

@@ -1,0 +1,181 @@
+//! `buffer_timeout(size, period)`: gather items into `Vec`s of `size`, or fewer when
+//! `period` has passed since the batch's first item and downstream has demand.
+//!
+//! Demand contract: Bounded window. Downstream requests count batches. The stage asks
+//! upstream for items itself, so that the items requested but not yet received plus
+//! the items held never exceed `size`, and only while downstream has outstanding
+//! demand: upstream is asked for at most `size` × outstanding batches (as with
+//! [`buffer`](crate::PublisherExt::buffer)), one batch's worth at a time. A batch that
+//! goes out early (by time) therefore never leaves upstream owing more than the stage
+//! can hold. In-flight bound: `size` items.
+//!
+//! A batch goes out when it is full, or when `period` has passed since its first item,
+//! in both cases only when downstream has demand; without demand the batch is held
+//! (and goes on filling up to `size`, which upstream cannot exceed). At upstream
+//! completion the partial batch goes out (when demand allows), then `on_complete`; an
+//! upstream error is delivered at once and the partial batch is released.
+//!
+//! Timers: at most one outstanding. A batch's first item arms it (unless one is
+//! already outstanding, left from an earlier batch); when it fires it checks the age of
+//! the current batch and either marks it due or re-arms for the remainder. So a fast
+//! source that fills many batches per period still has one timer queued, not one per
+//! batch.
+
+use std::time::{Duration, Instant};
+
+use crate::runtime::Scheduler;
+use crate::source::timed::{assert_positive, Emit, Fx, Machine, TimedSubscriber};
+use crate::{Error, Publisher, Subscriber};
+
+/// The largest batch size: batches are allocated up front, so the size is capped.
+const MAX_SIZE: usize = 1 << 30;
+
+/// Publisher for the [`buffer_timeout`](crate::PublisherExt::buffer_timeout) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct BufferTimeout<P, C> {
+    /// The upstream publisher.
+    source: P,
+    /// Items per batch.
+    size: usize,
+    /// How long a batch may wait for more items.
+    period: Duration,
+    /// Where timers run and what time it is.
+    scheduler: C,
+}
+
+impl<P, C> BufferTimeout<P, C> {
+    pub(crate) fn new(source: P, size: usize, period: Duration, scheduler: C) -> Self {
+        assert!(
+            (1..=MAX_SIZE).contains(&size),
+            "buffer_timeout size must be in 1..=1073741824 (got {size})"
+        );
+        assert_positive("buffer_timeout period", period);
+        BufferTimeout {
+            source,
+            size,
+            period,
+            scheduler,
+        }
+    }
+}
+
+impl<P: Publisher, C: Scheduler + Clone> Publisher for BufferTimeout<P, C> {
+    type Item = Vec<P::Item>;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<Vec<P::Item>> + Send + 'static,
+    {
+        let machine = Batcher {
+            size: self.size,
+            period: self.period,
+            batch: Vec::new(),
+            started: None,
+            due: false,
+            armed: false,
+            owed: 0,
+            end: None,
+        };
+        self.source.subscribe(TimedSubscriber::new(
+            "buffer_timeout",
+            subscriber,
+            machine,
+            self.scheduler,
+        ));
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source
+            .in_flight_bound()
+            .saturating_add(self.size as u64)
+    }
+}
+
+/// The stage's state (behind the timed core's lock).
+struct Batcher<T> {
+    /// Items per batch.
+    size: usize,
+    /// How long a batch may wait for more items.
+    period: Duration,
+    /// The batch being filled; capacity 0 until its first item.
+    batch: Vec<T>,
+    /// When the batch's first item arrived.
+    started: Option<Instant>,
+    /// `period` passed since `started`: emit when demand allows.
+    due: bool,
+    /// The one timer is outstanding.
+    armed: bool,
+    /// Items requested upstream and not yet received.
+    owed: u64,
+    /// Upstream's terminal signal.
+    end: Option<Result<(), Error>>,
+}
+
+impl<T: Send + 'static> Machine for Batcher<T> {
+    type In = T;
+    type Out = Vec<T>;
+
+    fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
+        self.owed = self.owed.saturating_sub(1);
+        if self.batch.is_empty() {
+            if self.batch.capacity() == 0 {
+                self.batch = Vec::with_capacity(self.size);
+            }
+            self.started = Some(fx.now());
+            if !self.armed {
+                fx.arm = Some(self.period);
+                self.armed = true;
+            }
+        }
+        self.batch.push(item);
+    }
+
+    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
+        if end.is_err() {
+            self.batch = Vec::new();
+        }
+        self.end = Some(end);
+    }
+
+    fn on_timer(&mut self, fx: &mut Fx<'_, T>) {
+        self.armed = false;
+        if self.batch.is_empty() || self.due {
+            return;
+        }
+        let now = fx.now();
+        let age = now.saturating_duration_since(self.started.unwrap_or(now));
+        if age >= self.period {
+            self.due = true;
+        } else {
+            fx.arm = Some(self.period - age);
+            self.armed = true;
+        }
+    }
+
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Emit<Vec<T>>> {
+        if matches!(self.end, Some(Err(_))) {
+            return self.end.take().map(Emit::End);
+        }
+        if demand > 0
+            && !self.batch.is_empty()
+            && (self.batch.len() == self.size || self.due || self.end.is_some())
+        {
+            self.due = false;
+            return Some(Emit::Item(std::mem::take(&mut self.batch)));
+        }
+        if self.batch.is_empty() && self.end.is_some() {
+            return self.end.take().map(Emit::End);
+        }
+        if demand > 0 && self.end.is_none() {
+            let window = self.size as u64;
+            let have = self.owed + self.batch.len() as u64;
+            if have < window {
+                fx.request = window - have;
+                self.owed = window;
+                self.owed -= self.batch.len() as u64;
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,165 @@
+//! `debounce(quiet)`: pass an item on only once `quiet` has passed with no newer item.
+//!
+//! Demand contract: UnboundedIn. Upstream is asked for `UNBOUNDED` once; the stage
+//! holds at most one item (in-flight bound 1). A newer item always supersedes the held
+//! one (whether or not its quiet period had already ended) and restarts the quiet
+//! period; the superseded item is a counted drop ([`DropReason::ReplacedByLatest`],
+//! handed to the drop hook). An item whose quiet period ended while there was no
+//! demand is held, not dropped, and goes out as soon as demand arrives. At upstream
+//! completion the held item goes out at once (when demand allows, without waiting for
+//! its quiet period), then `on_complete`; an upstream error is delivered at once and
+//! the held item is released without a report.
+//!
+//! Timers: never one per item. The stage keeps at most one timer outstanding. An item
+//! that arrives while none is armed arms one for `quiet`; items that arrive while one
+//! is armed only record their arrival time. When the timer fires it compares the clock
+//! with the newest item's arrival: if `quiet` has passed the item is ready, otherwise
+//! the timer is re-armed for the remainder.
+
+use std::time::{Duration, Instant};
+
+use crate::demand::UNBOUNDED;
+use crate::runtime::Scheduler;
+use crate::source::timed::{assert_positive, Emit, Fx, Machine, TimedSubscriber};
+use crate::{DropReason, Error, Publisher, Subscriber};
+
+/// Publisher for the [`debounce`](crate::PublisherExt::debounce) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct Debounce<P, C> {
+    /// The upstream publisher.
+    source: P,
+    /// The quiet period.
+    quiet: Duration,
+    /// Where timers run and what time it is.
+    scheduler: C,
+}
+
+impl<P, C> Debounce<P, C> {
+    pub(crate) fn new(source: P, quiet: Duration, scheduler: C) -> Self {
+        assert_positive("debounce quiet period", quiet);
+        Debounce {
+            source,
+            quiet,
+            scheduler,
+        }
+    }
+}
+
+impl<P: Publisher, C: Scheduler + Clone> Publisher for Debounce<P, C> {
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        let machine = Debouncer {
+            quiet: self.quiet,
+            slot: Slot::Empty,
+            armed: false,
+            end: None,
+        };
+        self.source.subscribe(TimedSubscriber::new(
+            "debounce",
+            subscriber,
+            machine,
+            self.scheduler,
+        ));
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound().saturating_add(1)
+    }
+}
+
+/// What the stage holds.
+enum Slot<T> {
+    /// Nothing.
+    Empty,
+    /// The newest item, waiting out the quiet period that started when it arrived.
+    Quiet {
+        /// The item.
+        item: T,
+        /// When it arrived.
+        arrived: Instant,
+    },
+    /// An item whose quiet period passed, waiting for demand.
+    Ready(T),
+}
+
+/// The stage's state (behind the timed core's lock).
+struct Debouncer<T> {
+    /// The quiet period.
+    quiet: Duration,
+    /// The newest item not yet delivered, if any.
+    slot: Slot<T>,
+    /// The one timer is queued (it may outlive the item it was armed for).
+    armed: bool,
+    /// Upstream's terminal signal.
+    end: Option<Result<(), Error>>,
+}
+
+impl<T: Send + 'static> Machine for Debouncer<T> {
+    type In = T;
+    type Out = T;
+
+    fn on_start(&mut self, fx: &mut Fx<'_, T>) {
+        fx.request = UNBOUNDED;
+    }
+
+    fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
+        match std::mem::replace(&mut self.slot, Slot::Empty) {
+            Slot::Quiet { item: old, .. } | Slot::Ready(old) => {
+                fx.dropped = Some((DropReason::ReplacedByLatest, old));
+            }
+            Slot::Empty => {}
+        }
+        self.slot = Slot::Quiet {
+            item,
+            arrived: fx.now(),
+        };
+        if !self.armed {
+            fx.arm = Some(self.quiet);
+            self.armed = true;
+        }
+    }
+
+    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
+        if end.is_err() {
+            self.slot = Slot::Empty;
+        }
+        self.end = Some(end);
+    }
+
+    fn on_timer(&mut self, fx: &mut Fx<'_, T>) {
+        self.armed = false;
+        let Slot::Quiet { arrived, .. } = self.slot else {
+            return;
+        };
+        let since = fx.now().saturating_duration_since(arrived);
+        if since >= self.quiet {
+            if let Slot::Quiet { item, .. } = std::mem::replace(&mut self.slot, Slot::Empty) {
+                self.slot = Slot::Ready(item);
+            }
+        } else {
+            fx.arm = Some(self.quiet - since);
+            self.armed = true;
+        }
+    }
+
+    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Emit<T>> {
+        if matches!(self.end, Some(Err(_))) {
+            return self.end.take().map(Emit::End);
+        }
+        match std::mem::replace(&mut self.slot, Slot::Empty) {
+            Slot::Ready(item) if demand > 0 => Some(Emit::Item(item)),
+            // At completion the held item need not wait out its quiet period.
+            Slot::Quiet { item, .. } if demand > 0 && self.end.is_some() => Some(Emit::Item(item)),
+            Slot::Empty => self.end.take().map(Emit::End),
+            held => {
+                self.slot = held;
+                None
+            }
+        }
+    }
+}

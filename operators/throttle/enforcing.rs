@@ -1,0 +1,100 @@
+//! Enforcing: pass demand through and reject what finds no token (see the parent
+//! module).
+
+use super::Bucket;
+use crate::drain::Upstream;
+use crate::metrics::{DropHook, DropReporter};
+use crate::runtime::Scheduler;
+use crate::{DropReason, Error, Subscriber, Subscription};
+
+/// The enforcing stage: a pass-through subscriber with a token bucket.
+pub(super) struct Enforcer<S, C> {
+    /// The next stage.
+    pub(super) downstream: S,
+    /// The token bucket.
+    pub(super) bucket: Bucket,
+    /// Where timers run and what time it is.
+    pub(super) scheduler: C,
+    /// Reports rejected items, counted once per batch.
+    pub(super) drops: DropReporter,
+    /// Downstream's drop hook, asked for at subscribe time.
+    pub(super) hook: Option<DropHook>,
+    /// Life-cycle state.
+    pub(super) upstream: Upstream,
+}
+
+impl<S, C: Scheduler> Enforcer<S, C> {
+    /// Spend a token if there is one.
+    fn admit(&mut self) -> bool {
+        if self.bucket.refill(self.scheduler.now(), 0) > 0 {
+            self.bucket.spend(1);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+impl<T, S, C> Subscriber<T> for Enforcer<S, C>
+where
+    T: Send + 'static,
+    S: Subscriber<T>,
+    C: Scheduler,
+{
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if self.upstream.accept(&subscription) {
+            self.hook = self.downstream.drop_hook();
+            self.drops = DropReporter::new("throttle", self.hook.clone());
+            self.bucket.refill(self.scheduler.now(), 0);
+            self.downstream.on_subscribe(subscription);
+        }
+    }
+
+    fn on_next(&mut self, item: T) {
+        if !self.upstream.is_active() {
+            return;
+        }
+        if self.admit() {
+            self.downstream.on_next(item);
+        } else {
+            self.drops.drop_item(DropReason::Rejected, item);
+            self.drops.flush();
+            if let Some(upstream) = self.upstream.get() {
+                upstream.request(1);
+            }
+        }
+    }
+
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        if !self.upstream.is_active() {
+            return 0;
+        }
+        let mut rejected = 0u64;
+        for item in items {
+            if !self.upstream.is_active() {
+                break;
+            }
+            if self.admit() {
+                self.downstream.on_next(item);
+            } else {
+                self.drops.drop_item(DropReason::Rejected, item);
+                rejected += 1;
+            }
+        }
+        self.drops.flush();
+        // The rejected items are asked for again, as if requested after the batch.
+        rejected
+    }
+
+    fn on_error(&mut self, error: Error) {
+        self.upstream.forward_error(&mut self.downstream, error);
+    }
+
+    fn on_complete(&mut self) {
+        self.upstream.forward_complete(&mut self.downstream);
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.hook.clone().or_else(|| self.downstream.drop_hook())
+    }
+}

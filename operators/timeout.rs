@@ -1,0 +1,161 @@
+//! `timeout(duration)`: fail with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) if
+//! no item arrives within `duration` while downstream is waiting for one.
+//!
+//! Demand contract: PassThrough. Downstream's requests go upstream unchanged, so
+//! upstream only ever delivers against demand. Items pass through the stage's drain
+//! loop (the timer may signal from another thread); one that arrives while another
+//! thread owns the loop waits there for a moment, so what is in transit never exceeds
+//! downstream's outstanding demand.
+//!
+//! The clock only runs while downstream has outstanding demand: it starts when demand
+//! becomes outstanding (the first request, or a request after demand was used up),
+//! restarts at every item, and stops when the demand is used up. A slow consumer that
+//! simply has not asked for more therefore never causes a timeout upstream. When the
+//! clock runs out: upstream is cancelled and downstream receives `on_error` of kind
+//! `Timeout`. Upstream's own completion or error passes through (after the items in
+//! transit).
+//!
+//! Timers: never one per item. The clock is a deadline (`now + duration` when it
+//! starts, cleared when it stops), and the stage keeps at most one timer outstanding.
+//! A clock that starts while a timer is still queued (left from an earlier deadline)
+//! arms none; when that timer fires it compares the clock with the current deadline:
+//! past it, the stage times out; before it, the timer is re-armed for the remainder;
+//! no deadline, it does nothing.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::runtime::Scheduler;
+use crate::source::timed::{assert_positive, Emit, Fx, Machine, TimedSubscriber};
+use crate::{Error, Publisher, Subscriber};
+
+/// Publisher for the [`timeout`](crate::PublisherExt::timeout) method.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct Timeout<P, C> {
+    /// The upstream publisher.
+    source: P,
+    /// How long downstream may wait for an item.
+    duration: Duration,
+    /// Where timers run and what time it is.
+    scheduler: C,
+}
+
+impl<P, C> Timeout<P, C> {
+    pub(crate) fn new(source: P, duration: Duration, scheduler: C) -> Self {
+        assert_positive("timeout duration", duration);
+        Timeout {
+            source,
+            duration,
+            scheduler,
+        }
+    }
+}
+
+impl<P: Publisher, C: Scheduler + Clone> Publisher for Timeout<P, C> {
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        let machine = Watch {
+            duration: self.duration,
+            transit: VecDeque::new(),
+            deadline: None,
+            armed: false,
+            expired: false,
+            end: None,
+        };
+        self.source.subscribe(TimedSubscriber::new(
+            "timeout",
+            subscriber,
+            machine,
+            self.scheduler,
+        ));
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source.in_flight_bound()
+    }
+}
+
+/// The stage's state (behind the timed core's lock).
+struct Watch<T> {
+    /// How long downstream may wait for an item.
+    duration: Duration,
+    /// Items on their way through the drain loop (only against demand).
+    transit: VecDeque<T>,
+    /// When the running clock runs out; `None` while it is stopped.
+    deadline: Option<Instant>,
+    /// The one timer is outstanding.
+    armed: bool,
+    /// The clock ran out.
+    expired: bool,
+    /// Upstream's terminal signal.
+    end: Option<Result<(), Error>>,
+}
+
+impl<T: Send + 'static> Machine for Watch<T> {
+    type In = T;
+    type Out = T;
+
+    fn on_request(&mut self, n: u64, fx: &mut Fx<'_, T>) {
+        fx.request = n;
+    }
+
+    fn on_item(&mut self, item: T, _fx: &mut Fx<'_, T>) {
+        self.transit.push_back(item);
+        self.deadline = None;
+    }
+
+    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
+        self.end = Some(end);
+        self.deadline = None;
+    }
+
+    fn on_timer(&mut self, fx: &mut Fx<'_, T>) {
+        self.armed = false;
+        let Some(deadline) = self.deadline else {
+            return;
+        };
+        let now = fx.now();
+        if now >= deadline {
+            self.expired = true;
+        } else {
+            fx.arm = Some(deadline - now);
+            self.armed = true;
+        }
+    }
+
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Emit<T>> {
+        if demand > 0 {
+            if let Some(item) = self.transit.pop_front() {
+                return Some(Emit::Item(item));
+            }
+        }
+        if self.transit.is_empty() {
+            if let Some(end) = self.end.take() {
+                return Some(Emit::End(end));
+            }
+        }
+        if self.expired {
+            fx.cancel_upstream = true;
+            return Some(Emit::End(Err(Error::timeout(format!(
+                "no item within {:?} of outstanding demand",
+                self.duration
+            )))));
+        }
+        if demand == 0 {
+            self.deadline = None;
+        } else if self.deadline.is_none() && self.end.is_none() {
+            let now = fx.now();
+            self.deadline = Some(now + self.duration);
+            if !self.armed {
+                fx.arm = Some(self.duration);
+                self.armed = true;
+            }
+        }
+        None
+    }
+}

@@ -1,0 +1,90 @@
+//! The upstream side of a time operator: [`TimedSubscriber`].
+
+use std::sync::Arc;
+
+use super::{Core, Machine};
+use crate::drain::Upstream;
+use crate::metrics::{DropHook, DropReporter};
+use crate::runtime::Scheduler;
+use crate::{Error, Subscriber, Subscription};
+
+/// A time operator's subscriber to its upstream: builds the [`Core`] at
+/// `on_subscribe`, feeds it items and the end, and reports what the machine drops to
+/// the pipeline's drop hook (downstream's, asked for once at subscribe time).
+pub(crate) struct TimedSubscriber<M: Machine, S, C> {
+    /// Downstream, the machine and the scheduler until `on_subscribe` builds the core.
+    pending: Option<(S, M, C)>,
+    /// The core, once subscribed.
+    core: Option<Arc<Core<M, S, C>>>,
+    /// Downstream's drop hook.
+    hook: Option<DropHook>,
+    /// Reports drops (producer side only), counted once per item.
+    drops: DropReporter,
+    /// The stage's name in drop reports.
+    stage: &'static str,
+    /// Life-cycle state (rules 2.5, 1.7).
+    upstream: Upstream,
+}
+
+impl<M: Machine, S, C> TimedSubscriber<M, S, C> {
+    pub(crate) fn new(stage: &'static str, downstream: S, machine: M, scheduler: C) -> Self {
+        TimedSubscriber {
+            pending: Some((downstream, machine, scheduler)),
+            core: None,
+            hook: None,
+            drops: DropReporter::new(stage, None),
+            stage,
+            upstream: Upstream::Idle,
+        }
+    }
+}
+
+impl<M, S, C> Subscriber<M::In> for TimedSubscriber<M, S, C>
+where
+    M: Machine,
+    S: Subscriber<M::Out> + Send + 'static,
+    C: Scheduler + Clone,
+{
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if !self.upstream.accept(&subscription) {
+            return;
+        }
+        let Some((downstream, machine, scheduler)) = self.pending.take() else {
+            return;
+        };
+        self.hook = downstream.drop_hook();
+        self.drops = DropReporter::new(self.stage, self.hook.clone());
+        let core = Core::new(machine, scheduler, Some(subscription));
+        self.core = Some(core.clone());
+        core.start(downstream);
+    }
+
+    fn on_next(&mut self, item: M::In) {
+        let (Some(core), true) = (&self.core, self.upstream.is_active()) else {
+            return;
+        };
+        if let Some((reason, dropped)) = core.item(item) {
+            self.drops.drop_item(reason, dropped);
+            self.drops.flush();
+        }
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if let (true, Some(core)) = (self.upstream.finish(), &self.core) {
+            core.end(Err(error));
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if let (true, Some(core)) = (self.upstream.finish(), &self.core) {
+            core.end(Ok(()));
+        }
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        match &self.pending {
+            Some((downstream, _, _)) => downstream.drop_hook(),
+            None => self.hook.clone(),
+        }
+    }
+}
