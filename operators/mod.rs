@@ -29,7 +29,7 @@ mod take;
 mod take_while;
 mod zip;
 
-// ---- time operators (issue 4, section 6) ----
+// ---- time operators ----
 mod buffer_timeout;
 mod debounce;
 mod sample;
@@ -62,7 +62,7 @@ pub use take::Take;
 pub use take_while::TakeWhile;
 pub use zip::{Zip, ZIP_PREFETCH};
 
-// ---- time operators (issue 4, section 6) ----
+// ---- time operators ----
 pub use buffer_timeout::BufferTimeout;
 pub use debounce::Debounce;
 pub use sample::Sample;

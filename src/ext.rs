@@ -11,7 +11,7 @@ use crate::operators::{
 use crate::sink::{self, BlockingIter, SinkHandle, DEFAULT_PREFETCH};
 use crate::{BoxPublisher, Overflow, Publisher};
 
-// time operators (issue 4, section 6)
+// time operators
 use crate::operators::{BufferTimeout, Debounce, Rate, Sample, Throttle, ThrottleMode, Timeout};
 use crate::runtime::Scheduler;
 use std::time::Duration;
@@ -157,7 +157,7 @@ pub trait PublisherExt: Publisher + Sized {
         assert_publisher::<Self::Item, _>(Take::new(self, n))
     }
 
-    // ---- transformation operators (issue 3) go here, in this section ----------------
+    // ---- transformation operators ----------------
 
     /// Transform each item with `f` and pass on the `Some` results; `None` swallows
     /// the item.
@@ -616,7 +616,7 @@ pub trait PublisherExt: Publisher + Sized {
         assert_publisher::<Self::Item, _>(InspectCancel::new(self, f))
     }
 
-    // ---- multi-source operators (issue 3) go here, in this section -----------------
+    // ---- multi-source operators -----------------
 
     /// Merge this publisher with `other`: the items of both, interleaved as they
     /// arrive, each source's own order kept.
@@ -999,7 +999,7 @@ pub trait PublisherExt: Publisher + Sized {
         assert_publisher::<Self::Item, _>(OnDropped::new(self, hook))
     }
 
-    // ---- more rate-decoupling operators (issue 3) go here, in this section --------
+    // ---- more rate-decoupling operators --------
 
     /// Gather items into `Vec`s of `size` items; the last one may be shorter.
     ///
@@ -1345,7 +1345,7 @@ pub trait PublisherExt: Publisher + Sized {
         ))
     }
 
-    // ---- time operators (issue 4, section 6) ----------------------------------------
+    // ---- time operators ----------------------------------------
 
     /// Emit the newest item once per `period`, only when downstream has demand;
     /// otherwise hold it.

@@ -169,7 +169,7 @@ weir::publisher_tck!(
         .env(env())
 );
 
-// ---- multi-source operators (issue 3) ----------------------------------------------
+// ---- multi-source operators ----------------------------------------------
 
 weir::publisher_tck!(
     merge,
@@ -196,7 +196,7 @@ weir::publisher_tck!(
     verify(|n| weir::range(0..n).zip(weir::range(0..u64::MAX), |a, b| a + b))
 );
 
-// ---- time operators and sources (issue 4, section 6) ---------------------------------
+// ---- time operators and sources ---------------------------------
 //
 // Every time stage runs on `virtual_clock::driven_clock()`: a shared `VirtualTime`
 // that a background driver runs at 20× real time (see tests/support/virtual_clock.rs
@@ -590,7 +590,7 @@ fn demand_schedules_identity_processor() {
     );
 }
 
-// ---- push source (issue 4) -----------------------------------------------------------
+// ---- push source -----------------------------------------------------------
 
 /// `factory(n)` for `weir::channel`: `n` items queued up front, senders dropped (the
 /// stream completes after them). One subscriber per channel, so no rule 1.11 clones.

@@ -16,6 +16,11 @@
 //! | [`generate`] | what a stateful closure returns, once per requested item |
 //! | [`defer`] | whatever publisher a factory builds at subscribe time |
 //! | [`channel()`](fn@channel) | what producers push through a [`Sender`] (sockets, callbacks, other threads) |
+//! | [`interval`] | 0, 1, 2, … one per period on a scheduler; ticks without demand are held as a count |
+//! | [`timer`] | one `0u64` after a delay on a scheduler, held until there is demand |
+//!
+//! The time sources, like the time operators, run on the timed core (`timed/`): one
+//! drain loop for upstream, downstream and timer signals, at most one timer per stage.
 
 pub mod channel;
 mod defer;
@@ -32,11 +37,6 @@ pub use iter::{empty, from_iter, just, FromIter};
 pub use range::{range, Range, RangeInt};
 pub use signal::{error, never, Fail, Never};
 
-// ---- time sources (issue 4, section 6) ----
-// `interval` (0, 1, 2, … one per period; ticks without demand held as a count) and
-// `timer` (one 0u64 after a delay). They, and the time operators, run on the timed core
-// (`timed/`): one drain loop for upstream, downstream and timer signals, at most one
-// timer per stage.
 mod interval;
 pub(crate) mod timed;
 mod timer;
