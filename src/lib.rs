@@ -22,6 +22,8 @@
 #![forbid(unsafe_code)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
+#[cfg(feature = "futures")]
+pub mod bridge;
 pub mod demand;
 pub mod drain;
 mod error;
