@@ -211,6 +211,13 @@ impl<T> Producer<T> {
         written
     }
 
+    /// How many items the producer has written since the ring was made (wrapping):
+    /// the position one past the last written item.
+    #[inline]
+    pub(crate) fn position(&self) -> usize {
+        self.tail
+    }
+
     /// Make every written item visible to the consumer: one `Release` store.
     #[inline]
     pub(crate) fn publish(&mut self) {
@@ -314,6 +321,26 @@ impl<T> Consumer<T> {
             index,
             remaining,
         }
+    }
+
+    /// A copy of the oldest item, if any, without taking it (re-reads the tail when the
+    /// cached view is empty).
+    pub(crate) fn peek(&mut self) -> Option<T>
+    where
+        T: Copy,
+    {
+        if self.cached() == 0 && self.available() == 0 {
+            return None;
+        }
+        let index = self.head % self.capacity();
+        let item = self.ring.slots[index].with(|slot| {
+            // SAFETY: `head < cached_tail` (checked above), a tail Acquired in
+            // `available`: the item is initialised, visible, and the producer will not
+            // write the slot before we publish a head past it. `T: Copy`, so reading
+            // it without advancing `head` duplicates nothing that needs dropping.
+            unsafe { (*slot).assume_init_read() }
+        });
+        Some(item)
     }
 
     /// Take the oldest item, if any (re-reads the tail when the cached view is empty).
