@@ -16,6 +16,14 @@ pub(crate) use std::sync::Mutex;
 
 pub(crate) use std::sync::atomic::Ordering;
 
+/// The shared ownership of the SPSC ring: loom's `Arc` in models, so that the
+/// synchronisation of the last handle's drop (which makes the other side's writes
+/// visible to the ring's `Drop`) is modelled too.
+#[cfg(weir_loom)]
+pub(crate) use loom::sync::Arc;
+#[cfg(not(weir_loom))]
+pub(crate) use std::sync::Arc;
+
 #[cfg(weir_loom)]
 pub(crate) type MutexGuardOf<'a, T> = loom::sync::MutexGuard<'a, T>;
 #[cfg(not(weir_loom))]

@@ -42,9 +42,8 @@
 //! the protocol; the models are at the end of this file.
 
 use std::mem::MaybeUninit;
-use std::sync::Arc;
 
-use crate::loom::{AtomicUsize, Ordering, UnsafeCell};
+use crate::loom::{Arc, AtomicUsize, Ordering, UnsafeCell};
 
 /// Keeps a value on a cache-line pair of its own.
 #[repr(align(128))]
@@ -603,6 +602,7 @@ mod loom_tests {
                 thread::spawn(move || {
                     let mut items = (0..2).map(|i| Tracked(i, drops.clone()));
                     tx.push_iter(&mut items);
+                    drop(tx);
                 })
             };
             if let Some(item) = rx.pop() {
