@@ -22,7 +22,7 @@
 
 use std::sync::Arc;
 
-use crate::demand::AtomicDemand;
+use crate::demand::{AtomicDemand, UNBOUNDED};
 use crate::drain::{Upstream, Wip};
 use crate::loom::{AtomicU8, Ordering};
 use crate::metrics::DropHook;
@@ -33,6 +33,8 @@ use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 const CANCELLED: u8 = 1;
 /// Flag: downstream called `request(0)`.
 const BAD_REQUEST: u8 = 2;
+/// Flag: `UNBOUNDED` was forwarded; nothing more needs to go up.
+const ALL_SENT: u8 = 4;
 
 /// How long the forwarding task waits for the next request before it leaves.
 #[cfg(not(weir_loom))]
@@ -144,7 +146,7 @@ impl<S> Forwarder<S> {
     fn forward(&self) {
         // Acquire: pairs with the Release in `Handle::request/cancel`.
         let flags = self.flags.load(Ordering::Acquire);
-        if flags & CANCELLED != 0 {
+        if flags & (CANCELLED | ALL_SENT) != 0 {
             return;
         }
         if flags & BAD_REQUEST != 0 {
@@ -154,6 +156,10 @@ impl<S> Forwarder<S> {
             return;
         }
         let n = self.demand.take();
+        if n == UNBOUNDED {
+            // `take` leaves unbounded demand in place: remember it went up.
+            self.flags.fetch_or(ALL_SENT, Ordering::Relaxed);
+        }
         if n > 0 {
             self.upstream.request(n);
         }
@@ -165,7 +171,8 @@ impl<S> Forwarder<S> {
         let start = std::time::Instant::now();
         let mut polls = 0u32;
         loop {
-            // Acquire: pairs with the Release in `Handle::cancel`.
+            // Acquire: pairs with the Release in `Handle::request/cancel`. Any flag
+            // (cancelled, request(0), everything sent) ends the wait.
             if self.flags.load(Ordering::Acquire) != 0 {
                 return false;
             }
