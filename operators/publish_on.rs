@@ -76,9 +76,40 @@ const BAD_REQUEST: u8 = 2;
 /// Flag: the end (`Shared::end`) is set; it follows the last item in the ring.
 const DONE: u8 = 4;
 
-/// How long the drain waits for more work before it leaves the loop.
+/// How long the drain (and `subscribe_on`'s forwarder) waits for more work before it
+/// leaves the loop: spinning for the first [`SPIN`], then yielding the CPU between
+/// checks (on a machine with more runnable threads than cores, a pure spin would keep
+/// the other side of the boundary off the CPU it needs to make progress).
 #[cfg(not(weir_loom))]
-const SPIN: Duration = Duration::from_micros(10);
+const WAIT: Duration = Duration::from_micros(50);
+/// The pure-spin part of [`WAIT`].
+#[cfg(not(weir_loom))]
+const SPIN: Duration = Duration::from_micros(2);
+
+/// Poll `ready` for up to [`WAIT`] (spin, then yield); true as soon as it holds.
+#[cfg(not(weir_loom))]
+#[inline]
+pub(super) fn wait_briefly(mut ready: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    let mut polls = 0u32;
+    loop {
+        if ready() {
+            return true;
+        }
+        polls += 1;
+        if polls % 16 == 0 {
+            let waited = start.elapsed();
+            if waited >= WAIT {
+                return false;
+            }
+            if waited >= SPIN {
+                std::thread::yield_now();
+                continue;
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
 
 /// A batch stamp: the position one past the batch's last item, and when it arrived.
 type Stamp = (usize, Instant);
@@ -345,23 +376,13 @@ where
         if state.downstream.is_none() {
             return false;
         }
+        // Acquire: pairs with the Release of `Handle::request/cancel` and `finish`.
         let flags = self.flags.load(Ordering::Acquire);
-        let start = Instant::now();
-        let mut polls = 0u32;
-        loop {
-            // Acquire: pairs with the Release of `Handle::request/cancel` and `finish`.
-            if self.flags.load(Ordering::Acquire) != flags {
-                return true;
-            }
-            if self.demand.get() > 0 && state.queue.items.available() > 0 {
-                return true;
-            }
-            std::hint::spin_loop();
-            polls += 1;
-            if polls % 32 == 0 && start.elapsed() >= SPIN {
-                return false;
-            }
-        }
+        let items = &mut state.queue.items;
+        wait_briefly(|| {
+            self.flags.load(Ordering::Acquire) != flags
+                || (self.demand.get() > 0 && items.available() > 0)
+        })
     }
 
     /// Loom models do not spin (a spin loop is an unbounded schedule for loom).

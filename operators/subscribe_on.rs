@@ -36,9 +36,6 @@ const BAD_REQUEST: u8 = 2;
 /// Flag: `UNBOUNDED` was forwarded; nothing more needs to go up.
 const ALL_SENT: u8 = 4;
 
-/// How long the forwarding task waits for the next request before it leaves.
-#[cfg(not(weir_loom))]
-const SPIN: std::time::Duration = std::time::Duration::from_micros(10);
 
 /// Publisher for the [`subscribe_on`](crate::PublisherExt::subscribe_on) method.
 #[derive(Clone, Debug)]
@@ -168,23 +165,11 @@ impl<S> Forwarder<S> {
     /// Wait briefly for the next request; true when one arrived.
     #[cfg(not(weir_loom))]
     fn spin(&self) -> bool {
-        let start = std::time::Instant::now();
-        let mut polls = 0u32;
-        loop {
+        super::publish_on::wait_briefly(|| {
             // Acquire: pairs with the Release in `Handle::request/cancel`. Any flag
             // (cancelled, request(0), everything sent) ends the wait.
-            if self.flags.load(Ordering::Acquire) != 0 {
-                return false;
-            }
-            if self.demand.get() > 0 {
-                return true;
-            }
-            std::hint::spin_loop();
-            polls += 1;
-            if polls % 32 == 0 && start.elapsed() >= SPIN {
-                return false;
-            }
-        }
+            self.flags.load(Ordering::Acquire) != 0 || self.demand.get() > 0
+        }) && self.flags.load(Ordering::Relaxed) & (CANCELLED | ALL_SENT) == 0
     }
 
     /// Loom models do not spin.
