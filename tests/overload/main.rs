@@ -11,6 +11,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+mod boundary;
+
 struct PeakCounting;
 
 /// Bytes currently allocated, process-wide.
@@ -81,5 +83,7 @@ fn the_counter_sees_a_large_allocation() {
         v.len()
     });
     assert_eq!(len, 1 << 20);
-    assert!(peak >= 1 << 20, "peak {peak}");
+    // The test harness may free a little (another test's captured output) while this
+    // runs, lowering the live count under the allocation: allow a few KiB.
+    assert!(peak >= (1 << 20) - 16 * 1024, "peak {peak}");
 }
