@@ -189,18 +189,32 @@ fn bench(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("weir", prefetch), &prefetch, |b, &p| {
             b.iter_custom(|iters| timed("weir", p, iters, || weir(&pool_a, &pool_b, p)))
         });
-        group.bench_with_input(BenchmarkId::new("crossbeam_item", prefetch), &prefetch, |b, &p| {
-            b.iter_custom(|iters| timed("crossbeam_item", p, iters, || crossbeam_item(p)))
-        });
-        group.bench_with_input(BenchmarkId::new("crossbeam_vec64", prefetch), &prefetch, |b, &p| {
-            b.iter_custom(|iters| timed("crossbeam_vec64", p, iters, || crossbeam_vec64(p)))
-        });
-        group.bench_with_input(BenchmarkId::new("tokio_mpsc", prefetch), &prefetch, |b, &p| {
-            b.iter_custom(|iters| timed("tokio_mpsc", p, iters, || tokio_mpsc(&runtime, p)))
-        });
-        group.bench_with_input(BenchmarkId::new("rtrb_chunks", prefetch), &prefetch, |b, &p| {
-            b.iter_custom(|iters| timed("rtrb_chunks", p, iters, || black_box(rtrb_chunks(p))))
-        });
+        group.bench_with_input(
+            BenchmarkId::new("crossbeam_item", prefetch),
+            &prefetch,
+            |b, &p| b.iter_custom(|iters| timed("crossbeam_item", p, iters, || crossbeam_item(p))),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("crossbeam_vec64", prefetch),
+            &prefetch,
+            |b, &p| {
+                b.iter_custom(|iters| timed("crossbeam_vec64", p, iters, || crossbeam_vec64(p)))
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("tokio_mpsc", prefetch),
+            &prefetch,
+            |b, &p| {
+                b.iter_custom(|iters| timed("tokio_mpsc", p, iters, || tokio_mpsc(&runtime, p)))
+            },
+        );
+        group.bench_with_input(
+            BenchmarkId::new("rtrb_chunks", prefetch),
+            &prefetch,
+            |b, &p| {
+                b.iter_custom(|iters| timed("rtrb_chunks", p, iters, || black_box(rtrb_chunks(p))))
+            },
+        );
     }
     group.finish();
 }

@@ -399,7 +399,7 @@ where
             clear(&mut queue.items, &mut queue.stamps);
             return;
         };
-        let now = queue.stamps.is_some().then(|| self.scheduler.now());
+        let now = queue.stamps.is_some().then(|| self.gauge.now());
         // One panic guard around the whole delivery loop, not one per batch.
         let over = match catch(|| self.deliver(subscriber, queue, now)) {
             Ok(over) => over,
@@ -429,7 +429,7 @@ where
             return;
         }
         queue.counted_tail = tail;
-        let now = now.unwrap_or_else(|| self.scheduler.now());
+        let now = now.unwrap_or_else(|| self.gauge.now());
         if arrived > 0 {
             self.gauge.offered(arrived, now);
             self.gauge.enqueued(arrived);
@@ -660,7 +660,9 @@ where
         if catch(|| downstream.on_subscribe(handle)).is_ok() {
             lock(&shared.state).downstream = Some(downstream);
         } else {
-            tracing::error!("subscriber panicked in on_subscribe (rule 2.13); treated as cancelled");
+            tracing::error!(
+                "subscriber panicked in on_subscribe (rule 2.13); treated as cancelled"
+            );
             // Release: pairs with the drain's Acquire load of the flags.
             shared.flags.fetch_or(CANCELLED, Ordering::Release);
             self.upstream.cancel();
@@ -687,7 +689,7 @@ where
         let written = producer.write(&mut items);
         if written > 0 {
             if let Some(stamps) = self.stamps.as_mut() {
-                let stamp = (producer.position(), shared.scheduler.now());
+                let stamp = (producer.position(), shared.gauge.now());
                 let recorded = stamps.push(stamp).is_ok();
                 debug_assert!(recorded, "the stamp ring has a slot per queued item");
             }

@@ -36,7 +36,6 @@ const BAD_REQUEST: u8 = 2;
 /// Flag: `UNBOUNDED` was forwarded; nothing more needs to go up.
 const ALL_SENT: u8 = 4;
 
-
 /// Publisher for the [`subscribe_on`](crate::PublisherExt::subscribe_on) method.
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]

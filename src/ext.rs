@@ -1474,7 +1474,12 @@ pub trait PublisherExt: Publisher + Sized {
     /// assert_eq!(drops.count(DropReason::Expired), 4);
     /// assert_eq!(monitor.snapshot().dropped(DropReason::Expired), 4);
     /// ```
-    fn publish_on_with<S>(self, scheduler: S, prefetch: u64, bounds: TimeBounds) -> PublishOn<Self, S>
+    fn publish_on_with<S>(
+        self,
+        scheduler: S,
+        prefetch: u64,
+        bounds: TimeBounds,
+    ) -> PublishOn<Self, S>
     where
         S: Scheduler + Clone,
     {

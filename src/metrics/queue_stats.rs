@@ -136,7 +136,9 @@ pub struct QueueMonitor {
 
 impl fmt::Debug for QueueMonitor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("QueueMonitor").field(&self.snapshot()).finish()
+        f.debug_tuple("QueueMonitor")
+            .field(&self.snapshot())
+            .finish()
     }
 }
 

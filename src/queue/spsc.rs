@@ -238,14 +238,12 @@ impl<T> Producer<T> {
 
     /// Push one item, or hand it back when the ring is full.
     pub(crate) fn push(&mut self, item: T) -> Result<(), T> {
-        let mut once = Some(item);
-        let mut iter = std::iter::from_fn(|| once.take());
-        if self.push_iter(&mut iter) == 1 {
-            Ok(())
-        } else {
-            drop(iter);
-            Err(once.expect("an item that was not written is still here"))
+        if self.free() == 0 {
+            return Err(item);
         }
+        let pushed = self.push_iter(&mut std::iter::once(item));
+        debug_assert_eq!(pushed, 1, "a free slot takes the item");
+        Ok(())
     }
 }
 

@@ -167,8 +167,10 @@ impl<T> TimedQueue<T> {
         if self.dequeued > 0 {
             self.gauge.dequeued(std::mem::take(&mut self.dequeued), now);
         }
-        self.gauge
-            .level(self.items.len(), self.items.front().map(|(stamp, _)| *stamp));
+        self.gauge.level(
+            self.items.len(),
+            self.items.front().map(|(stamp, _)| *stamp),
+        );
     }
 }
 
@@ -184,7 +186,11 @@ mod tests {
         let vt = VirtualTime::new();
         let gauge = QueueGauge::new(capacity, Arc::new(vt.clone()));
         let monitor = QueueMonitor::new(gauge.clone());
-        (vt, TimedQueue::new(Capacity::items(capacity), bounds, gauge), monitor)
+        (
+            vt,
+            TimedQueue::new(Capacity::items(capacity), bounds, gauge),
+            monitor,
+        )
     }
 
     #[test]
@@ -215,19 +221,28 @@ mod tests {
         q.push(3, vt.now()).unwrap();
         vt.advance(Duration::from_millis(300));
         q.flush(vt.now());
-        assert_eq!(monitor.snapshot().oldest_age, Some(Duration::from_millis(1_100)));
+        assert_eq!(
+            monitor.snapshot().oldest_age,
+            Some(Duration::from_millis(1_100))
+        );
         let mut expired = Vec::new();
         assert_eq!(q.pop(vt.now(), &mut |i| expired.push(i)), Some(3));
         assert_eq!(expired, [0, 1, 2]);
         q.flush(vt.now());
         let stats = monitor.snapshot();
         assert_eq!(stats.dropped(DropReason::Expired), 3);
-        assert_eq!((stats.depth, stats.dequeued, stats.oldest_age), (0, 1, None));
+        assert_eq!(
+            (stats.depth, stats.dequeued, stats.oldest_age),
+            (0, 1, None)
+        );
     }
 
     #[test]
     fn a_standing_queue_serves_newest_first_until_it_empties() {
-        let (vt, mut q, _) = queue(8, TimeBounds::none().adaptive_lifo(Duration::from_millis(100)));
+        let (vt, mut q, _) = queue(
+            8,
+            TimeBounds::none().adaptive_lifo(Duration::from_millis(100)),
+        );
         let mut none = |_| panic!("nothing expires");
         q.push(1, vt.now()).unwrap();
         q.push(2, vt.now()).unwrap();
@@ -238,6 +253,10 @@ mod tests {
         assert_eq!(q.pop(vt.now(), &mut none), Some(2));
         q.push(4, vt.now()).unwrap();
         q.push(5, vt.now()).unwrap();
-        assert_eq!(q.pop(vt.now(), &mut none), Some(4), "FIFO again after emptying");
+        assert_eq!(
+            q.pop(vt.now(), &mut none),
+            Some(4),
+            "FIFO again after emptying"
+        );
     }
 }

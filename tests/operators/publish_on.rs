@@ -34,7 +34,10 @@ fn pool() -> ThreadPool {
 fn smoke() {
     let expected = (0..10_000).collect::<Vec<u64>>();
     baseline::smoke(weir::range(0u64..10_000).publish_on(pool(), 16), &expected);
-    baseline::smoke(weir::range(0u64..10_000).publish_on(Immediate, 7), &expected);
+    baseline::smoke(
+        weir::range(0u64..10_000).publish_on(Immediate, 7),
+        &expected,
+    );
 }
 
 #[test]
@@ -55,7 +58,11 @@ fn items_arrive_on_the_scheduler() {
 fn respects_demand() {
     let (source, stats) = counted(weir::range(0u64..100));
     let probe = probe_of(source.publish_on(Immediate, 8));
-    assert_eq!(stats.request_log(), vec![8], "the window, before any demand");
+    assert_eq!(
+        stats.request_log(),
+        vec![8],
+        "the window, before any demand"
+    );
     probe.assert_items(&[]);
     probe.request(3);
     probe.assert_items(&[0, 1, 2]);
@@ -89,8 +96,15 @@ fn cancel_across_threads_stops_the_drain_and_upstream() {
     probe.request(100);
     probe.expect_no_signals(Duration::from_millis(20)).unwrap();
     assert_eq!(probe.received_count(), 5);
-    assert_eq!(calls.load(Ordering::SeqCst), pulled, "nothing pulled after cancel");
-    assert!(pulled <= 5 + 16, "never more than the window ahead: {pulled}");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        pulled,
+        "nothing pulled after cancel"
+    );
+    assert!(
+        pulled <= 5 + 16,
+        "never more than the window ahead: {pulled}"
+    );
 }
 
 #[test]
@@ -108,7 +122,9 @@ fn completes() {
     );
     assert!(stats.max_outstanding() <= 2);
     assert_eq!(
-        weir::range(0u64..3).publish_on(Immediate, 64).in_flight_bound(),
+        weir::range(0u64..3)
+            .publish_on(Immediate, 64)
+            .in_flight_bound(),
         64
     );
 }
@@ -187,7 +203,9 @@ fn panic_in_downstream_cancels_upstream() {
         .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Panicked);
     // The worker is still there.
-    let sum = weir::range(0u64..10).publish_on(pool, 4).fold(0, |a, x| a + x);
+    let sum = weir::range(0u64..10)
+        .publish_on(pool, 4)
+        .fold(0, |a, x| a + x);
     assert_eq!(sum.wait().unwrap(), 45);
 }
 
@@ -284,7 +302,10 @@ fn max_age_drops_expired_items_at_dequeue() {
     assert_eq!(drops.count(DropReason::Expired), 4);
     let after = monitor.snapshot();
     assert_eq!(after.dropped(DropReason::Expired), 4);
-    assert_eq!((after.depth, after.dequeued, after.oldest_age), (0, 4, None));
+    assert_eq!(
+        (after.depth, after.dequeued, after.oldest_age),
+        (0, 4, None)
+    );
     // 8 slots left the ring (4 expired, 4 delivered): 6 = 75% of 8 went up at once.
     assert_eq!(stats.request_log()[..2], [8, 8]);
     probe.assert_no_terminal();

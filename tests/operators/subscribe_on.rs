@@ -78,7 +78,11 @@ fn respects_demand_and_coalesces_requests() {
     probe.request(3);
     probe.assert_items(&[]);
     assert_eq!(stats.request_calls(), 0, "forwarded on the scheduler only");
-    assert_eq!(scheduler.tasks.load(Ordering::SeqCst), 2, "one task for the burst");
+    assert_eq!(
+        scheduler.tasks.load(Ordering::SeqCst),
+        2,
+        "one task for the burst"
+    );
     scheduler.time.run_ready();
     assert_eq!(stats.request_log(), vec![6]);
     probe.assert_items(&[0, 1, 2, 3, 4, 5]);
@@ -164,7 +168,9 @@ fn panic_in_downstream_is_caught_upstream() {
         .unwrap_err();
     assert_eq!(error.kind(), weir::ErrorKind::Panicked);
     assert_eq!(*got.lock().unwrap(), vec![0, 1, 2, 3]);
-    let sum = weir::range(0u64..10).subscribe_on(pool).fold(0, |a, x| a + x);
+    let sum = weir::range(0u64..10)
+        .subscribe_on(pool)
+        .fold(0, |a, x| a + x);
     assert_eq!(sum.wait().unwrap(), 45);
 }
 

@@ -28,7 +28,10 @@ fn pools() -> &'static (ThreadPool, ThreadPool) {
     POOLS.get_or_init(|| {
         (
             ThreadPool::builder().name("overload-up").threads(1).build(),
-            ThreadPool::builder().name("overload-down").threads(1).build(),
+            ThreadPool::builder()
+                .name("overload-down")
+                .threads(1)
+                .build(),
         )
     })
 }
@@ -127,8 +130,15 @@ fn an_idle_boundary_burns_no_cpu() {
         std::thread::sleep(Duration::from_secs(1));
         let (cpu, wall) = (process_cpu() - cpu_before, wall_before.elapsed());
         let share = cpu.as_secs_f64() / wall.as_secs_f64();
-        println!("idle boundary: {cpu:?} CPU in {wall:?} ({:.3}% of one core)", share * 100.0);
-        assert!(share < 0.05, "an idle boundary used {:.1}% of a core", share * 100.0);
+        println!(
+            "idle boundary: {cpu:?} CPU in {wall:?} ({:.3}% of one core)",
+            share * 100.0
+        );
+        assert!(
+            share < 0.05,
+            "an idle boundary used {:.1}% of a core",
+            share * 100.0
+        );
         // The stream stays open: cancel it, and let the cancel settle.
         handle.cancel();
         settle();

@@ -67,7 +67,9 @@ static SERIAL: Mutex<()> = Mutex::new(());
 /// Run `f` alone (no other overload run in parallel) and return its result with the
 /// peak live heap it added above the level when it started, in bytes.
 pub fn measure<R>(f: impl FnOnce() -> R) -> (R, usize) {
-    let _alone = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let _alone = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let base = LIVE.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
     let result = f();
