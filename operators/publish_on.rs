@@ -111,6 +111,9 @@ pub(super) fn wait_briefly(mut ready: impl FnMut() -> bool) -> bool {
     }
 }
 
+/// The producer publishes a large batch in runs of this many items.
+const PUBLISH_RUN: usize = 64;
+
 /// A batch stamp: the position one past the batch's last item, and when it arrived.
 type Stamp = (usize, Instant);
 
@@ -686,15 +689,38 @@ where
             return 0;
         };
         let mut items = items;
-        let written = producer.write(&mut items);
-        if written > 0 {
-            if let Some(stamps) = self.stamps.as_mut() {
-                let stamp = (producer.position(), shared.gauge.now());
-                let recorded = stamps.push(stamp).is_ok();
-                debug_assert!(recorded, "the stamp ring has a slot per queued item");
+        let written = match self.stamps.as_mut() {
+            // Stamped: the batch's stamp must be recorded before any of its items is
+            // visible, so the whole batch is published at once.
+            Some(stamps) => {
+                let written = producer.write(&mut items);
+                if written > 0 {
+                    let stamp = (producer.position(), shared.gauge.now());
+                    let recorded = stamps.push(stamp).is_ok();
+                    debug_assert!(recorded, "the stamp ring has a slot per queued item");
+                    producer.publish();
+                }
+                written
             }
-            producer.publish();
-        }
+            // Unstamped: publish every `PUBLISH_RUN` items, so the consumer starts on
+            // a large batch while the rest is still being written; wake an idle drain
+            // after the first run (and, as always, once at the end).
+            None => {
+                let mut written = 0;
+                loop {
+                    let run = producer.write(&mut items.by_ref().take(PUBLISH_RUN));
+                    producer.publish();
+                    if written == 0 && run == PUBLISH_RUN {
+                        shared.signal();
+                    }
+                    written += run;
+                    if run < PUBLISH_RUN {
+                        break;
+                    }
+                }
+                written
+            }
+        };
         if let Some(first) = items.next() {
             self.overflow(&shared, std::iter::once(first).chain(items));
         } else if written > 0 {
