@@ -13,6 +13,8 @@ use crate::{BoxPublisher, Overflow, Publisher};
 
 // time operators
 use crate::operators::{BufferTimeout, Debounce, Rate, Sample, Throttle, ThrottleMode, Timeout};
+use crate::operators::{PublishOn, SubscribeOn};
+use crate::queue::TimeBounds;
 use crate::runtime::Scheduler;
 use std::time::Duration;
 
@@ -1691,6 +1693,208 @@ pub trait PublisherExt: Publisher + Sized {
         C: Scheduler + Clone,
     {
         assert_publisher::<Self::Item, _>(Debounce::new(self, quiet, scheduler))
+    }
+
+    // ---- async boundaries --------------------------------------------------------
+
+    /// Deliver downstream on `scheduler`: an async boundary with a window of `prefetch`
+    /// items.
+    ///
+    /// # Backpressure
+    ///
+    /// Prefetch: upstream is asked for `prefetch` items at once, then for what was
+    /// consumed each time `prefetch - prefetch / 4` items left the boundary (the 75%
+    /// rule), so never more than `prefetch` are outstanding upstream. Items wait in a
+    /// lock-free ring of exactly `prefetch` slots, allocated once; upstream's batches
+    /// go in with one index store each. One drain loop per subscription, running as a
+    /// task on `scheduler`, delivers them up to downstream's demand, a run at a time
+    /// through `on_next_batch` (batch credit honoured). In-flight bound: upstream's
+    /// plus `prefetch`. [`PublishOn::monitor`] reports the queue's statistics.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// upstream (thread A) : 1-2-3-|
+    /// downstream (on S)   : --1-2-3-|      (same items, same order, later, on S)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream's error, like completion, is delivered after the queued items. An
+    /// upstream that delivers more than it was asked for (a full ring: rule 1.1) is
+    /// cancelled and the stream fails with a spec-violation error naming rule 1.1,
+    /// after the queued items; the refused items are reported as `OverflowNewest`.
+    /// `request(0)` fails the stream with the rule 3.9 error.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes upstream at once (from the cancelling thread); the drain stops,
+    /// and the queued items are dropped (not reported: nothing was lost for lack of
+    /// room).
+    ///
+    /// # Panics
+    ///
+    /// If `prefetch` is not in `1..=2^30`:
+    /// "publish_on prefetch must be in 1..=1073741824 (got 0)". A panic in downstream
+    /// (rule 2.13) is caught: upstream is cancelled and the queued items dropped.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::runtime::ThreadPool;
+    ///
+    /// let pool = ThreadPool::new(1);
+    /// let sum = weir::range(0u64..10_000)
+    ///     .publish_on(pool, 256)
+    ///     .fold(0, |acc, x| acc + x)
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(sum, 49_995_000);
+    /// ```
+    fn publish_on<S>(self, scheduler: S, prefetch: u64) -> PublishOn<Self, S>
+    where
+        S: Scheduler + Clone,
+    {
+        assert_publisher::<Self::Item, _>(PublishOn::new(self, scheduler, prefetch, None))
+    }
+
+    /// [`publish_on`](Self::publish_on) with time bounds on the boundary's queue: each
+    /// batch is stamped when it arrives (one clock read per batch, from `scheduler`),
+    /// so the monitor reports the oldest item's age, and with
+    /// [`TimeBounds::max_age`] items that waited longer are dropped at dequeue.
+    ///
+    /// # Backpressure
+    ///
+    /// As [`publish_on`](Self::publish_on). Expired items free their slots, so they
+    /// are replenished like delivered ones. Adaptive LIFO does not apply: the ring is
+    /// credit-bounded (it never holds more than was requested, so no standing queue
+    /// can form behind it) and strictly FIFO.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// upstream : 1-2----------3|
+    /// demand   : ------------(1)-1-1
+    /// output   : ------------3|       (max_age shorter than the wait: 1 and 2 expired)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`publish_on`](Self::publish_on). Expired items are not errors: each is
+    /// handed to the pipeline's [`DropHook`] with [`DropReason::Expired`](crate::DropReason)
+    /// and counted (also in the monitor).
+    ///
+    /// # Cancellation
+    ///
+    /// As [`publish_on`](Self::publish_on).
+    ///
+    /// # Panics
+    ///
+    /// As [`publish_on`](Self::publish_on); also if `bounds` asks for adaptive LIFO:
+    /// "publish_on_with: adaptive LIFO does not apply to an async boundary ...".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use weir::metrics::{DropHook, Drops};
+    /// use weir::prelude::*;
+    /// use weir::queue::TimeBounds;
+    /// use weir::runtime::VirtualTime;
+    /// use weir::{DropReason, Error};
+    ///
+    /// /// Requests nothing until told to; keeps what arrives.
+    /// #[derive(Clone, Default)]
+    /// struct Late(Arc<Mutex<(Option<Subscription>, Vec<u32>)>>);
+    /// impl Subscriber<u32> for Late {
+    ///     fn on_subscribe(&mut self, s: Subscription) { self.0.lock().unwrap().0 = Some(s) }
+    ///     fn on_next(&mut self, item: u32) { self.0.lock().unwrap().1.push(item) }
+    ///     fn on_error(&mut self, _: Error) {}
+    ///     fn on_complete(&mut self) {}
+    /// }
+    ///
+    /// let time = VirtualTime::new();
+    /// let drops = Drops::new();
+    /// let bounds = TimeBounds::none().max_age(Duration::from_secs(1));
+    /// let boundary = weir::range(0u32..4).publish_on_with(time.clone(), 4, bounds);
+    /// let monitor = boundary.monitor();
+    /// let late = Late::default();
+    /// boundary.on_dropped(DropHook::new(drops.clone())).subscribe(late.clone());
+    /// time.advance(Duration::from_secs(2)); // the four items wait 2 s for demand
+    /// assert_eq!(monitor.snapshot().oldest_age, Some(Duration::from_secs(2)));
+    /// let subscription = late.0.lock().unwrap().0.clone().unwrap();
+    /// subscription.request(10);
+    /// time.run_ready();
+    /// assert!(late.0.lock().unwrap().1.is_empty());
+    /// assert_eq!(drops.count(DropReason::Expired), 4);
+    /// assert_eq!(monitor.snapshot().dropped(DropReason::Expired), 4);
+    /// ```
+    fn publish_on_with<S>(
+        self,
+        scheduler: S,
+        prefetch: u64,
+        bounds: TimeBounds,
+    ) -> PublishOn<Self, S>
+    where
+        S: Scheduler + Clone,
+    {
+        assert_publisher::<Self::Item, _>(PublishOn::new(self, scheduler, prefetch, Some(bounds)))
+    }
+
+    /// Subscribe to upstream, and forward downstream's requests to it, on `scheduler`.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: downstream's requests are summed and forwarded by one task at a
+    /// time on `scheduler` (a burst of requests is one task and one upstream
+    /// `request`); batch credit from inside a delivery goes straight back upstream.
+    /// Nothing is buffered. In-flight bound: upstream's.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// subscribe (caller) : S
+    /// upstream (on S)    : -1-2-3|     (a synchronous source now emits on S)
+    /// output             : -1-2-3|
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream's errors pass through unchanged. `request(0)` is forwarded, so
+    /// upstream answers it with the rule 3.9 error.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel is forwarded at once, from the cancelling thread; requests not yet
+    /// forwarded are discarded.
+    ///
+    /// # Panics
+    ///
+    /// Never. Panics in downstream are upstream's to catch, as without the operator.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::runtime::ThreadPool;
+    ///
+    /// let pool = ThreadPool::builder().name("up").threads(1).build();
+    /// let names = weir::range(0u32..3)
+    ///     .map(|_| std::thread::current().name().unwrap_or("").to_owned())
+    ///     .subscribe_on(pool)
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert!(names.iter().all(|name| name == "up-0"), "{names:?}");
+    /// ```
+    fn subscribe_on<S>(self, scheduler: S) -> SubscribeOn<Self, S>
+    where
+        Self: Send + 'static,
+        S: Scheduler + Clone,
+    {
+        assert_publisher::<Self::Item, _>(SubscribeOn::new(self, scheduler))
     }
 
     // ---- sinks and type erasure ----------------------------------------------------

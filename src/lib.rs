@@ -19,7 +19,9 @@
 //! Start with [`PublisherExt`] (every operator and sink), the [`source`] functions,
 //! and the contract in [`spec`]. The conformance kit is `weir::tck` (feature `tck`).
 
-#![forbid(unsafe_code)]
+// `deny`, not `forbid`: `queue::spsc` (the async boundary's ring) is the one module
+// allowed to use `unsafe`; see its declaration in `queue/mod.rs`.
+#![deny(unsafe_code)]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 #[cfg(feature = "futures")]

@@ -291,6 +291,43 @@ weir::publisher_tck!(
 weir::publisher_tck!(throttle_shaping, verify(time_tck::throttle_shaping));
 weir::publisher_tck!(throttle_enforcing, verify(time_tck::throttle_enforcing));
 
+// ---- async boundaries ---------------------------------------------------
+
+// Items cross threads: a pool of two workers, so subscribe_on's upstream and
+// publish_on's drain run on different threads.
+weir::publisher_tck!(
+    publish_on,
+    verify({
+        let pool = weir::runtime::ThreadPool::new(2);
+        move |n| weir::range(0..n).publish_on(pool.clone(), 16)
+    })
+);
+weir::publisher_tck!(
+    publish_on_prefetch_1,
+    verify({
+        let pool = weir::runtime::ThreadPool::new(2);
+        move |n| weir::range(0..n).publish_on(pool.clone(), 1)
+    })
+);
+weir::publisher_tck!(
+    subscribe_on,
+    verify({
+        let pool = weir::runtime::ThreadPool::new(2);
+        move |n| weir::range(0..n).subscribe_on(pool.clone())
+    })
+);
+weir::publisher_tck!(
+    subscribe_on_publish_on,
+    verify({
+        let pool = weir::runtime::ThreadPool::new(2);
+        move |n| {
+            weir::range(0..n)
+                .subscribe_on(pool.clone())
+                .publish_on(pool.clone(), 8)
+        }
+    })
+);
+
 // ---- sinks --------------------------------------------------------------------------
 
 weir::subscriber_blackbox_tck!(

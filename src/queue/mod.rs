@@ -14,6 +14,11 @@
 //! - Items are stamped at enqueue; each queue's [`QueueMonitor`](crate::metrics::QueueMonitor)
 //!   reports depth, oldest-item age, rates, and lag in seconds.
 
+// The crate's one unsafe module: a lock-free SPSC ring publishes a whole batch of
+// slots with one index store, which safe Rust cannot express without a lock or a
+// per-slot flag (see the module docs for the protocol that makes it sound).
+#[allow(unsafe_code)]
+pub(crate) mod spsc;
 pub(crate) mod timed;
 
 use std::fmt;

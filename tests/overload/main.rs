@@ -13,6 +13,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Mutex;
 
+mod boundary;
+
 struct PeakCounting;
 
 /// Bytes currently allocated, process-wide.

@@ -1,0 +1,614 @@
+//! A bounded, lock-free, single-producer/single-consumer ring: the hand-off of an async
+//! boundary (`publish_on`).
+//!
+//! # Algorithm
+//!
+//! `capacity` slots and two monotonically increasing positions (wrapping `usize`):
+//! `tail`, the next position the producer writes, and `head`, the next position the
+//! consumer reads. Slot `p % capacity` holds the item of position `p`; the ring holds
+//! `tail - head` items, never more than `capacity`. Each position is written by one
+//! side only, and each side keeps its own position in its handle plus a *cached* copy
+//! of the other side's:
+//!
+//! * The producer writes a run of slots, then publishes the new `tail` with one
+//!   `Release` store. It reloads `head` (`Acquire`) only when its cached copy says the
+//!   ring is full.
+//! * The consumer reloads `tail` (`Acquire`) when it looks for work, reads a run of
+//!   slots, then publishes the new `head` with one `Release` store.
+//!
+//! So a batch of `n` items costs one store of each index and, in the common case, no
+//! access to a cache line the other side writes, except the slots themselves. The
+//! two indices sit on separate 128-byte-aligned lines (two lines: adjacent-line
+//! prefetchers pull pairs) so the sides never false-share.
+//!
+//! # Why this is the crate's one unsafe module
+//!
+//! Publishing a batch with one index store means the slots between the old and the
+//! new `tail` are written *before* the consumer may read them and without a lock or a
+//! per-slot flag: the only thing that hands a slot from one thread to the other is
+//! the index. Safe Rust cannot express "this slot belongs to the producer until the
+//! tail passes it" (a `Mutex` or an atomic per slot would reintroduce the per-item
+//! synchronisation this ring exists to avoid), so the slots are `UnsafeCell`s of
+//! `MaybeUninit<T>` and the index protocol above is the proof obligation, stated at
+//! every `unsafe` block.
+//!
+//! Items left in the ring when both handles are gone are dropped exactly once by the
+//! ring's `Drop`; items a consumer batch skips (its iterator dropped early) are
+//! dropped by the batch.
+//!
+//! # Loom
+//!
+//! Atomics and cells come from `crate::loom`, so `RUSTFLAGS="--cfg weir_loom"` checks
+//! the protocol; the models are at the end of this file.
+
+use std::mem::MaybeUninit;
+
+use crate::loom::{Arc, AtomicUsize, Ordering, UnsafeCell};
+
+/// Keeps a value on a cache-line pair of its own.
+#[repr(align(128))]
+struct Padded<T>(T);
+
+/// The shared part: two indices and the slots.
+struct Ring<T> {
+    /// Next position the consumer reads; written by the consumer only.
+    head: Padded<AtomicUsize>,
+    /// Next position the producer writes; written by the producer only.
+    tail: Padded<AtomicUsize>,
+    /// `capacity` slots; slot `p % capacity` holds position `p` while `head <= p < tail`.
+    slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
+}
+
+// SAFETY: the ring moves `T`s from the producer's thread to the consumer's, which needs
+// `T: Send`. Shared access to a slot never happens: the index protocol (module docs)
+// gives each slot to exactly one side at a time, and the Release/Acquire pairs on
+// `head`/`tail` order the hand-over, so `&Ring<T>` may be used from both threads.
+unsafe impl<T: Send> Send for Ring<T> {}
+// SAFETY: as for `Send`: all cross-thread access to slots is ordered by the indices.
+unsafe impl<T: Send> Sync for Ring<T> {}
+
+impl<T> Ring<T> {
+    #[inline(always)]
+    fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+}
+
+impl<T> Drop for Ring<T> {
+    fn drop(&mut self) {
+        // Acquire (both): pairs with the last Release store of each side, so every
+        // item written is visible and every item read is known to be gone. (Both
+        // handles are gone by now; the Arc's own synchronisation orders this too.)
+        let mut position = self.head.0.load(Ordering::Acquire);
+        let tail = self.tail.0.load(Ordering::Acquire);
+        let capacity = self.capacity();
+        while position != tail {
+            self.slots[position % capacity].with_mut(|slot| {
+                // SAFETY: `head <= position < tail`: the slot holds an initialised item
+                // that no consumer read; `&mut self` means nobody else can touch it, and
+                // it is dropped once because `position` moves on.
+                unsafe { (*slot).assume_init_drop() }
+            });
+            position = position.wrapping_add(1);
+        }
+    }
+}
+
+/// Create a ring of `capacity` slots; returns its two ends.
+///
+/// # Panics
+///
+/// If `capacity` is not in `1..=MAX_CAPACITY`.
+pub(crate) fn ring<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
+    assert!(
+        (1..=super::MAX_CAPACITY).contains(&capacity),
+        "spsc ring capacity must be in 1..={} (got {capacity})",
+        super::MAX_CAPACITY
+    );
+    let slots = (0..capacity)
+        .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
+        .collect::<Vec<_>>()
+        .into_boxed_slice();
+    let ring = Arc::new(Ring {
+        head: Padded(AtomicUsize::new(0)),
+        tail: Padded(AtomicUsize::new(0)),
+        slots,
+    });
+    (
+        Producer {
+            ring: ring.clone(),
+            tail: 0,
+            published: 0,
+            cached_head: 0,
+        },
+        Consumer {
+            ring,
+            head: 0,
+            cached_tail: 0,
+        },
+    )
+}
+
+/// The writing end. Not `Clone`: there is one producer.
+pub(crate) struct Producer<T> {
+    ring: Arc<Ring<T>>,
+    /// Next position to write (ahead of `published` while a batch is being written).
+    tail: usize,
+    /// The tail the consumer can see.
+    published: usize,
+    /// The consumer's head as last read; never ahead of the real one.
+    cached_head: usize,
+}
+
+impl<T> std::fmt::Debug for Producer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("capacity", &self.ring.capacity())
+            .field("tail", &self.tail)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Producer<T> {
+    /// The number of slots.
+    pub(crate) fn capacity(&self) -> usize {
+        self.ring.capacity()
+    }
+
+    /// Free slots, as far as the producer knows (re-reads the consumer's head only
+    /// when the cached view says the ring is full).
+    pub(crate) fn free(&mut self) -> usize {
+        let capacity = self.capacity();
+        let mut free = capacity - self.tail.wrapping_sub(self.cached_head);
+        if free == 0 {
+            // Acquire: pairs with the consumer's Release store of `head`, so the slots
+            // it freed have been read (moved out) before we overwrite them.
+            self.cached_head = self.ring.head.0.load(Ordering::Acquire);
+            free = capacity - self.tail.wrapping_sub(self.cached_head);
+        }
+        free
+    }
+
+    /// Write items from `items` while there is room, without publishing them; returns
+    /// how many were written. Items that do not fit stay in `items` (the iterator is
+    /// not advanced past the last item written). Call [`publish`](Self::publish) to
+    /// hand the run to the consumer.
+    #[inline]
+    pub(crate) fn write<I: Iterator<Item = T>>(&mut self, items: &mut I) -> usize {
+        let capacity = self.capacity();
+        let mut free = self.free();
+        let mut index = self.tail % capacity;
+        let mut written = 0;
+        loop {
+            if free == 0 {
+                free = self.free();
+                if free == 0 {
+                    break;
+                }
+            }
+            let Some(item) = items.next() else {
+                break;
+            };
+            self.ring.slots[index].with_mut(|slot| {
+                // SAFETY: position `self.tail` is in `[head + capacity - free, head +
+                // capacity)` for the head we last read: the consumer has finished with
+                // (moved out of) this slot, Acquire-ordered in `free`, and will not read
+                // it until we publish a tail past it. Writing a `MaybeUninit` never
+                // drops the old (moved-out) contents.
+                unsafe { (*slot).write(item) };
+            });
+            // Advance per item so a panicking iterator leaves `tail` exact (the items
+            // written so far are published by `publish` or `Drop`).
+            self.tail = self.tail.wrapping_add(1);
+            written += 1;
+            free -= 1;
+            index += 1;
+            if index == capacity {
+                index = 0;
+            }
+        }
+        written
+    }
+
+    /// How many items the producer has written since the ring was made (wrapping):
+    /// the position one past the last written item.
+    #[inline]
+    pub(crate) fn position(&self) -> usize {
+        self.tail
+    }
+
+    /// Make every written item visible to the consumer: one `Release` store.
+    #[inline]
+    pub(crate) fn publish(&mut self) {
+        if self.published != self.tail {
+            // Release: pairs with the consumer's Acquire load of `tail`; the slot
+            // writes before this store are visible to it.
+            self.ring.tail.0.store(self.tail, Ordering::Release);
+            self.published = self.tail;
+        }
+    }
+
+    /// Write and publish as many items from `items` as fit; returns how many.
+    #[inline]
+    pub(crate) fn push_iter<I: Iterator<Item = T>>(&mut self, items: &mut I) -> usize {
+        let n = self.write(items);
+        self.publish();
+        n
+    }
+
+    /// Push one item, or hand it back when the ring is full.
+    pub(crate) fn push(&mut self, item: T) -> Result<(), T> {
+        if self.free() == 0 {
+            return Err(item);
+        }
+        let pushed = self.push_iter(&mut std::iter::once(item));
+        debug_assert_eq!(pushed, 1, "a free slot takes the item");
+        Ok(())
+    }
+}
+
+impl<T> Drop for Producer<T> {
+    fn drop(&mut self) {
+        // Written items become the consumer's (or the ring's, to drop).
+        self.publish();
+    }
+}
+
+/// The reading end. Not `Clone`: there is one consumer.
+pub(crate) struct Consumer<T> {
+    ring: Arc<Ring<T>>,
+    /// Next position to read.
+    head: usize,
+    /// The producer's tail as last read; never ahead of the real one.
+    cached_tail: usize,
+}
+
+impl<T> std::fmt::Debug for Consumer<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Consumer")
+            .field("capacity", &self.ring.capacity())
+            .field("head", &self.head)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Consumer<T> {
+    /// The number of slots.
+    pub(crate) fn capacity(&self) -> usize {
+        self.ring.capacity()
+    }
+
+    /// Re-read the producer's tail and return how many items are readable.
+    #[inline]
+    pub(crate) fn available(&mut self) -> usize {
+        // Acquire: pairs with the producer's Release store in `publish`; the items
+        // of every position below the tail we read are visible.
+        self.cached_tail = self.ring.tail.0.load(Ordering::Acquire);
+        self.cached_tail.wrapping_sub(self.head)
+    }
+
+    /// Readable items as of the last [`available`](Self::available) (no shared access).
+    #[inline]
+    pub(crate) fn cached(&self) -> usize {
+        self.cached_tail.wrapping_sub(self.head)
+    }
+
+    /// How many items the consumer has read since the ring was made (wrapping).
+    #[inline]
+    pub(crate) fn position(&self) -> usize {
+        self.head
+    }
+
+    /// How many items the producer had published at the last
+    /// [`available`](Self::available) (wrapping).
+    #[inline]
+    pub(crate) fn seen_tail(&self) -> usize {
+        self.cached_tail
+    }
+
+    /// Take up to `max` of the items found by the last [`available`](Self::available),
+    /// oldest first, as an iterator. The new head is published once, when the batch
+    /// is dropped; items of the batch that were not iterated are dropped then.
+    #[inline]
+    pub(crate) fn pop_batch(&mut self, max: usize) -> PopBatch<'_, T> {
+        let remaining = self.cached().min(max);
+        let index = self.head % self.capacity();
+        PopBatch {
+            consumer: self,
+            index,
+            remaining,
+        }
+    }
+
+    /// A copy of the oldest item, if any, without taking it (re-reads the tail when the
+    /// cached view is empty).
+    pub(crate) fn peek(&mut self) -> Option<T>
+    where
+        T: Copy,
+    {
+        if self.cached() == 0 && self.available() == 0 {
+            return None;
+        }
+        let index = self.head % self.capacity();
+        let item = self.ring.slots[index].with(|slot| {
+            // SAFETY: `head < cached_tail` (checked above), a tail Acquired in
+            // `available`: the item is initialised, visible, and the producer will not
+            // write the slot before we publish a head past it. `T: Copy`, so reading
+            // it without advancing `head` duplicates nothing that needs dropping.
+            unsafe { (*slot).assume_init_read() }
+        });
+        Some(item)
+    }
+
+    /// Take the oldest item, if any (re-reads the tail when the cached view is empty).
+    pub(crate) fn pop(&mut self) -> Option<T> {
+        if self.cached() == 0 && self.available() == 0 {
+            return None;
+        }
+        self.pop_batch(1).next()
+    }
+
+    /// Drop every readable item; returns how many.
+    pub(crate) fn clear(&mut self) -> usize {
+        let n = self.available();
+        drop(self.pop_batch(n));
+        n
+    }
+}
+
+/// A run of items taken by [`Consumer::pop_batch`]; see there.
+pub(crate) struct PopBatch<'a, T> {
+    consumer: &'a mut Consumer<T>,
+    /// Slot of the next item.
+    index: usize,
+    /// Items of the batch not yet read.
+    remaining: usize,
+}
+
+impl<T> std::fmt::Debug for PopBatch<'_, T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PopBatch")
+            .field("remaining", &self.remaining)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> Iterator for PopBatch<'_, T> {
+    type Item = T;
+
+    #[inline]
+    fn next(&mut self) -> Option<T> {
+        if self.remaining == 0 {
+            return None;
+        }
+        let item = self.consumer.ring.slots[self.index].with(|slot| {
+            // SAFETY: the batch covers positions `head .. head + remaining` with
+            // `head + remaining <= cached_tail`, a tail Acquired in `available`: the
+            // item is initialised and visible, and the producer will not write the slot
+            // until our Release of a head past it. Moving it out once is sound because
+            // `head` advances right after, so no position is read twice.
+            unsafe { (*slot).assume_init_read() }
+        });
+        self.consumer.head = self.consumer.head.wrapping_add(1);
+        self.remaining -= 1;
+        self.index += 1;
+        if self.index == self.consumer.ring.capacity() {
+            self.index = 0;
+        }
+        Some(item)
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.remaining, Some(self.remaining))
+    }
+}
+
+impl<T> ExactSizeIterator for PopBatch<'_, T> {}
+
+impl<T> Drop for PopBatch<'_, T> {
+    fn drop(&mut self) {
+        // Items the caller left behind are dropped, as `on_next_batch`'s contract says.
+        for item in self.by_ref() {
+            drop(item);
+        }
+        // Release: pairs with the producer's Acquire load of `head` in `free`; our
+        // reads of the slots happen before it may overwrite them.
+        self.consumer
+            .ring
+            .head
+            .0
+            .store(self.consumer.head, Ordering::Release);
+    }
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// Counts its drops.
+    struct Tracked(u32, Arc<AtomicUsize>);
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn batches_wrap_around_and_keep_order() {
+        let (mut tx, mut rx) = ring::<u32>(5);
+        let mut next = 0u32;
+        let mut seen = Vec::new();
+        for round in 0..50 {
+            let want = (round % 7) as u32;
+            let mut items = next..next + want;
+            let pushed = tx.push_iter(&mut items) as u32;
+            next += pushed;
+            assert_eq!(items.next(), (pushed < want).then_some(next));
+            let n = rx.available();
+            seen.extend(rx.pop_batch(n.min(round % 4 + 1)));
+        }
+        while let Some(item) = rx.pop() {
+            seen.push(item);
+        }
+        assert_eq!(seen, (0..next).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn full_ring_refuses_and_frees_after_pop() {
+        let (mut tx, mut rx) = ring::<u32>(2);
+        assert_eq!(tx.push(1), Ok(()));
+        assert_eq!(tx.push(2), Ok(()));
+        assert_eq!(tx.push(3), Err(3));
+        assert_eq!(tx.free(), 0);
+        assert_eq!(rx.pop(), Some(1));
+        assert_eq!(tx.free(), 1);
+        assert_eq!(tx.push(3), Ok(()));
+        assert_eq!(rx.available(), 2);
+        assert_eq!(rx.pop_batch(10).collect::<Vec<_>>(), vec![2, 3]);
+        assert_eq!(rx.pop(), None);
+    }
+
+    #[test]
+    fn unconsumed_items_are_dropped_exactly_once() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (mut tx, mut rx) = ring::<Tracked>(4);
+        let mut items = (0..4).map(|i| Tracked(i, drops.clone()));
+        assert_eq!(tx.push_iter(&mut items), 4);
+        rx.available();
+        // Take two, iterate one: the other is dropped with the batch.
+        let first = rx.pop_batch(2).next().unwrap();
+        assert_eq!(first.0, 0);
+        drop(first);
+        assert_eq!(drops.load(Ordering::Relaxed), 2);
+        // Written but unpublished items are published by the producer's drop.
+        let mut more = (4..5).map(|i| Tracked(i, drops.clone()));
+        assert_eq!(tx.write(&mut more), 1);
+        drop(tx);
+        assert_eq!(rx.available(), 3);
+        drop(rx);
+        assert_eq!(drops.load(Ordering::Relaxed), 5);
+    }
+
+    #[test]
+    fn items_cross_threads_in_order() {
+        const N: u64 = 200_000;
+        let (mut tx, mut rx) = ring::<u64>(64);
+        let producer = std::thread::spawn(move || {
+            let mut items = 0..N;
+            while items.start < N {
+                let mut chunk = items.start..(items.start + 37).min(N);
+                let n = tx.push_iter(&mut chunk);
+                items.start += n as u64;
+                if n == 0 {
+                    std::thread::yield_now();
+                }
+            }
+        });
+        let mut expected = 0;
+        while expected < N {
+            let n = rx.available();
+            if n == 0 {
+                std::thread::yield_now();
+                continue;
+            }
+            for item in rx.pop_batch(n) {
+                assert_eq!(item, expected);
+                expected += 1;
+            }
+        }
+        producer.join().unwrap();
+    }
+
+    #[test]
+    #[should_panic(expected = "spsc ring capacity must be in 1..=1073741824 (got 0)")]
+    fn zero_capacity_is_refused() {
+        let _ = ring::<u8>(0);
+    }
+}
+
+/// Loom models: `RUSTFLAGS="--cfg weir_loom" cargo test --release --lib loom`.
+#[cfg(all(test, weir_loom))]
+mod loom_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use loom::thread;
+
+    use super::*;
+
+    /// Counts its drops in a counter shared by the model's threads.
+    struct Tracked(u32, Arc<AtomicUsize>);
+
+    impl Drop for Tracked {
+        fn drop(&mut self) {
+            self.1.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// A producer pushes three items through a ring of two (a batch of two, then one
+    /// when there is room) while a consumer takes them in batches: each arrives once,
+    /// in order, and each is dropped once.
+    #[test]
+    fn loom_spsc_items_arrive_once_in_order() {
+        loom::model(|| {
+            let drops = Arc::new(AtomicUsize::new(0));
+            let (mut tx, mut rx) = ring::<Tracked>(2);
+            let producer = {
+                let drops = drops.clone();
+                thread::spawn(move || {
+                    let mut items = (0..3).map(|i| Tracked(i, drops.clone())).peekable();
+                    while items.peek().is_some() {
+                        if tx.push_iter(&mut items) == 0 {
+                            thread::yield_now();
+                        }
+                    }
+                })
+            };
+            let mut next = 0;
+            while next < 3 {
+                let n = rx.available();
+                if n == 0 {
+                    thread::yield_now();
+                    continue;
+                }
+                for item in rx.pop_batch(n) {
+                    assert_eq!(item.0, next, "out of order");
+                    next += 1;
+                }
+            }
+            producer.join().unwrap();
+            assert_eq!(drops.load(Ordering::Relaxed), 3, "each item dropped once");
+            drop(rx);
+            assert_eq!(drops.load(Ordering::Relaxed), 3, "no item dropped twice");
+        });
+    }
+
+    /// Items still in the ring when the consumer gives up are dropped once, by the
+    /// ring, whichever side goes last.
+    #[test]
+    fn loom_spsc_leftovers_dropped_once() {
+        loom::model(|| {
+            let drops = Arc::new(AtomicUsize::new(0));
+            let (mut tx, mut rx) = ring::<Tracked>(2);
+            let producer = {
+                let drops = drops.clone();
+                thread::spawn(move || {
+                    let mut items = (0..2).map(|i| Tracked(i, drops.clone()));
+                    tx.push_iter(&mut items);
+                    drop(tx);
+                })
+            };
+            if let Some(item) = rx.pop() {
+                assert_eq!(item.0, 0);
+            }
+            drop(rx);
+            producer.join().unwrap();
+            assert_eq!(drops.load(Ordering::Relaxed), 2);
+        });
+    }
+}

@@ -1,0 +1,397 @@
+//! `publish_on` (mirrors `operators/publish_on.rs`): an async boundary with a prefetch
+//! window. Upstream is asked for `prefetch`, then for what was consumed each time 75%
+//! of the window left the ring; items are delivered on the scheduler, in order, after
+//! which the terminal signal follows. With `Immediate` the boundary is synchronous,
+//! which gives the exact baseline checks; `ThreadPool` runs make items cross threads;
+//! `VirtualTime` runs test `max_age`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proptest::prelude::*;
+use weir::demand::UNBOUNDED;
+use weir::metrics::{DropHook, Drops};
+use weir::prelude::*;
+use weir::queue::TimeBounds;
+use weir::runtime::{Immediate, ThreadPool, VirtualTime};
+use weir::tck::proptest::{check_publisher_with, demand_schedule, PublisherCheck};
+use weir::tck::TestSubscriber;
+use weir::{DropReason, Error, ErrorKind};
+
+use crate::baseline;
+use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
+use crate::support::failing::fails_after;
+use crate::support::threaded::ThreadedRange;
+use crate::support::valve::valve;
+use crate::support::{probe_of, PATIENCE};
+
+fn pool() -> ThreadPool {
+    ThreadPool::builder().name("po").threads(1).build()
+}
+
+#[test]
+fn smoke() {
+    let expected = (0..10_000).collect::<Vec<u64>>();
+    baseline::smoke(weir::range(0u64..10_000).publish_on(pool(), 16), &expected);
+    baseline::smoke(
+        weir::range(0u64..10_000).publish_on(Immediate, 7),
+        &expected,
+    );
+}
+
+#[test]
+fn items_arrive_on_the_scheduler() {
+    let threads = weir::range(0u32..100)
+        .publish_on(pool(), 8)
+        .map(|_| std::thread::current().name().unwrap_or("").to_owned())
+        .collect()
+        .wait()
+        .unwrap();
+    assert_eq!(threads.len(), 100);
+    assert!(threads.iter().all(|name| name == "po-0"), "{threads:?}");
+}
+
+/// With `Immediate` every signal happens inside `request`: the prefetch goes up at
+/// subscribe time, then one replenish per 75% of the window consumed.
+#[test]
+fn respects_demand() {
+    let (source, stats) = counted(weir::range(0u64..100));
+    let probe = probe_of(source.publish_on(Immediate, 8));
+    assert_eq!(
+        stats.request_log(),
+        vec![8],
+        "the window, before any demand"
+    );
+    probe.assert_items(&[]);
+    probe.request(3);
+    probe.assert_items(&[0, 1, 2]);
+    assert_eq!(stats.request_log(), vec![8]);
+    probe.request(3);
+    probe.assert_items(&[0, 1, 2, 3, 4, 5]);
+    assert_eq!(stats.request_log(), vec![8, 6], "6 = 75% of 8 consumed");
+    probe.request(UNBOUNDED);
+    assert_eq!(probe.received_count(), 100);
+    probe.assert_completed();
+    assert!(stats.max_outstanding() <= 8);
+    assert!(!stats.over_delivered());
+}
+
+#[test]
+fn cancel_stops_upstream() {
+    // Window 4: 4 pulled at subscribe, 3 more once 3 were consumed.
+    baseline::cancel_stops_upstream(|source| source.publish_on(Immediate, 4), &[0, 1, 2], 7);
+}
+
+#[test]
+fn cancel_across_threads_stops_the_drain_and_upstream() {
+    let (generator, calls) = counting_generator(u64::MAX);
+    let (source, stats) = counted(generator);
+    let probe = probe_of(source.publish_on(pool(), 16));
+    probe.request(5);
+    probe.await_items(5, PATIENCE).unwrap();
+    probe.cancel();
+    assert_eq!(stats.cancels(), 1, "cancel goes upstream at once");
+    let pulled = calls.load(Ordering::SeqCst);
+    probe.request(100);
+    probe.expect_no_signals(Duration::from_millis(20)).unwrap();
+    assert_eq!(probe.received_count(), 5);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        pulled,
+        "nothing pulled after cancel"
+    );
+    assert!(
+        pulled <= 5 + 16,
+        "never more than the window ahead: {pulled}"
+    );
+}
+
+#[test]
+fn error_propagates_once() {
+    baseline::error_propagates_once(|source, _| source.publish_on(Immediate, 4), 2, &[1, 2], 0);
+}
+
+#[test]
+fn completes() {
+    let stats = baseline::completes(
+        weir::range(0u64..3),
+        |source| source.publish_on(Immediate, 2),
+        5,
+        &[0, 1, 2],
+    );
+    assert!(stats.max_outstanding() <= 2);
+    assert_eq!(
+        weir::range(0u64..3)
+            .publish_on(Immediate, 64)
+            .in_flight_bound(),
+        64
+    );
+}
+
+/// Upstream's error crosses the boundary after every item queued before it.
+#[test]
+fn error_after_items_across_threads() {
+    let boom = Error::msg("source failed");
+    let probe = probe_of(fails_after(1_000, boom.clone()).publish_on(pool(), 16));
+    probe.request(UNBOUNDED);
+    let error = probe.await_error(PATIENCE).unwrap();
+    assert!(Error::ptr_eq(&error, &boom));
+    assert_eq!(probe.items(), (1..=1_000).collect::<Vec<u64>>());
+    probe.assert_no_violations();
+}
+
+/// At most `prefetch` items are ever outstanding upstream, and after the first window
+/// upstream is asked in batches of at least 75% of it, however downstream requests.
+#[test]
+fn window_and_replenish_batches() {
+    const N: u64 = 100_000;
+    for delivery in [Delivery::Batches, Delivery::OneByOne] {
+        for sink_prefetch in [UNBOUNDED, 256, 7] {
+            let (source, stats) = counted_with(weir::range(0..N), delivery);
+            let sum = source
+                .subscribe_on(pool())
+                .publish_on(pool(), 64)
+                .fold_with(sink_prefetch, 0u64, |acc, x| acc + x)
+                .wait()
+                .unwrap();
+            assert_eq!(sum, N * (N - 1) / 2);
+            let log = stats.request_log();
+            let case = format!("{delivery:?}, sink prefetch {sink_prefetch}");
+            assert_eq!(log[0], 64, "{case}: the window first");
+            assert!(
+                log[1..].iter().all(|&n| (48..=64).contains(&n)),
+                "{case}: replenished in batches of 75% of the window: {log:?}"
+            );
+            assert!(stats.max_outstanding() <= 64, "{case}");
+            assert!(!stats.over_delivered(), "{case}");
+        }
+    }
+}
+
+/// A subscriber that panics inside `on_next` (rule 2.13): upstream is cancelled, the
+/// queued items are dropped, and the pool's worker survives.
+#[test]
+fn panic_in_downstream_cancels_upstream() {
+    struct Bomb;
+    impl Subscriber<u64> for Bomb {
+        fn on_subscribe(&mut self, subscription: Subscription) {
+            subscription.request(100);
+        }
+        fn on_next(&mut self, item: u64) {
+            if item == 5 {
+                panic!("boom at {item}");
+            }
+        }
+        fn on_error(&mut self, _: Error) {}
+        fn on_complete(&mut self) {}
+    }
+    let pool = pool();
+    let (generator, _) = counting_generator(u64::MAX);
+    let (source, stats) = counted(generator);
+    source.publish_on(pool.clone(), 16).subscribe(Bomb);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while stats.cancels() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(stats.cancels(), 1);
+    // A panicking closure in a sink becomes that sink's error, as without a boundary.
+    let error = weir::range(0u64..100)
+        .publish_on(pool.clone(), 8)
+        .for_each(|x| assert!(x != 50, "boom"))
+        .wait()
+        .unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Panicked);
+    // The worker is still there.
+    let sum = weir::range(0u64..10)
+        .publish_on(pool, 4)
+        .fold(0, |a, x| a + x);
+    assert_eq!(sum.wait().unwrap(), 45);
+}
+
+#[test]
+fn request_zero_fails_with_rule_3_9() {
+    let (source, stats) = counted(weir::range(0u64..100));
+    let probe = probe_of(source.publish_on(pool(), 8));
+    probe.request(0);
+    probe.await_error(PATIENCE).unwrap();
+    probe.assert_error_rule("3.9");
+    assert_eq!(stats.cancels(), 1);
+}
+
+/// An upstream that ignores demand fills the ring: the boundary fails with an error
+/// naming rule 1.1, after the items that fitted, and reports the rest as dropped.
+#[test]
+fn a_full_ring_is_a_rule_1_1_error() {
+    struct Flood;
+    impl Publisher for Flood {
+        type Item = u64;
+        fn subscribe<S: Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
+            subscriber.on_subscribe(Subscription::noop());
+            let _ = subscriber.on_next_batch(0..10);
+            subscriber.on_complete();
+        }
+    }
+    let drops = Drops::new();
+    let probe = probe_of(
+        Flood
+            .publish_on(Immediate, 4)
+            .on_dropped(DropHook::new(drops.clone())),
+    );
+    probe.request(100);
+    probe.assert_items(&[0, 1, 2, 3]);
+    probe.assert_error_rule("1.1");
+    assert_eq!(drops.count(DropReason::OverflowNewest), 6);
+}
+
+#[test]
+#[should_panic(expected = "publish_on prefetch must be in 1..=1073741824 (got 0)")]
+fn zero_prefetch_is_refused() {
+    let _ = weir::range(0u8..1).publish_on(Immediate, 0);
+}
+
+#[test]
+#[should_panic(expected = "publish_on prefetch must be in 1..=1073741824 (got 1073741825)")]
+fn huge_prefetch_is_refused() {
+    let _ = weir::range(0u8..1).publish_on(Immediate, (1 << 30) + 1);
+}
+
+#[test]
+#[should_panic(expected = "publish_on_with: adaptive LIFO does not apply to an async boundary")]
+fn adaptive_lifo_is_refused() {
+    let bounds = TimeBounds::none().adaptive_lifo(Duration::from_secs(1));
+    let _ = weir::range(0u8..1).publish_on_with(Immediate, 4, bounds);
+}
+
+// ---- max_age, under VirtualTime -----------------------------------------------------
+
+/// Items stamped per batch: the first release waits 1.3 s, the second 0.7 s; with a
+/// maximum age of 1 s only the second is delivered. The expired items go to the drop
+/// hook (which may take them), are counted there and in the monitor, and their slots
+/// are replenished like delivered ones.
+#[test]
+fn max_age_drops_expired_items_at_dequeue() {
+    let time = VirtualTime::new();
+    let (source, handle) = valve(u64::MAX);
+    let (source, stats) = counted(source);
+    let drops = Drops::new();
+    let taken = Arc::new(Mutex::new(Vec::new()));
+    let hook = {
+        let taken = taken.clone();
+        DropHook::new(drops.clone()).inspect(move |dropped| {
+            assert_eq!(dropped.reason(), DropReason::Expired);
+            assert_eq!(dropped.stage(), "publish_on");
+            taken.lock().unwrap().extend(dropped.take::<u64>());
+        })
+    };
+    let bounds = TimeBounds::none().max_age(Duration::from_secs(1));
+    let boundary = source.publish_on_with(time.clone(), 8, bounds);
+    let monitor = boundary.monitor();
+    let probe = probe_of(boundary.on_dropped(hook));
+    handle.release(4);
+    time.advance(Duration::from_millis(600));
+    handle.release(4);
+    time.advance(Duration::from_millis(700));
+    let stats_now = monitor.snapshot();
+    assert_eq!((stats_now.depth, stats_now.enqueued), (8, 8));
+    assert_eq!(stats_now.oldest_age, Some(Duration::from_millis(1_300)));
+    probe.request(100);
+    time.run_ready();
+    probe.assert_items(&[4, 5, 6, 7]);
+    assert_eq!(*taken.lock().unwrap(), vec![0, 1, 2, 3]);
+    assert_eq!(drops.count(DropReason::Expired), 4);
+    let after = monitor.snapshot();
+    assert_eq!(after.dropped(DropReason::Expired), 4);
+    assert_eq!(
+        (after.depth, after.dequeued, after.oldest_age),
+        (0, 4, None)
+    );
+    // 8 slots left the ring (4 expired, 4 delivered): 6 = 75% of 8 went up at once.
+    assert_eq!(stats.request_log()[..2], [8, 8]);
+    probe.assert_no_terminal();
+}
+
+/// Items that are young enough are never dropped, whatever the age of items before
+/// them was; and without demand the items wait (held, not failed).
+#[test]
+fn max_age_keeps_young_items_and_waits_for_demand() {
+    let time = VirtualTime::new();
+    let bounds = TimeBounds::none().max_age(Duration::from_secs(1));
+    let probe = probe_of(weir::range(0u64..5).publish_on_with(time.clone(), 8, bounds));
+    time.advance(Duration::from_millis(900));
+    probe.assert_items(&[]);
+    probe.assert_no_terminal();
+    probe.request(2);
+    time.run_ready();
+    probe.assert_items(&[0, 1]);
+    time.advance(Duration::from_millis(200));
+    probe.request(10);
+    time.run_ready();
+    probe.assert_items(&[0, 1]);
+    probe.assert_completed();
+}
+
+// ---- lossless under random demand, items crossing threads ----------------------------
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    /// Every item exactly once, in order: a threaded source through a boundary on a
+    /// pool, under random request sizes from the consumer's side.
+    #[test]
+    fn lossless_in_order_under_random_demand(
+        prefetch in 1u64..40,
+        requests in prop::collection::vec(1u64..50, 1..12),
+        len in 0u64..300,
+    ) {
+        let subscriber = TestSubscriber::new();
+        let probe = subscriber.probe();
+        ThreadedRange::new(len).publish_on(pool(), prefetch).subscribe(subscriber);
+        let mut asked = 0u64;
+        for n in &requests {
+            probe.request(*n);
+            asked += n;
+        }
+        let expect = asked.min(len);
+        probe.await_items(expect, PATIENCE).map_err(TestCaseError::fail)?;
+        if asked >= len {
+            probe.await_completion(PATIENCE).map_err(TestCaseError::fail)?;
+        } else {
+            probe.expect_no_signals(Duration::from_millis(5)).map_err(TestCaseError::fail)?;
+        }
+        prop_assert_eq!(probe.items(), (0..expect).collect::<Vec<_>>());
+        probe.check_violations().map_err(TestCaseError::fail)?;
+    }
+
+    /// The conformance kit's demand schedules (1–3 threads, cancels, `request(0)`),
+    /// against a two-thread pipeline: `subscribe_on` one pool, `publish_on` another.
+    #[test]
+    fn obeys_any_demand_schedule(schedule in demand_schedule()) {
+        let check = PublisherCheck::asynchronous(PATIENCE, Duration::from_millis(10));
+        let (up, down) = (pool(), pool());
+        check_publisher_with(
+            |n| weir::range(0..n).subscribe_on(up.clone()).publish_on(down.clone(), 4),
+            20,
+            &schedule,
+            check,
+        )?;
+    }
+}
+
+/// A million items through the boundary arrive exactly once, in order, with the
+/// sink's batch credit as the only downstream demand.
+#[test]
+fn a_million_items_in_order() {
+    let next = Arc::new(AtomicU64::new(0));
+    let seen = next.clone();
+    weir::range(0u64..1_000_000)
+        .subscribe_on(pool())
+        .publish_on(pool(), 256)
+        .for_each(move |x| {
+            assert_eq!(x, seen.load(Ordering::Relaxed));
+            seen.store(x + 1, Ordering::Relaxed);
+        })
+        .wait()
+        .unwrap();
+    assert_eq!(next.load(Ordering::Relaxed), 1_000_000);
+}
