@@ -1,4 +1,4 @@
-//! Loom model of this stage's own race: `RUSTFLAGS="--cfg loom" cargo test --release
+//! Loom model of this stage's own race: `RUSTFLAGS="--cfg weir_loom" cargo test --release
 //! --lib loom`.
 
 use super::*;
@@ -43,6 +43,8 @@ fn loom_producer_races_request() {
             drops: DropReporter::new("loom", None),
             stage: "loom",
             capacity: 1,
+            bounds: TimeBounds::none(),
+            gauge: QueueGauge::new(1, Arc::new(Immediate)),
             upstream: Upstream::Idle,
         };
         stage.on_subscribe(Subscription::noop());
