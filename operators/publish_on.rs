@@ -28,10 +28,13 @@
 //!   upstream at once, and signals so the drain drops the queued items and the
 //!   subscriber.
 //!
-//! Before leaving the loop the drain spins for a few microseconds while downstream has
-//! demand and the ring is empty: on a busy boundary the next batch arrives within that
-//! window, and keeping the loop saves a task hand-off per batch (the pool's own
-//! spin-then-park handles the idle case; an idle boundary burns no CPU).
+//! Before leaving the loop the drain waits up to 50 µs for more work (new items with
+//! demand, or a flag): half a microsecond of pure spinning, then polling with
+//! `yield_now` in between, so that when threads outnumber cores the other side of the
+//! boundary gets the CPU it needs. On a busy boundary the next batch arrives within
+//! that window, and keeping the loop saves a task hand-off and a wake-up per batch;
+//! after it the loop is released and the pool parks its worker, so an idle boundary
+//! burns no CPU.
 //!
 //! # Time bounds and statistics
 //!
@@ -84,7 +87,7 @@ const DONE: u8 = 4;
 const WAIT: Duration = Duration::from_micros(50);
 /// The pure-spin part of [`WAIT`].
 #[cfg(not(weir_loom))]
-const SPIN: Duration = Duration::from_micros(2);
+const SPIN: Duration = Duration::from_nanos(500);
 
 /// Poll `ready` for up to [`WAIT`] (spin, then yield); true as soon as it holds.
 #[cfg(not(weir_loom))]

@@ -2,8 +2,9 @@
 //!
 //! One mutex-protected queue of ready tasks and one ordered map of timers, shared by
 //! all workers. A worker takes the first ready task, or moves due timers to the ready
-//! queue, or—finding nothing—spins for a few microseconds (a boundary's next batch
-//! usually arrives within that window, and a futex wake-up costs more than the spin),
+//! queue, or—finding nothing—polls for a few microseconds, spinning briefly and then
+//! yielding its CPU between polls (a boundary's next batch usually arrives within that
+//! window, and a futex wake-up costs more than the polling),
 //! then parks on a condition variable until a task is scheduled or the earliest timer
 //! falls due. An idle pool therefore burns no CPU.
 //!
@@ -23,6 +24,11 @@ use super::{run_task, Scheduler, Task};
 
 /// How long an idle worker polls for new work before it parks.
 const SPIN: Duration = Duration::from_micros(20);
+/// The first part of [`SPIN`], polling with a pure spin; after it the worker yields
+/// its CPU between polls, so that on a machine with more runnable threads than cores
+/// the thread that will schedule the next task (often the other side of an async
+/// boundary) is not kept off the CPU by our polling.
+const PURE_SPIN: Duration = Duration::from_nanos(500);
 
 /// A fixed set of named worker threads that run scheduled tasks and park when idle.
 ///
@@ -236,11 +242,18 @@ impl Shared {
                 let start = Instant::now();
                 let mut polls = 0u32;
                 while self.queued.load(Ordering::Relaxed) == 0 {
-                    std::hint::spin_loop();
                     polls += 1;
-                    if polls % 64 == 0 && start.elapsed() >= SPIN {
-                        break;
+                    if polls % 16 == 0 {
+                        let waited = start.elapsed();
+                        if waited >= SPIN {
+                            break;
+                        }
+                        if waited >= PURE_SPIN {
+                            std::thread::yield_now();
+                            continue;
+                        }
                     }
+                    std::hint::spin_loop();
                 }
                 state = self.lock();
                 continue;
