@@ -47,6 +47,17 @@ fn every_line_is_stored_once_and_memory_does_not_grow_with_the_line_count() {
     // Ten times the lines, the same bound: the peak depth is capped by the channel's
     // capacity, not by M (and the store was slow enough to fill it to the high mark).
     assert!(large.peak_depth <= small.config.capacity);
+    // TCP pushed back: no client got far ahead of the store (its lines in flight are
+    // bounded by the socket buffers, the read buffer, the channel and one batch, not
+    // by M).
+    for conn in &large.conns {
+        assert!(
+            conn.peak_lag_lines < u64::from(large.config.lines_per_client) / 2,
+            "client {} wrote {} lines ahead of the store",
+            conn.client,
+            conn.peak_lag_lines
+        );
+    }
     assert!(
         large.queue.pauses > 0,
         "the slow store must have paused the readers"
