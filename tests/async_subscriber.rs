@@ -422,7 +422,7 @@ fn a_huge_window_is_refused() {
 #[test]
 #[should_panic(expected = "subscribe_async must be called inside a tokio runtime")]
 fn subscribing_outside_a_runtime_panics_with_a_clear_message() {
-    let _ = weir::range(0u32..1).subscribe_async(Tracing::new(&Trace::default()));
+    drop(weir::range(0u32..1).subscribe_async(Tracing::new(&Trace::default())));
 }
 
 // ---- readiness for I/O producers ------------------------------------------------------
