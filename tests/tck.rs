@@ -407,7 +407,15 @@ mod async_subscriber_tck {
     };
     use weir::Error;
 
-    use super::env;
+    /// The shared quiet windows, but 2 s for expected signals: the subscriber's
+    /// requests and reports come from a task on another thread, which a loaded
+    /// two-core machine may schedule late.
+    fn env() -> weir::tck::TestEnv {
+        weir::tck::TestEnv::builder()
+            .default_timeout(std::time::Duration::from_secs(2))
+            .no_signals_timeout(std::time::Duration::from_millis(50))
+            .build()
+    }
 
     /// One runtime for every test of these suites (two workers, like CI's cores).
     fn runtime() -> tokio::runtime::Handle {

@@ -3,7 +3,7 @@
 //! paused, one `weir::channel(Backpressure)` with water marks, and a slow
 //! `AsyncSubscriber` store. Every line must be stored exactly once (a count per
 //! client and line id), and the server's memory must not grow with M: the channel's
-//! peak depth (its `QueueMonitor`, sampled after every send) stays within its
+//! peak depth (its `QueueMonitor`, sampled at every offer) stays within its
 //! capacity and each reader's buffers within `READ_BUFFER + MAX_LINE`, for M = 2,000
 //! and for M = 20,000 alike.
 //!
@@ -42,6 +42,14 @@ fn every_line_is_stored_once_and_memory_does_not_grow_with_the_line_count() {
         );
         // Bounded by construction, whatever M is.
         assert!(report.peak_depth <= report.config.capacity);
+        // The readers stop reading once paused: above the high mark there is at most
+        // the one line each other reader already had in hand.
+        assert!(
+            report.peak_depth < report.config.high + CLIENTS as usize,
+            "peak depth {} with high mark {} and {CLIENTS} readers",
+            report.peak_depth,
+            report.config.high
+        );
         assert!(report.peak_read_buffer <= READ_BUFFER + MAX_LINE);
     }
     // Ten times the lines, the same bound: the peak depth is capped by the channel's

@@ -208,7 +208,8 @@ pub struct Report {
     pub duplicates: u64,
     /// (client, seq) pairs never stored.
     pub missing: u64,
-    /// The deepest the channel was seen (sampled after every send).
+    /// The deepest the channel was seen: sampled at every offer (the depth before
+    /// it plus one, an upper estimate, and the depth after it).
     pub peak_depth: usize,
     /// The largest line buffer a reader needed, plus its `BufReader`.
     pub peak_read_buffer: usize,
@@ -473,6 +474,9 @@ async fn reader(
         peak_read_buffer.fetch_max(READ_BUFFER + text.capacity(), Ordering::Relaxed);
         let line = parse(&text).unwrap_or_else(|| panic!("a malformed line: {text:?}"));
         let conn = &conns[line.client as usize];
+        // The depth this offer can at most bring the channel to (a conservative
+        // sample: the send below may pause, and the depth is sampled again after).
+        peak_depth.fetch_max(monitor.snapshot().depth + 1, Ordering::Relaxed);
         match tx.send_or_pause(line).await {
             Ok(AfterSend::Flowing) => {}
             Ok(AfterSend::Resumed { paused_for }) => {
