@@ -521,3 +521,46 @@ fn send_or_pause_holds_the_producer_while_paused() {
     let mut refused = tx.send_or_pause(1);
     assert!(matches!(poll_once(&mut refused), Poll::Ready(Err(e)) if e.is_closed()));
 }
+
+/// A publisher that ignores demand: three items right in `subscribe` (rule 1.1).
+struct Rude(Arc<AtomicBool>);
+
+struct Flag(Arc<AtomicBool>);
+
+impl weir::RawSubscription for Flag {
+    fn request(&self, _n: u64) {}
+    fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+impl Publisher for Rude {
+    type Item = u32;
+    fn subscribe<S: Subscriber<u32> + Send + 'static>(self, mut subscriber: S) {
+        subscriber.on_subscribe(weir::Subscription::new(Arc::new(Flag(self.0))));
+        for i in 0..3 {
+            subscriber.on_next(i);
+        }
+    }
+}
+
+#[test]
+fn items_beyond_the_window_fail_the_stream_naming_rule_1_1() {
+    let rt = runtime();
+    let trace = Trace::default();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let result = rt.block_on(async {
+        Rude(cancelled.clone())
+            .subscribe_async(Tracing::new(&trace))
+            .await
+    });
+    assert_eq!(result.unwrap_err().rule(), Some("1.1"));
+    assert!(cancelled.load(Ordering::SeqCst), "upstream cancelled");
+    let trace = trace.0.lock().unwrap();
+    assert_eq!(
+        trace[..2],
+        ["subscribe", "next 0"],
+        "the one item that fit the window"
+    );
+    assert!(trace[2].starts_with("error subscribe_async: the publisher sent more items"));
+}

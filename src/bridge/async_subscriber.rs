@@ -464,15 +464,16 @@ enum Next<T> {
     End(Result<(), Error>),
 }
 
-/// Wait for the subscription (or the abort).
-async fn subscribed<T>(shared: &Shared<T>) -> Option<Subscription> {
+/// Wait until the subscription arrived (or was cancelled: a rule 1.1 violation by
+/// the publisher, whose error then waits in the hand-off). False after an abort.
+async fn subscribed<T>(shared: &Shared<T>) -> bool {
     loop {
         let notified = shared.wake.notified();
-        if let Some(subscription) = shared.slot.get() {
-            return Some(subscription);
+        if shared.lock().closed {
+            return false;
         }
-        if shared.slot.is_cancelled() || shared.lock().closed {
-            return None;
+        if shared.slot.get().is_some() || shared.slot.is_cancelled() {
+            return true;
         }
         notified.await;
     }
@@ -517,9 +518,11 @@ where
     A: AsyncSubscriber<T>,
 {
     let _guard = CloseGuard(shared.clone());
-    let Some(subscription) = subscribed(&shared).await else {
+    if !subscribed(&shared).await {
         return Err(Error::cancelled());
-    };
+    }
+    // Requests go through the slot: once it is cancelled they are dropped.
+    let subscription = &shared.slot;
     guarded(async { subscriber.on_subscribe().await }).await??;
     let mut replenish = Replenish::new(window);
     if !shared.terminated() {
