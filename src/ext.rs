@@ -2075,6 +2075,150 @@ pub trait PublisherExt: Publisher + Sized {
         self.subscribe(subscriber);
         iter
     }
+
+    // ---- tokio bridge: async subscribers (feature `tokio`) ---------------------------
+
+    /// Drive an [`AsyncSubscriber`](crate::bridge::AsyncSubscriber) (its `on_next` is
+    /// an `async fn`) from a task spawned on the current tokio runtime; returns the
+    /// task's [`AsyncHandle`](crate::bridge::AsyncHandle), which resolves to the
+    /// terminal result. Same as [`weir::bridge::subscribe_async`](crate::bridge::subscribe_async).
+    ///
+    /// # Backpressure
+    ///
+    /// `request(1)` up front and `request(1)` each time an `on_next` future has
+    /// *completed*: the next item is asked for only when the previous one is done.
+    /// At most one item is in flight (the one being processed); items cross from the
+    /// publisher's thread to the task through a hand-off of one slot. For a window,
+    /// see [`subscribe_async_with`](Self::subscribe_async_with).
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// request : 1---1-----1--1|
+    /// source  : -a---b-----c--|
+    /// on_next : -[a-][b---][c]   (each request follows the previous future's end)
+    /// result  : --------------Ok(())
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors reach `on_error` after the items that came before them, then
+    /// become the result. An `Err` returned by a hook cancels upstream and becomes
+    /// the result (no further hook runs).
+    ///
+    /// # Cancellation
+    ///
+    /// [`AsyncHandle::abort`](crate::bridge::AsyncHandle::abort) cancels upstream at
+    /// once and aborts the task (result: kind [`Cancelled`](crate::ErrorKind::Cancelled)).
+    /// Dropping the handle detaches the task, which runs on. If the task is dropped
+    /// unfinished (runtime shutdown), upstream is cancelled.
+    ///
+    /// # Panics
+    ///
+    /// If called outside a tokio runtime. A panic in a hook is caught: upstream is
+    /// cancelled and the result is an error of kind [`Panicked`](crate::ErrorKind::Panicked).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::bridge::AsyncSubscriber;
+    /// use weir::prelude::*;
+    ///
+    /// struct Sum(u64);
+    ///
+    /// #[async_trait::async_trait]
+    /// impl AsyncSubscriber<u64> for Sum {
+    ///     async fn on_next(&mut self, item: u64) -> Result<(), weir::Error> {
+    ///         tokio::task::yield_now().await;
+    ///         self.0 += item;
+    ///         Ok(())
+    ///     }
+    ///     async fn on_complete(&mut self) -> Result<(), weir::Error> {
+    ///         assert_eq!(self.0, 4_950);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # fn main() {
+    /// let rt = tokio::runtime::Runtime::new().unwrap();
+    /// rt.block_on(async { weir::range(0u64..100).subscribe_async(Sum(0)).await.unwrap() });
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    fn subscribe_async<A>(self, subscriber: A) -> crate::bridge::AsyncHandle
+    where
+        A: crate::bridge::AsyncSubscriber<Self::Item> + 'static,
+    {
+        crate::bridge::subscribe_async(self, subscriber)
+    }
+
+    /// [`subscribe_async`](Self::subscribe_async) with options: a window of items
+    /// requested ahead, and the runtime to spawn on.
+    ///
+    /// # Backpressure
+    ///
+    /// With `window(w)`: `w` requested up front, then (through
+    /// [`Replenish`](crate::demand::Replenish)) what was consumed each time
+    /// `w - w/4` `on_next` futures completed. Up to `w` items wait in a bounded
+    /// buffer of that size while `on_next` runs; outstanding demand plus waiting
+    /// items never exceed `w`.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// window 4
+    /// request : 4--------3-----------3
+    /// source  : abcd-----efg---------h…
+    /// on_next : [a][b][c][d][e][f][g]…   (3 done → request 3)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`subscribe_async`](Self::subscribe_async).
+    ///
+    /// # Cancellation
+    ///
+    /// As [`subscribe_async`](Self::subscribe_async); `abort` also drops the items
+    /// waiting in the window.
+    ///
+    /// # Panics
+    ///
+    /// If no runtime was configured and this thread is not inside a tokio runtime.
+    /// (An invalid window panics in [`SubscribeAsync::window`](crate::bridge::SubscribeAsync::window).)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::bridge::{AsyncSubscriber, SubscribeAsync};
+    /// use weir::prelude::*;
+    ///
+    /// struct Count(u64);
+    ///
+    /// #[async_trait::async_trait]
+    /// impl AsyncSubscriber<u32> for Count {
+    ///     async fn on_next(&mut self, _item: u32) -> Result<(), weir::Error> {
+    ///         self.0 += 1;
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// let rt = tokio::runtime::Runtime::new().unwrap();
+    /// // Subscribed from a plain thread: the task runs on `rt`.
+    /// let handle = weir::range(0u32..1_000)
+    ///     .subscribe_async_with(SubscribeAsync::new().window(16).runtime(rt.handle().clone()), Count(0));
+    /// assert!(rt.block_on(handle).is_ok());
+    /// ```
+    #[cfg(feature = "tokio")]
+    fn subscribe_async_with<A>(
+        self,
+        options: crate::bridge::SubscribeAsync,
+        subscriber: A,
+    ) -> crate::bridge::AsyncHandle
+    where
+        A: crate::bridge::AsyncSubscriber<Self::Item> + 'static,
+    {
+        options.subscribe(self, subscriber)
+    }
 }
 
 impl<P: Publisher> PublisherExt for P {}

@@ -425,6 +425,139 @@ weir::subscriber_whitebox_tck!(
     .env(env())
 );
 
+// ---- async subscriber (feature `tokio`) ---------------------------------------------
+
+// `subscribe_async`'s inlet is what the kit sees; the user's hooks run on a tokio task.
+// Black-box: a no-op async subscriber (window 1 and window 4). White-box: an async
+// subscriber that reports to the probe from its *async* hooks (so the reports prove
+// the items crossed to the task), with the task's handle as puppet: it requests by
+// itself (`trigger_request` does nothing), `signal_cancel` aborts it.
+#[cfg(feature = "tokio")]
+mod async_subscriber_tck {
+    use std::sync::{Arc, Mutex, OnceLock};
+
+    use weir::bridge::{AsyncHandle, AsyncSubscriber, SubscribeAsync};
+    use weir::prelude::*;
+    use weir::tck::{
+        capture_subscriber, SubscriberBlackboxVerification, SubscriberPuppet,
+        SubscriberWhiteboxVerification, WhiteboxProbe,
+    };
+    use weir::Error;
+
+    /// The shared quiet windows, but 2 s for expected signals: the subscriber's
+    /// requests and reports come from a task on another thread, which a loaded
+    /// two-core machine may schedule late.
+    fn env() -> weir::tck::TestEnv {
+        weir::tck::TestEnv::builder()
+            .default_timeout(std::time::Duration::from_secs(2))
+            .no_signals_timeout(std::time::Duration::from_millis(50))
+            .build()
+    }
+
+    /// One runtime for every test of these suites (two workers, like CI's cores).
+    fn runtime() -> tokio::runtime::Handle {
+        static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+        RT.get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a tokio runtime")
+        })
+        .handle()
+        .clone()
+    }
+
+    fn options(window: u64) -> SubscribeAsync {
+        SubscribeAsync::new().window(window).runtime(runtime())
+    }
+
+    struct Noop;
+
+    #[async_trait::async_trait]
+    impl AsyncSubscriber<u64> for Noop {
+        async fn on_next(&mut self, _item: u64) -> Result<(), Error> {
+            tokio::task::yield_now().await;
+            Ok(())
+        }
+    }
+
+    weir::subscriber_blackbox_tck!(
+        async_blackbox,
+        SubscriberBlackboxVerification::new(
+            || capture_subscriber::<u64, _>(|p| p.subscribe_async_with(options(1), Noop)).0,
+            |i| i
+        )
+        .env(env())
+    );
+    weir::subscriber_blackbox_tck!(
+        async_window_blackbox,
+        SubscriberBlackboxVerification::new(
+            || capture_subscriber::<u64, _>(|p| p.subscribe_async_with(options(4), Noop)).0,
+            |i| i
+        )
+        .env(env())
+    );
+
+    type HandleSlot = Arc<Mutex<Option<AsyncHandle>>>;
+
+    /// The puppet: the task's handle (filled in right after subscribing).
+    struct Puppet(HandleSlot);
+
+    impl SubscriberPuppet for Puppet {
+        fn trigger_request(&self, _n: u64) {}
+        fn signal_cancel(&self) {
+            if let Some(handle) = &*self.0.lock().unwrap() {
+                handle.abort();
+            }
+        }
+    }
+
+    /// Reports every signal to the probe from its async hooks.
+    struct Probing {
+        probe: WhiteboxProbe<u64>,
+        handle: HandleSlot,
+    }
+
+    #[async_trait::async_trait]
+    impl AsyncSubscriber<u64> for Probing {
+        async fn on_subscribe(&mut self) -> Result<(), Error> {
+            self.probe
+                .register_on_subscribe(Puppet(self.handle.clone()));
+            Ok(())
+        }
+        async fn on_next(&mut self, item: u64) -> Result<(), Error> {
+            tokio::task::yield_now().await;
+            self.probe.register_on_next(item);
+            Ok(())
+        }
+        async fn on_error(&mut self, error: Error) {
+            self.probe.register_on_error(error);
+        }
+        async fn on_complete(&mut self) -> Result<(), Error> {
+            self.probe.register_on_complete();
+            Ok(())
+        }
+    }
+
+    fn probed(probe: WhiteboxProbe<u64>) -> weir::tck::CapturedSubscriber<u64> {
+        let slot = HandleSlot::default();
+        let user = Probing {
+            probe,
+            handle: slot.clone(),
+        };
+        let (inlet, handle) =
+            capture_subscriber::<u64, _>(|p| p.subscribe_async_with(options(1), user));
+        *slot.lock().unwrap() = Some(handle);
+        inlet
+    }
+
+    weir::subscriber_whitebox_tck!(
+        async_whitebox,
+        SubscriberWhiteboxVerification::new(probed, |i| i).env(env())
+    );
+}
+
 // ---- processor ----------------------------------------------------------------------
 
 weir::processor_tck!(

@@ -9,3 +9,15 @@
 // ---- futures: Stream and Sink (feature `futures`) ----
 
 // ---- tokio: receivers and async subscribers (feature `tokio`) ----
+
+// Async subscribers (`subscribe_async`) and readiness for I/O producers (`send_or_pause`).
+#[cfg(feature = "tokio")]
+mod async_subscriber;
+#[cfg(feature = "tokio")]
+mod readiness;
+#[cfg(feature = "tokio")]
+pub use async_subscriber::{
+    subscribe_async, AsyncHandle, AsyncSubscriber, SubscribeAsync, MAX_WINDOW,
+};
+#[cfg(feature = "tokio")]
+pub use readiness::{AfterSend, SendOrPause, SenderReadiness};
