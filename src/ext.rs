@@ -1439,8 +1439,8 @@ pub trait PublisherExt: Publisher + Sized {
     /// output : ----a-------b--------c------(d|)
     /// ```
     ///
-    /// Size 3, period 6 dashes, demand throughout: a = [1, 2, 3] (full), b = [4] and
-    /// c = [5] (the period passed since their first item), d = [6] (flushed at
+    /// Size 3, period 6 dashes, demand throughout: a = `[1, 2, 3]` (full), b = `[4]` and
+    /// c = `[5]` (the period passed since their first item), d = `[6]` (flushed at
     /// completion).
     ///
     /// # Errors

@@ -83,7 +83,7 @@ impl Rate {
 pub enum ThrottleMode {
     /// Delay it: upstream is only asked for items as tokens allow (lossless).
     Shaping,
-    /// Drop it, reported as [`DropReason::Rejected`] (lossy).
+    /// Drop it, reported as [`DropReason::Rejected`](crate::DropReason::Rejected) (lossy).
     Enforcing,
 }
 
