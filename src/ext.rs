@@ -1995,12 +1995,11 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// let (tx, rx) = futures::channel::mpsc::channel::<u32>(2);
     /// let forward = weir::range(0u32..5).forward(tx);
-    /// let received = futures::executor::block_on(async {
-    ///     use futures::StreamExt as _;
-    ///     let (sent, received) = futures::join!(forward, rx.collect::<Vec<_>>());
-    ///     sent.unwrap();
-    ///     received
-    /// });
+    /// let (sent, received) = futures::executor::block_on(futures::future::join(
+    ///     forward,
+    ///     futures::StreamExt::collect::<Vec<_>>(rx),
+    /// ));
+    /// sent.unwrap();
     /// assert_eq!(received, vec![0, 1, 2, 3, 4]);
     /// ```
     #[cfg(feature = "futures")]

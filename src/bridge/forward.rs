@@ -155,6 +155,9 @@ where
                     Poll::Ready(Err(error)) => return this.fail(error),
                     Poll::Pending => {
                         this.held = Some(item);
+                        if let Some(failed) = this.flush(cx) {
+                            return failed;
+                        }
                         return Poll::Pending;
                     }
                 }
