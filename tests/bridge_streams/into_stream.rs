@@ -39,11 +39,12 @@ async fn into_stream_64_keeps_at_most_64_outstanding_and_requests_once_per_48_it
         let mut max_ahead = 0u64;
         while let Some(item) = stream.next().await {
             assert_eq!(item.unwrap(), consumed, "in order");
+            // The item in hand counts as consumed (the stream replenished for it).
+            consumed += 1;
             let outstanding = requested.load(Ordering::SeqCst) - consumed;
             let ahead = produced.load(Ordering::SeqCst) - consumed;
             max_outstanding = max_outstanding.max(outstanding);
             max_ahead = max_ahead.max(ahead);
-            consumed += 1;
             if consumed % 7 == 0 {
                 tokio::task::yield_now().await;
             }
