@@ -49,7 +49,9 @@ async fn sum_on_task(mut stream: weir::bridge::IntoStream<u64>) -> u64 {
 }
 
 fn into_stream_range(rt: &tokio::runtime::Runtime) -> u64 {
-    rt.block_on(sum_on_task(weir::range(0..black_box(N)).into_stream(PREFETCH)))
+    rt.block_on(sum_on_task(
+        weir::range(0..black_box(N)).into_stream(PREFETCH),
+    ))
 }
 
 fn into_stream_from_stream(rt: &tokio::runtime::Runtime) -> u64 {
@@ -120,7 +122,9 @@ fn bridge(c: &mut Criterion) {
     group.bench_function("weir_from_stream_into_stream_256", |b| {
         b.iter(|| into_stream_from_stream(&rt))
     });
-    group.bench_function("tokio_mpsc_256_receiver_stream", |b| b.iter(|| tokio_mpsc(&rt)));
+    group.bench_function("tokio_mpsc_256_receiver_stream", |b| {
+        b.iter(|| tokio_mpsc(&rt))
+    });
     group.finish();
 
     let mut group = c.benchmark_group("bridge/from_stream_overhead/1M");

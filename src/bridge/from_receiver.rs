@@ -11,7 +11,7 @@ use std::task::{Context, Poll};
 
 use tokio::sync::mpsc::Receiver;
 
-use super::from_stream::{current_tokio, subscribe, Boxed, Plain};
+use super::from_stream::{current_tokio, subscribe, Plain, StreamSource};
 use crate::runtime::{Scheduler, Tokio};
 use crate::{Publisher, Subscriber};
 

@@ -163,7 +163,7 @@ where
 /// How a subscription polls its stream: pinned once at subscribe, then polled with
 /// the stream's items (or errors) mapped to `Result<Item, Error>`. Implemented by
 /// [`Plain`] and [`Fallible`]; not meant to be implemented outside weir.
-pub trait Boxed: Send + 'static {
+pub trait StreamSource: Send + 'static {
     /// What the publisher emits.
     type Item: Send + 'static;
     /// The pinned state `Core` keeps.
@@ -177,7 +177,7 @@ pub trait Boxed: Send + 'static {
     ) -> Poll<Option<Result<Self::Item, Error>>>;
 }
 
-impl<S> Boxed for Plain<S>
+impl<S> StreamSource for Plain<S>
 where
     S: Stream + Send + 'static,
     S::Item: Send + 'static,
@@ -198,7 +198,7 @@ where
     }
 }
 
-impl<S, T, E> Boxed for Fallible<S>
+impl<S, T, E> StreamSource for Fallible<S>
 where
     S: Stream<Item = Result<T, E>> + Send + 'static,
     T: Send + 'static,
@@ -212,7 +212,10 @@ where
     }
 
     #[inline]
-    fn poll_pinned(pinned: &mut Pin<Box<S>>, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
+    fn poll_pinned(
+        pinned: &mut Pin<Box<S>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<T, Error>>> {
         pinned
             .as_mut()
             .poll_next(cx)
@@ -222,7 +225,7 @@ where
 
 impl<B, C> Publisher for FromStream<B, C>
 where
-    B: Boxed,
+    B: StreamSource,
     C: Scheduler + Clone,
 {
     type Item = B::Item;
@@ -238,7 +241,7 @@ where
 /// Subscribe `subscriber` to the pinned stream `pinned`, polling on `scheduler`.
 pub(crate) fn subscribe<B, S, C>(pinned: B::Pinned, scheduler: C, subscriber: S)
 where
-    B: Boxed,
+    B: StreamSource,
     S: Subscriber<B::Item> + Send + 'static,
     C: Scheduler + Clone,
 {
@@ -283,7 +286,7 @@ enum PassEnd {
 }
 
 /// One subscription. See the module docs.
-struct Core<B: Boxed, S, C> {
+struct Core<B: StreamSource, S, C> {
     /// Ourselves, for `request` (which only has `&self`) to hand to a poll task.
     this: Weak<Self>,
     /// Demand requested and not yet taken by a pass.
@@ -300,7 +303,7 @@ struct Core<B: Boxed, S, C> {
 
 impl<B, S, C> Core<B, S, C>
 where
-    B: Boxed,
+    B: StreamSource,
     S: Subscriber<B::Item> + Send + 'static,
     C: Scheduler + Clone,
 {
@@ -340,7 +343,7 @@ where
         loop {
             let end = self.pass();
             passes += 1;
-            if matches!(end, PassEnd::Yield) || passes == TASK_PASSES {
+            if matches!(end, PassEnd::Yield) {
                 // Keep ownership (and the unaccounted reasons) for the next task.
                 self.schedule(missed);
                 return;
@@ -349,7 +352,20 @@ where
             if missed == 0 {
                 return;
             }
+            if passes == TASK_PASSES {
+                // Still woken or requested after many passes: let other tasks run.
+                self.schedule(missed);
+                return;
+            }
         }
+    }
+
+    /// The subscription is over: later requests are no-ops (rules 1.6, 3.6), later
+    /// wakes find nothing to poll.
+    fn over(&self) {
+        // Relaxed: read by `request` only as a shortcut; the owner re-checks the
+        // state under the lock.
+        self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
     }
 
     /// One drain pass; runs only on the `Wip` owner.
@@ -366,11 +382,13 @@ where
             Ok(Some(end)) => end,
             Ok(None) => {
                 *state = None;
+                self.over();
                 PassEnd::Idle
             }
             Err(_) => {
                 tracing::error!("subscriber panicked (rule 2.13); treated as cancelled");
                 *state = None;
+                self.over();
                 PassEnd::Idle
             }
         }
@@ -379,7 +397,12 @@ where
     /// Emit batches while there is demand. `None`: the subscription is over (drop
     /// the stream and the subscriber).
     #[inline]
-    fn emit(&self, pinned: &mut B::Pinned, subscriber: &mut S, cx: &mut Context<'_>) -> Option<PassEnd> {
+    fn emit(
+        &self,
+        pinned: &mut B::Pinned,
+        subscriber: &mut S,
+        cx: &mut Context<'_>,
+    ) -> Option<PassEnd> {
         let mut local = 0u64;
         let mut emitted_in_task = 0u64;
         loop {
@@ -454,7 +477,7 @@ enum Stop {
 }
 
 /// A lazy batch: each `next` polls the stream once, within the pass's demand.
-struct Polled<'a, 'c, B: Boxed> {
+struct Polled<'a, 'c, B: StreamSource> {
     pinned: &'a mut B::Pinned,
     cx: &'a mut Context<'c>,
     flags: &'a AtomicU8,
@@ -463,7 +486,7 @@ struct Polled<'a, 'c, B: Boxed> {
     stop: Stop,
 }
 
-impl<B: Boxed> Iterator for Polled<'_, '_, B> {
+impl<B: StreamSource> Iterator for Polled<'_, '_, B> {
     type Item = B::Item;
 
     #[inline]
@@ -503,7 +526,7 @@ impl<B: Boxed> Iterator for Polled<'_, '_, B> {
 
 impl<B, S, C> ArcWake for Core<B, S, C>
 where
-    B: Boxed,
+    B: StreamSource,
     S: Subscriber<B::Item> + Send + 'static,
     C: Scheduler + Clone,
 {
@@ -514,7 +537,7 @@ where
 
 impl<B, S, C> RawSubscription for Core<B, S, C>
 where
-    B: Boxed,
+    B: StreamSource,
     S: Subscriber<B::Item> + Send + 'static,
     C: Scheduler + Clone,
 {
@@ -557,7 +580,7 @@ where
 
 impl<B, S, C> Core<B, S, C>
 where
-    B: Boxed,
+    B: StreamSource,
     S: Subscriber<B::Item> + Send + 'static,
     C: Scheduler + Clone,
 {

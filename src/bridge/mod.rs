@@ -21,11 +21,11 @@ pub(crate) mod handoff;
 mod into_stream;
 
 pub use forward::Forward;
-pub use from_stream::{
-    from_stream_on, try_from_stream_on, Boxed, Fallible, FromStream, Plain,
-};
 #[cfg(feature = "tokio")]
 pub use from_stream::{from_stream, try_from_stream};
+pub use from_stream::{
+    from_stream_on, try_from_stream_on, Fallible, FromStream, Plain, StreamSource,
+};
 pub use into_stream::IntoStream;
 #[cfg(feature = "tokio")]
 mod from_receiver;

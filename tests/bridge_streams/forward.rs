@@ -109,9 +109,16 @@ async fn forward_requests_one_item_per_readiness_and_closes_at_the_end() {
         .unwrap();
     let log = log.lock().unwrap();
     assert_eq!(log.items, (0..100).collect::<Vec<_>>());
-    assert!(sizes.lock().unwrap().iter().all(|&n| n == 1), "always request(1)");
+    assert!(
+        sizes.lock().unwrap().iter().all(|&n| n == 1),
+        "always request(1)"
+    );
     for (sent, requested) in log.requested_at_send.iter().enumerate() {
-        assert_eq!(*requested, sent as u64 + 1, "exactly the items sent were requested");
+        assert_eq!(
+            *requested,
+            sent as u64 + 1,
+            "exactly the items sent were requested"
+        );
     }
     assert!(log.readies >= 100);
     assert!(log.flushes >= 100 / 3, "flushed when full: {}", log.flushes);

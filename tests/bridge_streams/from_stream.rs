@@ -155,7 +155,10 @@ fn try_from_stream_turns_the_first_err_into_on_error() {
         .collect()
         .wait()
         .unwrap_err();
-    assert!(Error::ptr_eq(&error, &original), "a weir::Error passes through");
+    assert!(
+        Error::ptr_eq(&error, &original),
+        "a weir::Error passes through"
+    );
 }
 
 /// A panic in the stream's `poll_next` becomes `on_error` of kind `Panicked`.
@@ -169,7 +172,10 @@ fn a_panicking_stream_fails_the_subscriber() {
         }
         std::task::Poll::Ready(Some(n))
     });
-    let error = from_stream_on(stream, tokio()).collect().wait().unwrap_err();
+    let error = from_stream_on(stream, tokio())
+        .collect()
+        .wait()
+        .unwrap_err();
     assert_eq!(error.kind(), ErrorKind::Panicked);
     assert!(error.message().contains("poll exploded"));
 }
@@ -213,13 +219,19 @@ fn from_receiver_backpressures_senders_and_cancel_closes_the_channel() {
     for i in 0..4 {
         tx.try_send(i).unwrap();
     }
-    assert!(tx.try_send(4).is_err(), "full: nothing was read without demand");
+    assert!(
+        tx.try_send(4).is_err(),
+        "full: nothing was read without demand"
+    );
     probe.request(2);
     probe.await_items(2, PATIENCE).unwrap();
     assert!(eventually_blocking(|| tx.capacity() == 2));
     tx.try_send(4).unwrap();
     tx.try_send(5).unwrap();
-    assert!(tx.try_send(6).is_err(), "the channel's capacity is the only buffer");
+    assert!(
+        tx.try_send(6).is_err(),
+        "the channel's capacity is the only buffer"
+    );
     assert!(!tx.is_closed());
     probe.cancel();
     assert!(tx.is_closed(), "the receiver was dropped by the cancel");

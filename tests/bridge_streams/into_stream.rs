@@ -86,7 +86,11 @@ async fn into_stream_upstream_fills_the_prefetch_while_the_consumer_awaits() {
     assert_eq!(stream.next().await.unwrap().unwrap(), 0);
     // Busy elsewhere: the stream is not polled while we wait.
     let filled = eventually(|| produced.load(Ordering::SeqCst) >= 64).await;
-    assert!(filled, "upstream stalled at {} while the consumer was busy", produced.load(Ordering::SeqCst));
+    assert!(
+        filled,
+        "upstream stalled at {} while the consumer was busy",
+        produced.load(Ordering::SeqCst)
+    );
     tokio::time::sleep(Duration::from_millis(5)).await;
     assert_eq!(
         produced.load(Ordering::SeqCst),
@@ -103,7 +107,10 @@ async fn into_stream_upstream_fills_the_prefetch_while_the_consumer_awaits() {
         tokio::time::sleep(Duration::from_millis(1)).await;
         if consumed <= 100 {
             let ahead = eventually(|| produced.load(Ordering::SeqCst) >= consumed + 16).await;
-            assert!(ahead, "upstream stopped short of the window at item {consumed}");
+            assert!(
+                ahead,
+                "upstream stopped short of the window at item {consumed}"
+            );
         }
         assert!(produced.load(Ordering::SeqCst) - consumed <= 64);
     }

@@ -57,12 +57,10 @@ impl Counts {
         let mut current = self.requested.load(Ordering::SeqCst);
         loop {
             let next = current.saturating_add(n);
-            match self.requested.compare_exchange(
-                current,
-                next,
-                Ordering::SeqCst,
-                Ordering::SeqCst,
-            ) {
+            match self
+                .requested
+                .compare_exchange(current, next, Ordering::SeqCst, Ordering::SeqCst)
+            {
                 Ok(_) => return,
                 Err(actual) => current = actual,
             }
