@@ -104,15 +104,42 @@ impl<S, C> FromStream<S, C> {
 /// A publisher of the items of `stream`, polled on `scheduler` only while the
 /// subscriber has outstanding demand.
 ///
-/// See [`weir::bridge`](crate::bridge) for the demand contract. The stream is moved
-/// into the subscription on `subscribe` and dropped when the subscription ends
-/// (completion, or `cancel`, which drops it within one scheduler turn).
+/// # Backpressure
+///
+/// Polled only with demand: the stream is polled at most as many times as items were
+/// requested and not yet delivered (plus once per `Pending` it answers, and once for
+/// the final `None`); with no demand it is not polled at all, even when its waker
+/// fires. Nothing is read ahead and nothing is spawned to buffer: in-flight bound 0.
+/// Requests are served on a poll task on `scheduler`, at most one at a time; the
+/// stream's waker schedules the next one. Because the stream is not polled without
+/// demand, a completion right after the last requested item is seen with the next
+/// request (the conformance kit's rule 1.2/1.5 tests request once more and pass).
+///
+/// # Timing
+///
+/// ```text
+/// request : 2-----1-------1
+/// polls   : PP----P-------P
+/// output  : ab----c-------|
+/// ```
 ///
 /// # Errors
 ///
 /// A plain stream never fails; a panic in its `poll_next` becomes `on_error` of kind
 /// [`Panicked`](crate::ErrorKind::Panicked). For a stream of `Result`s, use
-/// [`try_from_stream_on`].
+/// [`try_from_stream_on`]. `request(0)` is answered with the rule 3.9 error.
+///
+/// # Cancellation
+///
+/// The stream is moved into the subscription on `subscribe` and dropped when the
+/// subscription ends: at completion, or at `cancel`, which drops it on the spot when
+/// no poll task is running, or at the end of the running task's current poll (within
+/// one scheduler turn) otherwise. What the stream holds (a receiver, a socket) is
+/// released with it.
+///
+/// # Panics
+///
+/// Never at construction. A panicking subscriber is treated as cancelled (rule 2.13).
 ///
 /// # Examples
 ///

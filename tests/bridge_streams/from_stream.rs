@@ -80,6 +80,8 @@ fn cancel_drops_the_stream_at_once() {
     from_stream_on(stream, tokio()).subscribe(subscriber);
     probe.request(3);
     probe.await_items(3, PATIENCE).unwrap();
+    // Let the poll task return from its pass (its demand is used up).
+    std::thread::sleep(Duration::from_millis(5));
     assert!(!dropped.load(Ordering::SeqCst));
     probe.cancel();
     assert!(dropped.load(Ordering::SeqCst), "dropped by the cancel");
@@ -233,6 +235,7 @@ fn from_receiver_backpressures_senders_and_cancel_closes_the_channel() {
         "the channel's capacity is the only buffer"
     );
     assert!(!tx.is_closed());
+    std::thread::sleep(Duration::from_millis(5));
     probe.cancel();
     assert!(tx.is_closed(), "the receiver was dropped by the cancel");
 }

@@ -135,6 +135,9 @@ async fn dropping_into_stream_cancels_upstream_within_one_scheduler_turn() {
         .into_stream(8);
     assert_eq!(stream.next().await.unwrap().unwrap(), 0);
     assert!(eventually(|| Counts::get(&counts.yielded) == 8).await);
+    // The window is full: the poll task finishes its pass and goes idle (no demand,
+    // so no poll). Give it a moment to return, so the drop below finds it idle.
+    tokio::time::sleep(Duration::from_millis(5)).await;
     assert!(!dropped.load(Ordering::SeqCst));
     drop(stream);
     assert_eq!(cancels.load(Ordering::SeqCst), 1);
