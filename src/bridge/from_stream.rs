@@ -71,6 +71,7 @@ const BAD_REQUEST: u8 = 2;
 #[derive(Clone, Debug)]
 pub struct Plain<S>(S);
 
+#[cfg(feature = "tokio")]
 impl<S> Plain<S> {
     pub(crate) fn new(stream: S) -> Self {
         Plain(stream)
