@@ -196,3 +196,26 @@ async fn forward_into_a_channel_delivers_everything_in_order() {
     forward.await.unwrap().unwrap();
     assert_eq!(got, (0..5_000).collect::<Vec<_>>());
 }
+
+/// A sink that is not ready gets nothing, and upstream is asked for nothing: with
+/// no readiness there is no demand.
+#[test]
+fn a_sink_that_is_not_ready_means_no_demand() {
+    let (sink, log, _) = recording(0, None);
+    let requests = Arc::new(AtomicU64::new(0));
+    let r = requests.clone();
+    let mut forward = weir::range(0u64..10)
+        .inspect_request(move |n| {
+            r.fetch_add(n, Ordering::SeqCst);
+        })
+        .forward(sink);
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    for _ in 0..3 {
+        assert!(std::future::Future::poll(Pin::new(&mut forward), &mut cx).is_pending());
+    }
+    assert_eq!(requests.load(Ordering::SeqCst), 0);
+    let log = log.lock().unwrap();
+    assert!(log.items.is_empty());
+    assert_eq!(log.readies, 3);
+}
