@@ -2076,6 +2076,146 @@ pub trait PublisherExt: Publisher + Sized {
         iter
     }
 
+    // ---- bridges: futures::Stream and futures::Sink (feature `futures`) -------------
+
+    /// Consume the publisher as a [`futures::Stream`] of `Result<Self::Item, Error>`,
+    /// with a window of `prefetch` items.
+    ///
+    /// The stream yields `Ok(item)` per item, then `Err(error)` once if the publisher
+    /// failed, then `None` for ever (it is a `FusedStream`). It is `Send` and `Unpin`,
+    /// and lazy: nothing is subscribed until its first poll.
+    ///
+    /// # Backpressure
+    ///
+    /// Prefetching: the first poll subscribes and requests `prefetch`; then, each time
+    /// the consumer has taken `prefetch - prefetch / 4` items out (48 of 64), it
+    /// requests that many again ([`Replenish`](crate::demand::Replenish), the 75%
+    /// rule). So upstream never has more than `prefetch` items requested and not yet
+    /// consumed, and it **keeps producing into that window while the consumer is busy**
+    /// awaiting something else (a slow loop body does not starve upstream, unlike
+    /// `buffered` in futures-rs#2387). Items cross to the polling task through one
+    /// queue of exactly `prefetch` slots (a batch is pushed under one lock with one
+    /// wake); an upstream that delivers beyond the window broke rule 1.1 and is
+    /// reported, never buffered. In-flight bound: `prefetch` items.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// poll     : P------P--P--P---
+    /// request  : 4---------------3   (into_stream(4); 3 = 4 - 4/4, after 3 were taken)
+    /// upstream : -1234-----------5
+    /// stream   : -1------2--3--4--   (the window fills while the consumer is busy)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// An upstream error is yielded as `Some(Err(error))` after the items delivered
+    /// before it, then the stream ends. An upstream that breaks rule 1.1 is cancelled
+    /// and the stream ends with an error of kind
+    /// [`SpecViolation`](crate::ErrorKind::SpecViolation) naming rule 1.1.
+    ///
+    /// # Cancellation
+    ///
+    /// Dropping the stream cancels upstream (a stream dropped before its first poll
+    /// never subscribes). Items still queued are dropped with it.
+    ///
+    /// # Panics
+    ///
+    /// At construction, if `prefetch` is outside 1..=2^30: "into_stream prefetch must
+    /// be in 1..=2^30 (got 0)". The queue is allocated up front, so the window must be
+    /// a reasonable size.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use futures::StreamExt as _;
+    /// use weir::prelude::*;
+    ///
+    /// let mut stream = weir::range(0u32..5).into_stream(4);
+    /// let mut items = Vec::new();
+    /// futures::executor::block_on(async {
+    ///     while let Some(item) = stream.next().await {
+    ///         items.push(item.unwrap());
+    ///     }
+    /// });
+    /// assert_eq!(items, vec![0, 1, 2, 3, 4]);
+    /// ```
+    #[cfg(feature = "futures")]
+    fn into_stream(self, prefetch: u64) -> crate::bridge::IntoStream<Self::Item>
+    where
+        Self: Send + 'static,
+    {
+        crate::bridge::IntoStream::new(self, prefetch)
+    }
+
+    /// Send every item into the [`futures::Sink`] `sink`, using the sink's readiness
+    /// as demand; the returned future resolves once upstream completed and the sink
+    /// closed.
+    ///
+    /// The future is `Unpin` (and `Send` when the sink and the items are), and lazy:
+    /// nothing is subscribed until its first poll. Await it or spawn it.
+    ///
+    /// # Backpressure
+    ///
+    /// One item per readiness: upstream is asked for one item (`request(1)`) only
+    /// after `poll_ready` returned `Ready`, and that item goes to `start_send` (after
+    /// a second `poll_ready`, which is ready at once). Outstanding demand is never
+    /// more than 1; nothing is buffered besides the item in hand. When upstream has
+    /// nothing yet, the sink is flushed (`poll_flush`); at completion it is closed
+    /// (`poll_close`). For throughput across threads, put a prefetching stage (an
+    /// async boundary) in front: `forward` itself never reads ahead of the sink.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// poll_ready : R---R---R--R|
+    /// request    : 1---1---1--1
+    /// upstream   : -a---b---c--|
+    /// start_send : -a---b---c--(close)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// A sink error (from `poll_ready`, `start_send`, `poll_flush` or `poll_close`)
+    /// cancels upstream and resolves to it: a `weir::Error` unchanged, any other error
+    /// as kind [`Upstream`](crate::ErrorKind::Upstream) with the sink's error as its
+    /// source. An upstream error resolves to that error at once; the sink is then not
+    /// closed (it is dropped with the future).
+    ///
+    /// # Cancellation
+    ///
+    /// Dropping the future before it resolved cancels upstream; the sink and the item
+    /// in hand (if any) are dropped with it.
+    ///
+    /// # Panics
+    ///
+    /// Never panics itself; a panic in the sink's methods unwinds through `poll`
+    /// (the future is then dropped, which cancels upstream).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let (tx, rx) = futures::channel::mpsc::channel::<u32>(2);
+    /// let forward = weir::range(0u32..5).forward(tx);
+    /// let (sent, received) = futures::executor::block_on(futures::future::join(
+    ///     forward,
+    ///     futures::StreamExt::collect::<Vec<_>>(rx),
+    /// ));
+    /// sent.unwrap();
+    /// assert_eq!(received, vec![0, 1, 2, 3, 4]);
+    /// ```
+    #[cfg(feature = "futures")]
+    fn forward<K>(self, sink: K) -> crate::bridge::Forward<Self::Item, K>
+    where
+        Self: Send + 'static,
+        K: futures::Sink<Self::Item>,
+        K::Error: std::error::Error + Send + Sync + 'static,
+    {
+        crate::bridge::Forward::new(self, sink)
+    }
+
     // ---- tokio bridge: async subscribers (feature `tokio`) ---------------------------
 
     /// Drive an [`AsyncSubscriber`](crate::bridge::AsyncSubscriber) (its `on_next` is

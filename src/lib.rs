@@ -49,6 +49,11 @@ pub use operators::merge;
 pub use source::channel;
 pub use source::{defer, empty, error, from_iter, generate, just, never, range};
 pub use source::{interval, timer};
+// bridges to futures::Stream / Sink and tokio receivers
+#[cfg(feature = "tokio")]
+pub use bridge::{from_receiver, from_stream, try_from_stream};
+#[cfg(feature = "futures")]
+pub use bridge::{from_stream_on, try_from_stream_on};
 pub use spec::{BoxPublisher, Processor, Publisher, RawSubscription, Subscriber, Subscription};
 
 /// The traits a pipeline needs: `use weir::prelude::*;`.

@@ -804,3 +804,65 @@ weir::publisher_tck!(
         .stochastic_iterations(20)
         .env(env())
 );
+
+// ---- bridges: futures streams and tokio receivers (features futures, tokio) ----------
+//
+// Polled on a shared two-worker tokio runtime. `from_stream` over `stream::iter` is
+// `Clone` (each clone polls its own copy), so rule 1.11 runs; a receiver is not. The
+// receiver's producer is a tokio task sending into a channel of 16; it stops when the
+// subscription is cancelled (the receiver is dropped, so `send` fails).
+#[cfg(feature = "tokio")]
+mod bridge_tck {
+    use super::*;
+    use std::sync::OnceLock;
+    use weir::runtime::Tokio;
+
+    fn rt() -> &'static tokio::runtime::Runtime {
+        static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+        RT.get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a tokio runtime")
+        })
+    }
+
+    fn scheduler() -> Tokio {
+        Tokio::new(rt().handle().clone())
+    }
+
+    pub(super) fn from_stream(n: u64) -> impl Publisher<Item = u64> + Clone {
+        weir::from_stream_on(futures::stream::iter(0..n), scheduler())
+    }
+
+    pub(super) fn try_from_stream(n: u64) -> impl Publisher<Item = u64> + Clone {
+        let items = futures::stream::iter((0..n).map(Ok::<u64, std::io::Error>));
+        weir::try_from_stream_on(items, scheduler())
+    }
+
+    pub(super) fn from_receiver(n: u64) -> weir::bridge::FromReceiver<u64> {
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        rt().spawn(async move {
+            for i in 0..n {
+                if tx.send(i).await.is_err() {
+                    return;
+                }
+            }
+        });
+        weir::bridge::from_receiver_on(rx, scheduler())
+    }
+}
+
+#[cfg(feature = "tokio")]
+weir::publisher_tck!(from_stream, verify(bridge_tck::from_stream));
+#[cfg(feature = "tokio")]
+weir::publisher_tck!(try_from_stream, verify(bridge_tck::try_from_stream));
+#[cfg(feature = "tokio")]
+weir::publisher_tck!(
+    from_receiver,
+    PublisherVerification::new(bridge_tck::from_receiver)
+        .with_failed_publisher(|| weir::error::<u64>(Error::msg("failed on purpose")))
+        .stochastic_iterations(20)
+        .env(env())
+);

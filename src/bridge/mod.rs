@@ -7,6 +7,30 @@
 //! unbounded buffer.
 
 // ---- futures: Stream and Sink (feature `futures`) ----
+//
+// | bridge | direction | demand | buffer |
+// |---|---|---|---|
+// | `PublisherExt::into_stream(prefetch)` | publisher → `Stream<Item = Result<T, Error>>` | `prefetch` up front, then the 75% rule (`Replenish`) as the consumer takes items | one queue of exactly `prefetch` slots |
+// | `from_stream_on(stream, scheduler)`, `try_from_stream_on` | `Stream` → publisher | the stream is polled only while there is demand, one poll task at a time | none |
+// | `from_stream(stream)`, `try_from_stream` (feature `tokio`) | the same on the current tokio runtime | | none |
+// | `from_receiver(rx)` (feature `tokio`) | tokio `mpsc::Receiver` → publisher | `poll_recv` only while there is demand | the channel's own capacity |
+// | `PublisherExt::forward(sink)` | publisher → `Sink` | one item requested per `poll_ready` → `Ready` | the one item in hand |
+mod forward;
+mod from_stream;
+pub(crate) mod handoff;
+mod into_stream;
+
+pub use forward::Forward;
+#[cfg(feature = "tokio")]
+pub use from_stream::{from_stream, try_from_stream};
+pub use from_stream::{
+    from_stream_on, try_from_stream_on, Fallible, FromStream, Plain, StreamSource,
+};
+pub use into_stream::IntoStream;
+#[cfg(feature = "tokio")]
+mod from_receiver;
+#[cfg(feature = "tokio")]
+pub use from_receiver::{from_receiver, from_receiver_on, FromReceiver};
 
 // ---- tokio: receivers and async subscribers (feature `tokio`) ----
 

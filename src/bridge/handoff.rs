@@ -1,0 +1,278 @@
+//! The hand-off between a publisher's thread and a polling task, shared by
+//! [`into_stream`](crate::PublisherExt::into_stream) and
+//! [`forward`](crate::PublisherExt::forward).
+//!
+//! # Algorithm
+//!
+//! A [`HandoffSubscriber`] receives the publisher's signals on whatever thread the
+//! publisher runs, and a polling task takes the items out with [`Handoff::poll_pop`].
+//! Between them sits one `VecDeque`, allocated once with exactly `window` slots, and a
+//! `futures::task::AtomicWaker`:
+//!
+//! * the subscriber pushes a whole `on_next_batch` under one lock and wakes the task
+//!   once (and only when the queue was empty before the batch: a task that found items
+//!   has not gone to sleep, and a task that found none registered its waker before it
+//!   looked, under the same lock);
+//! * the task registers its waker, then looks under the lock, so a push that lands
+//!   between the two is never missed.
+//!
+//! # Demand contract
+//!
+//! `held` counts items delivered and not yet given back by the consumer with
+//! [`Handoff::release`]. The consumer gives items back only when it requests the same
+//! number again, so `held + outstanding demand` never exceeds the window: a push that
+//! finds `held == window` was not requested. That is upstream breaking rule 1.1; the
+//! subscriber cancels upstream and ends the stream with an error naming the rule,
+//! instead of growing the queue. Nothing here is unbounded.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+
+use futures::task::AtomicWaker;
+
+use crate::drain::SubscriptionSlot;
+use crate::{Error, Subscriber, Subscription};
+
+/// The largest window a bridge accepts: the queue is allocated up front.
+pub(crate) const MAX_WINDOW: u64 = 1 << 30;
+
+/// Check a bridge's window at construction.
+///
+/// # Panics
+///
+/// With "`{what}` must be in 1..=2^30 (got {window})" when it is out of range.
+pub(crate) fn validate_window(what: &str, window: u64) -> usize {
+    assert!(
+        (1..=MAX_WINDOW).contains(&window),
+        "{what} must be in 1..=2^30 (got {window})"
+    );
+    window as usize
+}
+
+struct State<T> {
+    /// Delivered, not yet popped. Capacity `window`, never exceeded.
+    queue: VecDeque<T>,
+    /// Delivered and not yet released by the consumer (queued or popped).
+    held: usize,
+    /// The window: the most items upstream may have delivered and not had released.
+    window: usize,
+    /// How the stream ended, once it did.
+    end: Option<Result<(), Error>>,
+}
+
+/// The state shared by the subscriber half and the consumer half.
+pub(crate) struct Handoff<T> {
+    state: Mutex<State<T>>,
+    waker: AtomicWaker,
+    slot: SubscriptionSlot,
+}
+
+impl<T> std::fmt::Debug for Handoff<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let state = self.lock();
+        f.debug_struct("Handoff")
+            .field("queued", &state.queue.len())
+            .field("held", &state.held)
+            .field("window", &state.window)
+            .field("ended", &state.end.is_some())
+            .finish()
+    }
+}
+
+impl<T> Handoff<T> {
+    /// A hand-off with room for `window` items (already validated) and the subscriber
+    /// that feeds it, which requests `initial` items on subscribe (0: none).
+    pub(crate) fn new(window: usize, initial: u64) -> (Arc<Self>, HandoffSubscriber<T>) {
+        let shared = Arc::new(Handoff {
+            state: Mutex::new(State {
+                queue: VecDeque::with_capacity(window),
+                held: 0,
+                window,
+                end: None,
+            }),
+            waker: AtomicWaker::new(),
+            slot: SubscriptionSlot::new(),
+        });
+        let subscriber = HandoffSubscriber {
+            shared: shared.clone(),
+            initial,
+            subscribed: false,
+        };
+        (shared, subscriber)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // Never poisoned in practice: nothing panics while holding it.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next item, the end of the stream (`Some(Err)` once for a failure, then
+    /// `None`), or `Pending` with the task's waker registered. With `release_popped`,
+    /// a popped item is released at once (the caller requests one per item).
+    pub(crate) fn poll_pop(
+        &self,
+        cx: &mut Context<'_>,
+        release_popped: bool,
+    ) -> Poll<Option<Result<T, Error>>> {
+        // Fast path: an item is there; no need to touch the waker.
+        if let Some(ready) = self.try_pop(release_popped) {
+            return Poll::Ready(ready);
+        }
+        // Register first, then look again under the lock: a push after our look sees
+        // an empty queue and wakes us; a push before it is found by the look.
+        self.waker.register(cx.waker());
+        match self.try_pop(release_popped) {
+            Some(ready) => Poll::Ready(ready),
+            None => Poll::Pending,
+        }
+    }
+
+    /// `None`: nothing yet. `Some(None)`: the stream is over.
+    fn try_pop(&self, release_popped: bool) -> Option<Option<Result<T, Error>>> {
+        let mut state = self.lock();
+        if let Some(item) = state.queue.pop_front() {
+            if release_popped {
+                state.held -= 1;
+            }
+            return Some(Some(Ok(item)));
+        }
+        match state.end.take() {
+            Some(Ok(())) => {
+                // Keep the stream over for later polls.
+                state.end = Some(Ok(()));
+                Some(None)
+            }
+            Some(Err(error)) => {
+                state.end = Some(Ok(()));
+                Some(Some(Err(error)))
+            }
+            None => None,
+        }
+    }
+
+    /// The consumer is done with `n` popped items: upstream may deliver `n` more.
+    /// Call before requesting them.
+    pub(crate) fn release(&self, n: usize) {
+        let mut state = self.lock();
+        debug_assert!(n <= state.held, "released more than was delivered");
+        state.held -= n.min(state.held);
+    }
+
+    /// Request `n` more from upstream (after [`release`](Self::release), or for a
+    /// window that starts empty).
+    pub(crate) fn request(&self, n: u64) {
+        self.slot.request(n);
+    }
+
+    /// Cancel upstream (idempotent; before subscription, the subscription that
+    /// arrives later is cancelled).
+    pub(crate) fn cancel(&self) {
+        self.slot.cancel();
+    }
+
+    /// Record the end of the stream (the first one wins) and wake the consumer.
+    fn end(&self, end: Result<(), Error>) {
+        let mut state = self.lock();
+        if state.end.is_none() {
+            state.end = Some(end);
+        }
+        drop(state);
+        self.waker.wake();
+    }
+}
+
+/// The subscriber half: pushes what upstream delivers into the hand-off.
+pub(crate) struct HandoffSubscriber<T> {
+    shared: Arc<Handoff<T>>,
+    initial: u64,
+    subscribed: bool,
+}
+
+impl<T> std::fmt::Debug for HandoffSubscriber<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandoffSubscriber")
+            .field("shared", &self.shared)
+            .finish()
+    }
+}
+
+impl<T> HandoffSubscriber<T> {
+    /// Push `items` under one lock and wake the consumer once.
+    fn push<I: Iterator<Item = T>>(&mut self, items: I) {
+        let mut state = self.shared.lock();
+        if state.end.is_some() {
+            return;
+        }
+        let was_empty = state.queue.is_empty();
+        let mut pushed = false;
+        for item in items {
+            if state.held == state.window {
+                state.end = Some(Err(Error::spec_violation(
+                    "1.1",
+                    "upstream delivered more items than the bridge requested (rule 1.1)",
+                )));
+                drop(state);
+                self.shared.slot.cancel();
+                self.shared.waker.wake();
+                return;
+            }
+            state.queue.push_back(item);
+            state.held += 1;
+            pushed = true;
+        }
+        drop(state);
+        if pushed && was_empty {
+            self.shared.waker.wake();
+        }
+    }
+}
+
+impl<T> Subscriber<T> for HandoffSubscriber<T> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if self.subscribed {
+            subscription.cancel();
+            return;
+        }
+        self.subscribed = true;
+        if self.shared.slot.set(subscription.clone()) && self.initial > 0 {
+            subscription.request(self.initial);
+        }
+    }
+
+    fn on_next(&mut self, item: T) {
+        self.push(std::iter::once(item));
+    }
+
+    /// One lock and at most one wake per batch. Replenishing is the consumer's job
+    /// (it requests as it takes items out), so no batch credit.
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        self.push(items);
+        0
+    }
+
+    fn on_error(&mut self, error: Error) {
+        self.shared.end(Err(error));
+    }
+
+    fn on_complete(&mut self) {
+        self.shared.end(Ok(()));
+    }
+}
+
+/// Turn a foreign error into a weir [`Error`]: a `weir::Error` passes through
+/// unchanged (same identity); anything else becomes kind
+/// [`Upstream`](crate::ErrorKind::Upstream) with the error as its source.
+pub(crate) fn into_error<E>(error: E) -> Error
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let boxed: Box<dyn std::any::Any + Send> = Box::new(error);
+    match boxed.downcast::<Error>() {
+        Ok(error) => *error,
+        Err(other) => match other.downcast::<E>() {
+            Ok(error) => Error::upstream(*error),
+            Err(_) => unreachable!("the box holds an E"),
+        },
+    }
+}
