@@ -14,7 +14,7 @@
 //! Measured on the 2-core dev box (1M u64 items, medians of two runs; the box's
 //! speed varied by ~2× between them, the ratios did not): `range → into_stream(256)`
 //! 16.2 / 31.8 ms, `from_stream → into_stream(256)` 30.5 / 54.6 ms, tokio mpsc(256)
-//! + `ReceiverStream` 107.6 / 209 ms (6.6× and 3.5–3.8×); raw `stream::iter` sum
+//! with `ReceiverStream` 107.6 / 209 ms (6.6× and 3.5–3.8×); raw `stream::iter` sum
 //! 0.738 / 1.109 ms, `from_stream(..).fold` 0.575 / 1.125 ms (0.78–1.01×).
 //!
 //! The runtime has two worker threads and the bench thread only waits, so at most
