@@ -17,7 +17,12 @@
 //! ```
 //!
 //! Start with [`PublisherExt`] (every operator and sink), the [`source`] functions,
-//! and the contract in [`spec`]. The conformance kit is `weir::tck` (feature `tck`).
+//! and the contract in [`spec`]. Threads and time live in [`runtime`] (schedulers;
+//! `publish_on` / `subscribe_on` are the async boundaries), producers you cannot slow
+//! down push through [`channel()`](fn@channel), and [`queue`] and [`metrics`] size
+//! queues from time and report their depth, age and lag. The bridges to `futures`
+//! and tokio are `weir::bridge` (features `futures`, `tokio`). The conformance kit is
+//! `weir::tck` (feature `tck`).
 
 // `deny`, not `forbid`: `queue::spsc` (the async boundary's ring) is the one module
 // allowed to use `unsafe`; see its declaration in `queue/mod.rs`.

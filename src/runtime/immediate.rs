@@ -9,7 +9,7 @@ use super::{run_task, Scheduler, Task};
 ///
 /// Useful in tests and for stages that must stay on the caller's thread. Delays block,
 /// so do not use it for time operators in production (use [`ThreadPool`](super::ThreadPool)
-/// or [`Tokio`](super::Tokio)); in tests prefer [`VirtualTime`](super::VirtualTime).
+/// or `Tokio` (feature `tokio`)); in tests prefer [`VirtualTime`](super::VirtualTime).
 ///
 /// ```
 /// use weir::runtime::{Immediate, Scheduler};

@@ -11,7 +11,7 @@
 //! |---|---|---|---|
 //! | [`Immediate`] | on the calling thread, at once (delays sleep the caller) | wall | tests, trivial pipelines |
 //! | [`ThreadPool`] | on named worker threads that park when idle | wall | CPU-bound stages, async boundaries |
-//! | [`Tokio`] (feature `tokio`) | as tasks on a tokio runtime | tokio's (pausable) | pipelines inside tokio applications |
+//! | `Tokio` (feature `tokio`) | as tasks on a tokio runtime | tokio's (pausable) | pipelines inside tokio applications |
 //! | [`VirtualTime`] | when the test advances the clock | manual | deterministic tests and doctests of time operators |
 //!
 //! # Boundedness
