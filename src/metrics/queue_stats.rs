@@ -119,7 +119,7 @@ impl fmt::Display for QueueStats {
         };
         write!(
             f,
-            "depth {}/{} oldest {} lag {} drain {:.0}/s arrive {:.0}/s enq {} deq {} dropped {} rejected {} blocked {:.3}s",
+            "depth {}/{} oldest {} lag {} drain {:.0}/s arrive {:.0}/s enq {} deq {} dropped {} rejected {} blocked {:.3}s pauses {}",
             self.depth,
             self.capacity,
             self.oldest_age
@@ -132,6 +132,7 @@ impl fmt::Display for QueueStats {
             self.dropped_total(),
             self.rejected,
             self.blocked.as_secs_f64(),
+            self.pauses,
         )
     }
 }
