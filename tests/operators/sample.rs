@@ -12,6 +12,7 @@ use weir::runtime::VirtualTime;
 use weir::tck::{TestProbe, TestSubscriber};
 use weir::{DropReason, Error, ErrorKind};
 
+use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::timed_events::{run_timed, steps};
 use crate::support::valve::{valve, ValveHandle};
@@ -20,14 +21,8 @@ use crate::support::virtual_clock::ms;
 /// `valve(len).sample(100 ms)` with a drop hook; nothing requested yet.
 fn sampled(len: u64) -> (VirtualTime, ValveHandle, TestProbe<u64>, Drops) {
     let vt = VirtualTime::new();
-    let (source, handle) = valve(len);
-    let drops = Drops::new();
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    source
-        .sample(ms(100), vt.clone())
-        .on_dropped(DropHook::new(drops.clone()))
-        .subscribe(subscriber);
+    let clock = vt.clone();
+    let (probe, handle, drops) = baseline::valve_probe(len, |source| source.sample(ms(100), clock));
     (vt, handle, probe, drops)
 }
 
