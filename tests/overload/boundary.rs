@@ -95,20 +95,33 @@ fn publish_on_overload_holds_the_window_and_loses_nothing() {
     assert!(peak <= bound, "peak heap {peak} B above {bound} B");
 }
 
-/// CPU time of this process so far: the sum over its live threads of the time they
-/// ran, from `/proc/self/task/*/schedstat` (nanoseconds).
-fn process_cpu() -> Duration {
-    let mut nanos = 0u64;
+/// CPU time each live thread of this process has run so far, by thread id, from
+/// `/proc/self/task/*/schedstat` (nanoseconds).
+fn thread_cpu() -> std::collections::HashMap<String, u64> {
+    let mut ran = std::collections::HashMap::new();
     for task in std::fs::read_dir("/proc/self/task").expect("procfs") {
-        let path = task.expect("task entry").path().join("schedstat");
-        if let Ok(stat) = std::fs::read_to_string(path) {
-            nanos += stat
-                .split_whitespace()
-                .next()
-                .and_then(|ran| ran.parse::<u64>().ok())
-                .unwrap_or(0);
+        let task = task.expect("task entry");
+        if let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) {
+            if let Some(nanos) = stat.split_whitespace().next().and_then(|n| n.parse().ok()) {
+                ran.insert(task.file_name().to_string_lossy().into_owned(), nanos);
+            }
         }
     }
+    ran
+}
+
+/// CPU time the process's threads used between two `thread_cpu` readings. Threads that
+/// exited meanwhile are left out (their time is gone from procfs); threads that started
+/// meanwhile count from zero. So a thread of an earlier test that exits during the
+/// window cannot make the difference negative.
+fn cpu_between(
+    before: &std::collections::HashMap<String, u64>,
+    after: &std::collections::HashMap<String, u64>,
+) -> Duration {
+    let nanos = after
+        .iter()
+        .map(|(tid, now)| now.saturating_sub(before.get(tid).copied().unwrap_or(0)))
+        .sum();
     Duration::from_nanos(nanos)
 }
 
@@ -133,9 +146,12 @@ fn an_idle_boundary_burns_no_cpu() {
         assert_eq!(seen.load(Ordering::Relaxed), 1_000);
         // Let the last spins run out, then watch one idle second.
         std::thread::sleep(Duration::from_millis(20));
-        let (cpu_before, wall_before) = (process_cpu(), Instant::now());
+        let (cpu_before, wall_before) = (thread_cpu(), Instant::now());
         std::thread::sleep(Duration::from_secs(1));
-        let (cpu, wall) = (process_cpu() - cpu_before, wall_before.elapsed());
+        let (cpu, wall) = (
+            cpu_between(&cpu_before, &thread_cpu()),
+            wall_before.elapsed(),
+        );
         let share = cpu.as_secs_f64() / wall.as_secs_f64();
         println!(
             "idle boundary: {cpu:?} CPU in {wall:?} ({:.3}% of one core)",
