@@ -70,25 +70,38 @@ impl AsyncSubscriber<u64> for Checker {
     }
 }
 
-#[test]
-fn window_1_requests_one_only_after_each_future_completed() {
+/// Run `range(0..items)` into a [`Checker`], through `subscribe_async` (`window: None`,
+/// the default window of 1) or `subscribe_async_with` a window; returns the requests
+/// upstream saw and the checker's (entry, exit) log.
+fn run_checked(window: Option<u64>, items: u64) -> (Vec<u64>, Vec<(u64, u64)>) {
     let rt = runtime();
     let requests = Requests::default();
     let log = Arc::new(Mutex::new(Vec::new()));
     let checker = Checker {
         requests: requests.clone(),
-        window: 1,
+        window: window.unwrap_or(1),
         seen: 0,
         log: log.clone(),
     };
+    let source = weir::range(0u64..items).inspect_request(requests.record());
     let result = rt.block_on(async {
-        weir::range(0u64..40)
-            .inspect_request(requests.record())
-            .subscribe_async(checker)
-            .await
+        match window {
+            None => source.subscribe_async(checker).await,
+            Some(w) => {
+                source
+                    .subscribe_async_with(SubscribeAsync::new().window(w), checker)
+                    .await
+            }
+        }
     });
     assert!(result.is_ok(), "{result:?}");
-    let log = log.lock().unwrap();
+    let log = log.lock().unwrap().clone();
+    (requests.list(), log)
+}
+
+#[test]
+fn window_1_requests_one_only_after_each_future_completed() {
+    let (requests, log) = run_checked(None, 40);
     assert_eq!(log.len(), 40);
     for (k, &(entry, exit)) in log.iter().enumerate() {
         let k = k as u64;
@@ -96,38 +109,19 @@ fn window_1_requests_one_only_after_each_future_completed() {
         // requested while its future ran.
         assert_eq!((entry, exit), (k + 1, k + 1), "item {k}");
     }
-    assert!(
-        requests.list().iter().all(|&n| n == 1),
-        "request(1) each time"
-    );
-    assert!(requests.list().len() >= 40);
+    assert!(requests.iter().all(|&n| n == 1), "request(1) each time");
+    assert!(requests.len() >= 40);
 }
 
 #[test]
 fn a_window_replenishes_through_the_75_percent_rule() {
-    let rt = runtime();
-    let requests = Requests::default();
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let checker = Checker {
-        requests: requests.clone(),
-        window: 8,
-        seen: 0,
-        log: log.clone(),
-    };
-    let result = rt.block_on(async {
-        weir::range(0u64..100)
-            .inspect_request(requests.record())
-            .subscribe_async_with(SubscribeAsync::new().window(8), checker)
-            .await
-    });
-    assert!(result.is_ok(), "{result:?}");
-    let list = requests.list();
+    let (list, log) = run_checked(Some(8), 100);
     assert_eq!(list[0], 8, "the window up front");
     assert!(
         list[1..].iter().all(|&n| n == 6),
         "then 8 - 8/4 at a time: {list:?}"
     );
-    for (k, &(entry, exit)) in log.lock().unwrap().iter().enumerate() {
+    for (k, &(entry, exit)) in log.iter().enumerate() {
         let k = k as u64;
         assert!(entry <= k + 8 && exit <= k + 8, "item {k}: at most 8 ahead");
     }
