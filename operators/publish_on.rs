@@ -663,12 +663,9 @@ where
         let entered = shared.wip.enter();
         debug_assert!(entered, "a new loop has no other owner");
         let handle = Subscription::new(Arc::new(Handle(shared.clone())));
-        if catch(|| downstream.on_subscribe(handle)).is_ok() {
+        if crate::guard::on_subscribe(&mut downstream, handle) {
             lock(&shared.state).downstream = Some(downstream);
         } else {
-            tracing::error!(
-                "subscriber panicked in on_subscribe (rule 2.13); treated as cancelled"
-            );
             // Release: pairs with the drain's Acquire load of the flags.
             shared.flags.fetch_or(CANCELLED, Ordering::Release);
             self.upstream.cancel();

@@ -112,3 +112,17 @@ where
         acc
     }
 }
+
+/// Call `subscriber.on_subscribe(subscription)`, catching a panic (rule 2.13). On a
+/// panic it is logged and `false` comes back: the caller treats the subscriber as
+/// having cancelled.
+pub(crate) fn on_subscribe<T, S>(subscriber: &mut S, subscription: crate::Subscription) -> bool
+where
+    S: crate::Subscriber<T> + ?Sized,
+{
+    if catch(|| subscriber.on_subscribe(subscription)).is_ok() {
+        return true;
+    }
+    tracing::error!("subscriber panicked in on_subscribe (rule 2.13); treated as cancelled");
+    false
+}

@@ -287,12 +287,9 @@ where
         let mut state = core.lock();
         let mut subscriber = subscriber;
         let subscription = Subscription::new(core.clone());
-        if catch(|| subscriber.on_subscribe(subscription)).is_ok() {
+        if crate::guard::on_subscribe(&mut subscriber, subscription) {
             *state = Some((pinned, subscriber));
         } else {
-            tracing::error!(
-                "subscriber panicked in on_subscribe (rule 2.13); treated as cancelled"
-            );
             // Relaxed: only this thread (the owner) reads it before `leave`.
             core.flags.fetch_or(CANCELLED, Ordering::Relaxed);
         }

@@ -126,12 +126,9 @@ where
         let mut state = engine.lock();
         let mut subscriber = subscriber;
         let subscription = Subscription::new(engine.clone());
-        if catch(|| subscriber.on_subscribe(subscription)).is_ok() {
+        if crate::guard::on_subscribe(&mut subscriber, subscription) {
             *state = Some((source, subscriber));
         } else {
-            tracing::error!(
-                "subscriber panicked in on_subscribe (rule 2.13); treated as cancelled"
-            );
             engine.flags.fetch_or(CANCELLED, Ordering::Relaxed);
         }
     }

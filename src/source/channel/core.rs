@@ -419,10 +419,7 @@ impl<T: Send + 'static> Shared<T> {
             let _ = self.hook.set(hook);
         }
         let subscription = crate::Subscription::new(Arc::new(Link(self.clone())));
-        if catch(|| subscriber.on_subscribe(subscription)).is_err() {
-            tracing::error!(
-                "subscriber panicked in on_subscribe (rule 2.13); treated as cancelled"
-            );
+        if !crate::guard::on_subscribe(&mut subscriber, subscription) {
             self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
             self.shut();
             return;
