@@ -24,7 +24,7 @@
 use std::time::{Duration, Instant};
 
 use crate::runtime::Scheduler;
-use crate::source::timed::{assert_positive, Emit, Fx, Machine, TimedSubscriber};
+use crate::stage::timed::{assert_positive, Fx, Machine, Signal, TimedSubscriber};
 use crate::{Error, Publisher, Subscriber};
 
 /// The largest batch size: batches are allocated up front, so the size is capped.
@@ -115,6 +115,7 @@ struct Batcher<T> {
 impl<T: Send + 'static> Machine for Batcher<T> {
     type In = T;
     type Out = Vec<T>;
+    const NAME: &'static str = "buffer_timeout";
 
     fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
         self.owed = self.owed.saturating_sub(1);
@@ -153,19 +154,19 @@ impl<T: Send + 'static> Machine for Batcher<T> {
         }
     }
 
-    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Emit<Vec<T>>> {
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Signal<Vec<T>>> {
         if matches!(self.end, Some(Err(_))) {
-            return self.end.take().map(Emit::End);
+            return self.end.take().map(Signal::End);
         }
         if demand > 0
             && !self.batch.is_empty()
             && (self.batch.len() == self.size || self.due || self.end.is_some())
         {
             self.due = false;
-            return Some(Emit::Item(std::mem::take(&mut self.batch)));
+            return Some(Signal::Item(std::mem::take(&mut self.batch)));
         }
         if self.batch.is_empty() && self.end.is_some() {
-            return self.end.take().map(Emit::End);
+            return self.end.take().map(Signal::End);
         }
         if demand > 0 && self.end.is_none() {
             let window = self.size as u64;

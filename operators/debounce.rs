@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::demand::UNBOUNDED;
 use crate::runtime::Scheduler;
-use crate::source::timed::{assert_positive, Emit, Fx, Machine, TimedSubscriber};
+use crate::stage::timed::{assert_positive, Fx, Machine, Signal, TimedSubscriber};
 use crate::{DropReason, Error, Publisher, Subscriber};
 
 /// Publisher for the [`debounce`](crate::PublisherExt::debounce) method.
@@ -102,6 +102,7 @@ struct Debouncer<T> {
 impl<T: Send + 'static> Machine for Debouncer<T> {
     type In = T;
     type Out = T;
+    const NAME: &'static str = "debounce";
 
     fn on_start(&mut self, fx: &mut Fx<'_, T>) {
         fx.request = UNBOUNDED;
@@ -147,15 +148,17 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
         }
     }
 
-    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Emit<T>> {
+    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Signal<T>> {
         if matches!(self.end, Some(Err(_))) {
-            return self.end.take().map(Emit::End);
+            return self.end.take().map(Signal::End);
         }
         match std::mem::replace(&mut self.slot, Slot::Empty) {
-            Slot::Ready(item) if demand > 0 => Some(Emit::Item(item)),
+            Slot::Ready(item) if demand > 0 => Some(Signal::Item(item)),
             // At completion the held item need not wait out its quiet period.
-            Slot::Quiet { item, .. } if demand > 0 && self.end.is_some() => Some(Emit::Item(item)),
-            Slot::Empty => self.end.take().map(Emit::End),
+            Slot::Quiet { item, .. } if demand > 0 && self.end.is_some() => {
+                Some(Signal::Item(item))
+            }
+            Slot::Empty => self.end.take().map(Signal::End),
             held => {
                 self.slot = held;
                 None

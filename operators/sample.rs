@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::demand::UNBOUNDED;
 use crate::runtime::Scheduler;
-use crate::source::timed::{assert_positive, until_next_tick, Emit, Fx, Machine, TimedSubscriber};
+use crate::stage::timed::{assert_positive, until_next_tick, Fx, Machine, Signal, TimedSubscriber};
 use crate::{DropReason, Error, Publisher, Subscriber};
 
 /// Publisher for the [`sample`](crate::PublisherExt::sample) method.
@@ -99,6 +99,7 @@ struct Sampler<T> {
 impl<T: Send + 'static> Machine for Sampler<T> {
     type In = T;
     type Out = T;
+    const NAME: &'static str = "sample";
 
     fn on_start(&mut self, fx: &mut Fx<'_, T>) {
         self.origin = Some(fx.now());
@@ -137,15 +138,15 @@ impl<T: Send + 'static> Machine for Sampler<T> {
         }
     }
 
-    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Emit<T>> {
+    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Signal<T>> {
         if matches!(self.end, Some(Err(_))) {
-            return self.end.take().map(Emit::End);
+            return self.end.take().map(Signal::End);
         }
         match std::mem::replace(&mut self.slot, Slot::Empty) {
-            Slot::Sampled(item) if demand > 0 => Some(Emit::Item(item)),
+            Slot::Sampled(item) if demand > 0 => Some(Signal::Item(item)),
             // At completion the held item need not wait for its grid point.
-            Slot::Waiting(item) if demand > 0 && self.end.is_some() => Some(Emit::Item(item)),
-            Slot::Empty => self.end.take().map(Emit::End),
+            Slot::Waiting(item) if demand > 0 && self.end.is_some() => Some(Signal::Item(item)),
+            Slot::Empty => self.end.take().map(Signal::End),
             held => {
                 self.slot = held;
                 None

@@ -25,8 +25,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+use crate::runtime::deadline;
 use crate::runtime::Scheduler;
-use crate::source::timed::{assert_positive, Emit, Fx, Machine, TimedSubscriber};
+use crate::stage::timed::{assert_positive, Fx, Machine, Signal, TimedSubscriber};
 use crate::{Error, Publisher, Subscriber};
 
 /// Publisher for the [`timeout`](crate::PublisherExt::timeout) method.
@@ -65,6 +66,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Timeout<P, C> {
             deadline: None,
             armed: false,
             expired: false,
+            never: false,
             end: None,
         };
         self.source.subscribe(TimedSubscriber::new(
@@ -92,6 +94,8 @@ struct Watch<T> {
     armed: bool,
     /// The clock ran out.
     expired: bool,
+    /// The duration does not fit the clock (`Duration::MAX`): it never runs out.
+    never: bool,
     /// Upstream's terminal signal.
     end: Option<Result<(), Error>>,
 }
@@ -99,6 +103,7 @@ struct Watch<T> {
 impl<T: Send + 'static> Machine for Watch<T> {
     type In = T;
     type Out = T;
+    const NAME: &'static str = "timeout";
 
     fn on_request(&mut self, n: u64, fx: &mut Fx<'_, T>) {
         fx.request = n;
@@ -128,32 +133,38 @@ impl<T: Send + 'static> Machine for Watch<T> {
         }
     }
 
-    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Emit<T>> {
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Signal<T>> {
         if demand > 0 {
             if let Some(item) = self.transit.pop_front() {
-                return Some(Emit::Item(item));
+                return Some(Signal::Item(item));
             }
         }
         if self.transit.is_empty() {
             if let Some(end) = self.end.take() {
-                return Some(Emit::End(end));
+                return Some(Signal::End(end));
             }
         }
         if self.expired {
             fx.cancel_upstream = true;
-            return Some(Emit::End(Err(Error::timeout(format!(
+            return Some(Signal::End(Err(Error::timeout(format!(
                 "no item within {:?} of outstanding demand",
                 self.duration
             )))));
         }
         if demand == 0 {
             self.deadline = None;
-        } else if self.deadline.is_none() && self.end.is_none() {
+        } else if self.deadline.is_none() && self.end.is_none() && !self.never {
             let now = fx.now();
-            self.deadline = Some(now + self.duration);
-            if !self.armed {
-                fx.arm = Some(self.duration);
-                self.armed = true;
+            match deadline(now, self.duration) {
+                Some(at) => {
+                    self.deadline = Some(at);
+                    if !self.armed {
+                        fx.arm = Some(self.duration);
+                        self.armed = true;
+                    }
+                }
+                // A duration past the end of the clock: the clock never runs out.
+                None => self.never = true,
             }
         }
         None

@@ -178,6 +178,51 @@ impl AtomicDemand {
     }
 }
 
+/// Demand a pass has taken out of an [`AtomicDemand`] and not yet used, plus the batch
+/// credit the subscriber returned: plain arithmetic, no atomic per batch. An emitter
+/// takes the shared demand once, spends it batch by batch (adding the credit each
+/// batch returns), and gives back what is left when it has nothing more to emit.
+#[derive(Debug, Default)]
+pub(crate) struct Local(u64);
+
+impl Local {
+    /// What is left to spend ([`UNBOUNDED`] stays unbounded).
+    #[inline]
+    pub(crate) fn get(&self) -> u64 {
+        self.0
+    }
+
+    /// Move all outstanding demand from `shared` here.
+    #[inline]
+    pub(crate) fn take(&mut self, shared: &AtomicDemand) {
+        if self.0 != UNBOUNDED {
+            self.0 = self.0.saturating_add(shared.take());
+        }
+    }
+
+    /// `count` items went out (never more than is here) and the batch returned
+    /// `credit`.
+    #[inline]
+    pub(crate) fn spent(&mut self, count: u64, credit: u64) {
+        if self.0 != UNBOUNDED {
+            debug_assert!(
+                count <= self.0,
+                "rule 1.1 violated: emitted {count} against {}",
+                self.0
+            );
+            self.0 = (self.0 - count).saturating_add(credit);
+        }
+    }
+
+    /// Hand what is left back to `shared`, for the next pass.
+    #[inline]
+    pub(crate) fn give_back(&mut self, shared: &AtomicDemand) {
+        if self.0 > 0 {
+            shared.add(std::mem::take(&mut self.0));
+        }
+    }
+}
+
 /// Deliver items from `items` to `downstream` against `demand`, the way a stage that
 /// owns its downstream's demand does it: demand is read once per batch, the batch goes
 /// out with one `on_next_batch`, and it is settled once with

@@ -55,6 +55,14 @@ impl Wip {
         self.count.fetch_sub(missed, Ordering::AcqRel) - missed
     }
 
+    /// How many reasons to run are registered and not yet accounted for (0: idle).
+    /// The owner compares it with what it owes to see whether new work arrived.
+    #[inline]
+    pub fn pending(&self) -> usize {
+        // Acquire: pairs with the Release half of `enter`, like `leave`.
+        self.count.load(Ordering::Acquire)
+    }
+
     /// Run `pass` until no reason to run is left. Call only after [`enter`](Self::enter)
     /// returned true.
     #[inline]

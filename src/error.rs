@@ -28,6 +28,11 @@ pub enum ErrorKind {
     Upstream,
     /// The consumer cancelled before the stream terminated (reported by sink handles).
     Cancelled,
+    /// A scheduler could no longer run one of the pipeline's tasks (a tokio runtime
+    /// shut down, a [`ThreadPool`](crate::runtime::ThreadPool) shut down): the stage
+    /// that owned the task ended its pipeline, cancelling upstream and dropping what
+    /// it held.
+    SchedulerShutdown,
 }
 
 impl fmt::Display for ErrorKind {
@@ -39,6 +44,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Panicked => f.write_str("user code panicked"),
             ErrorKind::Upstream => f.write_str("upstream error"),
             ErrorKind::Cancelled => f.write_str("cancelled"),
+            ErrorKind::SchedulerShutdown => f.write_str("scheduler shut down"),
         }
     }
 }
@@ -116,6 +122,16 @@ impl Error {
         Self::build(
             ErrorKind::Cancelled,
             "cancelled before the stream terminated",
+            None,
+        )
+    }
+
+    /// A scheduler dropped one of the pipeline's tasks without running it (it was shut
+    /// down); `stage` names the stage whose task it was.
+    pub fn scheduler_shutdown(stage: &'static str) -> Self {
+        Self::build(
+            ErrorKind::SchedulerShutdown,
+            format!("{stage}: its scheduler shut down and dropped a task it could not run"),
             None,
         )
     }

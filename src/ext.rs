@@ -925,13 +925,12 @@ pub trait PublisherExt: Publisher + Sized {
     /// use weir::DropReason;
     ///
     /// let drops = Drops::new();
-    /// // A consumer that wants 3 items of a source that pushes 10 at once.
+    /// // A consumer with a window of 3 items, and a source that pushes 10 at once.
     /// let kept = weir::range(0u32..10)
     ///     .on_backpressure_drop()
     ///     .on_dropped(DropHook::new(drops.clone()))
-    ///     .take(3)
-    ///     .collect_with(3)
-    ///     .wait()
+    ///     .blocking_iter(3)
+    ///     .collect::<Result<Vec<_>, _>>()
     ///     .unwrap();
     /// assert_eq!(kept, vec![0, 1, 2]);
     /// assert_eq!(drops.count(DropReason::OverflowNewest), 7);
@@ -989,9 +988,8 @@ pub trait PublisherExt: Publisher + Sized {
     /// let kept = weir::range(0u32..5)
     ///     .on_backpressure_drop()
     ///     .on_dropped(hook)
-    ///     .take(2)
-    ///     .collect_with(2)
-    ///     .wait()
+    ///     .blocking_iter(2) // a window of 2 items
+    ///     .collect::<Result<Vec<_>, _>>()
     ///     .unwrap();
     /// assert_eq!(kept, vec![0, 1]);
     /// assert_eq!(*seen.lock().unwrap(), vec![2, 3, 4]);

@@ -45,6 +45,7 @@ pub mod runtime;
 pub mod sink;
 pub mod source;
 pub mod spec;
+mod stage;
 #[cfg(feature = "tck")]
 pub mod tck;
 

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use super::Rate;
-use crate::source::timed::from_nanos;
+use crate::stage::timed::from_nanos;
 
 /// The token bucket, in units of `1 / rate.tokens` nanoseconds-of-period: a token is
 /// `per` units, and every elapsed nanosecond adds `tokens` units.

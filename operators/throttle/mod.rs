@@ -31,7 +31,7 @@ use std::time::Duration;
 use crate::drain::Upstream;
 use crate::metrics::DropReporter;
 use crate::runtime::Scheduler;
-use crate::source::timed::TimedSubscriber;
+use crate::stage::timed::TimedSubscriber;
 use crate::{Publisher, Subscriber};
 
 use bucket::Bucket;

@@ -4,21 +4,19 @@
 //!
 //! # Algorithm
 //!
-//! One subscription is one `Core`: the pinned stream and the subscriber behind a lock
-//! that only the owner of the core's [`Wip`] takes, the outstanding demand, and a
-//! flags byte (cancelled, bad request). Whoever moves the `Wip` from 0 to 1 owns the
-//! core and hands the ownership to **one poll task** on the scheduler; every other
-//! reason to run (a `request`, the stream's waker firing, a request made from inside
-//! `on_next`) only increments the counter, and the task runs another pass for it. So
-//! there is at most one poll task in flight, and signals are serial (rule 1.3).
+//! The stream is one more emitter of the engine room's emitter stage, driven on the
+//! scheduler: whoever gains ownership of the subscription's drain loop hands it to
+//! **one poll task**, and every other reason to run (a `request`, the stream's waker
+//! firing, a request made from inside `on_next`) only registers with the loop, which
+//! runs another pass for it. So at most one poll task is in flight and signals are
+//! serial (rule 1.3).
 //!
-//! A pass takes the demand and hands the subscriber a *lazy* batch: an iterator whose
-//! `next` polls the stream once, at most `min(demand, CHUNK)` times, with a waker that
-//! re-enters the `Wip` (and so schedules the next poll task) when the stream is ready
-//! again. A stream that is `Pending` ends the pass and its unused demand waits in the
-//! `AtomicDemand`; a stream that yields `None` completes the subscriber. A pass that
-//! has emitted `TASK_BUDGET` items reschedules itself instead of looping, so an
-//! always-ready stream under unbounded demand does not hold a worker thread for ever.
+//! A pass hands the subscriber a *lazy* batch: an iterator whose `next` polls the
+//! stream once, at most `min(demand, CHUNK)` times, with a waker that schedules the
+//! next pass when the stream is ready again. A stream that is `Pending` ends the pass
+//! and its unused demand waits for the next one; a stream that yields `None`
+//! completes the subscriber. A task that has emitted its budget yields to the
+//! scheduler's other tasks and continues in a new one.
 //!
 //! # Demand contract
 //!
@@ -38,34 +36,16 @@
 //! it holds: a channel receiver, a socket) is released within one scheduler turn.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::task::{Context, Poll};
 
 use futures::stream::Stream;
-use futures::task::{waker_ref, ArcWake};
 
 use super::handoff::into_error;
-use crate::demand::{self, AtomicDemand, UNBOUNDED};
-use crate::drain::Wip;
 use crate::guard::catch;
 use crate::runtime::Scheduler;
-use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
-
-/// Largest batch handed to the subscriber in one `on_next_batch`; the cancelled flag
-/// is also read before every poll.
-const CHUNK: u64 = 1024;
-/// Items one poll task may emit before it reschedules itself (fairness to the
-/// scheduler's other tasks).
-const TASK_BUDGET: u64 = 16 * CHUNK;
-/// Passes one poll task may run (woken streams, re-entrant requests) before it
-/// reschedules itself.
-const TASK_PASSES: u32 = 32;
-
-/// Flag: the subscriber cancelled.
-const CANCELLED: u8 = 1;
-/// Flag: the subscriber called `request(0)` (rule 3.9).
-const BAD_REQUEST: u8 = 2;
+use crate::stage::emitter::{self, Emitted, Emitter};
+use crate::stage::Cx;
+use crate::{Error, Publisher, Subscriber};
 
 /// A stream whose items are emitted as they are ([`from_stream_on`]).
 #[derive(Clone, Debug)]
@@ -273,219 +253,52 @@ where
     S: Subscriber<B::Item> + Send + 'static,
     C: Scheduler + Clone,
 {
-    let core = Arc::new_cyclic(|this| Core::<B, S, C> {
-        this: this.clone(),
-        demand: AtomicDemand::new(),
-        wip: Wip::new(),
-        flags: AtomicU8::new(0),
-        scheduler,
-        state: Mutex::new(None),
-    });
-    let entered = core.wip.enter();
-    debug_assert!(entered, "a new core has no other owner");
-    {
-        let mut state = core.lock();
-        let mut subscriber = subscriber;
-        let subscription = Subscription::new(core.clone());
-        if crate::guard::on_subscribe(&mut subscriber, subscription) {
-            *state = Some((pinned, subscriber));
-        } else {
-            // Relaxed: only this thread (the owner) reads it before `leave`.
-            core.flags.fetch_or(CANCELLED, Ordering::Relaxed);
-        }
-    }
-    // Whatever on_subscribe did (requests, cancel) was counted while we owned the
-    // loop: hand those reasons to a poll task (or handle a cancel here).
-    let missed = core.wip.leave(1);
-    if missed > 0 {
-        core.hand_off(missed);
-    }
+    emitter::subscribe_on(StreamEmitter::<B> { pinned }, scheduler, subscriber);
 }
 
-/// How a pass ended.
-enum PassEnd {
-    /// Out of demand, or the stream is pending: wait for a request or a wake.
-    Idle,
-    /// Emitted a task's budget with demand left: reschedule.
-    Yield,
+/// The stream as an emitter.
+struct StreamEmitter<B: StreamSource> {
+    pinned: B::Pinned,
 }
 
-/// One subscription. See the module docs.
-struct Core<B: StreamSource, S, C> {
-    /// Ourselves, for `request` (which only has `&self`) to hand to a poll task.
-    this: Weak<Self>,
-    /// Demand requested and not yet taken by a pass.
-    demand: AtomicDemand,
-    /// Ownership of the poll loop; reasons to run another pass.
-    wip: Wip,
-    /// `CANCELLED | BAD_REQUEST`.
-    flags: AtomicU8,
-    scheduler: C,
-    /// The pinned stream and the subscriber; `None` once terminated or cancelled.
-    /// Locked only by the `Wip` owner, so never contended.
-    state: Mutex<Option<(B::Pinned, S)>>,
-}
+impl<B: StreamSource> Emitter for StreamEmitter<B> {
+    type Item = B::Item;
 
-impl<B, S, C> Core<B, S, C>
-where
-    B: StreamSource,
-    S: Subscriber<B::Item> + Send + 'static,
-    C: Scheduler + Clone,
-{
-    fn lock(&self) -> MutexGuard<'_, Option<(B::Pinned, S)>> {
-        // Panics are caught inside the lock, so it is never poisoned in practice.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Register a reason to run; the caller that takes ownership hands it off.
-    fn signal(self: &Arc<Self>) {
-        if self.wip.enter() {
-            self.hand_off(1);
-        }
-    }
-
-    /// We own the loop with `missed` reasons to account for. A cancel is handled on
-    /// this thread at once (it only drops); anything else goes to a poll task.
-    fn hand_off(self: &Arc<Self>, missed: usize) {
-        // Relaxed: our own `Wip::enter`/`leave` (AcqRel) ordered us after the write.
-        if self.flags.load(Ordering::Relaxed) & CANCELLED != 0 {
-            self.run(missed);
-        } else {
-            self.schedule(missed);
-        }
-    }
-
-    /// Give our ownership (with `missed` reasons) to a new poll task.
-    fn schedule(self: &Arc<Self>, missed: usize) {
-        let core = Arc::clone(self);
-        self.scheduler.schedule(Box::new(move || core.run(missed)));
-    }
-
-    /// The poll task: run passes until no reason is left, or reschedule after a
-    /// budget. Only ever called by the `Wip` owner.
-    fn run(self: &Arc<Self>, mut missed: usize) {
-        let mut passes = 0u32;
-        loop {
-            let end = self.pass();
-            passes += 1;
-            if matches!(end, PassEnd::Yield) {
-                // Keep ownership (and the unaccounted reasons) for the next task.
-                self.schedule(missed);
-                return;
-            }
-            missed = self.wip.leave(missed);
-            if missed == 0 {
-                return;
-            }
-            if passes == TASK_PASSES {
-                // Still woken or requested after many passes: let other tasks run.
-                self.schedule(missed);
-                return;
-            }
-        }
-    }
-
-    /// The subscription is over: later requests are no-ops (rules 1.6, 3.6), later
-    /// wakes find nothing to poll.
-    fn over(&self) {
-        // Relaxed: read by `request` only as a shortcut; the owner re-checks the
-        // state under the lock.
-        self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
-    }
-
-    /// One drain pass; runs only on the `Wip` owner.
-    fn pass(self: &Arc<Self>) -> PassEnd {
-        let mut state = self.lock();
-        let Some((pinned, subscriber)) = state.as_mut() else {
-            return PassEnd::Idle;
-        };
-        let waker = waker_ref(self);
-        let mut cx = Context::from_waker(&waker);
-        // One guard around the whole pass: a panic here can only be the subscriber's
-        // (the stream's own panics are caught per poll by `Polled`).
-        match catch(|| self.emit(pinned, subscriber, &mut cx)) {
-            Ok(Some(end)) => end,
-            Ok(None) => {
-                *state = None;
-                self.over();
-                PassEnd::Idle
-            }
-            Err(_) => {
-                tracing::error!("subscriber panicked (rule 2.13); treated as cancelled");
-                *state = None;
-                self.over();
-                PassEnd::Idle
-            }
-        }
-    }
-
-    /// Emit batches while there is demand. `None`: the subscription is over (drop
-    /// the stream and the subscriber).
-    #[inline]
-    fn emit(
-        &self,
-        pinned: &mut B::Pinned,
+    fn emit<S: Subscriber<B::Item>>(
+        &mut self,
+        cx: &Cx<'_>,
         subscriber: &mut S,
-        cx: &mut Context<'_>,
-    ) -> Option<PassEnd> {
-        let mut local = 0u64;
-        let mut emitted_in_task = 0u64;
-        loop {
-            // Relaxed: flags are written before the writer's `Wip::enter` (AcqRel),
-            // which this owner's `enter`/`leave` Acquired before the pass; a flag set
-            // re-entrantly from inside `on_next` is our own thread's write.
-            let flags = self.flags.load(Ordering::Relaxed);
-            if flags & CANCELLED != 0 {
-                return None;
-            }
-            if flags & BAD_REQUEST != 0 {
-                subscriber.on_error(demand::validate(0).unwrap_err());
-                return None;
-            }
-            if local != UNBOUNDED {
-                local = local.saturating_add(self.demand.take());
-            }
-            if local == 0 {
-                return Some(PassEnd::Idle);
-            }
-            let budget = local.min(CHUNK);
-            let mut polled = Polled::<B> {
-                pinned: &mut *pinned,
-                cx: &mut *cx,
-                flags: &self.flags,
-                left: budget,
-                count: 0,
-                stop: Stop::No,
-            };
-            let credit = subscriber.on_next_batch(&mut polled);
-            let (count, stop) = (polled.count, polled.stop);
-            if local != UNBOUNDED {
-                local = (local - count).saturating_add(credit);
-            }
-            emitted_in_task += count;
-            match stop {
-                Stop::End(Ok(())) => {
-                    subscriber.on_complete();
-                    return None;
+        budget: u64,
+    ) -> Emitted {
+        if budget == 0 {
+            // Never poll without demand (a stream cannot say "done?" without an item).
+            return Emitted::more(0);
+        }
+        let waker = cx.waker();
+        let mut context = Context::from_waker(waker);
+        let mut polled = Polled::<B> {
+            pinned: &mut self.pinned,
+            cx: &mut context,
+            left: budget,
+            count: 0,
+            stop: Stop::No,
+        };
+        let credit = subscriber.on_next_batch(cx.until_cancelled(&mut polled));
+        let (count, stop) = (polled.count, polled.stop);
+        match stop {
+            Stop::End(end) => Emitted {
+                count,
+                credit,
+                end: Some(end),
+            },
+            Stop::Pending => Emitted::more(count).with_credit(credit),
+            Stop::No => {
+                if count < budget && !cx.stopped() {
+                    // The subscriber stopped pulling without cancelling: the stream is
+                    // not pending, so ask for another pass ourselves.
+                    waker.wake_by_ref();
                 }
-                Stop::End(Err(error)) => {
-                    subscriber.on_error(error);
-                    return None;
-                }
-                Stop::Pending => {
-                    // The waker schedules the next pass; keep the unused demand.
-                    if local > 0 {
-                        self.demand.add(local);
-                    }
-                    return Some(PassEnd::Idle);
-                }
-                Stop::No => {}
-            }
-            if emitted_in_task >= TASK_BUDGET {
-                if local > 0 {
-                    self.demand.add(local);
-                }
-                return Some(PassEnd::Yield);
+                Emitted::more(count).with_credit(credit)
             }
         }
     }
@@ -493,7 +306,7 @@ where
 
 /// Why a lazy batch stopped early.
 enum Stop {
-    /// It did not (budget used, subscriber stopped pulling, or cancelled).
+    /// It did not (budget used, or the subscriber stopped pulling).
     No,
     /// The stream returned `Pending`; its waker will call back.
     Pending,
@@ -505,7 +318,6 @@ enum Stop {
 struct Polled<'a, 'c, B: StreamSource> {
     pinned: &'a mut B::Pinned,
     cx: &'a mut Context<'c>,
-    flags: &'a AtomicU8,
     left: u64,
     count: u64,
     stop: Stop,
@@ -516,11 +328,7 @@ impl<B: StreamSource> Iterator for Polled<'_, '_, B> {
 
     #[inline]
     fn next(&mut self) -> Option<B::Item> {
-        // Relaxed: see `Core::emit`; a cancel from inside `on_next` is our own write.
-        if self.left == 0
-            || !matches!(self.stop, Stop::No)
-            || self.flags.load(Ordering::Relaxed) & CANCELLED != 0
-        {
+        if self.left == 0 || !matches!(self.stop, Stop::No) {
             return None;
         }
         match catch(|| B::poll_pinned(self.pinned, self.cx)) {
@@ -546,78 +354,6 @@ impl<B: StreamSource> Iterator for Polled<'_, '_, B> {
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         (0, usize::try_from(self.left).ok())
-    }
-}
-
-impl<B, S, C> ArcWake for Core<B, S, C>
-where
-    B: StreamSource,
-    S: Subscriber<B::Item> + Send + 'static,
-    C: Scheduler + Clone,
-{
-    fn wake_by_ref(arc_self: &Arc<Self>) {
-        arc_self.signal();
-    }
-}
-
-impl<B, S, C> RawSubscription for Core<B, S, C>
-where
-    B: StreamSource,
-    S: Subscriber<B::Item> + Send + 'static,
-    C: Scheduler + Clone,
-{
-    fn request(&self, n: u64) {
-        // Relaxed: a stale "not cancelled" only costs one pass that sees the flag.
-        if self.flags.load(Ordering::Relaxed) & CANCELLED != 0 {
-            return;
-        }
-        match demand::validate(n) {
-            Ok(n) => {
-                self.demand.add(n);
-            }
-            Err(_) => {
-                // Relaxed: published to the owner by the `Wip::enter` below (AcqRel).
-                self.flags.fetch_or(BAD_REQUEST, Ordering::Relaxed);
-            }
-        }
-        if self.wip.enter() {
-            self.schedule_from_ref(1);
-        }
-    }
-
-    fn cancel(&self) {
-        // Relaxed: published to the owner by the `Wip::enter` below (AcqRel).
-        self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
-        if self.wip.enter() {
-            // We own the loop: drop the stream and the subscriber right here.
-            *self.lock() = None;
-            let mut missed = 1;
-            loop {
-                missed = self.wip.leave(missed);
-                if missed == 0 {
-                    return;
-                }
-                // Later reasons (a wake, a request) find nothing left to do.
-            }
-        }
-    }
-}
-
-impl<B, S, C> Core<B, S, C>
-where
-    B: StreamSource,
-    S: Subscriber<B::Item> + Send + 'static,
-    C: Scheduler + Clone,
-{
-    /// `request` has only `&self`: the poll task needs an `Arc`, which the core's
-    /// weak self-reference gives back while any handle (the subscription) lives.
-    fn schedule_from_ref(&self, missed: usize) {
-        match self.this.upgrade() {
-            Some(core) => core.schedule(missed),
-            None => {
-                let _ = self.wip.leave(missed);
-            }
-        }
     }
 }
 

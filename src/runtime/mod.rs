@@ -21,6 +21,7 @@
 //! flag ensures that), so the queue is bounded by the number of live stages, never by
 //! the number of items flowing.
 
+pub(crate) mod backoff;
 mod immediate;
 mod thread_pool;
 #[cfg(feature = "tokio")]
@@ -55,6 +56,14 @@ pub type Task = Box<dyn FnOnce() + Send + 'static>;
 /// - `schedule_after(d, task)` runs the task no earlier than `now() + d`.
 /// - A task that panics is caught by the scheduler and logged; the worker survives.
 ///   weir's own tasks catch user panics themselves and turn them into `on_error`.
+/// - **A task the scheduler can no longer run is dropped**, never leaked and never run
+///   later: a shut-down scheduler drops what it holds and every task handed to it
+///   afterwards. weir's stages notice when one of their tasks is dropped unrun and end
+///   their pipeline with an error of kind
+///   [`SchedulerShutdown`](crate::ErrorKind::SchedulerShutdown): upstream is
+///   cancelled and held items are dropped, so nothing hangs and nothing leaks.
+/// - A delay whose deadline does not fit the clock (`Duration::MAX`, say) means
+///   "never": the task never runs. weir's stages never ask for such a timer.
 pub trait Scheduler: Send + Sync + 'static {
     /// Run `task` as soon as possible.
     fn schedule(&self, task: Task);
@@ -64,6 +73,16 @@ pub trait Scheduler: Send + Sync + 'static {
 
     /// This scheduler's clock. Time operators and queue stamps read time only here.
     fn now(&self) -> Instant;
+
+    /// [`schedule_after`](Self::schedule_after), returning a [`Timer`] that removes
+    /// the task from the scheduler (unrun) when cancelled. weir's time stages arm
+    /// their timers here and cancel them when they end, so a scheduler holds no timer
+    /// of a stage that is gone. The default cannot cancel: it calls `schedule_after`
+    /// and returns [`Timer::detached`]; weir's schedulers override it.
+    fn schedule_timer(&self, delay: Duration, task: Task) -> Timer {
+        self.schedule_after(delay, task);
+        Timer::detached()
+    }
 }
 
 impl<S: Scheduler + ?Sized> Scheduler for Arc<S> {
@@ -78,6 +97,56 @@ impl<S: Scheduler + ?Sized> Scheduler for Arc<S> {
     fn now(&self) -> Instant {
         (**self).now()
     }
+
+    fn schedule_timer(&self, delay: Duration, task: Task) -> Timer {
+        (**self).schedule_timer(delay, task)
+    }
+}
+
+/// A timer armed with [`Scheduler::schedule_timer`].
+///
+/// [`cancel`](Timer::cancel) removes its task from the scheduler without running it;
+/// dropping a `Timer` leaves the task queued.
+pub struct Timer {
+    cancel: Option<Box<dyn FnOnce() + Send>>,
+}
+
+impl Timer {
+    /// A timer that `cancel` removes by calling `cancel` (for implementors of
+    /// [`Scheduler::schedule_timer`]).
+    pub fn new(cancel: impl FnOnce() + Send + 'static) -> Self {
+        Timer {
+            cancel: Some(Box::new(cancel)),
+        }
+    }
+
+    /// A timer that cannot be cancelled: its task stays queued until it falls due.
+    pub fn detached() -> Self {
+        Timer { cancel: None }
+    }
+
+    /// Remove the task from its scheduler without running it (a no-op once it ran,
+    /// and for a detached timer).
+    pub fn cancel(mut self) {
+        if let Some(cancel) = self.cancel.take() {
+            cancel();
+        }
+    }
+}
+
+impl std::fmt::Debug for Timer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Timer")
+            .field("cancellable", &self.cancel.is_some())
+            .finish()
+    }
+}
+
+/// `at + delay`, or `None` when that instant does not fit the clock: a delay that
+/// long means "never".
+#[inline]
+pub(crate) fn deadline(at: Instant, delay: Duration) -> Option<Instant> {
+    at.checked_add(delay)
 }
 
 /// Run a scheduler's task, catching a panic so that the worker survives. Returns

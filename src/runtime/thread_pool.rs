@@ -2,33 +2,32 @@
 //!
 //! One mutex-protected queue of ready tasks and one ordered map of timers, shared by
 //! all workers. A worker takes the first ready task, or moves due timers to the ready
-//! queue, or—finding nothing—polls for a few microseconds, spinning briefly and then
-//! yielding its CPU between polls (a boundary's next batch usually arrives within that
-//! window, and a futex wake-up costs more than the polling),
-//! then parks on a condition variable until a task is scheduled or the earliest timer
-//! falls due. An idle pool therefore burns no CPU.
+//! queue, or, finding nothing, waits a few microseconds with the crate's one
+//! [`Backoff`] (a boundary's next batch usually arrives within that window, and a
+//! futex wake-up costs more than the spin), then parks on a condition variable until a
+//! task is scheduled or the earliest timer falls due. An idle pool burns no CPU, and a
+//! worker never yields its CPU in a loop while other threads need it.
 //!
 //! The queue holds tasks, not items; see the [module docs](super) for why it is
-//! bounded in practice by the number of live stages.
+//! bounded in practice by the number of live stages. Timers armed with
+//! [`schedule_timer`](Scheduler::schedule_timer) are removed from the map when their
+//! stage cancels them, so a pool holds no timer of a stage that is gone.
 //!
-//! Shutdown: when the last `ThreadPool` handle is dropped, workers finish the task they
-//! are running and exit; queued tasks are dropped without running. Tasks that hold a
-//! handle (a stage that reschedules itself) keep the pool alive while they are queued.
+//! Shutdown ([`ThreadPool::shutdown`], or dropping the last handle): workers finish
+//! the task they are running and exit; queued tasks and timers are dropped without
+//! running, and so is every task scheduled afterwards. Tasks are dropped outside the
+//! pool's lock (dropping one of weir's tasks ends its pipeline, which is user code).
+//! Tasks that hold a handle (a stage that reschedules itself) keep the pool alive
+//! while they are queued, so a pool that pipelines still use is stopped with
+//! `shutdown`, not by dropping a handle.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::{run_task, Scheduler, Task};
-
-/// How long an idle worker polls for new work before it parks.
-const SPIN: Duration = Duration::from_micros(20);
-/// The first part of [`SPIN`], polling with a pure spin; after it the worker yields
-/// its CPU between polls, so that on a machine with more runnable threads than cores
-/// the thread that will schedule the next task (often the other side of an async
-/// boundary) is not kept off the CPU by our polling.
-const PURE_SPIN: Duration = Duration::from_nanos(500);
+use super::backoff::Backoff;
+use super::{deadline, run_task, Scheduler, Task, Timer};
 
 /// A fixed set of named worker threads that run scheduled tasks and park when idle.
 ///
@@ -74,7 +73,11 @@ struct Shared {
 
 struct State {
     ready: VecDeque<Task>,
+    /// Timers by (due, sequence number): the map's order is the firing order.
     timers: BTreeMap<(Instant, u64), Task>,
+    /// Timers whose deadline does not fit the clock ("never"), by sequence number:
+    /// kept (not run) until cancelled or shut down.
+    never: BTreeMap<u64, Task>,
     seq: u64,
     sleeping: usize,
     shutdown: bool,
@@ -84,7 +87,7 @@ impl std::fmt::Debug for State {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("State")
             .field("ready", &self.ready.len())
-            .field("timers", &self.timers.len())
+            .field("timers", &(self.timers.len() + self.never.len()))
             .field("sleeping", &self.sleeping)
             .field("shutdown", &self.shutdown)
             .finish()
@@ -128,6 +131,7 @@ impl ThreadPoolBuilder {
             state: Mutex::new(State {
                 ready: VecDeque::new(),
                 timers: BTreeMap::new(),
+                never: BTreeMap::new(),
                 seq: 0,
                 sleeping: 0,
                 shutdown: false,
@@ -162,16 +166,43 @@ impl ThreadPool {
     pub fn builder() -> ThreadPoolBuilder {
         ThreadPoolBuilder::default()
     }
+
+    /// Stop the pool: workers finish the task they are running and exit; queued tasks
+    /// and timers are dropped without running, and so is every task scheduled later.
+    /// The pipelines whose tasks are dropped end with an error of kind
+    /// [`SchedulerShutdown`](crate::ErrorKind::SchedulerShutdown), cancelling
+    /// upstream and dropping what they held. Idempotent.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    /// use weir::runtime::ThreadPool;
+    ///
+    /// let pool = ThreadPool::new(1);
+    /// pool.shutdown();
+    /// let ticks = weir::interval(Duration::from_millis(1), pool).take(3);
+    /// let result = ticks.collect().wait();
+    /// assert_eq!(result.unwrap_err().kind(), weir::ErrorKind::SchedulerShutdown);
+    /// ```
+    pub fn shutdown(&self) {
+        self.owner.shared.shutdown();
+    }
+
+    /// True once [`shutdown`](Self::shutdown) ran (or the last handle was dropped).
+    pub fn is_shut_down(&self) -> bool {
+        self.owner.shared.lock().shutdown
+    }
+
+    /// How many timers are queued (armed and neither fired nor cancelled).
+    pub fn pending_timers(&self) -> usize {
+        let state = self.owner.shared.lock();
+        state.timers.len() + state.never.len()
+    }
 }
 
 impl Drop for Owner {
     fn drop(&mut self) {
-        let mut state = self.shared.lock();
-        state.shutdown = true;
-        state.ready.clear();
-        state.timers.clear();
-        drop(state);
-        self.shared.wake.notify_all();
+        self.shared.shutdown();
     }
 }
 
@@ -183,9 +214,29 @@ impl Shared {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Stop accepting tasks and drop what is queued, outside the lock.
+    fn shutdown(&self) {
+        let (ready, timers, never) = {
+            let mut state = self.lock();
+            state.shutdown = true;
+            (
+                std::mem::take(&mut state.ready),
+                std::mem::take(&mut state.timers),
+                std::mem::take(&mut state.never),
+            )
+        };
+        self.wake.notify_all();
+        // Dropping weir's tasks ends their pipelines (user code): no lock held.
+        drop(ready);
+        drop(timers);
+        drop(never);
+    }
+
     fn push_ready(&self, task: Task) {
         let mut state = self.lock();
         if state.shutdown {
+            drop(state);
+            drop(task);
             return;
         }
         state.ready.push_back(task);
@@ -199,17 +250,42 @@ impl Shared {
         }
     }
 
-    fn push_timer(&self, due: Instant, task: Task) {
+    /// Queue a timer (`due == None`: never); returns its key, or `None` when the pool
+    /// is shut down (the task has been dropped).
+    fn push_timer(&self, due: Option<Instant>, task: Task) -> Option<(Option<Instant>, u64)> {
         let mut state = self.lock();
         if state.shutdown {
-            return;
+            drop(state);
+            drop(task);
+            return None;
         }
         let seq = state.seq;
         state.seq += 1;
-        state.timers.insert((due, seq), task);
-        drop(state);
-        // Sleepers wait for the earliest deadline they knew of; let them re-read it.
-        self.wake.notify_all();
+        match due {
+            Some(due) => {
+                state.timers.insert((due, seq), task);
+                drop(state);
+                // Sleepers wait for the earliest deadline they knew of; let them
+                // re-read it.
+                self.wake.notify_all();
+            }
+            None => {
+                state.never.insert(seq, task);
+            }
+        }
+        Some((due, seq))
+    }
+
+    /// Remove a timer that has not fired; its task is dropped outside the lock.
+    fn cancel_timer(&self, (due, seq): (Option<Instant>, u64)) {
+        let task = {
+            let mut state = self.lock();
+            match due {
+                Some(due) => state.timers.remove(&(due, seq)),
+                None => state.never.remove(&seq),
+            }
+        };
+        drop(task);
     }
 
     /// Take the next task, parking while there is none. `None`: shut down.
@@ -239,22 +315,8 @@ impl Shared {
             if !spun {
                 spun = true;
                 drop(state);
-                let start = Instant::now();
-                let mut polls = 0u32;
-                while self.queued.load(Ordering::Relaxed) == 0 {
-                    polls += 1;
-                    if polls % 16 == 0 {
-                        let waited = start.elapsed();
-                        if waited >= SPIN {
-                            break;
-                        }
-                        if waited >= PURE_SPIN {
-                            std::thread::yield_now();
-                            continue;
-                        }
-                    }
-                    std::hint::spin_loop();
-                }
+                // Relaxed: a hint only; the task is taken under the lock.
+                Backoff::wait(|| self.queued.load(Ordering::Relaxed) > 0);
                 state = self.lock();
                 continue;
             }
@@ -291,10 +353,26 @@ impl Scheduler for ThreadPool {
     }
 
     fn schedule_after(&self, delay: Duration, task: Task) {
+        let _detached = self.schedule_timer(delay, task);
+    }
+
+    fn schedule_timer(&self, delay: Duration, task: Task) -> Timer {
         if delay.is_zero() {
-            return self.schedule(task);
+            self.schedule(task);
+            return Timer::detached();
         }
-        self.owner.shared.push_timer(Instant::now() + delay, task)
+        let shared = &self.owner.shared;
+        match shared.push_timer(deadline(Instant::now(), delay), task) {
+            Some(key) => {
+                let shared = Arc::downgrade(shared);
+                Timer::new(move || {
+                    if let Some(shared) = shared.upgrade() {
+                        shared.cancel_timer(key);
+                    }
+                })
+            }
+            None => Timer::detached(),
+        }
     }
 
     fn now(&self) -> Instant {

@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{run_task, Scheduler, Task};
+use super::{run_task, Scheduler, Task, Timer};
 
 /// Runs tasks as tokio tasks on the runtime behind a [`tokio::runtime::Handle`]; delays
 /// use `tokio::time::sleep`, and [`now`](Scheduler::now) reads tokio's clock, so a test
@@ -10,6 +10,12 @@ use super::{run_task, Scheduler, Task};
 ///
 /// weir's tasks are short and never block (a drain pass is bounded by demand and
 /// prefetch), so they run on the runtime's worker threads, not the blocking pool.
+///
+/// When the runtime shuts down, tokio drops the tasks it has not run; the weir stages
+/// they belonged to end their pipelines with an error of kind
+/// [`SchedulerShutdown`](crate::ErrorKind::SchedulerShutdown). A timer armed with
+/// [`schedule_timer`](Scheduler::schedule_timer) is a sleeping tokio task, aborted
+/// when the timer is cancelled.
 ///
 /// ```
 /// # fn main() {
@@ -53,10 +59,16 @@ impl Scheduler for Tokio {
     }
 
     fn schedule_after(&self, delay: Duration, task: Task) {
-        self.handle.spawn(async move {
+        let _detached = self.schedule_timer(delay, task);
+    }
+
+    fn schedule_timer(&self, delay: Duration, task: Task) -> Timer {
+        // tokio's sleep saturates a deadline that does not fit its clock.
+        let sleeping = self.handle.spawn(async move {
             ::tokio::time::sleep(delay).await;
             run_task(task);
         });
+        Timer::new(move || sleeping.abort())
     }
 
     fn now(&self) -> Instant {

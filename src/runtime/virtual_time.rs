@@ -8,12 +8,16 @@
 //! the queue holds only tasks due after the new `now`.
 //!
 //! The lock is never held while a task runs, so tasks may schedule freely.
+//!
+//! Time saturates: `advance(Duration::MAX)` moves the clock to the latest instant the
+//! platform's `Instant` can represent, and a task due past that never runs. Timers armed with
+//! [`schedule_timer`](Scheduler::schedule_timer) leave the queue when cancelled.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{run_task, Scheduler, Task};
+use super::{run_task, Scheduler, Task, Timer};
 
 /// A scheduler whose clock only moves when told to.
 ///
@@ -49,6 +53,8 @@ struct State {
     /// Tasks keyed by (due, scheduling sequence): the map's order is the run order.
     queue: BTreeMap<(Duration, u64), Task>,
     seq: u64,
+    /// The latest virtual time whose instant fits the clock, found on first need.
+    horizon: Option<Duration>,
 }
 
 impl std::fmt::Debug for VirtualTime {
@@ -76,6 +82,7 @@ impl VirtualTime {
                 elapsed: Duration::ZERO,
                 queue: BTreeMap::new(),
                 seq: 0,
+                horizon: None,
             })),
         }
     }
@@ -131,8 +138,10 @@ impl VirtualTime {
 
     /// Move the clock forward by `by`, running every task that falls due on the way,
     /// each at its own due time.
+    ///
+    /// Saturates: a target past the latest representable instant stops there.
     pub fn advance(&self, by: Duration) {
-        let target = self.elapsed() + by;
+        let target = self.elapsed().saturating_add(by);
         self.advance_to(target)
     }
 
@@ -142,7 +151,7 @@ impl VirtualTime {
         loop {
             let task = {
                 let mut state = self.lock();
-                let target = elapsed.max(state.elapsed);
+                let target = elapsed.max(state.elapsed).min(state.horizon());
                 match state.queue.first_key_value() {
                     Some((&(due, seq), _)) if due <= target => {
                         state.elapsed = state.elapsed.max(due);
@@ -163,26 +172,76 @@ impl VirtualTime {
         }
     }
 
-    fn push(&self, delay: Duration, task: Task) {
+    fn push(&self, delay: Duration, task: Task) -> (Duration, u64) {
         let mut state = self.lock();
-        let due = state.elapsed + delay;
+        let due = state.elapsed.saturating_add(delay);
         let seq = state.seq;
         state.seq += 1;
         state.queue.insert((due, seq), task);
+        (due, seq)
     }
+}
+
+impl State {
+    /// The latest virtual time the clock can show (`origin + horizon` fits `Instant`).
+    fn horizon(&mut self) -> Duration {
+        if let Some(horizon) = self.horizon {
+            return horizon;
+        }
+        let origin = self.origin;
+        let horizon = if origin.checked_add(Duration::MAX).is_some() {
+            Duration::MAX
+        } else {
+            // Binary search on whole nanoseconds for the largest offset that fits.
+            let (mut fits, mut overflows) = (0u128, Duration::MAX.as_nanos());
+            while overflows - fits > 1 {
+                let mid = fits + (overflows - fits) / 2;
+                if origin.checked_add(nanos(mid)).is_some() {
+                    fits = mid;
+                } else {
+                    overflows = mid;
+                }
+            }
+            nanos(fits)
+        };
+        self.horizon = Some(horizon);
+        horizon
+    }
+}
+
+fn nanos(n: u128) -> Duration {
+    const PER_SEC: u128 = 1_000_000_000;
+    Duration::new((n / PER_SEC) as u64, (n % PER_SEC) as u32)
 }
 
 impl Scheduler for VirtualTime {
     fn schedule(&self, task: Task) {
-        self.push(Duration::ZERO, task)
+        self.push(Duration::ZERO, task);
     }
 
     fn schedule_after(&self, delay: Duration, task: Task) {
-        self.push(delay, task)
+        self.push(delay, task);
+    }
+
+    fn schedule_timer(&self, delay: Duration, task: Task) -> Timer {
+        let key = self.push(delay, task);
+        let inner = Arc::downgrade(&self.inner);
+        Timer::new(move || {
+            if let Some(inner) = inner.upgrade() {
+                let task = inner
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .queue
+                    .remove(&key);
+                // Dropped outside the lock: a task's drop may be user code.
+                drop(task);
+            }
+        })
     }
 
     fn now(&self) -> Instant {
-        let state = self.lock();
-        state.origin + state.elapsed
+        let mut state = self.lock();
+        let elapsed = state.elapsed.min(state.horizon());
+        state.origin + elapsed
     }
 }

@@ -3,8 +3,9 @@
 //! Demand contract: the closure runs exactly once per item delivered, only against
 //! outstanding demand, never ahead of it (unlike `from_iter`, there is no look-ahead).
 
-use super::engine::{self, Emit, Emitted};
 use crate::guard::catch;
+use crate::stage::emitter::{self, Emitted, Emitter};
+use crate::stage::Cx;
 use crate::{Error, Publisher, Subscriber};
 
 /// What a [`generate`] closure produces each time it is called.
@@ -106,7 +107,7 @@ where
     }
 }
 
-impl<St, T, F> Emit for GenerateSource<St, F>
+impl<St, T, F> Emitter for GenerateSource<St, F>
 where
     St: Send + 'static,
     T: Send + 'static,
@@ -114,7 +115,7 @@ where
 {
     type Item = T;
 
-    fn emit<S: Subscriber<T>>(&mut self, subscriber: &mut S, budget: u64) -> Emitted {
+    fn emit<S: Subscriber<T>>(&mut self, cx: &Cx<'_>, subscriber: &mut S, budget: u64) -> Emitted {
         let mut end = None;
         let mut emitted = 0;
         let mut credit = 0;
@@ -124,7 +125,8 @@ where
                 left: budget,
                 end: &mut end,
             };
-            credit = subscriber.on_next_batch(steps.by_ref().inspect(|_| emitted += 1));
+            credit = subscriber
+                .on_next_batch(cx.until_cancelled(steps.by_ref()).inspect(|_| emitted += 1));
         }
         Emitted {
             count: emitted,
@@ -146,7 +148,7 @@ where
     where
         S: Subscriber<T> + Send + 'static,
     {
-        engine::subscribe(
+        emitter::subscribe(
             GenerateSource {
                 state: self.state,
                 f: self.f,

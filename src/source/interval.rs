@@ -14,8 +14,8 @@
 
 use std::time::{Duration, Instant};
 
-use super::timed::{assert_positive, from_nanos, Core, Emit, Fx, Machine};
 use crate::runtime::Scheduler;
+use crate::stage::timed::{self, assert_positive, from_nanos, Fx, Machine, Signal};
 use crate::{Publisher, Subscriber};
 
 /// Publisher for [`interval`]: emits 0, 1, 2, … once per `period`.
@@ -28,7 +28,7 @@ pub struct Interval<C> {
     scheduler: C,
 }
 
-/// Emit 0, 1, 2, … one per `period` on `scheduler`'s clock, forever (combine with
+/// Signal 0, 1, 2, … one per `period` on `scheduler`'s clock, forever (combine with
 /// [`take`](crate::PublisherExt::take) to stop).
 ///
 /// # Backpressure
@@ -90,7 +90,7 @@ impl<C: Scheduler + Clone> Publisher for Interval<C> {
             next: 0,
             armed: false,
         };
-        Core::new(machine, self.scheduler, None).start(subscriber);
+        timed::start(machine, self.scheduler, None, subscriber);
     }
 }
 
@@ -117,6 +117,7 @@ impl Ticks {
 impl Machine for Ticks {
     type In = ();
     type Out = u64;
+    const NAME: &'static str = "interval";
 
     fn on_start(&mut self, fx: &mut Fx<'_, ()>) {
         self.origin = Some(fx.now());
@@ -126,14 +127,14 @@ impl Machine for Ticks {
         self.armed = false;
     }
 
-    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, ()>) -> Option<Emit<u64>> {
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, ()>) -> Option<Signal<u64>> {
         let origin = self.origin?;
         if demand == 0 {
             return None;
         }
         if self.next < self.due(origin, fx.now()) {
             self.next += 1;
-            return Some(Emit::Item(self.next - 1));
+            return Some(Signal::Item(self.next - 1));
         }
         if !self.armed {
             let at = self.period.as_nanos() * (u128::from(self.next) + 1);

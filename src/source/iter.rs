@@ -7,8 +7,9 @@
 
 use std::iter::Peekable;
 
-use super::engine::{self, Emit, Emitted};
 use crate::guard::catch;
+use crate::stage::emitter::{self, Emitted, Emitter};
+use crate::stage::Cx;
 use crate::{Error, Publisher, Subscriber};
 
 /// Publisher for [`from_iter`], [`just`] and [`empty`].
@@ -116,14 +117,19 @@ impl<I: Iterator> Iterator for Catching<'_, I> {
     }
 }
 
-impl<I> Emit for IterSource<I>
+impl<I> Emitter for IterSource<I>
 where
     I: Iterator + Send + 'static,
     I::Item: Send + 'static,
 {
     type Item = I::Item;
 
-    fn emit<S: Subscriber<I::Item>>(&mut self, subscriber: &mut S, budget: u64) -> Emitted {
+    fn emit<S: Subscriber<I::Item>>(
+        &mut self,
+        cx: &Cx<'_>,
+        subscriber: &mut S,
+        budget: u64,
+    ) -> Emitted {
         let mut panic = None;
         let mut emitted = 0;
         let mut credit = 0;
@@ -133,7 +139,8 @@ where
                 left: budget,
                 panic: &mut panic,
             };
-            credit = subscriber.on_next_batch(batch.by_ref().inspect(|_| emitted += 1));
+            credit = subscriber
+                .on_next_batch(cx.until_cancelled(batch.by_ref()).inspect(|_| emitted += 1));
         }
         let outcome = if let Some(error) = panic {
             Emitted::fail(emitted, error)
@@ -159,7 +166,7 @@ where
     where
         S: Subscriber<I::Item> + Send + 'static,
     {
-        engine::subscribe(
+        emitter::subscribe(
             IterSource {
                 iter: self.iter.peekable(),
             },

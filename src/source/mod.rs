@@ -1,7 +1,7 @@
 //! Sources: publishers that start a pipeline.
 //!
-//! All synchronous sources run on one engine (`engine.rs`): demand is read and
-//! settled once per batch, `request` is re-entrant with recursion depth 1, `request(0)`
+//! All synchronous sources run on one emitter stage (the engine room's
+//! `stage::emitter`): demand is read and settled once per batch, `request` is re-entrant with recursion depth 1, `request(0)`
 //! is answered with the rule 3.9 error, and cancel drops the subscriber at the next
 //! pass.
 //!
@@ -19,12 +19,11 @@
 //! | [`interval`] | 0, 1, 2, … one per period on a scheduler; ticks without demand are held as a count |
 //! | [`timer`] | one `0u64` after a delay on a scheduler, held until there is demand |
 //!
-//! The time sources, like the time operators, run on the timed core (`timed/`): one
+//! The time sources, like the time operators, run on the engine room's timed stage: one
 //! drain loop for upstream, downstream and timer signals, at most one timer per stage.
 
 pub mod channel;
 mod defer;
-pub(crate) mod engine;
 mod generate;
 mod iter;
 mod range;
@@ -38,7 +37,6 @@ pub use range::{range, Range, RangeInt};
 pub use signal::{error, never, Fail, Never};
 
 mod interval;
-pub(crate) mod timed;
 mod timer;
 pub use interval::{interval, Interval};
 pub use timer::{timer, Timer};

@@ -5,7 +5,8 @@
 
 use std::ops::Range as StdRange;
 
-use super::engine::{self, Emit, Emitted};
+use crate::stage::emitter::{self, Emitted, Emitter};
+use crate::stage::Cx;
 use crate::{Publisher, Subscriber};
 
 /// The integer types [`range`] can count in.
@@ -72,20 +73,20 @@ pub fn range<T: RangeInt>(range: StdRange<T>) -> Range<T> {
     Range { range }
 }
 
-impl<T: RangeInt> Emit for StdRange<T>
+impl<T: RangeInt> Emitter for StdRange<T>
 where
     StdRange<T>: Iterator<Item = T>,
 {
     type Item = T;
 
     #[inline]
-    fn emit<S: Subscriber<T>>(&mut self, subscriber: &mut S, budget: u64) -> Emitted {
+    fn emit<S: Subscriber<T>>(&mut self, cx: &Cx<'_>, subscriber: &mut S, budget: u64) -> Emitted {
         let available = T::distance(self.start, self.end);
         let n = budget.min(available);
         let mut credit = 0;
         if n > 0 {
             let end = T::forward(self.start, n);
-            credit = subscriber.on_next_batch(self.start..end);
+            credit = subscriber.on_next_batch(cx.until_cancelled(self.start..end));
             self.start = end;
         }
         let emitted = if self.start >= self.end {
@@ -107,6 +108,6 @@ where
     where
         S: Subscriber<T> + Send + 'static,
     {
-        engine::subscribe(self.range, subscriber)
+        emitter::subscribe(self.range, subscriber)
     }
 }

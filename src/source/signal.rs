@@ -1,6 +1,7 @@
 //! `error` and `never`: publishers that only signal a terminal state, or nothing.
 
-use super::engine::{self, Emit, Emitted};
+use crate::stage::emitter::{self, Emitted, Emitter};
+use crate::stage::Cx;
 use crate::{Error, Publisher, Subscriber};
 
 /// Publisher for [`error`]: `on_subscribe`, then `on_error` at once.
@@ -34,10 +35,15 @@ struct FailSource<T> {
     _item: std::marker::PhantomData<fn() -> T>,
 }
 
-impl<T: Send + 'static> Emit for FailSource<T> {
+impl<T: Send + 'static> Emitter for FailSource<T> {
     type Item = T;
 
-    fn emit<S: Subscriber<T>>(&mut self, _subscriber: &mut S, _budget: u64) -> Emitted {
+    fn emit<S: Subscriber<T>>(
+        &mut self,
+        _cx: &Cx<'_>,
+        _subscriber: &mut S,
+        _budget: u64,
+    ) -> Emitted {
         match self.error.take() {
             Some(error) => Emitted::fail(0, error),
             None => Emitted::more(0),
@@ -52,7 +58,7 @@ impl<T: Send + 'static> Publisher for Fail<T> {
     where
         S: Subscriber<T> + Send + 'static,
     {
-        engine::subscribe(
+        emitter::subscribe(
             FailSource {
                 error: Some(self.error),
                 _item: self._item,
@@ -90,10 +96,15 @@ pub fn never<T: Send + 'static>() -> Never<T> {
 
 struct NeverSource<T>(std::marker::PhantomData<fn() -> T>);
 
-impl<T: Send + 'static> Emit for NeverSource<T> {
+impl<T: Send + 'static> Emitter for NeverSource<T> {
     type Item = T;
 
-    fn emit<S: Subscriber<T>>(&mut self, _subscriber: &mut S, _budget: u64) -> Emitted {
+    fn emit<S: Subscriber<T>>(
+        &mut self,
+        _cx: &Cx<'_>,
+        _subscriber: &mut S,
+        _budget: u64,
+    ) -> Emitted {
         Emitted::more(0)
     }
 }
@@ -105,6 +116,6 @@ impl<T: Send + 'static> Publisher for Never<T> {
     where
         S: Subscriber<T> + Send + 'static,
     {
-        engine::subscribe(NeverSource(self._item), subscriber)
+        emitter::subscribe(NeverSource(self._item), subscriber)
     }
 }

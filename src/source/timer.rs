@@ -7,8 +7,8 @@
 
 use std::time::Duration;
 
-use super::timed::{Core, Emit, Fx, Machine};
 use crate::runtime::Scheduler;
+use crate::stage::timed::{self, Fx, Machine, Signal};
 use crate::{Publisher, Subscriber};
 
 /// Publisher for [`timer`]: one `0u64` after the delay.
@@ -21,7 +21,7 @@ pub struct Timer<C> {
     scheduler: C,
 }
 
-/// Emit one `0u64` once `delay` has passed on `scheduler`'s clock, then complete.
+/// Signal one `0u64` once `delay` has passed on `scheduler`'s clock, then complete.
 ///
 /// # Backpressure
 ///
@@ -77,7 +77,7 @@ impl<C: Scheduler + Clone> Publisher for Timer<C> {
             fired: false,
             sent: false,
         };
-        Core::new(machine, self.scheduler, None).start(subscriber);
+        timed::start(machine, self.scheduler, None, subscriber);
     }
 }
 
@@ -94,6 +94,7 @@ struct Once {
 impl Machine for Once {
     type In = ();
     type Out = u64;
+    const NAME: &'static str = "timer";
 
     fn on_start(&mut self, fx: &mut Fx<'_, ()>) {
         fx.arm = Some(self.delay);
@@ -103,12 +104,12 @@ impl Machine for Once {
         self.fired = true;
     }
 
-    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, ()>) -> Option<Emit<u64>> {
+    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, ()>) -> Option<Signal<u64>> {
         if self.sent {
-            Some(Emit::End(Ok(())))
+            Some(Signal::End(Ok(())))
         } else if self.fired && demand > 0 {
             self.sent = true;
-            Some(Emit::Item(0))
+            Some(Signal::Item(0))
         } else {
             None
         }

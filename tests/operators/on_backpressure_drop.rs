@@ -120,14 +120,15 @@ fn hook_can_take_the_items() {
     let hook = DropHook::new(Drops::new()).inspect(move |d| {
         log.lock().unwrap().extend(d.take::<String>());
     });
-    let kept = weir::from_iter((0..5).map(|i| i.to_string()))
+    // Demand for 2: the source's one batch of 5 keeps 2 and drops 3, then completes.
+    let subscriber = weir::tck::TestSubscriber::new().request_on_subscribe(2);
+    let probe = subscriber.probe();
+    weir::from_iter((0..5).map(|i| i.to_string()))
         .on_backpressure_drop()
         .on_dropped(hook)
-        .take(2)
-        .collect_with(2)
-        .wait()
-        .unwrap();
-    assert_eq!(kept, vec!["0", "1"]);
+        .subscribe(subscriber);
+    probe.assert_items(&["0".to_owned(), "1".to_owned()]);
+    probe.assert_completed();
     assert_eq!(*taken.lock().unwrap(), vec!["2", "3", "4"]);
 }
 

@@ -24,16 +24,17 @@ fn passes_every_signal_through() {
 #[test]
 fn the_nearest_hook_downstream_is_the_one_used() {
     let (near, far) = (Drops::new(), Drops::new());
-    let kept = weir::range(0u32..10)
+    // Demand for 4: the range's one batch of 10 keeps 4 and drops 6, then completes.
+    let subscriber = weir::tck::TestSubscriber::new().request_on_subscribe(4);
+    let probe = subscriber.probe();
+    weir::range(0u32..10)
         .on_backpressure_drop()
         .on_dropped(DropHook::new(near.clone()))
         .map(|x| x)
         .on_dropped(DropHook::new(far.clone()))
-        .take(4)
-        .collect_with(4)
-        .wait()
-        .unwrap();
-    assert_eq!(kept, vec![0, 1, 2, 3]);
+        .subscribe(subscriber);
+    probe.assert_items(&[0, 1, 2, 3]);
+    probe.assert_completed();
     assert_eq!(near.count(DropReason::OverflowNewest), 6);
     assert_eq!(far.total(), 0);
 }

@@ -1,19 +1,19 @@
-//! The state a channel's senders and its subscriber share, the offer path (one per
-//! policy) and the drain pass. The algorithm is described in the [module
-//! docs](super); this file only adds the locking details:
+//! The state a channel's senders and its subscriber share ([`Chan`], the channel's
+//! stage on the engine room's signal core), the offer path (one per policy) and the
+//! drain pass. The algorithm is described in the [module docs](super); this file only
+//! adds the locking details:
 //!
 //! * `state` (queue, open/closed, pending end, flow state, waiters) is locked by
 //!   senders for one offer and by the drain owner for one batch. Nobody calls user
 //!   code while holding it: dropped and expired items go to the drop hook, wakers are
 //!   woken and the subscriber is called only after it is released.
-//! * `consumer` (the subscriber and the pass's batch buffers) is locked only by the
-//!   [`Wip`] owner, so it is never contended; it exists to hand the subscriber from one
-//!   owner thread to the next without `unsafe`.
-//! * Demand is an [`AtomicDemand`] read with `get` and settled with `produced`, so it
-//!   never reads 0 while undelivered demand exists. That is what lets a sender skip
-//!   the drain loop when it sees no demand: if it reads 0 after its push, any request
-//!   not yet seen is ordered after the push by the state lock, and the pass that
-//!   request triggers finds the item.
+//! * The subscriber and the pass's batch buffers live in the signal core's slot, which
+//!   only the loop's owner locks.
+//! * Demand is the core's `AtomicDemand`, read with `get` and settled with
+//!   `produced`, so it never reads 0 while undelivered demand exists. That is what
+//!   lets a sender skip the drain loop when it sees no demand: if it reads 0 after its
+//!   push, any request not yet seen is ordered after the push by the state lock, and
+//!   the pass that request triggers finds the item.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -22,21 +22,19 @@ use std::time::Instant;
 
 use super::marks::{FlowState, WaterMarks};
 use super::ChannelPolicy;
-use crate::demand::{self, AtomicDemand};
-use crate::drain::Wip;
-use crate::guard::catch;
 use crate::metrics::{DropHook, QueueGauge};
 use crate::queue::timed::TimedQueue;
-use crate::{DropReason, Error, RawSubscription, Subscriber};
+use crate::stage::{Core, Cx, Pass, Stage};
+use crate::{DropReason, Error, Subscriber};
 
 // The loom models at the end of this file check the real channel, so every atomic,
 // lock and condition variable here is loom's under `cfg(weir_loom)`.
 #[cfg(weir_loom)]
-use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(weir_loom)]
 use loom::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(not(weir_loom))]
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(not(weir_loom))]
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -46,11 +44,6 @@ pub(super) const STAGE: &str = "channel";
 /// Largest batch one drain step takes out of the queue (and the size of the pass's
 /// reusable buffer, for channels at least this large).
 pub(super) const BATCH: usize = 256;
-
-/// Flag: the subscriber cancelled.
-const CANCELLED: u8 = 1;
-/// Flag: the subscriber called `request(0)` (rule 3.9).
-const BAD_REQUEST: u8 = 2;
 
 /// Lock a mutex, recovering from poisoning: no user code runs under these locks, so a
 /// poisoned lock can only come from a bug in this module's own arithmetic.
@@ -132,21 +125,29 @@ impl Wake {
     }
 }
 
-/// The subscriber and the pass's reusable buffers, owned by the drain loop.
-struct Consumer<T> {
-    sink: Box<dyn Sink<T>>,
+/// The pass's reusable buffers, owned by the drain loop.
+pub(super) struct Buffers<T> {
     batch: Vec<T>,
     expired: Vec<T>,
 }
 
+/// The one subscriber, with its type erased: senders exist before it does, so the
+/// core's type cannot name it. Batches stay batches (`on_next_batch` through a
+/// `&mut dyn Iterator`).
+pub(super) struct Erased<T>(Box<dyn Sink<T>>);
+
 /// Object-safe view of a `Subscriber` that keeps batch delivery.
 trait Sink<T>: Send {
+    fn subscribed(&mut self, subscription: crate::Subscription);
     fn next_batch(&mut self, items: &mut dyn Iterator<Item = T>) -> u64;
     fn error(&mut self, error: Error);
     fn complete(&mut self);
 }
 
 impl<T, S: Subscriber<T> + Send> Sink<T> for S {
+    fn subscribed(&mut self, subscription: crate::Subscription) {
+        self.on_subscribe(subscription)
+    }
     fn next_batch(&mut self, items: &mut dyn Iterator<Item = T>) -> u64 {
         self.on_next_batch(items)
     }
@@ -158,13 +159,29 @@ impl<T, S: Subscriber<T> + Send> Sink<T> for S {
     }
 }
 
-/// How a drain pass ended.
-enum Pass {
-    Idle,
-    Over,
+impl<T> Subscriber<T> for Erased<T> {
+    fn on_subscribe(&mut self, subscription: crate::Subscription) {
+        self.0.subscribed(subscription)
+    }
+    fn on_next(&mut self, item: T) {
+        let _credit = self.0.next_batch(&mut std::iter::once(item));
+    }
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, mut items: I) -> u64 {
+        self.0.next_batch(&mut items)
+    }
+    fn on_error(&mut self, error: Error) {
+        self.0.error(error)
+    }
+    fn on_complete(&mut self) {
+        self.0.complete()
+    }
 }
 
-pub(super) struct Shared<T> {
+/// A channel: its stage on the signal core, which senders and the publisher share.
+pub(super) type Link<T> = Core<Chan<T>, Erased<T>>;
+
+/// The channel's shared state (the stage).
+pub(super) struct Chan<T> {
     pub(super) policy: ChannelPolicy,
     pub(super) marks: WaterMarks,
     pub(super) gauge: Arc<QueueGauge>,
@@ -179,24 +196,29 @@ pub(super) struct Shared<T> {
     pub(super) senders: AtomicUsize,
     /// Set by the first `subscribe`.
     pub(super) subscribed: AtomicBool,
-    /// Live `Channel` handles; the last one dropped unsubscribed closes the channel.
-    pub(super) publishers: AtomicUsize,
-    demand: AtomicDemand,
-    wip: Wip,
-    flags: AtomicU8,
+    /// Where drops are reported: the hook given to the builder, or else the
+    /// subscriber's (set when it attaches).
     hook: OnceLock<DropHook>,
     /// Drops seen without a hook, for rate-limited logging.
     unhooked: AtomicU64,
-    consumer: Mutex<Option<Consumer<T>>>,
     capacity: usize,
     batch_size: usize,
 }
 
-impl<T: Send + 'static> Shared<T> {
-    pub(super) fn new(policy: ChannelPolicy, marks: WaterMarks, queue: TimedQueue<T>) -> Self {
+impl<T: Send + 'static> Chan<T> {
+    pub(super) fn new(
+        policy: ChannelPolicy,
+        marks: WaterMarks,
+        queue: TimedQueue<T>,
+        hook: Option<DropHook>,
+    ) -> Self {
         let queue_capacity = queue.capacity();
         let batch_size = queue_capacity.min(BATCH);
-        Shared {
+        let cell = OnceLock::new();
+        if let Some(hook) = hook {
+            let _ = cell.set(hook);
+        }
+        Chan {
             policy,
             marks,
             gauge: queue.gauge().clone(),
@@ -216,13 +238,8 @@ impl<T: Send + 'static> Shared<T> {
             paused: AtomicBool::new(false),
             senders: AtomicUsize::new(1),
             subscribed: AtomicBool::new(false),
-            publishers: AtomicUsize::new(1),
-            demand: AtomicDemand::new(),
-            wip: Wip::new(),
-            flags: AtomicU8::new(0),
-            hook: OnceLock::new(),
+            hook: cell,
             unhooked: AtomicU64::new(0),
-            consumer: Mutex::new(None),
             capacity: queue_capacity,
             batch_size,
         }
@@ -306,32 +323,6 @@ impl<T: Send + 'static> Shared<T> {
         outcome
     }
 
-    /// Settle an offer after the lock is released: report a drop, run the drain loop
-    /// if the subscriber has demand, and turn the outcome into the sender's answer.
-    pub(super) fn settle(&self, outcome: Offer<T>) -> Result<(), super::TrySendError<T>> {
-        match outcome {
-            Offer::Accepted => {
-                self.kick();
-                Ok(())
-            }
-            Offer::Dropped(reason, item) => {
-                self.report_drop(reason, item);
-                self.kick();
-                Ok(())
-            }
-            Offer::Full(item) => Err(super::TrySendError::Full(item)),
-            Offer::Closed(item) => Err(super::TrySendError::Closed(item)),
-        }
-    }
-
-    /// Run the drain loop if there is demand to serve (see the file docs for why
-    /// skipping it otherwise loses nothing).
-    fn kick(&self) {
-        if self.demand.get() > 0 {
-            self.wip.drain(|| self.pass());
-        }
-    }
-
     fn report_drop(&self, reason: DropReason, item: T) {
         match self.hook.get() {
             Some(hook) => hook.report(STAGE, reason, item),
@@ -351,23 +342,6 @@ impl<T: Send + 'static> Shared<T> {
                 "channel dropped items without a drop hook (add PublisherExt::on_dropped to see them)"
             );
         }
-    }
-
-    /// Stop accepting items and deliver `end` after the queued ones. Returns false if
-    /// the channel was already closed.
-    pub(super) fn close(&self, end: Result<(), Error>) -> bool {
-        let wake = {
-            let mut st = lock(&self.state);
-            if !st.open {
-                return false;
-            }
-            st.open = false;
-            st.end = Some(end);
-            self.wake_all(&mut st)
-        };
-        wake.run();
-        self.wip.drain(|| self.pass());
-        true
     }
 
     /// Wake every waiter (the channel closed): they see `Closed`.
@@ -407,70 +381,13 @@ impl<T: Send + 'static> Shared<T> {
 
     // ---- the subscriber side ----------------------------------------------------
 
-    /// Attach the (only) subscriber. `on_subscribe` runs before the subscriber is
-    /// stored, so no pass can deliver to it first (rule 1.9); a request made inside
-    /// `on_subscribe` is kept in the demand and served by the drain that follows.
-    pub(super) fn attach<S>(self: &Arc<Self>, mut subscriber: S)
-    where
-        S: Subscriber<T> + Send + 'static,
-    {
-        if let Some(hook) = subscriber.drop_hook() {
-            // The first subscribe is the only one that gets here, so the cell is empty.
-            let _ = self.hook.set(hook);
-        }
-        let subscription = crate::Subscription::new(Arc::new(Link(self.clone())));
-        if !crate::guard::on_subscribe(&mut subscriber, subscription) {
-            self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
-            self.shut();
-            return;
-        }
-        *lock(&self.consumer) = Some(Consumer {
-            sink: Box::new(subscriber),
-            batch: Vec::with_capacity(self.batch_size),
-            expired: Vec::new(),
-        });
-        self.wip.drain(|| self.pass());
-    }
-
-    /// One drain pass; runs only on the `Wip` owner.
-    fn pass(&self) {
-        let mut slot = lock(&self.consumer);
-        let Some(consumer) = slot.as_mut() else {
-            return;
-        };
-        let over = match catch(|| self.deliver(consumer)) {
-            Ok(Pass::Idle) => false,
-            Ok(Pass::Over) => true,
-            Err(_) => {
-                tracing::error!("subscriber panicked (rule 2.13); treated as cancelled");
-                true
-            }
-        };
-        if over {
-            // Terminated or cancelled: drop the subscriber (rule 3.13) outside the
-            // lock, then close for the senders and release anything still queued.
-            let gone = slot.take();
-            drop(slot);
-            drop(gone);
-            self.shut();
-        }
-    }
-
     /// Deliver batches while there is demand; see the module docs.
-    fn deliver(&self, c: &mut Consumer<T>) -> Pass {
+    fn deliver<S: Subscriber<T>>(&self, cx: &Cx<'_>, c: &mut Buffers<T>, sink: &mut S) -> Pass {
         loop {
-            // Relaxed: flags are set before the setter's `Wip::enter` (Release), which
-            // this owner Acquired before the pass (drain.rs); a flag set re-entrantly
-            // is our own write.
-            let flags = self.flags.load(Ordering::Relaxed);
-            if flags & CANCELLED != 0 {
-                return Pass::Over;
+            if cx.stopped() {
+                return Pass::Idle;
             }
-            if flags & BAD_REQUEST != 0 {
-                c.sink.error(demand::validate(0).unwrap_err());
-                return Pass::Over;
-            }
-            let wanted = self.demand.get();
+            let wanted = cx.demand().get();
             let budget = usize::try_from(wanted)
                 .unwrap_or(usize::MAX)
                 .min(self.batch_size);
@@ -504,20 +421,12 @@ impl<T: Send + 'static> Shared<T> {
                 // An expiry storm took many items out at once: give the memory back.
                 c.expired.shrink_to(self.batch_size);
             }
-            let delivered = c.batch.len() as u64;
-            if delivered > 0 {
-                let credit = c.sink.next_batch(&mut c.batch.drain(..));
-                self.demand.produced(delivered);
-                if credit > 0 {
-                    self.demand.add(credit);
-                }
+            if !c.batch.is_empty() {
+                // Items a cancelling subscriber leaves in the batch are released.
+                cx.deliver(sink, &mut c.batch.drain(..));
             }
             if let Some(end) = end {
-                match end {
-                    Ok(()) => c.sink.complete(),
-                    Err(error) => c.sink.error(error),
-                }
-                return Pass::Over;
+                return cx.terminate(sink, end);
             }
             if taken < budget || budget == 0 {
                 return Pass::Idle;
@@ -567,32 +476,82 @@ impl<T: Send + 'static> Shared<T> {
     }
 }
 
-/// The subscription handed to the subscriber.
-struct Link<T>(Arc<Shared<T>>);
+impl<T: Send + 'static> Stage for Chan<T> {
+    const NAME: &'static str = STAGE;
+    type Item = T;
+    type Owned = Buffers<T>;
 
-impl<T: Send + 'static> RawSubscription for Link<T> {
-    fn request(&self, n: u64) {
-        let shared = &self.0;
-        if shared.flags.load(Ordering::Relaxed) & CANCELLED != 0 {
-            return;
-        }
-        match demand::validate(n) {
-            Ok(n) => {
-                shared.demand.add(n);
-            }
-            Err(_) => {
-                // Relaxed: published by the `Wip::enter` below (see `deliver`).
-                shared.flags.fetch_or(BAD_REQUEST, Ordering::Relaxed);
-            }
-        }
-        shared.wip.drain(|| shared.pass());
+    fn pass<S: Subscriber<T>>(&self, cx: &Cx<'_>, buffers: &mut Buffers<T>, sink: &mut S) -> Pass {
+        self.deliver(cx, buffers, sink)
     }
 
-    fn cancel(&self) {
-        let shared = &self.0;
-        // Relaxed: published by the `Wip::enter` below (see `deliver`).
-        shared.flags.fetch_or(CANCELLED, Ordering::Relaxed);
-        shared.wip.drain(|| shared.pass());
+    /// Terminated, cancelled, or the subscriber broke: close for the senders and
+    /// release what is queued.
+    fn stop(&self, buffers: &mut Buffers<T>) {
+        buffers.batch.clear();
+        self.shut();
+    }
+}
+
+impl<T: Send + 'static> Link<T> {
+    /// Settle an offer after the lock is released: report a drop, run the drain loop
+    /// if the subscriber has demand, and turn the outcome into the sender's answer.
+    pub(super) fn settle(&self, outcome: Offer<T>) -> Result<(), super::TrySendError<T>> {
+        match outcome {
+            Offer::Accepted => {
+                self.kick();
+                Ok(())
+            }
+            Offer::Dropped(reason, item) => {
+                self.stage().report_drop(reason, item);
+                self.kick();
+                Ok(())
+            }
+            Offer::Full(item) => Err(super::TrySendError::Full(item)),
+            Offer::Closed(item) => Err(super::TrySendError::Closed(item)),
+        }
+    }
+
+    /// Run the drain loop if there is demand to serve (see the file docs for why
+    /// skipping it otherwise loses nothing).
+    fn kick(&self) {
+        if self.demand().get() > 0 {
+            self.signal();
+        }
+    }
+
+    /// Stop accepting items and deliver `end` after the queued ones. Returns false if
+    /// the channel was already closed.
+    pub(super) fn close(&self, end: Result<(), Error>) -> bool {
+        let chan = self.stage();
+        let wake = {
+            let mut st = lock(&chan.state);
+            if !st.open {
+                return false;
+            }
+            st.open = false;
+            st.end = Some(end);
+            chan.wake_all(&mut st)
+        };
+        wake.run();
+        self.signal();
+        true
+    }
+
+    /// Attach the (only) subscriber, with the pass's buffers.
+    pub(super) fn attach_subscriber<S>(self: &Arc<Self>, subscriber: S)
+    where
+        S: Subscriber<T> + Send + 'static,
+    {
+        if let Some(hook) = subscriber.drop_hook() {
+            // The builder's hook, if any, keeps its place.
+            let _ = self.stage().hook.set(hook);
+        }
+        let buffers = Buffers {
+            batch: Vec::with_capacity(self.stage().batch_size),
+            expired: Vec::new(),
+        };
+        self.attach(buffers, Erased(Box::new(subscriber)));
     }
 }
 

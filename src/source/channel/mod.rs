@@ -58,10 +58,18 @@
 //!
 //! # One subscriber
 //!
-//! A channel delivers each item once. [`Channel`] is `Clone` (so it can be handed to
-//! whoever subscribes, and its [`monitor`](Channel::monitor) read), but only the first
-//! `subscribe` is served; any later subscriber gets `on_subscribe` followed by
-//! `on_error` saying so. Put a multicasting processor after the channel to fan out.
+//! A channel delivers each item once, to one subscriber: [`Channel`] is not `Clone`,
+//! and `subscribe` consumes it, so a second subscription cannot be written. Put a
+//! multicasting processor after the channel to fan out. Read its statistics through
+//! a [`monitor`](Channel::monitor) taken before subscribing.
+//!
+//! # Drops
+//!
+//! Items the policy drops (and items that expire) go to one drop hook: the one given
+//! to [`ChannelBuilder::drop_hook`], which sees every drop from the first send, or
+//! else the subscriber's ([`PublisherExt::on_dropped`](crate::PublisherExt::on_dropped)
+//! downstream), which sees the drops made once it is subscribed. Drops with no hook
+//! are still counted in the [`monitor`](Channel::monitor) and logged (rate-limited).
 //!
 //! # Stats
 //!
@@ -97,14 +105,15 @@ use std::sync::Arc;
 pub use marks::{FlowState, WaterMarks};
 pub use sender::{Resumed, SendFuture, Sender};
 
-use self::core::Shared;
 #[cfg(all(test, not(weir_loom)))]
 use self::core::BATCH;
+use self::core::{Chan, Link};
+use crate::metrics::DropHook;
 use crate::metrics::{QueueGauge, QueueMonitor};
 use crate::queue::timed::TimedQueue;
 use crate::queue::{Capacity, TimeBounds};
 use crate::runtime::{Immediate, Scheduler};
-use crate::{Error, Publisher, Subscriber, Subscription};
+use crate::{Publisher, Subscriber};
 
 /// What a full channel does with an offered item.
 ///
@@ -272,6 +281,7 @@ pub struct ChannelBuilder {
     marks: Option<WaterMarks>,
     bounds: TimeBounds,
     clock: Arc<dyn Scheduler>,
+    hook: Option<DropHook>,
 }
 
 impl fmt::Debug for ChannelBuilder {
@@ -298,7 +308,32 @@ impl ChannelBuilder {
             marks: None,
             bounds: TimeBounds::none(),
             clock: Arc::new(Immediate),
+            hook: None,
         }
+    }
+
+    /// Report every item the channel drops (policy drops and expired items, from the
+    /// first send on, whether or not a subscriber is attached yet) to `hook`. Without
+    /// it, drops go to the subscriber's hook once it subscribes.
+    ///
+    /// ```
+    /// use weir::metrics::{DropHook, Drops};
+    /// use weir::source::channel::{ChannelBuilder, ChannelPolicy};
+    /// use weir::DropReason;
+    ///
+    /// let drops = Drops::new();
+    /// let (tx, rx) = ChannelBuilder::new(2, ChannelPolicy::DropOldest)
+    ///     .drop_hook(DropHook::new(drops.clone()))
+    ///     .build::<u32>();
+    /// for i in 0..5 {
+    ///     tx.try_send(i).unwrap();
+    /// }
+    /// assert_eq!(drops.count(DropReason::OverflowOldest), 3, "before any subscriber");
+    /// # drop(rx);
+    /// ```
+    pub fn drop_hook(mut self, hook: DropHook) -> Self {
+        self.hook = Some(hook);
+        self
     }
 
     /// Pause at `marks.high()`, resume at `marks.low()` (checked against the capacity
@@ -347,7 +382,7 @@ impl ChannelBuilder {
         );
         let gauge = QueueGauge::new(capacity, self.clock.clone());
         let queue = TimedQueue::new(self.capacity, self.bounds, gauge);
-        let shared = Arc::new(Shared::new(self.policy, marks, queue));
+        let shared = Link::new(Chan::new(self.policy, marks, queue, self.hook));
         (
             Sender {
                 shared: shared.clone(),
@@ -357,34 +392,26 @@ impl ChannelBuilder {
     }
 }
 
-/// The publisher half of a [`channel`](fn@channel). Serves one subscriber; see the
-/// [module docs](self).
+/// The publisher half of a [`channel`](fn@channel). Serves one subscriber (it is not
+/// `Clone`, and `subscribe` consumes it); see the [module docs](self).
+///
+/// ```compile_fail
+/// let (_tx, rx) = weir::channel::<u64>(8, weir::source::channel::ChannelPolicy::Reject);
+/// let _second = rx.clone(); // a channel has one subscriber: no clones
+/// ```
 #[must_use = "publishers do nothing until subscribed"]
 pub struct Channel<T: Send + 'static> {
-    shared: Arc<Shared<T>>,
-}
-
-impl<T: Send + 'static> Clone for Channel<T> {
-    fn clone(&self) -> Self {
-        // Relaxed: a reference count; the Arc clone below does the synchronising.
-        self.shared.publishers.fetch_add(1, Ordering::Relaxed);
-        Channel {
-            shared: self.shared.clone(),
-        }
-    }
+    shared: Arc<Link<T>>,
 }
 
 impl<T: Send + 'static> Drop for Channel<T> {
-    /// The last handle dropped without ever subscribing: nobody can read the channel
-    /// any more, so it closes (senders get `Closed`, waiting senders wake up) and the
-    /// queued items are released.
+    /// Dropped without subscribing: nobody can read the channel any more, so it closes
+    /// (senders get `Closed`, waiting senders wake up) and the queued items are
+    /// released.
     fn drop(&mut self) {
-        // AcqRel: the last handle must see every other handle's decrement; Acquire on
-        // `subscribed` pairs with the swap in `subscribe`.
-        if self.shared.publishers.fetch_sub(1, Ordering::AcqRel) == 1
-            && !self.shared.subscribed.load(Ordering::Acquire)
-        {
-            self.shared.shut();
+        // Relaxed: only this handle's own `subscribe` sets it.
+        if !self.shared.stage().subscribed.load(Ordering::Relaxed) {
+            self.shared.stage().shut();
         }
     }
 }
@@ -392,8 +419,8 @@ impl<T: Send + 'static> Drop for Channel<T> {
 impl<T: Send + 'static> fmt::Debug for Channel<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Channel")
-            .field("policy", &self.shared.policy)
-            .field("marks", &self.shared.marks)
+            .field("policy", &self.shared.stage().policy)
+            .field("marks", &self.shared.stage().marks)
             .finish_non_exhaustive()
     }
 }
@@ -412,31 +439,27 @@ impl<T: Send + 'static> Channel<T> {
     /// assert_eq!((stats.depth, stats.capacity, stats.enqueued), (2, 10, 2));
     /// ```
     pub fn monitor(&self) -> QueueMonitor {
-        QueueMonitor::new(self.shared.gauge.clone())
+        QueueMonitor::new(self.shared.stage().gauge.clone())
     }
 }
 
 impl<T: Send + 'static> Publisher for Channel<T> {
     type Item = T;
 
-    fn subscribe<S>(self, mut subscriber: S)
+    fn subscribe<S>(self, subscriber: S)
     where
         S: Subscriber<T> + Send + 'static,
     {
-        // AcqRel: only the first subscribe wins; the swap orders later ones after it.
-        if self.shared.subscribed.swap(true, Ordering::AcqRel) {
-            subscriber.on_subscribe(Subscription::noop());
-            subscriber.on_error(Error::msg(
-                "weir::channel serves one subscriber and this channel is already subscribed \
-                 (each item is delivered once; put a multicast processor after it to fan out)",
-            ));
-            return;
-        }
-        self.shared.attach(subscriber);
+        // Relaxed: read only by this handle's `Drop`, on this thread.
+        self.shared
+            .stage()
+            .subscribed
+            .store(true, Ordering::Relaxed);
+        self.shared.attach_subscriber(subscriber);
     }
 
     fn in_flight_bound(&self) -> u64 {
-        (self.shared.capacity() + self.shared.batch_size()) as u64
+        (self.shared.stage().capacity() + self.shared.stage().batch_size()) as u64
     }
 }
 

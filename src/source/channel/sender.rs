@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::core::{lock, Offer, Shared};
+use super::core::{lock, Link, Offer};
 use super::marks::FlowState;
 use super::{ChannelClosed, ChannelPolicy, TrySendError};
 use crate::metrics::QueueMonitor;
@@ -34,14 +34,14 @@ use crate::Error;
 /// assert_eq!(rx.collect().wait().unwrap(), vec![1, 2]);
 /// ```
 pub struct Sender<T: Send + 'static> {
-    pub(super) shared: Arc<Shared<T>>,
+    pub(super) shared: Arc<Link<T>>,
 }
 
 impl<T: Send + 'static> std::fmt::Debug for Sender<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sender")
-            .field("policy", &self.shared.policy)
-            .field("marks", &self.shared.marks)
+            .field("policy", &self.shared.stage().policy)
+            .field("marks", &self.shared.stage().marks)
             .finish_non_exhaustive()
     }
 }
@@ -49,7 +49,7 @@ impl<T: Send + 'static> std::fmt::Debug for Sender<T> {
 impl<T: Send + 'static> Clone for Sender<T> {
     fn clone(&self) -> Self {
         // Relaxed: a reference count; the Arc clone below does the synchronising.
-        self.shared.senders.fetch_add(1, Ordering::Relaxed);
+        self.shared.stage().senders.fetch_add(1, Ordering::Relaxed);
         Sender {
             shared: self.shared.clone(),
         }
@@ -60,7 +60,7 @@ impl<T: Send + 'static> Drop for Sender<T> {
     fn drop(&mut self) {
         // AcqRel: the last sender must see every other sender's decrement (and what
         // they did before it) before it closes the channel.
-        if self.shared.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if self.shared.stage().senders.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.shared.close(Ok(()));
         }
     }
@@ -92,10 +92,10 @@ impl<T: Send + 'static> Sender<T> {
     /// # drop(rx);
     /// ```
     pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
-        let now = self.shared.gauge.now();
+        let now = self.shared.stage().gauge.now();
         let outcome = {
-            let mut st = lock(&self.shared.state);
-            self.shared.offer(&mut st, item, now, false)
+            let mut st = lock(&self.shared.stage().state);
+            self.shared.stage().offer(&mut st, item, now, false)
         };
         self.shared.settle(outcome)
     }
@@ -152,18 +152,19 @@ impl<T: Send + 'static> Sender<T> {
     /// assert_eq!(total, 499_500);
     /// ```
     pub fn send_blocking(&self, item: T) -> Result<(), TrySendError<T>> {
-        let shared = &*self.shared;
+        let shared = &self.shared;
         let mut item = item;
         let mut since: Option<Instant> = None;
-        let mut st = lock(&shared.state);
+        let mut st = lock(&shared.stage().state);
         let outcome = loop {
-            let now = shared.gauge.now();
-            match shared.offer(&mut st, item, now, true) {
-                Offer::Full(back) if shared.policy == ChannelPolicy::Backpressure => {
+            let now = shared.stage().gauge.now();
+            match shared.stage().offer(&mut st, item, now, true) {
+                Offer::Full(back) if shared.stage().policy == ChannelPolicy::Backpressure => {
                     item = back;
                     since.get_or_insert(now);
                     st.blocked_threads += 1;
                     st = shared
+                        .stage()
                         .room
                         .wait(st)
                         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -175,8 +176,9 @@ impl<T: Send + 'static> Sender<T> {
         drop(st);
         if let Some(since) = since {
             shared
+                .stage()
                 .gauge
-                .blocked(shared.gauge.now().saturating_duration_since(since));
+                .blocked(shared.stage().gauge.now().saturating_duration_since(since));
         }
         shared.settle(outcome)
     }
@@ -200,7 +202,7 @@ impl<T: Send + 'static> Sender<T> {
     /// ```
     pub fn state(&self) -> FlowState {
         // Relaxed: advisory; `resumed`/`wait_resumed` read the state under the lock.
-        if self.shared.paused.load(Ordering::Relaxed) {
+        if self.shared.stage().paused.load(Ordering::Relaxed) {
             FlowState::Paused
         } else {
             FlowState::Flowing
@@ -257,8 +259,8 @@ impl<T: Send + 'static> Sender<T> {
     /// assert_eq!(consumer.join().unwrap().len(), 1_000);
     /// ```
     pub fn wait_resumed(&self) -> Result<(), ChannelClosed> {
-        let shared = &*self.shared;
-        let mut st = lock(&shared.state);
+        let shared = &self.shared;
+        let mut st = lock(&shared.stage().state);
         loop {
             if !st.open {
                 return Err(ChannelClosed);
@@ -268,6 +270,7 @@ impl<T: Send + 'static> Sender<T> {
             }
             st.resume_threads += 1;
             st = shared
+                .stage()
                 .resume
                 .wait(st)
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -317,17 +320,17 @@ impl<T: Send + 'static> Sender<T> {
 
     /// True once the channel no longer accepts items.
     pub fn is_closed(&self) -> bool {
-        !lock(&self.shared.state).open
+        !lock(&self.shared.stage().state).open
     }
 
     /// The channel's capacity in items.
     pub fn capacity(&self) -> usize {
-        self.shared.capacity()
+        self.shared.stage().capacity()
     }
 
     /// The queue's statistics (the same as [`Channel::monitor`](super::Channel::monitor)).
     pub fn monitor(&self) -> QueueMonitor {
-        QueueMonitor::new(self.shared.gauge.clone())
+        QueueMonitor::new(self.shared.stage().gauge.clone())
     }
 }
 
@@ -358,16 +361,16 @@ impl<T: Send + 'static> Future for SendFuture<'_, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let shared = &*this.sender.shared;
+        let shared = &this.sender.shared;
         let item = this
             .item
             .take()
             .expect("SendFuture polled after completion");
-        let now = shared.gauge.now();
+        let now = shared.stage().gauge.now();
         let outcome = {
-            let mut st = lock(&shared.state);
-            match shared.offer(&mut st, item, now, true) {
-                Offer::Full(back) if shared.policy == ChannelPolicy::Backpressure => {
+            let mut st = lock(&shared.stage().state);
+            match shared.stage().offer(&mut st, item, now, true) {
+                Offer::Full(back) if shared.stage().policy == ChannelPolicy::Backpressure => {
                     this.since.get_or_insert(now);
                     st.send_wakers.register(&mut this.key, cx.waker());
                     this.item = Some(back);
@@ -381,8 +384,9 @@ impl<T: Send + 'static> Future for SendFuture<'_, T> {
         };
         if let Some(since) = this.since.take() {
             shared
+                .stage()
                 .gauge
-                .blocked(shared.gauge.now().saturating_duration_since(since));
+                .blocked(shared.stage().gauge.now().saturating_duration_since(since));
         }
         Poll::Ready(shared.settle(outcome))
     }
@@ -390,14 +394,17 @@ impl<T: Send + 'static> Future for SendFuture<'_, T> {
 
 impl<T: Send + 'static> Drop for SendFuture<'_, T> {
     fn drop(&mut self) {
-        let shared = &*self.sender.shared;
+        let shared = &self.sender.shared;
         if self.key.is_some() {
-            lock(&shared.state).send_wakers.remove(self.key.take());
+            lock(&shared.stage().state)
+                .send_wakers
+                .remove(self.key.take());
         }
         if let Some(since) = self.since.take() {
             shared
+                .stage()
                 .gauge
-                .blocked(shared.gauge.now().saturating_duration_since(since));
+                .blocked(shared.stage().gauge.now().saturating_duration_since(since));
         }
     }
 }
@@ -420,7 +427,7 @@ impl<T: Send + 'static> Future for Resumed<'_, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let mut st = lock(&this.sender.shared.state);
+        let mut st = lock(&this.sender.shared.stage().state);
         if !st.open {
             st.resume_wakers.remove(this.key.take());
             return Poll::Ready(Err(ChannelClosed));
@@ -437,7 +444,7 @@ impl<T: Send + 'static> Future for Resumed<'_, T> {
 impl<T: Send + 'static> Drop for Resumed<'_, T> {
     fn drop(&mut self) {
         if self.key.is_some() {
-            lock(&self.sender.shared.state)
+            lock(&self.sender.shared.stage().state)
                 .resume_wakers
                 .remove(self.key.take());
         }

@@ -2,20 +2,20 @@
 
 use std::sync::Arc;
 
-use super::{Core, Machine};
+use super::{start, Machine, TimedCore};
 use crate::drain::Upstream;
 use crate::metrics::{DropHook, DropReporter};
 use crate::runtime::Scheduler;
 use crate::{Error, Subscriber, Subscription};
 
-/// A time operator's subscriber to its upstream: builds the [`Core`] at
+/// A time operator's subscriber to its upstream: builds the core at
 /// `on_subscribe`, feeds it items and the end, and reports what the machine drops to
 /// the pipeline's drop hook (downstream's, asked for once at subscribe time).
-pub(crate) struct TimedSubscriber<M: Machine, S, C> {
+pub(crate) struct TimedSubscriber<M: Machine, S, C: Scheduler + Clone> {
     /// Downstream, the machine and the scheduler until `on_subscribe` builds the core.
     pending: Option<(S, M, C)>,
     /// The core, once subscribed.
-    core: Option<Arc<Core<M, S, C>>>,
+    core: Option<Arc<TimedCore<M, C, S>>>,
     /// Downstream's drop hook.
     hook: Option<DropHook>,
     /// Reports drops (producer side only), counted once per item.
@@ -26,7 +26,7 @@ pub(crate) struct TimedSubscriber<M: Machine, S, C> {
     upstream: Upstream,
 }
 
-impl<M: Machine, S, C> TimedSubscriber<M, S, C> {
+impl<M: Machine, S, C: Scheduler + Clone> TimedSubscriber<M, S, C> {
     pub(crate) fn new(stage: &'static str, downstream: S, machine: M, scheduler: C) -> Self {
         TimedSubscriber {
             pending: Some((downstream, machine, scheduler)),
@@ -54,16 +54,16 @@ where
         };
         self.hook = downstream.drop_hook();
         self.drops = DropReporter::new(self.stage, self.hook.clone());
-        let core = Core::new(machine, scheduler, Some(subscription));
-        self.core = Some(core.clone());
-        core.start(downstream);
+        self.core = Some(start(machine, scheduler, Some(subscription), downstream));
     }
 
     fn on_next(&mut self, item: M::In) {
         let (Some(core), true) = (&self.core, self.upstream.is_active()) else {
             return;
         };
-        if let Some((reason, dropped)) = core.item(item) {
+        let dropped = core.stage().item(item);
+        core.signal();
+        if let Some((reason, dropped)) = dropped {
             self.drops.drop_item(reason, dropped);
             self.drops.flush();
         }
@@ -71,13 +71,15 @@ where
 
     fn on_error(&mut self, error: Error) {
         if let (true, Some(core)) = (self.upstream.finish(), &self.core) {
-            core.end(Err(error));
+            core.stage().end(Err(error));
+            core.signal();
         }
     }
 
     fn on_complete(&mut self) {
         if let (true, Some(core)) = (self.upstream.finish(), &self.core) {
-            core.end(Ok(()));
+            core.stage().end(Ok(()));
+            core.signal();
         }
     }
 

@@ -1,0 +1,686 @@
+// The signal core: the one implementation of a subscription that serves a downstream.
+//
+// # What it owns
+//
+// * `demand`: downstream's outstanding demand (an `AtomicDemand`).
+// * `wip`: the one drain loop (`drain::Wip`): whoever moves it from 0 owns the loop
+//   and runs passes; everyone else only records a reason to run and returns (rule 1.3
+//   for signal order, rule 3.3 for recursion).
+// * `flags`: what downstream (or the scheduler) asked for: `CANCELLED`, `BAD_REQUEST`
+//   (a `request(0)`), `SHUTDOWN` (the scheduler dropped one of our tasks), and `OVER`
+//   once the subscription ended.
+// * `slot`: the stage's owner-only state and the downstream subscriber, behind a
+//   mutex that only the loop's owner locks (so it is never contended; it hands the
+//   subscriber from one owner thread to the next without `unsafe`). `None` once over.
+// * `stage`: the part of the stage that producers, timers and requesters share.
+//
+// # A pass
+//
+// The owner locks the slot and reads the flags. A stopping flag ends the
+// subscription at once; otherwise the stage's pass body runs inside one panic guard
+// (one `catch_unwind` per pass, not per item: the emission loop's state stays in
+// registers). The pass ends `Idle` (nothing to do until the next reason), `Yield` (a
+// scheduled stage used its task's budget: the loop continues in a new task) or `Over`
+// (the body signalled a terminal). When a subscription ends, for whatever reason, the
+// core (1) takes the state out of the slot and marks itself `OVER`, (2) lets the stage
+// release what it holds and cancel upstream (`Stage::stop`), (3) signals downstream
+// where that is due (`request(0)`: the rule 3.9 error; a dropped task: a
+// `SchedulerShutdown` error; a cancel or a panicking subscriber: nothing), and (4)
+// drops the state and the subscriber. Steps 2 to 4 each run under a panic guard of
+// their own, because they run user code (an item's `Drop`, `on_error`).
+//
+// # Driving the loop
+//
+// An inline stage runs its passes on whichever thread gained ownership (the
+// subscriber's, a producer's, a requester's). A scheduled stage hands ownership to a
+// task on its scheduler: the task carries the count of reasons it owes the `Wip`, runs
+// passes until the count drops to zero, optionally lingers a moment (the crate's one
+// `Backoff`) for the next reason instead of leaving, and re-schedules itself after a
+// budget of passes or when the body yields, so one busy stage never holds a worker for
+// ever. A cancel found by the thread that gains ownership is handled on that thread at
+// once (it only releases). If the scheduler drops the task instead of running it, the
+// task's drop sets `SHUTDOWN` and runs the final pass on the dropping thread, so the
+// pipeline ends with an error instead of hanging, and the `Wip` is released.
+//
+// # Orderings
+//
+// Flags are written `Relaxed` before the writer's `Wip::enter` (`AcqRel`), and read by
+// the owner after its own `enter`/`leave` (`AcqRel`), which acquired that write: the
+// `Wip` is the happens-before edge, exactly as for the demand (see `demand.rs`). A
+// flag set from inside a pass (a cancel from `on_next`) is the owner's own write. The
+// early-exit reads in `request`/`cancel` are hints: a stale read costs one more pass
+// that finds the slot empty.
+
+use std::sync::{Arc, Weak};
+use std::task::{Wake, Waker};
+
+use crate::demand::{self, AtomicDemand};
+use crate::drain::Wip;
+use crate::guard::catch;
+use crate::loom::{AtomicU8, Mutex, MutexGuardOf, Ordering};
+use crate::runtime::backoff::Backoff;
+use crate::runtime::Scheduler;
+use crate::{Error, RawSubscription, Subscriber, Subscription};
+
+/// Flag: downstream cancelled.
+const CANCELLED: u8 = 1;
+/// Flag: downstream called `request(0)` (rule 3.9).
+const BAD_REQUEST: u8 = 2;
+/// Flag: the scheduler dropped one of the stage's tasks without running it.
+const SHUTDOWN: u8 = 4;
+/// Flag: the subscription ended; later requests and cancels are no-ops (3.6, 3.7).
+const OVER: u8 = 8;
+/// The flags that end the subscription at the next pass.
+const STOPPING: u8 = CANCELLED | BAD_REQUEST | SHUTDOWN;
+
+/// Passes one scheduled task runs before it hands the loop to a new task (fairness
+/// to the scheduler's other tasks).
+const TASK_PASSES: u32 = 32;
+
+/// How a pass ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pass {
+    /// Nothing more to do until the next reason to run (a request, an item, a wake).
+    Idle,
+    /// A scheduled stage used its task's budget with work left: continue in a new
+    /// task. (Inline stages never yield.)
+    Yield,
+    /// The body signalled a terminal (`on_complete` / `on_error`): the subscription is
+    /// over.
+    Over,
+}
+
+/// Where a stage's passes run.
+pub(crate) enum Drive<'a> {
+    /// On whichever thread gains ownership of the loop.
+    Inline,
+    /// On tasks of `on`. With `linger`, a task waits a moment (the crate's one
+    /// backoff) for the next reason to run before it leaves the loop.
+    Scheduled {
+        /// The scheduler.
+        on: &'a dyn Scheduler,
+        /// Wait briefly for more work before leaving.
+        linger: bool,
+    },
+}
+
+/// One stage: what it shares with producers and requesters (`Self`), what only the
+/// loop's owner touches (`Owned`), and its pass body.
+pub(crate) trait Stage: Send + Sync + Sized + 'static {
+    /// The stage's name in errors and logs.
+    const NAME: &'static str;
+    /// What downstream receives.
+    type Item: Send + 'static;
+    /// State only the drain owner touches, kept with downstream under the core's lock.
+    type Owned: Send + 'static;
+
+    /// Where passes run. The default is inline.
+    fn drive(&self) -> Drive<'_> {
+        Drive::Inline
+    }
+
+    /// One pass: signal downstream what demand and the stage's state allow. Runs only
+    /// on the loop's owner, inside the core's panic guard.
+    fn pass<S: Subscriber<Self::Item>>(
+        &self,
+        cx: &Cx<'_>,
+        owned: &mut Self::Owned,
+        downstream: &mut S,
+    ) -> Pass;
+
+    /// The subscription ended (any reason): release what the stage holds (including
+    /// what producers may still hand it) and cancel upstream. Runs once, on the owner.
+    fn stop(&self, owned: &mut Self::Owned);
+
+    /// The core was built around this stage: `me` reaches it from timers and other
+    /// helpers that must not keep it alive. The default ignores it.
+    fn bind(&self, _me: Weak<dyn Target>) {}
+
+    /// Downstream requested `n > 0`, already added to the demand (any thread, before
+    /// the pass it triggers).
+    fn on_request(&self, _n: u64) {}
+
+    /// Downstream cancelled (the first time; any thread, before the pass that stops
+    /// the stage). Stages that must stop upstream at once (boundaries) do it here.
+    fn on_cancel(&self) {}
+
+    /// Downstream called `request(0)` (on its thread). Return true when the stage
+    /// handled it (`subscribe_on` forwards it to an upstream that answers it);
+    /// otherwise the core fails downstream with the rule 3.9 error.
+    fn on_bad_request(&self) -> bool {
+        false
+    }
+
+    /// One of the stage's timers fired (any thread); the core runs a pass after it.
+    fn on_timer(&self) {}
+}
+
+/// What the core hands helpers (lanes, timers, wakers): a way to ask for a pass.
+pub(crate) trait Target: Send + Sync + 'static {
+    /// A timer armed for the stage fired.
+    fn fire(&self);
+    /// The scheduler dropped one of the stage's tasks without running it.
+    fn lost(&self);
+}
+
+/// What a pass body gets from the core.
+pub(crate) struct Cx<'a> {
+    demand: &'a AtomicDemand,
+    flags: &'a AtomicU8,
+    waker: Option<&'a Waker>,
+}
+
+impl<'a> Cx<'a> {
+    /// Downstream's outstanding demand.
+    #[inline]
+    pub(crate) fn demand(&self) -> &'a AtomicDemand {
+        self.demand
+    }
+
+    /// True once downstream cancelled, sent `request(0)`, or the scheduler dropped a
+    /// task: end the pass (the core then stops the stage).
+    #[inline]
+    pub(crate) fn stopped(&self) -> bool {
+        // Relaxed: see the file header (published through the `Wip`).
+        self.flags.load(Ordering::Relaxed) & STOPPING != 0
+    }
+
+    /// Signal the end of the stream (`Ok`: `on_complete`, `Err`: `on_error`) and
+    /// return [`Pass::Over`]; unless the stage was stopped meanwhile (a cancel while
+    /// the last batch was delivered, say): then nothing is signalled, because the
+    /// subscriber did not take everything, and the pass ends [`Pass::Idle`] so the
+    /// core stops the stage.
+    #[inline]
+    pub(crate) fn terminate<T, S: Subscriber<T>>(
+        &self,
+        downstream: &mut S,
+        end: Result<(), Error>,
+    ) -> Pass {
+        if self.stopped() {
+            return Pass::Idle;
+        }
+        match end {
+            Ok(()) => downstream.on_complete(),
+            Err(error) => downstream.on_error(error),
+        }
+        Pass::Over
+    }
+
+    /// A waker that schedules the next pass (scheduled stages only).
+    ///
+    /// # Panics
+    ///
+    /// On an inline stage, which has no task to wake.
+    pub(crate) fn waker(&self) -> &'a Waker {
+        self.waker.expect("only scheduled stages have a waker")
+    }
+
+    /// `items` as delivered to downstream: `next` returns `None` once downstream has
+    /// cancelled (so a subscriber that cancels inside `on_next` gets nothing more),
+    /// while `fold` (the fused path of batching subscribers) runs the inner iterator
+    /// untouched.
+    #[inline]
+    pub(crate) fn until_cancelled<I: Iterator>(&self, items: I) -> UntilCancelled<'a, I> {
+        UntilCancelled {
+            items,
+            flags: self.flags,
+        }
+    }
+
+    /// Deliver from `items` against the demand with [`demand::deliver`]: one
+    /// `on_next_batch` per run of items, settled once; stops once the stage stops.
+    /// Returns how many went out; what is left in `items` had no demand.
+    #[inline]
+    pub(crate) fn deliver<T, S, I>(&self, downstream: &mut S, items: &mut I) -> u64
+    where
+        S: Subscriber<T>,
+        I: Iterator<Item = T>,
+    {
+        let flags = self.flags;
+        demand::deliver(
+            self.demand,
+            downstream,
+            &mut UntilCancelled { items, flags },
+            || self.stopped(),
+        )
+    }
+}
+
+/// See [`Cx::until_cancelled`].
+pub(crate) struct UntilCancelled<'a, I> {
+    items: I,
+    flags: &'a AtomicU8,
+}
+
+impl<I: Iterator> Iterator for UntilCancelled<'_, I> {
+    type Item = I::Item;
+
+    #[inline]
+    fn next(&mut self) -> Option<I::Item> {
+        // Relaxed: a cancel from inside `on_next` is this thread's own write.
+        if self.flags.load(Ordering::Relaxed) & CANCELLED != 0 {
+            return None;
+        }
+        self.items.next()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (0, self.items.size_hint().1)
+    }
+
+    #[inline]
+    fn fold<B, F: FnMut(B, I::Item) -> B>(self, init: B, f: F) -> B {
+        self.items.fold(init, f)
+    }
+}
+
+/// The signal core: one subscription. See the file header.
+pub(crate) struct Core<G: Stage, S> {
+    demand: AtomicDemand,
+    wip: Wip,
+    flags: AtomicU8,
+    /// The owner-only state and downstream; `None` before `attach` and once over.
+    slot: Mutex<Option<(G::Owned, S)>>,
+    stage: G,
+    /// Ourselves, for tasks and wakers (`request` only has `&self`).
+    me: Weak<Self>,
+}
+
+impl<G: Stage, S> std::fmt::Debug for Core<G, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Core")
+            .field("demand", &self.demand.get())
+            .field("flags", &self.flags.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl<G, S> Core<G, S>
+where
+    G: Stage,
+    S: Subscriber<G::Item> + Send + 'static,
+{
+    /// A core around `stage`, not yet attached to a downstream.
+    pub(crate) fn new(stage: G) -> Arc<Self> {
+        let core = Arc::new_cyclic(|me| Core {
+            demand: AtomicDemand::new(),
+            wip: Wip::new(),
+            flags: AtomicU8::new(0),
+            slot: Mutex::new(None),
+            stage,
+            me: me.clone(),
+        });
+        let me: Weak<dyn Target> = core.me.clone();
+        core.stage.bind(me);
+        core
+    }
+
+    /// The shared part of the stage.
+    #[inline]
+    pub(crate) fn stage(&self) -> &G {
+        &self.stage
+    }
+
+    /// Downstream's outstanding demand.
+    #[inline]
+    pub(crate) fn demand(&self) -> &AtomicDemand {
+        &self.demand
+    }
+
+    /// True once the subscription ended.
+    #[inline]
+    pub(crate) fn is_over(&self) -> bool {
+        // Relaxed: a hint (see the file header).
+        self.flags.load(Ordering::Relaxed) & OVER != 0
+    }
+
+    /// True once downstream cancelled, sent `request(0)`, or the subscription ended.
+    #[inline]
+    pub(crate) fn is_stopping(&self) -> bool {
+        // Relaxed: a hint (see the file header).
+        self.flags.load(Ordering::Relaxed) & (STOPPING | OVER) != 0
+    }
+
+    fn lock(&self) -> MutexGuardOf<'_, Option<(G::Owned, S)>> {
+        // Every pass runs under a panic guard, so the lock is never poisoned; recover
+        // anyway rather than propagate a panic.
+        self.slot
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Attach `downstream` (see [`attach_then`](Self::attach_then)).
+    pub(crate) fn attach(self: &Arc<Self>, owned: G::Owned, downstream: S) {
+        self.attach_then(owned, downstream, |_| {});
+    }
+
+    /// Attach `downstream`: call its `on_subscribe` under a panic guard while this
+    /// call owns the loop (so the subscription is its first signal, rule 1.9, and its
+    /// requests only count), then run `started` (still owning the loop: connect
+    /// sources, start clocks), then drive the loop for what they caused. A subscriber
+    /// that panics in `on_subscribe` is treated as cancelled (rule 2.13).
+    pub(crate) fn attach_then(
+        self: &Arc<Self>,
+        owned: G::Owned,
+        mut downstream: S,
+        started: impl FnOnce(&Arc<Self>),
+    ) {
+        let entered = self.wip.enter();
+        debug_assert!(
+            entered,
+            "a core is attached once, before anyone else enters"
+        );
+        let subscription = Subscription::new(self.clone());
+        if !crate::guard::on_subscribe(&mut downstream, subscription) {
+            // Relaxed: this thread owns the loop and reads it below.
+            self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
+        }
+        *self.lock() = Some((owned, downstream));
+        started(self);
+        // Relaxed: this thread owns the loop (a cancel from on_subscribe is its own
+        // write, or was published by the canceller's `Wip::enter`).
+        let cancelled = self.flags.load(Ordering::Relaxed) & CANCELLED != 0;
+        match self.stage.drive() {
+            Drive::Scheduled { .. } if !cancelled => {
+                // Hand what on_subscribe and `started` caused to a task (or handle a
+                // cancel here).
+                let missed = self.wip.leave(1);
+                if missed > 0 {
+                    self.own(missed);
+                }
+            }
+            _ => self.run(1, None),
+        }
+    }
+
+    /// A reason to run a pass: enter the loop, and drive it if this call owns it.
+    #[inline]
+    pub(crate) fn signal(&self) {
+        if self.wip.enter() {
+            self.own(1);
+        }
+    }
+
+    /// This call owns the loop with `missed` reasons to account for.
+    fn own(&self, missed: usize) {
+        match self.stage.drive() {
+            Drive::Inline => self.run(missed, None),
+            Drive::Scheduled { on, linger } => {
+                // Relaxed: our own `Wip::enter` ordered us after the write.
+                if self.flags.load(Ordering::Relaxed) & CANCELLED != 0 {
+                    // A cancel only releases: do it here, now.
+                    self.run(missed, None);
+                } else {
+                    self.schedule(on, linger, missed);
+                }
+            }
+        }
+    }
+
+    /// Give our ownership (with `missed` reasons) to a new task on `on`.
+    fn schedule(&self, on: &dyn Scheduler, linger: bool, missed: usize) {
+        let Some(core) = self.me.upgrade() else {
+            // The last handle is going away: nobody is left to serve.
+            let _ = self.wip.leave(missed);
+            return;
+        };
+        let task = OwnedLoop {
+            core: Some(core),
+            missed,
+            linger,
+        };
+        on.schedule(Box::new(move || task.run()));
+    }
+
+    /// The owner's loop: passes until no reason is left. `task` is `Some((linger,
+    /// waker))` on a scheduled task.
+    fn run(&self, mut missed: usize, task: Option<(bool, &Waker)>) {
+        let mut passes = 0u32;
+        loop {
+            let pass = self.pass(task.map(|(_, waker)| waker));
+            if let (Pass::Yield, Some((linger, _))) = (pass, task) {
+                self.reschedule(linger, missed);
+                return;
+            }
+            if let (Pass::Idle, Some((true, _))) = (pass, task) {
+                // Keep the loop a moment for the next reason (a batch, a request):
+                // it saves a task hand-off per batch on a busy boundary.
+                Backoff::wait(|| self.wip.pending() != missed);
+            }
+            missed = self.wip.leave(missed);
+            if missed == 0 {
+                return;
+            }
+            passes += 1;
+            if let Some((linger, _)) = task {
+                if passes >= TASK_PASSES {
+                    self.reschedule(linger, missed);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Continue the loop in a new task (keeping ownership and the owed reasons).
+    fn reschedule(&self, linger: bool, missed: usize) {
+        match self.stage.drive() {
+            Drive::Scheduled { on, .. } => self.schedule(on, linger, missed),
+            Drive::Inline => self.run(missed, None),
+        }
+    }
+
+    /// One pass (owner only). Ends the subscription when a flag or the body says so.
+    fn pass(&self, waker: Option<&Waker>) -> Pass {
+        let mut slot = self.lock();
+        let Some((owned, downstream)) = slot.as_mut() else {
+            return Pass::Idle;
+        };
+        // Relaxed: see the file header.
+        let flags = self.flags.load(Ordering::Relaxed);
+        let ending = if flags & STOPPING != 0 {
+            Ending::Flags(flags)
+        } else {
+            let cx = Cx {
+                demand: &self.demand,
+                flags: &self.flags,
+                waker,
+            };
+            match catch(|| self.stage.pass(&cx, owned, downstream)) {
+                Ok(Pass::Over) => Ending::Terminated,
+                Ok(pass) => return pass,
+                Err(_) => Ending::Panicked,
+            }
+        };
+        let (mut owned, downstream) = slot.take().expect("checked above");
+        // Relaxed: read as a hint by `request`/`cancel`; the slot is empty anyway.
+        self.flags.fetch_or(OVER, Ordering::Relaxed);
+        drop(slot);
+        self.end(ending, &mut owned, downstream);
+        if catch(move || drop(owned)).is_err() {
+            tracing::error!("a stage's state panicked while being dropped; contained");
+        }
+        Pass::Over
+    }
+
+    /// Steps 2 to 4 of ending a subscription (see the file header).
+    fn end(&self, ending: Ending, owned: &mut G::Owned, mut downstream: S) {
+        if let Ending::Panicked = ending {
+            tracing::error!("subscriber panicked (rule 2.13); treated as cancelled");
+        }
+        if catch(|| self.stage.stop(owned)).is_err() {
+            tracing::error!("releasing a stage's items panicked (an item's Drop); contained");
+        }
+        let signal = match ending {
+            Ending::Flags(flags) if flags & CANCELLED != 0 => None,
+            Ending::Flags(flags) if flags & BAD_REQUEST != 0 => demand::validate(0).err(),
+            Ending::Flags(_) => Some(Error::scheduler_shutdown(G::NAME)),
+            Ending::Terminated | Ending::Panicked => None,
+        };
+        if let Some(error) = signal {
+            if catch(|| downstream.on_error(error)).is_err() {
+                tracing::error!("subscriber panicked in on_error (rule 2.13)");
+            }
+        }
+        if catch(move || drop(downstream)).is_err() {
+            tracing::error!("a subscriber panicked while being dropped; contained");
+        }
+    }
+}
+
+/// Why a subscription ended.
+enum Ending {
+    /// A stopping flag.
+    Flags(u8),
+    /// The pass body signalled a terminal.
+    Terminated,
+    /// Downstream panicked inside the pass.
+    Panicked,
+}
+
+/// A scheduled task that owns a core's loop. Dropped without running (its scheduler
+/// shut down), it ends the subscription with a `SchedulerShutdown` error.
+struct OwnedLoop<G: Stage, S: Subscriber<G::Item> + Send + 'static> {
+    core: Option<Arc<Core<G, S>>>,
+    missed: usize,
+    linger: bool,
+}
+
+impl<G, S> OwnedLoop<G, S>
+where
+    G: Stage,
+    S: Subscriber<G::Item> + Send + 'static,
+{
+    fn run(mut self) {
+        let core = self.core.take().expect("a task runs once");
+        let waker = Waker::from(core.clone());
+        core.run(self.missed, Some((self.linger, &waker)));
+    }
+}
+
+impl<G, S> Drop for OwnedLoop<G, S>
+where
+    G: Stage,
+    S: Subscriber<G::Item> + Send + 'static,
+{
+    fn drop(&mut self) {
+        if let Some(core) = self.core.take() {
+            // Relaxed: this thread owns the loop (the task carried the ownership).
+            core.flags.fetch_or(SHUTDOWN, Ordering::Relaxed);
+            core.run(self.missed, None);
+        }
+    }
+}
+
+impl<G, S> Target for Core<G, S>
+where
+    G: Stage,
+    S: Subscriber<G::Item> + Send + 'static,
+{
+    fn fire(&self) {
+        if self.is_over() {
+            return;
+        }
+        self.stage.on_timer();
+        self.signal();
+    }
+
+    fn lost(&self) {
+        if self.is_over() {
+            return;
+        }
+        // Relaxed: published to the owner by the `Wip::enter` in `signal`.
+        self.flags.fetch_or(SHUTDOWN, Ordering::Relaxed);
+        self.signal();
+    }
+}
+
+impl<G, S> Wake for Core<G, S>
+where
+    G: Stage,
+    S: Subscriber<G::Item> + Send + 'static,
+{
+    fn wake(self: Arc<Self>) {
+        self.signal();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.signal();
+    }
+}
+
+impl<G, S> RawSubscription for Core<G, S>
+where
+    G: Stage,
+    S: Subscriber<G::Item> + Send + 'static,
+{
+    fn request(&self, n: u64) {
+        // Relaxed: a hint; a stale read costs one pass that finds the slot empty.
+        if self.flags.load(Ordering::Relaxed) & (CANCELLED | OVER) != 0 {
+            return;
+        }
+        if n == 0 {
+            if self.stage.on_bad_request() {
+                return;
+            }
+            // Relaxed: published to the owner by the `Wip::enter` in `signal`.
+            self.flags.fetch_or(BAD_REQUEST, Ordering::Relaxed);
+        } else {
+            self.demand.add(n);
+            self.stage.on_request(n);
+        }
+        self.signal();
+    }
+
+    fn cancel(&self) {
+        // Relaxed: published to the owner by the `Wip::enter` in `signal`.
+        let before = self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
+        if before & (CANCELLED | OVER) != 0 {
+            return;
+        }
+        self.stage.on_cancel();
+        self.signal();
+    }
+}
+
+/// A stage's upstream subscription as the stage's shared part keeps it: cancelled at
+/// most once, and not at all once upstream terminated on its own (its cancel would be
+/// a no-op, rules 3.6 and 3.7, but a stage should not make it).
+pub(crate) struct SharedUpstream {
+    subscription: Subscription,
+    /// Cancelled, or upstream terminated.
+    done: std::sync::atomic::AtomicBool,
+}
+
+impl SharedUpstream {
+    /// Keep `subscription`.
+    pub(crate) fn new(subscription: Subscription) -> Self {
+        SharedUpstream {
+            subscription,
+            done: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Request `n` more (unless done).
+    #[inline]
+    pub(crate) fn request(&self, n: u64) {
+        // Relaxed: a hint; a request racing a cancel is a no-op upstream anyway.
+        if !self.done.load(std::sync::atomic::Ordering::Relaxed) {
+            self.subscription.request(n);
+        }
+    }
+
+    /// Cancel, the first time (and not after upstream terminated).
+    pub(crate) fn cancel(&self) {
+        // Relaxed: the swap makes exactly one caller cancel; nothing else is published.
+        if !self.done.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            self.subscription.cancel();
+        }
+    }
+
+    /// Upstream terminated on its own: later cancels are not sent.
+    pub(crate) fn finished(&self) {
+        // Relaxed: see `cancel`.
+        self.done.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}

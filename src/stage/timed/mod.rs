@@ -1,0 +1,333 @@
+// The timed stage (`subscriber.rs` is its upstream side, `clock.rs` its time
+// arithmetic): one stage on the signal core shared by the time sources (`interval`,
+// `timer`) and the time operators (`sample`, `debounce`, `timeout`, `buffer_timeout`,
+// the shaping `throttle`).
+//
+// A time stage gets signals from three directions at once: upstream (`on_next`,
+// `on_complete`, `on_error`, serial among themselves), downstream (`request`,
+// `cancel`, any thread, re-entrantly) and its scheduler (a timer firing on a worker
+// thread, or in the test's `VirtualTime::advance`). All three only *record* what
+// happened in the stage's state machine (a [`Machine`], behind a mutex that is never
+// held while another stage is called) and then ask the core for a pass. Only the
+// loop's owner calls downstream, so `on_next` is never called concurrently (rule 1.3)
+// however many threads fire timers.
+//
+// # The pass
+//
+// The owner asks the machine, with the current outstanding demand and the
+// scheduler's `now()`, for the next signal ([`Machine::poll`]): an item (only when
+// demand > 0), the end of the stream, or nothing. It settles the demand per item and
+// repeats until the machine has nothing to say. Everything else (cancel, `request(0)`,
+// a panicking subscriber, a timer the scheduler dropped) is the core's: it ends the
+// stage, and the stage's `stop` drops the machine (and what it holds), cancels the
+// outstanding timer (so the scheduler holds nothing of a stage that is gone) and
+// cancels upstream.
+//
+// # Effects
+//
+// Every machine callback gets an [`Fx`]: it may ask to arm a timer, to request or
+// cancel upstream, and report one dropped item. The stage carries these out *after*
+// the machine's lock is released, because requesting upstream may deliver items
+// synchronously (which lock the machine again) and an `Immediate` scheduler runs a
+// timer on the caller's stack.
+//
+// # Timers
+//
+// A timer task holds only a weak reference to the core. When it fires it does
+// nothing if the stage is gone or over; dropped unrun by its scheduler (shut down), it
+// ends the stage with a `SchedulerShutdown` error. Every machine keeps at most one
+// timer outstanding (an "armed" flag, or a state that implies it) and, when it fires,
+// compares the clock with the machine's current state: a timer armed for an item or a
+// deadline that has since moved on is re-armed for the remainder, or does nothing. A
+// scheduler's queue thus holds at most one task per stage, never one per item. A delay
+// whose deadline does not fit the clock (`Duration::MAX`) means "never": no timer is
+// armed, and the machine, which believes one is, never re-arms.
+
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use super::core::{Core, Cx, Pass, SharedUpstream, Stage, Target};
+use crate::runtime::{deadline, Scheduler, Timer};
+use crate::{DropReason, Error, Subscriber, Subscription};
+
+pub(crate) use clock::{assert_positive, from_nanos, until_next_tick};
+pub(crate) use subscriber::TimedSubscriber;
+
+mod clock;
+mod subscriber;
+
+/// What a machine's `poll` asks the drain owner to signal downstream.
+#[derive(Debug)]
+pub(crate) enum Signal<T> {
+    /// `on_next(item)`; only returned when demand > 0.
+    Item(T),
+    /// `on_complete` (`Ok`) or `on_error`; the stage is over.
+    End(Result<(), Error>),
+}
+
+/// The effects of one machine callback, carried out by the stage after it released
+/// the machine's lock; and the clock, read at most once per callback and only if asked.
+pub(crate) struct Fx<'a, D> {
+    /// The scheduler, for its clock.
+    clock: &'a dyn Scheduler,
+    /// The clock, once read.
+    now: Option<Instant>,
+    /// Arm a timer: `on_timer` after this delay.
+    pub(crate) arm: Option<Duration>,
+    /// Request this many more items upstream (0: none).
+    pub(crate) request: u64,
+    /// Cancel upstream (the stage ends on its own).
+    pub(crate) cancel_upstream: bool,
+    /// An item the machine discarded, for the drop hook.
+    pub(crate) dropped: Option<(DropReason, D)>,
+}
+
+impl<'a, D> Fx<'a, D> {
+    fn new(clock: &'a dyn Scheduler) -> Self {
+        Fx {
+            clock,
+            now: None,
+            arm: None,
+            request: 0,
+            cancel_upstream: false,
+            dropped: None,
+        }
+    }
+
+    /// The scheduler's clock (read once per callback).
+    pub(crate) fn now(&mut self) -> Instant {
+        *self.now.get_or_insert_with(|| self.clock.now())
+    }
+}
+
+/// A time stage's state machine. Its methods run under the stage's lock: they must not
+/// call other stages; they say what to do through the [`Fx`].
+pub(crate) trait Machine: Send + 'static {
+    /// Items from upstream (sources: never called).
+    type In: Send + 'static;
+    /// Items downstream.
+    type Out: Send + 'static;
+    /// The stage's name in errors and logs.
+    const NAME: &'static str;
+
+    /// Downstream is subscribed (its `on_subscribe` returned).
+    fn on_start(&mut self, _fx: &mut Fx<'_, Self::In>) {}
+
+    /// Downstream requested `n` more (already added to the demand).
+    fn on_request(&mut self, _n: u64, _fx: &mut Fx<'_, Self::In>) {}
+
+    /// An item from upstream.
+    fn on_item(&mut self, _item: Self::In, _fx: &mut Fx<'_, Self::In>) {}
+
+    /// Upstream terminated.
+    fn on_end(&mut self, _end: Result<(), Error>, _fx: &mut Fx<'_, Self::In>) {}
+
+    /// A timer fired. Machines keep at most one outstanding, so this is the one they
+    /// armed; it may have been armed for an item or a deadline that has moved on since,
+    /// which the machine checks against the clock.
+    fn on_timer(&mut self, fx: &mut Fx<'_, Self::In>);
+
+    /// The next signal for downstream, given the outstanding `demand` (an item only
+    /// when `demand > 0`), or `None` when there is nothing to signal now.
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, Self::In>) -> Option<Signal<Self::Out>>;
+}
+
+fn lock<X>(mutex: &Mutex<X>) -> MutexGuard<'_, X> {
+    // Machines never panic while it is held except in a weir bug; recover anyway.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A time stage's shared part: the machine, its clock and timers, and upstream.
+pub(crate) struct Timed<M, C> {
+    /// The state machine; `None` once the stage is over (what it held is released).
+    machine: Mutex<Option<M>>,
+    /// Where timers run and what time it is.
+    scheduler: C,
+    /// Upstream, for operators (sources have none).
+    upstream: Option<SharedUpstream>,
+    /// The core, for timer tasks (which must not keep the stage alive).
+    me: OnceLock<Weak<dyn Target>>,
+    /// The outstanding timer, cancelled when the stage ends.
+    timer: Mutex<Option<Timer>>,
+}
+
+/// The core of a time stage serving `S`.
+pub(crate) type TimedCore<M, C, S> = Core<Timed<M, C>, S>;
+
+/// Subscribe `downstream` to a stage running `machine` on `scheduler`, fed by
+/// `upstream` (none for a source). Returns the core, for the upstream side.
+pub(crate) fn start<M, C, S>(
+    machine: M,
+    scheduler: C,
+    upstream: Option<Subscription>,
+    downstream: S,
+) -> Arc<TimedCore<M, C, S>>
+where
+    M: Machine,
+    C: Scheduler + Clone,
+    S: Subscriber<M::Out> + Send + 'static,
+{
+    let core = Core::new(Timed {
+        machine: Mutex::new(Some(machine)),
+        scheduler,
+        upstream: upstream.map(SharedUpstream::new),
+        me: OnceLock::new(),
+        timer: Mutex::new(None),
+    });
+    core.attach_then((), downstream, |core| {
+        if !core.is_stopping() {
+            let _starts_drop_nothing = core.stage().call(|m, fx| m.on_start(fx));
+        }
+    });
+    core
+}
+
+impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
+    /// Run `f` on the machine (if the stage is not over), then carry out its effects.
+    /// Returns the item it dropped, if any.
+    pub(crate) fn call(
+        &self,
+        f: impl FnOnce(&mut M, &mut Fx<'_, M::In>),
+    ) -> Option<(DropReason, M::In)> {
+        let mut fx = Fx::new(&self.scheduler);
+        {
+            let mut machine = lock(&self.machine);
+            f(machine.as_mut()?, &mut fx);
+        }
+        self.apply(fx)
+    }
+
+    /// Carry out `fx` (no lock held); hand back the dropped item.
+    fn apply(&self, mut fx: Fx<'_, M::In>) -> Option<(DropReason, M::In)> {
+        if let Some(delay) = fx.arm {
+            // A deadline that does not fit the clock never falls due: arm nothing.
+            if deadline(fx.now(), delay).is_some() {
+                self.arm(delay);
+            }
+        }
+        if let Some(upstream) = &self.upstream {
+            if fx.cancel_upstream {
+                upstream.cancel();
+            } else if fx.request > 0 {
+                upstream.request(fx.request);
+            }
+        }
+        fx.dropped
+    }
+
+    /// An item from upstream; returns the item the machine dropped, for the caller's
+    /// drop reporter. The caller then asks the core for a pass.
+    pub(crate) fn item(&self, item: M::In) -> Option<(DropReason, M::In)> {
+        self.call(|m, fx| m.on_item(item, fx))
+    }
+
+    /// Upstream terminated. The caller then asks the core for a pass.
+    pub(crate) fn end(&self, end: Result<(), Error>) {
+        if let Some(upstream) = &self.upstream {
+            upstream.finished();
+        }
+        let _ends_drop_nothing = self.call(|m, fx| m.on_end(end, fx));
+    }
+
+    /// Arm the one timer.
+    fn arm(&self, delay: Duration) {
+        let Some(me) = self.me.get() else {
+            return;
+        };
+        let task = TimerTask {
+            target: Some(me.clone()),
+        };
+        let timer = self
+            .scheduler
+            .schedule_timer(delay, Box::new(move || task.fire()));
+        // The previous timer (if any) has fired: machines arm one at a time.
+        let previous = lock(&self.timer).replace(timer);
+        drop(previous);
+    }
+}
+
+/// A timer's task: fires the stage, or (dropped unrun) tells it the scheduler is gone.
+struct TimerTask {
+    target: Option<Weak<dyn Target>>,
+}
+
+impl TimerTask {
+    fn fire(mut self) {
+        if let Some(target) = self.target.take().and_then(|weak| weak.upgrade()) {
+            target.fire();
+        }
+    }
+}
+
+impl Drop for TimerTask {
+    fn drop(&mut self) {
+        if let Some(target) = self.target.take().and_then(|weak| weak.upgrade()) {
+            target.lost();
+        }
+    }
+}
+
+impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
+    const NAME: &'static str = M::NAME;
+    type Item = M::Out;
+    type Owned = ();
+
+    fn pass<S: Subscriber<M::Out>>(
+        &self,
+        cx: &Cx<'_>,
+        _owned: &mut (),
+        downstream: &mut S,
+    ) -> Pass {
+        loop {
+            if cx.stopped() {
+                return Pass::Idle;
+            }
+            let demand = cx.demand().get();
+            let mut fx = Fx::new(&self.scheduler);
+            let signal = {
+                let mut machine = lock(&self.machine);
+                let Some(machine) = machine.as_mut() else {
+                    return Pass::Idle;
+                };
+                machine.poll(demand, &mut fx)
+            };
+            let _polls_drop_nothing = self.apply(fx);
+            match signal {
+                None => return Pass::Idle,
+                Some(Signal::Item(item)) => {
+                    debug_assert!(demand > 0, "a machine emitted without demand");
+                    cx.demand().produced(1);
+                    downstream.on_next(item);
+                }
+                Some(Signal::End(end)) => return cx.terminate(downstream, end),
+            }
+        }
+    }
+
+    /// Drop the machine (and what it holds), cancel the timer and upstream.
+    fn stop(&self, _owned: &mut ()) {
+        let machine = lock(&self.machine).take();
+        let timer = lock(&self.timer).take();
+        if let Some(timer) = timer {
+            timer.cancel();
+        }
+        if let Some(upstream) = &self.upstream {
+            upstream.cancel();
+        }
+        drop(machine);
+    }
+
+    fn bind(&self, me: Weak<dyn Target>) {
+        let _ = self.me.set(me);
+    }
+
+    fn on_request(&self, n: u64) {
+        let _requests_drop_nothing = self.call(|m, fx| m.on_request(n, fx));
+    }
+
+    fn on_timer(&self) {
+        let _timers_drop_nothing = self.call(|m, fx| m.on_timer(fx));
+    }
+}
