@@ -15,8 +15,8 @@
 use std::sync::Arc;
 
 use super::harness::{moot, run_case, untested, TestResult, Verification};
-use super::probe::{SubscriberPuppet, WhiteboxProbe};
 use super::stage::{test_error, ManualSubscription, Stage};
+use super::whitebox_probe::{SubscriberPuppet, WhiteboxProbe};
 use super::{Element, Outcome, Report, Suite, TestEnv};
 use crate::{Subscriber, Subscription};
 

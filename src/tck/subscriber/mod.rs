@@ -58,7 +58,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use super::env::{lock, TestEnv};
 
-mod probe;
+mod test_probe;
 use crate::{Error, Subscriber, Subscription};
 
 /// One signal received by a [`TestSubscriber`], in arrival order.
