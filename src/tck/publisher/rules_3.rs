@@ -187,6 +187,7 @@ where
             probe.await_items(1, env.default_timeout())?;
             probe.cancel();
             let deadline = Instant::now() + env.reference_drop_timeout();
+            // Acquire: pairs with the Release store in `DropFlag::drop`.
             while !dropped.load(Ordering::Acquire) {
                 ensure(Instant::now() < deadline, || {
                     format!(
@@ -280,6 +281,7 @@ struct DropFlag<S> {
 
 impl<S> Drop for DropFlag<S> {
     fn drop(&mut self) {
+        // Release: pairs with the Acquire load in the rule 3.13 test's wait loop.
         self.dropped.store(true, Ordering::Release);
     }
 }

@@ -262,6 +262,8 @@ impl<T> TestSubscriber<T> {
     }
 
     fn enter(&self) {
+        // AcqRel: the Acquire half pairs with the Release store in `leave`, so a signal
+        // that follows another one (on any thread) sees what that one recorded.
         if self.shared.busy.swap(true, Ordering::AcqRel) {
             self.shared.violate(
                 &mut lock(&self.shared.state),
@@ -272,6 +274,7 @@ impl<T> TestSubscriber<T> {
     }
 
     fn leave(&self) {
+        // Release: pairs with the AcqRel swap in `enter`.
         self.shared.busy.store(false, Ordering::Release);
         self.shared.changed.notify_all();
     }
