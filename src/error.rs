@@ -183,8 +183,8 @@ pub enum Overflow {
     DropNewest,
 }
 
-/// Why a lossy stage dropped an item (principle 3). Reported to the pipeline's
-/// [`DropHook`](crate::metrics::DropHook) and counted in its
+/// Why a lossy stage dropped an item (principle 3 of `docs/design.md` §2). Reported to
+/// the pipeline's [`DropHook`](crate::metrics::DropHook) and counted in its
 /// [`Drops`](crate::metrics::Drops).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
