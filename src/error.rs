@@ -199,7 +199,8 @@ pub enum DropReason {
     Merged,
     /// The item waited longer than its queue's maximum age.
     Expired,
-    /// A push source rejected the item (`Reject` policy); the sender got it back.
+    /// A push source rejected the item (`Reject` policy; the sender got it back), or
+    /// an enforcing `throttle` found no token for it.
     Rejected,
 }
 
