@@ -2076,7 +2076,8 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// If `prefetch` is 0 or above 2^30.
+    /// If `prefetch` is 0 or above 2^30: "blocking_iter prefetch must be in 1..=2^30
+    /// (got 0)".
     ///
     /// # Examples
     ///

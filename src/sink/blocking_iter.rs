@@ -72,7 +72,8 @@ const MAX_PREFETCH: u64 = 1 << 30;
 ///
 /// # Panics
 ///
-/// If `prefetch` is 0 or larger than `usize::MAX`.
+/// If `prefetch` is 0 or larger than 2^30: "blocking_iter prefetch must be in 1..=2^30
+/// (got 0)".
 pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIter<T>) {
     assert!(
         (1..=MAX_PREFETCH).contains(&prefetch),
