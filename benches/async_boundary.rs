@@ -1,6 +1,6 @@
 //! `async/hop_u64`: 10,000,000 `u64`s from one thread to another, summed on the
 //! second, for prefetch (channel capacity) 16, 64, 256 and 1024, side by side in one
-//! run (perf.md §5.2). Run with `cargo bench --bench async_boundary`.
+//! run. Run with `cargo bench --bench async_boundary`.
 //!
 //! Cases, each with exactly two busy threads:
 //!
@@ -16,7 +16,8 @@
 //!   chunk (one allocation per 64 items, as a naive batching user would write it).
 //! * `tokio_mpsc`: `tokio::sync::mpsc::channel(prefetch)` on a two-worker multi-thread
 //!   runtime, producer task `send().await` per item, consumer task
-//!   `recv_many(&mut buf, prefetch)` (which helps tokio ~1.6× in perf.md §4.2).
+//!   `recv_many(&mut buf, prefetch)` (about 1.6× faster on this machine than one
+//!   `recv` per item, so tokio gets its best case).
 //! * `rtrb_chunks`: an `rtrb` ring of `prefetch` slots; the producer writes chunks of
 //!   whatever is free, the consumer reads whatever is available (the batched-SPSC
 //!   ceiling; both sides spin, yielding when stuck).
@@ -26,13 +27,13 @@
 //! a table prints the median items/s of each case over criterion's iterations, p10–p90,
 //! and weir's ratios to each peer.
 //!
-//! The machine this runs on is shared and its load drifts within a run (perf.md §4
-//! saw ±30 %; with other builds running, 10× swings), and criterion measures one case
+//! The machine this runs on is shared and its load drifts within a run (±30 % seen
+//! between runs of the same case; with other builds running, 10× swings), and criterion measures one case
 //! after another. So a second, *paired* phase follows: [`ROUNDS`] rounds, each running
 //! every case once back to back for one prefetch, and the table gives the median over
 //! rounds of weir's ratio to each peer *within the same round*. Those are the ratios
-//! to compare with the targets (perf.md §5.2: at prefetch 256, ≥ 3× crossbeam item by
-//! item, ≥ 10× tokio mpsc, ≥ 0.25× rtrb; at 16, ≥ 1× crossbeam item by item).
+//! to compare with the targets (at prefetch 256: ≥ 3× crossbeam item by item, ≥ 10×
+//! tokio mpsc, ≥ 0.25× rtrb; at 16: ≥ 1× crossbeam item by item).
 
 use std::collections::BTreeMap;
 use std::hint::black_box;

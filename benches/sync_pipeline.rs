@@ -3,7 +3,7 @@
 //! Peers in the same run: the same `Iterator` chain (the ceiling) and
 //! `futures::stream::iter` under `block_on`.
 //!
-//! Targets (issue 2): weir with unbounded demand ≥ 0.5× the `Iterator` chain; weir
+//! Targets: weir with unbounded demand ≥ 0.5× the `Iterator` chain; weir
 //! requesting batches of 64 ≥ 0.8× weir unbounded; weir unbounded ≥ 3× `futures::stream`.
 //! Run: `cargo bench --bench sync_pipeline`.
 

@@ -1,18 +1,22 @@
-//! `buffer`: gather items into `Vec`s of `size` items; the last one may be shorter.
+//! `buffer`: implementation notes. The user contract is on
+//! [`PublisherExt::buffer`](crate::PublisherExt::buffer).
 //!
-//! Demand contract: Full, scaled. A downstream request for `k` batches goes upstream
-//! as `k × size` items ([`demand::in_items`], saturating); downstream's batch credit is
-//! scaled the same way. Upstream never delivers more than `k × size` items, so at most
-//! `k` full batches form, plus the partial one that completion flushes. In-flight
-//! bound: `size` (the batch being filled).
+//! Downstream holds a [`Scaled`] subscription: a request for `k` batches goes
+//! upstream as `demand::in_items(k, size)` items (saturating), and `on_next_batch`
+//! scales downstream's batch credit the same way. Upstream never delivers more than
+//! `k × size`, so at most `k` full batches form, plus the partial one that completion
+//! flushes.
 //!
-//! Allocation: exactly one `Vec` per emitted batch, made with capacity `size` when the
-//! batch's first item arrives (so a stream that ends on a batch boundary allocates
-//! none for the empty remainder), and nothing per item.
+//! Batching: `on_next_batch` hands downstream a [`Batches`] iterator that fills the
+//! current `Vec` item by item and yields it when it reaches `size`; the remainder
+//! stays in `batch` for the next delivery. A `Vec` is allocated with capacity `size`
+//! when a batch's first item arrives (a stream that ends on a batch boundary
+//! allocates none for the empty remainder); nothing is allocated per item.
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done`. On completion the partial batch
-//! is emitted before `on_complete` (its demand is covered: upstream delivered fewer
-//! than `k × size` items, so fewer than `k` batches went out); on error it is dropped.
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`) plus `batch`. On completion the
+//! partial batch is emitted before `on_complete` (its demand is covered: upstream
+//! delivered fewer than `k × size` items, so fewer than `k` batches went out); on
+//! error it is dropped.
 
 use std::sync::Arc;
 

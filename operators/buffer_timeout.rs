@@ -1,23 +1,22 @@
-//! `buffer_timeout(size, period)`: gather items into `Vec`s of `size`, or fewer when
-//! `period` has passed since the batch's first item and downstream has demand.
+//! `buffer_timeout(size, period)`: implementation notes. The user contract is on
+//! [`PublisherExt::buffer_timeout`](crate::PublisherExt::buffer_timeout).
 //!
-//! Demand contract: Bounded window. Downstream requests count batches. The stage asks
-//! upstream for items itself, so that the items requested but not yet received plus
-//! the items held never exceed `size`, and only while downstream has outstanding
-//! demand: upstream is asked for at most `size` × outstanding batches (as with
-//! [`buffer`](crate::PublisherExt::buffer)), one batch's worth at a time. A batch that
-//! goes out early (by time) therefore never leaves upstream owing more than the stage
-//! can hold. In-flight bound: `size` items.
+//! A [`Machine`] on the timed core (`src/source/timed/`), which owns the drain loop,
+//! downstream's demand (counted in batches) and the timer. The stage requests
+//! upstream itself, from `poll`: while downstream has demand and upstream has not
+//! ended, it tops up `owed` (requested, not yet received) so that `owed` plus the
+//! items in `batch` equals `size`. Upstream therefore never owes more than the stage
+//! can hold, even when a batch goes out early by time.
 //!
-//! A batch goes out when it is full, or when `period` has passed since its first item,
-//! in both cases only when downstream has demand; without demand the batch is held
-//! (and goes on filling up to `size`, which upstream cannot exceed). At upstream
-//! completion the partial batch goes out (when demand allows), then `on_complete`; an
-//! upstream error is delivered at once and the partial batch is released.
+//! State: `batch` (capacity `size`, allocated when a batch's first item arrives),
+//! `started` (that item's arrival), `due` (the period has passed since), `owed`, and
+//! upstream's `end`. `poll` emits the batch when demand > 0 and it is full, due, or
+//! upstream has completed; once the batch is empty, the completion. An upstream error
+//! drops the batch and is emitted at once.
 //!
-//! Timers: at most one outstanding. A batch's first item arms it (unless one is
-//! already outstanding, left from an earlier batch); when it fires it checks the age of
-//! the current batch and either marks it due or re-arms for the remainder. So a fast
+//! Timers: at most one outstanding (`armed`). A batch's first item arms it unless one
+//! is already queued (left from an earlier batch); when it fires it checks the age of
+//! the current batch and either marks it `due` or re-arms for the remainder. So a fast
 //! source that fills many batches per period still has one timer queued, not one per
 //! batch.
 

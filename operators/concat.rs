@@ -1,15 +1,18 @@
-//! `concat`: all items of the first publisher, then all items of the second.
+//! `concat`: implementation notes. The user contract is on
+//! [`PublisherExt::concat`](crate::PublisherExt::concat).
 //!
-//! Demand contract: PassThrough with carry-over. Downstream holds one subscription
-//! (the [`Arbiter`]); its requests go to whichever source is current, and the
-//! arbiter counts what was requested and not yet delivered (an [`AtomicDemand`]).
-//! The second source is subscribed only after the first completed, and is asked at
-//! once for exactly that carried-over demand. In-flight bound: 0 (nothing is held;
-//! the sources' own bounds are added).
+//! Downstream holds one subscription for the whole stream, the [`Arbiter`]: it
+//! forwards each request to whichever source is current, and counts in an
+//! [`AtomicDemand`] what downstream requested and has not been delivered yet (each
+//! leg settles it per item or once per batch, and adds the batch credit downstream
+//! returns). The second source is subscribed from the first's `on_complete`; in
+//! `on_subscribe` the arbiter makes it current and asks it for exactly that carried
+//! demand (or forwards a `request(0)` made between the two, or cancels it if
+//! downstream cancelled meanwhile). Nothing is held.
 //!
-//! States: `First` ([`Upstream`] of the first source) → `Second` (subscribed from the
-//! first's `on_complete`, holding the downstream that moved over) → `Done`. A cancel
-//! before the switch means the second source is never subscribed.
+//! States: the first [`Leg`] (holding downstream and the second source) → the second
+//! `Leg` (downstream moved over at the switch) → done. A cancel before the switch
+//! means the second source is never subscribed.
 //!
 //! Races: only one source is ever live, so downstream signals are serial without a
 //! drain loop (the second is subscribed from the first's last signal). A `request` or

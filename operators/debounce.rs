@@ -1,19 +1,21 @@
-//! `debounce(quiet)`: pass an item on only once `quiet` has passed with no newer item.
+//! `debounce(quiet)`: implementation notes. The user contract is on
+//! [`PublisherExt::debounce`](crate::PublisherExt::debounce).
 //!
-//! Demand contract: UnboundedIn. Upstream is asked for `UNBOUNDED` once; the stage
-//! holds at most one item (in-flight bound 1). A newer item always supersedes the held
-//! one (whether or not its quiet period had already ended) and restarts the quiet
-//! period; the superseded item is a counted drop ([`DropReason::ReplacedByLatest`],
-//! handed to the drop hook). An item whose quiet period ended while there was no
-//! demand is held, not dropped, and goes out as soon as demand arrives. At upstream
-//! completion the held item goes out at once (when demand allows, without waiting for
-//! its quiet period), then `on_complete`; an upstream error is delivered at once and
-//! the held item is released without a report.
+//! A [`Machine`] on the timed core (`src/source/timed/`), which owns the drain loop,
+//! downstream's demand and the timer. `on_start` requests `UNBOUNDED` upstream.
 //!
-//! Timers: never one per item. The stage keeps at most one timer outstanding. An item
-//! that arrives while none is armed arms one for `quiet`; items that arrive while one
-//! is armed only record their arrival time. When the timer fires it compares the clock
-//! with the newest item's arrival: if `quiet` has passed the item is ready, otherwise
+//! State ([`Slot`]): `Empty`; `Quiet { item, arrived }` (waiting out the quiet period
+//! that began at `arrived`); `Ready(item)` (quiet period over, waiting for demand). An
+//! arriving item replaces whatever is held, reported as `ReplacedByLatest` (through
+//! `Fx::dropped`), and becomes `Quiet` with a fresh arrival time. `poll` emits a
+//! `Ready` item when demand > 0; after upstream completed it emits a `Quiet` one too,
+//! at once, and then the end. An upstream error empties the slot (no drop report) and
+//! is emitted at once.
+//!
+//! Timers: never one per item; `armed` says one is queued. An item that arrives while
+//! none is armed arms one for `quiet`; items that arrive while one is armed only
+//! record their arrival time. When the timer fires it compares the clock with the
+//! newest item's arrival: if `quiet` has passed the item becomes `Ready`, otherwise
 //! the timer is re-armed for the remainder.
 
 use std::time::{Duration, Instant};

@@ -1,15 +1,23 @@
-//! `filter`: pass on only the items a predicate accepts.
+//! `filter`: implementation notes. The user contract is on
+//! [`PublisherExt::filter`](crate::PublisherExt::filter).
 //!
-//! Demand contract: PassThrough with replenishment. Downstream holds the upstream
-//! subscription itself, so its requests go up unchanged. Every swallowed item is owed
-//! to downstream again: `filter` re-requests the swallowed count once per batch it
-//! receives (once per item on the item-by-item path). Upstream's outstanding demand
-//! therefore always equals downstream's, and the stream never stalls with demand
-//! outstanding. The re-request is re-entrant; for a synchronous source it costs a
-//! thread-local check, not an atomic.
+//! Downstream's `on_subscribe` receives upstream's subscription itself, so its
+//! requests and cancels reach upstream unchanged. Every item the predicate swallows
+//! is owed to downstream again and goes back upstream as demand:
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done` (terminal, or the predicate
-//! panicked: upstream cancelled, downstream `on_error(Panicked)`).
+//! * `on_next_batch` wraps the batch in `guard::Guarded`, which runs the predicate
+//!   lazily as downstream pulls and counts the swallowed items. The stage returns
+//!   downstream's batch credit plus that count (saturating) as its own batch credit:
+//!   no call into the publisher and no atomic operation; the emitter adds it to its
+//!   pass-local demand.
+//! * `on_next` (an upstream that delivers item by item) calls `request(1)` on the
+//!   upstream subscription for each swallowed item.
+//!
+//! Either way upstream's outstanding demand stays equal to downstream's.
+//!
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`). A panic in the predicate is
+//! parked in the batch's `BatchOutcome`; after the batch the stage cancels upstream,
+//! signals `on_error(Panicked)` and returns no credit.
 
 use crate::drain::Upstream;
 use crate::guard::{catch, BatchOutcome, Guarded};

@@ -1,14 +1,16 @@
-//! `filter_map`: transform each item with a closure that may swallow it (`None`).
+//! `filter_map`: implementation notes. The user contract is on
+//! [`PublisherExt::filter_map`](crate::PublisherExt::filter_map).
 //!
-//! Demand contract: PassThrough with replenishment, exactly like `filter`. Downstream
-//! holds the upstream subscription itself, so its requests go up unchanged; every
-//! swallowed item is owed to downstream again and is re-requested as batch credit,
-//! once per batch received (one `request(1)` per swallowed item on the item-by-item
-//! path). Upstream's outstanding demand therefore always equals downstream's.
-//! In-flight bound: 0 (nothing is held).
+//! The demand path of `filter`: downstream's `on_subscribe` receives upstream's
+//! subscription itself, and each item the closure maps to `None` is owed to
+//! downstream again. `on_next_batch` hands downstream a `guard::Guarded` iterator
+//! (the closure runs lazily, the `None`s are counted) and returns
+//! `demand::sum(downstream's credit, swallowed)` as its batch credit; `on_next` calls
+//! `request(1)` upstream per swallowed item. Nothing is held.
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done` (terminal, or the closure
-//! panicked: upstream cancelled, downstream `on_error(Panicked)`).
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`). A panic in the closure is parked
+//! in the batch's `BatchOutcome`; after the batch the stage cancels upstream, signals
+//! `on_error(Panicked)` and returns no credit.
 
 use crate::demand;
 use crate::drain::Upstream;

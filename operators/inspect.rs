@@ -1,12 +1,15 @@
-//! `inspect`: call a closure with a reference to each item, and pass the item on.
+//! `inspect`: implementation notes. The user contract is on
+//! [`PublisherExt::inspect`](crate::PublisherExt::inspect).
 //!
-//! Demand contract: PassThrough, 1:1. Downstream holds the upstream subscription
-//! itself; a batch stays a batch (the tap runs lazily inside `on_next_batch`, so a
-//! synchronous chain still fuses into one loop). In-flight bound: 0. The request and
-//! cancel taps are the stages `inspect_request` and `inspect_cancel`.
+//! Downstream's `on_subscribe` receives upstream's subscription itself; requests,
+//! cancels and batch credit pass unchanged. The tap runs lazily inside
+//! `on_next_batch`, as a `guard::Guarded` step that calls it and passes the item on,
+//! so a synchronous chain still fuses into one loop. The request and cancel taps are
+//! separate stages (`inspect_request.rs`, `inspect_cancel.rs`).
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done` (terminal, or the tap panicked:
-//! upstream cancelled, downstream `on_error(Panicked)`).
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`). A panic in the tap drops that
+//! item; after the batch the stage cancels upstream, signals `on_error(Panicked)` and
+//! returns no credit.
 
 use crate::drain::Upstream;
 use crate::guard::{catch, BatchOutcome, Guarded};

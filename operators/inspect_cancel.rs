@@ -1,13 +1,15 @@
-//! `inspect_cancel`: call a closure when downstream cancels, then cancel upstream.
+//! `inspect_cancel`: implementation notes. The user contract is on
+//! [`PublisherExt::inspect_cancel`](crate::PublisherExt::inspect_cancel).
 //!
-//! Demand contract: PassThrough. Downstream holds a thin [`CancelTap`] that forwards
-//! requests unchanged; batch credit passes as is. The tap runs once, at the first
-//! `cancel` (later cancels are no-ops, rule 3.7), before upstream is cancelled. It
-//! does not run when the stream terminates or when another stage cancels upstream.
-//! In-flight bound: 0.
+//! Downstream holds a thin [`CancelTap`]: `request` is forwarded unchanged, and batch
+//! credit passes as is. The tap sits in a mutex as an `Option`, touched only by
+//! `cancel`: the first `cancel` takes it, runs it under `guard::catch` (a panic is
+//! logged, since downstream expects no further signal), then cancels upstream; later
+//! cancels find `None` and only forward. The stage does not watch termination or
+//! cancels made by other stages: only a `cancel` through its own subscription runs
+//! the tap.
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done`; the tap is `Some` until the
-//! first cancel takes it (a mutex touched only by `cancel`).
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`).
 
 use std::sync::Arc;
 

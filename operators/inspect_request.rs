@@ -1,13 +1,12 @@
-//! `inspect_request`: call a closure with every amount downstream requests, then
-//! forward the request.
+//! `inspect_request`: implementation notes. The user contract is on
+//! [`PublisherExt::inspect_request`](crate::PublisherExt::inspect_request).
 //!
-//! Demand contract: PassThrough. Downstream holds a thin [`RequestTap`] that calls the
-//! tap, then forwards the request unchanged. The batch credit downstream returns is
-//! demand too (as if requested), so it goes through the tap as well. An illegal
-//! `request(0)` reaches the tap and is forwarded (upstream answers with the rule 3.9
-//! error). In-flight bound: 0.
+//! Downstream holds a thin [`RequestTap`] that calls the tap, then forwards the
+//! request unchanged (an illegal `request(0)` included: upstream answers with the rule
+//! 3.9 error). The batch credit downstream returns is demand too, so `on_next_batch`
+//! runs the tap on it before returning it.
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done`.
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`).
 //!
 //! Races and panics: the tap runs on whatever thread requests, possibly several at
 //! once (hence `Fn + Sync`). A tap that panics inside `request` is on a thread that
@@ -15,9 +14,8 @@
 //! the panic in a `OnceLock`, ignores every later request, and asks upstream for
 //! `request(0)`. Upstream's rule 3.9 error comes back through this stage, on the
 //! thread that owns the signals, and is replaced by the parked panic (a completion
-//! that overtakes that answer is replaced too). A panic on the
-//! batch-credit path happens on that thread already: upstream is cancelled and
-//! downstream fails at once.
+//! that overtakes that answer is replaced too). A panic on the batch-credit path
+//! happens on that thread already: upstream is cancelled and downstream fails at once.
 
 use std::sync::{Arc, OnceLock};
 

@@ -1,19 +1,22 @@
-//! `limit_rate`: pass items through unchanged, but rebatch the requests that go
-//! upstream.
+//! `limit_rate`: implementation notes. The user contract is on
+//! [`PublisherExt::limit_rate`](crate::PublisherExt::limit_rate).
 //!
-//! Demand contract: PassThrough items, batched requests through
-//! [`demand::RateLimit`]: the first batch is up to `high`, then one batch each time
-//! `low` of the outstanding items were delivered; never more than `high` outstanding
-//! upstream and never more than downstream asked for (nothing is prefetched, so
-//! nothing is held). In-flight bound: 0.
+//! The batching arithmetic is [`RateLimit`] (`wanted`: downstream demand not
+//! yet forwarded; `outstanding`: forwarded and not yet delivered, never above
+//! `high`). Downstream holds a [`Limiter`], which owns the `RateLimit` behind a small
+//! mutex shared with the delivery path:
 //!
-//! The `RateLimit` state is shared by downstream's `request` (any thread) and the
-//! delivery path (upstream's thread) behind a small mutex, locked once per `request`
-//! and once per delivered batch, never across a call into another stage. What the
-//! delivery path frees goes upstream as batch credit; what a `request` frees goes up
-//! with `request`.
+//! * downstream's `request(n)` (any thread): `on_request(n)`, and whatever batch it
+//!   frees goes upstream with `request`;
+//! * upstream's delivery: `on_delivered(count)` plus `on_request(credit)` for the
+//!   batch credit downstream returned, under one lock; the batch this frees is
+//!   returned upstream as the stage's own batch credit (item by item: `request`).
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done`.
+//! The lock is taken once per `request` and once per delivered batch, never across a
+//! call into another stage. Items pass through untouched; nothing is held.
+//! `request(0)` is forwarded for upstream to answer with the rule 3.9 error.
+//!
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`).
 
 use std::sync::Arc;
 

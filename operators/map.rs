@@ -1,13 +1,17 @@
-//! `map`: transform each item with a closure.
+//! `map`: implementation notes. The user contract is on
+//! [`PublisherExt::map`](crate::PublisherExt::map).
 //!
-//! Demand contract: PassThrough, 1:1. The downstream gets the upstream subscription
-//! itself, so requests and cancels cost nothing extra. A batch stays a batch: the
-//! closure is applied lazily inside `on_next_batch`, so a synchronous chain fuses into
-//! one loop.
+//! The stage adds no subscription of its own: downstream's `on_subscribe` receives
+//! upstream's subscription, so requests and cancels go straight through at no cost,
+//! and downstream's batch credit is returned unchanged. `on_next` applies the closure
+//! under `guard::catch`. `on_next_batch` wraps upstream's iterator in
+//! `guard::Guarded` and hands it downstream as one batch: the closure runs lazily as
+//! downstream pulls, so a synchronous chain still compiles to one loop.
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done` (after a terminal signal, or
-//! after the closure panicked: then upstream is cancelled and downstream gets
-//! `on_error(Panicked)`).
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`). A panic in the closure is parked
+//! in the batch's `BatchOutcome` (the guarded iterator yields nothing after it); once
+//! the batch returns, the stage cancels upstream, signals `on_error(Panicked)` and
+//! returns no credit. Signals after `Done` are ignored.
 
 use crate::drain::Upstream;
 use crate::guard::{catch, BatchOutcome, Guarded};

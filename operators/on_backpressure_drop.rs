@@ -1,15 +1,21 @@
-//! `on_backpressure_drop`: request everything upstream; pass on what downstream has
-//! asked for and drop the rest, reporting each drop.
+//! `on_backpressure_drop`: implementation notes. The user contract is on
+//! [`PublisherExt::on_backpressure_drop`](crate::PublisherExt::on_backpressure_drop).
 //!
-//! Demand contract: UnboundedIn. Upstream is asked for `UNBOUNDED` once. Downstream
-//! demand is an [`AtomicDemand`]: read once per batch, settled once per batch with
-//! `produced`, and topped up by downstream's `request` (any thread) or by the batch
-//! credit its `on_next_batch` returns ([`demand::deliver`]; demand requested from
-//! inside a batch lets later items of the same upstream batch pass). Items beyond the demand are dropped with
-//! [`DropReason::OverflowNewest`] through the pipeline's drop hook, counted per batch.
-//! In-flight bound: 0 (nothing is held).
+//! `on_subscribe` hands downstream a [`Credit`] subscription and then requests
+//! `UNBOUNDED` upstream. Downstream's requests only add to the `Credit`'s
+//! [`AtomicDemand`] (any thread); `request(0)` is forwarded for upstream to answer
+//! with the rule 3.9 error, and `cancel` goes straight upstream.
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done`.
+//! Delivery: every upstream delivery (`on_next` is a batch of one) runs
+//! [`demand::deliver`]: read the demand, hand downstream up to that many items in one
+//! `on_next_batch`, settle with `produced`, add the batch credit it returned, and
+//! repeat while items and demand remain, so demand requested from inside a batch lets
+//! later items of the same upstream batch pass. The rest of the batch is dropped with
+//! [`DropReason::OverflowNewest`] through the [`DropReporter`] (the pipeline's drop
+//! hook, asked for in `on_subscribe`), flushed once per batch. No credit goes
+//! upstream: it was asked for everything.
+//!
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`).
 
 use std::sync::Arc;
 

@@ -1,9 +1,10 @@
-//! `on_dropped`: give the lossy stages upstream a [`DropHook`] to report to.
+//! `on_dropped`: implementation notes. The user contract is on
+//! [`PublisherExt::on_dropped`](crate::PublisherExt::on_dropped).
 //!
-//! Demand contract: PassThrough. The stage changes no signal; it only answers
-//! [`Subscriber::drop_hook`] for the stages above it. Lossy stages ask while they are
-//! being subscribed, which happens after this stage exists, so the order in the chain
-//! is: lossy stages first, then `on_dropped`, then the rest.
+//! A transparent subscriber: every signal, the subscription and batch credit go
+//! straight through. Its only job is to answer [`Subscriber::drop_hook`] with its
+//! [`DropHook`] for the lossy stages above it, which ask while they are being
+//! subscribed (so the hook must be below them in the chain).
 
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};

@@ -1,25 +1,27 @@
-//! `reduce`: combine all items with a closure; emit the result once, at completion.
+//! `reduce`: implementation notes. The user contract is on
+//! [`PublisherExt::reduce`](crate::PublisherExt::reduce).
 //!
-//! Demand contract: decoupled. Upstream is consumed like a sink consumes it, in
-//! batches through [`Replenish`] with the sinks' [`DEFAULT_PREFETCH`] window
-//! (`prefetch` up front at subscription, then what was consumed each time 75% of the
-//! window was used, as batch credit), whatever downstream asks for: one result needs
-//! every item. Downstream's requests only release the result: it is emitted once
-//! upstream completed **and** downstream has requested at least 1. An empty upstream
-//! completes without an item, and an error needs no demand. In-flight bound: the
-//! upstream's plus 1 (the result, held until downstream asks for it).
+//! Upstream side: the stage consumes upstream like a sink, through a [`Replenish`]
+//! window of the sinks' [`DEFAULT_PREFETCH`]: `prefetch` requested in `on_subscribe`
+//! (after downstream's `on_subscribe`, unless downstream cancelled inside it), then
+//! what was consumed each time 75% of the window was used: as `request` from
+//! `on_next`, as batch credit from `on_next_batch`. Downstream's requests never reach
+//! upstream, except `request(0)` while upstream runs (upstream answers with the rule
+//! 3.9 error). A batch is folded inside one `guard::catch`, so the accumulator stays a
+//! plain value and the chain compiles to one loop.
 //!
-//! States: [`Upstream`] (`Idle` → `Active` → `Done`) on the upstream side; downstream's
-//! subscription is an [`Outlet`] whose [`Deferred`] state is `Waiting` (upstream
-//! running; downstream may have asked) → `Parked` (upstream completed before
-//! downstream asked: the downstream subscriber and the result wait in the outlet) →
-//! `Done` (result emitted, stream ended, or cancelled).
+//! Downstream side: downstream's subscription is an [`Outlet`], whose [`Deferred`]
+//! state is `Waiting` (upstream running; records whether downstream has requested,
+//! or sent `request(0)`) → `Parked` (upstream completed before downstream asked: the
+//! downstream subscriber and the result wait in the outlet) → `Done` (result emitted,
+//! stream ended, or cancelled). An empty upstream completes downstream without an
+//! item; an upstream error needs no demand.
 //!
-//! Races: the completion (upstream's thread) and downstream's first request (any
-//! thread) meet in the outlet's mutex; whichever comes second emits, so the result
-//! goes out exactly once, and never while the other party still signals. The lock is
-//! taken at subscription, per request and at the end, never per item, and never held
-//! while calling downstream.
+//! Races: upstream's completion and downstream's first request (any thread) meet in
+//! the outlet's mutex; whichever comes second emits, so the result goes out exactly
+//! once, and never while the other party still signals. The lock is taken at
+//! subscription, per request and at the end, never per item, and never held while
+//! calling downstream.
 
 use std::sync::Arc;
 

@@ -1,22 +1,23 @@
-//! `sample(period)`: the newest item each period, but only when downstream has demand.
+//! `sample(period)`: implementation notes. The user contract is on
+//! [`PublisherExt::sample`](crate::PublisherExt::sample).
 //!
-//! Demand contract: UnboundedIn. Upstream is asked for `UNBOUNDED` once; the stage
-//! holds at most one item (in-flight bound 1). An item that arrives while one is held
-//! replaces it, and the replaced item is a counted drop
-//! ([`DropReason::ReplacedByLatest`], handed to the drop hook). Never an overflow
-//! error.
+//! A [`Machine`] on the timed core (`src/source/timed/`): the core owns the drain
+//! loop, downstream's demand and the timer; this file holds the state. `on_start`
+//! records the grid's origin (the subscription instant) and requests `UNBOUNDED`
+//! upstream.
 //!
-//! The periods form a grid from the subscription instant: `start + k × period`. At
-//! each grid point the held item (if any) becomes *sampled*; a sampled item goes out
-//! as soon as there is demand (at once if there is). Without demand it stays held,
-//! and a newer item that arrives meanwhile replaces it and is sampled in its place, so
-//! the consumer, when it asks, gets the newest item. At upstream completion the held
-//! item (sampled or not) goes out when demand allows, then `on_complete`; an upstream
-//! error is delivered at once and the held item is released without a report.
+//! State ([`Slot`]): `Empty` → `Waiting(item)` (not sampled yet; a timer is queued for
+//! the next grid point `origin + k × period` strictly after the item arrived) →
+//! `Sampled(item)` (that grid point passed; waiting for demand). An arriving item
+//! replaces the held one in either state, which stays as it was, so the replacement
+//! of a sampled item is sampled too; the replaced item goes to the drop reporter as
+//! `ReplacedByLatest` (through `Fx::dropped`). `poll` emits a `Sampled` item when
+//! demand > 0; after upstream completed it emits a `Waiting` one too, without waiting
+//! for its grid point, and then the end. An upstream error empties the slot (no drop
+//! report) and is emitted at once.
 //!
-//! Timers (the timed core, `src/source/timed/`): at most one, armed only while an
-//! unsampled item is held, for the next grid point strictly after the item arrived.
-//! An idle stream costs no timer work.
+//! Timers: at most one, armed only when an item arrives in an empty slot, so an idle
+//! stream costs no timer work.
 
 use std::time::{Duration, Instant};
 

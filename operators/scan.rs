@@ -1,13 +1,15 @@
-//! `scan`: fold each item into an accumulator and emit every new accumulator.
+//! `scan`: implementation notes. The user contract is on
+//! [`PublisherExt::scan`](crate::PublisherExt::scan).
 //!
-//! Demand contract: PassThrough, 1:1 (one state out per item in; the initial state
-//! is not emitted). Downstream holds the upstream subscription itself, so requests
-//! and batch credit cost nothing extra; a batch stays a batch. In-flight bound: 0
-//! (the accumulator is state, not a held item: each one is emitted as it is made).
+//! Downstream's `on_subscribe` receives upstream's subscription itself; requests,
+//! cancels and batch credit pass unchanged. Each step folds the item into the
+//! accumulator, keeps a clone as the next accumulator and emits the new state, so one
+//! state goes out per item in and a batch stays a batch (`guard::Guarded` applies the
+//! step lazily inside `on_next_batch`). The accumulator is state, not a held item.
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done` (terminal, or the closure
-//! panicked: upstream cancelled, downstream `on_error(Panicked)`). The accumulator
-//! is `None` only after a panic, when the stage is `Done`.
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`) plus `acc`, which is `None` only
+//! after the closure panicked (the stage is then `Done`: upstream cancelled,
+//! downstream `on_error(Panicked)`).
 
 use crate::drain::Upstream;
 use crate::guard::{catch, BatchOutcome, Guarded};

@@ -1,16 +1,23 @@
-//! `skip`: drop the first `n` items, pass on the rest.
+//! `skip(n)`: implementation notes. The user contract is on
+//! [`PublisherExt::skip`](crate::PublisherExt::skip).
 //!
-//! Demand contract: PassThrough plus the skipped items, asked for once. Downstream's
-//! first `request(m)` goes upstream as `request(m + n)` (saturating): the `n` items
-//! to skip are requested on top of the first demand, in one call, never one at a
-//! time (Reactor's `skip`). Every later request, and all batch credit, passes
-//! unchanged. `skip(0)` hands downstream the upstream subscription itself.
-//! In-flight bound: 0 (skipped items are dropped as they arrive, never held).
+//! `skip(0)` is transparent: downstream receives upstream's subscription. Otherwise
+//! downstream holds a [`FirstRequest`]. Its `pending` flag is swapped to 0 by the
+//! first grant (a downstream `request` from any thread, or non-zero batch credit),
+//! which goes upstream as `demand::sum(m, n)`; every later request and all later
+//! credit pass unchanged. The swap is one atomic read-modify-write, so exactly one
+//! grant carries the `n`; concurrent requests may reach upstream in either order,
+//! which changes no total. `request(0)` is forwarded for upstream to answer with the
+//! rule 3.9 error.
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done`, plus the count still to skip.
-//! Races: the "first request" flag is one atomic swap, so exactly one request (from
-//! any thread, or the first batch credit) carries the `n`; concurrent requests may
-//! reach upstream in either order, which changes no total.
+//! Delivery: `remaining` counts the items still to skip. `on_next` decrements it or
+//! forwards the item. `on_next_batch` consumes up to `remaining` items from the front
+//! of the batch (`take(..).count()`); if that used up the batch it returns 0 (those
+//! items were requested as part of the `n`, nothing is owed), otherwise it hands the
+//! rest downstream as one batch and passes downstream's credit through
+//! `FirstRequest::grant`. Skipped items are dropped as they arrive, never held.
+//!
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`) plus `remaining`.
 
 use std::sync::Arc;
 

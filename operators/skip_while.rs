@@ -1,15 +1,19 @@
-//! `skip_while`: drop items while a predicate accepts them; from the first item it
-//! rejects on, pass everything (the predicate is not called again).
+//! `skip_while`: implementation notes. The user contract is on
+//! [`PublisherExt::skip_while`](crate::PublisherExt::skip_while).
 //!
-//! Demand contract: PassThrough with replenishment while skipping, exactly like
-//! `filter`: downstream holds the upstream subscription itself, and every skipped
-//! item is owed to downstream again and re-requested as batch credit, once per batch
-//! (one `request(1)` per skipped item on the item-by-item path). Once skipping ended
-//! the stage is a plain pass-through. In-flight bound: 0.
+//! While `skipping`, the stage works like `filter`: downstream's `on_subscribe`
+//! receives upstream's subscription itself; `on_next_batch` hands downstream a
+//! `guard::Guarded` iterator whose step calls the predicate until it first rejects an
+//! item (then flips `skipping` to false and passes everything after it without
+//! calling the predicate), and returns `demand::sum(downstream's credit, skipped)` as
+//! its batch credit; `on_next` calls `request(1)` upstream per skipped item. Once
+//! `skipping` is false, batches go downstream untouched and downstream's credit is
+//! returned as is.
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done` (terminal, or the predicate
-//! panicked: upstream cancelled, downstream `on_error(Panicked)`), plus `skipping`,
-//! which goes from true to false once.
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`) plus `skipping`, which goes from
+//! true to false once. A panic in the predicate is parked in the batch's
+//! `BatchOutcome`; after the batch the stage cancels upstream, signals
+//! `on_error(Panicked)` and returns no credit.
 
 use crate::demand;
 use crate::drain::Upstream;

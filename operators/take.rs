@@ -1,13 +1,22 @@
-//! `take`: the first `n` items, then complete and cancel upstream.
+//! `take(n)`: implementation notes. The user contract is on
+//! [`PublisherExt::take`](crate::PublisherExt::take).
 //!
-//! Demand contract: Limiting. Downstream requests go upstream capped by what is
-//! still allowed, so upstream is never asked for more than `n` in total, even under
-//! unbounded demand (Reactor's `limitRequest` semantics). The cap is a CAS on one
-//! counter per `request`, never per item.
+//! Downstream holds a [`Cap`]: an `allowance`, initially `n`, of items that may still
+//! be requested upstream. Each `request(m)` takes `min(m, allowance)` out of it with
+//! one `fetch_update` and forwards that amount (nothing when it is 0), so upstream is
+//! asked for at most `n` in total, even under unbounded demand. Downstream's batch
+//! credit goes through the same grant. The CAS runs once per request or batch, never
+//! per item. `request(0)` is forwarded for upstream to answer with the rule 3.9 error.
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done`, plus the count still to
-//! pass. Reaching `remaining == 0` cancels upstream and completes downstream; items
-//! that were already in flight are ignored (rule 2.8).
+//! Delivery: `remaining` counts the items still to pass. When the batch's upper size
+//! hint fits in `remaining` (upstream honours the cap, the usual case) the batch goes
+//! downstream as is, counted by an `inspect`; otherwise it is cut with `take`, whose
+//! `fold` does not fuse as well. When `remaining` reaches 0 the stage cancels
+//! upstream and completes downstream; whatever upstream still delivers is ignored
+//! (rule 2.8). `take(0)` cancels upstream inside `on_subscribe` and completes
+//! downstream at once, behind a no-op subscription.
+//!
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`) plus `remaining`.
 
 use std::sync::Arc;
 

@@ -1,17 +1,19 @@
-//! `take_while`: pass items while a predicate accepts them; at the first rejected
-//! item, complete downstream and cancel upstream.
+//! `take_while`: implementation notes. The user contract is on
+//! [`PublisherExt::take_while`](crate::PublisherExt::take_while).
 //!
-//! Demand contract: PassThrough. Downstream holds the upstream subscription itself,
-//! so requests and batch credit go up unchanged; the rejected item is never passed
-//! on and is not owed to anyone (the stream ends with it). In-flight bound: 0.
+//! Downstream's `on_subscribe` receives upstream's subscription itself, so requests
+//! and batch credit pass unchanged; the rejected item ends the stream, so nothing is
+//! owed for it.
 //!
-//! A batch is handed downstream through [`While`], which stops pulling from upstream's
-//! iterator at the first rejected item (its `fold` is a `try_fold`, so a fused chain
-//! still stops there and a generator upstream is not called for items nobody wants).
+//! A batch is handed downstream through [`While`], which stops pulling from
+//! upstream's iterator at the first rejected item: its `fold` is a `try_fold`, so a
+//! fused chain still stops there and a generator upstream is not called for items
+//! nobody wants. `While` records why it stopped ([`Stop`]); after the batch the stage
+//! acts on it.
 //!
-//! States ([`Upstream`]): `Idle` → `Active` → `Done` (terminal; the first rejected
-//! item: upstream cancelled, downstream `on_complete`; or the predicate panicked:
-//! upstream cancelled, downstream `on_error(Panicked)`).
+//! State: [`Upstream`] (`Idle` → `Active` → `Done`). The first rejected item cancels
+//! upstream and completes downstream; a panic in the predicate cancels upstream and
+//! signals `on_error(Panicked)`. Either way the batch returns no credit.
 
 use std::ops::ControlFlow;
 

@@ -1,26 +1,26 @@
-//! `timeout(duration)`: fail with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) if
-//! no item arrives within `duration` while downstream is waiting for one.
+//! `timeout(duration)`: implementation notes. The user contract is on
+//! [`PublisherExt::timeout`](crate::PublisherExt::timeout).
 //!
-//! Demand contract: PassThrough. Downstream's requests go upstream unchanged, so
-//! upstream only ever delivers against demand. Items pass through the stage's drain
-//! loop (the timer may signal from another thread); one that arrives while another
-//! thread owns the loop waits there for a moment, so what is in transit never exceeds
-//! downstream's outstanding demand.
+//! A [`Machine`] on the timed core (`src/source/timed/`), which owns the drain loop,
+//! downstream's demand and the timer. Downstream's requests are forwarded upstream
+//! unchanged (`on_request` sets `Fx::request`), so upstream only delivers against
+//! demand. Items pass through `transit` on their way to the core's drain loop (a
+//! timer may own the loop on another thread; an item that arrives meanwhile waits
+//! there for a moment), which therefore never holds more than the outstanding demand.
 //!
-//! The clock only runs while downstream has outstanding demand: it starts when demand
-//! becomes outstanding (the first request, or a request after demand was used up),
-//! restarts at every item, and stops when the demand is used up. A slow consumer that
-//! simply has not asked for more therefore never causes a timeout upstream. When the
-//! clock runs out: upstream is cancelled and downstream receives `on_error` of kind
-//! `Timeout`. Upstream's own completion or error passes through (after the items in
-//! transit).
+//! The clock is `deadline`. `poll` starts it (`now + duration`) when demand is
+//! outstanding, nothing is waiting in `transit` and upstream has not ended; an
+//! arriving item or upstream's end clears it, and `poll` clears it when the demand is
+//! used up. So it restarts at every item and stops while nothing is requested. When
+//! the timer finds the deadline passed it sets `expired`; the next `poll` cancels
+//! upstream (`Fx::cancel_upstream`) and emits the `Timeout` error. Upstream's own
+//! completion or error is emitted after the items in transit.
 //!
-//! Timers: never one per item. The clock is a deadline (`now + duration` when it
-//! starts, cleared when it stops), and the stage keeps at most one timer outstanding.
-//! A clock that starts while a timer is still queued (left from an earlier deadline)
-//! arms none; when that timer fires it compares the clock with the current deadline:
-//! past it, the stage times out; before it, the timer is re-armed for the remainder;
-//! no deadline, it does nothing.
+//! Timers: never one per item; at most one outstanding (`armed`). A clock that starts
+//! while a timer is still queued (left from an earlier deadline) arms none; when that
+//! timer fires it compares the clock with the current deadline: past it, the stage
+//! times out; before it, the timer is re-armed for the remainder; no deadline, it does
+//! nothing.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

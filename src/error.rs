@@ -199,8 +199,8 @@ pub enum Overflow {
     DropNewest,
 }
 
-/// Why a lossy stage dropped an item (principle 3). Reported to the pipeline's
-/// [`DropHook`](crate::metrics::DropHook) and counted in its
+/// Why a lossy stage dropped an item (principle 3 of `docs/design.md` §2). Reported to
+/// the pipeline's [`DropHook`](crate::metrics::DropHook) and counted in its
 /// [`Drops`](crate::metrics::Drops).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -215,7 +215,8 @@ pub enum DropReason {
     Merged,
     /// The item waited longer than its queue's maximum age.
     Expired,
-    /// A push source rejected the item (`Reject` policy); the sender got it back.
+    /// A push source rejected the item (`Reject` policy; the sender got it back), or
+    /// an enforcing `throttle` found no token for it.
     Rejected,
 }
 

@@ -78,12 +78,13 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Backpressure
     ///
     /// PassThrough with replenishment: requests go upstream unchanged, and the items
-    /// the predicate swallows are requested again, once per batch the stage receives
-    /// (one `request` for all the batch's swallowed items), so upstream's outstanding
-    /// demand always equals downstream's. An upstream that delivers item by item (a
-    /// [`BoxPublisher`] stage, or your own publisher without `on_next_batch`) gets
-    /// one `request(1)` per swallowed item. Inside a synchronous chain the re-request
-    /// is a thread-local update, not a call.
+    /// the predicate swallows are asked for again, so upstream's outstanding demand
+    /// always equals downstream's. For a batch the stage receives, the swallowed count
+    /// is added to the batch credit it returns from `on_next_batch` (demand, as if
+    /// requested at the end of the batch): no call back into the publisher. An
+    /// upstream that delivers item by item (a [`BoxPublisher`] stage, or your own
+    /// publisher without `on_next_batch`) gets one `request(1)` per swallowed item.
+    /// In-flight bound: 0.
     ///
     /// # Timing
     ///
@@ -167,10 +168,10 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Backpressure
     ///
     /// PassThrough with replenishment, exactly like [`filter`](Self::filter):
-    /// requests go upstream unchanged, and the items `f` swallows are requested again
-    /// once per batch the stage receives (one `request(1)` per swallowed item from an
-    /// upstream that delivers item by item), so upstream's outstanding demand always
-    /// equals downstream's. In-flight bound: 0.
+    /// requests go upstream unchanged, and the items `f` swallows are asked for again
+    /// (added to the batch credit returned for each batch; one `request(1)` per
+    /// swallowed item from an upstream that delivers item by item), so upstream's
+    /// outstanding demand always equals downstream's. In-flight bound: 0.
     ///
     /// # Timing
     ///
@@ -305,9 +306,9 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// PassThrough with replenishment while skipping, exactly like
     /// [`filter`](Self::filter): requests go upstream unchanged, and the skipped items
-    /// are requested again once per batch the stage receives (one `request(1)` per
-    /// skipped item from an upstream that delivers item by item). Afterwards, plain
-    /// PassThrough. In-flight bound: 0.
+    /// are asked for again (added to the batch credit returned for each batch; one
+    /// `request(1)` per skipped item from an upstream that delivers item by item).
+    /// Afterwards, plain PassThrough. In-flight bound: 0.
     ///
     /// # Timing
     ///
@@ -536,8 +537,9 @@ pub trait PublisherExt: Publisher + Sized {
     /// downstream receives `on_error` of kind [`Panicked`](crate::ErrorKind::Panicked)
     /// from the thread that delivers the stream's signals: the stage asks upstream for
     /// `request(0)` and swaps upstream's rule 3.9 answer for the panic (upstream
-    /// terminates with that answer, so nothing more is pulled). On the batch-credit
-    /// path the stage cancels upstream and fails downstream at once.
+    /// terminates with that answer, so nothing more is pulled; a completion that
+    /// overtakes it is replaced by the panic too). On the batch-credit path the stage
+    /// cancels upstream and fails downstream at once.
     ///
     /// # Examples
     ///
@@ -567,8 +569,10 @@ pub trait PublisherExt: Publisher + Sized {
     /// Call `f` once when downstream cancels, then cancel upstream (the `on_cancel`
     /// tap).
     ///
-    /// `f` runs at the first `cancel` only (cancel is idempotent), on the cancelling
-    /// thread, and not at all if the stream terminates or is never cancelled.
+    /// `f` runs at the first `cancel` made through this stage's subscription (cancel
+    /// is idempotent), on the cancelling thread. The stream's own end does not run it,
+    /// nor does a cancel made by another stage upstream; a `cancel` downstream makes
+    /// after the stream ended still does.
     ///
     /// # Backpressure
     ///
@@ -643,7 +647,10 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Errors
     ///
     /// The first error of either side is signalled at once; the other side is
-    /// cancelled and its queued items are released.
+    /// cancelled and its queued items are released. A side that delivers more than it
+    /// was asked for (rule 1.1) is cancelled, and the stream fails the same way with
+    /// an error of kind [`SpecViolation`](crate::ErrorKind::SpecViolation) naming the
+    /// rule.
     ///
     /// # Cancellation
     ///
@@ -722,8 +729,10 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Backpressure
     ///
     /// Prefetching, bounded twice. This publisher is asked for `concurrency` items up
-    /// front and for 1 more each time an inner publisher completes, so there are never
-    /// more than `concurrency` inner subscriptions. Each inner is asked for `prefetch`
+    /// front and for 1 more each time an inner publisher has completed and all its
+    /// items have gone downstream, so there are never more than `concurrency` inner
+    /// subscriptions (an inner that completed but still holds undelivered items keeps
+    /// its place). Each inner is asked for `prefetch`
     /// items up front and replenished by the 75% rule as downstream takes its items, so
     /// never more than `concurrency × prefetch` items are buffered. Downstream never
     /// gets more than it requested. In-flight bound: this publisher's bound plus
@@ -742,7 +751,9 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// The first error of the source or of any inner is signalled at once; everything
     /// else is cancelled and queued items are released. A panic in `f` becomes an error
-    /// of kind [`Panicked`](crate::ErrorKind::Panicked) the same way.
+    /// of kind [`Panicked`](crate::ErrorKind::Panicked) the same way, and a source or
+    /// inner that delivers more than it was asked for (rule 1.1) an error of kind
+    /// [`SpecViolation`](crate::ErrorKind::SpecViolation).
     ///
     /// # Cancellation
     ///
@@ -783,8 +794,9 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// Prefetching: [`flat_map`](Self::flat_map) with a concurrency of 1. This
     /// publisher is asked for 1 item, and for 1 more once the current inner has
-    /// completed; the inner is asked for `prefetch` items and replenished by the 75%
-    /// rule. In-flight bound: this publisher's bound plus `prefetch`.
+    /// completed and all its items have gone downstream; the inner is asked for
+    /// `prefetch` items and replenished by the 75% rule. In-flight bound: this
+    /// publisher's bound plus `prefetch`.
     ///
     /// # Timing
     ///
@@ -852,7 +864,9 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// The first error of either side is signalled at once and the other side is
     /// cancelled. A panic in `f` becomes an error of kind
-    /// [`Panicked`](crate::ErrorKind::Panicked) and cancels both sides.
+    /// [`Panicked`](crate::ErrorKind::Panicked) and cancels both sides. A side that
+    /// delivers more than it was asked for (rule 1.1) is cancelled, and the stream
+    /// fails with an error of kind [`SpecViolation`](crate::ErrorKind::SpecViolation).
     ///
     /// # Cancellation
     ///
@@ -1050,9 +1064,10 @@ pub trait PublisherExt: Publisher + Sized {
     /// PassThrough items, batched requests: never more than `high` outstanding
     /// upstream, and never more than downstream has asked for (nothing is prefetched
     /// ahead of downstream's demand, so nothing is held; in-flight bound 0). A batch
-    /// goes up whenever at least `low` of the outstanding items were delivered, as
-    /// large as the room below `high` allows; when nothing is outstanding, new demand
-    /// goes up at once. `low == high` means the 75% rule (`high - high / 4`); `low == 0`
+    /// goes up whenever the room below `high` (`high` minus what is outstanding) is at
+    /// least `low`, as large as that room and downstream's unforwarded demand allow:
+    /// item by item, that is `low` more each time `low` were delivered, and when
+    /// nothing is outstanding new demand goes up at once. `low == high` means the 75% rule (`high - high / 4`); `low == 0`
     /// means "always `high`": the next batch waits until the previous one was
     /// delivered in full. Under unbounded demand `limit_rate(256, 192)` asks for 256,
     /// then 192 (or a whole delivered batch) at a time.
@@ -1560,8 +1575,10 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// Enforcing (lossy): requests pass upstream unchanged; an item that finds no
     /// token is dropped with [`DropReason::Rejected`](crate::DropReason::Rejected),
-    /// handed to the pipeline's [`DropHook`], counted, and requested again so that
-    /// downstream's demand is still met. In-flight bound: 0.
+    /// handed to the pipeline's [`DropHook`], counted, and asked for again (as batch
+    /// credit after a batch, or `request(1)` from an upstream that delivers item by
+    /// item) so that downstream's demand is still met. Items go downstream one
+    /// `on_next` at a time. In-flight bound: 0.
     ///
     /// # Timing
     ///
@@ -1703,11 +1720,13 @@ pub trait PublisherExt: Publisher + Sized {
     /// Prefetch: upstream is asked for `prefetch` items at once, then for what was
     /// consumed each time `prefetch - prefetch / 4` items left the boundary (the 75%
     /// rule), so never more than `prefetch` are outstanding upstream. Items wait in a
-    /// lock-free ring of exactly `prefetch` slots, allocated once; upstream's batches
-    /// go in with one index store each. One drain loop per subscription, running as a
-    /// task on `scheduler`, delivers them up to downstream's demand, a run at a time
-    /// through `on_next_batch` (batch credit honoured). In-flight bound: upstream's
-    /// plus `prefetch`. [`PublishOn::monitor`] reports the queue's statistics.
+    /// lock-free ring of exactly `prefetch` slots, allocated once; an upstream batch
+    /// is published in runs of up to 64 items, one index store per run (with
+    /// [`publish_on_with`](Self::publish_on_with), the whole batch at once, behind its
+    /// time stamp). One drain loop per subscription, running as a task on `scheduler`,
+    /// delivers them up to downstream's demand, a run at a time through
+    /// `on_next_batch` (batch credit honoured). In-flight bound: upstream's plus
+    /// `prefetch`. [`PublishOn::monitor`] reports the queue's statistics.
     ///
     /// # Timing
     ///
@@ -2055,7 +2074,8 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// If `prefetch` is 0 or above 2^30.
+    /// If `prefetch` is 0 or above 2^30: "blocking_iter prefetch must be in 1..=2^30
+    /// (got 0)".
     ///
     /// # Examples
     ///

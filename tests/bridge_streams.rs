@@ -1,4 +1,4 @@
-//! The `futures` bridges (issue 5): `into_stream`, `from_stream` / `from_receiver`,
+//! The `futures` bridges: `into_stream`, `from_stream` / `from_receiver`,
 //! `forward`, and a round trip through all of them. Everything runs on tokio
 //! multi-thread runtimes and asserts counts (polls, requests, items outstanding),
 //! never timings.

@@ -486,7 +486,9 @@ struct Flapping {
     pauses: Vec<Duration>,
 }
 
-/// DESIGN §11's flapping example, driven through a real channel under `VirtualTime`:
+/// The flapping example of the water-mark sizing rule (`docs/design.md` §10: one
+/// threshold flaps, two give long, rare pauses), driven through a real channel under
+/// `VirtualTime`:
 /// 60 s in ticks of `tick`. Each tick the consumer is served its 100 items/s share
 /// (`request`), then the producer, if it saw `Flowing` at the end of the previous
 /// tick, offers its 160 items/s share (`try_send`); then it looks at the state again.

@@ -1,6 +1,6 @@
-//! Meta-tests of the project's conventions (style guide §9.12): every operator file
-//! has a test file of its own and an extension method, and every operator method's
-//! documentation has the headings DESIGN.md §5 asks for.
+//! Meta-tests of the project's conventions (`docs/contributing.md`): every operator
+//! file has a test file of its own and an extension method, every operator method's
+//! documentation has the six headings, and `operators/mod.rs` holds no logic.
 
 use std::fs;
 use std::path::Path;

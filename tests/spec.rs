@@ -1,7 +1,7 @@
-//! Contract-level guarantees of issue 2 that need a hand-written subscriber:
+//! Contract-level guarantees (`docs/design.md` §3) that need a hand-written subscriber:
 //! rule 3.3 (bounded recursion under a million re-entrant requests), rule 3.9
 //! (`request(0)`), rule 3.17 (saturation), rule 2.5 (second `on_subscribe`), and
-//! principle 6 (panics in user closures become `on_error`).
+//! principle 6 of `docs/design.md` §2 (panics in user closures become `on_error`).
 
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};

@@ -1,29 +1,33 @@
-//! `throttle(rate, burst, mode)`: a token bucket (`bucket.rs`) of `burst` tokens, refilled at `rate`.
-//! Each item that passes spends one token. The bucket starts full.
+//! `throttle(rate, burst, mode)`: implementation notes. The user contract is on
+//! [`PublisherExt::throttle`](crate::PublisherExt::throttle).
 //!
-//! The bucket is kept exactly, in integer units (one token = `rate.per` in
-//! nanoseconds, refilled by `rate.tokens` units per elapsed nanosecond), read from the
-//! scheduler's clock, so no rounding accumulates and `VirtualTime` tests are exact.
+//! One token bucket ([`Bucket`], `bucket.rs`) of `burst` tokens, starting full. It is
+//! kept exactly, in integer units (one token = `rate.per` in nanoseconds; every
+//! elapsed nanosecond adds `rate.tokens` units), and refilled from the scheduler's
+//! clock, so no rounding accumulates and `VirtualTime` tests are exact. `subscribe`
+//! picks the stage by mode.
 //!
-//! # Shaping (lossless, `shaping.rs`)
+//! # Shaping (`shaping.rs`)
 //!
-//! Demand contract: Paced. The stage asks upstream for items only as tokens allow: it
-//! requests `min(tokens, downstream's outstanding demand − items already owed)` and
-//! spends the tokens at request time. Tokens reserved for requested items count
-//! against the bucket's capacity (the bucket refills only up to `burst − reserved`), so
-//! however late upstream delivers, no window of time sees more than
-//! `burst + rate × window` items. Upstream is paced; nothing is dropped. When
-//! downstream wants more and the bucket is empty, one timer is armed for the moment
-//! the next token is due. Items in transit never exceed `burst` (in-flight bound).
+//! A `Machine` on the timed core (`src/source/timed/`). It spends tokens when it
+//! *requests*: `poll` asks upstream for `min(tokens, demand − reserved)`, where
+//! `reserved` is `owed` (requested, not yet received) plus `transit` (received, not
+//! yet delivered). Reserved tokens count against the bucket, which refills only up to
+//! `burst − reserved`, so however late upstream delivers, no window of time sees more
+//! than `burst + rate × window` items. Items wait in `transit` and go out against
+//! demand. When downstream wants more and no token is free, one timer is armed for
+//! the moment the next token is due (none while every token is reserved: only an
+//! arriving item can free one).
 //!
-//! # Enforcing (lossy, `enforcing.rs`)
+//! # Enforcing (`enforcing.rs`)
 //!
-//! Demand contract: PassThrough with replenishment. Requests go upstream unchanged; an
-//! item that finds a token passes, one that finds none is dropped
-//! ([`DropReason::Rejected`], handed to the drop hook and counted) and requested again
-//! (once per batch, as batch credit; item by item, as `request(1)`), so upstream's
-//! outstanding demand keeps matching downstream's. No timer, no buffer, no drain
-//! loop: signals only come from upstream. In-flight bound: 0.
+//! A plain subscriber: no timer, no buffer, no drain loop; signals only come from
+//! upstream. Downstream receives upstream's subscription itself. Each item spends a
+//! token if there is one and goes downstream with `on_next` (a batch is delivered
+//! item by item, so downstream returns no batch credit); an item that finds no token
+//! is dropped as `Rejected` through the [`DropReporter`], flushed once per batch. The
+//! rejected count is returned as the batch's credit (item by item: `request(1)`), so
+//! upstream's outstanding demand keeps matching downstream's.
 
 use std::collections::VecDeque;
 use std::time::Duration;

@@ -15,9 +15,9 @@
 //! taken long after the last window closed blends in the open window too, so a queue
 //! that stopped draining shows its drain rate falling towards zero rather than frozen.
 //!
-//! From them (DESIGN §11): lag = depth / drain rate (how long the newest item will
-//! wait); time to drain = depth / (drain rate − arrival rate), defined only while the
-//! queue is shrinking.
+//! From them (the sizing rules, `docs/design.md` §10): lag = depth / drain rate (how
+//! long the newest item will wait); time to drain = depth / (drain rate − arrival
+//! rate), defined only while the queue is shrinking.
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -35,7 +35,8 @@ pub const RATE_WINDOW: Duration = Duration::from_millis(100);
 ///
 /// Rates are estimated per [`RATE_WINDOW`] and blended with weight 1/2 at the end of
 /// each window (a snapshot long after the last window blends in the open one, so a
-/// stalled queue's drain rate falls instead of freezing). From them, DESIGN §11:
+/// stalled queue's drain rate falls instead of freezing). From them (see the sizing
+/// rules, `docs/design.md` §10):
 /// [`lag`](Self::lag) = depth / drain rate, [`time_to_drain`](Self::time_to_drain) =
 /// depth / (drain rate − arrival rate).
 #[derive(Clone, Debug, PartialEq)]

@@ -16,7 +16,9 @@ use crate::demand::Replenish;
 use crate::drain::SubscriptionSlot;
 use crate::{Error, Subscriber, Subscription};
 
-struct Shared<T> {
+/// The hand-off between the subscriber (upstream's thread) and the iterator: a queue
+/// of at most `prefetch` items, the end, and the condvar the iterator blocks on.
+struct BlockingQueue<T> {
     /// Items delivered and not yet taken, and how the stream ended.
     state: Mutex<State<T>>,
     /// Signalled when an item or the end arrives.
@@ -31,7 +33,7 @@ struct State<T> {
     end: Option<Result<(), Error>>,
 }
 
-impl<T> Shared<T> {
+impl<T> BlockingQueue<T> {
     fn lock(&self) -> MutexGuard<'_, State<T>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -43,7 +45,7 @@ impl<T> Shared<T> {
 /// Yields `Ok(item)` for each item, then `Err(error)` once if the stream failed, then
 /// `None`. Dropping it cancels the subscription.
 pub struct BlockingIter<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<BlockingQueue<T>>,
     replenish: Replenish,
     done: bool,
 }
@@ -58,7 +60,7 @@ impl<T> std::fmt::Debug for BlockingIter<T> {
 
 /// The subscriber half.
 pub(crate) struct IterSubscriber<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<BlockingQueue<T>>,
     prefetch: u64,
     subscribed: bool,
 }
@@ -70,7 +72,8 @@ const MAX_PREFETCH: u64 = 1 << 30;
 ///
 /// # Panics
 ///
-/// If `prefetch` is 0 or larger than `usize::MAX`.
+/// If `prefetch` is 0 or larger than 2^30: "blocking_iter prefetch must be in 1..=2^30
+/// (got 0)".
 pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIter<T>) {
     assert!(
         (1..=MAX_PREFETCH).contains(&prefetch),
@@ -79,7 +82,7 @@ pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIte
     let replenish = Replenish::new(prefetch);
     // The queue is allocated once, up front, for the whole window.
     let capacity = prefetch as usize;
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(BlockingQueue {
         state: Mutex::new(State {
             queue: VecDeque::with_capacity(capacity),
             capacity,

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use super::handle::{Shared, SinkHandle};
+use super::handle::{SinkHandle, SinkState};
 use crate::demand::Replenish;
 use crate::guard::catch;
 use crate::{Error, Subscriber, Subscription};
@@ -24,12 +24,12 @@ pub(crate) struct FoldSubscriber<A, F> {
     /// Upstream, once subscribed and until terminated.
     upstream: Option<Subscription>,
     /// Shared with the handle.
-    shared: Arc<Shared<A>>,
+    shared: Arc<SinkState<A>>,
 }
 
 /// Build a fold subscriber and its handle.
 pub(crate) fn fold<A, F>(prefetch: u64, init: A, f: F) -> (FoldSubscriber<A, F>, SinkHandle<A>) {
-    let shared = Shared::new();
+    let shared = SinkState::new();
     let subscriber = FoldSubscriber {
         acc: Some(init),
         f,

@@ -7,7 +7,7 @@ use crate::drain::SubscriptionSlot;
 use crate::Error;
 
 /// State shared by a sink subscriber and its handle.
-pub(crate) struct Shared<R> {
+pub(crate) struct SinkState<R> {
     /// The upstream subscription, for `cancel` from the handle.
     pub(crate) slot: SubscriptionSlot,
     /// The terminal result, once there is one.
@@ -22,9 +22,9 @@ enum Outcome<R> {
     Taken,
 }
 
-impl<R> Shared<R> {
+impl<R> SinkState<R> {
     pub(crate) fn new() -> Arc<Self> {
-        Arc::new(Shared {
+        Arc::new(SinkState {
             slot: SubscriptionSlot::new(),
             result: Mutex::new(Outcome::Running),
             ready: Condvar::new(),
@@ -50,7 +50,7 @@ impl<R> Shared<R> {
 /// the stream may already be over.
 #[must_use = "the handle reports errors; dropping it ignores them (the sink keeps running)"]
 pub struct SinkHandle<R> {
-    shared: Arc<Shared<R>>,
+    shared: Arc<SinkState<R>>,
 }
 
 impl<R> std::fmt::Debug for SinkHandle<R> {
@@ -62,7 +62,7 @@ impl<R> std::fmt::Debug for SinkHandle<R> {
 }
 
 impl<R> SinkHandle<R> {
-    pub(crate) fn new(shared: Arc<Shared<R>>) -> Self {
+    pub(crate) fn new(shared: Arc<SinkState<R>>) -> Self {
         SinkHandle { shared }
     }
 

@@ -10,7 +10,7 @@
 //! and 18 documented skips.
 //!
 //! Java's `required_spec201_blackbox_…` never sends an element (its loop condition is
-//! inverted, upstream issue #459). This port implements the intent: send
+//! inverted: reactive-streams-jvm issue #459). This port implements the intent: send
 //! `min(n, 512)` elements, stopping early if the subscriber cancels, then complete.
 
 use std::sync::Arc;
@@ -121,8 +121,10 @@ where
             .map_err(|e| format!("rule 2.1: {e}"))
     }
 
-    /// BB#1, rule 2.1: the subscriber requests; it is sent `min(n, 512)` elements
+    /// Rule 2.1: the subscriber requests; it is sent `min(n, 512)` elements
     /// (fewer if it cancels) and `on_complete`.
+    ///
+    /// TCK: `required_spec201_blackbox_mustSignalDemandViaSubscriptionRequest`.
     pub fn spec_2_1_must_signal_demand_via_subscription_request(&self) -> Outcome {
         self.run(
             "spec_2_1_must_signal_demand_via_subscription_request",
@@ -142,12 +144,16 @@ where
         )
     }
 
-    /// BB#2, rule 2.2: untested (advice).
+    /// Rule 2.2: untested (advice).
+    ///
+    /// TCK: `untested_spec202_blackbox_shouldAsynchronouslyDispatch`.
     pub fn spec_2_2_should_asynchronously_dispatch(&self) -> Outcome {
         untested("2.2", "asynchronous dispatch is advice")
     }
 
-    /// BB#3, rule 2.3: `on_complete` must not call the subscription.
+    /// Rule 2.3: `on_complete` must not call the subscription.
+    ///
+    /// TCK: `required_spec203_blackbox_mustNotCallMethodsOnSubscriptionOrPublisherInOnComplete`.
     pub fn spec_2_3_must_not_call_subscription_in_on_complete(&self) -> Outcome {
         self.run(
             "spec_2_3_must_not_call_subscription_in_on_complete",
@@ -156,7 +162,9 @@ where
         )
     }
 
-    /// BB#4, rule 2.3: `on_error` must not call the subscription.
+    /// Rule 2.3: `on_error` must not call the subscription.
+    ///
+    /// TCK: `required_spec203_blackbox_mustNotCallMethodsOnSubscriptionOrPublisherInOnError`.
     pub fn spec_2_3_must_not_call_subscription_in_on_error(&self) -> Outcome {
         self.run(
             "spec_2_3_must_not_call_subscription_in_on_error",
@@ -176,13 +184,17 @@ where
         Ok(())
     }
 
-    /// BB#5, rule 2.4: untested.
+    /// Rule 2.4: untested.
+    ///
+    /// TCK: `untested_spec204_blackbox_mustConsiderTheSubscriptionAsCancelledInAfterRecievingOnCompleteOrOnError`.
     pub fn spec_2_4_must_consider_subscription_cancelled_after_terminal_signal(&self) -> Outcome {
         untested("2.4", "the subscriber's internal state is not observable")
     }
 
-    /// BB#6, rule 2.5: a second `on_subscribe` must be answered by cancelling the new
+    /// Rule 2.5: a second `on_subscribe` must be answered by cancelling the new
     /// subscription, without requesting from it.
+    ///
+    /// TCK: `required_spec205_blackbox_mustCallSubscriptionCancelIfItAlreadyHasAnSubscriptionAndReceivesAnotherOnSubscribeSignal`.
     pub fn spec_2_5_must_cancel_a_second_subscription(&self) -> Outcome {
         self.run(
             "spec_2_5_must_cancel_a_second_subscription",
@@ -203,12 +215,16 @@ where
         )
     }
 
-    /// BB#7, rule 2.6: untested.
+    /// Rule 2.6: untested.
+    ///
+    /// TCK: `untested_spec206_blackbox_mustCallSubscriptionCancelIfItIsNoLongerValid`.
     pub fn spec_2_6_must_cancel_when_the_subscription_is_no_longer_needed(&self) -> Outcome {
         untested("2.6", "'no longer needed' is not observable from outside")
     }
 
-    /// BB#8, rule 2.7: untested (and structural in weir: `Subscription` is `Sync`).
+    /// Rule 2.7: untested (and structural in weir: `Subscription` is `Sync`).
+    ///
+    /// TCK: `untested_spec207_blackbox_mustEnsureAllCallsOnItsSubscriptionTakePlaceFromTheSameThreadOrTakeCareOfSynchronization`.
     pub fn spec_2_7_must_call_the_subscription_serially(&self) -> Outcome {
         untested(
             "2.7",
@@ -216,7 +232,9 @@ where
         )
     }
 
-    /// BB#9, rule 2.8: untested in the black-box suite (the white-box one checks it).
+    /// Rule 2.8: untested in the black-box suite (the white-box one checks it).
+    ///
+    /// TCK: `untested_spec208_blackbox_mustBePreparedToReceiveOnNextSignalsAfterHavingCalledSubscriptionCancel`.
     pub fn spec_2_8_must_accept_on_next_after_cancel(&self) -> Outcome {
         untested(
             "2.8",
@@ -224,7 +242,9 @@ where
         )
     }
 
-    /// BB#10, rule 2.9: after a request, `on_complete` is accepted.
+    /// Rule 2.9: after a request, `on_complete` is accepted.
+    ///
+    /// TCK: `required_spec209_blackbox_mustBePreparedToReceiveAnOnCompleteSignalWithPrecedingRequestCall`.
     pub fn spec_2_9_must_accept_on_complete_with_preceding_request(&self) -> Outcome {
         self.run(
             "spec_2_9_must_accept_on_complete_with_preceding_request",
@@ -238,7 +258,9 @@ where
         )
     }
 
-    /// BB#11, rule 2.9: `on_complete` right after `on_subscribe` is accepted.
+    /// Rule 2.9: `on_complete` right after `on_subscribe` is accepted.
+    ///
+    /// TCK: `required_spec209_blackbox_mustBePreparedToReceiveAnOnCompleteSignalWithoutPrecedingRequestCall`.
     pub fn spec_2_9_must_accept_on_complete_without_preceding_request(&self) -> Outcome {
         self.run(
             "spec_2_9_must_accept_on_complete_without_preceding_request",
@@ -250,7 +272,9 @@ where
         )
     }
 
-    /// BB#12, rule 2.10: after a request, `on_error` is accepted.
+    /// Rule 2.10: after a request, `on_error` is accepted.
+    ///
+    /// TCK: `required_spec210_blackbox_mustBePreparedToReceiveAnOnErrorSignalWithPrecedingRequestCall`.
     pub fn spec_2_10_must_accept_on_error_with_preceding_request(&self) -> Outcome {
         self.run(
             "spec_2_10_must_accept_on_error_with_preceding_request",
@@ -264,7 +288,9 @@ where
         )
     }
 
-    /// BB#13, rule 2.10: `on_error` right after `on_subscribe` is accepted.
+    /// Rule 2.10: `on_error` right after `on_subscribe` is accepted.
+    ///
+    /// TCK: `required_spec210_blackbox_mustBePreparedToReceiveAnOnErrorSignalWithoutPrecedingRequestCall`.
     pub fn spec_2_10_must_accept_on_error_without_preceding_request(&self) -> Outcome {
         self.run(
             "spec_2_10_must_accept_on_error_without_preceding_request",
@@ -276,7 +302,9 @@ where
         )
     }
 
-    /// BB#14, rule 2.11: moot in safe Rust.
+    /// Rule 2.11: moot in safe Rust.
+    ///
+    /// TCK: `untested_spec211_blackbox_mustMakeSureThatAllCallsOnItsMethodsHappenBeforeTheProcessingOfTheRespectiveEvents`.
     pub fn spec_2_11_signal_calls_happen_before_processing(&self) -> Outcome {
         moot(
             "2.11",
@@ -284,13 +312,17 @@ where
         )
     }
 
-    /// BB#15, rule 2.12: moot, subscribers are moved into `subscribe`.
+    /// Rule 2.12: moot, subscribers are moved into `subscribe`.
+    ///
+    /// TCK: `untested_spec212_blackbox_mustNotCallOnSubscribeMoreThanOnceBasedOnObjectEquality`.
     pub fn spec_2_12_must_not_accept_on_subscribe_twice_for_one_subscriber(&self) -> Outcome {
         moot("2.12", "a moved subscriber cannot be subscribed twice")
     }
 
-    /// BB#16, rule 2.13 (failing signal methods): untested. Every test here fails if a
+    /// Rule 2.13 (failing signal methods): untested. Every test here fails if a
     /// signal method panics.
+    ///
+    /// TCK: `untested_spec213_blackbox_failingOnSignalInvocation`.
     pub fn spec_2_13_failing_on_signal_invocation(&self) -> Outcome {
         untested(
             "2.13",
@@ -298,52 +330,72 @@ where
         )
     }
 
-    /// BB#17, rule 2.13 `on_subscribe(null)`: moot.
+    /// Rule 2.13 `on_subscribe(null)`: moot.
+    ///
+    /// TCK: `required_spec213_blackbox_onSubscribe_mustThrowNullPointerExceptionWhenParametersAreNull`.
     pub fn spec_2_13_on_subscribe_null_subscription(&self) -> Outcome {
         moot("2.13", "a Subscription cannot be null")
     }
 
-    /// BB#18, rule 2.13 `on_next(null)`: moot.
+    /// Rule 2.13 `on_next(null)`: moot.
+    ///
+    /// TCK: `required_spec213_blackbox_onNext_mustThrowNullPointerExceptionWhenParametersAreNull`.
     pub fn spec_2_13_on_next_null_element(&self) -> Outcome {
         moot("2.13", "an element cannot be null")
     }
 
-    /// BB#19, rule 2.13 `on_error(null)`: moot.
+    /// Rule 2.13 `on_error(null)`: moot.
+    ///
+    /// TCK: `required_spec213_blackbox_onError_mustThrowNullPointerExceptionWhenParametersAreNull`.
     pub fn spec_2_13_on_error_null_error(&self) -> Outcome {
         moot("2.13", "an Error cannot be null")
     }
 
-    /// BB#20, rule 3.1: untested.
+    /// Rule 3.1: untested.
+    ///
+    /// TCK: `untested_spec301_blackbox_mustNotBeCalledOutsideSubscriberContext`.
     pub fn spec_3_1_must_not_be_called_outside_subscriber_context(&self) -> Outcome {
         untested("3.1", "the calling context is not observable")
     }
 
-    /// BB#21, rule 3.8: untested in the black-box suite (the white-box one checks it).
+    /// Rule 3.8: untested in the black-box suite (the white-box one checks it).
+    ///
+    /// TCK: `untested_spec308_blackbox_requestMustRegisterGivenNumberElementsToBeProduced`.
     pub fn spec_3_8_request_must_register_demand(&self) -> Outcome {
         untested("3.8", "needs the white-box probe")
     }
 
-    /// BB#22, rule 3.10: untested.
+    /// Rule 3.10: untested.
+    ///
+    /// TCK: `untested_spec310_blackbox_requestMaySynchronouslyCallOnNextOnSubscriber`.
     pub fn spec_3_10_request_may_call_on_next_synchronously(&self) -> Outcome {
         untested("3.10", "a permission of the publisher")
     }
 
-    /// BB#23, rule 3.11: untested.
+    /// Rule 3.11: untested.
+    ///
+    /// TCK: `untested_spec311_blackbox_requestMaySynchronouslyCallOnCompleteOrOnError`.
     pub fn spec_3_11_request_may_call_terminal_signals_synchronously(&self) -> Outcome {
         untested("3.11", "a permission of the publisher")
     }
 
-    /// BB#24, rule 3.14: untested.
+    /// Rule 3.14: untested.
+    ///
+    /// TCK: `untested_spec314_blackbox_cancelMayCauseThePublisherToShutdownIfNoOtherSubscriptionExists`.
     pub fn spec_3_14_cancel_may_shut_the_publisher_down(&self) -> Outcome {
         untested("3.14", "a permission of the publisher")
     }
 
-    /// BB#25, rule 3.15: untested.
+    /// Rule 3.15: untested.
+    ///
+    /// TCK: `untested_spec315_blackbox_cancelMustNotThrowExceptionAndMustSignalOnError`.
     pub fn spec_3_15_cancel_must_return_normally(&self) -> Outcome {
         untested("3.15", "concerns the publisher's cancel")
     }
 
-    /// BB#26, rule 3.16: untested.
+    /// Rule 3.16: untested.
+    ///
+    /// TCK: `untested_spec316_blackbox_requestMustNotThrowExceptionAndMustOnErrorTheSubscriber`.
     pub fn spec_3_16_request_must_return_normally(&self) -> Outcome {
         untested("3.16", "concerns the publisher's request")
     }

@@ -53,23 +53,23 @@ mod capture;
 mod env;
 mod harness;
 mod macros;
-mod probe;
 mod processor;
 pub mod proptest;
 mod publisher;
 mod stage;
 mod subscriber;
 mod whitebox;
+mod whitebox_probe;
 
 pub use blackbox::SubscriberBlackboxVerification;
 pub use capture::{capture_subscriber, Capture, CapturedSubscriber};
 pub use env::{TestEnv, TestEnvBuilder};
 pub use harness::{Element, Outcome, Report, ReportEntry};
-pub use probe::{ProbedSubscriber, SubscriberPuppet, WhiteboxProbe};
 pub use processor::ProcessorVerification;
 pub use publisher::PublisherVerification;
 pub use subscriber::{Signal, Terminal, TestProbe, TestSubscriber, Violation};
 pub use whitebox::SubscriberWhiteboxVerification;
+pub use whitebox_probe::{ProbedSubscriber, SubscriberPuppet, WhiteboxProbe};
 
 /// A conformance suite: a list of named tests, each checking one rule.
 ///

@@ -179,12 +179,14 @@ where
                     match *action {
                         DemandAction::Request(0) => {
                             if !probe.is_terminated() {
+                                // SeqCst: read after the scope's join; conservative.
                                 zero_while_live.store(true, Ordering::SeqCst);
                             }
                             probe.request(0);
                         }
                         DemandAction::Request(k) => probe.request(k),
                         DemandAction::Cancel => {
+                            // SeqCst: read after the scope's join; conservative.
                             cancelled.store(true, Ordering::SeqCst);
                             probe.cancel();
                         }
@@ -200,6 +202,8 @@ where
         DemandAction::Request(k) => sum.saturating_add(*k),
         DemandAction::Cancel => sum,
     });
+    // SeqCst is conservative: the scope's join already orders the threads' stores
+    // before these loads, so any ordering would do.
     let cancelled = cancelled.load(Ordering::SeqCst);
     let zero_while_live = zero_while_live.load(Ordering::SeqCst);
     let wait = check.grace.map_or(Duration::ZERO, |_| check.timeout);

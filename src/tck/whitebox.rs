@@ -15,8 +15,8 @@
 use std::sync::Arc;
 
 use super::harness::{moot, run_case, untested, TestResult, Verification};
-use super::probe::{SubscriberPuppet, WhiteboxProbe};
 use super::stage::{test_error, ManualSubscription, Stage};
+use super::whitebox_probe::{SubscriberPuppet, WhiteboxProbe};
 use super::{Element, Outcome, Report, Suite, TestEnv};
 use crate::{Subscriber, Subscription};
 
@@ -121,7 +121,9 @@ where
         s.stage.subscription.expect_request(env.default_timeout())
     }
 
-    /// WB#1 (setup): request, receive two elements, cancel.
+    /// Setup: request, receive two elements, cancel.
+    ///
+    /// TCK: `required_exerciseWhiteboxHappyPath`.
     pub fn happy_path(&self) -> Outcome {
         self.run("happy_path", "setup", |v, env| {
             let mut s = v.setup(env)?;
@@ -141,8 +143,10 @@ where
         })
     }
 
-    /// WB#2, rule 2.1: after `trigger_request(1)` the subscriber requests, and accepts
+    /// Rule 2.1: after `trigger_request(1)` the subscriber requests, and accepts
     /// an element.
+    ///
+    /// TCK: `required_spec201_mustSignalDemandViaSubscriptionRequest`.
     pub fn spec_2_1_must_signal_demand_via_subscription_request(&self) -> Outcome {
         self.run(
             "spec_2_1_must_signal_demand_via_subscription_request",
@@ -157,12 +161,16 @@ where
         )
     }
 
-    /// WB#3, rule 2.2: untested (advice).
+    /// Rule 2.2: untested (advice).
+    ///
+    /// TCK: `untested_spec202_shouldAsynchronouslyDispatch`.
     pub fn spec_2_2_should_asynchronously_dispatch(&self) -> Outcome {
         untested("2.2", "asynchronous dispatch is advice")
     }
 
-    /// WB#4, rule 2.3: `on_complete` must not call the subscription.
+    /// Rule 2.3: `on_complete` must not call the subscription.
+    ///
+    /// TCK: `required_spec203_mustNotCallMethodsOnSubscriptionOrPublisherInOnComplete`.
     pub fn spec_2_3_must_not_call_subscription_in_on_complete(&self) -> Outcome {
         self.run(
             "spec_2_3_must_not_call_subscription_in_on_complete",
@@ -176,7 +184,9 @@ where
         )
     }
 
-    /// WB#5, rule 2.3: `on_error` must not call the subscription.
+    /// Rule 2.3: `on_error` must not call the subscription.
+    ///
+    /// TCK: `required_spec203_mustNotCallMethodsOnSubscriptionOrPublisherInOnError`.
     pub fn spec_2_3_must_not_call_subscription_in_on_error(&self) -> Outcome {
         self.run(
             "spec_2_3_must_not_call_subscription_in_on_error",
@@ -190,13 +200,17 @@ where
         )
     }
 
-    /// WB#6, rule 2.4: untested.
+    /// Rule 2.4: untested.
+    ///
+    /// TCK: `untested_spec204_mustConsiderTheSubscriptionAsCancelledInAfterRecievingOnCompleteOrOnError`.
     pub fn spec_2_4_must_consider_subscription_cancelled_after_terminal_signal(&self) -> Outcome {
         untested("2.4", "the subscriber's internal state is not observable")
     }
 
-    /// WB#7, rule 2.5: a second `on_subscribe` is answered by cancelling the new
+    /// Rule 2.5: a second `on_subscribe` is answered by cancelling the new
     /// subscription (requests on it are ignored here, unlike the black-box test).
+    ///
+    /// TCK: `required_spec205_mustCallSubscriptionCancelIfItAlreadyHasAnSubscriptionAndReceivesAnotherOnSubscribeSignal`.
     pub fn spec_2_5_must_cancel_a_second_subscription(&self) -> Outcome {
         self.run(
             "spec_2_5_must_cancel_a_second_subscription",
@@ -214,12 +228,16 @@ where
         )
     }
 
-    /// WB#8, rule 2.6: untested.
+    /// Rule 2.6: untested.
+    ///
+    /// TCK: `untested_spec206_mustCallSubscriptionCancelIfItIsNoLongerValid`.
     pub fn spec_2_6_must_cancel_when_the_subscription_is_no_longer_needed(&self) -> Outcome {
         untested("2.6", "'no longer needed' is not observable")
     }
 
-    /// WB#9, rule 2.7: untested (and structural in weir: `Subscription` is `Sync`).
+    /// Rule 2.7: untested (and structural in weir: `Subscription` is `Sync`).
+    ///
+    /// TCK: `untested_spec207_mustEnsureAllCallsOnItsSubscriptionTakePlaceFromTheSameThreadOrTakeCareOfSynchronization`.
     pub fn spec_2_7_must_call_the_subscription_serially(&self) -> Outcome {
         untested(
             "2.7",
@@ -227,7 +245,9 @@ where
         )
     }
 
-    /// WB#10, rule 2.8: after cancelling, the subscriber still accepts an element.
+    /// Rule 2.8: after cancelling, the subscriber still accepts an element.
+    ///
+    /// TCK: `required_spec208_mustBePreparedToReceiveOnNextSignalsAfterHavingCalledSubscriptionCancel`.
     pub fn spec_2_8_must_accept_on_next_after_cancel(&self) -> Outcome {
         self.run(
             "spec_2_8_must_accept_on_next_after_cancel",
@@ -247,7 +267,9 @@ where
         )
     }
 
-    /// WB#11, rule 2.9: after a triggered request, `on_complete` reaches the probe.
+    /// Rule 2.9: after a triggered request, `on_complete` reaches the probe.
+    ///
+    /// TCK: `required_spec209_mustBePreparedToReceiveAnOnCompleteSignalWithPrecedingRequestCall`.
     pub fn spec_2_9_must_accept_on_complete_with_preceding_request(&self) -> Outcome {
         self.run(
             "spec_2_9_must_accept_on_complete_with_preceding_request",
@@ -256,7 +278,9 @@ where
         )
     }
 
-    /// WB#12, rule 2.9: `on_complete` right after setup reaches the probe.
+    /// Rule 2.9: `on_complete` right after setup reaches the probe.
+    ///
+    /// TCK: `required_spec209_mustBePreparedToReceiveAnOnCompleteSignalWithoutPrecedingRequestCall`.
     pub fn spec_2_9_must_accept_on_complete_without_preceding_request(&self) -> Outcome {
         self.run(
             "spec_2_9_must_accept_on_complete_without_preceding_request",
@@ -265,7 +289,9 @@ where
         )
     }
 
-    /// WB#13, rule 2.10: after triggered requests, the very error sent reaches the probe.
+    /// Rule 2.10: after triggered requests, the very error sent reaches the probe.
+    ///
+    /// TCK: `required_spec210_mustBePreparedToReceiveAnOnErrorSignalWithPrecedingRequestCall`.
     pub fn spec_2_10_must_accept_on_error_with_preceding_request(&self) -> Outcome {
         self.run(
             "spec_2_10_must_accept_on_error_with_preceding_request",
@@ -274,7 +300,9 @@ where
         )
     }
 
-    /// WB#14, rule 2.10: an error right after setup reaches the probe.
+    /// Rule 2.10: an error right after setup reaches the probe.
+    ///
+    /// TCK: `required_spec210_mustBePreparedToReceiveAnOnErrorSignalWithoutPrecedingRequestCall`.
     pub fn spec_2_10_must_accept_on_error_without_preceding_request(&self) -> Outcome {
         self.run(
             "spec_2_10_must_accept_on_error_without_preceding_request",
@@ -283,7 +311,7 @@ where
         )
     }
 
-    /// Body of WB#11/WB#12: after `requests` calls of `trigger_request(1)`, `on_complete`
+    /// Body of the rule 2.9 tests: after `requests` calls of `trigger_request(1)`, `on_complete`
     /// reaches the probe.
     fn complete_after(&self, env: &TestEnv, requests: usize) -> TestResult {
         let mut s = self.setup(env)?;
@@ -294,7 +322,7 @@ where
         Ok(())
     }
 
-    /// Body of WB#13/WB#14: after `requests` calls of `trigger_request(1)`, the very
+    /// Body of the rule 2.10 tests: after `requests` calls of `trigger_request(1)`, the very
     /// error sent reaches the probe.
     fn error_after(&self, env: &TestEnv, requests: usize) -> TestResult {
         let mut s = self.setup(env)?;
@@ -305,7 +333,9 @@ where
         Ok(())
     }
 
-    /// WB#15, rule 2.11: moot in safe Rust.
+    /// Rule 2.11: moot in safe Rust.
+    ///
+    /// TCK: `untested_spec211_mustMakeSureThatAllCallsOnItsMethodsHappenBeforeTheProcessingOfTheRespectiveEvents`.
     pub fn spec_2_11_signal_calls_happen_before_processing(&self) -> Outcome {
         moot(
             "2.11",
@@ -313,13 +343,17 @@ where
         )
     }
 
-    /// WB#16, rule 2.12: moot, subscribers are moved into `subscribe`.
+    /// Rule 2.12: moot, subscribers are moved into `subscribe`.
+    ///
+    /// TCK: `untested_spec212_mustNotCallOnSubscribeMoreThanOnceBasedOnObjectEquality_specViolation`.
     pub fn spec_2_12_must_not_accept_on_subscribe_twice_for_one_subscriber(&self) -> Outcome {
         moot("2.12", "a moved subscriber cannot be subscribed twice")
     }
 
-    /// WB#17, rule 2.13 (failing signal methods): untested. Every test here fails if a
+    /// Rule 2.13 (failing signal methods): untested. Every test here fails if a
     /// signal method panics.
+    ///
+    /// TCK: `untested_spec213_failingOnSignalInvocation`.
     pub fn spec_2_13_failing_on_signal_invocation(&self) -> Outcome {
         untested(
             "2.13",
@@ -327,28 +361,38 @@ where
         )
     }
 
-    /// WB#18, rule 2.13 `on_subscribe(null)`: moot.
+    /// Rule 2.13 `on_subscribe(null)`: moot.
+    ///
+    /// TCK: `required_spec213_onSubscribe_mustThrowNullPointerExceptionWhenParametersAreNull`.
     pub fn spec_2_13_on_subscribe_null_subscription(&self) -> Outcome {
         moot("2.13", "a Subscription cannot be null")
     }
 
-    /// WB#19, rule 2.13 `on_next(null)`: moot.
+    /// Rule 2.13 `on_next(null)`: moot.
+    ///
+    /// TCK: `required_spec213_onNext_mustThrowNullPointerExceptionWhenParametersAreNull`.
     pub fn spec_2_13_on_next_null_element(&self) -> Outcome {
         moot("2.13", "an element cannot be null")
     }
 
-    /// WB#20, rule 2.13 `on_error(null)`: moot.
+    /// Rule 2.13 `on_error(null)`: moot.
+    ///
+    /// TCK: `required_spec213_onError_mustThrowNullPointerExceptionWhenParametersAreNull`.
     pub fn spec_2_13_on_error_null_error(&self) -> Outcome {
         moot("2.13", "an Error cannot be null")
     }
 
-    /// WB#21, rule 3.1: untested.
+    /// Rule 3.1: untested.
+    ///
+    /// TCK: `untested_spec301_mustNotBeCalledOutsideSubscriberContext`.
     pub fn spec_3_1_must_not_be_called_outside_subscriber_context(&self) -> Outcome {
         untested("3.1", "the calling context is not observable")
     }
 
-    /// WB#22, rule 3.8: `trigger_request(2)` leads to requests covering two elements,
+    /// Rule 3.8: `trigger_request(2)` leads to requests covering two elements,
     /// which both reach the probe; nothing else is reported.
+    ///
+    /// TCK: `required_spec308_requestMustRegisterGivenNumberElementsToBeProduced`.
     pub fn spec_3_8_request_must_register_demand(&self) -> Outcome {
         self.run("spec_3_8_request_must_register_demand", "3.8", |v, env| {
             let mut s = v.setup(env)?;
@@ -366,27 +410,37 @@ where
         })
     }
 
-    /// WB#23, rule 3.10: untested.
+    /// Rule 3.10: untested.
+    ///
+    /// TCK: `untested_spec310_requestMaySynchronouslyCallOnNextOnSubscriber`.
     pub fn spec_3_10_request_may_call_on_next_synchronously(&self) -> Outcome {
         untested("3.10", "a permission of the publisher")
     }
 
-    /// WB#24, rule 3.11: untested.
+    /// Rule 3.11: untested.
+    ///
+    /// TCK: `untested_spec311_requestMaySynchronouslyCallOnCompleteOrOnError`.
     pub fn spec_3_11_request_may_call_terminal_signals_synchronously(&self) -> Outcome {
         untested("3.11", "a permission of the publisher")
     }
 
-    /// WB#25, rule 3.14: untested.
+    /// Rule 3.14: untested.
+    ///
+    /// TCK: `untested_spec314_cancelMayCauseThePublisherToShutdownIfNoOtherSubscriptionExists`.
     pub fn spec_3_14_cancel_may_shut_the_publisher_down(&self) -> Outcome {
         untested("3.14", "a permission of the publisher")
     }
 
-    /// WB#26, rule 3.15: untested.
+    /// Rule 3.15: untested.
+    ///
+    /// TCK: `untested_spec315_cancelMustNotThrowExceptionAndMustSignalOnError`.
     pub fn spec_3_15_cancel_must_return_normally(&self) -> Outcome {
         untested("3.15", "concerns the publisher's cancel")
     }
 
-    /// WB#27, rule 3.16: untested.
+    /// Rule 3.16: untested.
+    ///
+    /// TCK: `untested_spec316_requestMustNotThrowExceptionAndMustOnErrorTheSubscriber`.
     pub fn spec_3_16_request_must_return_normally(&self) -> Outcome {
         untested("3.16", "concerns the publisher's request")
     }

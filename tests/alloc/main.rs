@@ -1,5 +1,5 @@
-//! Heap allocations per item in steady state (principle 5), counted with a counting
-//! global allocator, one module per area.
+//! Heap allocations per item in steady state (principle 5 of `docs/design.md` §2),
+//! counted with a counting global allocator, one module per area.
 //!
 //! Each check runs the same pipeline over a small and a large input and compares the
 //! allocation counts: they must not grow with the item count (allocations happen per

@@ -1,4 +1,4 @@
-//! The issue-2 pipeline: `range → map → filter → fold`.
+//! The benchmark pipeline of `benches/sync_pipeline.rs`: `range → map → filter → fold`.
 
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;

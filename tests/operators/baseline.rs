@@ -1,4 +1,5 @@
-//! The baseline checks every operator file runs (style 9.10), written once, in the
+//! The baseline checks every operator file runs (`docs/contributing.md`, "Tests"),
+//! written once, in the
 //! spirit of Reactor's `FluxOperatorTest` scenarios.
 //!
 //! Each function builds its sources, applies the operator (a closure over the source,

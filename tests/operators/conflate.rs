@@ -24,8 +24,9 @@ fn smoke() {
     );
 }
 
-/// The marble of style.md §9.4 (with merge = keep the newest, which is what
-/// `conflate_latest` does, and a sum here).
+/// A marble schedule: items pass while there is demand, and arrivals without demand
+/// merge into the held item (the merge appends digits, so the result shows which
+/// items went into it); completion waits for the held item.
 #[test]
 fn respects_demand_and_merges_while_there_is_none() {
     let (source, handle) = valve(5);

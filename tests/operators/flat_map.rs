@@ -123,7 +123,7 @@ fn smoke() {
     assert_eq!(out, vec![(1, 0), (2, 0), (2, 1), (3, 0), (3, 1), (3, 2)]);
 }
 
-/// The acceptance test: a slow downstream (1 item per request) over inner
+/// The bounds under pressure: a slow downstream (1 item per request) over inner
 /// sources that emit everything they are asked for at once. The counters prove that
 /// live inner subscriptions never exceed `c` and buffered items never exceed `c × p`,
 /// and that both bounds are reached (so the test would see an excess).

@@ -71,7 +71,7 @@ fn completes() {
     assert_eq!(weir::range(0u64..3).limit_rate(2, 1).in_flight_bound(), 0);
 }
 
-/// Issue 3's acceptance test: `limit_rate(256, 192)` over 1,000,000 items issues at
+/// The batching bound at scale: `limit_rate(256, 192)` over 1,000,000 items issues at
 /// most ⌈1,000,000 / 192⌉ + 1 upstream requests and never has more than 256
 /// outstanding, whatever the sink's own demand pattern and however upstream delivers.
 #[test]

@@ -38,7 +38,7 @@ mod take;
 mod take_while;
 mod zip;
 
-// time operators (issue 4, section 6)
+// time operators
 mod buffer_timeout;
 mod debounce;
 mod sample;

@@ -22,7 +22,7 @@ use weir::{Error, Processor, Publisher, RawSubscription, Subscriber, Subscriptio
 
 /// A cloneable handle: one clone subscribes upstream, another is subscribed to.
 pub struct Identity<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<IdentityCore<T>>,
 }
 
 impl<T> Clone for Identity<T> {
@@ -35,7 +35,8 @@ impl<T> Clone for Identity<T> {
 
 type Downstream<T> = Box<dyn Subscriber<T> + Send>;
 
-struct Shared<T> {
+/// The processor's state, shared by both handles.
+struct IdentityCore<T> {
     capacity: u64,
     wip: Wip,
     state: Mutex<State<T>>,
@@ -67,7 +68,7 @@ impl<T: Send + 'static> Identity<T> {
     /// A processor buffering at most `capacity` items.
     pub fn new(capacity: usize) -> Self {
         Identity {
-            shared: Arc::new(Shared {
+            shared: Arc::new(IdentityCore {
                 capacity: capacity.max(1) as u64,
                 wip: Wip::new(),
                 state: Mutex::new(State {
@@ -87,7 +88,7 @@ impl<T: Send + 'static> Identity<T> {
     }
 }
 
-impl<T: Send + 'static> Shared<T> {
+impl<T: Send + 'static> IdentityCore<T> {
     /// Forward as much wanted demand upstream as the buffer has room for.
     fn replenish(&self) {
         let mut state = lock(&self.state);
@@ -231,7 +232,7 @@ impl<T: Send + 'static> Subscriber<T> for Identity<T> {
 
 /// The downstream subscription.
 struct Handle<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<IdentityCore<T>>,
 }
 
 impl<T: Send + 'static> RawSubscription for Handle<T> {

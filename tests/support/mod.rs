@@ -8,7 +8,7 @@ pub mod model;
 pub mod threaded;
 pub mod unruly;
 pub mod valve;
-// time operators (issue 4, section 6)
+// fixtures of the time operators
 pub mod timed_events;
 pub mod virtual_clock;
 

@@ -20,7 +20,7 @@ use weir::{Error, Processor, Publisher, RawSubscription, Subscriber, Subscriptio
 
 /// A cloneable handle: one clone subscribes upstream, the others are subscribed to.
 pub struct Multicast<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<MulticastCore<T>>,
 }
 
 impl<T> Clone for Multicast<T> {
@@ -33,7 +33,8 @@ impl<T> Clone for Multicast<T> {
 
 type Downstream<T> = Box<dyn Subscriber<T> + Send>;
 
-struct Shared<T> {
+/// The processor's state, shared by every handle.
+struct MulticastCore<T> {
     capacity: u64,
     wip: Wip,
     state: Mutex<State<T>>,
@@ -70,7 +71,7 @@ impl<T: Clone + Send + 'static> Multicast<T> {
     /// A processor whose queues hold at most `capacity` items each.
     pub fn new(capacity: usize) -> Self {
         Multicast {
-            shared: Arc::new(Shared {
+            shared: Arc::new(MulticastCore {
                 capacity: capacity.max(1) as u64,
                 wip: Wip::new(),
                 state: Mutex::new(State {
@@ -86,7 +87,7 @@ impl<T: Clone + Send + 'static> Multicast<T> {
     }
 }
 
-impl<T: Clone + Send + 'static> Shared<T> {
+impl<T: Clone + Send + 'static> MulticastCore<T> {
     fn replenish(&self) {
         let mut state = lock(&self.state);
         let Some(upstream) = state.upstream.clone() else {
@@ -211,7 +212,7 @@ impl<T: Clone + Send + 'static> Multicast<T> {
 
 /// One downstream subscription.
 struct Handle<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<MulticastCore<T>>,
     index: usize,
 }
 

@@ -95,19 +95,21 @@ struct Control {
     bad_request: bool,
 }
 
+/// Downstream's demand and cancel, and the condvar that wakes the producer thread when
+/// they change; also downstream's subscription.
 #[derive(Default)]
-struct Shared {
+struct ProducerControl {
     control: Mutex<Control>,
     wake: Condvar,
 }
 
-impl Shared {
+impl ProducerControl {
     fn lock(&self) -> MutexGuard<'_, Control> {
         self.control.lock().unwrap()
     }
 }
 
-impl RawSubscription for Shared {
+impl RawSubscription for ProducerControl {
     fn request(&self, n: u64) {
         let mut control = self.lock();
         if n == 0 {
@@ -135,7 +137,7 @@ impl Publisher for ThreadedRange {
     where
         S: Subscriber<u64> + Send + 'static,
     {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(ProducerControl::default());
         let exited = self.exited.clone();
         std::thread::spawn(move || {
             self.produce(&mut subscriber, &shared);
@@ -146,7 +148,7 @@ impl Publisher for ThreadedRange {
 }
 
 impl ThreadedRange {
-    fn produce<S: Subscriber<u64>>(&self, subscriber: &mut S, shared: &Arc<Shared>) {
+    fn produce<S: Subscriber<u64>>(&self, subscriber: &mut S, shared: &Arc<ProducerControl>) {
         if let Some(gate) = &self.subscribe_gate {
             gate.wait();
         }

@@ -16,7 +16,7 @@
 //! [`reporting_to`](super::TestSubscriber::reporting_to) so every protocol violation it
 //! sees (rules 1.1, 1.3, 1.7, 1.9, 2.5) fails the running test.
 //!
-//! # Adaptations to Rust (see `tck.md` §4.4)
+//! # Adaptations to Rust
 //!
 //! * Negative requests and null subscribers cannot be expressed: those tests are
 //!   documented skips. The rule 3.9 message check moves onto `request(0)`.

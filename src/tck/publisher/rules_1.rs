@@ -1,5 +1,5 @@
-//! The setup, configuration and §1 (Publisher) tests of [`PublisherVerification`].
-//! Test numbers (P#n) refer to `tck.md` §2.1.
+//! The setup, configuration and rule 1.x (Publisher) tests of
+//! [`PublisherVerification`]. Each test's doc names the TCK test it ports.
 
 use super::{attach, attach_clones, attach_probe, probing_subscriber, PublisherVerification};
 use crate::tck::harness::{ensure, moot, skip, untested, Failure, Kind, TestResult, Verification};
@@ -11,25 +11,33 @@ where
     P: Publisher + 'static,
     P::Item: Element,
 {
-    /// P#1 (setup): `factory(1)` emits one element on `request(1)`, then completes.
+    /// Setup: `factory(1)` emits one element on `request(1)`, then completes.
+    ///
+    /// TCK: `required_createPublisher1MustProduceAStreamOfExactly1Element`.
     pub fn create_publisher_1_must_produce_a_stream_of_exactly_1_element(&self) -> Outcome {
         let name = "create_publisher_1_must_produce_a_stream_of_exactly_1_element";
         self.run(name, "setup", |v, env| v.exactly(env, 1))
     }
 
-    /// P#2 (setup): `factory(3)` emits three elements one request at a time, then completes.
+    /// Setup: `factory(3)` emits three elements one request at a time, then completes.
+    ///
+    /// TCK: `required_createPublisher3MustProduceAStreamOfExactly3Elements`.
     pub fn create_publisher_3_must_produce_a_stream_of_exactly_3_elements(&self) -> Outcome {
         let name = "create_publisher_3_must_produce_a_stream_of_exactly_3_elements";
         self.run(name, "setup", |v, env| v.exactly(env, 3))
     }
 
-    /// P#3 (config): Java asserts `maxElementsFromPublisher() >= 0`; a `u64` cannot be
+    /// Configuration: Java asserts `maxElementsFromPublisher() >= 0`; a `u64` cannot be
     /// negative, so this is a documented skip.
+    ///
+    /// TCK: `required_validate_maxElementsFromPublisher`.
     pub fn validate_max_elements_from_publisher(&self) -> Outcome {
         moot("config", "max_elements is a u64 and cannot be negative")
     }
 
-    /// P#4 (config): the allowed recursion depth of the 3.3 test must be at least 1.
+    /// Configuration: the allowed recursion depth of the 3.3 test must be at least 1.
+    ///
+    /// TCK: `required_validate_boundedDepthOfOnNextAndRequestRecursion`.
     pub fn validate_bounded_depth_of_on_next_and_request_recursion(&self) -> Outcome {
         if self.bounded_recursion_depth >= 1 {
             Outcome::Pass
@@ -38,8 +46,10 @@ where
         }
     }
 
-    /// P#5, rule 1.1: nothing arrives before a request; `request(1)` yields exactly
+    /// Rule 1.1: nothing arrives before a request; `request(1)` yields exactly
     /// one element; `request(1)` + `request(2)` yield exactly three more.
+    ///
+    /// TCK: `required_spec101_subscriptionRequestMustResultInTheCorrectNumberOfProducedElements`.
     pub fn spec_1_1_must_not_signal_more_than_requested(&self) -> Outcome {
         let name = "spec_1_1_must_not_signal_more_than_requested";
         self.run(name, "1.1", |v, env| {
@@ -64,7 +74,9 @@ where
         })
     }
 
-    /// P#6, rule 1.2: `request(10)` on a stream of 3 yields 3 elements and `on_complete`.
+    /// Rule 1.2: `request(10)` on a stream of 3 yields 3 elements and `on_complete`.
+    ///
+    /// TCK: `required_spec102_maySignalLessThanRequestedAndTerminateSubscription`.
     pub fn spec_1_2_may_signal_less_than_requested_and_terminate(&self) -> Outcome {
         let name = "spec_1_2_may_signal_less_than_requested_and_terminate";
         self.run(name, "1.2", |v, env| {
@@ -76,8 +88,10 @@ where
         })
     }
 
-    /// P#7, rule 1.3 (stochastic): a subscriber requesting one more from every
+    /// Rule 1.3 (stochastic): a subscriber requesting one more from every
     /// `on_next` must see serial signals and completion, `stochastic_iterations` times.
+    ///
+    /// TCK: `stochastic_spec103_mustSignalOnMethodsSequentially`.
     pub fn spec_1_3_must_signal_serially(&self) -> Outcome {
         if self.skip_stochastic {
             return Outcome::Skip("stochastic tests are skipped by configuration".into());
@@ -108,9 +122,11 @@ where
         )
     }
 
-    /// P#8, rule 1.4: the failed publisher signals `on_subscribe` then `on_error`,
+    /// Rule 1.4: the failed publisher signals `on_subscribe` then `on_error`,
     /// without any request, and nothing else. Skips without a failed-publisher factory;
     /// unlike other optional tests, a failure is a failure.
+    ///
+    /// TCK: `optional_spec104_mustSignalOnErrorWhenFails`.
     pub fn spec_1_4_must_signal_on_error_when_fails(&self) -> Outcome {
         let name = "spec_1_4_must_signal_on_error_when_fails";
         self.run(name, "1.4", |v, env| {
@@ -119,8 +135,10 @@ where
         })
     }
 
-    /// P#9, rule 1.5: three elements one request at a time, then `on_complete`, then
+    /// Rule 1.5: three elements one request at a time, then `on_complete`, then
     /// silence.
+    ///
+    /// TCK: `required_spec105_mustSignalOnCompleteWhenFiniteStreamTerminates`.
     pub fn spec_1_5_must_signal_on_complete_when_finite_stream_terminates(&self) -> Outcome {
         let name = "spec_1_5_must_signal_on_complete_when_finite_stream_terminates";
         self.run(name, "1.5", |v, env| {
@@ -138,7 +156,9 @@ where
         })
     }
 
-    /// P#10, rule 1.5 (optional): an empty stream completes after `request(1)`.
+    /// Rule 1.5 (optional): an empty stream completes after `request(1)`.
+    ///
+    /// TCK: `optional_spec105_emptyStreamMustTerminateBySignallingOnComplete`.
     pub fn spec_1_5_empty_stream_must_terminate_by_signalling_on_complete(&self) -> Outcome {
         let name = "spec_1_5_empty_stream_must_terminate_by_signalling_on_complete";
         self.run_optional(name, "1.5", |v, env| {
@@ -152,7 +172,9 @@ where
         })
     }
 
-    /// P#11, rule 1.6: untested in the TCK (internal state).
+    /// Rule 1.6: untested in the TCK (internal state).
+    ///
+    /// TCK: `untested_spec106_mustConsiderSubscriptionCancelledAfterOnErrorOrOnCompleteHasBeenCalled`.
     pub fn spec_1_6_must_consider_subscription_cancelled_after_terminal_signal(&self) -> Outcome {
         untested(
             "1.6",
@@ -160,7 +182,9 @@ where
         )
     }
 
-    /// P#12, rule 1.7: after `on_complete`, a further `request(10)` produces nothing.
+    /// Rule 1.7: after `on_complete`, a further `request(10)` produces nothing.
+    ///
+    /// TCK: `required_spec107_mustNotEmitFurtherSignalsOnceOnCompleteHasBeenSignalled`.
     pub fn spec_1_7_must_not_signal_after_on_complete(&self) -> Outcome {
         let name = "spec_1_7_must_not_signal_after_on_complete";
         self.run(name, "1.7", |v, env| {
@@ -176,8 +200,10 @@ where
         })
     }
 
-    /// P#13, rule 1.7 after `on_error`: untested in the TCK. Every test's probing
+    /// Rule 1.7 after `on_error`: untested in the TCK. Every test's probing
     /// subscriber flags any signal after a terminal one.
+    ///
+    /// TCK: `untested_spec107_mustNotEmitFurtherSignalsOnceOnErrorHasBeenSignalled`.
     pub fn spec_1_7_must_not_signal_after_on_error(&self) -> Outcome {
         untested(
             "1.7",
@@ -185,24 +211,32 @@ where
         )
     }
 
-    /// P#14, rule 1.8: untested in the TCK (the 3.12 test covers similar ground).
+    /// Rule 1.8: untested in the TCK (the 3.12 test covers similar ground).
+    ///
+    /// TCK: `untested_spec108_possiblyCanceledSubscriptionShouldNotReceiveOnErrorOrOnCompleteSignals`.
     pub fn spec_1_8_cancelled_subscription_should_not_receive_terminal_signals(&self) -> Outcome {
         untested("1.8", "'eventually' is not observable; see spec_3_12")
     }
 
-    /// P#15, rule 1.9 "subscribe must return normally": untested in the TCK. In this
+    /// Rule 1.9 "subscribe must return normally": untested in the TCK. In this
     /// kit a panicking `subscribe` fails whichever test it happens in.
+    ///
+    /// TCK: `untested_spec109_subscribeShouldNotThrowNonFatalThrowable`.
     pub fn spec_1_9_subscribe_should_not_panic(&self) -> Outcome {
         untested("1.9", "a panic in subscribe fails every other test")
     }
 
-    /// P#16, rule 1.9 null subscriber: moot, a Rust subscriber cannot be null.
+    /// Rule 1.9 null subscriber: moot, a Rust subscriber cannot be null.
+    ///
+    /// TCK: `required_spec109_subscribeThrowNPEOnNullSubscriber`.
     pub fn spec_1_9_subscribe_with_null_subscriber(&self) -> Outcome {
         moot("1.9", "there is no null subscriber to reject")
     }
 
-    /// P#17, rule 1.9: `on_subscribe` arrives once, before any other signal, without
+    /// Rule 1.9: `on_subscribe` arrives once, before any other signal, without
     /// any request.
+    ///
+    /// TCK: `required_spec109_mustIssueOnSubscribeForNonNullSubscriber`.
     pub fn spec_1_9_must_signal_on_subscribe_first(&self) -> Outcome {
         let name = "spec_1_9_must_signal_on_subscribe_first";
         self.run(name, "1.9", |v, env| {
@@ -212,14 +246,18 @@ where
         })
     }
 
-    /// P#18, rule 1.9: a publisher that rejects a subscriber signals `on_subscribe`,
+    /// Rule 1.9: a publisher that rejects a subscriber signals `on_subscribe`,
     /// then `on_error`. Skips without a failed-publisher factory.
+    ///
+    /// TCK: `required_spec109_mayRejectCallsToSubscribeIfPublisherIsUnableOrUnwillingToServeThemRejectionMustTriggerOnErrorAfterOnSubscribe`.
     pub fn spec_1_9_may_reject_subscribe_with_on_error_after_on_subscribe(&self) -> Outcome {
         let name = "spec_1_9_may_reject_subscribe_with_on_error_after_on_subscribe";
         self.run(name, "1.9", |v, env| v.rejects(env))
     }
 
-    /// P#19, rule 1.10: moot, `subscribe` takes the subscriber by value.
+    /// Rule 1.10: moot, `subscribe` takes the subscriber by value.
+    ///
+    /// TCK: `untested_spec110_rejectASubscriptionRequestIfTheSameSubscriberSubscribesTwice`.
     pub fn spec_1_10_reject_same_subscriber_subscribing_twice(&self) -> Outcome {
         moot(
             "1.10",
@@ -227,7 +265,9 @@ where
         )
     }
 
-    /// P#20, rule 1.11 (optional): two clones of one publisher each signal `on_subscribe`.
+    /// Rule 1.11 (optional): two clones of one publisher each signal `on_subscribe`.
+    ///
+    /// TCK: `optional_spec111_maySupportMultiSubscribe`.
     pub fn spec_1_11_may_support_multi_subscribe(&self) -> Outcome {
         let name = "spec_1_11_may_support_multi_subscribe";
         self.run_optional(name, "1.11", |v, env| {
@@ -238,8 +278,10 @@ where
         })
     }
 
-    /// P#21, rule 1.11 (optional): two subscribers each get an element or `on_complete`
+    /// Rule 1.11 (optional): two subscribers each get an element or `on_complete`
     /// after `request(1)` (unicast is allowed).
+    ///
+    /// TCK: `optional_spec111_registeredSubscribersMustReceiveOnNextOrOnCompleteSignals`.
     pub fn spec_1_11_subscribers_must_receive_on_next_or_on_complete(&self) -> Outcome {
         let name = "spec_1_11_subscribers_must_receive_on_next_or_on_complete";
         self.run_optional(name, "1.11", |v, env| {
@@ -257,8 +299,10 @@ where
         })
     }
 
-    /// P#22, rule 1.11 (optional): three subscribers requesting with different
+    /// Rule 1.11 (optional): three subscribers requesting with different
     /// patterns receive the same five elements and complete.
+    ///
+    /// TCK: `optional_spec111_multicast_mustProduceTheSameElementsInTheSameSequenceToAllOfItsSubscribersWhenRequestingOneByOne`.
     pub fn spec_1_11_multicast_same_sequence_when_requesting_one_by_one(&self) -> Outcome {
         let name = "spec_1_11_multicast_same_sequence_when_requesting_one_by_one";
         self.run_optional(name, "1.11", |v, env| {
@@ -286,14 +330,18 @@ where
         })
     }
 
-    /// P#23, rule 1.11 (optional): three subscribers requesting 4 up front receive the
+    /// Rule 1.11 (optional): three subscribers requesting 4 up front receive the
     /// same three elements.
+    ///
+    /// TCK: `optional_spec111_multicast_mustProduceTheSameElementsInTheSameSequenceToAllOfItsSubscribersWhenRequestingManyUpfront`.
     pub fn spec_1_11_multicast_same_sequence_when_requesting_many_upfront(&self) -> Outcome {
         let name = "spec_1_11_multicast_same_sequence_when_requesting_many_upfront";
         self.run_optional(name, "1.11", |v, env| v.many_upfront(env, false))
     }
 
-    /// P#24, rule 1.11 (optional): as P#23, and each subscriber completes.
+    /// Rule 1.11 (optional): as the previous test, and each subscriber completes.
+    ///
+    /// TCK: `optional_spec111_multicast_mustProduceTheSameElementsInTheSameSequenceToAllOfItsSubscribersWhenRequestingManyUpfrontAndCompleteAsExpected`.
     pub fn spec_1_11_multicast_same_sequence_and_completion_when_requesting_many_upfront(
         &self,
     ) -> Outcome {
@@ -301,7 +349,7 @@ where
         self.run_optional(name, "1.11", |v, env| v.many_upfront(env, true))
     }
 
-    /// Body of P#1/P#2.
+    /// Body of the two setup tests.
     fn exactly(&self, env: &TestEnv, n: u64) -> TestResult {
         let probe = self.subscribe(env, n, true)?;
         for i in 1..=n {
@@ -317,7 +365,7 @@ where
         exact_count(&probe, n)
     }
 
-    /// Body of P#8/P#18.
+    /// Body of the rule 1.4 test and the rule 1.9 rejection test.
     fn rejects(&self, env: &TestEnv) -> TestResult {
         let Some(failed) = &self.failed else {
             return skip("no failed-publisher factory was configured (with_failed_publisher)");
@@ -327,7 +375,7 @@ where
         exact_count(&probe, 0)
     }
 
-    /// Body of P#23/P#24.
+    /// Body of the two rule 1.11 "requesting many up front" tests.
     fn many_upfront(&self, env: &TestEnv, complete: bool) -> TestResult {
         let probes = self.subscribe_many(env, 3, complete, 3)?;
         for probe in &probes {

@@ -1,5 +1,5 @@
-//! The §3 (Subscription) tests of [`PublisherVerification`]. Test numbers (P#n) refer
-//! to `tck.md` §2.1.
+//! The rule 3.x (Subscription) tests of [`PublisherVerification`]. Each test's doc
+//! names the TCK test it ports.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,8 +23,10 @@ where
     P: Publisher + 'static,
     P::Item: Element,
 {
-    /// P#25, rule 3.2: `request` may be called synchronously from `on_subscribe`
+    /// Rule 3.2: `request` may be called synchronously from `on_subscribe`
     /// (three times) and from every `on_next`.
+    ///
+    /// TCK: `required_spec302_mustAllowSynchronousRequestCallsFromOnNextAndOnSubscribe`.
     pub fn spec_3_2_must_allow_synchronous_request_from_on_next_and_on_subscribe(&self) -> Outcome {
         let name = "spec_3_2_must_allow_synchronous_request_from_on_next_and_on_subscribe";
         self.run(name, "3.2", |v, env| {
@@ -39,9 +41,11 @@ where
         })
     }
 
-    /// P#26, rule 3.3: the synchronous `request` → `on_next` recursion stays within
+    /// Rule 3.3: the synchronous `request` → `on_next` recursion stays within
     /// `bounded_recursion_depth`. The subscriber stops requesting after `bound + 1`
     /// elements, so a recursing publisher cannot overflow the stack.
+    ///
+    /// TCK: `required_spec303_mustNotAllowUnboundedRecursion`.
     pub fn spec_3_3_must_not_allow_unbounded_recursion(&self) -> Outcome {
         let name = "spec_3_3_must_not_allow_unbounded_recursion";
         self.run(name, "3.3", |v, env| {
@@ -72,17 +76,23 @@ where
         })
     }
 
-    /// P#27, rule 3.4: untested in the TCK.
+    /// Rule 3.4: untested in the TCK.
+    ///
+    /// TCK: `untested_spec304_requestShouldNotPerformHeavyComputations`.
     pub fn spec_3_4_request_should_not_perform_heavy_computations(&self) -> Outcome {
         untested("3.4", "'heavy' is not measurable")
     }
 
-    /// P#28, rule 3.5: untested in the TCK (thread-safety is given by `Subscription: Sync`).
+    /// Rule 3.5: untested in the TCK (thread-safety is given by `Subscription: Sync`).
+    ///
+    /// TCK: `untested_spec305_cancelMustNotSynchronouslyPerformHeavyComputation`.
     pub fn spec_3_5_cancel_must_not_synchronously_perform_heavy_computation(&self) -> Outcome {
         untested("3.5", "'heavy' is not measurable; idempotence is spec_3_7")
     }
 
-    /// P#29, rule 3.6: after `cancel`, three `request(1)` produce no signal at all.
+    /// Rule 3.6: after `cancel`, three `request(1)` produce no signal at all.
+    ///
+    /// TCK: `required_spec306_afterSubscriptionIsCancelledRequestMustBeNops`.
     pub fn spec_3_6_request_after_cancel_must_be_a_no_op(&self) -> Outcome {
         let name = "spec_3_6_request_after_cancel_must_be_a_no_op";
         self.run(name, "3.6", |v, env| {
@@ -96,7 +106,9 @@ where
         })
     }
 
-    /// P#30, rule 3.7: `cancel` three times without a request: no panic, no signal.
+    /// Rule 3.7: `cancel` three times without a request: no panic, no signal.
+    ///
+    /// TCK: `required_spec307_afterSubscriptionIsCancelledAdditionalCancelationsMustBeNops`.
     pub fn spec_3_7_cancel_after_cancel_must_be_a_no_op(&self) -> Outcome {
         let name = "spec_3_7_cancel_after_cancel_must_be_a_no_op";
         self.run(name, "3.7", |v, env| {
@@ -109,7 +121,9 @@ where
         })
     }
 
-    /// P#31, rule 3.9: `request(0)` signals `on_error` with an error naming rule 3.9.
+    /// Rule 3.9: `request(0)` signals `on_error` with an error naming rule 3.9.
+    ///
+    /// TCK: `required_spec309_requestZeroMustSignalIllegalArgumentException`.
     pub fn spec_3_9_request_zero_must_signal_error(&self) -> Outcome {
         let name = "spec_3_9_request_zero_must_signal_error";
         self.run(name, "3.9", |v, env| {
@@ -120,7 +134,9 @@ where
         })
     }
 
-    /// P#32, rule 3.9 negative request: moot, `request` takes a `u64`.
+    /// Rule 3.9 negative request: moot, `request` takes a `u64`.
+    ///
+    /// TCK: `required_spec309_requestNegativeNumberMustSignalIllegalArgumentException`.
     pub fn spec_3_9_request_negative_must_signal_error(&self) -> Outcome {
         moot(
             "3.9",
@@ -128,8 +144,10 @@ where
         )
     }
 
-    /// P#33, rule 3.9 (optional): the `request(0)` error's text says what was wrong
+    /// Rule 3.9 (optional): the `request(0)` error's text says what was wrong
     /// (mentions `3.9` or a non-positive request). Java checks this on negative requests.
+    ///
+    /// TCK: `optional_spec309_requestNegativeNumberMaySignalIllegalArgumentExceptionWithSpecificMessage`.
     pub fn spec_3_9_request_zero_should_signal_error_with_specific_message(&self) -> Outcome {
         let name = "spec_3_9_request_zero_should_signal_error_with_specific_message";
         self.run_optional(name, "3.9", |v, env| {
@@ -141,8 +159,10 @@ where
         })
     }
 
-    /// P#34, rule 3.12: after `request(10)`, `request(5)`, one element and `cancel`,
+    /// Rule 3.12: after `request(10)`, `request(5)`, one element and `cancel`,
     /// the publisher falls quiet without exceeding the 15 requested.
+    ///
+    /// TCK: `required_spec312_cancelMustMakeThePublisherToEventuallyStopSignaling`.
     pub fn spec_3_12_cancel_must_make_the_publisher_eventually_stop_signalling(&self) -> Outcome {
         let name = "spec_3_12_cancel_must_make_the_publisher_eventually_stop_signalling";
         self.run(name, "3.12", |v, env| {
@@ -165,8 +185,10 @@ where
         })
     }
 
-    /// P#35, rule 3.13: after `cancel`, the publisher drops the subscriber within the
+    /// Rule 3.13: after `cancel`, the publisher drops the subscriber within the
     /// reference-drop grace period (checked with a drop flag: no GC needed).
+    ///
+    /// TCK: `required_spec313_cancelMustMakeThePublisherEventuallyDropAllReferencesToTheSubscriber`.
     pub fn spec_3_13_cancel_must_make_the_publisher_eventually_drop_the_subscriber(
         &self,
     ) -> Outcome {
@@ -187,6 +209,7 @@ where
             probe.await_items(1, env.default_timeout())?;
             probe.cancel();
             let deadline = Instant::now() + env.reference_drop_timeout();
+            // Acquire: pairs with the Release store in `DropFlag::drop`.
             while !dropped.load(Ordering::Acquire) {
                 ensure(Instant::now() < deadline, || {
                     format!(
@@ -200,15 +223,19 @@ where
         })
     }
 
-    /// P#36, rule 3.17: `request(u64::MAX)` (unbounded) yields all 3 elements and
+    /// Rule 3.17: `request(u64::MAX)` (unbounded) yields all 3 elements and
     /// `on_complete`.
+    ///
+    /// TCK: `required_spec317_mustSupportAPendingElementCountUpToLongMaxValue`.
     pub fn spec_3_17_must_support_pending_element_count_up_to_unbounded(&self) -> Outcome {
         let name = "spec_3_17_must_support_pending_element_count_up_to_unbounded";
         self.run(name, "3.17", |v, env| v.unbounded(env, &[UNBOUNDED]))
     }
 
-    /// P#37, rule 3.17: `request(MAX/2)` twice and `request(1)` (summing to
+    /// Rule 3.17: `request(MAX/2)` twice and `request(1)` (summing to
     /// `u64::MAX`) yield all 3 elements and `on_complete`.
+    ///
+    /// TCK: `required_spec317_mustSupportACumulativePendingElementCountUpToLongMaxValue`.
     pub fn spec_3_17_must_support_cumulative_pending_element_count_up_to_unbounded(
         &self,
     ) -> Outcome {
@@ -218,8 +245,10 @@ where
         })
     }
 
-    /// P#38, rule 3.17: demand overflowing `u64::MAX` (every `on_next` requests
+    /// Rule 3.17: demand overflowing `u64::MAX` (every `on_next` requests
     /// `u64::MAX - 1`, ten times) is not an error; later `on_next`s cancel.
+    ///
+    /// TCK: `required_spec317_mustNotSignalOnErrorWhenPendingAboveLongMaxValue`.
     pub fn spec_3_17_must_not_signal_on_error_when_pending_above_unbounded(&self) -> Outcome {
         let name = "spec_3_17_must_not_signal_on_error_when_pending_above_unbounded";
         self.run(name, "3.17", |v, env| {
@@ -250,7 +279,7 @@ where
         })
     }
 
-    /// Body of P#31/P#33: the error `request(0)` produced.
+    /// Body of the rule 3.9 tests: the error `request(0)` produced.
     fn request_zero(&self, env: &TestEnv) -> Result<Error, crate::tck::harness::Failure> {
         let probe = self.subscribe(env, 10, false)?;
         probe.request(0);
@@ -260,7 +289,7 @@ where
         Ok(error)
     }
 
-    /// Body of P#36/P#37.
+    /// Body of the first two rule 3.17 tests.
     fn unbounded(&self, env: &TestEnv, requests: &[u64]) -> TestResult {
         let probe = self.subscribe(env, 3, true)?;
         requests.iter().for_each(|&n| probe.request(n));
@@ -280,6 +309,7 @@ struct DropFlag<S> {
 
 impl<S> Drop for DropFlag<S> {
     fn drop(&mut self) {
+        // Release: pairs with the Acquire load in the rule 3.13 test's wait loop.
         self.dropped.store(true, Ordering::Release);
     }
 }

@@ -4,7 +4,7 @@
 //! # Design
 //!
 //! `subscribe` takes the subscriber by value, so the test cannot keep it. The
-//! subscriber and its [`TestProbe`] share one `Arc<Shared>`: a `Mutex` around the
+//! subscriber and its [`TestProbe`] share one `Arc<Recording>`: a `Mutex` around the
 //! recorded [`Signal`]s plus a `Condvar` that wakes blocking waiters
 //! ([`TestProbe::await_items`], [`TestProbe::await_terminal`]). The probe is `Clone +
 //! Send + Sync`; any thread may request, cancel, wait or assert through it.
@@ -58,7 +58,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use super::env::{lock, TestEnv};
 
-mod probe;
+mod test_probe;
 use crate::{Error, Subscriber, Subscription};
 
 /// One signal received by a [`TestSubscriber`], in arrival order.
@@ -97,7 +97,7 @@ type SubscribeHook<T> = Box<dyn FnMut(&TestProbe<T>) + Send>;
 /// A subscriber that records every signal, checks the protocol, and starts with zero
 /// demand. See the module docs; keep a [`TestProbe`] before subscribing it.
 pub struct TestSubscriber<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<Recording<T>>,
     request_on_subscribe: u64,
     request_on_next: u64,
     on_subscribe_hook: Option<SubscribeHook<T>>,
@@ -107,7 +107,7 @@ pub struct TestSubscriber<T> {
 /// The test's handle on a [`TestSubscriber`]: request, cancel, wait and assert.
 /// Cloneable and usable from any thread.
 pub struct TestProbe<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<Recording<T>>,
 }
 
 impl<T> Clone for TestProbe<T> {
@@ -139,7 +139,8 @@ impl<T> fmt::Debug for TestProbe<T> {
     }
 }
 
-struct Shared<T> {
+/// What a [`TestSubscriber`] records, shared with its [`TestProbe`]s.
+struct Recording<T> {
     state: Mutex<State<T>>,
     changed: Condvar,
     /// Set while a signal method runs; finding it set on entry is a rule 1.3 violation.
@@ -184,7 +185,7 @@ impl<T> TestSubscriber<T> {
     /// A subscriber with zero initial demand.
     pub fn new() -> Self {
         TestSubscriber {
-            shared: Arc::new(Shared {
+            shared: Arc::new(Recording {
                 state: Mutex::new(State {
                     signals: Vec::new(),
                     record_items: true,
@@ -261,6 +262,8 @@ impl<T> TestSubscriber<T> {
     }
 
     fn enter(&self) {
+        // AcqRel: the Acquire half pairs with the Release store in `leave`, so a signal
+        // that follows another one (on any thread) sees what that one recorded.
         if self.shared.busy.swap(true, Ordering::AcqRel) {
             self.shared.violate(
                 &mut lock(&self.shared.state),
@@ -271,12 +274,13 @@ impl<T> TestSubscriber<T> {
     }
 
     fn leave(&self) {
+        // Release: pairs with the AcqRel swap in `enter`.
         self.shared.busy.store(false, Ordering::Release);
         self.shared.changed.notify_all();
     }
 }
 
-impl<T> Shared<T> {
+impl<T> Recording<T> {
     fn violate(&self, state: &mut State<T>, rule: &'static str, message: String) {
         let violation = Violation { rule, message };
         if let Some(env) = &self.env {
