@@ -1,55 +1,65 @@
 //! `on_backpressure_buffer`: request everything upstream, hold up to `capacity` items
-//! that downstream has no demand for yet, and apply a policy when full. The same core
+//! that downstream has no demand for yet, and apply a policy when full. The same stage
 //! runs `on_backpressure_latest`, `conflate` and `conflate_latest` (capacity 1, with
 //! the policies [`KeepLatest`](super::KeepLatest) and [`MergeInto`](super::MergeInto)).
 //!
-//! Demand contract: UnboundedIn. Upstream is asked for `UNBOUNDED` once; downstream's
-//! demand is an [`AtomicDemand`]. In-flight bound: `capacity`, in a ring allocated
-//! once at subscribe time (`VecDeque::with_capacity`) and never grown.
+//! # Algorithm
 //!
-//! # Who runs what
+//! Upstream is asked for `UNBOUNDED` once. The held items are a `TimedQueue`
+//! allocated once with `capacity` slots, behind a short lock shared by the producer
+//! (upstream's `on_next`, serial by rule 1.3) and the drain owner; nobody calls
+//! another stage while holding it. Delivery runs in the stage's pass on the engine
+//! room's signal core (`hold.rs`), so downstream's demand may arrive on any thread.
 //!
-//! Downstream demand arrives on any thread, so delivery runs in the one drain loop,
-//! [`Wip`]. The downstream subscriber lives in a mutex only the `Wip` owner locks
-//! (the engine's pattern, `source/engine.rs`). The ring has its own mutex, shared by
-//! the producer (upstream's `on_next`, serial by rule 1.3) and the owner; nobody calls
-//! another stage while holding it, so a slow consumer never blocks the producer. The
-//! price: a held item leaves the ring under one short lock of its own (an uncontended
-//! lock when producer and consumer share a thread). Items that pass straight through
-//! touch neither the ring nor its lock, and demand is settled once per run of items.
-//!
-//! * Upstream delivers a batch: the producer enters the `Wip`. As owner it first
-//!   delivers held items (oldest first), then passes arriving items straight through
-//!   while downstream has demand and nothing is held (no ring traffic on that path),
-//!   then holds the rest, applying the policy when full. If another thread owns the
-//!   loop, the producer holds the whole batch and enters again, so the owner's next
-//!   pass sees it (the first increment may already have been consumed).
-//! * Downstream requests or cancels: it updates the demand or the flags and enters.
-//! * Upstream terminates: the end is parked next to the ring and delivered once the
-//!   ring is empty ("completion waits for the held items").
+//! * **Upstream delivers a batch.** The producer tries to own the drain loop
+//!   ([`Core::try_pass`]). As owner it delivers the held items first (in queue order),
+//!   then passes the arriving items straight through while downstream has demand and
+//!   nothing is held (no queue traffic on that path, demand settled once per run),
+//!   then holds the rest, applying the policy when the queue is full.
+//! * **Another thread owns the loop** (downstream requesting from its own thread, the
+//!   usual case in front of `publish_on`). The producer's attempt has registered a
+//!   reason to run, so the owner makes another pass. The producer queues each item
+//!   behind the held ones. When the queue is full and downstream still has demand
+//!   outstanding, the owner is delivering: the producer waits for room (the owner
+//!   signals a condition variable when items leave the queue or the demand runs out)
+//!   instead of dropping, merging or refusing an item that downstream asked for. Only
+//!   a full queue with no demand outstanding applies the policy, exactly as in a
+//!   synchronous pipeline. This wait is what a synchronous `on_next` would cost the
+//!   producer anyway: the items it waits for are being delivered. (A producer called
+//!   from inside the owner's own pass, on the same thread, never waits: it applies
+//!   the policy.)
+//! * **Downstream requests or cancels**: the core records it and runs a pass.
+//! * **Upstream terminates**: the end is parked next to the queue and delivered once
+//!   the queue is empty ("completion waits for the held items").
+//! * **The stage ends** (cancel, `request(0)`, a panicking subscriber, the end
+//!   delivered): the queue is closed and emptied under its lock, so an item that the
+//!   producer brings during or after the cancel pass is dropped on arrival, never
+//!   kept; upstream is cancelled.
 //!
 //! Drops happen only on the producer's path and go through its [`DropReporter`],
-//! counted once per batch. On cancel the held items are released without a report
-//! (nothing was dropped for lack of room). States ([`Upstream`]): `Idle` → `Active`
-//! → `Done`; a refused item (`Overflow::Error`) or a panicking merge cancels upstream.
+//! counted once per batch; expired items are reported by the drain. On cancel the held
+//! items are released without a report (nothing was dropped for lack of room). A
+//! refused item (`Overflow::Error`) or a panicking merge cancels upstream and parks
+//! the error behind the held items.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use crate::demand::{AtomicDemand, UNBOUNDED};
-use crate::drain::{Upstream, Wip};
-use crate::loom::{AtomicU8, Mutex};
+use crate::demand::UNBOUNDED;
+use crate::drain::Upstream;
 use crate::metrics::{DropHook, DropReporter, QueueGauge, QueueMonitor};
 use crate::queue::timed::TimedQueue;
 use crate::queue::{Capacity, TimeBounds};
 use crate::runtime::{Immediate, Scheduler};
+use crate::stage::core::SharedUpstream;
+use crate::stage::{Core, Pass};
 use crate::{DropReason, Error, Overflow, Publisher, Subscriber, Subscription};
 
-use shared::{lock, Held, Shared};
+use hold::{lock, Drain, Held, Hold};
 
+mod hold;
 #[cfg(all(test, weir_loom))]
 mod loom_tests;
-mod shared;
 
 /// The largest capacity.
 const MAX_CAPACITY: usize = crate::queue::MAX_CAPACITY;
@@ -175,7 +185,7 @@ impl<P: Publisher, O: OnFull<P::Item>> Publisher for OnBackpressureBuffer<P, O> 
     {
         self.source.subscribe(HoldSubscriber {
             pending: Some(subscriber),
-            shared: None,
+            core: None,
             hook: None,
             policy: self.policy,
             drops: DropReporter::new(self.stage, None),
@@ -194,11 +204,14 @@ impl<P: Publisher, O: OnFull<P::Item>> Publisher for OnBackpressureBuffer<P, O> 
     }
 }
 
-struct HoldSubscriber<T, S, O> {
-    /// Downstream until `on_subscribe` moves it into `shared`.
+/// The holding stage's core.
+type HoldCore<T, S> = Core<Hold<T>, S>;
+
+struct HoldSubscriber<T: Send + 'static, S, O> {
+    /// Downstream until `on_subscribe` attaches it to the core.
     pending: Option<S>,
-    /// Shared with downstream's subscription, once subscribed.
-    shared: Option<Arc<Shared<T, S>>>,
+    /// The stage, once subscribed.
+    core: Option<Arc<HoldCore<T, S>>>,
     /// Downstream's drop hook, asked for once at subscribe time.
     hook: Option<DropHook>,
     /// What to do when full.
@@ -217,64 +230,99 @@ struct HoldSubscriber<T, S, O> {
     upstream: Upstream,
 }
 
-impl<T: Send + 'static, S: Subscriber<T>, O: OnFull<T>> HoldSubscriber<T, S, O> {
-    /// Hold `items`, applying the policy when full. A refusal or a failed merge
-    /// cancels upstream and parks the error behind the held items.
-    fn hold(&mut self, shared: &Shared<T, S>, items: impl Iterator<Item = T>) {
-        let mut items = items.peekable();
-        if items.peek().is_none() {
-            return;
-        }
-        // One clock read and one statistics flush per batch.
-        let now = self.gauge.now();
-        let mut held = lock(&shared.held);
-        let mut failure = None;
-        for item in items {
-            let Err(item) = held.queue.push(item, now) else {
-                continue;
-            };
-            let lost = self.policy.on_full(held.queue.items_mut(), item);
-            match lost {
-                Lost::Item(reason, lost) => {
-                    match reason {
-                        DropReason::OverflowOldest => held.queue.evicted_oldest(now),
-                        DropReason::ReplacedByLatest => held.queue.refreshed_newest(now),
-                        _ => {}
-                    }
-                    self.gauge.dropped(reason, 1);
-                    self.drops.drop_item(reason, lost);
+/// What happened to an item the producer could not pass straight through.
+enum Kept<T> {
+    /// Held, or merged, or dropped by the policy (reported): go on.
+    Done,
+    /// Refused (`Overflow::Error`) or the merge failed: the stage fails.
+    Failed(Error),
+    /// The stage is over: the item comes back to be dropped.
+    Closed(T),
+}
+
+impl<T, S, O> HoldSubscriber<T, S, O>
+where
+    T: Send + 'static,
+    S: Subscriber<T> + Send + 'static,
+    O: OnFull<T>,
+{
+    /// Apply the policy to `item`, the queue being full; report what is lost.
+    fn overflow(&mut self, held: &mut Held<T>, item: T, now: std::time::Instant) -> Kept<T> {
+        match self.policy.on_full(held.queue.items_mut(), item) {
+            Lost::Item(reason, lost) => {
+                match reason {
+                    DropReason::OverflowOldest => held.queue.evicted_oldest(now),
+                    DropReason::ReplacedByLatest => held.queue.refreshed_newest(now),
+                    _ => {}
                 }
-                Lost::Merged => {
-                    self.gauge.dropped(DropReason::Merged, 1);
-                    self.drops.count(DropReason::Merged, 1);
-                }
-                Lost::Refused(refused) => {
-                    self.gauge.dropped(DropReason::OverflowNewest, 1);
-                    self.drops.drop_item(DropReason::OverflowNewest, refused);
-                    failure = Some(Error::overflow(format!(
-                        "buffer of {} items full and its policy is Overflow::Error",
-                        self.capacity
-                    )));
-                    break;
-                }
-                Lost::Failed(error) => {
-                    failure = Some(error);
-                    break;
-                }
+                self.gauge.dropped(reason, 1);
+                self.drops.drop_item(reason, lost);
+                Kept::Done
             }
-        }
-        held.queue.flush(now);
-        if let Some(error) = failure {
-            held.end = Some(Err(error));
-            drop(held);
-            self.upstream.cancel();
+            Lost::Merged => {
+                self.gauge.dropped(DropReason::Merged, 1);
+                self.drops.count(DropReason::Merged, 1);
+                Kept::Done
+            }
+            Lost::Refused(refused) => {
+                self.gauge.dropped(DropReason::OverflowNewest, 1);
+                self.drops.drop_item(DropReason::OverflowNewest, refused);
+                Kept::Failed(Error::overflow(format!(
+                    "buffer of {} items full and its policy is Overflow::Error",
+                    self.capacity
+                )))
+            }
+            Lost::Failed(error) => Kept::Failed(error),
         }
     }
 
+    /// Hold `item` as the loop's owner (nobody delivers meanwhile): queue it, or apply
+    /// the policy when full.
+    fn hold_owned(&mut self, held: &mut Held<T>, item: T, now: std::time::Instant) -> Kept<T> {
+        if held.closed {
+            return Kept::Closed(item);
+        }
+        match held.queue.push(item, now) {
+            Ok(()) => Kept::Done,
+            Err(item) => self.overflow(held, item, now),
+        }
+    }
+
+    /// Hand `item` to the owner on another thread: wait for room while downstream
+    /// has demand for it (see the module docs), then queue it, or apply the policy
+    /// to a full queue without demand.
+    fn hand_over(&mut self, hold: &Hold<T>, core: &HoldCore<T, S>, item: T) -> Kept<T> {
+        let now = self.gauge.now();
+        match hold.room_for(core.demand()) {
+            Ok(Some(mut held)) => {
+                let pushed = held.queue.push(item, now);
+                held.queue.flush(now);
+                debug_assert!(pushed.is_ok(), "room_for found room");
+                Kept::Done
+            }
+            Ok(None) => Kept::Closed(item),
+            Err(mut held) => {
+                let kept = self.overflow(&mut held, item, now);
+                held.queue.flush(now);
+                kept
+            }
+        }
+    }
+
+    /// The stage failed on its own: cancel upstream and park the error behind the
+    /// held items.
+    fn fail(&mut self, hold: &Hold<T>, error: Error) {
+        lock(&hold.held).end.get_or_insert(Err(error));
+        // Our life cycle ends here; the stage's shared handle makes the one cancel.
+        self.upstream.finish();
+        hold.upstream.cancel();
+    }
+
     fn terminate(&mut self, end: Result<(), Error>) {
-        if let (true, Some(shared)) = (self.upstream.finish(), &self.shared) {
-            lock(&shared.held).end = Some(end);
-            shared.wip.drain(|| shared.pass());
+        if let (true, Some(core)) = (self.upstream.finish(), &self.core) {
+            core.stage().upstream.finished();
+            lock(&core.stage().held).end.get_or_insert(end);
+            core.signal();
         }
     }
 }
@@ -289,35 +337,32 @@ where
         if !self.upstream.accept(&subscription) {
             return;
         }
-        let Some(mut downstream) = self.pending.take() else {
+        let Some(downstream) = self.pending.take() else {
             return;
         };
         self.hook = downstream.drop_hook();
         self.drops = DropReporter::new(self.stage, self.hook.clone());
-        let shared = Arc::new(Shared {
-            demand: AtomicDemand::new(),
-            wip: Wip::new(),
-            flags: AtomicU8::new(0),
-            held: Mutex::new(Held {
-                queue: TimedQueue::new(
-                    Capacity::items(self.capacity),
-                    self.bounds,
-                    self.gauge.clone(),
-                ),
-                end: None,
-            }),
-            downstream: Mutex::new(None),
-            upstream: subscription.clone(),
-            expired: Mutex::new(DropReporter::new(self.stage, self.hook.clone())),
-        });
-        self.shared = Some(shared.clone());
-        // Own the loop while downstream's on_subscribe runs: its requests only count.
-        let entered = shared.wip.enter();
-        debug_assert!(entered, "a new loop has no other owner");
-        downstream.on_subscribe(Subscription::new(shared.clone()));
-        *lock(&shared.downstream) = Some(downstream);
-        shared.wip.run(|| shared.pass());
-        subscription.request(UNBOUNDED);
+        let queue = TimedQueue::new(
+            Capacity::items(self.capacity),
+            self.bounds,
+            self.gauge.clone(),
+        );
+        let core = Core::new(Hold::new(
+            queue,
+            SharedUpstream::new(subscription.clone()),
+            self.stage,
+        ));
+        self.core = Some(core.clone());
+        let drain = Drain::new(
+            self.capacity,
+            DropReporter::new(self.stage, self.hook.clone()),
+        );
+        core.attach(drain, downstream);
+        // After the attach, outside the loop: a synchronous upstream delivers into
+        // `on_next_batch` from inside this request.
+        if !core.is_stopping() {
+            subscription.request(UNBOUNDED);
+        }
     }
 
     fn on_next(&mut self, item: T) {
@@ -325,22 +370,59 @@ where
     }
 
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
-        let (Some(shared), true) = (self.shared.clone(), self.upstream.is_active()) else {
+        let (Some(core), true) = (self.core.clone(), self.upstream.is_active()) else {
             return 0;
         };
-        if shared.wip.enter() {
-            let mut incoming = Some(items);
-            shared.wip.run(|| {
-                shared.pass_with(|downstream| {
-                    if let Some(mut items) = incoming.take() {
-                        shared.pass_through(downstream, &mut items);
-                        self.hold(&shared, items);
+        let hold = core.stage();
+        let mut items = Some(items);
+        let mut failure = None;
+        let owned = core.try_pass(|cx, drain, downstream| {
+            hold.owning(|| {
+                hold.deliver_held(cx, drain, downstream);
+                let Some(mut items) = items.take() else {
+                    return Pass::Idle;
+                };
+                if lock(&hold.held).queue.is_empty() {
+                    cx.deliver(downstream, &mut items);
+                }
+                let mut rest = items.peekable();
+                if rest.peek().is_some() {
+                    let now = self.gauge.now();
+                    let mut held = lock(&hold.held);
+                    for item in rest {
+                        match self.hold_owned(&mut held, item, now) {
+                            Kept::Done => {}
+                            Kept::Closed(item) => drop(item),
+                            Kept::Failed(error) => {
+                                failure = Some(error);
+                                break;
+                            }
+                        }
                     }
-                })
-            });
-        } else {
-            self.hold(&shared, items);
-            shared.wip.drain(|| shared.pass());
+                    held.queue.flush(now);
+                }
+                Pass::Idle
+            })
+        });
+        if !owned {
+            // Another thread owns the loop (and will run another pass for us).
+            if let Some(items) = items.take() {
+                for item in items {
+                    match self.hand_over(hold, &core, item) {
+                        Kept::Done => core.signal(),
+                        Kept::Closed(item) => drop(item),
+                        Kept::Failed(error) => {
+                            failure = Some(error);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        drop(items);
+        if let Some(error) = failure {
+            self.fail(hold, error);
+            core.signal();
         }
         self.drops.flush();
         // Upstream was asked for everything: no credit goes up.

@@ -470,8 +470,41 @@ where
         }
     }
 
-    /// One pass (owner only). Ends the subscription when a flag or the body says so.
+    /// Try to own the loop and run `first` as the body of its first pass (a stage's
+    /// producer delivering its own batch), then the usual passes for whatever arrived
+    /// meanwhile. Returns false, without running `first`, when another thread owns the
+    /// loop: this call has then registered a reason to run, so the owner runs another
+    /// pass after its current one. `first` does not run either when the stage is
+    /// stopping (it ends instead).
+    pub(crate) fn try_pass(
+        &self,
+        first: impl FnOnce(&Cx<'_>, &mut G::Owned, &mut S) -> Pass,
+    ) -> bool {
+        if !self.wip.enter() {
+            return false;
+        }
+        let _ = self.pass_with(None, first);
+        let missed = self.wip.leave(1);
+        if missed > 0 {
+            self.own(missed);
+        }
+        true
+    }
+
+    /// One pass (owner only) with the stage's body.
     fn pass(&self, waker: Option<&Waker>) -> Pass {
+        self.pass_with(waker, |cx, owned, downstream| {
+            self.stage.pass(cx, owned, downstream)
+        })
+    }
+
+    /// One pass (owner only) with `body`. Ends the subscription when a flag or the
+    /// body says so.
+    fn pass_with(
+        &self,
+        waker: Option<&Waker>,
+        body: impl FnOnce(&Cx<'_>, &mut G::Owned, &mut S) -> Pass,
+    ) -> Pass {
         let mut slot = self.lock();
         let Some((owned, downstream)) = slot.as_mut() else {
             return Pass::Idle;
@@ -486,7 +519,7 @@ where
                 flags: &self.flags,
                 waker,
             };
-            match catch(|| self.stage.pass(&cx, owned, downstream)) {
+            match catch(|| body(&cx, owned, downstream)) {
                 Ok(Pass::Over) => Ending::Terminated,
                 Ok(pass) => return pass,
                 Err(_) => Ending::Panicked,

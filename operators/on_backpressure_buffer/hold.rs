@@ -1,0 +1,251 @@
+//! The holding stage on the signal core: the held queue, the parked end, and the pass
+//! that delivers them (see the parent module for the algorithm).
+
+use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
+use std::time::Instant;
+
+use crate::loom::{Mutex, MutexGuardOf};
+use crate::metrics::DropReporter;
+use crate::queue::timed::TimedQueue;
+use crate::stage::core::SharedUpstream;
+use crate::stage::{Cx, Pass, Stage};
+use crate::{DropReason, Error, Subscriber};
+
+#[cfg(weir_loom)]
+use loom::sync::Condvar;
+#[cfg(not(weir_loom))]
+use std::sync::Condvar;
+
+/// Largest run of held items taken out under one lock and delivered as one batch.
+const RUN: usize = 256;
+
+/// The held items, the parked end, and the producer's view of them.
+pub(super) struct Held<T> {
+    /// At most `capacity` items, oldest first, stamped at enqueue.
+    pub(super) queue: TimedQueue<T>,
+    /// Upstream's terminal signal (or the stage's own failure), delivered once the
+    /// queue is empty.
+    pub(super) end: Option<Result<(), Error>>,
+    /// The stage is over: the producer drops what it brings instead of holding it.
+    pub(super) closed: bool,
+    /// Producers waiting for room (an item with demand found the queue full).
+    waiting: usize,
+}
+
+/// The stage's shared part: what the producer, downstream's requests and the drain
+/// owner share.
+pub(super) struct Hold<T> {
+    /// The held queue; locked briefly, never across a call into another stage.
+    pub(super) held: Mutex<Held<T>>,
+    /// Signalled when items leave the queue, demand is used up, or the stage closes.
+    room: Condvar,
+    /// Upstream, to cancel it.
+    pub(super) upstream: SharedUpstream,
+    /// The thread running the current pass (0: none), so a producer never waits for
+    /// a pass that is further up its own stack.
+    owner: AtomicUsize,
+    /// The stage's name in reports.
+    name: &'static str,
+}
+
+/// What only the drain owner touches.
+pub(super) struct Drain<T> {
+    /// The run of held items on its way downstream (capacity `min(capacity, RUN)`).
+    run: Vec<T>,
+    /// Items that expired in the queue, on their way to the drop hook.
+    expired: Vec<T>,
+    /// Reports expired items.
+    reporter: DropReporter,
+}
+
+impl<T> Drain<T> {
+    pub(super) fn new(capacity: usize, reporter: DropReporter) -> Self {
+        Drain {
+            run: Vec::with_capacity(capacity.min(RUN)),
+            expired: Vec::new(),
+            reporter,
+        }
+    }
+}
+
+pub(super) fn lock<X>(mutex: &Mutex<X>) -> MutexGuardOf<'_, X> {
+    // No user code runs under these locks; recover from poisoning anyway.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// An address unique to the calling thread while it lives.
+fn this_thread() -> usize {
+    thread_local!(static MARK: u8 = const { 0 });
+    MARK.with(|mark| mark as *const u8 as usize)
+}
+
+impl<T: Send + 'static> Hold<T> {
+    pub(super) fn new(
+        queue: TimedQueue<T>,
+        upstream: SharedUpstream,
+        name: &'static str,
+    ) -> Self {
+        Hold {
+            held: Mutex::new(Held {
+                queue,
+                end: None,
+                closed: false,
+                waiting: 0,
+            }),
+            room: Condvar::new(),
+            upstream,
+            owner: AtomicUsize::new(0),
+            name,
+        }
+    }
+
+    /// The producer's hand-over while another thread owns the loop: wait until `item`
+    /// can be held the way a synchronous pipeline would have held it. Returns the
+    /// locked queue with room for `item`, or `Err` with the queue full and no demand
+    /// outstanding (the caller applies its policy), or `Ok(None)` when the stage is
+    /// over (the caller drops the item).
+    ///
+    /// With demand outstanding and the queue full, the owner is delivering (the
+    /// producer's failed `enter` made sure it runs another pass), so room appears:
+    /// wait for it rather than drop an item downstream asked for. The wait ends when
+    /// the owner makes room, uses up the demand, or the stage closes.
+    pub(super) fn room_for(
+        &self,
+        demand: &crate::demand::AtomicDemand,
+    ) -> Result<Option<MutexGuardOf<'_, Held<T>>>, MutexGuardOf<'_, Held<T>>> {
+        let mut held = lock(&self.held);
+        loop {
+            if held.closed {
+                return Ok(None);
+            }
+            if !held.queue.is_full() {
+                return Ok(Some(held));
+            }
+            // Relaxed: compared with our own thread's mark, which only this thread
+            // writes; another thread's mark can never equal it.
+            let reentrant = self.owner.load(StdOrdering::Relaxed) == this_thread();
+            if demand.get() == 0 || reentrant {
+                return Err(held);
+            }
+            held.waiting += 1;
+            held = self
+                .room
+                .wait(held)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            held.waiting -= 1;
+        }
+    }
+
+    /// Items left the queue, demand ran out, or the stage closed: wake a waiting
+    /// producer.
+    fn made_room(&self, held: &Held<T>) {
+        if held.waiting > 0 {
+            self.room.notify_all();
+        }
+    }
+
+    /// Deliver held items while downstream has demand (in queue order: oldest first,
+    /// or newest first once adaptive LIFO applies), dropping expired ones on the way:
+    /// a run of up to `RUN` items leaves the queue under one lock and goes out in one
+    /// `on_next_batch`, demand settled once per run. Wakes a waiting producer whenever
+    /// items leave the queue or the demand runs out.
+    pub(super) fn deliver_held<S: Subscriber<T>>(
+        &self,
+        cx: &Cx<'_>,
+        drain: &mut Drain<T>,
+        downstream: &mut S,
+    ) {
+        let mut now: Option<Instant> = None;
+        loop {
+            if cx.stopped() {
+                return;
+            }
+            let wanted = cx.demand().get();
+            let budget = usize::try_from(wanted).unwrap_or(usize::MAX).min(RUN);
+            let taken = {
+                let mut held = lock(&self.held);
+                if held.queue.is_empty() {
+                    self.made_room(&held);
+                    break;
+                }
+                if budget == 0 {
+                    // No demand: a producer waiting for room must apply its policy.
+                    self.made_room(&held);
+                    break;
+                }
+                let at = *now.get_or_insert_with(|| held.queue.gauge().now());
+                let taken = held
+                    .queue
+                    .pop_batch(at, budget, &mut drain.run, &mut drain.expired);
+                held.queue.flush(at);
+                self.made_room(&held);
+                taken
+            };
+            for item in drain.expired.drain(..) {
+                drain.reporter.drop_item(DropReason::Expired, item);
+            }
+            if !drain.run.is_empty() {
+                cx.deliver(downstream, &mut drain.run.drain(..));
+            }
+            if taken < budget {
+                break;
+            }
+        }
+        drain.reporter.flush();
+        // Demand may have run out with items still held: a waiting producer decides.
+        self.made_room(&lock(&self.held));
+    }
+
+    /// The end parked behind the held items, once they are all delivered.
+    pub(super) fn due_end(&self) -> Option<Result<(), Error>> {
+        let mut held = lock(&self.held);
+        if held.queue.is_empty() {
+            held.end.take()
+        } else {
+            None
+        }
+    }
+
+    /// Mark the calling thread as the pass owner for the duration of `f`.
+    pub(super) fn owning<R>(&self, f: impl FnOnce() -> R) -> R {
+        // Relaxed: read only by producers comparing with their own mark.
+        self.owner.store(this_thread(), StdOrdering::Relaxed);
+        let result = f();
+        self.owner.store(0, StdOrdering::Relaxed);
+        result
+    }
+}
+
+impl<T: Send + 'static> Stage for Hold<T> {
+    const NAME: &'static str = "on_backpressure_buffer";
+    type Item = T;
+    type Owned = Drain<T>;
+
+    fn pass<S: Subscriber<T>>(&self, cx: &Cx<'_>, drain: &mut Drain<T>, downstream: &mut S) -> Pass {
+        self.owning(|| {
+            self.deliver_held(cx, drain, downstream);
+            match self.due_end() {
+                Some(end) => cx.terminate(downstream, end),
+                None => Pass::Idle,
+            }
+        })
+    }
+
+    /// Close the queue (a producer arriving later drops its items), release what it
+    /// holds, and cancel upstream.
+    fn stop(&self, drain: &mut Drain<T>) {
+        let released: Vec<T> = {
+            let mut held = lock(&self.held);
+            held.closed = true;
+            held.end = None;
+            self.room.notify_all();
+            held.queue.take_all().collect()
+        };
+        self.upstream.cancel();
+        drain.run.clear();
+        drop(released);
+        tracing::trace!(stage = self.name, "holding stage stopped");
+    }
+}
