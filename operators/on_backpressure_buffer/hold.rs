@@ -77,16 +77,12 @@ pub(super) fn lock<X>(mutex: &Mutex<X>) -> MutexGuardOf<'_, X> {
 
 /// An address unique to the calling thread while it lives.
 fn this_thread() -> usize {
-    thread_local!(static MARK: u8 = const { 0 });
+    crate::loom::thread_local!(static MARK: u8 = 0);
     MARK.with(|mark| mark as *const u8 as usize)
 }
 
 impl<T: Send + 'static> Hold<T> {
-    pub(super) fn new(
-        queue: TimedQueue<T>,
-        upstream: SharedUpstream,
-        name: &'static str,
-    ) -> Self {
+    pub(super) fn new(queue: TimedQueue<T>, upstream: SharedUpstream, name: &'static str) -> Self {
         Hold {
             held: Mutex::new(Held {
                 queue,
@@ -223,7 +219,12 @@ impl<T: Send + 'static> Stage for Hold<T> {
     type Item = T;
     type Owned = Drain<T>;
 
-    fn pass<S: Subscriber<T>>(&self, cx: &Cx<'_>, drain: &mut Drain<T>, downstream: &mut S) -> Pass {
+    fn pass<S: Subscriber<T>>(
+        &self,
+        cx: &Cx<'_>,
+        drain: &mut Drain<T>,
+        downstream: &mut S,
+    ) -> Pass {
         self.owning(|| {
             self.deliver_held(cx, drain, downstream);
             match self.due_end() {
