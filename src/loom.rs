@@ -16,13 +16,6 @@ pub(crate) use std::sync::Mutex;
 
 pub(crate) use std::sync::atomic::Ordering;
 
-/// Thread-locals: loom runs a model's threads on one OS thread, so a thread-local
-/// that tells threads apart must be loom's in models.
-#[cfg(weir_loom)]
-pub(crate) use loom::thread_local;
-#[cfg(not(weir_loom))]
-pub(crate) use std::thread_local;
-
 /// The shared ownership of the SPSC ring: loom's `Arc` in models, so that the
 /// synchronisation of the last handle's drop (which makes the other side's writes
 /// visible to the ring's `Drop`) is modelled too.

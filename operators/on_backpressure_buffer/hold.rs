@@ -77,7 +77,11 @@ pub(super) fn lock<X>(mutex: &Mutex<X>) -> MutexGuardOf<'_, X> {
 
 /// An address unique to the calling thread while it lives.
 fn this_thread() -> usize {
-    crate::loom::thread_local!(static MARK: u8 = 0);
+    // loom runs a model's threads on one OS thread: its thread-locals tell them apart.
+    #[cfg(weir_loom)]
+    loom::thread_local!(static MARK: u8 = 0);
+    #[cfg(not(weir_loom))]
+    std::thread_local!(static MARK: u8 = const { 0 });
     MARK.with(|mark| mark as *const u8 as usize)
 }
 
