@@ -1,40 +1,46 @@
 //! `subscribe_on`: subscribe to upstream, and forward downstream's requests to it, on
 //! a [`Scheduler`].
 //!
-//! Demand contract: PassThrough. Items and terminal signals pass through unchanged on
-//! whatever thread upstream emits them (for a synchronous source that is the
-//! scheduler's thread, because that is where its `subscribe` and `request` run).
-//! Downstream's `request(n)` is added to an [`AtomicDemand`] and forwarded by a task on
-//! the scheduler; at most one forwarding task is queued or running at a time (a
-//! [`Wip`]), and it forwards everything accumulated so far with one `request`, so a
-//! burst of requests costs one task and one upstream call. Batch credit returned from
-//! inside a delivery goes straight back to upstream as our own batch credit: it
-//! arises on the emitting thread, so there is no hop to make. `cancel` is forwarded at
-//! once, from the caller's thread, and stops further forwarding. In-flight bound:
-//! upstream's.
+//! # Algorithm
 //!
-//! Like the boundary's drain, the forwarding task waits a few microseconds for the
-//! next request before it leaves (a synchronous source emits a whole batch inside the
-//! forwarded `request`, and the next request usually follows within that window).
+//! `subscribe` schedules one task that subscribes [`Passing`] to upstream. Items and
+//! terminal signals pass through `Passing` unchanged, on whatever thread upstream
+//! emits them (for a synchronous source that is the scheduler's thread, because that
+//! is where its `subscribe` and `request` run); batch credit returned from inside a
+//! delivery goes straight back to upstream as `Passing`'s own batch credit, since it
+//! arises on the emitting thread.
 //!
-//! `request(0)` is forwarded like any other request, so upstream answers it with the
-//! rule 3.9 error. States ([`Upstream`]): `Idle` → `Active` → `Done`.
+//! Downstream's subscription is a signal core whose stage ([`Forward`]) forwards
+//! demand: a `request(n)` is added to the core's demand and a pass runs on the
+//! scheduler, taking everything accumulated so far upstream with one `request` (a
+//! burst of requests costs one task and one upstream call; `UNBOUNDED` is sent once).
+//! The forwarding task lingers a few microseconds for the next request before it
+//! leaves (a synchronous source emits a whole batch inside the forwarded `request`,
+//! and the next request usually follows within that window). `request(0)` is
+//! forwarded as it is, so upstream answers it with the rule 3.9 error; `cancel` is
+//! forwarded at once, from the caller's thread.
+//!
+//! The core has no downstream of its own to signal (downstream belongs to
+//! `Passing`, on upstream's thread): its subscriber is a [`Relay`] that cancels
+//! upstream when the core ends and keeps the error it would have signalled. If the
+//! scheduler drops a forwarding task (it shut down), the relay keeps a
+//! `SchedulerShutdown` error and cancels upstream; upstream then drops `Passing`,
+//! which signals that error downstream, after upstream's last signal. If the
+//! scheduler drops the subscribing task itself, downstream gets `on_subscribe` and
+//! the same error from the task's drop.
+//!
+//! Demand contract: PassThrough. In-flight bound: upstream's.
 
-use std::sync::Arc;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
 
-use crate::demand::{AtomicDemand, UNBOUNDED};
-use crate::drain::{Upstream, Wip};
-use crate::loom::{AtomicU8, Ordering};
+use crate::demand::UNBOUNDED;
+use crate::drain::Upstream;
 use crate::metrics::DropHook;
 use crate::runtime::Scheduler;
-use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
-
-/// Flag: downstream cancelled.
-const CANCELLED: u8 = 1;
-/// Flag: downstream called `request(0)`.
-const BAD_REQUEST: u8 = 2;
-/// Flag: `UNBOUNDED` was forwarded; nothing more needs to go up.
-const ALL_SENT: u8 = 4;
+use crate::stage::core::{Drive, SharedUpstream};
+use crate::stage::{Core, Cx, Pass, Stage};
+use crate::{Error, Publisher, Subscriber, Subscription};
 
 /// Publisher for the [`subscribe_on`](crate::PublisherExt::subscribe_on) method.
 #[derive(Clone, Debug)]
@@ -63,13 +69,10 @@ where
     {
         let SubscribeOn { source, scheduler } = self;
         let on = scheduler.clone();
-        on.schedule(Box::new(move || {
-            source.subscribe(Passing {
-                downstream: subscriber,
-                scheduler: Some(scheduler),
-                upstream: Upstream::Idle,
-            })
-        }));
+        let task = Subscribing {
+            parts: Some((source, subscriber, scheduler)),
+        };
+        on.schedule(Box::new(move || task.run()));
     }
 
     fn in_flight_bound(&self) -> u64 {
@@ -77,109 +80,146 @@ where
     }
 }
 
-/// The upstream-facing subscriber: signals pass through.
-struct Passing<D, S> {
-    downstream: D,
-    /// Moved into the forwarder at `on_subscribe`.
-    scheduler: Option<S>,
-    upstream: Upstream,
+/// The subscribing task. Dropped unrun (its scheduler shut down), it tells
+/// downstream: `on_subscribe` with a no-op subscription, then a `SchedulerShutdown`
+/// error.
+struct Subscribing<P: Publisher, D: Subscriber<P::Item>, S> {
+    parts: Option<(P, D, S)>,
 }
 
-/// Downstream's subscription: accumulates demand and forwards it on the scheduler.
-struct Forwarder<S> {
-    demand: AtomicDemand,
-    wip: Wip,
-    /// `CANCELLED | BAD_REQUEST`.
-    flags: AtomicU8,
-    upstream: Subscription,
-    scheduler: S,
-}
-
-/// `Subscription` needs an `Arc<impl RawSubscription>`; the forwarding task needs an
-/// `Arc<Forwarder>` of its own.
-struct Handle<S>(Arc<Forwarder<S>>);
-
-impl<S: Scheduler + Clone> RawSubscription for Handle<S> {
-    fn request(&self, n: u64) {
-        if n == 0 {
-            // Release: pairs with the forwarding task's Acquire load.
-            self.0.flags.fetch_or(BAD_REQUEST, Ordering::Release);
-        } else {
-            self.0.demand.add(n);
-        }
-        if self.0.wip.enter() {
-            let forwarder = self.0.clone();
-            self.0.scheduler.schedule(Box::new(move || forwarder.run()));
-        }
-    }
-
-    fn cancel(&self) {
-        // Release: pairs with the forwarding task's Acquire load.
-        if self.0.flags.fetch_or(CANCELLED, Ordering::Release) & CANCELLED == 0 {
-            self.0.upstream.cancel();
+impl<P, D, S> Subscribing<P, D, S>
+where
+    P: Publisher,
+    D: Subscriber<P::Item> + Send + 'static,
+    S: Scheduler + Clone,
+{
+    fn run(mut self) {
+        if let Some((source, downstream, scheduler)) = self.parts.take() {
+            source.subscribe(Passing {
+                downstream,
+                scheduler: Some(scheduler),
+                relay: Relay::default(),
+                upstream: Upstream::Idle,
+                _items: PhantomData,
+            });
         }
     }
 }
 
-impl<S> Forwarder<S> {
-    /// The forwarding task: forward what accumulated until no reason is left.
-    fn run(&self) {
-        let mut missed = 1;
-        loop {
-            loop {
-                self.forward();
-                if !self.spin() {
-                    break;
+impl<P: Publisher, D: Subscriber<P::Item>, S> Drop for Subscribing<P, D, S> {
+    fn drop(&mut self) {
+        if let Some((_source, mut downstream, _)) = self.parts.take() {
+            if crate::guard::on_subscribe(&mut downstream, Subscription::noop()) {
+                let lost = Error::scheduler_shutdown("subscribe_on");
+                if crate::guard::catch(|| downstream.on_error(lost)).is_err() {
+                    tracing::error!("subscriber panicked in on_error (rule 2.13)");
                 }
             }
-            missed = self.wip.leave(missed);
-            if missed == 0 {
-                return;
-            }
+        }
+    }
+}
+
+/// The upstream-facing subscriber: signals pass through.
+struct Passing<T, D: Subscriber<T>, S> {
+    downstream: D,
+    /// Moved into the forwarding stage at `on_subscribe`.
+    scheduler: Option<S>,
+    /// The forwarding core's report.
+    relay: Relay,
+    upstream: Upstream,
+    _items: PhantomData<fn(T)>,
+}
+
+/// The forwarding core's "downstream": cancels upstream when the core ends, and
+/// keeps the error the core would have signalled (a scheduler that shut down) for
+/// `Passing` to signal after upstream's last signal.
+#[derive(Clone, Default)]
+struct Relay {
+    /// The error to signal downstream, once the core ended with one.
+    error: Arc<Mutex<Option<Error>>>,
+    /// Upstream, once subscribed.
+    upstream: Option<Arc<SharedUpstream>>,
+}
+
+impl<T> Subscriber<T> for Relay {
+    fn on_subscribe(&mut self, _subscription: Subscription) {}
+    fn on_next(&mut self, _item: T) {}
+    fn on_error(&mut self, error: Error) {
+        // Kept before upstream is cancelled: `Passing` reads it when upstream drops it.
+        *self.error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error);
+        if let Some(upstream) = &self.upstream {
+            upstream.cancel();
+        }
+    }
+    fn on_complete(&mut self) {}
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        // The core ended (cancelled, or its subscriber slot was released): upstream
+        // has nothing more to do for downstream.
+        if let Some(upstream) = &self.upstream {
+            upstream.cancel();
+        }
+    }
+}
+
+/// The forwarding stage: downstream's demand goes upstream from a task on the
+/// scheduler.
+struct Forward<T, S> {
+    upstream: Arc<SharedUpstream>,
+    scheduler: S,
+    /// `UNBOUNDED` was forwarded; nothing more needs to go up.
+    all_sent: std::sync::atomic::AtomicBool,
+    _items: PhantomData<fn() -> T>,
+}
+
+impl<T: Send + 'static, S: Scheduler> Stage for Forward<T, S> {
+    const NAME: &'static str = "subscribe_on";
+    type Item = T;
+    type Owned = ();
+
+    fn drive(&self) -> Drive<'_> {
+        Drive::Scheduled {
+            on: &self.scheduler,
+            linger: true,
         }
     }
 
-    fn forward(&self) {
-        // Acquire: pairs with the Release in `Handle::request/cancel`.
-        let flags = self.flags.load(Ordering::Acquire);
-        if flags & (CANCELLED | ALL_SENT) != 0 {
-            return;
+    fn pass<D: Subscriber<T>>(&self, cx: &Cx<'_>, _owned: &mut (), _relay: &mut D) -> Pass {
+        // Relaxed: only the loop's owner reads and writes it.
+        if self.all_sent.load(std::sync::atomic::Ordering::Relaxed) {
+            return Pass::Idle;
         }
-        if flags & BAD_REQUEST != 0 {
-            // Upstream answers with the rule 3.9 error.
-            self.flags.fetch_and(!BAD_REQUEST, Ordering::Relaxed);
-            self.upstream.request(0);
-            return;
-        }
-        let n = self.demand.take();
+        let n = cx.demand().take();
         if n == UNBOUNDED {
             // `take` leaves unbounded demand in place: remember it went up.
-            self.flags.fetch_or(ALL_SENT, Ordering::Relaxed);
+            self.all_sent
+                .store(true, std::sync::atomic::Ordering::Relaxed);
         }
         if n > 0 {
             self.upstream.request(n);
         }
+        Pass::Idle
     }
 
-    /// Wait briefly for the next request; true when one arrived.
-    #[cfg(not(weir_loom))]
-    fn spin(&self) -> bool {
-        super::publish_on::wait_briefly(|| {
-            // Acquire: pairs with the Release in `Handle::request/cancel`. Any flag
-            // (cancelled, request(0), everything sent) ends the wait.
-            self.flags.load(Ordering::Acquire) != 0 || self.demand.get() > 0
-        }) && self.flags.load(Ordering::Relaxed) & (CANCELLED | ALL_SENT) == 0
+    /// The relay cancels upstream (after keeping the error, if there is one).
+    fn stop(&self, _owned: &mut ()) {}
+
+    fn on_cancel(&self) {
+        self.upstream.cancel();
     }
 
-    /// Loom models do not spin.
-    #[cfg(weir_loom)]
-    fn spin(&self) -> bool {
-        false
+    fn on_bad_request(&self) -> bool {
+        // Upstream answers it with the rule 3.9 error, through `Passing`.
+        self.upstream.request(0);
+        true
     }
 }
 
-impl<T, D, S> Subscriber<T> for Passing<D, S>
+impl<T, D, S> Subscriber<T> for Passing<T, D, S>
 where
+    T: Send + 'static,
     D: Subscriber<T>,
     S: Scheduler + Clone,
 {
@@ -190,15 +230,22 @@ where
         let Some(scheduler) = self.scheduler.take() else {
             return;
         };
-        let forwarder = Arc::new(Forwarder {
-            demand: AtomicDemand::new(),
-            wip: Wip::new(),
-            flags: AtomicU8::new(0),
-            upstream: subscription,
+        let upstream = Arc::new(SharedUpstream::new(subscription));
+        self.relay.upstream = Some(upstream.clone());
+        let core = Core::new(Forward::<T, S> {
+            upstream,
             scheduler,
+            all_sent: std::sync::atomic::AtomicBool::new(false),
+            _items: PhantomData,
         });
-        self.downstream
-            .on_subscribe(Subscription::new(Arc::new(Handle(forwarder))));
+        // The core's own subscriber is the relay; downstream gets the core's
+        // subscription once the core is attached.
+        core.attach((), self.relay.clone());
+        let handle = Subscription::new(core.clone());
+        if !crate::guard::on_subscribe(&mut self.downstream, handle.clone()) {
+            // Treated as cancelled (rule 2.13).
+            handle.cancel();
+        }
     }
 
     #[inline]
@@ -227,5 +274,23 @@ where
 
     fn on_complete(&mut self) {
         self.upstream.forward_complete(&mut self.downstream);
+    }
+}
+
+impl<T, D: Subscriber<T>, S> Drop for Passing<T, D, S> {
+    fn drop(&mut self) {
+        // Upstream let go of us after the forwarding core ended with an error (its
+        // scheduler shut down): signal it now, after upstream's last signal.
+        let error = self
+            .relay
+            .error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(error) = error {
+            if self.upstream.finish() {
+                self.downstream.on_error(error);
+            }
+        }
     }
 }

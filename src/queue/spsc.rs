@@ -83,14 +83,24 @@ impl<T> Drop for Ring<T> {
         let tail = self.tail.0.load(Ordering::Acquire);
         let capacity = self.capacity();
         while position != tail {
-            self.slots[position % capacity].with_mut(|slot| {
+            let item = self.slots[position % capacity].with_mut(|slot| {
                 // SAFETY: `head <= position < tail`: the slot holds an initialised item
                 // that no consumer read; `&mut self` means nobody else can touch it, and
-                // it is dropped once because `position` moves on.
-                unsafe { (*slot).assume_init_drop() }
+                // it is moved out once because `position` moves on right after.
+                unsafe { (*slot).assume_init_read() }
             });
             position = position.wrapping_add(1);
+            drop_contained(item);
         }
+    }
+}
+
+/// Drop `item`, containing a panic in its `Drop` (logged): the ring's clean-up must
+/// finish, whatever an item does, or its positions would no longer say which slots
+/// hold items.
+fn drop_contained<T>(item: T) {
+    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(item))).is_err() {
+        tracing::error!("an item's Drop panicked while a queue released it; contained");
     }
 }
 
@@ -408,9 +418,12 @@ impl<T> ExactSizeIterator for PopBatch<'_, T> {}
 
 impl<T> Drop for PopBatch<'_, T> {
     fn drop(&mut self) {
-        // Items the caller left behind are dropped, as `on_next_batch`'s contract says.
+        // Items the caller left behind are dropped, as `on_next_batch`'s contract says;
+        // each one's `Drop` is contained, so the head below is always published (a
+        // panic escaping here would leave it stale, and the ring's own clean-up would
+        // drop the items read since a second time).
         for item in self.by_ref() {
-            drop(item);
+            drop_contained(item);
         }
         // Release: pairs with the producer's Acquire load of `head` in `free`; our
         // reads of the slots happen before it may overwrite them.

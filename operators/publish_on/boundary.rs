@@ -1,0 +1,301 @@
+//! The consumer side of the boundary: the stage on the signal core that drains the
+//! ring on the scheduler (see the parent module for the algorithm).
+
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::demand::Replenish;
+use crate::loom::Mutex;
+use crate::metrics::{DropReporter, QueueGauge};
+use crate::queue::spsc::Consumer;
+use crate::runtime::Scheduler;
+use crate::stage::core::Drive;
+use crate::stage::core::SharedUpstream;
+use crate::stage::{Cx, Pass, Stage};
+use crate::{DropReason, Error, Subscriber};
+
+/// A batch stamp: the position one past the batch's last item, and when it arrived.
+pub(super) type Stamp = (usize, Instant);
+
+/// What the producer and the drain share.
+pub(super) struct Boundary<T, C> {
+    /// How the stream ended; delivered after the last queued item. First end wins.
+    end: Mutex<Option<Result<(), Error>>>,
+    /// Set (Release) after `end` is stored: the items published before it are
+    /// visible to whoever sees it (Acquire).
+    ended: AtomicBool,
+    /// Upstream's subscription: replenished by the drain, cancelled on cancel.
+    pub(super) upstream: SharedUpstream,
+    scheduler: C,
+    pub(super) gauge: Arc<QueueGauge>,
+    max_age: Option<Duration>,
+    _items: PhantomData<fn() -> T>,
+}
+
+/// The consumer's side of the ring: what only the drain owner touches.
+pub(super) struct Queue<T> {
+    /// The ring's reading end.
+    items: Consumer<T>,
+    /// The stamp ring's reading end (`publish_on_with` only).
+    stamps: Option<Consumer<Stamp>>,
+    /// Upstream credit: the 75% rule.
+    replenish: Replenish,
+    /// Reports expired items.
+    drops: DropReporter,
+    /// The tail counted into the gauge so far.
+    counted_tail: usize,
+    /// Items delivered in this pass.
+    delivered: u64,
+    /// Items expired in this pass.
+    expired: u64,
+}
+
+impl<T> Queue<T> {
+    pub(super) fn new(
+        items: Consumer<T>,
+        stamps: Option<Consumer<Stamp>>,
+        prefetch: u64,
+        drops: DropReporter,
+    ) -> Self {
+        Queue {
+            items,
+            stamps,
+            replenish: Replenish::new(prefetch),
+            drops,
+            counted_tail: 0,
+            delivered: 0,
+            expired: 0,
+        }
+    }
+}
+
+impl<T, C> Boundary<T, C> {
+    pub(super) fn new(
+        upstream: SharedUpstream,
+        scheduler: C,
+        gauge: Arc<QueueGauge>,
+        max_age: Option<Duration>,
+    ) -> Self {
+        Boundary {
+            end: Mutex::new(None),
+            ended: AtomicBool::new(false),
+            upstream,
+            scheduler,
+            gauge,
+            max_age,
+            _items: PhantomData,
+        }
+    }
+
+    /// Upstream ended (or broke rule 1.1): park the end behind the queued items. The
+    /// caller then signals the core.
+    pub(super) fn finish(&self, end: Result<(), Error>) {
+        {
+            let mut slot = self.end.lock().unwrap_or_else(|p| p.into_inner());
+            if slot.is_none() {
+                *slot = Some(end);
+            }
+        }
+        // Release: pairs with the drain's Acquire load; the items published before
+        // (and the end just stored) are visible once it is seen.
+        self.ended.store(true, StdOrdering::Release);
+    }
+
+    fn take_end(&self) -> Result<(), Error> {
+        self.end
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or(Ok(()))
+    }
+}
+
+impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
+    /// Publish the pass's statistics to the gauge, from the ring's own positions.
+    fn record(&self, queue: &mut Queue<T>, now: Option<Instant>) {
+        let tail = queue.items.seen_tail();
+        let arrived = tail.wrapping_sub(queue.counted_tail) as u64;
+        let delivered = std::mem::take(&mut queue.delivered);
+        let expired = std::mem::take(&mut queue.expired);
+        if arrived == 0 && delivered == 0 && expired == 0 {
+            return;
+        }
+        queue.counted_tail = tail;
+        let now = now.unwrap_or_else(|| self.gauge.now());
+        if arrived > 0 {
+            self.gauge.offered(arrived, now);
+            self.gauge.enqueued(arrived);
+        }
+        if delivered > 0 {
+            self.gauge.dequeued(delivered, now);
+        }
+        if expired > 0 {
+            self.gauge.dropped(DropReason::Expired, expired);
+        }
+        let depth = queue.items.cached();
+        let oldest = match (depth, queue.stamps.as_mut()) {
+            (0, _) | (_, None) => None,
+            (_, Some(stamps)) => stamps.peek().map(|(_, at)| at),
+        };
+        self.gauge.level(depth, oldest);
+    }
+
+    /// Deliver while there are items and demand; the end once the ring is empty.
+    fn deliver<D: Subscriber<T>>(
+        &self,
+        cx: &Cx<'_>,
+        subscriber: &mut D,
+        queue: &mut Queue<T>,
+        now: Option<Instant>,
+    ) -> Pass {
+        loop {
+            if cx.stopped() {
+                return Pass::Idle;
+            }
+            // Acquire: pairs with the Release in `finish`.
+            let ended = self.ended.load(StdOrdering::Acquire);
+            let mut available = queue.items.available();
+            if let (Some(max_age), Some(now), Some(stamps)) =
+                (self.max_age, now, queue.stamps.as_mut())
+            {
+                let gone = expire(&mut queue.items, stamps, &mut queue.drops, now, max_age);
+                if gone > 0 {
+                    queue.expired += gone;
+                    available = queue.items.cached();
+                    if let Some(n) = queue.replenish.on_consumed(gone) {
+                        self.upstream.request(n);
+                    }
+                }
+            }
+            if available == 0 {
+                if !ended {
+                    return Pass::Idle;
+                }
+                // Everything published before the end is visible now: if the ring is
+                // still empty, it is empty for good.
+                if queue.items.available() == 0 {
+                    return cx.terminate(subscriber, self.take_end());
+                }
+                continue;
+            }
+            let wanted = cx.demand().get();
+            if wanted == 0 {
+                return Pass::Idle;
+            }
+            let n = usize::try_from(wanted).unwrap_or(usize::MAX).min(available);
+            if let Some(stamps) = queue.stamps.as_mut() {
+                retire(stamps, queue.items.position().wrapping_add(n));
+            }
+            // Items a cancelling subscriber leaves in the batch are dropped with it.
+            cx.deliver(subscriber, &mut queue.items.pop_batch(n));
+            queue.delivered += n as u64;
+            if let Some(more) = queue.replenish.on_consumed(n as u64) {
+                self.upstream.request(more);
+            }
+        }
+    }
+}
+
+impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
+    const NAME: &'static str = "publish_on";
+    type Item = T;
+    type Owned = Queue<T>;
+
+    fn drive(&self) -> Drive<'_> {
+        Drive::Scheduled {
+            on: &self.scheduler,
+            linger: true,
+        }
+    }
+
+    fn pass<D: Subscriber<T>>(
+        &self,
+        cx: &Cx<'_>,
+        queue: &mut Queue<T>,
+        subscriber: &mut D,
+    ) -> Pass {
+        let now = queue.stamps.is_some().then(|| self.gauge.now());
+        let pass = self.deliver(cx, subscriber, queue, now);
+        queue.drops.flush();
+        self.record(queue, now);
+        pass
+    }
+
+    /// Cancel upstream and drop what the ring holds (each item's `Drop` contained).
+    fn stop(&self, queue: &mut Queue<T>) {
+        self.upstream.cancel();
+        clear(&mut queue.items, &mut queue.stamps);
+        self.record(queue, None);
+    }
+
+    fn on_cancel(&self) {
+        // Stop the producer at once, not at the drain's next turn.
+        self.upstream.cancel();
+    }
+}
+
+/// `a <= b` for wrapping ring positions less than half the range apart.
+#[inline]
+fn at_or_before(a: usize, b: usize) -> bool {
+    b.wrapping_sub(a) <= usize::MAX / 2
+}
+
+/// Drop the items at the head that waited longer than `max_age` (a prefix: stamps
+/// only grow). Returns how many.
+fn expire<T: 'static>(
+    items: &mut Consumer<T>,
+    stamps: &mut Consumer<Stamp>,
+    drops: &mut DropReporter,
+    now: Instant,
+    max_age: Duration,
+) -> u64 {
+    let mut gone = 0u64;
+    loop {
+        let available = items.cached();
+        if available == 0 {
+            return gone;
+        }
+        let head = items.position();
+        retire(stamps, head);
+        let Some((end, at)) = stamps.peek() else {
+            return gone;
+        };
+        if now.saturating_duration_since(at) <= max_age {
+            return gone;
+        }
+        let n = end.wrapping_sub(head).min(available);
+        retire(stamps, head.wrapping_add(n));
+        for item in items.pop_batch(n) {
+            drops.drop_item(DropReason::Expired, item);
+        }
+        gone += n as u64;
+    }
+}
+
+/// Pop the stamps of batches that end at or before `position`. Called before the
+/// head moves to `position`, so the producer never finds the stamp ring full (it has
+/// as many slots as the item ring, and every stamp left describes a queued item).
+fn retire(stamps: &mut Consumer<Stamp>, position: usize) {
+    while let Some((end, _)) = stamps.peek() {
+        if !at_or_before(end, position) {
+            return;
+        }
+        let _ = stamps.pop();
+    }
+}
+
+/// Drop every readable item (cancellation, termination).
+fn clear<T>(items: &mut Consumer<T>, stamps: &mut Option<Consumer<Stamp>>) {
+    match stamps.as_mut() {
+        Some(stamps) => {
+            let n = items.available();
+            retire(stamps, items.position().wrapping_add(n));
+            drop(items.pop_batch(n));
+        }
+        None => {
+            items.clear();
+        }
+    }
+}
