@@ -10,7 +10,7 @@
 //! States and races: those of [`FlatMap`] (one lane).
 
 use super::flat_map::FlatMap;
-use super::inner::validate_prefetch;
+use crate::stage::window;
 use crate::{Publisher, Subscriber};
 
 /// Publisher for the [`concat_map`](crate::PublisherExt::concat_map) method.
@@ -22,7 +22,7 @@ pub struct ConcatMap<P, F> {
 
 impl<P, F> ConcatMap<P, F> {
     pub(crate) fn new(source: P, f: F, prefetch: u64) -> Self {
-        validate_prefetch("concat_map", "prefetch", prefetch);
+        window::validate("concat_map prefetch", prefetch);
         ConcatMap {
             inner: FlatMap::new(source, f, 1, prefetch),
         }

@@ -20,11 +20,13 @@
 
 use std::sync::Arc;
 
-use super::inner::{validate_prefetch, Hub, Notify};
-use super::merge::{connect, LaneSet, MergeDrain};
+use super::merge::{connect, start};
 use crate::drain::Upstream;
 use crate::guard::catch;
 use crate::metrics::DropHook;
+use crate::stage::core::Target;
+use crate::stage::lanes::LaneSet;
+use crate::stage::window;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
 /// Largest concurrency accepted: one slot per inner is allocated up front.
@@ -46,7 +48,7 @@ impl<P, F> FlatMap<P, F> {
             (1..=MAX_CONCURRENCY).contains(&concurrency),
             "flat_map concurrency must be in 1..=2^16 (got {concurrency})"
         );
-        validate_prefetch("flat_map", "prefetch", prefetch);
+        window::validate("flat_map prefetch", prefetch);
         FlatMap {
             source,
             f,
@@ -74,18 +76,23 @@ where
         S: Subscriber<Q::Item> + Send + 'static,
     {
         let concurrency = usize::try_from(self.concurrency).expect("validated to 2^16");
-        let drain = MergeDrain::new(subscriber, concurrency, self.prefetch, true);
-        let set = drain.set.clone();
         let (source, f, window) = (self.source, self.f, self.concurrency);
-        Hub::start(drain, move |hub| {
-            source.subscribe(Outer {
-                f,
-                set,
-                hub: hub.clone(),
-                window,
-                upstream: Upstream::Idle,
-            });
-        });
+        start(
+            "flat_map",
+            subscriber,
+            concurrency,
+            self.prefetch as usize,
+            true,
+            move |set, core| {
+                source.subscribe(Outer {
+                    f,
+                    set: set.clone(),
+                    core: core.clone(),
+                    window,
+                    upstream: Upstream::Idle,
+                });
+            },
+        );
     }
 
     fn in_flight_bound(&self) -> u64 {
@@ -101,22 +108,22 @@ struct Outer<F, U, N> {
     f: F,
     /// The inner lanes (shared with the drain).
     set: Arc<LaneSet<U>>,
-    /// Woken when the outer source ends.
-    hub: Arc<N>,
+    /// Asked for a pass when the outer source ends.
+    core: Arc<N>,
     /// The first request: the concurrency.
     window: u64,
     /// Life cycle; `Done` also after `f` panicked or the source over-delivered.
     upstream: Upstream,
 }
 
-impl<F, U, N: Notify> Outer<F, U, N> {
+impl<F, U, N: Target> Outer<F, U, N> {
     /// End the outer side with `error` (cancelling the outer source).
     fn fail(&mut self, error: Error) {
         if self.upstream.finish() {
             // Through the shared slot, so the drain's own cancel is not a second call.
             self.set.outer.cancel();
             self.set.end_outer(Err(error));
-            self.hub.notify();
+            self.core.signal();
         }
     }
 }
@@ -125,7 +132,7 @@ impl<T, F, Q, N> Subscriber<T> for Outer<F, Q::Item, N>
 where
     F: FnMut(T) -> Q,
     Q: Publisher,
-    N: Notify,
+    N: Target,
 {
     fn on_subscribe(&mut self, subscription: Subscription) {
         if self.upstream.accept(&subscription) && self.set.outer.set(subscription.clone()) {
@@ -139,7 +146,7 @@ where
         }
         match catch(|| (self.f)(item)) {
             Ok(inner) => {
-                if !connect(&self.set, inner, &self.hub) && !self.set.is_closed() {
+                if !connect(&self.set, inner, &self.core) && !self.set.is_closed() {
                     self.fail(Error::spec_violation(
                         "1.1",
                         "the outer source of flat_map delivered more items than requested (rule 1.1)",
@@ -153,14 +160,14 @@ where
     fn on_error(&mut self, error: Error) {
         if self.upstream.finish() {
             self.set.end_outer(Err(error));
-            self.hub.notify();
+            self.core.signal();
         }
     }
 
     fn on_complete(&mut self) {
         if self.upstream.finish() {
             self.set.end_outer(Ok(()));
-            self.hub.notify();
+            self.core.signal();
         }
     }
 

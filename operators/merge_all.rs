@@ -2,15 +2,14 @@
 //!
 //! Demand contract: Prefetching, per source, exactly as [`Merge`](super::Merge): one
 //! bounded lane of [`MERGE_PREFETCH`] per source, replenished by the 75% rule, all
-//! drained by one [`MergeDrain`]. The list is collected once, at construction; its
+//! drained by one merging stage. The list is collected once, at construction; its
 //! length fixes the number of lanes. In-flight bound: the sources' bounds plus
 //! `MERGE_PREFETCH` per source.
 //!
 //! States and races: those of [`Merge`](super::Merge), with `n` lanes instead of two.
 //! With no sources, the stream completes at once.
 
-use super::inner::Hub;
-use super::merge::{connect, MergeDrain, MERGE_PREFETCH};
+use super::merge::{connect, start, MERGE_PREFETCH};
 use crate::{Publisher, Subscriber};
 
 /// Publisher for the [`merge`](crate::merge) source: every publisher of a list.
@@ -37,13 +36,18 @@ impl<P: Publisher> Publisher for MergeAll<P> {
     {
         let sources = self.sources;
         // No outer source: with no publishers the stream is complete at once.
-        let drain = MergeDrain::new(subscriber, sources.len(), MERGE_PREFETCH, false);
-        let set = drain.set.clone();
-        Hub::start(drain, move |hub| {
-            for source in sources {
-                connect(&set, source, hub);
-            }
-        });
+        start(
+            "merge",
+            subscriber,
+            sources.len(),
+            MERGE_PREFETCH as usize,
+            false,
+            move |set, core| {
+                for source in sources {
+                    connect(set, source, core);
+                }
+            },
+        );
     }
 
     fn in_flight_bound(&self) -> u64 {

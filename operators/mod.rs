@@ -9,7 +9,7 @@ mod conflate;
 mod filter;
 mod filter_map;
 mod flat_map;
-mod inner;
+
 mod inspect;
 mod inspect_cancel;
 mod inspect_request;

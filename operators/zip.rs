@@ -18,9 +18,10 @@
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::inner::{Ctx, Drain, Hub, Lane, LaneStatus, LaneSubscriber, Progress};
 use crate::guard::{BatchOutcome, Guarded};
-use crate::{Error, Publisher, Subscriber, Subscription};
+use crate::stage::lanes::{Lane, LaneStatus, LaneSubscriber};
+use crate::stage::{Core, Cx, Pass, Stage};
+use crate::{Error, Publisher, Subscriber};
 
 /// Per-side prefetch of [`zip`](crate::PublisherExt::zip).
 pub const ZIP_PREFETCH: u64 = crate::sink::DEFAULT_PREFETCH;
@@ -54,22 +55,25 @@ where
         S: Subscriber<U> + Send + 'static,
     {
         let hook = subscriber.drop_hook();
-        let first = Lane::new(ZIP_PREFETCH, hook.clone());
-        let second = Lane::new(ZIP_PREFETCH, hook);
-        let drain = ZipDrain {
-            downstream: subscriber,
+        let prefetch = ZIP_PREFETCH as usize;
+        let first = Lane::new("zip", prefetch, hook.clone());
+        let second = Lane::new("zip", prefetch, hook);
+        let core = Core::new(Zipping::<_, _, F, U> {
             first: first.clone(),
             second: second.clone(),
+            _closure: std::marker::PhantomData,
+        });
+        let pairing = Pairing {
             f: self.f,
             scratch: (
-                VecDeque::with_capacity(ZIP_PREFETCH as usize),
-                VecDeque::with_capacity(ZIP_PREFETCH as usize),
+                VecDeque::with_capacity(prefetch),
+                VecDeque::with_capacity(prefetch),
             ),
         };
         let (a, b) = (self.first, self.second);
-        Hub::start(drain, move |hub| {
-            a.subscribe(LaneSubscriber::new(first, hub.clone()));
-            b.subscribe(LaneSubscriber::new(second, hub.clone()));
+        core.attach_then(pairing, subscriber, move |core| {
+            a.subscribe(LaneSubscriber::new(first, core.clone()));
+            b.subscribe(LaneSubscriber::new(second, core.clone()));
         });
     }
 
@@ -81,14 +85,18 @@ where
     }
 }
 
-/// The zip drain: pairs while both lanes hold an item and downstream wants one.
-struct ZipDrain<S, A, B, F> {
-    /// The next stage.
-    downstream: S,
+/// The zipping stage: both lanes. (The closure `F`, which makes `U`s, lives in the
+/// pass's own state.)
+struct Zipping<A, B, F, U> {
     /// The first source's lane.
     first: Arc<Lane<A>>,
     /// The second source's lane.
     second: Arc<Lane<B>>,
+    _closure: std::marker::PhantomData<fn() -> (F, U)>,
+}
+
+/// What only the pass touches: the closure and the pairs on their way downstream.
+struct Pairing<A, B, F> {
     /// The user's combining closure.
     f: F,
     /// Items taken out of each lane under one lock, paired from here as one batch.
@@ -97,16 +105,27 @@ struct ZipDrain<S, A, B, F> {
     scratch: (VecDeque<A>, VecDeque<B>),
 }
 
-impl<S, A, B, F, U> ZipDrain<S, A, B, F>
+impl<A, B, F, U> Zipping<A, B, F, U>
 where
-    S: Subscriber<U>,
-    F: FnMut(A, B) -> U,
+    A: Send + 'static,
+    B: Send + 'static,
+    F: FnMut(A, B) -> U + Send + 'static,
+    U: Send + 'static,
 {
     /// Emit pairs up to the demand; returns how many went out, or the closure's panic.
-    fn deliver(&mut self, ctx: &Ctx<'_>) -> Result<u64, Error> {
-        let budget = usize::try_from(ctx.demand.get()).unwrap_or(usize::MAX);
-        // Only the drain takes items, so both lanes still hold `n` after measuring.
-        let room = self.scratch.0.capacity().min(self.scratch.1.capacity());
+    fn deliver<S: Subscriber<U>>(
+        &self,
+        cx: &Cx<'_>,
+        pairing: &mut Pairing<A, B, F>,
+        downstream: &mut S,
+    ) -> Result<u64, Error> {
+        let budget = usize::try_from(cx.demand().get()).unwrap_or(usize::MAX);
+        // Only the pass takes items, so both lanes still hold `n` after measuring.
+        let room = pairing
+            .scratch
+            .0
+            .capacity()
+            .min(pairing.scratch.1.capacity());
         let n = budget
             .min(room)
             .min(self.first.len())
@@ -114,21 +133,16 @@ where
         if n == 0 {
             return Ok(0);
         }
-        self.first.pop_into(&mut self.scratch.0, n);
-        self.second.pop_into(&mut self.scratch.1, n);
-        let pairs = self.scratch.0.drain(..).zip(self.scratch.1.drain(..));
+        self.first.pop_into(&mut pairing.scratch.0, n);
+        self.second.pop_into(&mut pairing.scratch.1, n);
+        let pairs = pairing.scratch.0.drain(..).zip(pairing.scratch.1.drain(..));
         let mut outcome = BatchOutcome::default();
-        let mut count = 0u64;
-        let f = &mut self.f;
-        let credit = self.downstream.on_next_batch(
-            Guarded::new(pairs, |(a, b)| Some(f(a, b)), &mut outcome).inspect(|_| count += 1),
-        );
+        let f = &mut pairing.f;
+        let mut combined = Guarded::new(pairs, |(a, b)| Some(f(a, b)), &mut outcome);
+        let count = cx.deliver(downstream, &mut combined);
+        drop(combined);
         if let Some(panic) = outcome.panic {
             return Err(panic);
-        }
-        ctx.demand.produced(count);
-        if credit > 0 {
-            ctx.demand.add(credit);
         }
         // The lanes gave up `n` items each, whatever downstream took of them.
         self.first.consumed(n as u64);
@@ -137,18 +151,23 @@ where
     }
 }
 
-impl<S, A, B, F, U> Drain for ZipDrain<S, A, B, F>
+impl<A, B, F, U> Stage for Zipping<A, B, F, U>
 where
-    S: Subscriber<U> + Send + 'static,
     A: Send + 'static,
     B: Send + 'static,
     F: FnMut(A, B) -> U + Send + 'static,
+    U: Send + 'static,
 {
-    fn on_subscribe(&mut self, subscription: Subscription) {
-        self.downstream.on_subscribe(subscription);
-    }
+    const NAME: &'static str = "zip";
+    type Item = U;
+    type Owned = Pairing<A, B, F>;
 
-    fn pass(&mut self, ctx: &Ctx<'_>) -> Progress {
+    fn pass<S: Subscriber<U>>(
+        &self,
+        cx: &Cx<'_>,
+        pairing: &mut Self::Owned,
+        downstream: &mut S,
+    ) -> Pass {
         loop {
             let failure = [self.first.status(), self.second.status()]
                 .into_iter()
@@ -156,41 +175,34 @@ where
                     LaneStatus::Failed(e) => Some(e),
                     _ => None,
                 });
-            if let Some(e) = failure {
-                self.terminate(Some(e));
-                return Progress::Over;
+            if let Some(error) = failure {
+                return cx.terminate(downstream, Err(error));
             }
             let mut count = 0;
-            if ctx.demand.get() > 0 {
-                match self.deliver(ctx) {
+            if cx.demand().get() > 0 {
+                match self.deliver(cx, pairing, downstream) {
                     Ok(n) => count = n,
-                    Err(panic) => {
-                        self.terminate(Some(panic));
-                        return Progress::Over;
-                    }
+                    Err(panic) => return cx.terminate(downstream, Err(panic)),
                 }
-                if ctx.stopped() {
-                    return Progress::Idle;
+                if cx.stopped() {
+                    return Pass::Idle;
                 }
             }
+            // No pair can follow once one side completed and its lane is empty.
             let ended = matches!(self.first.status(), LaneStatus::Finished)
                 || matches!(self.second.status(), LaneStatus::Finished);
             if ended {
-                self.terminate(None);
-                self.downstream.on_complete();
-                return Progress::Over;
+                return cx.terminate(downstream, Ok(()));
             }
-            if count == 0 || ctx.demand.get() == 0 {
-                return Progress::Idle;
+            if count == 0 || cx.demand().get() == 0 {
+                return Pass::Idle;
             }
         }
     }
 
-    fn terminate(&mut self, error: Option<Error>) {
+    /// Cancel both sides and release what their lanes hold.
+    fn stop(&self, _pairing: &mut Self::Owned) {
         self.first.cancel();
         self.second.cancel();
-        if let Some(error) = error {
-            self.downstream.on_error(error);
-        }
     }
 }

@@ -763,8 +763,8 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Panics
     ///
     /// At construction, if `concurrency` is not in `1..=2^16` ("flat_map concurrency
-    /// must be in 1..=2^16 (got 0)") or `prefetch` is not in `1..=2^20`
-    /// ("flat_map prefetch must be in 1..=2^20 (got 0)").
+    /// must be in 1..=2^16 (got 0)") or `prefetch` is not in `1..=2^30`
+    /// ("flat_map prefetch must be in 1..=2^30 (got 0)").
     ///
     /// # Examples
     ///
@@ -819,7 +819,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// At construction, if `prefetch` is not in `1..=2^20` ("concat_map prefetch must
+    /// At construction, if `prefetch` is not in `1..=2^30` ("concat_map prefetch must
     /// be in 1..=2^20 (got 0)").
     ///
     /// # Examples
@@ -1752,7 +1752,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Panics
     ///
     /// If `prefetch` is not in `1..=2^30`:
-    /// "publish_on prefetch must be in 1..=1073741824 (got 0)". A panic in downstream
+    /// "publish_on prefetch must be in 1..=2^30 (got 0)". A panic in downstream
     /// (rule 2.13) is caught: upstream is cancelled and the queued items dropped.
     ///
     /// # Examples

@@ -54,10 +54,10 @@ use std::sync::Arc;
 use crate::drain::Upstream;
 use crate::metrics::{DropHook, DropReporter, QueueGauge, QueueMonitor};
 use crate::queue::spsc::{self, Producer};
-use crate::queue::{TimeBounds, MAX_CAPACITY};
+use crate::queue::TimeBounds;
 use crate::runtime::Scheduler;
 use crate::stage::core::SharedUpstream;
-use crate::stage::Core;
+use crate::stage::{window, Core};
 use crate::{DropReason, Error, Publisher, Subscriber, Subscription};
 
 use boundary::{Boundary, Queue, Stamp};
@@ -98,10 +98,7 @@ impl<P, S> std::fmt::Debug for PublishOn<P, S> {
 
 impl<P, S: Scheduler + Clone> PublishOn<P, S> {
     pub(crate) fn new(source: P, scheduler: S, prefetch: u64, bounds: Option<TimeBounds>) -> Self {
-        assert!(
-            (1..=MAX_CAPACITY as u64).contains(&prefetch),
-            "publish_on prefetch must be in 1..=1073741824 (got {prefetch})"
-        );
+        let prefetch = window::validate("publish_on prefetch", prefetch);
         if let Some(bounds) = bounds {
             assert!(
                 bounds.get_adaptive_lifo().is_none(),
@@ -109,7 +106,6 @@ impl<P, S: Scheduler + Clone> PublishOn<P, S> {
                  is credit-bounded FIFO); use TimeBounds::none().max_age(..) only"
             );
         }
-        let prefetch = prefetch as usize;
         let gauge = QueueGauge::new(prefetch, Arc::new(scheduler.clone()));
         PublishOn {
             source,

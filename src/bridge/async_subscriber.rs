@@ -40,7 +40,6 @@
 //! shutdown), a guard in it cancels upstream, so a publisher never keeps feeding a
 //! subscriber that is gone.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -55,11 +54,8 @@ use tokio::task::JoinHandle;
 
 use crate::demand::Replenish;
 use crate::drain::SubscriptionSlot;
+use crate::stage::window::{self, over_delivered, Window};
 use crate::{Error, Publisher, Subscriber, Subscription};
-
-/// The largest window [`SubscribeAsync::window`] accepts: the window is a hand-off
-/// buffer of that many items, meant to be small.
-pub const MAX_WINDOW: u64 = 1 << 16;
 
 /// A subscriber whose signal methods are `async`, run by a tokio task that
 /// [`subscribe_async`] spawns.
@@ -173,13 +169,11 @@ impl SubscribeAsync {
     ///
     /// # Panics
     ///
-    /// If `window` is 0 or above [`MAX_WINDOW`]:
-    /// "subscribe_async window must be in 1..=65536 (got 0)".
+    /// If `window` is 0 or above 2^30 ([`MAX_CAPACITY`](crate::queue::MAX_CAPACITY),
+    /// the limit of every queue weir allocates up front):
+    /// "subscribe_async window must be in 1..=2^30 (got 0)".
     pub fn window(mut self, window: u64) -> Self {
-        assert!(
-            (1..=MAX_WINDOW).contains(&window),
-            "subscribe_async window must be in 1..={MAX_WINDOW} (got {window})"
-        );
+        window::validate("subscribe_async window", window);
         self.window = window;
         self
     }
@@ -311,8 +305,7 @@ struct Shared<T> {
 
 struct State<T> {
     /// The hand-off: at most `window` items, allocated once.
-    items: VecDeque<T>,
-    window: usize,
+    items: Window<T>,
     /// The terminal signal from upstream (or a protocol violation), once it arrived.
     terminal: Option<Result<(), Error>>,
     /// The task ended or was aborted: later signals are dropped.
@@ -321,12 +314,11 @@ struct State<T> {
 
 impl<T> Shared<T> {
     fn new(window: u64) -> Self {
-        let window = usize::try_from(window).expect("the window is at most MAX_WINDOW");
+        let window = usize::try_from(window).expect("the window is at most 2^30");
         Shared {
             slot: SubscriptionSlot::new(),
             state: Mutex::new(State {
-                items: VecDeque::with_capacity(window),
-                window,
+                items: Window::new(window),
                 terminal: None,
                 closed: false,
             }),
@@ -344,7 +336,7 @@ impl<T> Shared<T> {
         let (items, terminated) = {
             let mut st = self.lock();
             st.closed = true;
-            (std::mem::take(&mut st.items), st.terminal.is_some())
+            (st.items.take_all(), st.terminal.is_some())
         };
         drop(items); // outside the lock: an item's Drop is user code
         if !terminated {
@@ -375,32 +367,17 @@ struct Inlet<T> {
 impl<T> Inlet<T> {
     /// Append items under one lock; a rule 1.1 violation ends the stream.
     fn push(&mut self, items: impl Iterator<Item = T>) {
+        let mut items = items.peekable();
         let mut overflow = false;
-        let rejected: Vec<T>;
         {
             let mut st = self.shared.lock();
-            if st.closed || st.terminal.is_some() {
-                rejected = items.collect();
-            } else {
-                let mut items = items;
-                while st.items.len() < st.window {
-                    match items.next() {
-                        Some(item) => st.items.push_back(item),
-                        None => break,
-                    }
-                }
-                rejected = items.collect();
-                if !rejected.is_empty() {
-                    overflow = true;
-                    st.terminal = Some(Err(Error::spec_violation(
-                        "1.1",
-                        "subscribe_async: the publisher sent more items than were requested \
-                         (rule 1.1)",
-                    )));
-                }
+            if !st.closed && st.terminal.is_none() && st.items.push(&mut items).is_err() {
+                overflow = true;
+                st.terminal = Some(Err(over_delivered("subscribe_async")));
             }
         }
-        drop(rejected);
+        // Refused items (late, or beyond the window) go outside the lock.
+        drop(items);
         if overflow {
             self.shared.slot.cancel();
         }
@@ -488,7 +465,7 @@ async fn next<T>(shared: &Shared<T>) -> Next<T> {
             if st.closed {
                 return Next::End(Err(Error::cancelled()));
             }
-            if let Some(item) = st.items.pop_front() {
+            if let Some(item) = st.items.pop_released() {
                 return Next::Item(item);
             }
             if let Some(end) = st.terminal.take() {

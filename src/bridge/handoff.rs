@@ -6,8 +6,8 @@
 //!
 //! A [`HandoffSubscriber`] receives the publisher's signals on whatever thread the
 //! publisher runs, and a polling task takes the items out with [`Handoff::poll_pop`].
-//! Between them sits one `VecDeque`, allocated once with exactly `window` slots, and a
-//! `futures::task::AtomicWaker`:
+//! Between them sits one [`Window`] (the engine room's bounded hand-off, allocated once
+//! with exactly `window` slots) and a `futures::task::AtomicWaker`:
 //!
 //! * the subscriber pushes a whole `on_next_batch` under one lock and wakes the task
 //!   once (and only when the queue was empty before the batch: a task that found items
@@ -18,45 +18,25 @@
 //!
 //! # Demand contract
 //!
-//! `held` counts items delivered and not yet given back by the consumer with
+//! The window counts items delivered and not yet given back by the consumer with
 //! [`Handoff::release`]. The consumer gives items back only when it requests the same
-//! number again, so `held + outstanding demand` never exceeds the window: a push that
-//! finds `held == window` was not requested. That is upstream breaking rule 1.1; the
-//! subscriber cancels upstream and ends the stream with an error naming the rule,
+//! number again, so "held" plus the outstanding demand never exceeds the window: a push
+//! that finds the window full was not requested. That is upstream breaking rule 1.1;
+//! the subscriber cancels upstream and ends the stream with an error naming the rule,
 //! instead of growing the queue. Nothing here is unbounded.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
 use futures::task::AtomicWaker;
 
 use crate::drain::SubscriptionSlot;
+use crate::stage::window::{over_delivered, Window};
 use crate::{Error, Subscriber, Subscription};
 
-/// The largest window a bridge accepts: the queue is allocated up front.
-pub(crate) const MAX_WINDOW: u64 = 1 << 30;
-
-/// Check a bridge's window at construction.
-///
-/// # Panics
-///
-/// With "`{what}` must be in 1..=2^30 (got {window})" when it is out of range.
-pub(crate) fn validate_window(what: &str, window: u64) -> usize {
-    assert!(
-        (1..=MAX_WINDOW).contains(&window),
-        "{what} must be in 1..=2^30 (got {window})"
-    );
-    window as usize
-}
-
 struct State<T> {
-    /// Delivered, not yet popped. Capacity `window`, never exceeded.
-    queue: VecDeque<T>,
     /// Delivered and not yet released by the consumer (queued or popped).
-    held: usize,
-    /// The window: the most items upstream may have delivered and not had released.
-    window: usize,
+    window: Window<T>,
     /// How the stream ended, once it did.
     end: Option<Result<(), Error>>,
 }
@@ -72,8 +52,6 @@ impl<T> std::fmt::Debug for Handoff<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let state = self.lock();
         f.debug_struct("Handoff")
-            .field("queued", &state.queue.len())
-            .field("held", &state.held)
             .field("window", &state.window)
             .field("ended", &state.end.is_some())
             .finish()
@@ -86,9 +64,7 @@ impl<T> Handoff<T> {
     pub(crate) fn new(window: usize, initial: u64) -> (Arc<Self>, HandoffSubscriber<T>) {
         let shared = Arc::new(Handoff {
             state: Mutex::new(State {
-                queue: VecDeque::with_capacity(window),
-                held: 0,
-                window,
+                window: Window::new(window),
                 end: None,
             }),
             waker: AtomicWaker::new(),
@@ -131,10 +107,12 @@ impl<T> Handoff<T> {
     /// `None`: nothing yet. `Some(None)`: the stream is over.
     fn try_pop(&self, release_popped: bool) -> Option<Option<Result<T, Error>>> {
         let mut state = self.lock();
-        if let Some(item) = state.queue.pop_front() {
-            if release_popped {
-                state.held -= 1;
-            }
+        let popped = if release_popped {
+            state.window.pop_released()
+        } else {
+            state.window.pop()
+        };
+        if let Some(item) = popped {
             return Some(Some(Ok(item)));
         }
         match state.end.take() {
@@ -154,9 +132,7 @@ impl<T> Handoff<T> {
     /// The consumer is done with `n` popped items: upstream may deliver `n` more.
     /// Call before requesting them.
     pub(crate) fn release(&self, n: usize) {
-        let mut state = self.lock();
-        debug_assert!(n <= state.held, "released more than was delivered");
-        state.held -= n.min(state.held);
+        self.lock().window.release(n);
     }
 
     /// Request `n` more from upstream (after [`release`](Self::release), or for a
@@ -200,30 +176,27 @@ impl<T> std::fmt::Debug for HandoffSubscriber<T> {
 impl<T> HandoffSubscriber<T> {
     /// Push `items` under one lock and wake the consumer once.
     fn push<I: Iterator<Item = T>>(&mut self, items: I) {
+        let mut items = items.peekable();
         let mut state = self.shared.lock();
         if state.end.is_some() {
             return;
         }
-        let was_empty = state.queue.is_empty();
-        let mut pushed = false;
-        for item in items {
-            if state.held == state.window {
-                state.end = Some(Err(Error::spec_violation(
-                    "1.1",
-                    "upstream delivered more items than the bridge requested (rule 1.1)",
-                )));
+        let was_empty = state.window.is_empty();
+        match state.window.push(&mut items) {
+            Ok(pushed) => {
                 drop(state);
+                if pushed > 0 && was_empty {
+                    self.shared.waker.wake();
+                }
+            }
+            Err(()) => {
+                state.end = Some(Err(over_delivered("bridge")));
+                drop(state);
+                // The refused items go outside the lock (an item's Drop is user code).
+                drop(items);
                 self.shared.slot.cancel();
                 self.shared.waker.wake();
-                return;
             }
-            state.queue.push_back(item);
-            state.held += 1;
-            pushed = true;
-        }
-        drop(state);
-        if pushed && was_empty {
-            self.shared.waker.wake();
         }
     }
 }

@@ -25,8 +25,9 @@ use std::task::{Context, Poll};
 
 use futures::stream::{FusedStream, Stream};
 
-use super::handoff::{validate_window, Handoff, HandoffSubscriber};
+use super::handoff::{Handoff, HandoffSubscriber};
 use crate::demand::Replenish;
+use crate::stage::window;
 use crate::{Error, Publisher};
 
 type Subscribe<T> = Box<dyn FnOnce(HandoffSubscriber<T>) + Send>;
@@ -66,7 +67,7 @@ impl<T: Send + 'static> IntoStream<T> {
     where
         P: Publisher<Item = T> + Send + 'static,
     {
-        let window = validate_window("into_stream prefetch", prefetch);
+        let window = window::validate("into_stream prefetch", prefetch);
         let replenish = Replenish::new(prefetch);
         let (shared, subscriber) = Handoff::new(window, replenish.initial());
         IntoStream {

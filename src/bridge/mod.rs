@@ -42,8 +42,6 @@ mod async_subscriber;
 #[cfg(feature = "tokio")]
 mod readiness;
 #[cfg(feature = "tokio")]
-pub use async_subscriber::{
-    subscribe_async, AsyncHandle, AsyncSubscriber, SubscribeAsync, MAX_WINDOW,
-};
+pub use async_subscriber::{subscribe_async, AsyncHandle, AsyncSubscriber, SubscribeAsync};
 #[cfg(feature = "tokio")]
 pub use readiness::{AfterSend, SendOrPause, SenderReadiness};

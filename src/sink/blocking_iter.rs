@@ -9,11 +9,11 @@
 //! The iterator requests only after releasing the queue lock: a synchronous upstream
 //! delivers inside `request`, on the iterator's own thread.
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::demand::Replenish;
 use crate::drain::SubscriptionSlot;
+use crate::stage::window::{self, over_delivered, Window};
 use crate::{Error, Subscriber, Subscription};
 
 /// The hand-off between the subscriber (upstream's thread) and the iterator: a queue
@@ -28,8 +28,8 @@ struct BlockingQueue<T> {
 }
 
 struct State<T> {
-    queue: VecDeque<T>,
-    capacity: usize,
+    /// Delivered and not yet taken: at most `prefetch`, allocated once.
+    queue: Window<T>,
     end: Option<Result<(), Error>>,
 }
 
@@ -65,27 +65,17 @@ pub(crate) struct IterSubscriber<T> {
     subscribed: bool,
 }
 
-/// The largest window: the queue is allocated up front, so it must stay reasonable.
-const MAX_PREFETCH: u64 = 1 << 30;
-
 /// Build the two halves.
 ///
 /// # Panics
 ///
-/// If `prefetch` is 0 or larger than 2^30: "blocking_iter prefetch must be in 1..=2^30
-/// (got 0)".
+/// If `prefetch` is 0 or above 2^30: "blocking_iter prefetch must be in 1..=2^30 (got 0)".
 pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIter<T>) {
-    assert!(
-        (1..=MAX_PREFETCH).contains(&prefetch),
-        "blocking_iter prefetch must be in 1..=2^30 (got {prefetch})"
-    );
+    let capacity = window::validate("blocking_iter prefetch", prefetch);
     let replenish = Replenish::new(prefetch);
-    // The queue is allocated once, up front, for the whole window.
-    let capacity = prefetch as usize;
     let shared = Arc::new(BlockingQueue {
         state: Mutex::new(State {
-            queue: VecDeque::with_capacity(capacity),
-            capacity,
+            queue: Window::new(capacity),
             end: None,
         }),
         ready: Condvar::new(),
@@ -151,24 +141,20 @@ impl<T> IterSubscriber<T> {
     /// Queue `items` under one lock; an upstream that overflows the window is
     /// cancelled and reported.
     fn push<I: Iterator<Item = T>>(&mut self, items: I) {
+        let mut items = items.peekable();
         let mut state = self.shared.lock();
         if state.end.is_some() {
             return;
         }
-        for item in items {
-            if state.queue.len() == state.capacity {
-                state.end = Some(Err(Error::spec_violation(
-                    "1.1",
-                    "upstream delivered more items than blocking_iter requested (rule 1.1)",
-                )));
-                drop(state);
-                self.shared.slot.cancel();
-                self.shared.ready.notify_one();
-                return;
-            }
-            state.queue.push_back(item);
+        if state.queue.push(&mut items).is_err() {
+            state.end = Some(Err(over_delivered("blocking_iter")));
+            drop(state);
+            // The refused items go outside the lock (an item's Drop is user code).
+            drop(items);
+            self.shared.slot.cancel();
+        } else {
+            drop(state);
         }
-        drop(state);
         self.shared.ready.notify_one();
     }
 }
@@ -182,7 +168,7 @@ impl<T> Iterator for BlockingIter<T> {
         }
         let mut state = self.shared.lock();
         loop {
-            if let Some(item) = state.queue.pop_front() {
+            if let Some(item) = state.queue.pop_released() {
                 drop(state);
                 if let Some(n) = self.replenish.on_consumed(1) {
                     self.shared.slot.request(n);

@@ -157,6 +157,8 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
 
 /// What the core hands helpers (lanes, timers, wakers): a way to ask for a pass.
 pub(crate) trait Target: Send + Sync + 'static {
+    /// A reason to run another pass (items arrived in a lane, say).
+    fn signal(&self);
     /// A timer armed for the stage fired.
     fn fire(&self);
     /// The scheduler dropped one of the stage's tasks without running it.
@@ -610,6 +612,10 @@ where
     G: Stage,
     S: Subscriber<G::Item> + Send + 'static,
 {
+    fn signal(&self) {
+        Core::signal(self);
+    }
+
     fn fire(&self) {
         if self.is_over() {
             return;

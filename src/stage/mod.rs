@@ -13,6 +13,8 @@
 
 pub(crate) mod core;
 pub(crate) mod emitter;
+pub(crate) mod lanes;
 pub(crate) mod timed;
+pub(crate) mod window;
 
 pub(crate) use self::core::{Core, Cx, Pass, Stage};

@@ -48,7 +48,7 @@ fn respects_demand_one_inner_at_a_time() {
 }
 
 #[test]
-#[should_panic(expected = "concat_map prefetch must be in 1..=2^20 (got 0)")]
+#[should_panic(expected = "concat_map prefetch must be in 1..=2^30 (got 0)")]
 fn zero_prefetch_panics_at_construction() {
     let _ = weir::range(0u8..1).concat_map(weir::just, 0);
 }

@@ -190,7 +190,7 @@ fn zero_concurrency_panics_at_construction() {
 }
 
 #[test]
-#[should_panic(expected = "flat_map prefetch must be in 1..=2^20 (got 0)")]
+#[should_panic(expected = "flat_map prefetch must be in 1..=2^30 (got 0)")]
 fn zero_prefetch_panics_at_construction() {
     let _ = weir::range(0u8..1).flat_map(weir::just, 4, 0);
 }

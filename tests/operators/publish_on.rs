@@ -245,13 +245,13 @@ fn a_full_ring_is_a_rule_1_1_error() {
 }
 
 #[test]
-#[should_panic(expected = "publish_on prefetch must be in 1..=1073741824 (got 0)")]
+#[should_panic(expected = "publish_on prefetch must be in 1..=2^30 (got 0)")]
 fn zero_prefetch_is_refused() {
     let _ = weir::range(0u8..1).publish_on(Immediate, 0);
 }
 
 #[test]
-#[should_panic(expected = "publish_on prefetch must be in 1..=1073741824 (got 1073741825)")]
+#[should_panic(expected = "publish_on prefetch must be in 1..=2^30 (got 1073741825)")]
 fn huge_prefetch_is_refused() {
     let _ = weir::range(0u8..1).publish_on(Immediate, (1 << 30) + 1);
 }

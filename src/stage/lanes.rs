@@ -1,0 +1,347 @@
+//! Lanes: the building block of every stage that drains several sources (`merge`,
+//! `zip`, `flat_map`, `concat_map`), and of the credit multiplexer to come.
+//!
+//! * A [`Lane`] is one source's bounded [`Window`] behind a short lock. Its source is
+//!   asked for `prefetch` items up front and then replenished with
+//!   [`Replenish`] (the 75% rule) as the drain consumes items, so outstanding demand
+//!   plus queued items never exceed `prefetch`. A source that delivers more than that
+//!   breaks rule 1.1: the lane cancels it and fails with a spec-violation error
+//!   instead of growing.
+//! * A [`LaneSubscriber`] runs on whatever thread its source emits on. It only pushes
+//!   into its lane and asks the stage's core for a pass; it never signals downstream.
+//! * A [`LaneSet`] is a fixed number of lane slots (the concurrency), plus the end of
+//!   the outer source that adds lanes (`flat_map`) and a closed flag set when the
+//!   stage ends, so that a lane added afterwards is refused.
+//! * [`connect`] subscribes a source into a new lane. A source whose `subscribe`
+//!   panics fails its lane with a `Panicked` error (the drain then fails the stage)
+//!   instead of unwinding into whoever connected it.
+//!
+//! Every downstream signal comes from the core's pass; no lock here is held while
+//! calling out of a lane or the lane set. Lane contents are published by the lane's
+//! mutex; wake-ups go through the core's `Wip`.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::core::Target;
+use super::window::{over_delivered, Window};
+use crate::demand::Replenish;
+use crate::drain::{SubscriptionSlot, Upstream};
+use crate::guard::catch;
+use crate::metrics::DropHook;
+use crate::{Error, Publisher, Subscriber, Subscription};
+
+fn lock<X>(mutex: &Mutex<X>) -> MutexGuard<'_, X> {
+    // No user code runs under these locks; recover from poisoning anyway.
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One source's bounded queue, shared by its [`LaneSubscriber`] and the drain.
+pub(crate) struct Lane<T> {
+    /// Queue, credit and end; never locked while calling out.
+    state: Mutex<LaneState<T>>,
+    /// The source's subscription: replenished and cancelled by the drain.
+    subscription: SubscriptionSlot,
+    /// Downstream's drop hook, forwarded to the source.
+    hook: Option<DropHook>,
+    /// The stage's name, for the rule 1.1 error.
+    stage: &'static str,
+}
+
+struct LaneState<T> {
+    /// Queued items: at most `prefetch`, allocated once.
+    window: Window<T>,
+    /// The 75% rule over this lane's window.
+    credit: Replenish,
+    /// The source's terminal signal, once it arrived.
+    end: Option<Result<(), Error>>,
+}
+
+/// What the drain sees when it looks at a lane.
+pub(crate) enum LaneStatus {
+    /// Items are queued (the source may or may not have completed).
+    Items,
+    /// Nothing queued, the source still running.
+    Empty,
+    /// Completed and drained: the lane can be retired.
+    Finished,
+    /// The source failed (queued items are discarded).
+    Failed(Error),
+}
+
+impl<T> Lane<T> {
+    /// A lane with a window of `prefetch` items (validated by the stage).
+    pub(crate) fn new(stage: &'static str, prefetch: usize, hook: Option<DropHook>) -> Arc<Self> {
+        Arc::new(Lane {
+            state: Mutex::new(LaneState {
+                window: Window::new(prefetch),
+                credit: Replenish::new(prefetch as u64),
+                end: None,
+            }),
+            subscription: SubscriptionSlot::new(),
+            hook,
+            stage,
+        })
+    }
+
+    /// Queue a whole batch under one lock. `Err` when the window overflows (the source
+    /// broke rule 1.1); the rest of the batch is dropped after the lock is released.
+    fn push_all<I: Iterator<Item = T>>(&self, items: I) -> Result<(), ()> {
+        let mut items = items.peekable();
+        let result = lock(&self.state).window.push(&mut items).map(drop);
+        drop(items);
+        result
+    }
+
+    /// Record the source's terminal signal (the first one wins).
+    fn end(&self, end: Result<(), Error>) {
+        lock(&self.state).end.get_or_insert(end);
+    }
+
+    /// Move up to `max` of the oldest queued items to `out` under one lock (drain
+    /// owner only); returns how many moved.
+    pub(crate) fn pop_into(&self, out: &mut std::collections::VecDeque<T>, max: usize) -> usize {
+        lock(&self.state).window.pop_into(out, max)
+    }
+
+    /// How many items are queued.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.state).window.len()
+    }
+
+    /// Where this lane stands. An error wins over queued items.
+    pub(crate) fn status(&self) -> LaneStatus {
+        let state = lock(&self.state);
+        match (&state.end, state.window.is_empty()) {
+            (Some(Err(e)), _) => LaneStatus::Failed(e.clone()),
+            (_, false) => LaneStatus::Items,
+            (Some(Ok(())), true) => LaneStatus::Finished,
+            (None, true) => LaneStatus::Empty,
+        }
+    }
+
+    /// The drain consumed `n` items: replenish the source by the 75% rule.
+    pub(crate) fn consumed(&self, n: u64) {
+        let more = {
+            let mut state = lock(&self.state);
+            if state.end.is_some() {
+                None
+            } else {
+                state.credit.on_consumed(n)
+            }
+        };
+        if let Some(more) = more {
+            self.subscription.request(more);
+        }
+    }
+
+    /// Cancel the source and release what is queued.
+    pub(crate) fn cancel(&self) {
+        self.subscription.cancel();
+        let released = lock(&self.state).window.take_all();
+        drop(released);
+    }
+}
+
+/// The subscriber a lane's source delivers to. It runs on the source's thread.
+pub(crate) struct LaneSubscriber<T, N: ?Sized> {
+    /// Where items go.
+    lane: Arc<Lane<T>>,
+    /// Asked for a pass after every delivery.
+    core: Arc<N>,
+    /// Life cycle (rules 2.5, 1.7).
+    upstream: Upstream,
+}
+
+impl<T, N: Target + ?Sized> LaneSubscriber<T, N> {
+    /// Deliver the source's signals into `lane`, asking `core` for passes.
+    pub(crate) fn new(lane: Arc<Lane<T>>, core: Arc<N>) -> Self {
+        LaneSubscriber {
+            lane,
+            core,
+            upstream: Upstream::Idle,
+        }
+    }
+
+    /// The source delivered beyond its window (rule 1.1): cancel it, fail the lane.
+    fn overflowed(&mut self) {
+        // Through the lane's slot, so the drain's own cancel is not a second call.
+        self.upstream.finish();
+        self.lane.subscription.cancel();
+        self.lane.end(Err(over_delivered(self.lane.stage)));
+    }
+}
+
+impl<T, N: Target + ?Sized> Subscriber<T> for LaneSubscriber<T, N> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if self.upstream.accept(&subscription) && self.lane.subscription.set(subscription.clone()) {
+            let window = lock(&self.lane.state).credit.initial();
+            subscription.request(window);
+        }
+    }
+
+    fn on_next(&mut self, item: T) {
+        let _credit = self.on_next_batch(std::iter::once(item));
+    }
+
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        if self.upstream.is_active() && self.lane.push_all(items).is_err() {
+            self.overflowed();
+        }
+        self.core.signal();
+        // Credit is returned by the drain, as it consumes (Replenish).
+        0
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if self.upstream.finish() {
+            self.lane.end(Err(error));
+            self.core.signal();
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if self.upstream.finish() {
+            self.lane.end(Ok(()));
+            self.core.signal();
+        }
+    }
+
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.lane.hook.clone()
+    }
+}
+
+/// The lanes of a merge, shared by the drain and (for `flat_map`) the outer
+/// subscriber that adds lanes.
+pub(crate) struct LaneSet<T> {
+    /// Slots and the outer end; never locked while calling out.
+    slots: Mutex<Slots<T>>,
+    /// The outer source's subscription (`flat_map`); empty for a plain merge.
+    pub(crate) outer: SubscriptionSlot,
+    /// Window of every lane.
+    prefetch: usize,
+    /// Downstream's drop hook, forwarded to every source.
+    pub(crate) hook: Option<DropHook>,
+    /// The stage's name, for errors.
+    stage: &'static str,
+}
+
+struct Slots<T> {
+    /// Live lanes; fixed length (the concurrency), allocated once.
+    lanes: Vec<Option<Arc<Lane<T>>>>,
+    /// The outer source's end; `Some(Ok)` from the start for a plain merge.
+    outer_end: Option<Result<(), Error>>,
+    /// Set when the stage ended: no lane may be added any more.
+    closed: bool,
+}
+
+impl<T> LaneSet<T> {
+    /// `concurrency` empty slots of `prefetch` each. With `outer`, an outer source
+    /// adds lanes and the set is finished only once it has ended too.
+    pub(crate) fn new(
+        stage: &'static str,
+        concurrency: usize,
+        prefetch: usize,
+        outer: bool,
+        hook: Option<DropHook>,
+    ) -> Arc<Self> {
+        Arc::new(LaneSet {
+            slots: Mutex::new(Slots {
+                lanes: (0..concurrency).map(|_| None).collect(),
+                outer_end: if outer { None } else { Some(Ok(())) },
+                closed: false,
+            }),
+            outer: SubscriptionSlot::new(),
+            prefetch,
+            hook,
+            stage,
+        })
+    }
+
+    /// A new lane in a free slot; `None` when all slots are live or the stage ended.
+    fn add(&self) -> Option<Arc<Lane<T>>> {
+        let mut slots = lock(&self.slots);
+        if slots.closed {
+            return None;
+        }
+        let free = slots.lanes.iter_mut().find(|slot| slot.is_none())?;
+        let lane = Lane::new(self.stage, self.prefetch, self.hook.clone());
+        *free = Some(lane.clone());
+        Some(lane)
+    }
+
+    /// Record the outer source's end (the first one wins).
+    pub(crate) fn end_outer(&self, end: Result<(), Error>) {
+        lock(&self.slots).outer_end.get_or_insert(end);
+    }
+
+    /// The outer source's failure, if it failed.
+    pub(crate) fn outer_failure(&self) -> Option<Error> {
+        match &lock(&self.slots).outer_end {
+            Some(Err(error)) => Some(error.clone()),
+            _ => None,
+        }
+    }
+
+    /// True once the stage ended.
+    pub(crate) fn is_closed(&self) -> bool {
+        lock(&self.slots).closed
+    }
+
+    /// The number of slots.
+    pub(crate) fn slots(&self) -> usize {
+        lock(&self.slots).lanes.len()
+    }
+
+    /// The lane in slot `i`, if live.
+    pub(crate) fn get(&self, i: usize) -> Option<Arc<Lane<T>>> {
+        lock(&self.slots).lanes[i].clone()
+    }
+
+    /// Free slot `i` (its lane finished).
+    pub(crate) fn retire(&self, i: usize) {
+        lock(&self.slots).lanes[i] = None;
+    }
+
+    /// True when the outer source completed and every lane finished.
+    pub(crate) fn is_finished(&self) -> bool {
+        let slots = lock(&self.slots);
+        matches!(slots.outer_end, Some(Ok(()))) && slots.lanes.iter().all(Option::is_none)
+    }
+
+    /// The stage ended: refuse new lanes, cancel the outer source and every lane, and
+    /// release what they queue.
+    pub(crate) fn close(&self) {
+        // Closed first: a lane added after this point is refused, one added before is
+        // cancelled below.
+        let lanes: Vec<Arc<Lane<T>>> = {
+            let mut slots = lock(&self.slots);
+            slots.closed = true;
+            slots.lanes.iter_mut().filter_map(Option::take).collect()
+        };
+        self.outer.cancel();
+        for lane in lanes {
+            lane.cancel();
+        }
+    }
+}
+
+/// Subscribe `source` into a new lane of `set`, if a slot is free; returns false
+/// when none is (the outer source over-delivered, or the stage ended: then `source`
+/// is dropped unsubscribed). A `subscribe` that panics fails the new lane.
+pub(crate) fn connect<P, N>(set: &LaneSet<P::Item>, source: P, core: &Arc<N>) -> bool
+where
+    P: Publisher,
+    N: Target + ?Sized,
+{
+    let Some(lane) = set.add() else {
+        return false;
+    };
+    let subscriber = LaneSubscriber::new(lane.clone(), core.clone());
+    if let Err(error) = catch(move || source.subscribe(subscriber)) {
+        lane.subscription.cancel();
+        lane.end(Err(error));
+        core.signal();
+    }
+    true
+}

@@ -1,0 +1,181 @@
+//! The bounded hand-off window, and the one validator of window sizes.
+//!
+//! Every stage that asks its upstream for a fixed amount of credit and keeps what
+//! arrives until a consumer takes it (the lanes of `merge`/`zip`/`flat_map`, the
+//! bridges `into_stream` and `forward`, `subscribe_async`, `blocking_iter`) keeps it
+//! in a [`Window`]: a queue allocated once with room for the whole credit, plus the
+//! count of items delivered and not yet given back. The consumer gives items back
+//! ([`release`](Window::release)) only when it requests that many again, so
+//! "delivered and not released" plus the outstanding demand never exceeds the
+//! window. An item that arrives when the window is full was therefore never
+//! requested: the upstream broke rule 1.1, and the stage fails with
+//! [`over_delivered`] instead of growing the queue.
+//!
+//! Window sizes (prefetch, window, capacity of such a queue) are checked once, at
+//! construction, by [`validate`]: `1..=`[`MAX_CAPACITY`](crate::queue::MAX_CAPACITY),
+//! the one limit of every queue weir allocates up front.
+
+use std::collections::VecDeque;
+
+use crate::queue::MAX_CAPACITY;
+use crate::Error;
+
+/// Check a window size given by the user.
+///
+/// # Panics
+///
+/// With "`{what}` must be in 1..=2^30 (got {size})" when it is out of range.
+#[track_caller]
+pub(crate) fn validate(what: &str, size: u64) -> usize {
+    assert!(
+        (1..=MAX_CAPACITY as u64).contains(&size),
+        "{what} must be in 1..=2^30 (got {size})"
+    );
+    size as usize
+}
+
+/// The error of a stage whose upstream delivered past its window (rule 1.1).
+#[cold]
+pub(crate) fn over_delivered(stage: &str) -> Error {
+    Error::spec_violation(
+        "1.1",
+        format!("{stage}: upstream delivered more items than were requested (rule 1.1)"),
+    )
+}
+
+/// A queue of at most `size` items, allocated once. See the module docs.
+pub(crate) struct Window<T> {
+    /// Delivered, not yet taken; capacity `size`, never grown.
+    items: VecDeque<T>,
+    /// The credit the window stands for.
+    size: usize,
+    /// Delivered and not yet released (queued, or taken and still held by the
+    /// consumer).
+    held: usize,
+}
+
+impl<T> std::fmt::Debug for Window<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Window")
+            .field("queued", &self.items.len())
+            .field("held", &self.held)
+            .field("size", &self.size)
+            .finish()
+    }
+}
+
+impl<T> Window<T> {
+    /// An empty window of `size` items (already [`validate`]d).
+    pub(crate) fn new(size: usize) -> Self {
+        Window {
+            items: VecDeque::with_capacity(size),
+            size,
+            held: 0,
+        }
+    }
+
+    /// Queue items from `items` until it is exhausted. `Err` when an item does not fit
+    /// (the upstream broke rule 1.1); that item and the rest stay in `items`, for the
+    /// caller to drop outside its lock. Returns how many were queued.
+    #[inline]
+    pub(crate) fn push<I: Iterator<Item = T>>(
+        &mut self,
+        items: &mut std::iter::Peekable<I>,
+    ) -> Result<usize, ()> {
+        let mut pushed = 0;
+        while items.peek().is_some() {
+            if self.held == self.size {
+                return Err(());
+            }
+            let item = items.next().expect("peeked");
+            self.items.push_back(item);
+            self.held += 1;
+            pushed += 1;
+        }
+        Ok(pushed)
+    }
+
+    /// The oldest queued item, still counted as held until [`release`](Self::release).
+    #[inline]
+    pub(crate) fn pop(&mut self) -> Option<T> {
+        self.items.pop_front()
+    }
+
+    /// The oldest queued item, released at once (for consumers that replenish as they
+    /// take items out).
+    #[inline]
+    pub(crate) fn pop_released(&mut self) -> Option<T> {
+        let item = self.items.pop_front()?;
+        self.held -= 1;
+        Some(item)
+    }
+
+    /// Move up to `max` of the oldest queued items to `out`, releasing them; returns
+    /// how many moved.
+    pub(crate) fn pop_into(&mut self, out: &mut VecDeque<T>, max: usize) -> usize {
+        let n = max.min(self.items.len());
+        out.extend(self.items.drain(..n));
+        self.held -= n;
+        n
+    }
+
+    /// The consumer is done with `n` items taken with [`pop`](Self::pop): upstream may
+    /// deliver `n` more. Call before requesting them.
+    pub(crate) fn release(&mut self, n: usize) {
+        debug_assert!(n <= self.held, "released more than was delivered");
+        self.held -= n.min(self.held);
+    }
+
+    /// How many items are queued.
+    pub(crate) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// True when nothing is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Take every queued item out (to drop outside the caller's lock); they stay
+    /// counted as held (the window is over).
+    pub(crate) fn take_all(&mut self) -> VecDeque<T> {
+        std::mem::take(&mut self.items)
+    }
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holds_the_credit_and_refuses_more() {
+        let mut window = Window::new(3);
+        let mut items = (0..5).peekable();
+        assert_eq!(window.push(&mut items), Err(()));
+        assert_eq!(items.next(), Some(3), "the item that did not fit stays");
+        assert_eq!(window.pop(), Some(0));
+        let mut more = (10..11).peekable();
+        assert_eq!(window.push(&mut more), Err(()), "popped but not released");
+        window.release(1);
+        assert_eq!(window.push(&mut (10..11).peekable()), Ok(1));
+        assert_eq!(window.pop_released(), Some(1));
+        let mut out = VecDeque::new();
+        assert_eq!(window.pop_into(&mut out, 5), 2);
+        assert_eq!(out, [2, 10]);
+        assert!(window.is_empty());
+        assert_eq!(window.push(&mut (0..3).peekable()), Ok(3));
+    }
+
+    #[test]
+    #[should_panic(expected = "into_stream prefetch must be in 1..=2^30 (got 0)")]
+    fn refuses_zero() {
+        validate("into_stream prefetch", 0);
+    }
+
+    #[test]
+    fn the_rule_1_1_error_names_the_stage_and_the_rule() {
+        let error = over_delivered("zip");
+        assert_eq!(error.rule(), Some("1.1"));
+        assert!(error.message().starts_with("zip: "), "{error}");
+    }
+}
