@@ -6,6 +6,8 @@
 #[path = "support/mod.rs"]
 pub mod support;
 
+use std::time::Duration;
+
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;
 use weir::runtime::VirtualTime;
@@ -144,12 +146,19 @@ fn timer_cancel_before_it_fires() {
 }
 
 #[test]
-fn timer_with_a_zero_delay_fires_at_the_next_turn() {
+#[should_panic(expected = "timer delay must be greater than zero (got 0ns)")]
+fn timer_refuses_a_zero_delay() {
+    let _ = weir::timer(ms(0), VirtualTime::new());
+}
+
+#[test]
+fn timer_with_the_shortest_delay_fires_after_it() {
     let vt = VirtualTime::new();
-    let probe = probe_of(weir::timer(ms(0), vt.clone()));
+    let probe = probe_of(weir::timer(Duration::from_nanos(1), vt.clone()));
     probe.request(1);
-    probe.assert_items(&[]);
     vt.run_ready();
+    probe.assert_items(&[]);
+    vt.advance(Duration::from_nanos(1));
     probe.assert_items(&[0]);
     probe.assert_completed();
 }

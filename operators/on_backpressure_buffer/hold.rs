@@ -49,7 +49,7 @@ pub(super) struct Hold<T> {
 }
 
 /// What only the drain owner touches.
-pub(super) struct Drain<T> {
+pub(super) struct Delivery<T> {
     /// The run of held items on its way downstream (capacity `min(capacity, RUN)`).
     run: Vec<T>,
     /// Items that expired in the queue, on their way to the drop hook.
@@ -58,9 +58,9 @@ pub(super) struct Drain<T> {
     reporter: DropReporter,
 }
 
-impl<T> Drain<T> {
+impl<T> Delivery<T> {
     pub(super) fn new(capacity: usize, reporter: DropReporter) -> Self {
-        Drain {
+        Delivery {
             run: Vec::with_capacity(capacity.min(RUN)),
             expired: Vec::new(),
             reporter,
@@ -154,7 +154,7 @@ impl<T: Send + 'static> Hold<T> {
     pub(super) fn deliver_held<S: Subscriber<T>>(
         &self,
         cx: &Cx<'_>,
-        drain: &mut Drain<T>,
+        drain: &mut Delivery<T>,
         downstream: &mut S,
     ) {
         let mut now: Option<Instant> = None;
@@ -221,12 +221,12 @@ impl<T: Send + 'static> Hold<T> {
 impl<T: Send + 'static> Stage for Hold<T> {
     const NAME: &'static str = "on_backpressure_buffer";
     type Item = T;
-    type Owned = Drain<T>;
+    type Owned = Delivery<T>;
 
     fn pass<S: Subscriber<T>>(
         &self,
         cx: &Cx<'_>,
-        drain: &mut Drain<T>,
+        drain: &mut Delivery<T>,
         downstream: &mut S,
     ) -> Pass {
         self.owning(|| {
@@ -240,7 +240,7 @@ impl<T: Send + 'static> Stage for Hold<T> {
 
     /// Close the queue (a producer arriving later drops its items), release what it
     /// holds, and cancel upstream.
-    fn stop(&self, drain: &mut Drain<T>) {
+    fn stop(&self, drain: &mut Delivery<T>) {
         let released: Vec<T> = {
             let mut held = lock(&self.held);
             held.closed = true;

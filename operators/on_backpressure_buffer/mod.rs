@@ -55,7 +55,7 @@ use crate::stage::core::SharedUpstream;
 use crate::stage::{Core, Pass};
 use crate::{DropReason, Error, Overflow, Publisher, Subscriber, Subscription};
 
-use hold::{lock, Drain, Held, Hold};
+use hold::{lock, Delivery, Held, Hold};
 
 mod hold;
 #[cfg(all(test, weir_loom))]
@@ -353,7 +353,7 @@ where
             self.stage,
         ));
         self.core = Some(core.clone());
-        let drain = Drain::new(
+        let drain = Delivery::new(
             self.capacity,
             DropReporter::new(self.stage, self.hook.clone()),
         );

@@ -3,7 +3,7 @@
 //!
 //! # The algorithm
 //!
-//! Two halves share one small state (`Shared`):
+//! Two halves share one small state (`Mailbox`):
 //!
 //! * The **inlet** is the synchronous [`Subscriber`] the publisher sees. It never runs
 //!   user code and never blocks: `on_subscribe` stores the subscription (a second one
@@ -209,7 +209,7 @@ impl SubscribeAsync {
                 )
             }),
         };
-        let shared = Arc::new(Shared::new(self.window));
+        let shared = Arc::new(Mailbox::new(self.window));
         let join = runtime.spawn(drive(shared.clone(), subscriber, self.window));
         publisher.subscribe(Inlet {
             shared: shared.clone(),
@@ -297,7 +297,7 @@ trait Abort: Send + Sync {
 }
 
 /// The state shared by the inlet, the driver and the handle.
-struct Shared<T> {
+struct Mailbox<T> {
     slot: SubscriptionSlot,
     state: Mutex<State<T>>,
     wake: Notify,
@@ -312,10 +312,10 @@ struct State<T> {
     closed: bool,
 }
 
-impl<T> Shared<T> {
+impl<T> Mailbox<T> {
     fn new(window: u64) -> Self {
         let window = usize::try_from(window).expect("the window is at most 2^30");
-        Shared {
+        Mailbox {
             slot: SubscriptionSlot::new(),
             state: Mutex::new(State {
                 items: Window::new(window),
@@ -349,7 +349,7 @@ impl<T> Shared<T> {
     }
 }
 
-impl<T: Send> Abort for Shared<T> {
+impl<T: Send> Abort for Mailbox<T> {
     fn abort(&self) {
         self.close();
         // Cancel even when terminated: a no-op then (rule 3.6), but it marks the slot
@@ -361,7 +361,7 @@ impl<T: Send> Abort for Shared<T> {
 
 /// The synchronous subscriber the publisher sees.
 struct Inlet<T> {
-    shared: Arc<Shared<T>>,
+    shared: Arc<Mailbox<T>>,
 }
 
 impl<T> Inlet<T> {
@@ -427,7 +427,7 @@ impl<T: Send> Subscriber<T> for Inlet<T> {
 
 /// Cancels upstream if the driver is dropped before it finished (abort, runtime
 /// shutdown) or when it ends early.
-struct CloseGuard<T>(Arc<Shared<T>>);
+struct CloseGuard<T>(Arc<Mailbox<T>>);
 
 impl<T> Drop for CloseGuard<T> {
     fn drop(&mut self) {
@@ -443,7 +443,7 @@ enum Next<T> {
 
 /// Wait until the subscription arrived (or was cancelled: a rule 1.1 violation by
 /// the publisher, whose error then waits in the hand-off). False after an abort.
-async fn subscribed<T>(shared: &Shared<T>) -> bool {
+async fn subscribed<T>(shared: &Mailbox<T>) -> bool {
     loop {
         let notified = shared.wake.notified();
         if shared.lock().closed {
@@ -457,7 +457,7 @@ async fn subscribed<T>(shared: &Shared<T>) -> bool {
 }
 
 /// Wait for the next item or the terminal signal.
-async fn next<T>(shared: &Shared<T>) -> Next<T> {
+async fn next<T>(shared: &Mailbox<T>) -> Next<T> {
     loop {
         let notified = shared.wake.notified();
         {
@@ -489,7 +489,7 @@ async fn guarded<R>(future: impl Future<Output = R>) -> Result<R, Error> {
 }
 
 /// The task: see the module docs.
-async fn drive<T, A>(shared: Arc<Shared<T>>, mut subscriber: A, window: u64) -> Result<(), Error>
+async fn drive<T, A>(shared: Arc<Mailbox<T>>, mut subscriber: A, window: u64) -> Result<(), Error>
 where
     T: Send + 'static,
     A: AsyncSubscriber<T>,

@@ -60,11 +60,11 @@ pub struct ThreadPoolBuilder {
 
 #[derive(Debug)]
 struct Owner {
-    shared: Arc<Shared>,
+    shared: Arc<Workers>,
 }
 
 #[derive(Debug)]
-struct Shared {
+struct Workers {
     state: Mutex<State>,
     wake: Condvar,
     /// Ready tasks, readable without the lock so that spinning workers can poll it.
@@ -127,7 +127,7 @@ impl ThreadPoolBuilder {
     ///
     /// If the operating system refuses to start a thread.
     pub fn build(self) -> ThreadPool {
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Workers {
             state: Mutex::new(State {
                 ready: VecDeque::new(),
                 timers: BTreeMap::new(),
@@ -206,7 +206,7 @@ impl Drop for Owner {
     }
 }
 
-impl Shared {
+impl Workers {
     fn lock(&self) -> MutexGuard<'_, State> {
         // Tasks never run under this lock, so user code cannot poison it.
         self.state

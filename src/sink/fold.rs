@@ -131,3 +131,15 @@ where
         }
     }
 }
+
+impl<A, F> Drop for FoldSubscriber<A, F> {
+    /// Released by its publisher without a terminal signal (after a cancel, or by a
+    /// publisher that ended on its own without telling): the handle must not wait for
+    /// ever, so the result becomes an error of kind
+    /// [`Cancelled`](crate::ErrorKind::Cancelled) (a no-op when it already has one).
+    fn drop(&mut self) {
+        if self.acc.take().is_some() {
+            self.shared.finish(Err(Error::cancelled()));
+        }
+    }
+}

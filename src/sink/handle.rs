@@ -88,33 +88,39 @@ impl<R> SinkHandle<R> {
     ///
     /// If the result was already taken by [`wait_timeout`](Self::wait_timeout).
     pub fn wait(self) -> Result<R, Error> {
-        let mut slot = self.shared.result.lock().unwrap_or_else(|p| p.into_inner());
-        while matches!(*slot, Outcome::Running) {
-            slot = self
-                .shared
-                .ready
-                .wait(slot)
-                .unwrap_or_else(|p| p.into_inner());
-        }
-        take(&mut slot)
+        self.wait_until(None)
+            .expect("waiting without a deadline ends with a result")
     }
 
     /// Wait at most `timeout`; `None` if the stream is still running. A returned
-    /// result is taken: a second call panics.
+    /// result is taken: a second call panics. A timeout that does not fit the clock
+    /// (`Duration::MAX`) waits as long as [`wait`](Self::wait).
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<R, Error>> {
-        let deadline = Instant::now() + timeout;
+        self.wait_until(crate::runtime::deadline(Instant::now(), timeout))
+    }
+
+    /// Wait until the stream terminates or `deadline` (`None`: no deadline) passes.
+    fn wait_until(&self, deadline: Option<Instant>) -> Option<Result<R, Error>> {
         let mut slot = self.shared.result.lock().unwrap_or_else(|p| p.into_inner());
         while matches!(*slot, Outcome::Running) {
-            let now = Instant::now();
-            if now >= deadline {
-                return None;
-            }
-            slot = self
-                .shared
-                .ready
-                .wait_timeout(slot, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            slot = match deadline {
+                None => self
+                    .shared
+                    .ready
+                    .wait(slot)
+                    .unwrap_or_else(|p| p.into_inner()),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return None;
+                    }
+                    self.shared
+                        .ready
+                        .wait_timeout(slot, deadline - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
         }
         Some(take(&mut slot))
     }

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::runtime::Scheduler;
-use crate::stage::timed::{self, Fx, Machine, Signal};
+use crate::stage::timed::{self, assert_positive, Fx, Machine, Signal};
 use crate::{Publisher, Subscriber};
 
 /// Publisher for [`timer`]: one `0u64` after the delay.
@@ -45,7 +45,9 @@ pub struct Timer<C> {
 ///
 /// # Panics
 ///
-/// Never (a zero delay fires at the scheduler's next turn).
+/// If `delay` is zero: "timer delay must be greater than zero (got 0ns)" (every time
+/// source and operator refuses a zero duration; use [`just`](crate::just) for an item
+/// now). `Duration::MAX` (a delay that does not fit the clock) never fires.
 ///
 /// # Examples
 ///
@@ -62,6 +64,7 @@ pub struct Timer<C> {
 /// assert_eq!(fired.wait().unwrap(), vec![0]);
 /// ```
 pub fn timer<C: Scheduler + Clone>(delay: Duration, scheduler: C) -> Timer<C> {
+    assert_positive("timer delay", delay);
     Timer { delay, scheduler }
 }
 

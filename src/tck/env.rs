@@ -228,17 +228,25 @@ pub(crate) fn wait_for<'a, S>(
     timeout: Duration,
     done: impl Fn(&S) -> bool,
 ) -> MutexGuard<'a, S> {
-    let deadline = Instant::now() + timeout;
+    // A timeout that does not fit the clock (`Duration::MAX`) waits without a deadline.
+    let deadline = crate::runtime::deadline(Instant::now(), timeout);
     let mut state = lock(mutex);
     while !done(&state) {
-        let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        state = changed
-            .wait_timeout(state, deadline - now)
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .0;
+        state = match deadline {
+            None => changed
+                .wait(state)
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            Some(deadline) => {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                changed
+                    .wait_timeout(state, deadline - now)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner())
+                    .0
+            }
+        };
     }
     state
 }

@@ -208,15 +208,18 @@ where
             probe.request(1);
             probe.await_items(1, env.default_timeout())?;
             probe.cancel();
-            let deadline = Instant::now() + env.reference_drop_timeout();
+            let deadline = crate::runtime::deadline(Instant::now(), env.reference_drop_timeout());
             // Acquire: pairs with the Release store in `DropFlag::drop`.
             while !dropped.load(Ordering::Acquire) {
-                ensure(Instant::now() < deadline, || {
-                    format!(
-                        "the publisher still holds the subscriber {:?} after cancel",
-                        env.reference_drop_timeout()
-                    )
-                })?;
+                ensure(
+                    deadline.map_or(true, |deadline| Instant::now() < deadline),
+                    || {
+                        format!(
+                            "the publisher still holds the subscriber {:?} after cancel",
+                            env.reference_drop_timeout()
+                        )
+                    },
+                )?;
                 std::thread::sleep(env.poll_timeout().min(Duration::from_millis(5)));
             }
             Ok(())
