@@ -46,7 +46,7 @@ fn check(row: &Stage, k: u64, schedulers: &Schedulers) -> Vec<String> {
         initial: 4,
         per_item: 1,
         panic_at: Some(k),
-        record_drops: false,
+        ..Plan::default()
     };
     let started = match start(row, schedulers, BIG, Feed::OnDemand, plan) {
         Ok(started) => started,

@@ -30,6 +30,10 @@ pub struct Plan {
     pub per_item: u64,
     /// Panic in `on_next` at this item (1-based).
     pub panic_at: Option<u64>,
+    /// Cancel from inside `on_next` at this item (1-based).
+    pub cancel_at: Option<u64>,
+    /// A slow consumer: sleep this long after every `n`th item.
+    pub pause: Option<(u64, std::time::Duration)>,
     /// Record the value of every item a drop hook receives (otherwise only count).
     pub record_drops: bool,
 }
@@ -288,6 +292,14 @@ impl Subscriber<Item> for Recorder {
             };
             *lock(&record.panic_point) = Some(point);
             panic!("{DELIBERATE} panic in on_next at item {n}");
+        }
+        if record.plan.cancel_at == Some(n) {
+            record.cancel();
+        }
+        if let Some((every, pause)) = record.plan.pause {
+            if n % every == 0 {
+                std::thread::sleep(pause);
+            }
         }
         if record.plan.per_item > 0 {
             record.request(record.plan.per_item);

@@ -27,8 +27,8 @@ impl Rng {
     }
 
     /// One of `choices`.
-    pub fn pick<T: Copy>(&mut self, choices: &[T]) -> T {
-        choices[self.below(choices.len() as u64) as usize]
+    pub fn pick<T: Clone>(&mut self, choices: &[T]) -> T {
+        choices[self.below(choices.len() as u64) as usize].clone()
     }
 }
 

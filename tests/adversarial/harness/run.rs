@@ -114,35 +114,7 @@ impl Started {
     /// subscribed released its subscriber, and (if `recorder` is set) the recorder
     /// dropped. `None` when it did; otherwise what is still held after the watchdog.
     pub fn released(&self, recorder: bool) -> Option<String> {
-        let env = &self.env;
-        let record = &self.record;
-        let done = || {
-            env.ledger.live() == 0
-                && env.probes().iter().all(|p| !p.holding())
-                && (!recorder || record.dropped())
-        };
-        if wait_until(PATIENCE, done) {
-            return None;
-        }
-        let mut held = Vec::new();
-        let live = env.ledger.live();
-        if live != 0 {
-            held.push(format!("{live} items still alive"));
-        }
-        for probe in env.probes() {
-            if probe.holding() {
-                held.push(format!("{} (never released its subscriber)", probe.describe()));
-            }
-        }
-        if recorder && !record.dropped() {
-            held.push("the subscriber was never dropped".to_owned());
-        }
-        Some(format!("after {PATIENCE:?}: {}", held.join("; ")))
-    }
-
-    /// Wait for a terminal signal; true if one arrived within the watchdog.
-    pub fn terminated(&self) -> bool {
-        wait_until(PATIENCE, || self.record.terminated())
+        released(&self.env, &self.record, recorder)
     }
 
     /// Let go of the run's own handles (the subscription the record keeps).
@@ -150,6 +122,34 @@ impl Started {
         self.record.forget_subscription();
         self.env.open();
     }
+}
+
+/// Wait until a run has let go of everything: no item alive, every source that
+/// subscribed released its subscriber, and (if `recorder` is set) the recorder dropped.
+/// `None` when it did; otherwise what is still held after the watchdog.
+pub fn released(env: &Env, record: &Record, recorder: bool) -> Option<String> {
+    let done = || {
+        env.ledger.live() == 0
+            && env.probes().iter().all(|p| !p.holding())
+            && (!recorder || record.dropped())
+    };
+    if wait_until(PATIENCE, done) {
+        return None;
+    }
+    let mut held = Vec::new();
+    let live = env.ledger.live();
+    if live != 0 {
+        held.push(format!("{live} items still alive"));
+    }
+    for probe in env.probes() {
+        if probe.holding() {
+            held.push(format!("{} (never released its subscriber)", probe.describe()));
+        }
+    }
+    if recorder && !record.dropped() {
+        held.push("the subscriber was never dropped".to_owned());
+    }
+    Some(format!("after {PATIENCE:?}: {}", held.join("; ")))
 }
 
 /// Run `f`, a whole check of one case, on a thread of its own with a watchdog of

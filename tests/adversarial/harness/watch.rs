@@ -69,19 +69,36 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Keep the suite's deliberate panics (messages starting with [`DELIBERATE`]) out of
-/// the test output; every other panic is reported by the default hook as usual.
+thread_local! {
+    /// Set while [`expect_panic`] runs: the panic it catches is the point of the check.
+    static EXPECTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Keep the suite's deliberate panics (messages starting with [`DELIBERATE`]) and the
+/// panics [`expect_panic`] catches out of the test output; every other panic is
+/// reported by the default hook as usual.
 pub fn silence_deliberate_panics() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let default = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            if panic_message(info.payload()).starts_with(DELIBERATE) {
+            let expected = EXPECTING.with(std::cell::Cell::get);
+            if expected || panic_message(info.payload()).starts_with(DELIBERATE) {
                 return;
             }
             default(info);
         }));
     });
+}
+
+/// Run `f`, which is expected to panic (a constructor refusing its arguments):
+/// `Err(message)` if it did, quietly.
+pub fn expect_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    silence_deliberate_panics();
+    EXPECTING.with(|expecting| expecting.set(true));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    EXPECTING.with(|expecting| expecting.set(false));
+    result.map_err(|payload| panic_message(&*payload))
 }
 
 /// Fail the test with every collected failure, one per line, if there are any.
