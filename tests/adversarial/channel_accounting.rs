@@ -54,7 +54,12 @@ enum Method {
     SendOrPause,
 }
 
-const METHODS: [Method; 4] = [Method::TrySend, Method::SendBlocking, Method::SendAwait, Method::SendOrPause];
+const METHODS: [Method; 4] = [
+    Method::TrySend,
+    Method::SendBlocking,
+    Method::SendAwait,
+    Method::SendOrPause,
+];
 
 /// How the stream ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -69,7 +74,12 @@ enum Ending {
     ConsumerCancels,
 }
 
-const ENDINGS: [Ending; 4] = [Ending::SendersDropped, Ending::Close, Ending::Fail, Ending::ConsumerCancels];
+const ENDINGS: [Ending; 4] = [
+    Ending::SendersDropped,
+    Ending::Close,
+    Ending::Fail,
+    Ending::ConsumerCancels,
+];
 
 const CAPACITY: usize = 8;
 const PER_PRODUCER: u64 = 1_000;
@@ -184,7 +194,9 @@ fn check(case: Case, runtime: &tokio::runtime::Handle) -> Vec<String> {
             let (sends, ending) = (sends.clone(), case.ending);
             let closer = tx.clone();
             Some(std::thread::spawn(move || {
-                wait_until(PATIENCE, || sends.offered.load(Ordering::SeqCst) >= threshold);
+                wait_until(PATIENCE, || {
+                    sends.offered.load(Ordering::SeqCst) >= threshold
+                });
                 match ending {
                     Ending::Close => closer.close(),
                     _ => {
@@ -219,7 +231,10 @@ fn check(case: Case, runtime: &tokio::runtime::Handle) -> Vec<String> {
     match case.ending {
         Ending::ConsumerCancels => {
             if !wait_until(PATIENCE, || record.dropped()) {
-                failures.push(format!("the consumer was never dropped ({})", record.describe()));
+                failures.push(format!(
+                    "the consumer was never dropped ({})",
+                    record.describe()
+                ));
             }
         }
         _ => {
@@ -260,7 +275,11 @@ impl Producer {
             }
             Err(refused) => {
                 let closed = refused.is_closed();
-                let counter = if closed { &self.sends.closed } else { &self.sends.full };
+                let counter = if closed {
+                    &self.sends.closed
+                } else {
+                    &self.sends.full
+                };
                 counter.fetch_add(1, Ordering::SeqCst);
                 refused.into_inner().mark(Fate::HandedBack);
                 !closed
@@ -335,7 +354,9 @@ fn accounting(
         failures.push(format!("a send never answered: {books}"));
     }
     if handed_back != full + closed {
-        failures.push(format!("items handed back do not match the Err answers: {books}"));
+        failures.push(format!(
+            "items handed back do not match the Err answers: {books}"
+        ));
     }
     if ok != delivered + hooked + released {
         failures.push(format!("accepted items unaccounted for: {books}"));
@@ -353,7 +374,11 @@ fn accounting(
     let may_be_full = case.policy == ChannelPolicy::Reject
         || (case.policy == ChannelPolicy::Backpressure && methods(case).contains(&Method::TrySend));
     if full > 0 && !may_be_full {
-        failures.push(format!("{full} sends answered Full under {:?} with {:?}", case.policy, methods(case)));
+        failures.push(format!(
+            "{full} sends answered Full under {:?} with {:?}",
+            case.policy,
+            methods(case)
+        ));
     }
     // Drops: what the hook received, its counters and the monitor's, by reason.
     let mut received: HashMap<DropReason, u64> = HashMap::new();
@@ -378,7 +403,10 @@ fn accounting(
             ));
         }
         if got > 0 && Some(reason) != allowed {
-            failures.push(format!("{got} items dropped as {reason:?} under {:?}", case.policy));
+            failures.push(format!(
+                "{got} items dropped as {reason:?} under {:?}",
+                case.policy
+            ));
         }
     }
     if stats.rejected != full {
@@ -416,12 +444,18 @@ fn ending(case: Case, record: &Record) -> Vec<String> {
         Ending::Fail => {
             let failed_as_told = errors.len() == 1 && errors[0].message() == FAILURE;
             if completes != 0 || !failed_as_told {
-                failures.push(format!("expected one on_error({FAILURE}): {}", record.describe()));
+                failures.push(format!(
+                    "expected one on_error({FAILURE}): {}",
+                    record.describe()
+                ));
             }
         }
         Ending::ConsumerCancels => {
             if record.terminals() > 1 {
-                failures.push(format!("more than one terminal signal: {}", record.describe()));
+                failures.push(format!(
+                    "more than one terminal signal: {}",
+                    record.describe()
+                ));
             }
         }
     }

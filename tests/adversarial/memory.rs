@@ -40,7 +40,7 @@ fn memory_stays_flat_behind_every_stage_when_nothing_is_requested() {
     let failures = run_rows(&rows, 2, |row| {
         check(row, &schedulers)
             .into_iter()
-            .map(|f| format!("{}: {f}", row.name))
+            .map(|f| format!("{}: {f}", row.label()))
             .collect()
     });
     assert_no_failures("never-requesting subscriber", rows.len(), &failures);
@@ -58,11 +58,16 @@ fn check(row: &Stage, schedulers: &Schedulers) -> Vec<String> {
     }
     let env = &started.env;
     if !wait_until(PATIENCE, || env.pushed()) {
-        failures.push(format!("the producers did not get their {PUSHED} items out within {PATIENCE:?}"));
+        failures.push(format!(
+            "the producers did not get their {PUSHED} items out within {PATIENCE:?}"
+        ));
     }
     let record = &started.record;
     if record.items() > 0 {
-        failures.push(format!("{} items delivered without a request", record.items()));
+        failures.push(format!(
+            "{} items delivered without a request",
+            record.items()
+        ));
     }
     let sources = env.probes().len() as u64;
     let allowed = started.bound + SLACK_PER_SOURCE * sources;
@@ -105,7 +110,11 @@ fn memory_stays_flat_behind_every_buffering_sink_whose_consumer_stops() {
             .map(|f| format!("{sink:?}: {f}"))
             .collect()
     });
-    assert_no_failures("stopped consumer behind a buffering sink", sinks.len(), &failures);
+    assert_no_failures(
+        "stopped consumer behind a buffering sink",
+        sinks.len(),
+        &failures,
+    );
 }
 
 /// Never completes `on_next` after the first item.
@@ -162,7 +171,9 @@ fn sink_check(sink: Sink) -> Vec<String> {
         Err(why) => return vec![format!("the consumer {why}")],
     };
     if !wait_until(PATIENCE, || env.pushed()) {
-        failures.push(format!("the producer did not get its {PUSHED} items out within {PATIENCE:?}"));
+        failures.push(format!(
+            "the producer did not get its {PUSHED} items out within {PATIENCE:?}"
+        ));
     }
     let allowed = bound + SLACK_PER_SOURCE;
     let peak = env.ledger.peak();

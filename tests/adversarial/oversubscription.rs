@@ -125,9 +125,14 @@ fn sixty_four_pipelines_across_small_pools_on_two_cores() {
         }
     }
     let elapsed = start.elapsed();
-    eprintln!("oversubscription: {PIPELINES} pipelines of {ITEMS} items in {elapsed:?} (seed {})", seed());
+    eprintln!(
+        "oversubscription: {PIPELINES} pipelines of {ITEMS} items in {elapsed:?} (seed {})",
+        seed()
+    );
     let mut failures = Vec::new();
-    for (index, ((kind, prefetch, delay, progress), result)) in pipelines.iter().zip(&results).enumerate() {
+    for (index, ((kind, prefetch, delay, progress), result)) in
+        pipelines.iter().zip(&results).enumerate()
+    {
         let name = format!("pipeline #{index} ({kind:?}, prefetch {prefetch}, delay {delay:?})");
         match result {
             None => failures.push(format!(
@@ -139,7 +144,10 @@ fn sixty_four_pipelines_across_small_pools_on_two_cores() {
         }
     }
     if failures.is_empty() && !wait_until(PATIENCE, || ledger.live() == 0) {
-        failures.push(format!("{} items still alive after every pipeline finished", ledger.live()));
+        failures.push(format!(
+            "{} items still alive after every pipeline finished",
+            ledger.live()
+        ));
     }
     assert_no_failures("oversubscription", PIPELINES as usize, &failures);
 }
@@ -149,7 +157,14 @@ fn pool(name: &str, threads: usize) -> ThreadPool {
 }
 
 /// Run one pipeline to its end: `Ok` if it delivered exactly `0..ITEMS` in order.
-fn run(kind: Kind, prefetch: u64, a: ThreadPool, b: ThreadPool, ledger: &Arc<Ledger>, progress: &Arc<Progress>) -> Result<(), String> {
+fn run(
+    kind: Kind,
+    prefetch: u64,
+    a: ThreadPool,
+    b: ThreadPool,
+    ledger: &Arc<Ledger>,
+    progress: &Arc<Progress>,
+) -> Result<(), String> {
     let produce = {
         let ledger = ledger.clone();
         move |value| ledger.produce(value)
@@ -157,10 +172,14 @@ fn run(kind: Kind, prefetch: u64, a: ThreadPool, b: ThreadPool, ledger: &Arc<Led
     let fold = |publisher: BoxPublisher<Item>| {
         let progress = progress.clone();
         publisher
-            .fold_with(prefetch, Ok(()), move |verdict: Result<(), String>, item| {
-                let taken = progress.take(item);
-                verdict.and(taken)
-            })
+            .fold_with(
+                prefetch,
+                Ok(()),
+                move |verdict: Result<(), String>, item| {
+                    let taken = progress.take(item);
+                    verdict.and(taken)
+                },
+            )
             .wait()
             .map_err(|e| format!("failed: {e}"))
             .and_then(|verdict| verdict)
@@ -175,7 +194,6 @@ fn run(kind: Kind, prefetch: u64, a: ThreadPool, b: ThreadPool, ledger: &Arc<Led
         ),
         Kind::ChannelPublishOn => {
             let (tx, rx) = weir::channel::<Item>(prefetch as usize, ChannelPolicy::Backpressure);
-            let mut produce = produce;
             let producer = std::thread::spawn(move || {
                 for value in 0..ITEMS {
                     if let Err(refused) = tx.send_blocking(produce(value)) {
@@ -189,7 +207,10 @@ fn run(kind: Kind, prefetch: u64, a: ThreadPool, b: ThreadPool, ledger: &Arc<Led
             verdict
         }
         Kind::PublishOnIntoStream => {
-            let mut stream = weir::range(0..ITEMS).map(produce).publish_on(a, prefetch).into_stream(prefetch);
+            let mut stream = weir::range(0..ITEMS)
+                .map(produce)
+                .publish_on(a, prefetch)
+                .into_stream(prefetch);
             futures::executor::block_on(async {
                 let mut verdict = Ok(());
                 while let Some(item) = stream.next().await {
@@ -203,7 +224,11 @@ fn run(kind: Kind, prefetch: u64, a: ThreadPool, b: ThreadPool, ledger: &Arc<Led
         }
         Kind::FromStreamPublishOn => {
             let stream = futures::stream::iter((0..ITEMS).map(produce));
-            fold(weir::from_stream_on(stream, a).publish_on(b, prefetch).boxed())
+            fold(
+                weir::from_stream_on(stream, a)
+                    .publish_on(b, prefetch)
+                    .boxed(),
+            )
         }
     };
     verdict?;

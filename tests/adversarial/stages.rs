@@ -71,8 +71,9 @@ pub struct Env {
 
 impl Drop for Env {
     fn drop(&mut self) {
-        // Never leave a producer thread waiting for good.
+        // Never leave a producer thread waiting for good, nor a source running.
         self.gate.open();
+        self.stop_sources();
     }
 }
 
@@ -108,6 +109,14 @@ impl Env {
             probes: Mutex::new(Vec::new()),
             gate: Gate::default(),
             pushing: Arc::default(),
+        }
+    }
+
+    /// Cancel every source that still holds its subscriber (cleanup after the checks,
+    /// so that a source a broken stage left running stops).
+    pub fn stop_sources(&self) {
+        for probe in self.probes() {
+            probe.stop();
         }
     }
 
@@ -324,6 +333,40 @@ impl Stage {
         self
     }
 
+    /// The row's name with its nature, for failure messages.
+    pub fn label(&self) -> String {
+        let mut flags = vec![format!("{:?}", self.kind).to_lowercase()];
+        flags.push(
+            match self.nature {
+                Nature::Lossless(Order::Exact) => "lossless",
+                Nature::Lossless(Order::PerSource) => "lossless, ordered per source",
+                Nature::Lossless(Order::Multiset) => "lossless, unordered",
+                Nature::Lossy(Loss::WithoutDemand) => "lossy without demand",
+                Nature::Lossy(Loss::ByDesign) => "lossy",
+                Nature::Overflowing => "may overflow",
+            }
+            .to_owned(),
+        );
+        for (set, flag) in [
+            (self.timed, "timed"),
+            (self.scheduled, "on a scheduler"),
+            (self.changes_type, "type mapped back"),
+        ] {
+            if set {
+                flags.push(flag.to_owned());
+            }
+        }
+        format!("{} [{}]", self.name, flags.join(", "))
+    }
+
+    /// The function or method the row exercises: its name up to the first `(` or
+    /// space, without a `weir::` prefix.
+    pub fn function(&self) -> &str {
+        let name = self.name.trim_start_matches("weir::");
+        let end = name.find(['(', ' ']).unwrap_or(name.len());
+        &name[..end]
+    }
+
     /// What the row promises when every item finds outstanding demand: lossy rows
     /// that only drop without demand become lossless then.
     pub fn with_demand(&self) -> Nature {
@@ -367,7 +410,8 @@ pub fn table() -> Vec<Stage> {
             EXACT,
             |env| {
                 let produce = env.produce();
-                env.tap("range", weir::range(0..env.len).map(produce)).boxed()
+                env.tap("range", weir::range(0..env.len).map(produce))
+                    .boxed()
             },
             identity,
         ),
@@ -395,8 +439,11 @@ pub fn table() -> Vec<Stage> {
             EXACT,
             |env| {
                 let (len, produce) = (env.len, env.produce());
-                env.tap("defer", weir::defer(move || weir::range(0..len).map(produce)))
-                    .boxed()
+                env.tap(
+                    "defer",
+                    weir::defer(move || weir::range(0..len).map(produce)),
+                )
+                .boxed()
             },
             identity,
         ),
@@ -588,7 +635,9 @@ pub fn table() -> Vec<Stage> {
             EXACT,
             |env| {
                 let half = env.len / 2;
-                env.source().take_while(move |it: &Item| it.value < half).boxed()
+                env.source()
+                    .take_while(move |it: &Item| it.value < half)
+                    .boxed()
             },
             |n| (0..n / 2).collect(),
         ),
@@ -615,7 +664,11 @@ pub fn table() -> Vec<Stage> {
                     .map(move |sum| ledger.derived(sum))
                     .boxed()
             },
-            |n| (0..n).scan(0, |sum, v| Some(*sum + v).inspect(|s| *sum = *s)).collect(),
+            |n| {
+                (0..n)
+                    .scan(0, |sum, v| Some(*sum + v).inspect(|s| *sum = *s))
+                    .collect()
+            },
         )
         .changes_type(),
         Stage::new(
@@ -662,10 +715,19 @@ pub fn table() -> Vec<Stage> {
             Operator,
             Nature::Lossless(Order::PerSource),
             |env| {
-                let sources = vec![env.source(), env.source_at(OFFSET), env.source_at(2 * OFFSET)];
+                let sources = vec![
+                    env.source(),
+                    env.source_at(OFFSET),
+                    env.source_at(2 * OFFSET),
+                ];
                 weir::merge(sources).boxed()
             },
-            |n| (0..n).chain(OFFSET..OFFSET + n).chain(2 * OFFSET..2 * OFFSET + n).collect(),
+            |n| {
+                (0..n)
+                    .chain(OFFSET..OFFSET + n)
+                    .chain(2 * OFFSET..2 * OFFSET + n)
+                    .collect()
+            },
         ),
         Stage::new(
             "concat",
@@ -704,7 +766,9 @@ pub fn table() -> Vec<Stage> {
             EXACT,
             |env| {
                 env.source()
-                    .zip(env.source_at(OFFSET), |a: Item, b: Item| a.derive(a.value + b.value))
+                    .zip(env.source_at(OFFSET), |a: Item, b: Item| {
+                        a.derive(a.value + b.value)
+                    })
                     .boxed()
             },
             |n| (0..n).map(|v| OFFSET + 2 * v).collect(),
@@ -841,7 +905,12 @@ pub fn table() -> Vec<Stage> {
             EXACT,
             |env| {
                 env.source()
-                    .throttle(Rate::new(1, US(1)), 16, ThrottleMode::Shaping, env.pool.clone())
+                    .throttle(
+                        Rate::new(1, US(1)),
+                        16,
+                        ThrottleMode::Shaping,
+                        env.pool.clone(),
+                    )
                     .boxed()
             },
             identity,
@@ -853,7 +922,12 @@ pub fn table() -> Vec<Stage> {
             lossy_by_design,
             |env| {
                 env.source()
-                    .throttle(Rate::new(1, US(1)), 16, ThrottleMode::Enforcing, env.pool.clone())
+                    .throttle(
+                        Rate::new(1, US(1)),
+                        16,
+                        ThrottleMode::Enforcing,
+                        env.pool.clone(),
+                    )
                     .boxed()
             },
             identity,
@@ -970,4 +1044,68 @@ pub fn is_subsequence(input: &[u64], got: &[u64]) -> bool {
 pub fn distinct(got: &[u64]) -> bool {
     let mut seen = std::collections::HashSet::new();
     got.iter().all(|v| seen.insert(*v))
+}
+
+/// Public sources that emit no items, so there is nothing for the table to count.
+const ITEMLESS_SOURCES: [&str; 3] = ["empty", "error", "never"];
+
+/// The table must keep up with the crate: every `PublisherExt` method is a row (or a
+/// sink of `panics::SINKS`, or runs no user code), every source and bridge function
+/// re-exported at the crate root is a row (its `_on` form counts), and row names are
+/// unique. Read from the sources, so a new operator without a row fails here.
+#[test]
+fn the_table_has_a_row_for_every_public_stage() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let ext = std::fs::read_to_string(format!("{root}/src/ext.rs")).expect("read src/ext.rs");
+    let lib = std::fs::read_to_string(format!("{root}/src/lib.rs")).expect("read src/lib.rs");
+    let rows = table();
+    let functions: Vec<&str> = rows.iter().map(Stage::function).collect();
+    let covered = |name: &str| {
+        functions
+            .iter()
+            .any(|f| *f == name || *f == format!("{name}_on"))
+    };
+    let mut missing = Vec::new();
+    // The trait's methods: `    fn name` at the trait's indentation.
+    for line in ext.lines() {
+        let Some(rest) = line.strip_prefix("    fn ") else {
+            continue;
+        };
+        let name: String = rest
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_')
+            .collect();
+        let sink = crate::panics::SINKS.iter().any(|(s, _)| *s == name)
+            || crate::panics::NO_USER_CODE.contains(&name.as_str());
+        if !covered(&name) && !sink {
+            missing.push(format!("PublisherExt::{name}"));
+        }
+    }
+    // Sources and bridges re-exported at the crate root.
+    for line in lib.lines() {
+        let Some(rest) = line
+            .strip_prefix("pub use source::")
+            .or_else(|| line.strip_prefix("pub use bridge::"))
+            .or_else(|| line.strip_prefix("pub use operators::"))
+        else {
+            continue;
+        };
+        let names = rest.trim_end_matches(';').trim_matches(['{', '}']);
+        for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            if !covered(name) && !ITEMLESS_SOURCES.contains(&name) {
+                missing.push(format!("weir::{name}"));
+            }
+        }
+    }
+    let mut names: Vec<&str> = rows.iter().map(|r| r.name).collect();
+    names.sort_unstable();
+    let duplicates: Vec<&str> = names
+        .windows(2)
+        .filter(|w| w[0] == w[1])
+        .map(|w| w[0])
+        .collect();
+    assert!(
+        missing.is_empty() && duplicates.is_empty(),
+        "the table is missing rows for {missing:?}; duplicate rows: {duplicates:?}"
+    );
 }

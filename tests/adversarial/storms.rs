@@ -27,7 +27,10 @@ use crate::harness::recorder::{Plan, Record};
 use crate::harness::rng::Rng;
 use crate::harness::run::{start, Schedulers, Started};
 use crate::harness::watch::{assert_no_failures, run_rows, wait_until, PATIENCE};
-use crate::stages::{describe_mismatch, distinct, is_subsequence, lossless_mismatch, table, Feed, Nature, Order, Stage};
+use crate::stages::{
+    describe_mismatch, distinct, is_subsequence, lossless_mismatch, table, Feed, Nature, Order,
+    Stage,
+};
 
 /// Items per source in the request and cancel storms.
 const LEN: u64 = 1_000;
@@ -67,7 +70,7 @@ fn run(scenario: Scenario) {
     let failures = run_rows(&rows, 2, |row| {
         check(row, scenario, &schedulers)
             .into_iter()
-            .map(|f| format!("{}: {f}", row.name))
+            .map(|f| format!("{}: {f}", row.label()))
             .collect()
     });
     assert_no_failures(&format!("{scenario:?} storm"), rows.len(), &failures);
@@ -85,7 +88,11 @@ fn check(row: &Stage, scenario: Scenario, schedulers: &Schedulers) -> Vec<String
             },
         ),
     };
-    let len = if scenario == Scenario::UnboundedTwice { LONG } else { LEN };
+    let len = if scenario == Scenario::UnboundedTwice {
+        LONG
+    } else {
+        LEN
+    };
     let started = match start(row, schedulers, len, feed, plan) {
         Ok(started) => started,
         Err(why) => return vec![why],
@@ -108,7 +115,9 @@ fn check(row: &Stage, scenario: Scenario, schedulers: &Schedulers) -> Vec<String
         Scenario::Cancels => {
             // After a cancel no terminal signal is owed; the subscriber must be released.
             if let Some(held) = started.released(true) {
-                failures.push(format!("not released after the cancel at item {cancel_at}: {held}"));
+                failures.push(format!(
+                    "not released after the cancel at item {cancel_at}: {held}"
+                ));
             }
             failures.extend(cancelled_output(row, &expected, &record));
         }
@@ -219,7 +228,11 @@ fn finished_output(nature: Nature, expected: &[u64], started: &Started) -> Vec<S
             if let Some(error) = record.errors().first() {
                 failures.push(format!("failed: {error}"));
             } else if record.completed() {
-                failures.extend(accounting(record, started.env.ledger.produced(), got.len() as u64));
+                failures.extend(accounting(
+                    record,
+                    started.env.ledger.produced(),
+                    got.len() as u64,
+                ));
             }
         }
         Nature::Overflowing => {

@@ -31,7 +31,10 @@ use weir::BoxPublisher;
 use crate::harness::item::Item;
 use crate::harness::recorder::{Plan, Record, Recorder};
 use crate::harness::run::{guarded, released, tokio_runtime, Schedulers};
-use crate::harness::watch::{assert_no_failures, on_thread, panic_message, run_rows, silence_deliberate_panics, wait_until, expect_panic, PATIENCE};
+use crate::harness::watch::{
+    assert_no_failures, expect_panic, on_thread, panic_message, run_rows,
+    silence_deliberate_panics, wait_until, PATIENCE,
+};
 use crate::stages::{describe_mismatch, is_subsequence, Env, Feed};
 
 /// Items of the finite source.
@@ -79,7 +82,12 @@ enum Sched {
     VirtualTime,
 }
 
-const SCHEDULERS: [Sched; 4] = [Sched::Immediate, Sched::ThreadPool, Sched::Tokio, Sched::VirtualTime];
+const SCHEDULERS: [Sched; 4] = [
+    Sched::Immediate,
+    Sched::ThreadPool,
+    Sched::Tokio,
+    Sched::VirtualTime,
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Span {
@@ -120,9 +128,13 @@ fn outcome(stage: TimeStage, span: Span) -> Outcome {
     let burst: Vec<u64> = (0..BURST).collect();
     match (span, stage) {
         (Span::Zero, Sample) => Refused("sample period must be greater than zero (got 0ns)"),
-        (Span::Zero, Debounce) => Refused("debounce quiet period must be greater than zero (got 0ns)"),
+        (Span::Zero, Debounce) => {
+            Refused("debounce quiet period must be greater than zero (got 0ns)")
+        }
         (Span::Zero, Timeout) => Refused("timeout duration must be greater than zero (got 0ns)"),
-        (Span::Zero, BufferTimeout) => Refused("buffer_timeout period must be greater than zero (got 0ns)"),
+        (Span::Zero, BufferTimeout) => {
+            Refused("buffer_timeout period must be greater than zero (got 0ns)")
+        }
         (Span::Zero, ThrottleShaping | ThrottleEnforcing) => {
             Refused("throttle rate period must be greater than zero (got 1 per 0ns)")
         }
@@ -160,7 +172,12 @@ fn applies(stage: TimeStage, scheduler: Sched, span: Span) -> bool {
     }
 }
 
-fn build<C: Scheduler + Clone>(stage: TimeStage, span: Span, scheduler: C, env: &Env) -> BoxPublisher<Item> {
+fn build<C: Scheduler + Clone>(
+    stage: TimeStage,
+    span: Span,
+    scheduler: C,
+    env: &Env,
+) -> BoxPublisher<Item> {
     let d = span.duration();
     let ledger = env.ledger.clone();
     match stage {
@@ -228,7 +245,11 @@ fn every_time_stage_on_every_scheduler_with_extreme_durations() {
         .map(|f| format!("{name}: {f}"))
         .collect()
     });
-    assert_no_failures("time stages × schedulers × durations", cases.len(), &failures);
+    assert_no_failures(
+        "time stages × schedulers × durations",
+        cases.len(),
+        &failures,
+    );
 }
 
 fn check(stage: TimeStage, scheduler: Sched, span: Span, env: Env, clocks: &Clocks) -> Vec<String> {
@@ -252,7 +273,9 @@ fn check(stage: TimeStage, scheduler: Sched, span: Span, env: Env, clocks: &Cloc
             };
         }
         (Ok(_), Outcome::Refused(message)) => {
-            return vec![format!("accepted at construction; expected a panic: {message:?}")]
+            return vec![format!(
+                "accepted at construction; expected a panic: {message:?}"
+            )]
         }
         (Err(got), _) => return vec![format!("construction panicked: {got}")],
         (Ok(publisher), _) => publisher,
@@ -276,7 +299,10 @@ fn check(stage: TimeStage, scheduler: Sched, span: Span, env: Env, clocks: &Cloc
         Outcome::Silent(owed) => {
             let owed_len = owed.len() as u64;
             if !wait_until(PATIENCE, || record.items() >= owed_len) {
-                failures.push(format!("never delivered the {owed_len} items owed ({})", record.describe()));
+                failures.push(format!(
+                    "never delivered the {owed_len} items owed ({})",
+                    record.describe()
+                ));
             }
             if scheduler != Sched::VirtualTime {
                 std::thread::sleep(WATCH);
@@ -292,7 +318,10 @@ fn check(stage: TimeStage, scheduler: Sched, span: Span, env: Env, clocks: &Cloc
         }
         _ => {
             if !wait_until(PATIENCE, || record.terminated()) {
-                failures.push(format!("did not terminate within {PATIENCE:?} ({})", record.describe()));
+                failures.push(format!(
+                    "did not terminate within {PATIENCE:?} ({})",
+                    record.describe()
+                ));
             }
             failures.extend(verdict(&expected, &record));
         }
@@ -302,6 +331,7 @@ fn check(stage: TimeStage, scheduler: Sched, span: Span, env: Env, clocks: &Cloc
     }
     failures.extend(record.violations());
     record.forget_subscription();
+    env.stop_sources();
     failures
 }
 
@@ -316,8 +346,14 @@ fn drive(clock: &VirtualTime, record: &Record) -> Result<(), String> {
         if due > HORIZON + Duration::from_secs(1) {
             return Ok(());
         }
-        let moved = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| clock.advance_to(due)));
-        moved.map_err(|payload| format!("VirtualTime::advance_to panicked: {}", panic_message(&*payload)))?;
+        let moved =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| clock.advance_to(due)));
+        moved.map_err(|payload| {
+            format!(
+                "VirtualTime::advance_to panicked: {}",
+                panic_message(&*payload)
+            )
+        })?;
         steps += 1;
     }
     Ok(())
@@ -332,7 +368,10 @@ fn verdict(expected: &Outcome, record: &Record) -> Vec<String> {
     match expected {
         Outcome::Completes(values) => {
             if !record.completed() || got != *values {
-                fail(format!("expected {values:?} and completion; {}", describe_mismatch(values, &got)));
+                fail(format!(
+                    "expected {values:?} and completion; {}",
+                    describe_mismatch(values, &got)
+                ));
             }
         }
         Outcome::CompletesLossy(last) => {
@@ -347,10 +386,15 @@ fn verdict(expected: &Outcome, record: &Record) -> Vec<String> {
             }
         }
         Outcome::CompletesOrTimesOut => {
-            let timed_out = errors.len() == 1 && errors[0].kind() == weir::ErrorKind::Timeout && all.starts_with(&got);
+            let timed_out = errors.len() == 1
+                && errors[0].kind() == weir::ErrorKind::Timeout
+                && all.starts_with(&got);
             let completed = record.completed() && got == all;
             if !(timed_out || completed) {
-                fail("expected every item and completion, or a prefix and a Timeout error".to_owned());
+                fail(
+                    "expected every item and completion, or a prefix and a Timeout error"
+                        .to_owned(),
+                );
             }
         }
         Outcome::Refused(_) | Outcome::Silent(_) => unreachable!("handled by the caller"),
@@ -361,7 +405,9 @@ fn verdict(expected: &Outcome, record: &Record) -> Vec<String> {
 #[test]
 fn virtual_time_advances_by_duration_max_without_panicking() {
     let clock = VirtualTime::new();
-    let ticks = weir::interval(Duration::from_secs(1), clock.clone()).take(3).collect();
+    let ticks = weir::interval(Duration::from_secs(1), clock.clone())
+        .take(3)
+        .collect();
     clock.advance(Duration::from_millis(1_500));
     let advanced = expect_panic(|| clock.advance(Duration::MAX));
     assert_eq!(

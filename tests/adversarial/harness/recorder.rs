@@ -64,13 +64,18 @@ pub struct Record {
     dropped: AtomicBool,
     panic_point: Mutex<Option<PanicPoint>>,
     drops: Drops,
-    hooked: Arc<Mutex<Vec<(DropReason, Vec<u64>)>>>,
+    hooked: Hooked,
     hooked_count: Arc<AtomicU64>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+/// What a drop hook received: each item's reason and values.
+type Hooked = Arc<Mutex<Vec<(DropReason, Vec<u64>)>>>;
 
 /// The most protocol violations kept per run (the first ones say it all).
 const KEEP: usize = 6;
@@ -211,7 +216,11 @@ pub struct Recorder {
 impl Recorder {
     /// A recorder following `plan`, for a pipeline whose items are counted by
     /// `ledger` and whose sources report to `probes`.
-    pub fn new(plan: Plan, ledger: Arc<Ledger>, probes: Vec<Arc<SourceProbe>>) -> (Self, Arc<Record>) {
+    pub fn new(
+        plan: Plan,
+        ledger: Arc<Ledger>,
+        probes: Vec<Arc<SourceProbe>>,
+    ) -> (Self, Arc<Record>) {
         let record = Arc::new(Record {
             plan,
             ledger,
@@ -272,7 +281,10 @@ impl Subscriber<Item> for Recorder {
     fn on_next(&mut self, mut item: Item) {
         let record = &self.record;
         if record.terminated() {
-            record.violation(format!("on_next (value {}) after a terminal signal", item.value));
+            record.violation(format!(
+                "on_next (value {}) after a terminal signal",
+                item.value
+            ));
         }
         let n = record.items.fetch_add(1, Ordering::SeqCst) + 1;
         let requested = record.requested();

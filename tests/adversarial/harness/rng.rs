@@ -37,5 +37,5 @@ pub fn seed() -> u64 {
     std::env::var("ADVERSARIAL_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5EED_0F_A11_u64)
+        .unwrap_or(0x5EED_FA11_u64)
 }

@@ -62,7 +62,13 @@ pub struct Started {
 /// Build `row` with sources of `len` items fed as `feed`, subscribe a recorder that
 /// follows `plan`, and open the producers once it is subscribed. `Err` only if
 /// building the row failed or hung.
-pub fn start(row: &Stage, schedulers: &Schedulers, len: u64, feed: Feed, plan: Plan) -> Result<Started, String> {
+pub fn start(
+    row: &Stage,
+    schedulers: &Schedulers,
+    len: u64,
+    feed: Feed,
+    plan: Plan,
+) -> Result<Started, String> {
     let env = Arc::new(schedulers.env(len, feed));
     let (built_tx, built_rx) = mpsc::channel();
     let build = row.build;
@@ -75,8 +81,9 @@ pub fn start(row: &Stage, schedulers: &Schedulers, len: u64, feed: Feed, plan: P
             let bound = publisher.in_flight_bound().saturating_add(extra);
             let (recorder, record) = Recorder::new(plan, shared.ledger.clone(), shared.probes());
             let _ = built_tx.send((record, bound));
-            let subscribed =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| publisher.subscribe(recorder)));
+            let subscribed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                publisher.subscribe(recorder)
+            }));
             subscribed.map_err(|payload| super::watch::panic_message(&*payload))
         })
         .expect("spawn the subscribing thread");
@@ -84,7 +91,10 @@ pub fn start(row: &Stage, schedulers: &Schedulers, len: u64, feed: Feed, plan: P
         Ok(built) => built,
         Err(_) => {
             env.open();
-            return Err(format!("building the stage panicked or hung ({:?})", subscribing.is_finished()));
+            return Err(format!(
+                "building the stage panicked or hung ({:?})",
+                subscribing.is_finished()
+            ));
         }
     };
     let (done_tx, done_rx) = mpsc::channel();
@@ -97,7 +107,9 @@ pub fn start(row: &Stage, schedulers: &Schedulers, len: u64, feed: Feed, plan: P
     env.open();
     let subscribe = match done_rx.recv_timeout(PATIENCE) {
         Ok(Ok(Ok(()))) => Ok(()),
-        Ok(Ok(Err(message))) => Err(format!("the subscriber's panic escaped from subscribe(): {message}")),
+        Ok(Ok(Err(message))) => Err(format!(
+            "the subscriber's panic escaped from subscribe(): {message}"
+        )),
         Ok(Err(_)) => Err("the subscribing thread panicked".to_owned()),
         Err(_) => Err(format!("subscribe() did not return within {PATIENCE:?}")),
     };
@@ -117,10 +129,12 @@ impl Started {
         released(&self.env, &self.record, recorder)
     }
 
-    /// Let go of the run's own handles (the subscription the record keeps).
+    /// Let go of the run's own handles (the subscription the record keeps), and stop
+    /// any source a broken stage left running.
     pub fn finish(self) {
         self.record.forget_subscription();
         self.env.open();
+        self.env.stop_sources();
     }
 }
 
@@ -143,7 +157,10 @@ pub fn released(env: &Env, record: &Record, recorder: bool) -> Option<String> {
     }
     for probe in env.probes() {
         if probe.holding() {
-            held.push(format!("{} (never released its subscriber)", probe.describe()));
+            held.push(format!(
+                "{} (never released its subscriber)",
+                probe.describe()
+            ));
         }
     }
     if recorder && !record.dropped() {
@@ -154,7 +171,11 @@ pub fn released(env: &Env, record: &Record, recorder: bool) -> Option<String> {
 
 /// Run `f`, a whole check of one case, on a thread of its own with a watchdog of
 /// `timeout`; a hang or a panic becomes one failure naming `case`.
-pub fn guarded(case: &str, timeout: Duration, f: impl FnOnce() -> Vec<String> + Send + 'static) -> Vec<String> {
+pub fn guarded(
+    case: &str,
+    timeout: Duration,
+    f: impl FnOnce() -> Vec<String> + Send + 'static,
+) -> Vec<String> {
     match on_thread(case, timeout, f) {
         Ok(failures) => failures,
         Err(why) => vec![format!("{case}: the check itself {why}")],

@@ -6,7 +6,7 @@
 //! completing and released its subscriber.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use weir::metrics::DropHook;
 use weir::{Error, Publisher, RawSubscription, Subscriber, Subscription};
@@ -22,6 +22,9 @@ pub struct SourceProbe {
     completed: AtomicBool,
     errored: AtomicBool,
     released: AtomicBool,
+    /// The source's own subscription while it holds its subscriber, so a test can stop
+    /// a source that a broken stage left running (cleanup, after the checks).
+    upstream: Mutex<Option<Subscription>>,
 }
 
 impl SourceProbe {
@@ -76,6 +79,15 @@ impl SourceProbe {
     /// Subscribed and not yet released: the source still holds the subscription.
     pub fn holding(&self) -> bool {
         self.subscribed() && !self.released()
+    }
+
+    /// Cancel the source directly if it still holds its subscriber: cleanup after a
+    /// failed check, so a source a stage forgot to cancel stops running.
+    pub fn stop(&self) {
+        let upstream = self.upstream.lock().unwrap().take();
+        if let Some(upstream) = upstream {
+            upstream.cancel();
+        }
     }
 
     /// One line for failure messages.
@@ -134,6 +146,7 @@ struct TapSubscriber<S> {
 
 impl<S> Drop for TapSubscriber<S> {
     fn drop(&mut self) {
+        self.probe.upstream.lock().unwrap().take();
         self.probe.released.store(true, Ordering::SeqCst);
     }
 }
@@ -164,6 +177,7 @@ impl RawSubscription for TapSubscription {
 impl<T, S: Subscriber<T>> Subscriber<T> for TapSubscriber<S> {
     fn on_subscribe(&mut self, subscription: Subscription) {
         self.probe.subscribed.store(true, Ordering::SeqCst);
+        *self.probe.upstream.lock().unwrap() = Some(subscription.clone());
         self.down
             .on_subscribe(Subscription::new(Arc::new(TapSubscription {
                 upstream: subscription,

@@ -105,7 +105,7 @@ pub fn expect_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
 pub fn assert_no_failures(check: &str, total: usize, failures: &[String]) {
     assert!(
         failures.is_empty(),
-        "{check}: {} of {total} cases failed:\n  - {}",
+        "{check}: {} failures in {total} cases:\n  - {}",
         failures.len(),
         failures.join("\n  - ")
     );
