@@ -32,7 +32,7 @@ use crate::stages::{Env, Feed};
 
 /// What runs on the runtime that is shut down.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnTokio {
+pub enum Boundary {
     PublishOn,
     SubscribeOn,
     Sample,
@@ -49,20 +49,20 @@ pub enum OnTokio {
 }
 
 /// Every boundary and bridge that runs on a scheduler.
-pub const CASES: [OnTokio; 13] = [
-    OnTokio::PublishOn,
-    OnTokio::SubscribeOn,
-    OnTokio::Sample,
-    OnTokio::Debounce,
-    OnTokio::Timeout,
-    OnTokio::BufferTimeout,
-    OnTokio::ThrottleShaping,
-    OnTokio::Interval,
-    OnTokio::Timer,
-    OnTokio::FromStream,
-    OnTokio::FromReceiver,
-    OnTokio::IntoStream,
-    OnTokio::SubscribeAsync,
+pub const CASES: [Boundary; 13] = [
+    Boundary::PublishOn,
+    Boundary::SubscribeOn,
+    Boundary::Sample,
+    Boundary::Debounce,
+    Boundary::Timeout,
+    Boundary::BufferTimeout,
+    Boundary::ThrottleShaping,
+    Boundary::Interval,
+    Boundary::Timer,
+    Boundary::FromStream,
+    Boundary::FromReceiver,
+    Boundary::IntoStream,
+    Boundary::SubscribeAsync,
 ];
 
 /// Items to see flowing before the shutdown.
@@ -71,7 +71,7 @@ const FLOWING: u64 = 5;
 #[test]
 fn a_tokio_runtime_shut_down_mid_stream_ends_every_pipeline_on_it() {
     let failures = run_rows(&CASES, 6, |&case| {
-        check(case)
+        check(case, |_| true)
             .into_iter()
             .map(|f| format!("{case:?}: {f}"))
             .collect()
@@ -88,7 +88,7 @@ pub fn paced(env: &Env) -> BoxPublisher<Item> {
 /// The stage of `case` over `env`'s paced source, on `scheduler`; `None` for the
 /// bridges whose consumer is a task (`IntoStream`, `SubscribeAsync`).
 pub fn stage<C: weir::runtime::Scheduler + Clone>(
-    case: OnTokio,
+    case: Boundary,
     env: &Env,
     scheduler: C,
 ) -> Option<BoxPublisher<Item>> {
@@ -98,20 +98,20 @@ pub fn stage<C: weir::runtime::Scheduler + Clone>(
         move |batch| Item::gather(batch, &ledger)
     };
     Some(match case {
-        OnTokio::PublishOn => paced(env).publish_on(scheduler, 16).boxed(),
-        OnTokio::SubscribeOn => paced(env).subscribe_on(scheduler).boxed(),
-        OnTokio::Sample => paced(env).sample(ms(1), scheduler).boxed(),
-        OnTokio::Debounce => paced(env)
+        Boundary::PublishOn => paced(env).publish_on(scheduler, 16).boxed(),
+        Boundary::SubscribeOn => paced(env).subscribe_on(scheduler).boxed(),
+        Boundary::Sample => paced(env).sample(ms(1), scheduler).boxed(),
+        Boundary::Debounce => paced(env)
             .debounce(Duration::from_micros(50), scheduler)
             .boxed(),
-        OnTokio::Timeout => paced(env)
+        Boundary::Timeout => paced(env)
             .timeout(Duration::from_secs(60), scheduler)
             .boxed(),
-        OnTokio::BufferTimeout => paced(env)
+        Boundary::BufferTimeout => paced(env)
             .buffer_timeout(4, ms(1), scheduler)
             .map(gather)
             .boxed(),
-        OnTokio::ThrottleShaping => paced(env)
+        Boundary::ThrottleShaping => paced(env)
             .throttle(
                 Rate::new(1, Duration::from_micros(100)),
                 4,
@@ -119,23 +119,23 @@ pub fn stage<C: weir::runtime::Scheduler + Clone>(
                 scheduler,
             )
             .boxed(),
-        OnTokio::Interval => env
+        Boundary::Interval => env
             .tap(
                 "interval",
                 weir::interval(Duration::from_micros(200), scheduler),
             )
             .map(env.produce())
             .boxed(),
-        OnTokio::Timer => env
+        Boundary::Timer => env
             .tap("timer", weir::timer(Duration::from_secs(3_600), scheduler))
             .map(env.produce())
             .boxed(),
-        OnTokio::FromStream => {
+        Boundary::FromStream => {
             let stream = futures::stream::iter((0..).map(env.produce()));
             env.tap("stream", weir::from_stream_on(stream, scheduler))
                 .boxed()
         }
-        OnTokio::FromReceiver => {
+        Boundary::FromReceiver => {
             let (tx, rx) = tokio::sync::mpsc::channel::<Item>(16);
             let mut produce = env.produce();
             env.spawn_producer(move || {
@@ -150,7 +150,7 @@ pub fn stage<C: weir::runtime::Scheduler + Clone>(
             env.tap("receiver", weir::bridge::from_receiver_on(rx, scheduler))
                 .boxed()
         }
-        OnTokio::IntoStream | OnTokio::SubscribeAsync => return None,
+        Boundary::IntoStream | Boundary::SubscribeAsync => return None,
     })
 }
 
@@ -166,7 +166,9 @@ impl AsyncSubscriber<Item> for Counting {
     }
 }
 
-fn check(case: OnTokio) -> Vec<String> {
+/// Run `case`, shut the runtime down, and check the ending; a stage's terminal error
+/// must also pass `accept` (the planned error kind, in `pool_shutdown.rs`).
+pub fn check(case: Boundary, accept: fn(&weir::Error) -> bool) -> Vec<String> {
     let runtime = tokio_runtime("shutdown");
     let source_pool = ThreadPool::builder()
         .name("shutdown-source")
@@ -183,7 +185,7 @@ fn check(case: OnTokio) -> Vec<String> {
     let seen = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let count = || seen.load(std::sync::atomic::Ordering::SeqCst);
     match case {
-        OnTokio::IntoStream => {
+        Boundary::IntoStream => {
             let mut stream = paced(&env).into_stream(16);
             let counter = seen.clone();
             runtime.spawn(async move {
@@ -203,7 +205,7 @@ fn check(case: OnTokio) -> Vec<String> {
                 failures.push(held(&env));
             }
         }
-        OnTokio::SubscribeAsync => {
+        Boundary::SubscribeAsync => {
             let options = SubscribeAsync::new()
                 .window(4)
                 .runtime(runtime.handle().clone());
@@ -236,7 +238,7 @@ fn check(case: OnTokio) -> Vec<String> {
             let (recorder, record) = Recorder::new(plan, env.ledger.clone(), env.probes());
             publisher.subscribe(recorder);
             env.open();
-            let enough = if case == OnTokio::Timer { 0 } else { FLOWING };
+            let enough = if case == Boundary::Timer { 0 } else { FLOWING };
             if !wait_until(PATIENCE, || record.subscribed() && record.items() >= enough) {
                 failures.push(format!("items never flowed ({})", record.describe()));
             }
@@ -251,6 +253,11 @@ fn check(case: OnTokio) -> Vec<String> {
                     "completed instead of failing ({})",
                     record.describe()
                 ));
+            } else if !record.errors().iter().all(accept) {
+                failures.push(format!(
+                    "failed with the wrong kind of error ({})",
+                    record.describe()
+                ));
             }
             if let Some(held) = released(&env, &record, true) {
                 failures.push(format!("not released after the shutdown: {held}"));
@@ -263,11 +270,13 @@ fn check(case: OnTokio) -> Vec<String> {
     failures
 }
 
-fn released_all(env: &Env) -> bool {
+/// Nothing alive and every source released.
+pub fn released_all(env: &Env) -> bool {
     env.ledger.live() == 0 && env.probes().iter().all(|p| !p.holding())
 }
 
-fn held(env: &Env) -> String {
+/// What is still held, for a failure message.
+pub fn held(env: &Env) -> String {
     let sources: Vec<String> = env.probes().iter().map(|p| p.describe()).collect();
     format!(
         "not released after the shutdown: {} items alive; {}",
