@@ -53,7 +53,10 @@ fn every_stage_survives_a_subscriber_that_panics_in_on_next() {
         .filter(|(row, k)| (row.expect)(16).len() as u64 >= *k)
         .collect();
     let failures = run_rows(&cases, 8, |&(row, k)| {
-        check(row, k, &schedulers)
+        let t = std::time::Instant::now();
+        let r = check(row, k, &schedulers);
+        eprintln!("DEBUG {} k={k} {:?} {}", row.name, t.elapsed(), r.len());
+        r
             .into_iter()
             .map(|f| format!("{} (panic at item {k}): {f}", row.label()))
             .collect()

@@ -149,21 +149,31 @@ impl Env {
     }
 
     /// Run `produce` on a thread of its own, once the env is [opened](Self::open).
+    /// Under [`Feed::Pushy`] a producer must never wait (it offers with `try_send`),
+    /// and [`pushed`](Self::pushed) tells when it is done.
     pub fn spawn_producer(&self, produce: impl FnOnce() + Send + 'static) {
         let gate = self.gate.clone();
+        let pushing = self.pushing.clone();
+        pushing.fetch_add(1, AtomicOrdering::SeqCst);
         std::thread::Builder::new()
             .name("adversarial-producer".into())
             .spawn(move || {
                 gate.wait();
                 produce();
+                pushing.fetch_sub(1, AtomicOrdering::SeqCst);
             })
             .expect("spawn a producer thread");
     }
 
-    /// True once every [`Feed::Pushy`] producer has offered all its items (they never
-    /// wait: the channel drops its oldest item instead).
+    /// True once every producer thread has finished (under [`Feed::Pushy`] none of them
+    /// waits, so they all finish).
     pub fn pushed(&self) -> bool {
         self.pushing.load(AtomicOrdering::SeqCst) == 0
+    }
+
+    /// True under [`Feed::Pushy`]: producers offer without waiting.
+    pub fn pushy(&self) -> bool {
+        matches!(self.feed, Feed::Pushy(_))
     }
 
     /// The row's main source: `0..len`, tapped.
@@ -194,19 +204,16 @@ impl Env {
             }
             Feed::Pushy(capacity) => {
                 let (tx, rx) = weir::channel::<Item>(capacity, ChannelPolicy::DropOldest);
-                let pushing = self.pushing.clone();
-                pushing.fetch_add(1, AtomicOrdering::SeqCst);
                 self.spawn_producer(move || {
                     for value in base..base + len {
                         if let Err(refused) = tx.try_send(produce(value)) {
                             let closed = refused.is_closed();
                             refused.into_inner().mark(Fate::HandedBack);
                             if closed {
-                                break;
+                                return;
                             }
                         }
                     }
-                    pushing.fetch_sub(1, AtomicOrdering::SeqCst);
                 });
                 self.tap(&name, rx).boxed()
             }
@@ -496,12 +503,21 @@ pub fn table() -> Vec<Stage> {
             EXACT,
             |env| {
                 let (tx, rx) = weir::channel::<Item>(16, ChannelPolicy::Backpressure);
-                let (len, mut produce) = (env.len, env.produce());
+                let (len, mut produce, pushy) = (env.len, env.produce(), env.pushy());
                 env.spawn_producer(move || {
                     for value in 0..len {
-                        if let Err(refused) = tx.send_blocking(produce(value)) {
+                        let item = produce(value);
+                        let sent = if pushy {
+                            tx.try_send(item)
+                        } else {
+                            tx.send_blocking(item)
+                        };
+                        if let Err(refused) = sent {
+                            let closed = refused.is_closed();
                             refused.into_inner().mark(Fate::HandedBack);
-                            return;
+                            if closed {
+                                return;
+                            }
                         }
                     }
                 });
@@ -563,12 +579,25 @@ pub fn table() -> Vec<Stage> {
             EXACT,
             |env| {
                 let (tx, rx) = tokio::sync::mpsc::channel::<Item>(16);
-                let (len, mut produce) = (env.len, env.produce());
+                let (len, mut produce, pushy) = (env.len, env.produce(), env.pushy());
                 env.spawn_producer(move || {
+                    use tokio::sync::mpsc::error::TrySendError;
                     for value in 0..len {
-                        if let Err(refused) = tx.blocking_send(produce(value)) {
-                            let mut item = refused.0;
-                            item.mark(Fate::HandedBack);
+                        let item = produce(value);
+                        let (closed, mut refused) = if pushy {
+                            match tx.try_send(item) {
+                                Ok(()) => continue,
+                                Err(TrySendError::Full(item)) => (false, item),
+                                Err(TrySendError::Closed(item)) => (true, item),
+                            }
+                        } else {
+                            match tx.blocking_send(item) {
+                                Ok(()) => continue,
+                                Err(refused) => (true, refused.0),
+                            }
+                        };
+                        refused.mark(Fate::HandedBack);
+                        if closed {
                             return;
                         }
                     }
@@ -578,7 +607,9 @@ pub fn table() -> Vec<Stage> {
             },
             identity,
         )
-        .scheduled(),
+        .scheduled()
+        // The tokio channel's capacity: the bridge cannot report it.
+        .extra_bound(16),
         Stage::new(
             "into_stream(16) (re-published by try_from_stream_on(pool))",
             Bridge,
