@@ -72,11 +72,6 @@ fn check(row: &Stage, schedulers: &Schedulers) -> Vec<String> {
     let sources = env.probes().len() as u64;
     let allowed = started.bound + SLACK_PER_SOURCE * sources;
     let peak = env.ledger.peak();
-    eprintln!(
-        "DEBUG {} peak {peak} allowed {allowed} produced {}",
-        row.name,
-        env.ledger.produced()
-    );
     if peak > allowed as i64 {
         failures.push(format!(
             "{peak} items alive at once, more than the in-flight bound {} + {} in transit \

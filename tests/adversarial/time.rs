@@ -369,7 +369,8 @@ fn verdict(expected: &Outcome, record: &Record) -> Vec<String> {
         Outcome::Completes(values) => {
             if !record.completed() || got != *values {
                 fail(format!(
-                    "expected {values:?} and completion; {}",
+                    "expected {} and completion; {}",
+                    compact(values),
                     describe_mismatch(values, &got)
                 ));
             }
@@ -400,6 +401,16 @@ fn verdict(expected: &Outcome, record: &Record) -> Vec<String> {
         Outcome::Refused(_) | Outcome::Silent(_) => unreachable!("handled by the caller"),
     }
     failures
+}
+
+/// `values` for a message: `0..n` when it is that range.
+fn compact(values: &[u64]) -> String {
+    let n = values.len() as u64;
+    if n > 8 && values.iter().copied().eq(0..n) {
+        format!("0..{n}")
+    } else {
+        format!("{values:?}")
+    }
 }
 
 #[test]
