@@ -32,7 +32,7 @@ use weir::{DropReason, Error};
 use crate::harness::item::{Fate, Item, Ledger};
 use crate::harness::recorder::{Plan, Record, Recorder};
 use crate::harness::rng::Rng;
-use crate::harness::run::tokio_runtime;
+use crate::harness::run::{guarded, tokio_runtime};
 use crate::harness::tap::{SourceProbe, Tap};
 use crate::harness::watch::{assert_no_failures, run_rows, wait_until, PATIENCE};
 use crate::stages::OFFSET;
@@ -120,19 +120,24 @@ fn every_channel_item_is_accounted_for_under_every_policy_and_ending() {
     }
     let runtime = tokio_runtime("channel");
     let handle = runtime.handle().clone();
-    let failures = run_rows(&cases, 2, |case| {
-        check(*case, &handle)
-            .into_iter()
-            .map(|f| {
-                format!(
-                    "{:?}, {} producers ({:?}), {:?}: {f}",
-                    case.policy,
-                    case.producers,
-                    methods(*case),
-                    case.ending
-                )
-            })
-            .collect()
+    let failures = run_rows(&cases, 2, |&case| {
+        let handle = handle.clone();
+        guarded(
+            &format!("channel case {}", case.index),
+            5 * PATIENCE,
+            move || check(case, &handle),
+        )
+        .into_iter()
+        .map(|f| {
+            format!(
+                "{:?}, {} producers ({:?}), {:?}: {f}",
+                case.policy,
+                case.producers,
+                methods(case),
+                case.ending
+            )
+        })
+        .collect()
     });
     assert_no_failures("channel accounting", cases.len(), &failures);
 }

@@ -20,7 +20,7 @@ use weir::prelude::*;
 
 use crate::harness::item::Item;
 use crate::harness::recorder::Plan;
-use crate::harness::run::{start, tokio_runtime, Schedulers};
+use crate::harness::run::{guarded, start, tokio_runtime, Schedulers};
 use crate::harness::watch::{assert_no_failures, on_thread, run_rows, wait_until, PATIENCE};
 use crate::stages::{table, Env, Feed, Stage};
 
@@ -38,10 +38,13 @@ fn memory_stays_flat_behind_every_stage_when_nothing_is_requested() {
     let schedulers = Schedulers::new("memory");
     let rows = table();
     let failures = run_rows(&rows, 2, |row| {
-        check(row, &schedulers)
-            .into_iter()
-            .map(|f| format!("{}: {f}", row.label()))
-            .collect()
+        let (row_copy, schedulers) = (*row, schedulers.clone());
+        guarded(row.name, 5 * PATIENCE, move || {
+            check(&row_copy, &schedulers)
+        })
+        .into_iter()
+        .map(|f| format!("{}: {f}", row.label()))
+        .collect()
     });
     assert_no_failures("never-requesting subscriber", rows.len(), &failures);
 }

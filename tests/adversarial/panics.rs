@@ -29,7 +29,7 @@ use weir::{BoxPublisher, ErrorKind};
 
 use crate::harness::item::{Fate, Item};
 use crate::harness::recorder::Plan;
-use crate::harness::run::{start, tokio_runtime, Schedulers};
+use crate::harness::run::{guarded, start, tokio_runtime, Schedulers};
 use crate::harness::watch::{
     assert_no_failures, on_thread, run_rows, silence_deliberate_panics, wait_until, DELIBERATE,
     PATIENCE,
@@ -53,7 +53,8 @@ fn every_stage_survives_a_subscriber_that_panics_in_on_next() {
         .filter(|(row, k)| (row.expect)(16).len() as u64 >= *k)
         .collect();
     let failures = run_rows(&cases, 8, |&(row, k)| {
-        check(row, k, &schedulers)
+        let (row, schedulers) = (*row, schedulers.clone());
+        guarded(row.name, 5 * PATIENCE, move || check(&row, k, &schedulers))
             .into_iter()
             .map(|f| format!("{} (panic at item {k}): {f}", row.label()))
             .collect()

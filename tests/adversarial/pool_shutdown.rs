@@ -17,7 +17,7 @@ use weir::runtime::ThreadPool;
 use weir::ErrorKind;
 
 use crate::harness::recorder::{Plan, Recorder};
-use crate::harness::run::{released, tokio_runtime};
+use crate::harness::run::{guarded, released, tokio_runtime};
 use crate::harness::watch::{assert_no_failures, run_rows, wait_until, PATIENCE};
 use crate::shutdown::{check, stage, Boundary, CASES};
 use crate::stages::{Env, Feed};
@@ -32,10 +32,12 @@ fn scheduler_shut_down(error: &weir::Error) -> bool {
 #[test]
 fn a_tokio_runtime_shut_down_mid_stream_fails_with_scheduler_shutdown() {
     let failures = run_rows(&CASES, 6, |&case| {
-        check(case, scheduler_shut_down)
-            .into_iter()
-            .map(|f| format!("{case:?}: {f}"))
-            .collect()
+        guarded(&format!("{case:?}"), 5 * PATIENCE, move || {
+            check(case, scheduler_shut_down)
+        })
+        .into_iter()
+        .map(|f| format!("{case:?}: {f}"))
+        .collect()
     });
     assert_no_failures(
         "tokio runtime shut down mid-stream (error kind)",
@@ -52,7 +54,7 @@ fn a_thread_pool_shut_down_mid_stream_ends_every_pipeline_on_it() {
         .filter(|case| !matches!(case, Boundary::IntoStream | Boundary::SubscribeAsync))
         .collect();
     let failures = run_rows(&cases, 6, |&case| {
-        pool_check(case)
+        guarded(&format!("{case:?}"), 5 * PATIENCE, move || pool_check(case))
             .into_iter()
             .map(|f| format!("{case:?}: {f}"))
             .collect()

@@ -26,7 +26,7 @@ use weir::BoxPublisher;
 
 use crate::harness::item::{Fate, Item};
 use crate::harness::recorder::{Plan, Recorder};
-use crate::harness::run::{released, tokio_runtime};
+use crate::harness::run::{guarded, released, tokio_runtime};
 use crate::harness::watch::{assert_no_failures, on_thread, run_rows, wait_until, PATIENCE};
 use crate::stages::{Env, Feed};
 
@@ -71,10 +71,12 @@ const FLOWING: u64 = 5;
 #[test]
 fn a_tokio_runtime_shut_down_mid_stream_ends_every_pipeline_on_it() {
     let failures = run_rows(&CASES, 6, |&case| {
-        check(case, |_| true)
-            .into_iter()
-            .map(|f| format!("{case:?}: {f}"))
-            .collect()
+        guarded(&format!("{case:?}"), 5 * PATIENCE, move || {
+            check(case, |_| true)
+        })
+        .into_iter()
+        .map(|f| format!("{case:?}: {f}"))
+        .collect()
     });
     assert_no_failures("tokio runtime shut down mid-stream", CASES.len(), &failures);
 }

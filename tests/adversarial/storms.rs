@@ -25,7 +25,7 @@ use weir::DropReason;
 
 use crate::harness::recorder::{Plan, Record};
 use crate::harness::rng::Rng;
-use crate::harness::run::{start, Schedulers, Started};
+use crate::harness::run::{guarded, start, Schedulers, Started};
 use crate::harness::watch::{assert_no_failures, run_rows, wait_until, PATIENCE};
 use crate::stages::{
     describe_mismatch, distinct, is_subsequence, lossless_mismatch, table, Feed, Nature, Order,
@@ -68,10 +68,13 @@ fn run(scenario: Scenario) {
     let schedulers = Schedulers::new("storms");
     let rows = table();
     let failures = run_rows(&rows, 2, |row| {
-        check(row, scenario, &schedulers)
-            .into_iter()
-            .map(|f| format!("{}: {f}", row.label()))
-            .collect()
+        let (row_copy, schedulers) = (*row, schedulers.clone());
+        guarded(row.name, 5 * PATIENCE, move || {
+            check(&row_copy, scenario, &schedulers)
+        })
+        .into_iter()
+        .map(|f| format!("{}: {f}", row.label()))
+        .collect()
     });
     assert_no_failures(&format!("{scenario:?} storm"), rows.len(), &failures);
 }

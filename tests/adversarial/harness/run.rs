@@ -14,12 +14,12 @@ use super::watch::{on_thread, wait_until, PATIENCE};
 use crate::stages::{Env, Feed, Stage};
 
 /// The schedulers a table check shares between its rows: a pool of two workers and a
-/// tokio runtime of two workers.
-#[derive(Debug)]
+/// tokio runtime of two workers. Clones share them.
+#[derive(Clone, Debug)]
 pub struct Schedulers {
     /// The pool.
     pub pool: ThreadPool,
-    runtime: tokio::runtime::Runtime,
+    runtime: Arc<tokio::runtime::Runtime>,
 }
 
 impl Schedulers {
@@ -27,7 +27,7 @@ impl Schedulers {
     pub fn new(check: &str) -> Schedulers {
         Schedulers {
             pool: ThreadPool::builder().name(check).threads(2).build(),
-            runtime: tokio_runtime(check),
+            runtime: Arc::new(tokio_runtime(check)),
         }
     }
 
