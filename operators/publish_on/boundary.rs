@@ -16,6 +16,12 @@ use crate::stage::core::SharedUpstream;
 use crate::stage::{Cx, Pass, Stage};
 use crate::{DropReason, Error, Subscriber};
 
+/// Items one pass delivers before it yields its task (fairness to the scheduler's
+/// other tasks; and a synchronous upstream that refills the ring from inside the
+/// pass's own replenish would otherwise keep one task running for ever, deaf to a
+/// scheduler shutting down).
+const PASS_BUDGET: u64 = 16 * 1024;
+
 /// A batch stamp: the position one past the batch's last item, and when it arrived.
 pub(super) type Stamp = (usize, Instant);
 
@@ -150,9 +156,13 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
         queue: &mut Queue<T>,
         now: Option<Instant>,
     ) -> Pass {
+        let mut delivered = 0u64;
         loop {
             if cx.stopped() {
                 return Pass::Idle;
+            }
+            if delivered >= PASS_BUDGET {
+                return Pass::Yield;
             }
             // Acquire: pairs with the Release in `finish`.
             let ended = self.ended.load(StdOrdering::Acquire);
@@ -191,6 +201,7 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
             // Items a cancelling subscriber leaves in the batch are dropped with it.
             cx.deliver(subscriber, &mut queue.items.pop_batch(n));
             queue.delivered += n as u64;
+            delivered += n as u64;
             if let Some(more) = queue.replenish.on_consumed(n as u64) {
                 self.upstream.request(more);
             }

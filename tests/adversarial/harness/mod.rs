@@ -1,0 +1,9 @@
+//! The suite's shared helpers: counted items, source taps, the recording subscriber,
+//! watchdogs, the random generator and the row runner.
+
+pub mod item;
+pub mod recorder;
+pub mod rng;
+pub mod run;
+pub mod tap;
+pub mod watch;

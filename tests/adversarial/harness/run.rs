@@ -1,0 +1,183 @@
+//! Starting a table row: build it in a fresh [`Env`], subscribe a [`Recorder`] on a
+//! thread of its own (a synchronous pipeline runs inside `subscribe`), open the env's
+//! producers once the recorder is subscribed; and the one "everything released" wait
+//! every check ends with.
+
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use weir::prelude::*;
+use weir::runtime::ThreadPool;
+
+use super::recorder::{Plan, Record, Recorder};
+use super::watch::{on_thread, wait_until, PATIENCE};
+use crate::stages::{Env, Feed, Stage};
+
+/// The schedulers a table check shares between its rows: a pool of two workers and a
+/// tokio runtime of two workers. Clones share them.
+#[derive(Clone, Debug)]
+pub struct Schedulers {
+    /// The pool.
+    pub pool: ThreadPool,
+    runtime: Arc<tokio::runtime::Runtime>,
+}
+
+impl Schedulers {
+    /// New schedulers whose threads are named after `check`.
+    pub fn new(check: &str) -> Schedulers {
+        Schedulers {
+            pool: ThreadPool::builder().name(check).threads(2).build(),
+            runtime: Arc::new(tokio_runtime(check)),
+        }
+    }
+
+    /// An env for one run of a row.
+    pub fn env(&self, len: u64, feed: Feed) -> Env {
+        Env::new(len, feed, self.pool.clone(), self.runtime.handle().clone())
+    }
+}
+
+/// A multi-thread tokio runtime of two workers, timers enabled.
+pub fn tokio_runtime(name: &str) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name(format!("{name}-tokio"))
+        .enable_time()
+        .build()
+        .expect("build a tokio runtime")
+}
+
+/// A row, built and subscribed.
+pub struct Started {
+    /// The row's env: ledger and source probes.
+    pub env: Arc<Env>,
+    /// What the recorder saw.
+    pub record: Arc<Record>,
+    /// The pipeline's `in_flight_bound()` plus the row's extra bound.
+    pub bound: u64,
+    /// How `subscribe` returned: `Err` if it panicked or hung.
+    pub subscribe: Result<(), String>,
+}
+
+/// Build `row` with sources of `len` items fed as `feed`, subscribe a recorder that
+/// follows `plan`, and open the producers once it is subscribed. `Err` only if
+/// building the row failed or hung.
+pub fn start(
+    row: &Stage,
+    schedulers: &Schedulers,
+    len: u64,
+    feed: Feed,
+    plan: Plan,
+) -> Result<Started, String> {
+    let env = Arc::new(schedulers.env(len, feed));
+    let (built_tx, built_rx) = mpsc::channel();
+    let build = row.build;
+    let extra = row.extra_bound;
+    let shared = env.clone();
+    let subscribing = std::thread::Builder::new()
+        .name(format!("subscribe {}", row.name))
+        .spawn(move || {
+            let publisher = build(&shared);
+            let bound = publisher.in_flight_bound().saturating_add(extra);
+            let (recorder, record) = Recorder::new(plan, shared.ledger.clone(), shared.probes());
+            let _ = built_tx.send((record, bound));
+            let subscribed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                publisher.subscribe(recorder)
+            }));
+            subscribed.map_err(|payload| super::watch::panic_message(&*payload))
+        })
+        .expect("spawn the subscribing thread");
+    let (record, bound) = match built_rx.recv_timeout(PATIENCE) {
+        Ok(built) => built,
+        Err(_) => {
+            env.open();
+            return Err(format!(
+                "building the stage panicked or hung ({:?})",
+                subscribing.is_finished()
+            ));
+        }
+    };
+    let (done_tx, done_rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done_tx.send(subscribing.join());
+    });
+    // A subscribe_on row subscribes on another thread: wait for on_subscribe, not for
+    // `subscribe` to return (a synchronous pipeline may need the producers first).
+    wait_until(PATIENCE, || record.subscribed());
+    env.open();
+    let subscribe = match done_rx.recv_timeout(PATIENCE) {
+        Ok(Ok(Ok(()))) => Ok(()),
+        Ok(Ok(Err(message))) => Err(format!(
+            "the subscriber's panic escaped from subscribe(): {message}"
+        )),
+        Ok(Err(_)) => Err("the subscribing thread panicked".to_owned()),
+        Err(_) => Err(format!("subscribe() did not return within {PATIENCE:?}")),
+    };
+    Ok(Started {
+        env,
+        record,
+        bound,
+        subscribe,
+    })
+}
+
+impl Started {
+    /// Wait until the run has let go of everything: no item alive, every source that
+    /// subscribed released its subscriber, and (if `recorder` is set) the recorder
+    /// dropped. `None` when it did; otherwise what is still held after the watchdog.
+    pub fn released(&self, recorder: bool) -> Option<String> {
+        released(&self.env, &self.record, recorder)
+    }
+
+    /// Let go of the run's own handles (the subscription the record keeps), and stop
+    /// any source a broken stage left running.
+    pub fn finish(self) {
+        self.record.forget_subscription();
+        self.env.open();
+        self.env.stop_sources();
+    }
+}
+
+/// Wait until a run has let go of everything: no item alive, every source that
+/// subscribed released its subscriber, and (if `recorder` is set) the recorder dropped.
+/// `None` when it did; otherwise what is still held after the watchdog.
+pub fn released(env: &Env, record: &Record, recorder: bool) -> Option<String> {
+    let done = || {
+        env.ledger.live() == 0
+            && env.probes().iter().all(|p| !p.holding())
+            && (!recorder || record.dropped())
+    };
+    if wait_until(PATIENCE, done) {
+        return None;
+    }
+    let mut held = Vec::new();
+    let live = env.ledger.live();
+    if live != 0 {
+        held.push(format!("{live} items still alive"));
+    }
+    for probe in env.probes() {
+        if probe.holding() {
+            held.push(format!(
+                "{} (never released its subscriber)",
+                probe.describe()
+            ));
+        }
+    }
+    if recorder && !record.dropped() {
+        held.push("the subscriber was never dropped".to_owned());
+    }
+    Some(format!("after {PATIENCE:?}: {}", held.join("; ")))
+}
+
+/// Run `f`, a whole check of one case, on a thread of its own with a watchdog of
+/// `timeout`; a hang or a panic becomes one failure naming `case`.
+pub fn guarded(
+    case: &str,
+    timeout: Duration,
+    f: impl FnOnce() -> Vec<String> + Send + 'static,
+) -> Vec<String> {
+    match on_thread(case, timeout, f) {
+        Ok(failures) => failures,
+        Err(why) => vec![format!("{case}: the check itself {why}")],
+    }
+}

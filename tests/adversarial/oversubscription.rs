@@ -1,0 +1,241 @@
+//! Oversubscription: 64 pipelines at once across small thread pools on two cores, with
+//! random prefetch (1, 2, 3 or 256) and random consumer delays, under one hang
+//! watchdog for the lot. Every pipeline must deliver exactly its items, in order, and
+//! nothing may stay alive afterwards.
+//!
+//! Boundaries crossed (one pipeline kind each, round-robin):
+//! `range → subscribe_on(pool A) → publish_on(pool B, prefetch) → fold`,
+//! `channel(prefetch) fed by a thread → publish_on(pool B, prefetch) → fold`,
+//! `range → publish_on(pool A, prefetch) → into_stream(prefetch)` drained on a thread,
+//! `from_stream_on(pool A) → publish_on(pool B, prefetch) → fold`.
+//!
+//! The pools have one or two workers each, so with the producers and consumers there
+//! are many more runnable threads than cores: a boundary that spins instead of parking
+//! (or misses a wake-up) shows up as a pipeline that does not finish.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use weir::prelude::*;
+use weir::runtime::ThreadPool;
+use weir::source::channel::ChannelPolicy;
+use weir::BoxPublisher;
+
+use crate::harness::item::{Fate, Item, Ledger};
+use crate::harness::rng::{seed, Rng};
+use crate::harness::watch::{assert_no_failures, wait_until, PATIENCE};
+
+/// Pipelines run at once.
+const PIPELINES: u64 = 64;
+/// Items per pipeline.
+const ITEMS: u64 = 2_000;
+/// The hang watchdog for all of them together.
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+/// How a pipeline's consumer dawdles.
+#[derive(Clone, Copy, Debug)]
+enum Delay {
+    None,
+    /// Sleep this long after every `n`th item.
+    Every(u64, Duration),
+}
+
+/// Which boundaries a pipeline crosses.
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    SubscribeOnPublishOn,
+    ChannelPublishOn,
+    PublishOnIntoStream,
+    FromStreamPublishOn,
+}
+
+/// The consumer's bookkeeping: items seen, and the first out-of-order one.
+struct Progress {
+    seen: AtomicU64,
+    delay: Delay,
+}
+
+impl Progress {
+    /// Take one item; `Err` at the first one out of order.
+    fn take(&self, mut item: Item) -> Result<(), String> {
+        item.mark(Fate::Delivered);
+        let n = self.seen.fetch_add(1, Ordering::SeqCst);
+        if let Delay::Every(every, pause) = self.delay {
+            if n % every == every - 1 {
+                std::thread::sleep(pause);
+            }
+        }
+        if item.value == n {
+            Ok(())
+        } else {
+            Err(format!("item #{n} was {}", item.value))
+        }
+    }
+}
+
+#[test]
+fn sixty_four_pipelines_across_small_pools_on_two_cores() {
+    let ledger = Ledger::new();
+    let pools_a = [pool("over-a0", 1), pool("over-a1", 2)];
+    let pools_b = [pool("over-b0", 1), pool("over-b1", 2)];
+    let (done_tx, done_rx) = mpsc::channel();
+    let mut pipelines = Vec::new();
+    let start = Instant::now();
+    for index in 0..PIPELINES {
+        let mut rng = Rng::new(1_000 + index);
+        let prefetch = rng.pick(&[1u64, 2, 3, 256]);
+        let delay = rng.pick(&[
+            Delay::None,
+            Delay::Every(8, Duration::from_micros(20)),
+            Delay::Every(64, Duration::from_micros(200)),
+        ]);
+        let kind = [
+            Kind::SubscribeOnPublishOn,
+            Kind::ChannelPublishOn,
+            Kind::PublishOnIntoStream,
+            Kind::FromStreamPublishOn,
+        ][(index % 4) as usize];
+        let a = rng.pick(&pools_a);
+        let b = rng.pick(&pools_b);
+        let progress = Arc::new(Progress {
+            seen: AtomicU64::new(0),
+            delay,
+        });
+        pipelines.push((kind, prefetch, delay, progress.clone()));
+        let done = done_tx.clone();
+        let ledger = ledger.clone();
+        std::thread::Builder::new()
+            .name(format!("over-{index}"))
+            .spawn(move || {
+                let result = run(kind, prefetch, a, b, &ledger, &progress);
+                let _ = done.send((index, result));
+            })
+            .expect("spawn a pipeline thread");
+    }
+    drop(done_tx);
+    let mut results = vec![None; PIPELINES as usize];
+    let deadline = start + WATCHDOG;
+    for _ in 0..PIPELINES {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match done_rx.recv_timeout(left) {
+            Ok((index, result)) => results[index as usize] = Some(result),
+            Err(_) => break,
+        }
+    }
+    let elapsed = start.elapsed();
+    eprintln!(
+        "oversubscription: {PIPELINES} pipelines of {ITEMS} items in {elapsed:?} (seed {})",
+        seed()
+    );
+    let mut failures = Vec::new();
+    for (index, ((kind, prefetch, delay, progress), result)) in
+        pipelines.iter().zip(&results).enumerate()
+    {
+        let name = format!("pipeline #{index} ({kind:?}, prefetch {prefetch}, delay {delay:?})");
+        match result {
+            None => failures.push(format!(
+                "{name}: not finished after {WATCHDOG:?}: {} of {ITEMS} items delivered",
+                progress.seen.load(Ordering::SeqCst)
+            )),
+            Some(Err(why)) => failures.push(format!("{name}: {why}")),
+            Some(Ok(())) => {}
+        }
+    }
+    if failures.is_empty() && !wait_until(PATIENCE, || ledger.live() == 0) {
+        failures.push(format!(
+            "{} items still alive after every pipeline finished",
+            ledger.live()
+        ));
+    }
+    assert_no_failures("oversubscription", PIPELINES as usize, &failures);
+}
+
+fn pool(name: &str, threads: usize) -> ThreadPool {
+    ThreadPool::builder().name(name).threads(threads).build()
+}
+
+/// Run one pipeline to its end: `Ok` if it delivered exactly `0..ITEMS` in order.
+fn run(
+    kind: Kind,
+    prefetch: u64,
+    a: ThreadPool,
+    b: ThreadPool,
+    ledger: &Arc<Ledger>,
+    progress: &Arc<Progress>,
+) -> Result<(), String> {
+    let produce = {
+        let ledger = ledger.clone();
+        move |value| ledger.produce(value)
+    };
+    let fold = |publisher: BoxPublisher<Item>| {
+        let progress = progress.clone();
+        publisher
+            .fold_with(
+                prefetch,
+                Ok(()),
+                move |verdict: Result<(), String>, item| {
+                    let taken = progress.take(item);
+                    verdict.and(taken)
+                },
+            )
+            .wait()
+            .map_err(|e| format!("failed: {e}"))
+            .and_then(|verdict| verdict)
+    };
+    let verdict = match kind {
+        Kind::SubscribeOnPublishOn => fold(
+            weir::range(0..ITEMS)
+                .map(produce)
+                .subscribe_on(a)
+                .publish_on(b, prefetch)
+                .boxed(),
+        ),
+        Kind::ChannelPublishOn => {
+            let (tx, rx) = weir::channel::<Item>(prefetch as usize, ChannelPolicy::Backpressure);
+            let producer = std::thread::spawn(move || {
+                for value in 0..ITEMS {
+                    if let Err(refused) = tx.send_blocking(produce(value)) {
+                        refused.into_inner().mark(Fate::HandedBack);
+                        return;
+                    }
+                }
+            });
+            let verdict = fold(rx.publish_on(b, prefetch).boxed());
+            let _ = producer.join();
+            verdict
+        }
+        Kind::PublishOnIntoStream => {
+            let mut stream = weir::range(0..ITEMS)
+                .map(produce)
+                .publish_on(a, prefetch)
+                .into_stream(prefetch);
+            futures::executor::block_on(async {
+                let mut verdict = Ok(());
+                while let Some(item) = stream.next().await {
+                    match item {
+                        Ok(item) => verdict = verdict.and(progress.take(item)),
+                        Err(e) => return Err(format!("failed: {e}")),
+                    }
+                }
+                verdict
+            })
+        }
+        Kind::FromStreamPublishOn => {
+            let stream = futures::stream::iter((0..ITEMS).map(produce));
+            fold(
+                weir::from_stream_on(stream, a)
+                    .publish_on(b, prefetch)
+                    .boxed(),
+            )
+        }
+    };
+    verdict?;
+    let seen = progress.seen.load(Ordering::SeqCst);
+    if seen == ITEMS {
+        Ok(())
+    } else {
+        Err(format!("completed after {seen} of {ITEMS} items"))
+    }
+}

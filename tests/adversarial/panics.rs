@@ -1,0 +1,311 @@
+//! Every stage × a subscriber that panics in `on_next`, at the first or the third item.
+//!
+//! Rule 2.13 as weir documents it: a subscriber that panics is treated as cancelled.
+//! So after the panic: upstream stops (a source that had not terminated when the
+//! subscriber panicked must not complete afterwards, and must not produce more than a
+//! chunk or two after it), every source releases its subscriber, every item is
+//! dropped, and the subscriber itself is dropped: all within a generous watchdog.
+//!
+//! The sinks get the same treatment (`every_sink_survives_user_code_that_panics`): the
+//! closure of `fold`/`for_each`, the consumer of `blocking_iter`/`into_stream`, the
+//! `futures::Sink` of `forward` and the `AsyncSubscriber` of `subscribe_async` panic
+//! at the first or third item; the sink reports it as documented (an error of kind
+//! `Panicked`, or the consumer's own unwinding), upstream is cancelled, nothing stays
+//! alive.
+//!
+//! The sources hold [`BIG`] items, far more than any stage consumes between a panic and
+//! the cancel it must cause, so "the source completed after the panic" means nobody
+//! cancelled it. A case whose stream ends before the item that would panic (a lossy
+//! stage may deliver fewer items) checks nothing and is not a failure.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use futures::StreamExt as _;
+use weir::bridge::{AsyncSubscriber, SubscribeAsync};
+use weir::prelude::*;
+use weir::{BoxPublisher, ErrorKind};
+
+use crate::harness::item::{Fate, Item};
+use crate::harness::recorder::Plan;
+use crate::harness::run::{guarded, start, tokio_runtime, Schedulers};
+use crate::harness::watch::{
+    assert_no_failures, on_thread, run_rows, silence_deliberate_panics, wait_until, DELIBERATE,
+    PATIENCE,
+};
+use crate::stages::{table, Feed, Stage};
+
+/// Items per source.
+const BIG: u64 = 200_000;
+/// Items a source may still produce after the panic (it observes a cancel between
+/// chunks of at most 1,024 items; a few chunks of slack).
+const SLACK: u64 = 4_096;
+
+#[test]
+fn every_stage_survives_a_subscriber_that_panics_in_on_next() {
+    silence_deliberate_panics();
+    let schedulers = Schedulers::new("panics");
+    let rows = table();
+    let cases: Vec<(&Stage, u64)> = rows
+        .iter()
+        .flat_map(|row| [1, 3].map(|k| (row, k)))
+        .filter(|(row, k)| (row.expect)(16).len() as u64 >= *k)
+        .collect();
+    let failures = run_rows(&cases, 8, |&(row, k)| {
+        let (row, schedulers) = (*row, schedulers.clone());
+        guarded(row.name, 5 * PATIENCE, move || check(&row, k, &schedulers))
+            .into_iter()
+            .map(|f| format!("{} (panic at item {k}): {f}", row.label()))
+            .collect()
+    });
+    assert_no_failures("panicking subscriber", cases.len(), &failures);
+}
+
+fn check(row: &Stage, k: u64, schedulers: &Schedulers) -> Vec<String> {
+    let plan = Plan {
+        initial: 4,
+        per_item: 1,
+        panic_at: Some(k),
+        ..Plan::default()
+    };
+    let started = match start(row, schedulers, BIG, Feed::OnDemand, plan) {
+        Ok(started) => started,
+        Err(why) => return vec![why],
+    };
+    let mut failures = Vec::new();
+    let record = started.record.clone();
+    wait_until(PATIENCE, || {
+        record.panic_point().is_some() || record.terminated()
+    });
+    let Some(point) = record.panic_point() else {
+        if !record.terminated() {
+            failures.push(format!(
+                "item {k} never arrived and the stream did not end ({})",
+                record.describe()
+            ));
+        }
+        started.finish();
+        return failures;
+    };
+    if let Err(why) = &started.subscribe {
+        failures.push(why.clone());
+    }
+    if let Some(held) = started.released(true) {
+        failures.push(format!("not released after the panic: {held}"));
+    }
+    for (probe, terminated_before) in started.env.probes().iter().zip(&point.terminated) {
+        if !terminated_before && probe.completed() {
+            failures.push(format!(
+                "upstream was not cancelled: {} ran to completion after the panic",
+                probe.name()
+            ));
+        }
+    }
+    let after = started.env.ledger.produced().saturating_sub(point.produced);
+    if after > SLACK {
+        failures.push(format!(
+            "upstream kept producing: {after} items after the panic (at most {SLACK} expected)"
+        ));
+    }
+    if record.terminated() {
+        failures.push(format!(
+            "a signal reached the panicked subscriber after its panic: {}",
+            record.describe()
+        ));
+    }
+    started.finish();
+    failures
+}
+
+/// A sink whose user code panics at item `k`: run it over `source` (on a tokio
+/// runtime where it needs one) and say whether it reported the panic as documented.
+type SinkRun = fn(BoxPublisher<Item>, u64, &tokio::runtime::Handle) -> Result<(), String>;
+
+/// The sinks, each with user code that panics: the closure of `fold`/`for_each`, the
+/// consumer of `blocking_iter` and `into_stream`, the `futures::Sink` of `forward`, the
+/// `AsyncSubscriber` of `subscribe_async`. (`collect` runs no user code: it is `fold`.)
+pub const SINKS: [(&str, SinkRun); 9] = [
+    ("fold", |source, k, _| {
+        expect_panicked(source.fold((), move |(), item| panic_at(item, k)).wait())
+    }),
+    ("fold_with", |source, k, _| {
+        expect_panicked(
+            source
+                .fold_with(4, (), move |(), item| panic_at(item, k))
+                .wait(),
+        )
+    }),
+    ("for_each", |source, k, _| {
+        expect_panicked(source.for_each(move |item| panic_at(item, k)).wait())
+    }),
+    ("for_each_with", |source, k, _| {
+        expect_panicked(
+            source
+                .for_each_with(2, move |item| panic_at(item, k))
+                .wait(),
+        )
+    }),
+    ("blocking_iter", |source, k, _| {
+        // The consumer's own thread unwinds; the iterator is dropped on the way.
+        let mut items = source.blocking_iter(8);
+        let consumed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            for item in items.by_ref() {
+                panic_at(item.map_err(|e| e.to_string())?, k);
+            }
+            Ok::<(), String>(())
+        }));
+        consumed_by_panic(consumed)
+    }),
+    ("into_stream", |source, k, _| {
+        let mut stream = source.into_stream(8);
+        let consumed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            futures::executor::block_on(async {
+                while let Some(item) = stream.next().await {
+                    panic_at(item.map_err(|e| e.to_string())?, k);
+                }
+                Ok::<(), String>(())
+            })
+        }));
+        consumed_by_panic(consumed)
+    }),
+    ("forward", |source, k, _| {
+        let forward = source.forward(PanickingSink { k });
+        let consumed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            futures::executor::block_on(forward).map_err(|e| e.to_string())
+        }));
+        consumed_by_panic(consumed)
+    }),
+    ("subscribe_async", |source, k, runtime| {
+        let _entered = runtime.enter();
+        let handle = source.subscribe_async(PanickingAsync { k });
+        expect_panicked(futures::executor::block_on(handle))
+    }),
+    ("subscribe_async_with", |source, k, runtime| {
+        let options = SubscribeAsync::new().window(4).runtime(runtime.clone());
+        let handle = source.subscribe_async_with(options, PanickingAsync { k });
+        expect_panicked(futures::executor::block_on(handle))
+    }),
+];
+
+/// Sinks that run no user code of their own (and so cannot panic): covered by the
+/// rows above (`collect` is `fold`), or not a sink at all (`boxed`).
+pub const NO_USER_CODE: [&str; 3] = ["collect", "collect_with", "boxed"];
+
+/// Take `item`; panic (deliberately) if it is the `k`th (values start at 0).
+fn panic_at(mut item: Item, k: u64) {
+    item.mark(Fate::Delivered);
+    if item.value + 1 == k {
+        panic!("{DELIBERATE} panic in a sink at item {k}");
+    }
+}
+
+/// The documented report of a panic in a sink's closure: an error of kind `Panicked`.
+fn expect_panicked<T: std::fmt::Debug>(result: Result<T, weir::Error>) -> Result<(), String> {
+    match result {
+        Err(error) if error.kind() == ErrorKind::Panicked => Ok(()),
+        other => Err(format!("expected an error of kind Panicked, got {other:?}")),
+    }
+}
+
+/// A consumer that unwinds: the panic must have happened (it is the point).
+fn consumed_by_panic(consumed: std::thread::Result<Result<(), String>>) -> Result<(), String> {
+    match consumed {
+        Err(_) => Ok(()),
+        Ok(result) => Err(format!(
+            "the consumer never panicked: it ended with {result:?}"
+        )),
+    }
+}
+
+/// A `futures::Sink` whose `start_send` panics at the `k`th item.
+struct PanickingSink {
+    k: u64,
+}
+
+impl futures::Sink<Item> for PanickingSink {
+    type Error = std::io::Error;
+
+    fn poll_ready(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn start_send(self: Pin<&mut Self>, item: Item) -> Result<(), Self::Error> {
+        panic_at(item, self.k);
+        Ok(())
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_close(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// An async subscriber whose `on_next` panics at the `k`th item.
+struct PanickingAsync {
+    k: u64,
+}
+
+#[async_trait::async_trait]
+impl AsyncSubscriber<Item> for PanickingAsync {
+    async fn on_next(&mut self, item: Item) -> Result<(), weir::Error> {
+        panic_at(item, self.k);
+        Ok(())
+    }
+}
+
+#[test]
+fn every_sink_survives_user_code_that_panics() {
+    silence_deliberate_panics();
+    let schedulers = Schedulers::new("sink-panics");
+    let runtime = tokio_runtime("sink-panics");
+    let cases: Vec<(&str, SinkRun, u64)> = SINKS
+        .iter()
+        .flat_map(|&(name, run)| [1, 3].map(|k| (name, run, k)))
+        .collect();
+    let failures = run_rows(&cases, 6, |&(name, run, k)| {
+        sink_check(run, k, &schedulers, runtime.handle())
+            .into_iter()
+            .map(|f| format!("{name} (panic at item {k}): {f}"))
+            .collect()
+    });
+    assert_no_failures("panicking sink", cases.len(), &failures);
+}
+
+fn sink_check(
+    run: SinkRun,
+    k: u64,
+    schedulers: &Schedulers,
+    runtime: &tokio::runtime::Handle,
+) -> Vec<String> {
+    let env = Arc::new(schedulers.env(BIG, Feed::OnDemand));
+    let source = env.source();
+    let runtime = runtime.clone();
+    let mut failures = Vec::new();
+    match on_thread("sink", PATIENCE, move || run(source, k, &runtime)) {
+        Ok(Ok(())) => {}
+        Ok(Err(why)) => failures.push(why),
+        Err(why) => failures.push(format!("the sink {why}")),
+    }
+    if !wait_until(PATIENCE, || {
+        env.ledger.live() == 0 && env.probes().iter().all(|p| !p.holding())
+    }) {
+        let sources: Vec<String> = env.probes().iter().map(|p| p.describe()).collect();
+        failures.push(format!(
+            "not released after the panic: {} items alive; {}",
+            env.ledger.live(),
+            sources.join("; ")
+        ));
+    }
+    let produced = env.ledger.produced();
+    if env.probes().iter().any(|p| p.completed()) {
+        failures.push(format!(
+            "upstream was not cancelled: the source ran to completion ({produced} items)"
+        ));
+    }
+    env.stop_sources();
+    failures
+}
