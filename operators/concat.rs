@@ -20,10 +20,12 @@
 //! a request either reaches the old source *and* is counted in the carried-over
 //! demand, or reaches the new source directly, never both.
 
+use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::demand::AtomicDemand;
 use crate::drain::Upstream;
+use crate::guard::catch;
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
@@ -57,6 +59,7 @@ where
             next: Some(self.second),
             arbiter: Arc::new(Arbiter::default()),
             upstream: Upstream::Idle,
+            _items: PhantomData,
         })
     }
 
@@ -145,7 +148,7 @@ impl RawSubscription for Arbiter {
 }
 
 /// The subscriber to one source; the first leg carries the second source.
-struct Leg<S, Q> {
+struct Leg<T, S: Subscriber<T>, Q> {
     /// The next stage; moves to the second leg at the switch.
     downstream: Option<S>,
     /// The source to subscribe after this one completes (`None` on the second leg).
@@ -154,9 +157,10 @@ struct Leg<S, Q> {
     arbiter: Arc<Arbiter>,
     /// This leg's life cycle.
     upstream: Upstream,
+    _items: PhantomData<fn(T)>,
 }
 
-impl<T, S, Q> Subscriber<T> for Leg<S, Q>
+impl<T: 'static, S, Q> Subscriber<T> for Leg<T, S, Q>
 where
     S: Subscriber<T> + Send + 'static,
     Q: Publisher<Item = T> + Send + 'static,
@@ -212,12 +216,20 @@ where
         };
         let live = self.arbiter.release();
         match self.next.take() {
-            Some(next) if live => next.subscribe(Leg::<S, Q> {
-                downstream: Some(downstream),
-                next: None,
-                arbiter: self.arbiter.clone(),
-                upstream: Upstream::Idle,
-            }),
+            Some(next) if live => {
+                let leg = Leg::<T, S, Q> {
+                    downstream: Some(downstream),
+                    next: None,
+                    arbiter: self.arbiter.clone(),
+                    upstream: Upstream::Idle,
+                    _items: PhantomData,
+                };
+                // A panicking `subscribe` drops the leg, which fails downstream (see
+                // its `Drop`); the panic stops here.
+                if catch(move || next.subscribe(leg)).is_err() {
+                    tracing::error!("concat: the second publisher panicked in subscribe");
+                }
+            }
             Some(_) => {}
             None => downstream.on_complete(),
         }
@@ -225,5 +237,28 @@ where
 
     fn drop_hook(&self) -> Option<DropHook> {
         self.downstream.as_ref().and_then(Subscriber::drop_hook)
+    }
+}
+
+impl<T, S: Subscriber<T>, Q> Drop for Leg<T, S, Q> {
+    /// The second leg dropped by its publisher without ever being subscribed (its
+    /// `subscribe` panicked, or it broke rule 1.9): downstream must still end.
+    fn drop(&mut self) {
+        if self.next.is_some() || !matches!(self.upstream, Upstream::Idle) {
+            return;
+        }
+        if let Some(downstream) = self.downstream.as_mut() {
+            let error = if std::thread::panicking() {
+                Error::panicked(Box::new(
+                    "concat: the second publisher panicked in subscribe",
+                ))
+            } else {
+                Error::spec_violation(
+                    "1.9",
+                    "concat: the second publisher dropped its subscriber without on_subscribe",
+                )
+            };
+            downstream.on_error(error);
+        }
     }
 }

@@ -228,7 +228,12 @@ fn spec_2_5_a_second_subscription_is_cancelled() {
         .subscribe(Probe::new(0, 0).0);
     TwoSubscriptions.take(3).subscribe(Probe::new(0, 0).0);
     let handle = TwoSubscriptions.fold(0, |a, _| a);
-    assert!(!handle.is_terminated());
+    // The publisher lets go of the sink without a terminal signal: the handle ends
+    // (cancelled) instead of waiting for ever.
+    assert_eq!(
+        handle.wait().unwrap_err().kind(),
+        weir::ErrorKind::Cancelled
+    );
     let _iter = TwoSubscriptions.blocking_iter(4);
 }
 
