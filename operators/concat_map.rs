@@ -1,13 +1,12 @@
 //! `concat_map`: map each item to a publisher and emit the inner publishers one after
 //! another, in order.
 //!
-//! Demand contract: Prefetching. It is [`FlatMap`] with a concurrency of 1: the outer
-//! source is asked for 1 item, and for 1 more only once the current inner publisher
-//! has completed; the inner gets a bounded lane of `prefetch` items replenished by the
-//! 75% rule. Only one inner is ever live, so the order of the outer items is kept.
-//! In-flight bound: the outer source's bound plus `prefetch`.
+//! # Algorithm
 //!
-//! States and races: those of [`FlatMap`] (one lane).
+//! [`FlatMap`] with a concurrency of 1: one lane slot, so the outer source is asked
+//! for 1 item, and for 1 more only once the current inner publisher has completed and
+//! its lane is drained. Only one inner is ever live, so the order of the outer items
+//! is kept. States and races: those of [`FlatMap`] (one lane).
 
 use super::flat_map::FlatMap;
 use crate::stage::window;

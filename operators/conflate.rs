@@ -1,14 +1,14 @@
 //! `conflate`: while downstream has no demand, merge arriving items into the held one.
 //!
-//! Demand contract: UnboundedIn, on the holding core of
-//! [`on_backpressure_buffer`](super::OnBackpressureBuffer) with capacity 1 and the
-//! policy [`MergeInto`]: an item that arrives while one is held is merged into it with the
-//! user's function, `merge(held, new)`. Both inputs are consumed by the function, so
-//! nothing can be handed to the drop hook; each merge is counted as one
-//! [`DropReason::Merged`](crate::DropReason::Merged). In-flight bound: 1.
+//! # Algorithm
 //!
-//! A panic in the function is caught: upstream is cancelled and downstream receives
-//! `on_error(Panicked)` (the held item went into the function and is gone).
+//! The holding stage of [`on_backpressure_buffer`](super::OnBackpressureBuffer) with
+//! capacity 1 and the policy [`MergeInto`]: when the one slot is full and downstream
+//! has no demand outstanding, the arriving item is merged into the held one with the
+//! user's function, `merge(held, new)`, under a panic guard. Both inputs are consumed
+//! by the function, so nothing can be handed to the drop hook; each merge is counted
+//! as one [`DropReason::Merged`](crate::DropReason::Merged). A panic fails the stage
+//! (`Lost::Failed`): upstream is cancelled and the error parked behind the queue.
 
 use std::collections::VecDeque;
 use std::fmt;

@@ -1,22 +1,22 @@
 //! `flat_map`: map each item to a publisher and merge the inner publishers, at most
 //! `concurrency` at a time.
 //!
-//! Demand contract: Prefetching, bounded twice. The outer source is asked for
-//! `concurrency` items up front and for 1 more each time an inner publisher completes,
-//! so live inner subscriptions never exceed `concurrency`. Each inner gets a bounded
-//! lane of `prefetch` items, replenished by the 75% rule ([`super::inner`]), so at most
-//! `concurrency × prefetch` items are buffered. Downstream demand is an
-//! `AtomicDemand` settled once per batch by [`MergeDrain`].
-//! In-flight bound: the outer source's bound plus `concurrency × prefetch`.
+//! # Algorithm
 //!
-//! States: the outer subscriber follows [`Upstream`] (`Idle` → `Active` → `Done`,
-//! also after `f` panicked or the outer source over-delivered); each inner lane
-//! follows the merge lanes (`Empty` ⇄ `Items` → `Finished` | `Failed`); the hub holds
-//! the drain until the terminal signal.
+//! The merging stage of `merge.rs` with an outer source: [`Outer`] subscribes to it,
+//! asks for `concurrency` items up front, and turns each item into an inner publisher
+//! (`f` under a panic guard) that it connects to a new lane of the stage's lane set
+//! (a bounded window of `prefetch`, replenished by the 75% rule). The merging stage
+//! asks the outer source for 1 more each time an inner lane finished and was drained,
+//! so live inner subscriptions never exceed `concurrency` and at most
+//! `concurrency × prefetch` items are buffered. The outer source's end is recorded in
+//! the lane set: the stage completes once it completed and every lane finished.
 //!
-//! Races: `f` and inner `subscribe` run on the outer source's thread; inner sources
-//! deliver on theirs; both only fill lanes and wake the one `Wip` drain, which makes
-//! every downstream signal and every replenishing request.
+//! The outer subscriber follows [`Upstream`] (`Idle` → `Active` → `Done`, also after
+//! `f` panicked, an inner `subscribe` panicked, or the outer source over-delivered).
+//! `f` and inner `subscribe` run on the outer source's thread; inner sources deliver
+//! on theirs; both only fill lanes and ask the core for a pass, which makes every
+//! downstream signal and every replenishing request.
 
 use std::sync::Arc;
 

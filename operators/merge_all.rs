@@ -1,13 +1,11 @@
 //! `weir::merge`: a source that merges every publisher of a list.
 //!
-//! Demand contract: Prefetching, per source, exactly as [`Merge`](super::Merge): one
-//! bounded lane of [`MERGE_PREFETCH`] per source, replenished by the 75% rule, all
-//! drained by one merging stage. The list is collected once, at construction; its
-//! length fixes the number of lanes. In-flight bound: the sources' bounds plus
-//! `MERGE_PREFETCH` per source.
+//! # Algorithm
 //!
-//! States and races: those of [`Merge`](super::Merge), with `n` lanes instead of two.
-//! With no sources, the stream completes at once.
+//! The merging stage of [`Merge`](super::Merge) with `n` lane slots instead of two:
+//! the list is collected once, at construction, and its length fixes the slots; each
+//! source is connected to its lane while the stage's core owns its loop. With no
+//! sources the lane set is finished from the start, so the stream completes at once.
 
 use super::merge::{connect, start, MERGE_PREFETCH};
 use crate::{Publisher, Subscriber};

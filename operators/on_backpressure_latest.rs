@@ -1,10 +1,12 @@
 //! `on_backpressure_latest` (and `conflate_latest`): keep only the newest undelivered
 //! item.
 //!
-//! Demand contract: UnboundedIn, on the holding core of
-//! [`on_backpressure_buffer`](super::OnBackpressureBuffer) with capacity 1 and the
-//! policy [`KeepLatest`]: an item that arrives while one is held replaces it, and the
-//! replaced item is reported as [`DropReason::ReplacedByLatest`]. In-flight bound: 1.
+//! # Algorithm
+//!
+//! The holding stage of [`on_backpressure_buffer`](super::OnBackpressureBuffer) with
+//! capacity 1 and the policy [`KeepLatest`]: when the one slot is full and downstream
+//! has no demand outstanding, the arriving item replaces the held one, which goes to
+//! the drop hook as [`DropReason::ReplacedByLatest`] (the queue's stamp is refreshed).
 
 use std::collections::VecDeque;
 

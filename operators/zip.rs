@@ -1,19 +1,18 @@
 //! `zip`: pair the items of two publishers in order and combine each pair with a
 //! closure.
 //!
-//! Demand contract: Prefetching, per side. Each side gets a bounded lane of
-//! `ZIP_PREFETCH` items ([`super::inner`]): requested up front, replenished by the 75%
-//! rule as pairs go out. Downstream demand counts pairs and is settled once per
-//! batch. In-flight bound: both sources' bounds plus `2 × ZIP_PREFETCH`.
+//! # Algorithm
 //!
-//! States: the hub holds `Some(ZipDrain)` until the terminal signal. The stream
-//! completes as soon as one side has completed and its lane is empty (no pair can
-//! follow), cancelling the other side; the first failure of either side, or a panic
-//! of the closure, cancels both and is signalled at once.
-//!
-//! Races: both sides deliver on any thread into their own lane and only wake the
-//! `Wip` drain; only the drain pops, so a pair is taken only when both lanes hold an
-//! item, and every downstream signal comes from the drain owner.
+//! Each side delivers into its own lane (`stage::lanes`: a bounded window of
+//! `ZIP_PREFETCH` items, requested up front and replenished by the 75% rule as pairs
+//! go out). The zipping stage, on the signal core, takes `n = min(demand, both lanes'
+//! lengths)` items from each lane under one lock each, pairs them through the closure
+//! (under a panic guard) and delivers the pairs in one `on_next_batch`, demand
+//! settled once. Only the pass takes items, so a pair is taken only when both lanes
+//! hold an item. The stream completes as soon as one side has completed and its lane
+//! is empty (no pair can follow); the first failure of either side, or a panic of the
+//! closure, is signalled at once; when the stage ends, both sides are cancelled and
+//! their lanes released.
 
 use std::collections::VecDeque;
 use std::sync::Arc;

@@ -1118,6 +1118,12 @@ pub trait PublisherExt: Publisher + Sized {
     /// through while downstream has demand and nothing is held; otherwise they wait in
     /// a ring of `capacity` slots, allocated once and never grown, and go out oldest
     /// first as downstream requests (from any thread). In-flight bound: `capacity`.
+    /// **Nothing is dropped, merged or refused while downstream has demand
+    /// outstanding**, whichever thread requests: when downstream requests from another
+    /// thread and is busy delivering, an arriving item queues behind the held ones,
+    /// and if the ring is full the producer waits for the items it owes to be
+    /// delivered (the time a synchronous `on_next` would have taken) instead of losing
+    /// one. The policy applies only to a full ring with no demand outstanding.
     /// When the ring is full, [`Overflow::DropOldest`](crate::Overflow::DropOldest)
     /// drops the oldest held item ([`DropReason::OverflowOldest`](crate::DropReason)),
     /// [`Overflow::DropNewest`](crate::Overflow::DropNewest) the arriving one
@@ -1148,7 +1154,8 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Cancellation
     ///
     /// Cancel goes upstream; the held items are released (dropped, not reported: they
-    /// were not lost for lack of room).
+    /// were not lost for lack of room), and so is any item upstream still delivers
+    /// after the cancel.
     ///
     /// # Panics
     ///
@@ -1194,7 +1201,10 @@ pub trait PublisherExt: Publisher + Sized {
     /// through when downstream has demand; otherwise it waits in a slot of one, and a
     /// newer item replaces it: the replaced item is dropped with
     /// [`DropReason::ReplacedByLatest`](crate::DropReason::ReplacedByLatest), handed
-    /// to the pipeline's [`DropHook`] and counted. In-flight bound: 1.
+    /// to the pipeline's [`DropHook`] and counted. In-flight bound: 1. Only an item
+    /// without demand is ever replaced: while downstream has demand outstanding and
+    /// is busy delivering on another thread, the producer waits for the held item to
+    /// go out (see [`on_backpressure_buffer`](Self::on_backpressure_buffer)).
     ///
     /// # Timing
     ///
@@ -1210,7 +1220,8 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Cancellation
     ///
-    /// Cancel goes upstream; the held item is released without a report.
+    /// Cancel goes upstream; the held item is released without a report, and so is
+    /// any item upstream still delivers after the cancel.
     ///
     /// # Panics
     ///
@@ -1250,7 +1261,10 @@ pub trait PublisherExt: Publisher + Sized {
     /// through when downstream has demand; otherwise it is held (one slot), and each
     /// later item is merged into it. Both inputs of a merge go into `merge`, so
     /// nothing can be handed to the [`DropHook`]; each merge is counted as one
-    /// [`DropReason::Merged`](crate::DropReason::Merged). In-flight bound: 1.
+    /// [`DropReason::Merged`](crate::DropReason::Merged). In-flight bound: 1. Only items
+    /// without demand are ever merged: while downstream has demand outstanding and is
+    /// busy delivering on another thread, the producer waits for the held item to go
+    /// out (see [`on_backpressure_buffer`](Self::on_backpressure_buffer)).
     ///
     /// # Timing
     ///
@@ -1268,7 +1282,8 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Cancellation
     ///
-    /// Cancel goes upstream; the held item is released without a report.
+    /// Cancel goes upstream; the held item is released without a report, and so is
+    /// any item upstream still delivers after the cancel.
     ///
     /// # Panics
     ///
@@ -1330,7 +1345,8 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Cancellation
     ///
-    /// Cancel goes upstream; the held item is released without a report.
+    /// Cancel goes upstream; the held item is released without a report, and so is
+    /// any item upstream still delivers after the cancel.
     ///
     /// # Panics
     ///

@@ -4,7 +4,7 @@
 //! *time* as well as in count (principle 4):
 //!
 //! - [`Capacity`] sizes a queue in items, or from a wait budget:
-//!   `Capacity::for_wait(drain_rate, budget)` = `drain_rate × budget` (DESIGN §11: a
+//!   `Capacity::for_wait(drain_rate, budget)` = `drain_rate × budget` (`docs/design.md` §10: a
 //!   queue drained at 1,200/s with a 5 s budget holds 6,000).
 //! - [`TimeBounds`] adds an optional maximum age (items that waited longer are dropped
 //!   at dequeue, counted as [`DropReason::Expired`](crate::DropReason::Expired), so no

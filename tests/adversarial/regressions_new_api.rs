@@ -1,27 +1,8 @@
-//! Regression tests for issue 9 written against APIs the issue plans and today's code
-//! does not have, so this module does not compile on 36c5bf5 and is not declared in
-//! `main.rs` yet (see the commented-out `mod regressions_new_api;` there). Declare it
-//! when the APIs exist; each test then fails until its promise holds:
-//!
-//! * `ThreadPool::shutdown(&self)`: defect 5 for a `ThreadPool`;
-//! * `ThreadPool::pending_timers(&self) -> usize`: timers of cancelled stages;
-//! * `ChannelBuilder::drop_hook(self, hook: DropHook) -> Self`: drops made before a
-//!   subscriber is attached.
-//!
-//! "`Channel` is `Clone` yet serves one subscriber" (also fix): the planned fix is that
-//! `Channel` stops implementing `Clone`. A compile-time check needs no test body, for
-//! example (with the `static_assertions` crate as a dev-dependency):
-//!
-//! ```text
-//! static_assertions::assert_not_impl_any!(weir::source::channel::Channel<u64>: Clone);
-//! ```
-//!
-//! or, without a dependency, a `compile_fail` doctest on `Channel`:
-//!
-//! ```text
-//! let (_tx, rx) = weir::channel::<u64>(1, weir::source::channel::ChannelPolicy::Reject);
-//! let _second = rx.clone(); // must not compile
-//! ```
+//! Regression tests that needed new API: `ThreadPool::shutdown` (defect 5 for a
+//! `ThreadPool`), `ThreadPool::pending_timers` (timers of cancelled stages), and
+//! `ChannelBuilder::drop_hook` (drops made before a subscriber is attached). They did
+//! not compile on the code before the fixes (commit 36c5bf5), where the defects
+//! were shown through the other public API.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -35,7 +16,7 @@ use weir::DropReason;
 use crate::regressions::shutdown_mid_stream;
 use crate::support::assert_no_failures;
 
-/// Defect 5 for a `ThreadPool`. Promise (issue 9): "Every scheduler must report a task
+/// Defect 5 for a `ThreadPool`. Promise: "Every scheduler must report a task
 /// it can no longer run: the pipeline ends with an error of its own kind (scheduler
 /// shut down), upstream is cancelled, held items are dropped. Same for a `ThreadPool`
 /// that is shut down or dropped while pipelines run." `publish_on(pool, 16)` into
@@ -52,7 +33,7 @@ fn regression_thread_pool_shutdown_mid_stream_hangs_and_leaks() {
     );
 }
 
-/// Also fix (d). Promise (issue 9): "Timers of cancelled stages stay in the
+/// Also fix (d). Promise: "Timers of cancelled stages stay in the
 /// `ThreadPool` timer map until they fire: a million requests each with a one-hour
 /// `timeout` must not hold a million timer entries after they are cancelled (remove
 /// on cancel; test the map size)." 100,000 subscriptions, each with a one-hour
@@ -75,7 +56,7 @@ fn regression_cancelled_timeouts_stay_in_pool_timer_map() {
     );
 }
 
-/// Also fix (f). Promise (issue 9): "Drops made by `weir::channel` before a subscriber
+/// Also fix (f). Promise: "Drops made by `weir::channel` before a subscriber
 /// is attached reach no drop hook; a hook set on the channel itself must see every
 /// drop." A `DropOldest` channel of capacity 2 with a hook set on the channel: 5
 /// sends before anyone subscribes drop items 0, 1 and 2, and the hook must see all

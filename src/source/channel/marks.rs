@@ -5,7 +5,7 @@
 //! then it is [`Paused`](FlowState::Paused) until the depth has fallen to the low mark.
 //! The gap between the two marks is what makes pauses long and rare: with one threshold
 //! (high = low + 1, [`WaterMarks::single`]) a producer that reacts to every signal
-//! toggles on almost every item around the mark (DESIGN §11: "one threshold flaps; two
+//! toggles on almost every item around the mark (`docs/design.md` §10: "one threshold flaps; two
 //! give long, rare pauses").
 //!
 //! The marks come from the system, not from taste ([`WaterMarks::derive`]):
@@ -46,7 +46,7 @@ impl fmt::Display for FlowState {
 /// Once the depth reaches `high` the channel is paused; once it has fallen to `low` it
 /// flows again. `low < high`; the channel checks `high ≤ capacity` when it is built.
 /// The gap makes pauses long and rare: with one threshold ([`single`](Self::single))
-/// the state flips around the mark at every delivery (DESIGN §11: "one threshold
+/// the state flips around the mark at every delivery (`docs/design.md` §10: "one threshold
 /// flaps; two give long, rare pauses"). Size them with [`derive`](Self::derive).
 ///
 /// ```
@@ -110,7 +110,7 @@ impl WaterMarks {
         self.low
     }
 
-    /// Derive the marks from the system (DESIGN §11):
+    /// Derive the marks from the system (`docs/design.md` §10):
     ///
     /// * `high = capacity − ⌈max_arrival_rate × reaction_time⌉`: the room above the
     ///   high mark absorbs what still arrives while the producer reacts to the pause;
