@@ -238,6 +238,12 @@ where
     fn drop_hook(&self) -> Option<DropHook> {
         self.downstream.as_ref().and_then(Subscriber::drop_hook)
     }
+
+    fn stops_batches_itself(&self) -> bool {
+        self.downstream
+            .as_ref()
+            .is_some_and(Subscriber::stops_batches_itself)
+    }
 }
 
 impl<T, S: Subscriber<T>, Q> Drop for Leg<T, S, Q> {

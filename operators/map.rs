@@ -111,6 +111,10 @@ where
         self.downstream.drop_hook()
     }
 
+    fn stops_batches_itself(&self) -> bool {
+        self.downstream.stops_batches_itself()
+    }
+
     fn on_error(&mut self, error: Error) {
         self.upstream.forward_error(&mut self.downstream, error);
     }

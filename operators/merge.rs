@@ -137,7 +137,7 @@ impl<T: Send + 'static> Merging<T> {
             return 0;
         }
         // Items a cancelling downstream leaves in the scratch are dropped with it.
-        cx.deliver(downstream, &mut cursor.scratch.drain(..));
+        cx.deliver(downstream, cursor.scratch.drain(..));
         lane.consumed(count);
         count
     }

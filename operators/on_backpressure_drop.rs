@@ -114,13 +114,13 @@ impl<T: 'static, S: Subscriber<T>> Subscriber<T> for DropSubscriber<S> {
         let _credit_is_ours = self.on_next_batch(std::iter::once(item));
     }
 
-    fn on_next_batch<I: Iterator<Item = T>>(&mut self, mut items: I) -> u64 {
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
         let (Some(credit), true) = (&self.credit, self.upstream.is_active()) else {
             return 0;
         };
         let credit = credit.clone();
-        demand::deliver(&credit.demand, &mut self.downstream, &mut items, || false);
-        for item in items {
+        let (_, rest) = demand::deliver(&credit.demand, &mut self.downstream, items, || false);
+        for item in rest.into_iter().flatten() {
             self.drops.drop_item(DropReason::OverflowNewest, item);
         }
         self.drops.flush();
@@ -130,6 +130,10 @@ impl<T: 'static, S: Subscriber<T>> Subscriber<T> for DropSubscriber<S> {
 
     fn drop_hook(&self) -> Option<DropHook> {
         self.downstream.drop_hook()
+    }
+
+    fn stops_batches_itself(&self) -> bool {
+        self.downstream.stops_batches_itself()
     }
 
     fn on_error(&mut self, error: Error) {

@@ -67,6 +67,10 @@ impl<T, S: Subscriber<T>> Subscriber<T> for OnDroppedSubscriber<S> {
         Some(self.hook.clone())
     }
 
+    fn stops_batches_itself(&self) -> bool {
+        self.downstream.stops_batches_itself()
+    }
+
     fn on_error(&mut self, error: Error) {
         self.downstream.on_error(error);
     }

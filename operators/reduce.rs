@@ -305,6 +305,12 @@ where
         self.downstream.as_ref().and_then(|d| d.drop_hook())
     }
 
+    /// Folds every batch it is handed into one value (it never cancels from inside
+    /// one).
+    fn stops_batches_itself(&self) -> bool {
+        true
+    }
+
     fn on_error(&mut self, error: Error) {
         if self.upstream.finish() {
             self.end(Some(error));

@@ -108,10 +108,15 @@ where
             return 0;
         }
         let mut outcome = BatchOutcome::default();
-        let (acc, f) = (&mut self.acc, &mut self.f);
-        let batch = Guarded::new(items, |x| step(acc, f, x), &mut outcome);
+        // The state lives in a local for the batch (a local the compiler can keep in a
+        // register through the fused loop, where a field behind `&mut self` is stored
+        // back on every item), and goes back to the stage after it.
+        let mut acc = self.acc.take();
+        let f = &mut self.f;
+        let batch = Guarded::new(items, |x| step(&mut acc, f, x), &mut outcome);
         // Downstream holds our upstream's subscription, so its credit passes as is.
         let credit = self.downstream.on_next_batch(batch);
+        self.acc = acc;
         match outcome.panic {
             Some(error) => {
                 self.upstream.fail(&mut self.downstream, error);
@@ -123,6 +128,10 @@ where
 
     fn drop_hook(&self) -> Option<DropHook> {
         self.downstream.drop_hook()
+    }
+
+    fn stops_batches_itself(&self) -> bool {
+        self.downstream.stops_batches_itself()
     }
 
     fn on_error(&mut self, error: Error) {

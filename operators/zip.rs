@@ -137,9 +137,9 @@ where
         let pairs = pairing.scratch.0.drain(..).zip(pairing.scratch.1.drain(..));
         let mut outcome = BatchOutcome::default();
         let f = &mut pairing.f;
-        let mut combined = Guarded::new(pairs, |(a, b)| Some(f(a, b)), &mut outcome);
-        let count = cx.deliver(downstream, &mut combined);
-        drop(combined);
+        let combined = Guarded::new(pairs, |(a, b)| Some(f(a, b)), &mut outcome);
+        let (count, rest) = cx.deliver(downstream, combined);
+        drop(rest);
         if let Some(panic) = outcome.panic {
             return Err(panic);
         }

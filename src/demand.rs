@@ -226,25 +226,48 @@ impl Local {
 /// Deliver items from `items` to `downstream` against `demand`, the way a stage that
 /// owns its downstream's demand does it: demand is read once per batch, the batch goes
 /// out with one `on_next_batch`, and it is settled once with
-/// [`produced`](AtomicDemand::produced) (downstream's batch credit added). It repeats
-/// while a batch used all the demand there was (downstream may have requested more
-/// from inside it) and `stop()` is false. Returns how many items went out; what is
-/// left in `items` arrived without demand.
+/// [`produced`](AtomicDemand::produced) (downstream's batch credit added).
+///
+/// When the whole of `items` fits the demand (its `size_hint` says so), it is handed
+/// over by value: a batching subscriber then folds it in one loop, whatever `items`
+/// is. Otherwise runs of items go out while a run used all the demand there was
+/// (downstream may have requested more from inside it) and `stop()` is false.
+/// Returns how many items went out, and what is left (`None` when `items` was handed
+/// over whole: what downstream did not take, it dropped); what is left arrived without
+/// demand.
 pub(crate) fn deliver<T, S, I>(
     demand: &AtomicDemand,
     downstream: &mut S,
-    items: &mut I,
+    items: I,
     stop: impl Fn() -> bool,
-) -> u64
+) -> (u64, Option<I>)
 where
     S: crate::Subscriber<T>,
     I: Iterator<Item = T>,
 {
+    let wanted = demand.get();
+    if wanted == 0 || stop() {
+        return (0, Some(items));
+    }
+    if items
+        .size_hint()
+        .1
+        .is_some_and(|upper| upper as u64 <= wanted)
+    {
+        let mut passed = 0u64;
+        let credit = downstream.on_next_batch(items.inspect(|_| passed += 1));
+        demand.produced(passed);
+        if credit > 0 {
+            demand.add(credit);
+        }
+        return (passed, None);
+    }
+    let mut items = items;
     let mut total = 0u64;
     loop {
         let wanted = demand.get();
         if wanted == 0 || stop() {
-            return total;
+            return (total, Some(items));
         }
         let limit = usize::try_from(wanted).unwrap_or(usize::MAX);
         let mut passed = 0usize;
@@ -255,7 +278,7 @@ where
         }
         total += passed as u64;
         if passed < limit {
-            return total;
+            return (total, Some(items));
         }
     }
 }

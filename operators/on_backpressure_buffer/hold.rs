@@ -187,7 +187,7 @@ impl<T: Send + 'static> Hold<T> {
                 drain.reporter.drop_item(DropReason::Expired, item);
             }
             if !drain.run.is_empty() {
-                cx.deliver(downstream, &mut drain.run.drain(..));
+                cx.deliver(downstream, drain.run.drain(..));
             }
             if taken < budget {
                 break;

@@ -379,13 +379,18 @@ where
         let owned = core.try_pass(|cx, drain, downstream| {
             hold.owning(|| {
                 hold.deliver_held(cx, drain, downstream);
-                let Some(mut items) = items.take() else {
+                let Some(items) = items.take() else {
                     return Pass::Idle;
                 };
-                if lock(&hold.held).queue.is_empty() {
-                    cx.deliver(downstream, &mut items);
-                }
-                let mut rest = items.peekable();
+                let rest = if lock(&hold.held).queue.is_empty() {
+                    cx.deliver(downstream, items).1
+                } else {
+                    Some(items)
+                };
+                let Some(rest) = rest else {
+                    return Pass::Idle;
+                };
+                let mut rest = rest.peekable();
                 if rest.peek().is_some() {
                     let now = self.gauge.now();
                     let mut held = lock(&hold.held);
@@ -434,6 +439,11 @@ where
             Some(downstream) => downstream.drop_hook(),
             None => self.hook.clone(),
         }
+    }
+
+    /// Consumes every batch it is handed (it never cancels from inside one).
+    fn stops_batches_itself(&self) -> bool {
+        true
     }
 
     fn on_error(&mut self, error: Error) {

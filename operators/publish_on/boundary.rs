@@ -199,7 +199,7 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
                 retire(stamps, queue.items.position().wrapping_add(n));
             }
             // Items a cancelling subscriber leaves in the batch are dropped with it.
-            cx.deliver(subscriber, &mut queue.items.pop_batch(n));
+            cx.deliver(subscriber, queue.items.pop_batch(n));
             queue.delivered += n as u64;
             delivered += n as u64;
             if let Some(more) = queue.replenish.on_consumed(n as u64) {

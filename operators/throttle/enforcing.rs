@@ -97,4 +97,8 @@ where
     fn drop_hook(&self) -> Option<DropHook> {
         self.hook.clone().or_else(|| self.downstream.drop_hook())
     }
+
+    fn stops_batches_itself(&self) -> bool {
+        self.downstream.stops_batches_itself()
+    }
 }

@@ -367,17 +367,22 @@ struct Inlet<T> {
 impl<T> Inlet<T> {
     /// Append items under one lock; a rule 1.1 violation ends the stream.
     fn push(&mut self, items: impl Iterator<Item = T>) {
-        let mut items = items.peekable();
         let mut overflow = false;
+        let mut late = None;
         {
             let mut st = self.shared.lock();
-            if !st.closed && st.terminal.is_none() && st.items.push(&mut items).is_err() {
+            if st.closed || st.terminal.is_some() {
+                late = Some(items);
+            } else if let Err(refused) = st.items.push(items) {
                 overflow = true;
                 st.terminal = Some(Err(over_delivered("subscribe_async")));
+                // Dropped after the lock is released (an item's Drop is user code).
+                drop(st);
+                drop(refused);
             }
         }
-        // Refused items (late, or beyond the window) go outside the lock.
-        drop(items);
+        // Late items go outside the lock.
+        drop(late);
         if overflow {
             self.shared.slot.cancel();
         }
@@ -414,6 +419,11 @@ impl<T: Send> Subscriber<T> for Inlet<T> {
     {
         self.push(items);
         0
+    }
+
+    /// Consumes every batch it is handed (it never cancels from inside one).
+    fn stops_batches_itself(&self) -> bool {
+        true
     }
 
     fn on_error(&mut self, error: Error) {

@@ -283,7 +283,7 @@ impl<B: StreamSource> Emitter for StreamEmitter<B> {
             count: 0,
             stop: Stop::No,
         };
-        let credit = subscriber.on_next_batch(cx.until_cancelled(&mut polled));
+        let credit = cx.hand_over(subscriber, &mut polled);
         let (count, stop) = (polled.count, polled.stop);
         match stop {
             Stop::End(end) => Emitted {

@@ -176,24 +176,23 @@ impl<T> std::fmt::Debug for HandoffSubscriber<T> {
 impl<T> HandoffSubscriber<T> {
     /// Push `items` under one lock and wake the consumer once.
     fn push<I: Iterator<Item = T>>(&mut self, items: I) {
-        let mut items = items.peekable();
         let mut state = self.shared.lock();
         if state.end.is_some() {
             return;
         }
         let was_empty = state.window.is_empty();
-        match state.window.push(&mut items) {
+        match state.window.push(items) {
             Ok(pushed) => {
                 drop(state);
                 if pushed > 0 && was_empty {
                     self.shared.waker.wake();
                 }
             }
-            Err(()) => {
+            Err(refused) => {
                 state.end = Some(Err(over_delivered("bridge")));
                 drop(state);
-                // The refused items go outside the lock (an item's Drop is user code).
-                drop(items);
+                // The refused item goes outside the lock (an item's Drop is user code).
+                drop(refused);
                 self.shared.slot.cancel();
                 self.shared.waker.wake();
             }
@@ -222,6 +221,11 @@ impl<T> Subscriber<T> for HandoffSubscriber<T> {
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
         self.push(items);
         0
+    }
+
+    /// Consumes every batch it is handed (it never cancels from inside one).
+    fn stops_batches_itself(&self) -> bool {
+        true
     }
 
     fn on_error(&mut self, error: Error) {

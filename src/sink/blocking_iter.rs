@@ -128,6 +128,11 @@ impl<T> Subscriber<T> for IterSubscriber<T> {
         0
     }
 
+    /// Consumes every batch it is handed (it never cancels from inside one).
+    fn stops_batches_itself(&self) -> bool {
+        true
+    }
+
     fn on_error(&mut self, error: Error) {
         self.end(Err(error));
     }
@@ -141,16 +146,15 @@ impl<T> IterSubscriber<T> {
     /// Queue `items` under one lock; an upstream that overflows the window is
     /// cancelled and reported.
     fn push<I: Iterator<Item = T>>(&mut self, items: I) {
-        let mut items = items.peekable();
         let mut state = self.shared.lock();
         if state.end.is_some() {
             return;
         }
-        if state.queue.push(&mut items).is_err() {
+        if let Err(refused) = state.queue.push(items) {
             state.end = Some(Err(over_delivered("blocking_iter")));
             drop(state);
-            // The refused items go outside the lock (an item's Drop is user code).
-            drop(items);
+            // The refused item goes outside the lock (an item's Drop is user code).
+            drop(refused);
             self.shared.slot.cancel();
         } else {
             drop(state);

@@ -117,6 +117,11 @@ where
         }
     }
 
+    /// Consumes every batch it is handed (it never cancels from inside one).
+    fn stops_batches_itself(&self) -> bool {
+        true
+    }
+
     fn on_error(&mut self, error: Error) {
         self.upstream = None;
         if self.acc.take().is_some() {

@@ -125,8 +125,7 @@ where
                 left: budget,
                 end: &mut end,
             };
-            credit = subscriber
-                .on_next_batch(cx.until_cancelled(steps.by_ref()).inspect(|_| emitted += 1));
+            credit = cx.hand_over(subscriber, steps.by_ref().inspect(|_| emitted += 1));
         }
         Emitted {
             count: emitted,

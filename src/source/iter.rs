@@ -139,8 +139,7 @@ where
                 left: budget,
                 panic: &mut panic,
             };
-            credit = subscriber
-                .on_next_batch(cx.until_cancelled(batch.by_ref()).inspect(|_| emitted += 1));
+            credit = cx.hand_over(subscriber, batch.by_ref().inspect(|_| emitted += 1));
         }
         let outcome = if let Some(error) = panic {
             Emitted::fail(emitted, error)

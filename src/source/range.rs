@@ -86,7 +86,7 @@ where
         let mut credit = 0;
         if n > 0 {
             let end = T::forward(self.start, n);
-            credit = subscriber.on_next_batch(cx.until_cancelled(self.start..end));
+            credit = cx.hand_over(subscriber, self.start..end);
             self.start = end;
         }
         let emitted = if self.start >= self.end {

@@ -39,6 +39,19 @@ pub trait Subscriber<T> {
         None
     }
 
+    /// True when this subscriber's [`on_next_batch`](Subscriber::on_next_batch) needs
+    /// no help to stop after a cancel made from inside the batch: it never cancels
+    /// there, or it stops consuming the batch by itself. weir's publishers then hand it
+    /// batches as they are (the fused path of a synchronous chain).
+    ///
+    /// The default, false, suits a subscriber that implements only
+    /// [`on_next`](Subscriber::on_next): weir's publishers end the batch's iterator as
+    /// soon as the subscription is cancelled, so a cancel made inside `on_next` is
+    /// followed by no further item. Operators answer for their downstream.
+    fn stops_batches_itself(&self) -> bool {
+        false
+    }
+
     /// Several items at once, never more than the outstanding demand. Each item counts
     /// as one `on_next` for rule 1.1.
     ///

@@ -217,40 +217,57 @@ impl<'a> Cx<'a> {
         self.waker.expect("only scheduled stages have a waker")
     }
 
-    /// `items` as delivered to downstream: `next` returns `None` once downstream has
-    /// cancelled (so a subscriber that cancels inside `on_next` gets nothing more),
-    /// while `fold` (the fused path of batching subscribers) runs the inner iterator
-    /// untouched.
+    /// Hand `items` to `downstream` as one batch (`on_next_batch`) and return the
+    /// batch credit. Unless `downstream` stops batches itself
+    /// ([`Subscriber::stops_batches_itself`]), the batch's `next` returns `None` once
+    /// the stage has been cancelled, so a subscriber that cancels inside `on_next` gets
+    /// nothing more ([`UntilCancelled`]); a subscriber that stops batches itself (the
+    /// fused path of a synchronous chain) gets `items` untouched. The choice is a
+    /// constant for a given subscriber type, so only one branch is compiled in.
     #[inline]
-    pub(crate) fn until_cancelled<I: Iterator>(&self, items: I) -> UntilCancelled<'a, I> {
-        UntilCancelled {
-            items,
-            flags: self.flags,
-        }
-    }
-
-    /// Deliver from `items` against the demand with [`demand::deliver`]: one
-    /// `on_next_batch` per run of items, settled once; stops once the stage stops.
-    /// Returns how many went out; what is left in `items` had no demand.
-    #[inline]
-    pub(crate) fn deliver<T, S, I>(&self, downstream: &mut S, items: &mut I) -> u64
+    pub(crate) fn hand_over<T, S, I>(&self, downstream: &mut S, items: I) -> u64
     where
         S: Subscriber<T>,
         I: Iterator<Item = T>,
     {
-        let flags = self.flags;
-        demand::deliver(
-            self.demand,
-            downstream,
-            &mut UntilCancelled { items, flags },
-            || self.stopped(),
-        )
+        if downstream.stops_batches_itself() {
+            downstream.on_next_batch(items)
+        } else {
+            downstream.on_next_batch(UntilCancelled {
+                items,
+                flags: self.flags,
+            })
+        }
+    }
+
+    /// Deliver from `items` against the demand with [`demand::deliver`] (by value when
+    /// it all fits the demand, else in runs, settled once each), checked as in
+    /// [`hand_over`](Self::hand_over); stops once the stage stops. Returns how many went
+    /// out and what is left (which had no demand), if anything.
+    #[inline]
+    pub(crate) fn deliver<T, S, I>(&self, downstream: &mut S, items: I) -> (u64, Option<I>)
+    where
+        S: Subscriber<T>,
+        I: Iterator<Item = T>,
+    {
+        if downstream.stops_batches_itself() {
+            return demand::deliver(self.demand, downstream, items, || self.stopped());
+        }
+        let items = UntilCancelled {
+            items,
+            flags: self.flags,
+        };
+        let (count, rest) = demand::deliver(self.demand, downstream, items, || self.stopped());
+        (count, rest.map(|rest| rest.items))
     }
 }
 
-/// See [`Cx::until_cancelled`].
+/// A batch that ends once its stage is cancelled (see [`Cx::hand_over`]): `next`
+/// checks the cancelled flag, `fold` (which a consumer that cancels inside the batch
+/// never uses) runs the inner iterator untouched.
 pub(crate) struct UntilCancelled<'a, I> {
     items: I,
+    /// The stage's flags.
     flags: &'a AtomicU8,
 }
 
@@ -493,11 +510,40 @@ where
         true
     }
 
-    /// One pass (owner only) with the stage's body.
+    /// One pass (owner only) with the stage's body. Kept out of line: the pass body
+    /// is the hot loop of a fused pipeline, and compiled on its own (not inlined into
+    /// the loop's driver) its state stays in registers.
+    #[inline(never)]
     fn pass(&self, waker: Option<&Waker>) -> Pass {
-        self.pass_with(waker, |cx, owned, downstream| {
-            self.stage.pass(cx, owned, downstream)
-        })
+        let mut slot = self.lock();
+        let Some((owned, downstream)) = slot.as_mut() else {
+            return Pass::Idle;
+        };
+        // Relaxed: see the file header.
+        let flags = self.flags.load(Ordering::Relaxed);
+        let ending = if flags & STOPPING != 0 {
+            Ending::Flags(flags)
+        } else {
+            let cx = Cx {
+                demand: &self.demand,
+                flags: &self.flags,
+                waker,
+            };
+            match catch(|| self.stage.pass(&cx, owned, downstream)) {
+                Ok(Pass::Over) => Ending::Terminated,
+                Ok(pass) => return pass,
+                Err(_) => Ending::Panicked,
+            }
+        };
+        let (mut owned, downstream) = slot.take().expect("checked above");
+        // Relaxed: read as a hint by `request`/`cancel`; the slot is empty anyway.
+        self.flags.fetch_or(OVER, Ordering::Relaxed);
+        drop(slot);
+        self.end(ending, &mut owned, downstream);
+        if catch(move || drop(owned)).is_err() {
+            tracing::error!("a stage's state panicked while being dropped; contained");
+        }
+        Pass::Over
     }
 
     /// One pass (owner only) with `body`. Ends the subscription when a flag or the

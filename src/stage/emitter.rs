@@ -181,22 +181,23 @@ impl<E: Emitter, D: Driver> Stage for Emitting<E, D> {
     ) -> Pass {
         let demand = cx.demand();
         let mut local = Local::default();
+        // Only a scheduled emitter counts its budget (a constant condition: the inline
+        // loop compiles without it).
         let mut budget_left = D::BUDGET;
         loop {
             if cx.stopped() {
                 // The core stops the stage at the next pass (the flag's setter
-                // registered a reason to run).
+                // registered a reason to run). A cancel in the middle of a batch lands
+                // here too: no end is signalled after it.
                 return Pass::Idle;
             }
             local.take(demand);
-            let budget = local.get().min(CHUNK).min(budget_left);
+            let mut budget = local.get().min(CHUNK);
+            if D::BUDGET != u64::MAX {
+                budget = budget.min(budget_left);
+            }
             let emitted = emitter.emit(cx, subscriber, budget);
             debug_assert!(emitted.count <= budget, "source emitted beyond its budget");
-            if cx.stopped() {
-                // Cancelled (perhaps in the middle of the batch, which then stopped
-                // early) or `request(0)`: no end signal; the core ends the stage.
-                return Pass::Idle;
-            }
             local.spent(emitted.count, emitted.credit);
             if let Some(end) = emitted.end {
                 return cx.terminate(subscriber, end);
@@ -206,10 +207,12 @@ impl<E: Emitter, D: Driver> Stage for Emitting<E, D> {
                 local.give_back(demand);
                 return Pass::Idle;
             }
-            budget_left -= emitted.count;
-            if budget_left == 0 {
-                local.give_back(demand);
-                return Pass::Yield;
+            if D::BUDGET != u64::MAX {
+                budget_left -= emitted.count;
+                if budget_left == 0 {
+                    local.give_back(demand);
+                    return Pass::Yield;
+                }
             }
             if local.get() == 0 && demand.get() == 0 {
                 return Pass::Idle;

@@ -84,12 +84,10 @@ impl<T> Lane<T> {
     }
 
     /// Queue a whole batch under one lock. `Err` when the window overflows (the source
-    /// broke rule 1.1); the rest of the batch is dropped after the lock is released.
+    /// broke rule 1.1); the first refused item is dropped after the lock is released.
     fn push_all<I: Iterator<Item = T>>(&self, items: I) -> Result<(), ()> {
-        let mut items = items.peekable();
-        let result = lock(&self.state).window.push(&mut items).map(drop);
-        drop(items);
-        result
+        let result = lock(&self.state).window.push(items);
+        result.map(drop).map_err(drop)
     }
 
     /// Record the source's terminal signal (the first one wins).
@@ -190,6 +188,11 @@ impl<T, N: Target + ?Sized> Subscriber<T> for LaneSubscriber<T, N> {
         self.core.signal();
         // Credit is returned by the drain, as it consumes (Replenish).
         0
+    }
+
+    /// Consumes every batch it is handed (it never cancels from inside one).
+    fn stops_batches_itself(&self) -> bool {
+        true
     }
 
     fn on_error(&mut self, error: Error) {

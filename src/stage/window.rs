@@ -74,25 +74,34 @@ impl<T> Window<T> {
         }
     }
 
-    /// Queue items from `items` until it is exhausted. `Err` when an item does not fit
-    /// (the upstream broke rule 1.1); that item and the rest stay in `items`, for the
-    /// caller to drop outside its lock. Returns how many were queued.
+    /// Queue every item of `items` (one fold: a batching source hands its batch over
+    /// in one loop). `Err` when an item does not fit: the upstream broke rule 1.1;
+    /// the first refused item comes back (for the caller to drop outside its lock)
+    /// and the rest of the batch, which should never have existed, is dropped here.
+    /// Returns how many were queued.
     #[inline]
-    pub(crate) fn push<I: Iterator<Item = T>>(
-        &mut self,
-        items: &mut std::iter::Peekable<I>,
-    ) -> Result<usize, ()> {
-        let mut pushed = 0;
-        while items.peek().is_some() {
-            if self.held == self.size {
-                return Err(());
+    pub(crate) fn push<I: Iterator<Item = T>>(&mut self, items: I) -> Result<usize, T> {
+        // The usual case: the batch fits the credit (its size hint says so).
+        let room = self.size - self.held;
+        if items.size_hint().1.is_some_and(|upper| upper <= room) {
+            let before = self.items.len();
+            self.items.extend(items);
+            let pushed = self.items.len() - before;
+            self.held += pushed;
+            return Ok(pushed);
+        }
+        let (pushed, refused) = items.fold((0usize, None), |(pushed, refused), item| {
+            if refused.is_some() || self.held == self.size {
+                return (pushed, refused.or(Some(item)));
             }
-            let item = items.next().expect("peeked");
             self.items.push_back(item);
             self.held += 1;
-            pushed += 1;
+            (pushed + 1, None)
+        });
+        match refused {
+            Some(item) => Err(item),
+            None => Ok(pushed),
         }
-        Ok(pushed)
     }
 
     /// The oldest queued item, still counted as held until [`release`](Self::release).
@@ -150,20 +159,17 @@ mod tests {
     #[test]
     fn holds_the_credit_and_refuses_more() {
         let mut window = Window::new(3);
-        let mut items = (0..5).peekable();
-        assert_eq!(window.push(&mut items), Err(()));
-        assert_eq!(items.next(), Some(3), "the item that did not fit stays");
+        assert_eq!(window.push(0..5), Err(3), "the first item that did not fit");
         assert_eq!(window.pop(), Some(0));
-        let mut more = (10..11).peekable();
-        assert_eq!(window.push(&mut more), Err(()), "popped but not released");
+        assert_eq!(window.push(10..11), Err(10), "popped but not released");
         window.release(1);
-        assert_eq!(window.push(&mut (10..11).peekable()), Ok(1));
+        assert_eq!(window.push(10..11), Ok(1));
         assert_eq!(window.pop_released(), Some(1));
         let mut out = VecDeque::new();
         assert_eq!(window.pop_into(&mut out, 5), 2);
         assert_eq!(out, [2, 10]);
         assert!(window.is_empty());
-        assert_eq!(window.push(&mut (0..3).peekable()), Ok(3));
+        assert_eq!(window.push(0..3), Ok(3));
     }
 
     #[test]

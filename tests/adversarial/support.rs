@@ -74,20 +74,7 @@ impl Tracked {
     }
 }
 
-/// Poll `condition` (every millisecond) until it holds or `timeout` passed; whether it
-/// held.
-pub fn wait_until(timeout: Duration, mut condition: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if condition() {
-            return true;
-        }
-        if Instant::now() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
+pub use crate::harness::watch::wait_until;
 
 /// The message of a panic payload.
 pub fn panic_message(payload: &(dyn Any + Send)) -> String {

@@ -139,6 +139,7 @@ pub(super) struct Erased<T>(Box<dyn Sink<T>>);
 /// Object-safe view of a `Subscriber` that keeps batch delivery.
 trait Sink<T>: Send {
     fn subscribed(&mut self, subscription: crate::Subscription);
+    fn stops_batches_itself(&self) -> bool;
     fn next_batch(&mut self, items: &mut dyn Iterator<Item = T>) -> u64;
     fn error(&mut self, error: Error);
     fn complete(&mut self);
@@ -147,6 +148,9 @@ trait Sink<T>: Send {
 impl<T, S: Subscriber<T> + Send> Sink<T> for S {
     fn subscribed(&mut self, subscription: crate::Subscription) {
         self.on_subscribe(subscription)
+    }
+    fn stops_batches_itself(&self) -> bool {
+        Subscriber::stops_batches_itself(self)
     }
     fn next_batch(&mut self, items: &mut dyn Iterator<Item = T>) -> u64 {
         self.on_next_batch(items)
@@ -162,6 +166,9 @@ impl<T, S: Subscriber<T> + Send> Sink<T> for S {
 impl<T> Subscriber<T> for Erased<T> {
     fn on_subscribe(&mut self, subscription: crate::Subscription) {
         self.0.subscribed(subscription)
+    }
+    fn stops_batches_itself(&self) -> bool {
+        self.0.stops_batches_itself()
     }
     fn on_next(&mut self, item: T) {
         let _credit = self.0.next_batch(&mut std::iter::once(item));
@@ -423,7 +430,7 @@ impl<T: Send + 'static> Chan<T> {
             }
             if !c.batch.is_empty() {
                 // Items a cancelling subscriber leaves in the batch are released.
-                cx.deliver(sink, &mut c.batch.drain(..));
+                cx.deliver(sink, c.batch.drain(..));
             }
             if let Some(end) = end {
                 return cx.terminate(sink, end);

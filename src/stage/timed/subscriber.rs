@@ -69,6 +69,11 @@ where
         }
     }
 
+    /// Consumes every batch it is handed (it never cancels from inside one).
+    fn stops_batches_itself(&self) -> bool {
+        true
+    }
+
     fn on_error(&mut self, error: Error) {
         if let (true, Some(core)) = (self.upstream.finish(), &self.core) {
             core.stage().end(Err(error));
