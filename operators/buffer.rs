@@ -8,8 +8,9 @@
 //! flushes.
 //!
 //! Batching: `on_next_batch` hands downstream a [`Batches`] iterator that fills the
-//! current `Vec` item by item and yields it when it reaches `size`; the remainder
-//! stays in `batch` for the next delivery. A `Vec` is allocated with capacity `size`
+//! current `Vec` (its first item, then one `extend` for the rest of the room) and
+//! yields it when it reaches `size`; the remainder stays in `batch` for the next
+//! delivery. Batches are filled only as downstream takes them. A `Vec` is allocated with capacity `size`
 //! when a batch's first item arrives (a stream that ends on a batch boundary
 //! allocates none for the empty remainder); nothing is allocated per item.
 //!
@@ -120,12 +121,15 @@ impl<I: Iterator> Iterator for Batches<'_, I> {
 
     #[inline]
     fn next(&mut self) -> Option<Vec<I::Item>> {
-        loop {
-            let item = self.items.next()?;
-            if let Some(full) = fill(self.batch, self.size, item) {
-                return Some(full);
-            }
+        // The first item decides whether a batch is started (and allocated) at all;
+        // the rest of the batch is one `extend`, a loop of its own.
+        let first = self.items.next()?;
+        if let Some(full) = fill(self.batch, self.size, first) {
+            return Some(full);
         }
+        let room = self.size - self.batch.len();
+        self.batch.extend(self.items.by_ref().take(room));
+        (self.batch.len() == self.size).then(|| std::mem::take(self.batch))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -168,6 +172,12 @@ impl<T, S: Subscriber<Vec<T>>> Subscriber<T> for BufferSubscriber<S, T> {
 
     fn drop_hook(&self) -> Option<DropHook> {
         self.downstream.drop_hook()
+    }
+
+    /// The batches are filled lazily as downstream takes them, so downstream's
+    /// answer holds for the items too.
+    fn stops_batches_itself(&self) -> bool {
+        self.downstream.stops_batches_itself()
     }
 
     fn on_error(&mut self, error: Error) {

@@ -29,6 +29,7 @@ use std::marker::PhantomData;
 
 use super::core::{Core, Cx, Drive, Pass, Stage};
 use crate::demand::Local;
+#[cfg(feature = "futures")]
 use crate::runtime::Scheduler;
 use crate::{Error, Subscriber};
 
@@ -37,6 +38,7 @@ use crate::{Error, Subscriber};
 pub(crate) const CHUNK: u64 = 1024;
 
 /// Items one scheduled pass may emit before it yields its task.
+#[cfg(feature = "futures")]
 const TASK_BUDGET: u64 = 16 * CHUNK;
 
 /// What one `emit` call did.
@@ -112,7 +114,9 @@ where
     .attach(emitter, subscriber);
 }
 
-/// Subscribe `subscriber` to `emitter`, emitting on tasks of `scheduler`.
+/// Subscribe `subscriber` to `emitter`, emitting on tasks of `scheduler` (the
+/// stream bridge's emitter polls a future, so this needs the `futures` feature).
+#[cfg(feature = "futures")]
 pub(crate) fn subscribe_on<E, S, C>(emitter: E, scheduler: C, subscriber: S)
 where
     E: Emitter,
@@ -130,6 +134,7 @@ where
 pub(crate) struct Inline;
 
 /// Emit on tasks of a scheduler.
+#[cfg(feature = "futures")]
 pub(crate) struct On<C>(C);
 
 /// Where an emitter's passes run, and how many items one pass may emit.
@@ -147,6 +152,7 @@ impl Driver for Inline {
     }
 }
 
+#[cfg(feature = "futures")]
 impl<C: Scheduler> Driver for On<C> {
     const BUDGET: u64 = TASK_BUDGET;
     fn drive(&self) -> Drive<'_> {
