@@ -917,6 +917,24 @@ fn regression_cancel_inside_on_next_keeps_delivering() {
             weir::range(0..N).map(|x| x + 1),
         ),
         after_cancel("weir::channel (100,000 queued)", rx),
+        // Stages that pass the question on (`stops_batches_itself`) to the subscriber.
+        after_cancel("range.filter(..)", weir::range(0..N).filter(|x| x % 2 == 0)),
+        after_cancel(
+            "range.filter_map(..)",
+            weir::range(0..N).filter_map(|x| Some(x)),
+        ),
+        after_cancel("range.scan(..)", weir::range(0..N).scan(0, |a, x| a + x)),
+        after_cancel("range.skip(10)", weir::range(0..N).skip(10)),
+        after_cancel("range.take(90_000)", weir::range(0..N).take(90_000)),
+        after_cancel("range.inspect(..)", weir::range(0..N).inspect(|_| ())),
+        after_cancel(
+            "range.limit_rate(256, 192)",
+            weir::range(0..N).limit_rate(256, 192),
+        ),
+        after_cancel(
+            "range.buffer(4).map(len)",
+            weir::range(0..N).buffer(4).map(|batch| batch.len() as u64),
+        ),
     ]
     .into_iter()
     .flatten()
