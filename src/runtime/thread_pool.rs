@@ -2,9 +2,9 @@
 //!
 //! One mutex-protected queue of ready tasks and one ordered map of timers, shared by
 //! all workers. A worker takes the first ready task, or moves due timers to the ready
-//! queue, or, finding nothing, waits a few microseconds with the crate's one
-//! [`Backoff`] (a boundary's next batch usually arrives within that window, and a
-//! futex wake-up costs more than the spin), then parks on a condition variable until a
+//! queue, or, finding nothing, polls for up to 20 µs with the crate's one
+//! [`Backoff`] (`wait_idle`: a boundary's next batch usually arrives within that
+//! window, and a futex wake-up costs more than the spin), then parks on a condition variable until a
 //! task is scheduled or the earliest timer falls due. An idle pool burns no CPU, and a
 //! worker never yields its CPU in a loop while other threads need it.
 //!
@@ -316,7 +316,7 @@ impl Workers {
                 spun = true;
                 drop(state);
                 // Relaxed: a hint only; the task is taken under the lock.
-                Backoff::wait(|| self.queued.load(Ordering::Relaxed) > 0);
+                Backoff::wait_idle(|| self.queued.load(Ordering::Relaxed) > 0);
                 state = self.lock();
                 continue;
             }
