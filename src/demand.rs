@@ -238,49 +238,50 @@ impl Local {
 pub(crate) fn deliver<T, S, I>(
     demand: &AtomicDemand,
     downstream: &mut S,
-    items: I,
+    mut items: I,
     stop: impl Fn() -> bool,
 ) -> (u64, Option<I>)
 where
     S: crate::Subscriber<T>,
     I: Iterator<Item = T>,
 {
-    let wanted = demand.get();
-    if wanted == 0 || stop() {
-        return (0, Some(items));
-    }
-    if items
-        .size_hint()
-        .1
-        .is_some_and(|upper| upper as u64 <= wanted)
-    {
-        let mut passed = 0u64;
-        let credit = downstream.on_next_batch(items.inspect(|_| passed += 1));
-        demand.produced(passed);
-        if credit > 0 {
-            demand.add(credit);
-        }
-        return (passed, None);
-    }
-    let mut items = items;
     let mut total = 0u64;
     loop {
         let wanted = demand.get();
         if wanted == 0 || stop() {
             return (total, Some(items));
         }
-        let limit = usize::try_from(wanted).unwrap_or(usize::MAX);
-        let mut passed = 0usize;
-        let credit = downstream.on_next_batch(items.by_ref().take(limit).inspect(|_| passed += 1));
-        demand.produced(passed as u64);
-        if credit > 0 {
-            demand.add(credit);
+        if items
+            .size_hint()
+            .1
+            .is_some_and(|upper| upper as u64 <= wanted)
+        {
+            return (total + settled_batch(demand, downstream, items), None);
         }
-        total += passed as u64;
-        if passed < limit {
+        let limit = usize::try_from(wanted).unwrap_or(usize::MAX);
+        let passed = settled_batch(demand, downstream, items.by_ref().take(limit));
+        total += passed;
+        if passed < limit as u64 {
             return (total, Some(items));
         }
     }
+}
+
+/// Hand `items` to `downstream` with one `on_next_batch` and settle it once: what went
+/// out is `produced`, the batch credit is added. Returns how many items went out.
+#[inline]
+fn settled_batch<T, S, I>(demand: &AtomicDemand, downstream: &mut S, items: I) -> u64
+where
+    S: crate::Subscriber<T>,
+    I: Iterator<Item = T>,
+{
+    let mut passed = 0u64;
+    let credit = downstream.on_next_batch(items.inspect(|_| passed += 1));
+    demand.produced(passed);
+    if credit > 0 {
+        demand.add(credit);
+    }
+    passed
 }
 
 /// The 75% rule: a consumer that holds a window of `prefetch` items requests

@@ -208,24 +208,13 @@ proptest! {
     }
 }
 
-/// A second publisher whose `subscribe` panics.
-struct PanicsOnSubscribe;
-
-impl Publisher for PanicsOnSubscribe {
-    type Item = u32;
-
-    fn subscribe<S: weir::Subscriber<u32> + Send + 'static>(self, _subscriber: S) {
-        panic!("boom in subscribe");
-    }
-}
-
 #[test]
 fn a_second_publisher_that_panics_in_subscribe_fails_the_stream() {
     let (items, result) = {
         let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let log = seen.clone();
         let result = weir::range(0u32..3)
-            .concat(PanicsOnSubscribe)
+            .concat(crate::support::failing::PanicsOnSubscribe)
             .inspect(move |x| log.lock().unwrap().push(*x))
             .collect()
             .wait();

@@ -216,21 +216,13 @@ proptest! {
     }
 }
 
-/// A source whose `subscribe` panics.
-struct PanicsOnSubscribe;
-
-impl Publisher for PanicsOnSubscribe {
-    type Item = u32;
-
-    fn subscribe<S: weir::Subscriber<u32> + Send + 'static>(self, _subscriber: S) {
-        panic!("boom in subscribe");
-    }
-}
-
 #[test]
 fn a_source_that_panics_in_subscribe_fails_the_merge_and_cancels_the_others() {
     let (source, stats) = crate::support::counting::counted(weir::never::<u32>());
-    let result = source.merge(PanicsOnSubscribe).collect().wait();
+    let result = source
+        .merge(crate::support::failing::PanicsOnSubscribe)
+        .collect()
+        .wait();
     assert_eq!(result.unwrap_err().kind(), weir::ErrorKind::Panicked);
     assert_eq!(stats.cancels(), 1, "the other source is cancelled");
 }

@@ -38,3 +38,14 @@ impl Failing {
         }
     }
 }
+
+/// A publisher whose `subscribe` panics (user code failing before any signal).
+pub struct PanicsOnSubscribe;
+
+impl weir::Publisher for PanicsOnSubscribe {
+    type Item = u32;
+
+    fn subscribe<S: weir::Subscriber<u32> + Send + 'static>(self, _subscriber: S) {
+        panic!("boom in subscribe");
+    }
+}
