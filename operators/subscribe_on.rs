@@ -34,7 +34,7 @@
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use crate::demand::UNBOUNDED;
+use crate::demand::{AtomicDemand, UNBOUNDED};
 use crate::drain::Upstream;
 use crate::metrics::DropHook;
 use crate::runtime::Scheduler;
@@ -201,6 +201,13 @@ impl<T: Send + 'static, S: Scheduler> Stage for Forward<T, S> {
             self.upstream.request(n);
         }
         Pass::Idle
+    }
+
+    /// Demand not yet forwarded (a lingering forwarder polls the demand itself, not
+    /// only the requests' signals).
+    fn has_work(&self, demand: &AtomicDemand) -> bool {
+        // Relaxed: only the loop's owner writes it, and the owner asks.
+        demand.get() > 0 && !self.all_sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The relay cancels upstream (after keeping the error, if there is one).

@@ -126,6 +126,20 @@ impl AtomicDemand {
         self.value.load(Ordering::Acquire)
     }
 
+    /// `emitted` items went out and their batch returned `credit`: one atomic step
+    /// for both, and none when they cancel out (a consumer that hands back, as batch
+    /// credit, exactly what it took). Demand changes by `credit - emitted`; unbounded
+    /// demand stays unbounded. The caller guarantees `emitted` did not exceed the
+    /// demand (rule 1.1), which this cannot check once credit is netted in.
+    #[inline]
+    pub(crate) fn settle(&self, emitted: u64, credit: u64) {
+        if credit > emitted {
+            self.add(credit - emitted);
+        } else if emitted > credit {
+            self.produced(emitted - credit);
+        }
+    }
+
     /// Record that `emitted` items went out against this demand and return what is left.
     /// Unbounded demand stays unbounded.
     ///
@@ -260,6 +274,10 @@ where
         }
         let limit = usize::try_from(wanted).unwrap_or(usize::MAX);
         let passed = settled_batch(demand, downstream, items.by_ref().take(limit));
+        debug_assert!(
+            passed <= wanted,
+            "rule 1.1: {passed} items against {wanted}"
+        );
         total += passed;
         if passed < limit as u64 {
             return (total, Some(items));
@@ -267,8 +285,9 @@ where
     }
 }
 
-/// Hand `items` to `downstream` with one `on_next_batch` and settle it once: what went
-/// out is `produced`, the batch credit is added. Returns how many items went out.
+/// Hand `items` (never more than the demand: the caller checked) to `downstream` with
+/// one `on_next_batch` and [`settle`](AtomicDemand::settle) it. Returns how many items
+/// went out.
 #[inline]
 fn settled_batch<T, S, I>(demand: &AtomicDemand, downstream: &mut S, items: I) -> u64
 where
@@ -277,10 +296,7 @@ where
 {
     let mut passed = 0u64;
     let credit = downstream.on_next_batch(items.inspect(|_| passed += 1));
-    demand.produced(passed);
-    if credit > 0 {
-        demand.add(credit);
-    }
+    demand.settle(passed, credit);
     passed
 }
 
@@ -520,6 +536,28 @@ mod tests {
         assert_eq!(d.get(), UNBOUNDED);
         assert_eq!(d.produced(1_000), UNBOUNDED);
         assert_eq!(d.take(), UNBOUNDED);
+    }
+
+    #[test]
+    fn settling_nets_items_against_batch_credit() {
+        let d = AtomicDemand::new();
+        d.add(10);
+        d.settle(4, 0);
+        assert_eq!(d.get(), 6, "items without credit use demand");
+        d.settle(3, 3);
+        assert_eq!(
+            d.get(),
+            6,
+            "credit for exactly what went out leaves it as it was"
+        );
+        d.settle(2, 5);
+        assert_eq!(d.get(), 9, "more credit than items adds the difference");
+        d.settle(9, 0);
+        assert_eq!(d.get(), 0);
+        d.add(UNBOUNDED);
+        d.settle(1_000, 0);
+        d.settle(0, 7);
+        assert_eq!(d.get(), UNBOUNDED, "unbounded stays unbounded");
     }
 
     #[test]

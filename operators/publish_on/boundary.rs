@@ -1,15 +1,14 @@
 //! The consumer side of the boundary: the stage on the signal core that drains the
 //! ring on the scheduler (see the parent module for the algorithm).
 
-use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::demand::Replenish;
+use crate::demand::{AtomicDemand, Replenish};
 use crate::loom::Mutex;
 use crate::metrics::{DropReporter, QueueGauge};
-use crate::queue::spsc::Consumer;
+use crate::queue::spsc::{Consumer, Watch};
 use crate::runtime::Scheduler;
 use crate::stage::core::Drive;
 use crate::stage::core::SharedUpstream;
@@ -37,7 +36,9 @@ pub(super) struct Boundary<T, C> {
     scheduler: C,
     pub(super) gauge: Arc<QueueGauge>,
     max_age: Option<Duration>,
-    _items: PhantomData<fn() -> T>,
+    /// The ring's fill, for a lingering drain: the producer signals once per batch
+    /// but publishes it in runs.
+    watch: Watch<T>,
 }
 
 /// The consumer's side of the ring: what only the drain owner touches.
@@ -83,6 +84,7 @@ impl<T, C> Boundary<T, C> {
         scheduler: C,
         gauge: Arc<QueueGauge>,
         max_age: Option<Duration>,
+        watch: Watch<T>,
     ) -> Self {
         Boundary {
             end: Mutex::new(None),
@@ -91,7 +93,7 @@ impl<T, C> Boundary<T, C> {
             scheduler,
             gauge,
             max_age,
-            _items: PhantomData,
+            watch,
         }
     }
 
@@ -244,6 +246,14 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
     fn on_cancel(&self) {
         // Stop the producer at once, not at the drain's next turn.
         self.upstream.cancel();
+    }
+
+    /// Items published since the last signal, and demand for them. Without it a
+    /// drain that caught up with a batch being written would wait for the batch's
+    /// end signal while the producer runs on, and the two sides take turns instead
+    /// of overlapping.
+    fn has_work(&self, demand: &AtomicDemand) -> bool {
+        demand.get() > 0 && self.watch.has_items()
     }
 }
 

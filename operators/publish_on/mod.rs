@@ -264,6 +264,7 @@ where
             scheduler,
             self.gauge.clone(),
             self.bounds.and_then(|b| b.get_max_age()),
+            items.watch(),
         ));
         let queue = Queue::new(
             items,
@@ -301,7 +302,6 @@ where
         else {
             return 0;
         };
-        let core = core.clone();
         if core.is_over() {
             // The drain is gone: nothing would ever read these.
             return 0;
@@ -339,10 +339,13 @@ where
                 written
             }
         };
-        if let Some(first) = items.next() {
-            self.overflow(&core, std::iter::once(first).chain(items));
-        } else if written > 0 {
+        if written > 0 {
             core.signal();
+        }
+        if let Some(first) = items.next() {
+            // Cold: a clone, so the ring's ends and `self` can be borrowed again.
+            let core = core.clone();
+            self.overflow(&core, std::iter::once(first).chain(items));
         }
         // Credit goes upstream from the drain, through `Replenish`.
         0

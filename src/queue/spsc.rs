@@ -358,11 +358,35 @@ impl<T> Consumer<T> {
         self.pop_batch(1).next()
     }
 
+    /// A [`Watch`] on this ring.
+    pub(crate) fn watch(&self) -> Watch<T> {
+        Watch {
+            ring: self.ring.clone(),
+        }
+    }
+
     /// Drop every readable item; returns how many.
     pub(crate) fn clear(&mut self) -> usize {
         let n = self.available();
         drop(self.pop_batch(n));
         n
+    }
+}
+
+/// A read-only view of a ring's fill, for whoever decides whether the consumer has
+/// work (a drain lingering for its next batch) without owning the reading end.
+pub(crate) struct Watch<T> {
+    ring: Arc<Ring<T>>,
+}
+
+impl<T> Watch<T> {
+    /// True when the producer has published items the consumer has not taken. A hint:
+    /// the consumer re-reads the tail (`Acquire`) before it reads any slot.
+    #[inline]
+    pub(crate) fn has_items(&self) -> bool {
+        // Relaxed: a hint that only decides whether to run a pass; the pass itself
+        // reads the tail with `Acquire` in `Consumer::available`.
+        self.ring.tail.0.load(Ordering::Relaxed) != self.ring.head.0.load(Ordering::Relaxed)
     }
 }
 
@@ -469,6 +493,23 @@ mod tests {
             seen.push(item);
         }
         assert_eq!(seen, (0..next).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_watch_sees_published_items_until_they_are_taken() {
+        let (mut tx, mut rx) = ring::<u32>(4);
+        let watch = rx.watch();
+        assert!(!watch.has_items(), "a new ring is empty");
+        assert_eq!(tx.push(1), Ok(()));
+        assert!(watch.has_items(), "a pushed item is published");
+        assert_eq!(rx.pop(), Some(1));
+        assert!(!watch.has_items(), "the consumer took it");
+        assert_eq!(tx.write(&mut [2, 3].into_iter()), 2);
+        assert!(!watch.has_items(), "written but not yet published");
+        tx.publish();
+        assert!(watch.has_items());
+        assert_eq!(rx.clear(), 2);
+        assert!(!watch.has_items());
     }
 
     #[test]

@@ -151,6 +151,16 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
         false
     }
 
+    /// Asked while the loop's task lingers (`Drive::Scheduled { linger: true }`), and
+    /// only while the subscription runs: true when a pass would find work although
+    /// nothing signalled, such as items a producer published without a signal.
+    /// `demand` is downstream's. A cheap hint: a wrong `true` costs one pass, but it
+    /// must turn false once a pass has taken the work (else the task never leaves).
+    /// The default is false.
+    fn has_work(&self, _demand: &AtomicDemand) -> bool {
+        false
+    }
+
     /// One of the stage's timers fired (any thread); the core runs a pass after it.
     fn on_timer(&self) {}
 }
@@ -492,14 +502,26 @@ where
                 self.reschedule(linger, missed);
                 return;
             }
+            let mut unsignalled = false;
             if let (Pass::Idle, Some((true, _))) = (pass, task) {
-                // Keep the loop a moment for the next reason (a batch, a request):
-                // it saves a task hand-off per batch on a busy boundary.
-                Backoff::wait(|| self.wip.pending() != missed);
+                // Keep the loop a moment for the next reason (a batch, a request): it
+                // saves a task hand-off per batch on a busy boundary. Work can also
+                // arrive without a signal (a producer signals once per batch however
+                // many runs it publishes), so the stage is asked too: then the next
+                // pass runs on the reasons already held.
+                Backoff::wait(|| {
+                    if self.wip.pending() != missed {
+                        return true;
+                    }
+                    unsignalled = !self.is_stopping() && self.stage.has_work(&self.demand);
+                    unsignalled
+                });
             }
-            missed = self.wip.leave(missed);
-            if missed == 0 {
-                return;
+            if !unsignalled {
+                missed = self.wip.leave(missed);
+                if missed == 0 {
+                    return;
+                }
             }
             passes += 1;
             if let Some((linger, _)) = task {
