@@ -26,7 +26,10 @@
 //!   its task the drain lingers a few microseconds for the next reason to run (the
 //!   crate's one backoff: a bounded spin, no yielding), which saves a task hand-off
 //!   per batch on a busy boundary without stealing the CPU from a producer that is
-//!   not running.
+//!   not running. While it lingers it also watches the ring's fill (`has_work`):
+//!   the producer signals once per batch (after the first run and at the end), so a
+//!   drain that caught up in the middle of a large batch starts on the next run as
+//!   soon as it is published instead of at the batch's end.
 //! * **Downstream** `request` adds demand and asks for a pass; `cancel` cancels
 //!   upstream at once and the next pass drops the queued items and the subscriber.
 //!   A subscriber that panics is treated the same way (rule 2.13), and so is a

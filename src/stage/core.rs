@@ -35,7 +35,9 @@
 // subscriber's, a producer's, a requester's). A scheduled stage hands ownership to a
 // task on its scheduler: the task carries the count of reasons it owes the `Wip`, runs
 // passes until the count drops to zero, optionally lingers a moment (the crate's one
-// `Backoff`) for the next reason instead of leaving, and re-schedules itself after a
+// `Backoff`) for the next reason instead of leaving (or for work the stage can see
+// arrived without a signal, `Stage::has_work`: a pass then runs on the reasons the
+// task already owes), and re-schedules itself after a
 // budget of passes or when the body yields, so one busy stage never holds a worker for
 // ever. A cancel found by the thread that gains ownership is handled on that thread at
 // once (it only releases). If the scheduler drops the task instead of running it, the

@@ -22,6 +22,7 @@ use weir::{DropReason, Error, ErrorKind};
 use crate::baseline;
 use crate::support::counting::{counted, counted_with, counting_generator, Delivery};
 use crate::support::failing::fails_after;
+use crate::support::stepper::Stepper;
 use crate::support::threaded::ThreadedRange;
 use crate::support::valve::valve;
 use crate::support::{probe_of, PATIENCE};
@@ -394,4 +395,26 @@ fn a_million_items_in_order() {
         .wait()
         .unwrap();
     assert_eq!(next.load(Ordering::Relaxed), 1_000_000);
+}
+
+/// The drain lingers while the ring holds items and downstream has demand; a drain
+/// that cannot deliver them (cancelled, or already terminated) must leave its task,
+/// and the last items must still arrive when they were published without a signal
+/// of their own.
+#[test]
+fn the_drain_task_leaves_once_the_subscription_ended() {
+    let stepper = Stepper::default();
+    let probe = probe_of(weir::range(0u64..1_000).publish_on(stepper.clone(), 64));
+    probe.request(10);
+    probe.cancel();
+    let ran = stepper.run_until_idle(8);
+    assert!(ran <= 2, "{ran} tasks after a cancel");
+    probe.assert_items(&[]);
+
+    let probe = probe_of(weir::range(0u64..100).publish_on(stepper.clone(), 16));
+    probe.request(UNBOUNDED);
+    let ran = stepper.run_until_idle(64);
+    assert!(ran >= 1, "the drain ran");
+    probe.assert_items(&(0..100).collect::<Vec<u64>>());
+    probe.assert_completed();
 }

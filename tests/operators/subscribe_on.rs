@@ -16,6 +16,7 @@ use weir::Error;
 use crate::baseline;
 use crate::support::counting::{counted, counting_generator};
 use crate::support::failing::fails_after;
+use crate::support::stepper::Stepper;
 use crate::support::{probe_of, PATIENCE};
 
 fn pool() -> ThreadPool {
@@ -184,4 +185,28 @@ proptest! {
         let pool = pool();
         check_publisher_with(|n| weir::range(0..n).subscribe_on(pool.clone()), 20, &schedule, check)?;
     }
+}
+
+/// The forwarding task lingers for demand it has not forwarded yet; demand that can
+/// no longer be forwarded must not keep it (or a successor) running: after a cancel
+/// with a request pending, and once everything (`UNBOUNDED`) went up, the scheduler
+/// runs out of tasks.
+#[test]
+fn the_forwarding_task_leaves_once_nothing_is_left_to_forward() {
+    let stepper = Stepper::default();
+    let probe = probe_of(weir::never::<u64>().subscribe_on(stepper.clone()));
+    stepper.run_until_idle(8);
+    probe.request(5);
+    probe.cancel();
+    let ran = stepper.run_until_idle(8);
+    assert!(ran <= 2, "{ran} tasks after a cancel");
+
+    let probe = probe_of(weir::never::<u64>().subscribe_on(stepper.clone()));
+    stepper.run_until_idle(8);
+    probe.request(UNBOUNDED);
+    stepper.run_until_idle(8);
+    probe.request(3);
+    let ran = stepper.run_until_idle(8);
+    assert!(ran <= 2, "{ran} tasks after everything was forwarded");
+    probe.assert_items(&[]);
 }

@@ -5,6 +5,7 @@ pub mod counting;
 pub mod failing;
 pub mod lossy;
 pub mod model;
+pub mod stepper;
 pub mod threaded;
 pub mod unruly;
 pub mod valve;
