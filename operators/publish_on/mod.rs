@@ -342,13 +342,12 @@ where
                 written
             }
         };
-        if written > 0 {
-            core.signal();
-        }
         if let Some(first) = items.next() {
             // Cold: a clone, so the ring's ends and `self` can be borrowed again.
             let core = core.clone();
             self.overflow(&core, std::iter::once(first).chain(items));
+        } else if written > 0 {
+            core.signal();
         }
         // Credit goes upstream from the drain, through `Replenish`.
         0
