@@ -1726,6 +1726,72 @@ pub trait PublisherExt: Publisher + Sized {
         assert_publisher::<Self::Item, _>(Debounce::new(self, quiet, scheduler))
     }
 
+    // ---- credit multiplexing -------------------------------------------------------
+
+    /// Send this publisher's items over channel `channel` of `mux`, and return the
+    /// channel's receiving end: [`Mux::channel`](crate::mux::Mux::channel)`(channel)`
+    /// opened, this publisher subscribed to its sink.
+    ///
+    /// # Backpressure
+    ///
+    /// Credit: the receiving subscriber's `request(n)` is the channel's only source of
+    /// credit. This publisher is asked for a bounded staging window ahead (the 75%
+    /// rule); the mux's worker sends a staged item only with a unit of the channel's
+    /// credit (exclusive, or borrowed from the shared pool) and never more than the
+    /// subscriber asked for, so a channel whose subscriber stops asking holds no more
+    /// than its credit and stops nobody else. In-flight bound: the staging window
+    /// plus the channel's credit.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// this publisher   : 1-2-3-|
+    /// receiving end    : --1-2-3-|   (same items, same order, on the mux's receiver)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`MuxError`](crate::mux::MuxError) when the id is open already or the mux has
+    /// its maximum of channels. This publisher's error reaches the receiving end after
+    /// the items staged before it. If the mux's transport stops, the receiving end
+    /// fails after the items it holds.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancelling the receiving end cancels this publisher, drops the channel's
+    /// buffered items (counted as dropped) and returns its credit; other channels are
+    /// not affected.
+    ///
+    /// # Panics
+    ///
+    /// Never at construction. A panic in the receiving subscriber (rule 2.13) ends
+    /// that channel as a cancel does.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::mux::Mux;
+    /// use weir::prelude::*;
+    /// use weir::runtime::ThreadPool;
+    ///
+    /// let pool = ThreadPool::new(2);
+    /// let mux = Mux::<u32>::builder().build_local(pool.clone(), pool).unwrap();
+    /// let items = weir::range(0u32..100).via(&mux, 7).unwrap().collect().wait().unwrap();
+    /// assert_eq!(items, (0..100).collect::<Vec<_>>());
+    /// ```
+    fn via(
+        self,
+        mux: &crate::mux::Mux<Self::Item>,
+        channel: crate::mux::ChannelId,
+    ) -> Result<crate::mux::ChannelSource<Self::Item>, crate::mux::MuxError>
+    where
+        Self::Item: Send + 'static,
+    {
+        let (sink, source) = mux.channel(channel).open()?;
+        self.subscribe(sink);
+        Ok(source)
+    }
+
     // ---- async boundaries --------------------------------------------------------
 
     /// Deliver downstream on `scheduler`: an async boundary with a window of `prefetch`

@@ -38,6 +38,7 @@ mod ext;
 mod guard;
 pub(crate) mod loom;
 pub mod metrics;
+pub mod mux;
 #[path = "../operators/mod.rs"]
 pub mod operators;
 pub mod queue;

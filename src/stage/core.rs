@@ -138,9 +138,9 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
     /// helpers that must not keep it alive. The default ignores it.
     fn bind(&self, _me: Weak<dyn Target>) {}
 
-    /// Downstream requested `n > 0`, already added to the demand (any thread, before
+    /// Downstream requested `n > 0`, already added to `demand` (any thread, before
     /// the pass it triggers).
-    fn on_request(&self, _n: u64) {}
+    fn on_request(&self, _n: u64, _demand: &AtomicDemand) {}
 
     /// Downstream cancelled (the first time; any thread, before the pass that stops
     /// the stage). Stages that must stop upstream at once (boundaries) do it here.
@@ -753,7 +753,7 @@ where
             self.flags.fetch_or(BAD_REQUEST, Ordering::Relaxed);
         } else {
             self.demand.add(n);
-            self.stage.on_request(n);
+            self.stage.on_request(n, &self.demand);
         }
         self.signal();
     }

@@ -47,6 +47,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::core::{Core, Cx, Pass, SharedUpstream, Stage, Target};
+use crate::demand::AtomicDemand;
 use crate::runtime::{deadline, Scheduler, Timer};
 use crate::{DropReason, Error, Subscriber, Subscription};
 
@@ -323,7 +324,7 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
         let _ = self.me.set(me);
     }
 
-    fn on_request(&self, n: u64) {
+    fn on_request(&self, n: u64, _demand: &AtomicDemand) {
         let _requests_drop_nothing = self.call(|m, fx| m.on_request(n, fx));
     }
 

@@ -1,0 +1,302 @@
+//! The sending end of a channel, and the plumbing a channel's two ends and the
+//! worker share.
+//!
+//! [`ChannelSink`] is the subscriber a user's publisher feeds. It asks its upstream
+//! for the staging window once, writes what arrives into a single-producer ring (the
+//! worker is the one consumer), and tells the ledger how much backlog it added, waking
+//! the worker when that made the channel ready. The worker asks upstream for more as
+//! it takes items (the 75% rule), so upstream never has more than the window
+//! outstanding and the ring cannot overflow unless upstream breaks rule 1.1 (then the
+//! channel fails with an error naming the rule, after the items it staged).
+
+use std::sync::{Arc, OnceLock, Weak};
+
+use crate::demand::Replenish;
+use crate::drain::Upstream;
+use crate::loom::Mutex;
+use crate::queue::spsc::{self, Consumer, Producer};
+use crate::stage::{window, Target};
+use crate::{Error, Subscriber, Subscription};
+
+use super::source::ChannelSource;
+use super::{ChannelId, Shared};
+
+/// What one channel's sink, source, worker and demultiplexer share.
+pub(crate) struct Plumbing<T> {
+    pub(crate) id: ChannelId,
+    /// The staging ring's reading end (the worker).
+    pub(crate) staging: Mutex<Consumer<T>>,
+    /// The sink's upstream and its credit.
+    sender: Mutex<Sender>,
+    /// The receive window's writing end (the demultiplexer).
+    window: Mutex<Inlet<T>>,
+    /// The receiving core, for wake-ups.
+    pub(crate) source: OnceLock<Weak<dyn Target>>,
+    /// How the sending upstream ended, and after how many items.
+    end: Mutex<Option<(u64, Result<(), Error>)>>,
+}
+
+/// The receive window's writing end.
+struct Inlet<T> {
+    items: Producer<T>,
+    /// The receiving side stopped: frames that arrive now are dropped, not queued.
+    closed: bool,
+}
+
+/// The sending side's upstream.
+struct Sender {
+    upstream: Option<Subscription>,
+    /// The receiving side cancelled: cancel upstream (now, or when it subscribes).
+    cancelled: bool,
+    /// Upstream terminated: never cancel it.
+    finished: bool,
+    replenish: Replenish,
+}
+
+impl<T: Send + 'static> Plumbing<T> {
+    /// A channel's plumbing with a receive window of `window` items, and its two ends.
+    pub(crate) fn open(
+        id: ChannelId,
+        shared: &Arc<Shared<T>>,
+        window: usize,
+    ) -> (Arc<Self>, ChannelSink<T>, ChannelSource<T>) {
+        let staging = shared.staging;
+        let (stage_in, stage_out) = spsc::ring(staging);
+        // A window of at least one slot: the ring needs one; credit bounds its use.
+        let (window_in, window_out) = spsc::ring(window.max(1));
+        let plumbing = Arc::new(Plumbing {
+            id,
+            staging: Mutex::new(stage_out),
+            sender: Mutex::new(Sender {
+                upstream: None,
+                cancelled: false,
+                finished: false,
+                replenish: Replenish::new(staging as u64),
+            }),
+            window: Mutex::new(Inlet {
+                items: window_in,
+                closed: false,
+            }),
+            source: OnceLock::new(),
+            end: Mutex::new(None),
+        });
+        let sink = ChannelSink {
+            shared: shared.clone(),
+            plumbing: plumbing.clone(),
+            staging: stage_in,
+            staged: 0,
+            upstream: Upstream::Idle,
+        };
+        let source = ChannelSource::new(shared.clone(), plumbing.clone(), window_out);
+        (plumbing, sink, source)
+    }
+}
+
+impl<T> Plumbing<T> {
+    fn sender(&self) -> crate::loom::MutexGuardOf<'_, Sender> {
+        // Only upstream's `request`/`cancel` run while it is not held; never poisoned.
+        self.sender.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The worker took `n` staged items: ask upstream for more at the 75% mark.
+    pub(crate) fn took(&self, n: u64) {
+        let ask = {
+            let mut sender = self.sender();
+            match sender.replenish.on_consumed(n) {
+                Some(more) if !sender.cancelled && !sender.finished => {
+                    sender.upstream.clone().map(|up| (up, more))
+                }
+                _ => None,
+            }
+        };
+        if let Some((upstream, more)) = ask {
+            upstream.request(more);
+        }
+    }
+
+    /// The receiving side is gone: cancel the sending upstream (once).
+    pub(crate) fn cancel_upstream(&self) {
+        let upstream = {
+            let mut sender = self.sender();
+            if sender.cancelled {
+                return;
+            }
+            sender.cancelled = true;
+            if sender.finished {
+                None
+            } else {
+                sender.upstream.take()
+            }
+        };
+        if let Some(upstream) = upstream {
+            upstream.cancel();
+        }
+    }
+
+    /// The sending upstream's end, once it ended: after how many staged items.
+    pub(crate) fn end(&self) -> Option<u64> {
+        self.end
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|(after, _)| *after)
+    }
+
+    /// Take the sending upstream's end (the receiving side signals it).
+    pub(crate) fn take_end(&self) -> Result<(), Error> {
+        self.end
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .map_or(Ok(()), |(_, end)| end)
+    }
+
+    fn set_end(&self, after: u64, end: Result<(), Error>) {
+        let mut slot = self.end.lock().unwrap_or_else(|p| p.into_inner());
+        if slot.is_none() {
+            *slot = Some((after, end));
+        }
+    }
+
+    /// Queue a frame's items in the receive window. `Err` gives the items back when
+    /// the receiving side stopped (or, never expected, when they do not fit).
+    pub(crate) fn receive(&self, items: Vec<T>) -> Result<(), std::vec::IntoIter<T>> {
+        let mut inlet = self.window.lock().unwrap_or_else(|p| p.into_inner());
+        let mut items = items.into_iter();
+        if inlet.closed {
+            return Err(items);
+        }
+        inlet.items.write(&mut items);
+        inlet.items.publish();
+        if items.len() == 0 {
+            Ok(())
+        } else {
+            debug_assert!(false, "credit reserved a slot for every item");
+            Err(items)
+        }
+    }
+
+    /// The receiving side stopped: no frame is queued after this returns, so what the
+    /// window holds now is all it will ever hold.
+    pub(crate) fn close_window(&self) {
+        self.window.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
+    }
+
+    /// Ask the receiving side for a pass.
+    pub(crate) fn wake_source(&self) {
+        if let Some(source) = self.source.get().and_then(Weak::upgrade) {
+            source.signal();
+        }
+    }
+}
+
+/// The sending end of one channel of a [`Mux`](super::Mux): a [`Subscriber`] to
+/// subscribe any publisher to.
+///
+/// It asks its upstream for a bounded staging window of items and hands them to the
+/// mux's worker, which sends them as the channel's credit allows; the window is asked
+/// for again as the worker takes items. When upstream completes or fails, the
+/// channel's receiving end signals the same after the items sent before it. If the
+/// receiving end cancels, upstream is cancelled. Subscribe it to one publisher only;
+/// a second subscription is cancelled at once (rule 2.5).
+pub struct ChannelSink<T> {
+    shared: Arc<Shared<T>>,
+    plumbing: Arc<Plumbing<T>>,
+    /// The staging ring's writing end.
+    staging: Producer<T>,
+    /// Items staged so far.
+    staged: u64,
+    upstream: Upstream,
+}
+
+impl<T> std::fmt::Debug for ChannelSink<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelSink")
+            .field("channel", &self.plumbing.id)
+            .field("staged", &self.staged)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> ChannelSink<T> {
+    /// The channel's id.
+    pub fn channel(&self) -> ChannelId {
+        self.plumbing.id
+    }
+
+    fn finish(&mut self, end: Result<(), Error>) {
+        if !self.upstream.finish() {
+            return;
+        }
+        self.plumbing.sender().finished = true;
+        self.plumbing.set_end(self.staged, end);
+        self.plumbing.wake_source();
+    }
+}
+
+impl<T: Send + 'static> Subscriber<T> for ChannelSink<T> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if !self.upstream.accept(&subscription) {
+            return;
+        }
+        let cancelled = {
+            let mut sender = self.plumbing.sender();
+            if !sender.cancelled {
+                sender.upstream = Some(subscription.clone());
+            }
+            sender.cancelled
+        };
+        if cancelled {
+            self.upstream.cancel();
+            subscription.cancel();
+        } else {
+            subscription.request(self.staging.capacity() as u64);
+        }
+    }
+
+    fn on_next(&mut self, item: T) {
+        let _no_credit = self.on_next_batch(std::iter::once(item));
+    }
+
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        if !self.upstream.is_active() {
+            return 0;
+        }
+        let mut items = items;
+        let written = self.staging.write(&mut items);
+        self.staging.publish();
+        if written > 0 {
+            self.staged += written as u64;
+            let now = self.shared.now();
+            let wake = self
+                .shared
+                .lock()
+                .ledger
+                .staged(self.plumbing.id, written as u64, now);
+            if wake {
+                self.shared.wake_worker();
+            }
+        }
+        if items.next().is_some() {
+            // Upstream delivered past the window it was asked for.
+            drop(items);
+            if let Some(upstream) = self.upstream.get().cloned() {
+                upstream.cancel();
+            }
+            self.finish(Err(window::over_delivered("mux channel sink")));
+        }
+        0
+    }
+
+    fn stops_batches_itself(&self) -> bool {
+        true
+    }
+
+    fn on_error(&mut self, error: Error) {
+        self.finish(Err(error));
+    }
+
+    fn on_complete(&mut self) {
+        self.finish(Ok(()));
+    }
+}

@@ -1,0 +1,228 @@
+//! The receiving end of a channel: a stage on the signal core, driven on the
+//! receiving scheduler.
+//!
+//! The demultiplexer writes the channel's frames into the receive window (a
+//! single-producer ring of `E + C` slots: credit guarantees the room) and signals the
+//! core. A pass delivers `min(demand, queued)` items in one batch, gives their credit
+//! back to the ledger (waking the worker when that made a channel ready), and, once
+//! the window is empty and every item the sender staged before its end was delivered,
+//! signals that end. Downstream's `request(n)` goes to the ledger as the channel's
+//! demand before the pass it triggers. When the subscription ends for any reason
+//! (completion, cancel, a panicking subscriber, a scheduler that dropped the task),
+//! `stop` drops what the window holds, gives the channel's credit back and cancels the
+//! sending upstream, and the channel closes once nothing of it is left on the
+//! transport.
+
+use std::sync::{Arc, Weak};
+
+use crate::demand::AtomicDemand;
+use crate::queue::spsc::Consumer;
+use crate::runtime::Scheduler;
+use crate::stage::core::Drive;
+use crate::stage::{Core, Cx, Pass, Stage, Target};
+use crate::{Publisher, Subscriber};
+
+use super::sink::Plumbing;
+use super::stats::ChannelStats;
+use super::{ChannelId, Shared};
+
+/// Items one pass delivers before it yields its task.
+const PASS_BUDGET: u64 = 16 * 1024;
+
+/// The receiving end of one channel of a [`Mux`](super::Mux): a [`Publisher`] of the
+/// items its [`ChannelSink`](super::ChannelSink) was given, in order.
+///
+/// Its subscriber's `request(n)` is the only source of the channel's credit: the
+/// channel never sends more than was requested, and never more than its credit ahead
+/// of delivery. It completes (or fails) after the last item the sending side staged
+/// before it ended. It runs its subscriber on the mux's receiving scheduler. One
+/// subscription: `subscribe` consumes it.
+#[must_use = "publishers do nothing until subscribed"]
+pub struct ChannelSource<T> {
+    shared: Arc<Shared<T>>,
+    plumbing: Arc<Plumbing<T>>,
+    window: Consumer<T>,
+}
+
+impl<T> std::fmt::Debug for ChannelSource<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChannelSource")
+            .field("channel", &self.plumbing.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> ChannelSource<T> {
+    pub(crate) fn new(
+        shared: Arc<Shared<T>>,
+        plumbing: Arc<Plumbing<T>>,
+        window: Consumer<T>,
+    ) -> Self {
+        ChannelSource {
+            shared,
+            plumbing,
+            window,
+        }
+    }
+
+    /// The channel's id.
+    pub fn channel(&self) -> ChannelId {
+        self.plumbing.id
+    }
+
+    /// The channel's statistics now (`None` once it closed).
+    pub fn stats(&self) -> Option<ChannelStats> {
+        let now = self.shared.now();
+        self.shared
+            .lock()
+            .ledger
+            .channel_stats(self.plumbing.id, now)
+    }
+}
+
+impl<T: Send + 'static> Publisher for ChannelSource<T> {
+    type Item = T;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<T> + Send + 'static,
+    {
+        let scheduler = self.shared.receiver();
+        let core: Arc<Core<Receive<T>, S>> = Core::new(Receive {
+            shared: self.shared,
+            plumbing: self.plumbing,
+            scheduler,
+        });
+        core.attach(
+            Window {
+                items: self.window,
+                delivered: 0,
+            },
+            subscriber,
+        );
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.window.capacity() as u64
+    }
+}
+
+/// The receiving stage.
+struct Receive<T> {
+    shared: Arc<Shared<T>>,
+    plumbing: Arc<Plumbing<T>>,
+    scheduler: Arc<dyn Scheduler>,
+}
+
+/// The receive window's reading end, owned by the drain.
+struct Window<T> {
+    items: Consumer<T>,
+    /// Items taken from the window so far (delivered, or dropped by a cancel inside
+    /// the batch).
+    delivered: u64,
+}
+
+impl<T: Send + 'static> Stage for Receive<T> {
+    const NAME: &'static str = "mux channel";
+    type Item = T;
+    type Owned = Window<T>;
+
+    fn drive(&self) -> Drive<'_> {
+        Drive::Scheduled {
+            on: &*self.scheduler,
+            linger: false,
+        }
+    }
+
+    fn bind(&self, me: Weak<dyn Target>) {
+        let _ = self.plumbing.source.set(me);
+    }
+
+    fn pass<S: Subscriber<T>>(
+        &self,
+        cx: &Cx<'_>,
+        window: &mut Window<T>,
+        downstream: &mut S,
+    ) -> Pass {
+        let id = self.plumbing.id;
+        let mut delivered = 0u64;
+        loop {
+            if cx.stopped() {
+                return Pass::Idle;
+            }
+            if delivered >= PASS_BUDGET {
+                return Pass::Yield;
+            }
+            let available = window.items.available() as u64;
+            if available == 0 {
+                // The end is recorded after the count of items staged before it; once
+                // that many left the window, nothing of the channel is left anywhere.
+                if self.plumbing.end() == Some(window.delivered) {
+                    return cx.terminate(downstream, self.plumbing.take_end());
+                }
+                if let Some(error) = self.shared.broken() {
+                    return cx.terminate(downstream, Err(error));
+                }
+                return Pass::Idle;
+            }
+            let wanted = cx.demand().get();
+            if wanted == 0 {
+                return Pass::Idle;
+            }
+            let n = available.min(wanted) as usize;
+            let _ = cx.deliver(downstream, window.items.pop_batch(n));
+            window.delivered += n as u64;
+            delivered += n as u64;
+            let now = self.shared.now();
+            let wake = {
+                let mut state = self.shared.lock();
+                // Read under the lock: see `Ledger::demand`.
+                let outstanding = cx.demand().get();
+                state
+                    .ledger
+                    .delivered_with_demand(id, n as u64, outstanding, now)
+            };
+            if wake {
+                self.shared.wake_worker();
+            }
+        }
+    }
+
+    fn on_request(&self, _n: u64, demand: &AtomicDemand) {
+        let now = self.shared.now();
+        let wake = {
+            let mut state = self.shared.lock();
+            // Read under the lock: see `Ledger::demand`.
+            let outstanding = demand.get();
+            state.ledger.demand(self.plumbing.id, outstanding, now)
+        };
+        if wake {
+            self.shared.wake_worker();
+        }
+    }
+
+    fn stop(&self, window: &mut Window<T>) {
+        self.plumbing.cancel_upstream();
+        // Closed first: after it, the demultiplexer drops this channel's frames, so
+        // the clear below leaves nothing behind.
+        self.plumbing.close_window();
+        let dropped = window.items.clear() as u64;
+        let now = self.shared.now();
+        let wake = {
+            let mut state = self.shared.lock();
+            let mut wake = state.ledger.cancel(self.plumbing.id, now);
+            if dropped > 0 {
+                wake |= state.ledger.dropped(self.plumbing.id, dropped, now);
+            }
+            // Frames still on the transport come back through the demultiplexer,
+            // which closes the channel when the last one arrives.
+            if state.ledger.buffered(self.plumbing.id) == Some(0) {
+                wake |= state.close(self.plumbing.id, now);
+            }
+            wake
+        };
+        if wake {
+            self.shared.wake_worker();
+        }
+    }
+}

@@ -1,0 +1,158 @@
+//! The seam between the mux and what carries its frames.
+//!
+//! A transport connects two things: the worker's [`Frames`], a publisher that emits a
+//! frame per unit of demand (so the transport's lane bounds it: request frames as the
+//! lane has room), and the receiving side's [`Demux`], a subscriber that never
+//! blocks (credit reserved a slot for every item of every frame) and asks for frames
+//! without bound. The in-process transport, [`Local`], joins them with an async
+//! boundary: a ring of `lane` frames, read by a task on the receiving scheduler. A
+//! transport over a byte stream encodes each [`Frame`] on one side and decodes it for
+//! the [`Demux`] on the other; credit, scheduling and isolation stay in the mux.
+
+use std::sync::Arc;
+
+use crate::drain::Upstream;
+use crate::runtime::Scheduler;
+use crate::{Error, Publisher, PublisherExt, Subscriber, Subscription};
+
+use super::{ChannelId, Frames, Shared};
+
+/// Items of one channel, sent as one unit over the transport. Every item is backed
+/// by a unit of its channel's credit, taken before the frame was made.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Frame<T> {
+    /// The channel the items belong to.
+    pub channel: ChannelId,
+    /// The items, in the channel's order.
+    pub items: Vec<T>,
+}
+
+/// What carries a mux's frames from its worker to its receiving side. See the
+/// [module docs](self).
+pub trait Transport<T: Send + 'static>: Send + 'static {
+    /// The scheduler the receiving side runs on: every channel's subscriber.
+    fn receiver(&self) -> Arc<dyn Scheduler>;
+
+    /// Carry every frame of `frames` to `demux`, in order. Called once, when the mux
+    /// is built. Ending `frames`' subscription (cancel) breaks the mux: every channel
+    /// ends with an error.
+    fn connect(self, frames: Frames<T>, demux: Demux<T>);
+}
+
+/// The in-process transport: a lane of `lane` frames into a task on the receiving
+/// scheduler (an async boundary like
+/// [`publish_on`](crate::PublisherExt::publish_on), whose ring it is).
+#[derive(Clone, Debug)]
+pub struct Local<S> {
+    scheduler: S,
+    lane: u64,
+}
+
+impl<S: Scheduler + Clone> Local<S> {
+    /// A lane of `lane` frames (in `1..=2^30`) into `scheduler`.
+    ///
+    /// # Panics
+    ///
+    /// When `lane` is out of range, with the range in the message.
+    pub fn new(scheduler: S, lane: u64) -> Self {
+        let _ = crate::stage::window::validate("mux lane", lane);
+        Local { scheduler, lane }
+    }
+}
+
+impl<T: Send + 'static, S: Scheduler + Clone> Transport<T> for Local<S> {
+    fn receiver(&self) -> Arc<dyn Scheduler> {
+        Arc::new(self.scheduler.clone())
+    }
+
+    fn connect(self, frames: Frames<T>, demux: Demux<T>) {
+        frames
+            .publish_on(self.scheduler, self.lane)
+            .subscribe(demux);
+    }
+}
+
+/// The receiving side's entry: writes each frame's items into its channel's receive
+/// window and wakes the channel. Subscribe it to the transport's incoming frames.
+pub struct Demux<T> {
+    shared: Arc<Shared<T>>,
+    upstream: Upstream,
+}
+
+impl<T> std::fmt::Debug for Demux<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Demux").finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> Demux<T> {
+    pub(crate) fn new(shared: Arc<Shared<T>>) -> Self {
+        Demux {
+            shared,
+            upstream: Upstream::Idle,
+        }
+    }
+
+    fn frame(&mut self, frame: Frame<T>) {
+        let Frame { channel, items } = frame;
+        let n = items.len() as u64;
+        let plumbing = self.shared.lock().plumbing.get(&channel).cloned();
+        let refused = match &plumbing {
+            Some(plumbing) => match plumbing.receive(items) {
+                Ok(()) => {
+                    plumbing.wake_source();
+                    return;
+                }
+                Err(rest) => rest.len() as u64,
+            },
+            // The channel closed while the frame travelled.
+            None => n,
+        };
+        self.release(channel, refused);
+    }
+
+    /// Items of `channel` that will never be delivered: give their credit back, and
+    /// close a cancelled channel once nothing of it is left.
+    fn release(&self, channel: ChannelId, n: u64) {
+        let now = self.shared.now();
+        let wake = {
+            let mut state = self.shared.lock();
+            let mut wake = state.ledger.dropped(channel, n, now);
+            if !state.ledger.is_open(channel) && state.ledger.buffered(channel) == Some(0) {
+                wake |= state.close(channel, now);
+            }
+            wake
+        };
+        if wake {
+            self.shared.wake_worker();
+        }
+    }
+}
+
+impl<T: Send + 'static> Subscriber<Frame<T>> for Demux<T> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if self.upstream.accept(&subscription) {
+            subscription.request(crate::demand::UNBOUNDED);
+        }
+    }
+
+    fn on_next(&mut self, frame: Frame<T>) {
+        if self.upstream.is_active() {
+            self.frame(frame);
+        }
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if self.upstream.finish() {
+            self.shared.break_with(error);
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if self.upstream.finish() {
+            self.shared.break_with(Error::msg(
+                "mux: the transport completed while channels were open",
+            ));
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! The worker: the stage that moves frames from the channels' staging rings to the
+//! transport.
+//!
+//! It is the signal core's stage behind [`Frames`], the publisher the transport
+//! subscribes to; the transport's requests are its demand (one frame per unit), so
+//! a full lane stops it without blocking anything. A pass asks the ledger for the
+//! next send (the ready set, in deficit-round-robin order, credit taken under the
+//! ledger's lock), pops that many items from the channel's staging ring, asks the
+//! channel's upstream for more at the 75% mark, and delivers the frame; until the
+//! ledger has no ready channel or the lane no room. Every ledger change that makes a
+//! channel ready wakes it through the core (a signal), so it never waits on one
+//! channel (I5), and it is never woken for a channel that cannot send.
+//!
+//! If the transport stops (it cancels, or the worker's scheduler shut down), the mux
+//! is broken: every receiving channel ends with an error once it delivered what it
+//! had, and every sending upstream is cancelled.
+
+use std::sync::{Arc, Weak};
+
+use crate::runtime::Scheduler;
+use crate::stage::core::Drive;
+use crate::stage::{Core, Cx, Pass, Stage, Target};
+use crate::{Error, Publisher, Subscriber};
+
+use super::{Frame, Shared};
+
+/// Frames one pass sends before it yields its task.
+const PASS_FRAMES: u32 = 256;
+
+/// The worker's frames: a [`Publisher`] that emits one [`Frame`] per unit of demand,
+/// in the mux's scheduling order, each item backed by a unit of its channel's credit.
+/// A [`Transport`](super::Transport) subscribes to it once.
+#[must_use = "publishers do nothing until subscribed"]
+pub struct Frames<T> {
+    shared: Arc<Shared<T>>,
+    scheduler: Arc<dyn Scheduler>,
+}
+
+impl<T> std::fmt::Debug for Frames<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Frames").finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> Frames<T> {
+    pub(crate) fn new(shared: Arc<Shared<T>>, scheduler: Arc<dyn Scheduler>) -> Self {
+        Frames { shared, scheduler }
+    }
+}
+
+impl<T: Send + 'static> Publisher for Frames<T> {
+    type Item = Frame<T>;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<Frame<T>> + Send + 'static,
+    {
+        let core: Arc<Core<Worker<T>, S>> = Core::new(Worker {
+            shared: self.shared,
+            scheduler: self.scheduler,
+        });
+        core.attach((), subscriber);
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        crate::demand::UNBOUNDED
+    }
+}
+
+/// The worker stage.
+struct Worker<T> {
+    shared: Arc<Shared<T>>,
+    scheduler: Arc<dyn Scheduler>,
+}
+
+impl<T: Send + 'static> Stage for Worker<T> {
+    const NAME: &'static str = "mux worker";
+    type Item = Frame<T>;
+    type Owned = ();
+
+    fn drive(&self) -> Drive<'_> {
+        Drive::Scheduled {
+            on: &*self.scheduler,
+            linger: false,
+        }
+    }
+
+    fn bind(&self, me: Weak<dyn Target>) {
+        let _ = self.shared.worker.set(me);
+    }
+
+    fn pass<S: Subscriber<Frame<T>>>(
+        &self,
+        cx: &Cx<'_>,
+        _owned: &mut (),
+        transport: &mut S,
+    ) -> Pass {
+        let now = self.shared.now();
+        let mut frames = 0u32;
+        loop {
+            if cx.stopped() || cx.demand().get() == 0 {
+                return Pass::Idle;
+            }
+            if frames >= PASS_FRAMES {
+                return Pass::Yield;
+            }
+            let (send, plumbing) = {
+                let mut state = self.shared.lock();
+                let Some(send) = state.ledger.next_send(now) else {
+                    return Pass::Idle;
+                };
+                let plumbing = state.plumbing.get(&send.channel).cloned();
+                (send, plumbing)
+            };
+            let Some(plumbing) = plumbing else {
+                debug_assert!(false, "a ready channel has plumbing");
+                continue;
+            };
+            let items: Vec<T> = {
+                let mut staging = plumbing.staging.lock().unwrap_or_else(|p| p.into_inner());
+                staging.available();
+                staging.pop_batch(send.items as usize).collect()
+            };
+            debug_assert_eq!(
+                items.len() as u64,
+                send.items,
+                "backlog counts staged items"
+            );
+            plumbing.took(send.items);
+            let frame = Frame {
+                channel: send.channel,
+                items,
+            };
+            let _ = cx.deliver(transport, std::iter::once(frame));
+            frames += 1;
+        }
+    }
+
+    fn stop(&self, _owned: &mut ()) {
+        self.shared
+            .break_with(Error::msg("mux: the transport stopped carrying frames"));
+    }
+}
