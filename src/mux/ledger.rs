@@ -28,10 +28,11 @@
 //! whose subscriber stops asking stops taking credit at once.
 //!
 //! Announcing: a delivered item's exclusive unit becomes *unannounced*; once at least
-//! `announce_at` units are unannounced, or the sender has no free credit and backlog
-//! (the liveness rule: a channel must never wait below the mark for credit that is
-//! only waiting to be announced), they are all announced at once (one
-//! announcement). In process an announcement is this ledger's update and one wake-up
+//! `announce_at` units are unannounced they are all announced at once (one
+//! announcement). A sender can never wait below the mark for credit that is only
+//! waiting to be announced (the liveness rule of credit protocols): the mark is at
+//! most `E`, and a sender without a free exclusive unit has all `E` in flight or
+//! unannounced, so the deliveries it is owed reach the mark. In process an announcement is this ledger's update and one wake-up
 //! of the worker; on a network transport it is one credit frame.
 //!
 //! # Scheduling
@@ -299,8 +300,10 @@ impl Ledger {
         let exclusive = n - shared;
         chan.exclusive_in_flight -= exclusive;
         chan.unannounced += exclusive;
-        let starving = chan.exclusive_free == 0 && chan.backlog > 0;
-        if chan.unannounced > 0 && (chan.unannounced >= config.announce_at || starving) {
+        // No separate liveness rule is needed: `announce_at <= E`, and a sender with
+        // no free exclusive unit has all `E` in flight or unannounced, so deliveries
+        // it is owed always reach the mark.
+        if chan.unannounced >= config.announce_at {
             chan.exclusive_free += std::mem::take(&mut chan.unannounced);
             chan.stats.announcements += 1;
             self.announcements += 1;
@@ -379,6 +382,10 @@ impl Ledger {
             let shared_may = shared_room.min(pool_free).min(fair_share);
             let wanted = chan.backlog.min(chan.demand);
             if chan.life != Life::Open || wanted == 0 || chan.exclusive_free + shared_may == 0 {
+                // Not ready any more (the pool ran dry since it was queued, say): note
+                // it as waiting, so that credit coming back queues it again.
+                let requeued = self.make_ready(channel, now);
+                debug_assert!(!requeued, "make_ready and next_send agree on readiness");
                 continue;
             }
             let allowance = config.quantum.saturating_mul(chan.weight);
@@ -533,5 +540,359 @@ impl Ledger {
             "buffered {} over the bound",
             self.buffered_total
         );
+    }
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn config(exclusive: u64, shared: u64, borrow_cap: u64, quantum: u64) -> Config {
+        Config {
+            exclusive,
+            shared,
+            borrow_cap,
+            quantum,
+            announce_at: (exclusive / 2).max(1),
+            shared_return: 1,
+            stall_after: Duration::from_millis(10),
+        }
+    }
+
+    /// Send everything ready; the channels in send order, one entry per frame.
+    fn drain(ledger: &mut Ledger, now: Instant) -> Vec<(ChannelId, u64)> {
+        let mut order = Vec::new();
+        while let Some(send) = ledger.next_send(now) {
+            order.push((send.channel, send.items));
+            ledger.check();
+        }
+        order
+    }
+
+    #[test]
+    fn equal_channels_take_turns_in_order() {
+        // Three channels, three quanta of backlog each: a, b, c, a, b, c, a, b, c.
+        let now = Instant::now();
+        let mut ledger = Ledger::new(config(64, 0, 0, 4), 1);
+        for id in [1, 2, 3] {
+            assert!(ledger.open(id, 1, 0, now));
+            ledger.demand(id, UNBOUNDED, now);
+        }
+        for id in [1, 2, 3] {
+            ledger.staged(id, 12, now);
+        }
+        let order: Vec<ChannelId> = drain(&mut ledger, now)
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        assert_eq!(order, [1, 2, 3, 1, 2, 3, 1, 2, 3]);
+    }
+
+    #[test]
+    fn weights_scale_the_items_per_turn() {
+        let now = Instant::now();
+        let mut ledger = Ledger::new(config(1 << 20, 0, 0, 4), 1);
+        for (id, weight) in [(1, 1), (2, 2), (3, 4)] {
+            ledger.open(id, weight, 0, now);
+            ledger.demand(id, UNBOUNDED, now);
+            ledger.staged(id, 100_000, now);
+        }
+        let mut sent = [0u64; 4];
+        for _ in 0..3_000 {
+            let send = ledger.next_send(now).unwrap();
+            sent[send.channel as usize] += send.items;
+        }
+        assert_eq!(sent[2], 2 * sent[1], "{sent:?}");
+        assert_eq!(sent[3], 4 * sent[1], "{sent:?}");
+    }
+
+    #[test]
+    fn a_stricter_class_goes_first() {
+        let now = Instant::now();
+        let mut ledger = Ledger::new(config(8, 0, 0, 4), 2);
+        ledger.open(1, 1, 1, now);
+        ledger.open(2, 1, 0, now);
+        for id in [1, 2] {
+            ledger.demand(id, UNBOUNDED, now);
+            ledger.staged(id, 8, now);
+        }
+        let order: Vec<ChannelId> = drain(&mut ledger, now)
+            .into_iter()
+            .map(|(c, _)| c)
+            .collect();
+        assert_eq!(order, [2, 2, 1, 1]);
+    }
+
+    #[test]
+    fn a_channel_never_sends_more_than_its_demand() {
+        let now = Instant::now();
+        let mut ledger = Ledger::new(config(32, 32, 32, 16), 1);
+        ledger.open(1, 1, 0, now);
+        ledger.staged(1, 100, now);
+        assert_eq!(ledger.next_send(now), None, "no demand, nothing sent");
+        ledger.demand(1, 5, now);
+        assert_eq!(drain(&mut ledger, now), [(1, 5)]);
+        // Outstanding 5, all buffered: nothing more may go.
+        ledger.demand(1, 5, now);
+        assert_eq!(ledger.next_send(now), None);
+    }
+
+    #[test]
+    fn the_pool_is_shared_one_unit_each_among_needy_channels() {
+        // A7: three channels with backlog 8, no exclusive credit, a pool of 3.
+        let now = Instant::now();
+        let mut ledger = Ledger::new(config(0, 3, 3, 16), 1);
+        for id in [1, 2, 3] {
+            ledger.open(id, 1, 0, now);
+            ledger.demand(id, UNBOUNDED, now);
+            ledger.staged(id, 8, now);
+        }
+        assert_eq!(drain(&mut ledger, now), [(1, 1), (2, 1), (3, 1)]);
+        let stats = ledger.stats(now);
+        for id in [1, 2, 3] {
+            assert_eq!(stats.channel(id).unwrap().shared_held, 1);
+        }
+        assert_eq!(stats.pool_free, 0);
+    }
+
+    #[test]
+    fn exclusive_credit_is_announced_at_the_low_water_mark() {
+        // E = 32, announce at 16: one announcement per 16 delivered items.
+        let now = Instant::now();
+        let mut ledger = Ledger::new(config(32, 0, 0, 32), 1);
+        ledger.open(1, 1, 0, now);
+        ledger.demand(1, UNBOUNDED, now);
+        ledger.staged(1, 1_000_000, now);
+        let mut delivered = 0;
+        while delivered < 160_000 {
+            let send = ledger.next_send(now).unwrap();
+            // Delivered one at a time: the worst case for announcements.
+            for _ in 0..send.items {
+                ledger.delivered_with_demand(1, 1, UNBOUNDED, now);
+                delivered += 1;
+            }
+            ledger.check();
+        }
+        let announcements = ledger.stats(now).announcements;
+        assert_eq!(announcements, 160_000 / 16, "one per 16 items");
+    }
+
+    #[test]
+    fn a_sender_without_credit_gets_it_back_at_the_mark_however_it_was_spent() {
+        // Liveness with the mark at E: demand comes in dribbles of 1 and 3.
+        let now = Instant::now();
+        let mut c = config(4, 0, 0, 4);
+        c.announce_at = 4;
+        let mut ledger = Ledger::new(c, 1);
+        ledger.open(1, 1, 0, now);
+        ledger.staged(1, 10, now);
+        ledger.demand(1, 1, now);
+        assert_eq!(drain(&mut ledger, now), [(1, 1)]);
+        ledger.delivered_with_demand(1, 1, 0, now);
+        ledger.demand(1, 3, now);
+        assert_eq!(drain(&mut ledger, now), [(1, 3)]);
+        ledger.demand(1, 6, now);
+        assert_eq!(
+            ledger.next_send(now),
+            None,
+            "all four units in flight or unannounced"
+        );
+        assert!(
+            ledger.delivered_with_demand(1, 3, 3, now),
+            "the mark: wake the worker"
+        );
+        assert_eq!(drain(&mut ledger, now), [(1, 3)]);
+    }
+
+    #[test]
+    fn cancel_returns_everything_but_the_buffered_items_credit() {
+        let now = Instant::now();
+        let mut ledger = Ledger::new(config(4, 8, 4, 16), 1);
+        ledger.open(1, 1, 0, now);
+        ledger.open(2, 1, 0, now);
+        ledger.demand(1, UNBOUNDED, now);
+        ledger.staged(1, 100, now);
+        assert_eq!(drain(&mut ledger, now), [(1, 8)]);
+        assert_eq!(ledger.stats(now).pool_free, 4);
+        ledger.cancel(1, now);
+        ledger.check();
+        // The receiving side drops the 8 buffered items: all credit back.
+        ledger.dropped(1, 8, now);
+        ledger.check();
+        let (stats, _) = ledger.close(1, now).unwrap();
+        assert_eq!(stats.dropped, 8);
+        assert_eq!(ledger.stats(now).pool_free, 8);
+        ledger.check();
+    }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Open(u8),
+        Stage(u8, u16),
+        Request(u8, u16),
+        Send,
+        Deliver(u8, u16),
+        Cancel(u8),
+        Close(u8),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0u8..6).prop_map(Op::Open),
+            (0u8..6, 1u16..64).prop_map(|(c, n)| Op::Stage(c, n)),
+            (0u8..6, 1u16..64).prop_map(|(c, n)| Op::Request(c, n)),
+            Just(Op::Send),
+            Just(Op::Send),
+            (0u8..6, 1u16..64).prop_map(|(c, n)| Op::Deliver(c, n)),
+            (0u8..6).prop_map(Op::Cancel),
+            (0u8..6).prop_map(Op::Close),
+        ]
+    }
+
+    /// A model of what the real sides keep: requested and delivered per channel.
+    #[derive(Default, Clone, Copy)]
+    struct Side {
+        open: bool,
+        cancelled: bool,
+        requested: u64,
+        delivered: u64,
+        sent: u64,
+    }
+
+    fn run(config: Config, ops: &[Op]) {
+        let now = Instant::now();
+        let mut ledger = Ledger::new(config, 2);
+        let mut sides = [Side::default(); 6];
+        for op in ops {
+            match *op {
+                Op::Open(c) => {
+                    let opened = ledger.open(u64::from(c), 1 + u64::from(c % 3), c % 2, now);
+                    assert_eq!(opened, !sides[c as usize].open);
+                    if opened {
+                        sides[c as usize] = Side {
+                            open: true,
+                            ..Side::default()
+                        };
+                    }
+                }
+                Op::Stage(c, n) => {
+                    ledger.staged(u64::from(c), u64::from(n), now);
+                }
+                Op::Request(c, n) => {
+                    let side = &mut sides[c as usize];
+                    side.requested += u64::from(n);
+                    let outstanding = side.requested - side.delivered;
+                    ledger.demand(u64::from(c), outstanding, now);
+                }
+                Op::Send => {
+                    if let Some(send) = ledger.next_send(now) {
+                        let side = &mut sides[send.channel as usize];
+                        assert!(side.open && !side.cancelled, "sent on a closed channel");
+                        side.sent += send.items;
+                        assert!(
+                            side.sent <= side.requested,
+                            "channel {} sent {} of {} requested",
+                            send.channel,
+                            side.sent,
+                            side.requested
+                        );
+                    }
+                }
+                Op::Deliver(c, n) => {
+                    let side = &mut sides[c as usize];
+                    let buffered = side.sent - side.delivered;
+                    let n = u64::from(n).min(buffered);
+                    if n > 0 {
+                        if side.cancelled {
+                            side.delivered += n;
+                            ledger.dropped(u64::from(c), n, now);
+                        } else {
+                            side.delivered += n;
+                            let outstanding = side.requested - side.delivered;
+                            ledger.delivered_with_demand(u64::from(c), n, outstanding, now);
+                        }
+                    }
+                }
+                Op::Cancel(c) => {
+                    if sides[c as usize].open {
+                        sides[c as usize].cancelled = true;
+                    }
+                    ledger.cancel(u64::from(c), now);
+                }
+                Op::Close(c) => {
+                    if ledger.close(u64::from(c), now).is_some() {
+                        sides[c as usize].open = false;
+                    }
+                }
+            }
+            ledger.check();
+            let stats = ledger.stats(now);
+            assert!(stats.high_water <= 6 * config.exclusive + config.shared);
+        }
+        // Liveness: consumers take everything and ask for more; the senders' backlog
+        // must drain (no credit stranded below a mark, in the pool, or anywhere).
+        for c in 0..6u64 {
+            ledger.staged(c, 1, now);
+        }
+        for _round in 0..10_000 {
+            let mut progress = false;
+            for (c, side) in sides.iter_mut().enumerate() {
+                let buffered = side.sent - side.delivered;
+                if side.open && !side.cancelled {
+                    side.requested += 64;
+                    side.delivered += buffered;
+                    let outstanding = side.requested - side.delivered;
+                    ledger.delivered_with_demand(c as u64, buffered, outstanding, now);
+                    progress |= buffered > 0;
+                } else if side.open && buffered > 0 {
+                    // A cancelled channel's receiving side drops what arrives.
+                    side.delivered += buffered;
+                    ledger.dropped(c as u64, buffered, now);
+                    progress = true;
+                }
+            }
+            while let Some(send) = ledger.next_send(now) {
+                sides[send.channel as usize].sent += send.items;
+                progress = true;
+            }
+            ledger.check();
+            if !progress {
+                break;
+            }
+        }
+        for (id, chan) in ledger.stats(now).channels {
+            if sides[id as usize].open && !sides[id as usize].cancelled {
+                assert_eq!(chan.backlog, 0, "channel {id} stuck with backlog: {chan:?}");
+            }
+        }
+        // Close everything: conservation (I3).
+        for c in 0..6u64 {
+            ledger.close(c, now);
+        }
+        ledger.check();
+        assert_eq!(
+            ledger.stats(now).pool_free,
+            config.shared,
+            "pool whole after close"
+        );
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1_000, ..ProptestConfig::default() })]
+
+        /// A3: a million random operations (1,000 cases × 1,000), the bound and
+        /// conservation checked after each.
+        #[test]
+        fn bounded_and_conserved_under_random_operations(
+            exclusive in 0u64..6,
+            shared in 1u64..10,
+            cap_share in 1u64..4,
+            quantum in 1u64..6,
+            ops in proptest::collection::vec(op(), 1_000),
+        ) {
+            let borrow_cap = (shared / cap_share).max(1);
+            run(config(exclusive, shared, borrow_cap, quantum), &ops);
+        }
     }
 }

@@ -414,6 +414,8 @@ impl<T: Send + 'static> MuxBuilder<T> {
         C: Scheduler + Clone,
         R: Scheduler + Clone,
     {
+        // Checked before the lane is made (`Local::new` panics on a bad size).
+        self.validate()?;
         let lane = self.lane;
         self.build(scheduler, Local::new(receiver, lane))
     }

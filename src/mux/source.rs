@@ -93,13 +93,13 @@ impl<T: Send + 'static> Publisher for ChannelSource<T> {
             plumbing: self.plumbing,
             scheduler,
         });
-        core.attach(
-            Window {
-                items: self.window,
-                delivered: 0,
-            },
-            subscriber,
-        );
+        let window = Window {
+            items: self.window,
+            delivered: 0,
+        };
+        // One pass even without a request: the sending side may have ended already
+        // (an empty or failed publisher), and the end needs no demand.
+        core.attach_then(window, subscriber, |core| core.signal());
     }
 
     fn in_flight_bound(&self) -> u64 {
