@@ -966,6 +966,22 @@ pub fn table() -> Vec<Stage> {
         .timed(),
         // ---- async boundaries ----
         Stage::new(
+            "via(mux over pool, channel 0)",
+            Boundary,
+            EXACT,
+            |env| {
+                let mux = weir::mux::Mux::builder()
+                    .exclusive(4)
+                    .shared(8)
+                    .borrow_cap(2)
+                    .build_local(env.pool.clone(), env.pool.clone())
+                    .unwrap();
+                env.source().via(&mux, 0).unwrap().boxed()
+            },
+            identity,
+        )
+        .scheduled(),
+        Stage::new(
             "publish_on(pool, 16)",
             Boundary,
             EXACT,
