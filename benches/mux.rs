@@ -105,7 +105,7 @@ const HANG: Duration = Duration::from_secs(60);
 /// within this long.
 const SETTLE: Duration = Duration::from_secs(10);
 /// Rounds of the paired phase.
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 7;
 
 /// How the weir side consumes its channels.
 #[derive(Clone, Copy, Debug)]
