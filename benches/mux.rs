@@ -895,11 +895,20 @@ fn round(cases: &mut [Case<'_>], reverse: bool) -> BTreeMap<&'static str, f64> {
 fn spread(v: Vec<f64>) -> String {
     let v = sorted(v);
     format!(
-        "{:.2} ({:.2}-{:.2})",
-        percentile(&v, 0.5),
-        v[0],
-        v[v.len() - 1]
+        "{} ({}-{})",
+        figure(percentile(&v, 0.5)),
+        figure(v[0]),
+        figure(v[v.len() - 1])
     )
+}
+
+/// A ratio with two decimals, or in scientific notation when far from 1.
+fn figure(x: f64) -> String {
+    if (0.01..1000.0).contains(&x) {
+        format!("{x:.2}")
+    } else {
+        format!("{x:.1e}")
+    }
 }
 
 /// Median rate of `case` over rounds, in M items/s.
