@@ -1788,6 +1788,7 @@ pub trait PublisherExt: Publisher + Sized {
         Self::Item: Send + 'static,
     {
         let (sink, source) = mux.channel(channel).open()?;
+        let source = source.with_upstream_bound(self.in_flight_bound());
         self.subscribe(sink);
         Ok(source)
     }

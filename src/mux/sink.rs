@@ -9,7 +9,7 @@
 //! outstanding and the ring cannot overflow unless upstream breaks rule 1.1 (then the
 //! channel fails with an error naming the rule, after the items it staged).
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 
 use crate::demand::Replenish;
 use crate::drain::Upstream;
@@ -30,8 +30,9 @@ pub(crate) struct Plumbing<T> {
     sender: Mutex<Sender>,
     /// The receive window's writing end (the demultiplexer).
     window: Mutex<Inlet<T>>,
-    /// The receiving core, for wake-ups.
-    pub(crate) source: OnceLock<Weak<dyn Target>>,
+    /// The receiving core, for wake-ups. Held strongly (what feeds a subscription
+    /// keeps it alive, as for every stage) until the subscription ends.
+    source: Mutex<Option<Arc<dyn Target>>>,
     /// How the sending upstream ended, and after how many items.
     end: Mutex<Option<(u64, Result<(), Error>)>>,
 }
@@ -77,7 +78,7 @@ impl<T: Send + 'static> Plumbing<T> {
                 items: window_in,
                 closed: false,
             }),
-            source: OnceLock::new(),
+            source: Mutex::new(None),
             end: Mutex::new(None),
         });
         let sink = ChannelSink {
@@ -182,9 +183,28 @@ impl<T> Plumbing<T> {
         self.window.lock().unwrap_or_else(|p| p.into_inner()).closed = true;
     }
 
+    /// The receiving core started (`Some`) or its subscription ended (`None`).
+    pub(crate) fn set_source(&self, source: Option<Arc<dyn Target>>) {
+        *self.source.lock().unwrap_or_else(|p| p.into_inner()) = source;
+    }
+
+    /// Drop every staged item (the receiving side stopped; the worker never sends
+    /// for a channel that is not open).
+    pub(crate) fn drop_staged(&self) {
+        self.staging
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+    }
+
     /// Ask the receiving side for a pass.
     pub(crate) fn wake_source(&self) {
-        if let Some(source) = self.source.get().and_then(Weak::upgrade) {
+        let source = self
+            .source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(source) = source {
             source.signal();
         }
     }
@@ -268,13 +288,21 @@ impl<T: Send + 'static> Subscriber<T> for ChannelSink<T> {
         if written > 0 {
             self.staged += written as u64;
             let now = self.shared.now();
-            let wake = self
-                .shared
-                .lock()
-                .ledger
-                .staged(self.plumbing.id, written as u64, now);
+            let (open, wake) = {
+                let mut state = self.shared.lock();
+                let open = state.ledger.is_open(self.plumbing.id);
+                (
+                    open,
+                    state.ledger.staged(self.plumbing.id, written as u64, now),
+                )
+            };
             if wake {
                 self.shared.wake_worker();
+            }
+            if !open {
+                // The receiving side stopped before these were counted: its clean-up
+                // (after the ledger's cancel) may not see them, so drop them here.
+                self.plumbing.drop_staged();
             }
         }
         if items.next().is_some() {

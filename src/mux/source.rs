@@ -13,13 +13,13 @@
 //! sending upstream, and the channel closes once nothing of it is left on the
 //! transport.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 use crate::demand::AtomicDemand;
 use crate::queue::spsc::Consumer;
 use crate::runtime::Scheduler;
 use crate::stage::core::Drive;
-use crate::stage::{Core, Cx, Pass, Stage, Target};
+use crate::stage::{Core, Cx, Pass, Stage};
 use crate::{Publisher, Subscriber};
 
 use super::sink::Plumbing;
@@ -42,6 +42,8 @@ pub struct ChannelSource<T> {
     shared: Arc<Shared<T>>,
     plumbing: Arc<Plumbing<T>>,
     window: Consumer<T>,
+    /// What the sending publisher may hold in flight, when known (`via`).
+    upstream_bound: u64,
 }
 
 impl<T> std::fmt::Debug for ChannelSource<T> {
@@ -62,7 +64,14 @@ impl<T: Send + 'static> ChannelSource<T> {
             shared,
             plumbing,
             window,
+            upstream_bound: 0,
         }
+    }
+
+    /// The sending publisher's in-flight bound, added to this one's.
+    pub(crate) fn with_upstream_bound(mut self, bound: u64) -> Self {
+        self.upstream_bound = bound;
+        self
     }
 
     /// The channel's id.
@@ -88,6 +97,7 @@ impl<T: Send + 'static> Publisher for ChannelSource<T> {
         S: Subscriber<T> + Send + 'static,
     {
         let scheduler = self.shared.receiver();
+        let plumbing = self.plumbing.clone();
         let core: Arc<Core<Receive<T>, S>> = Core::new(Receive {
             shared: self.shared,
             plumbing: self.plumbing,
@@ -99,11 +109,18 @@ impl<T: Send + 'static> Publisher for ChannelSource<T> {
         };
         // One pass even without a request: the sending side may have ended already
         // (an empty or failed publisher), and the end needs no demand.
-        core.attach_then(window, subscriber, |core| core.signal());
+        core.attach_then(window, subscriber, |core| {
+            plumbing.set_source(Some(core.clone()));
+            core.signal()
+        });
     }
 
+    /// The sending publisher's bound (when subscribed through `via`), the staging
+    /// window and the receive window.
     fn in_flight_bound(&self) -> u64 {
-        self.window.capacity() as u64
+        self.upstream_bound
+            .saturating_add(self.shared.staging as u64)
+            .saturating_add(self.window.capacity() as u64)
     }
 }
 
@@ -132,10 +149,6 @@ impl<T: Send + 'static> Stage for Receive<T> {
             on: &*self.scheduler,
             linger: false,
         }
-    }
-
-    fn bind(&self, me: Weak<dyn Target>) {
-        let _ = self.plumbing.source.set(me);
     }
 
     fn pass<S: Subscriber<T>>(
@@ -207,6 +220,9 @@ impl<T: Send + 'static> Stage for Receive<T> {
         // the clear below leaves nothing behind.
         self.plumbing.close_window();
         let dropped = window.items.clear() as u64;
+        // Nothing will be delivered: let go of the core (it held itself through the
+        // plumbing) and of what the sender staged.
+        self.plumbing.set_source(None);
         let now = self.shared.now();
         let wake = {
             let mut state = self.shared.lock();
@@ -221,6 +237,8 @@ impl<T: Send + 'static> Stage for Receive<T> {
             }
             wake
         };
+        // After the ledger's cancel: a sink that stages later drops its items itself.
+        self.plumbing.drop_staged();
         if wake {
             self.shared.wake_worker();
         }

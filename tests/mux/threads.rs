@@ -158,3 +158,39 @@ fn a13_a_panicking_consumer_ends_only_its_channel() {
         "its upstream cancelled once"
     );
 }
+
+/// A subscriber that requests once and drops its `Subscription` is still served to
+/// the end: what feeds a channel keeps its receiving end alive.
+#[test]
+fn a_subscriber_that_drops_its_subscription_is_served_to_the_end() {
+    struct Forgetful(std::sync::mpsc::Sender<Option<u64>>);
+    impl Subscriber<u64> for Forgetful {
+        fn on_subscribe(&mut self, subscription: weir::Subscription) {
+            subscription.request(1_000);
+        }
+        fn on_next(&mut self, item: u64) {
+            let _ = self.0.send(Some(item));
+        }
+        fn on_error(&mut self, _error: weir::Error) {}
+        fn on_complete(&mut self) {
+            let _ = self.0.send(None);
+        }
+    }
+    let (send, recv) = pools();
+    let mux = Mux::<u64>::builder().build_local(send, recv).unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    weir::range(0..1_000)
+        .via(&mux, 1)
+        .unwrap()
+        .subscribe(Forgetful(tx));
+    let mut items = Vec::new();
+    while let Some(item) = rx.recv_timeout(WATCHDOG).expect("hang") {
+        items.push(item);
+    }
+    assert_eq!(items, (0..1_000).collect::<Vec<_>>());
+    let deadline = Instant::now() + WATCHDOG;
+    while mux.stats().pool_free != 128 || !mux.stats().channels.is_empty() {
+        assert!(Instant::now() < deadline, "not closed: {:?}", mux.stats());
+        std::thread::yield_now();
+    }
+}
