@@ -128,7 +128,7 @@ impl Chan {
 
 /// What [`Ledger::next_send`] hands the worker.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct Send {
+pub(crate) struct Turn {
     /// The channel.
     pub(crate) channel: ChannelId,
     /// Items to move from its staging window to the transport (≥ 1).
@@ -365,7 +365,7 @@ impl Ledger {
 
     /// The next frame for the worker to send, credit taken; `None` when no channel is
     /// ready.
-    pub(crate) fn next_send(&mut self, now: Instant) -> Option<Send> {
+    pub(crate) fn next_send(&mut self, now: Instant) -> Option<Turn> {
         let config = self.config;
         loop {
             let class = self.ready.iter().position(|fifo| !fifo.is_empty())?;
@@ -408,7 +408,7 @@ impl Ledger {
             self.sends += 1;
             // Still ready: back to the tail of its class for its next turn.
             let _ = self.make_ready(channel, now);
-            return Some(Send { channel, items: n });
+            return Some(Turn { channel, items: n });
         }
     }
 

@@ -118,7 +118,9 @@ impl<T: Send + 'static> Stage for Worker<T> {
             };
             let items: Vec<T> = {
                 let mut staging = plumbing.staging.lock().unwrap_or_else(|p| p.into_inner());
-                staging.available();
+                // Refresh the cached tail: the sink published these before it counted
+                // them as backlog.
+                let _staged = staging.available();
                 staging.pop_batch(send.items as usize).collect()
             };
             debug_assert_eq!(
