@@ -210,10 +210,6 @@ impl<T: Send + 'static, S: Scheduler> Stage for Forward<T, S> {
         demand.get() > 0 && !self.all_sent.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// A request is the only reason to forward (a cancel or `request(0)` is handled
-    /// on the caller's thread).
-    const HAS_WORK_SEES_ALL: bool = true;
-
     /// The relay cancels upstream (after keeping the error, if there is one).
     fn stop(&self, _owned: &mut ()) {}
 

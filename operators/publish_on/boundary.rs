@@ -248,24 +248,13 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
         self.upstream.cancel();
     }
 
-    /// Items published and demand for them, or the end with nothing left before it.
-    /// Without it a drain that caught up with a batch being written would wait for
-    /// the batch's end signal while the producer runs on, and the two sides take
-    /// turns instead of overlapping.
+    /// Items published since the last signal, and demand for them. Without it a
+    /// drain that caught up with a batch being written would wait for the batch's
+    /// end signal while the producer runs on, and the two sides take turns instead
+    /// of overlapping.
     fn has_work(&self, demand: &AtomicDemand) -> bool {
-        if self.watch.has_items() {
-            demand.get() > 0
-        } else {
-            // Relaxed: a hint; the pass reads it with Acquire.
-            self.ended.load(StdOrdering::Relaxed)
-        }
+        demand.get() > 0 && self.watch.has_items()
     }
-
-    /// Every reason to run a pass is an item, a request (demand for queued items),
-    /// the end, or a stopping flag: `has_work` sees them all, so the lingering drain
-    /// reads only the ring, the demand and the end, as the producer and downstream
-    /// write them.
-    const HAS_WORK_SEES_ALL: bool = true;
 }
 
 /// `a <= b` for wrapping ring positions less than half the range apart.

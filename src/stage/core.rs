@@ -163,17 +163,6 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
         false
     }
 
-    /// True when [`has_work`](Self::has_work) turns true for every reason to run a
-    /// pass that gives the pass something to do (stopping flags aside, which the core
-    /// watches itself). A lingering loop then watches only the stage, not the `Wip`'s
-    /// count: that count is written by every signal, so reading it moves its cache
-    /// line to the owner and back on each signal, and leaving the `Wip` after each
-    /// wake-up costs one more transfer. The reasons the loop did not read are not
-    /// lost: it owes them, and when the linger ends, leaving the `Wip` returns them,
-    /// so a signal `has_work` misses is served one linger later at worst. The default
-    /// is false (the loop reads the count).
-    const HAS_WORK_SEES_ALL: bool = false;
-
     /// One of the stage's timers fired (any thread); the core runs a pass after it.
     fn on_timer(&self) {}
 }
@@ -523,14 +512,10 @@ where
                 // many runs it publishes), so the stage is asked too: then the next
                 // pass runs on the reasons already held.
                 Backoff::wait(|| {
-                    if !G::HAS_WORK_SEES_ALL && self.wip.pending() != missed {
+                    if self.wip.pending() != missed {
                         return true;
                     }
-                    if self.is_stopping() {
-                        // Leave: the stopping signal's reason ends it.
-                        return true;
-                    }
-                    unsignalled = self.stage.has_work(&self.demand);
+                    unsignalled = !self.is_stopping() && self.stage.has_work(&self.demand);
                     unsignalled
                 });
             }
