@@ -511,7 +511,7 @@ impl Ledger {
     }
 
     /// Check I2 and I3 as far as they hold at every instant (tests).
-    #[cfg(test)]
+    #[cfg(all(test, not(weir_loom)))]
     pub(crate) fn check(&self) {
         let exclusive = self.config.exclusive;
         let mut held_shared = 0;

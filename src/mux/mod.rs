@@ -11,7 +11,7 @@
 //!
 //! # The pieces
 //!
-//! * On the **sending side** each channel is a [`ChannelSink`], a [`Subscriber`]: subscribe any
+//! * On the **sending side** each channel is a [`ChannelSink`], a [`Subscriber`](crate::Subscriber): subscribe any
 //!   publisher to it. It asks its upstream for at most a staging window of items
 //!   ahead (the 75% rule), so what it holds is backlog the worker can see, and bounded.
 //! * The **worker** (a task on the scheduler given to the builder) takes the next
@@ -24,7 +24,7 @@
 //!   boundary as [`publish_on`](crate::PublisherExt::publish_on). Any [`Transport`]
 //!   can take its place: it receives the worker's frames as a publisher that honours
 //!   demand, and delivers them to a [`Demux`].
-//! * On the **receiving side** each channel is a [`ChannelSource`], a [`Publisher`] whose
+//! * On the **receiving side** each channel is a [`ChannelSource`], a [`Publisher`](crate::Publisher) whose
 //!   subscriber's `request(n)` is the only source of the channel's credit. Items
 //!   delivered to it give their credit back: shared credit to the pool at once,
 //!   exclusive credit to the sender at a low-water mark (see below).

@@ -28,7 +28,7 @@ pub struct Frame<T> {
 }
 
 /// What carries a mux's frames from its worker to its receiving side. See the
-/// [module docs](self).
+/// [`mux` module docs](crate::mux).
 pub trait Transport<T: Send + 'static>: Send + 'static {
     /// The scheduler the receiving side runs on: every channel's subscriber.
     fn receiver(&self) -> Arc<dyn Scheduler>;
