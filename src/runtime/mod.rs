@@ -83,6 +83,15 @@ pub trait Scheduler: Send + Sync + 'static {
         self.schedule_after(delay, task);
         Timer::detached()
     }
+
+    /// A hint: true when tasks are queued and wait for a thread of this scheduler.
+    /// A weir task that lingers for its next batch stops lingering then and gives
+    /// the thread to them (on a pool of one thread, a boundary's lingering drain
+    /// would otherwise keep the tasks it feeds waiting for its linger to run out).
+    /// The default, for schedulers that cannot tell, says false.
+    fn has_waiting_tasks(&self) -> bool {
+        false
+    }
 }
 
 impl<S: Scheduler + ?Sized> Scheduler for Arc<S> {
@@ -100,6 +109,10 @@ impl<S: Scheduler + ?Sized> Scheduler for Arc<S> {
 
     fn schedule_timer(&self, delay: Duration, task: Task) -> Timer {
         (**self).schedule_timer(delay, task)
+    }
+
+    fn has_waiting_tasks(&self) -> bool {
+        (**self).has_waiting_tasks()
     }
 }
 

@@ -378,4 +378,10 @@ impl Scheduler for ThreadPool {
     fn now(&self) -> Instant {
         Instant::now()
     }
+
+    /// Ready tasks are queued (a hint: another idle worker may take them first).
+    fn has_waiting_tasks(&self) -> bool {
+        // Relaxed: a hint, as for the spinning workers.
+        self.owner.shared.queued.load(Ordering::Relaxed) > 0
+    }
 }

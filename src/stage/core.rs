@@ -505,18 +505,23 @@ where
                 return;
             }
             let mut unsignalled = false;
+            let mut crowded = false;
             if let (Pass::Idle, Some((true, _))) = (pass, task) {
                 // Keep the loop a moment for the next reason (a batch, a request): it
                 // saves a task hand-off per batch on a busy boundary. Work can also
                 // arrive without a signal (a producer signals once per batch however
                 // many runs it publishes), so the stage is asked too: then the next
-                // pass runs on the reasons already held.
+                // pass runs on the reasons already held. Not while other tasks wait
+                // for this thread: they may be the very ones we would wait for.
                 Backoff::wait(|| {
                     if self.wip.pending() != missed {
                         return true;
                     }
                     unsignalled = !self.is_stopping() && self.stage.has_work(&self.demand);
-                    unsignalled
+                    if !unsignalled {
+                        crowded = self.crowded();
+                    }
+                    unsignalled || crowded
                 });
             }
             if !unsignalled {
@@ -527,11 +532,19 @@ where
             }
             passes += 1;
             if let Some((linger, _)) = task {
-                if passes >= TASK_PASSES {
+                if crowded || passes >= TASK_PASSES {
                     self.reschedule(linger, missed);
                     return;
                 }
             }
+        }
+    }
+
+    /// True when other tasks wait for our scheduler's threads (a hint).
+    fn crowded(&self) -> bool {
+        match self.stage.drive() {
+            Drive::Scheduled { on, .. } => on.has_waiting_tasks(),
+            Drive::Inline => false,
         }
     }
 
