@@ -204,3 +204,38 @@ fn tokio_runs_tasks_on_the_runtime_and_reads_its_paused_clock() {
     rt.block_on(async { tokio::time::sleep(Duration::from_secs(61)).await });
     assert_eq!(rx.try_recv().unwrap(), Duration::from_secs(60));
 }
+
+/// `has_waiting_tasks`: a pool says so while a task waits for its one busy worker,
+/// virtual time while a task is due now (not one due later), and the schedulers
+/// that cannot tell say false.
+#[test]
+fn schedulers_say_when_tasks_wait_for_a_thread() {
+    let pool = ThreadPool::builder().name("busy").threads(1).build();
+    let (started_tx, started) = mpsc::channel();
+    let (release, release_rx) = mpsc::channel::<()>();
+    pool.schedule(Box::new(move || {
+        started_tx.send(()).unwrap();
+        release_rx.recv().unwrap();
+    }));
+    started.recv().unwrap();
+    assert!(!pool.has_waiting_tasks(), "the only task is running");
+    let (ran_tx, ran) = mpsc::channel();
+    pool.schedule(Box::new(move || ran_tx.send(()).unwrap()));
+    assert!(
+        pool.has_waiting_tasks(),
+        "the second task waits for the worker"
+    );
+    release.send(()).unwrap();
+    ran.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert!(!pool.has_waiting_tasks(), "both tasks ran");
+
+    let vt = VirtualTime::new();
+    vt.schedule_after(Duration::from_secs(1), Box::new(|| {}));
+    assert!(!vt.has_waiting_tasks(), "a task due later does not wait");
+    vt.schedule(Box::new(|| {}));
+    assert!(vt.has_waiting_tasks(), "a task due now waits");
+    vt.advance(Duration::from_secs(1));
+    assert!(!vt.has_waiting_tasks(), "everything due ran");
+
+    assert!(!Immediate.has_waiting_tasks());
+}

@@ -102,6 +102,9 @@ mod stats;
 mod transport;
 mod worker;
 
+#[cfg(all(test, weir_loom))]
+mod loom_tests;
+
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
@@ -391,6 +394,7 @@ impl<T: Send + 'static> MuxBuilder<T> {
             state: Mutex::new(State {
                 ledger: Ledger::new(config, self.classes as usize),
                 plumbing: HashMap::new(),
+                released: false,
             }),
             worker: OnceLock::new(),
             clock: clock.clone(),
@@ -403,7 +407,9 @@ impl<T: Send + 'static> MuxBuilder<T> {
         let frames = Frames::new(shared.clone(), clock);
         let demux = Demux::new(shared.clone());
         transport.connect(frames, demux);
-        Ok(Mux { shared })
+        Ok(Mux {
+            owner: Arc::new(Owner { shared }),
+        })
     }
 
     /// A mux over the in-process transport: the worker on `scheduler`, the lane of
@@ -424,15 +430,29 @@ impl<T: Send + 'static> MuxBuilder<T> {
 /// Many channels over one transport, each with credit of its own. See the
 /// [module docs](self).
 ///
-/// Cloning gives another handle to the same mux.
+/// Cloning gives another handle to the same mux. Once every handle is gone and
+/// every channel has closed, the worker ends the transport (it completes), and the
+/// mux's worker, lane and demultiplexer are released; channels still open when the
+/// last handle goes keep working until they close.
 pub struct Mux<T> {
+    owner: Arc<Owner<T>>,
+}
+
+/// What the handles of one mux share: dropped with the last one.
+struct Owner<T> {
     shared: Arc<Shared<T>>,
+}
+
+impl<T> Drop for Owner<T> {
+    fn drop(&mut self) {
+        self.shared.release();
+    }
 }
 
 impl<T> Clone for Mux<T> {
     fn clone(&self) -> Self {
         Mux {
-            shared: self.shared.clone(),
+            owner: self.owner.clone(),
         }
     }
 }
@@ -461,8 +481,9 @@ impl<T: Send + 'static> Mux<T> {
 
     /// A snapshot of the mux's credit and of every open channel.
     pub fn stats(&self) -> MuxStats {
-        let now = self.shared.clock.now();
-        self.shared.lock().ledger.stats(now)
+        let shared = &self.owner.shared;
+        let now = shared.clock.now();
+        shared.lock().ledger.stats(now)
     }
 }
 
@@ -494,7 +515,7 @@ impl<T: Send + 'static> ChannelBuilder<T> {
     /// Open the channel: its sending end (subscribe a publisher to it) and its
     /// receiving end (subscribe the consumer to it).
     pub fn open(self) -> Result<(ChannelSink<T>, ChannelSource<T>), MuxError> {
-        let shared = &self.mux.shared;
+        let shared = &self.mux.owner.shared;
         if self.weight == 0 || self.weight > MAX_CAPACITY as u64 {
             return Err(refuse(
                 "weight",
@@ -551,16 +572,26 @@ pub(crate) struct Shared<T> {
 pub(crate) struct State<T> {
     pub(crate) ledger: Ledger,
     pub(crate) plumbing: HashMap<ChannelId, Arc<Plumbing<T>>>,
+    /// Every [`Mux`] handle is gone: no channel can open any more.
+    released: bool,
 }
 
 impl<T> State<T> {
-    /// Remove `channel` from the ledger and drop its plumbing. True when freed credit
-    /// may make another channel ready.
+    /// Remove `channel` from the ledger and drop its plumbing. True when the worker
+    /// has something to do: freed credit may make another channel ready, or that was
+    /// the last channel of a mux whose handles are gone (the worker then ends).
     pub(crate) fn close(&mut self, channel: ChannelId, now: Instant) -> bool {
         self.plumbing.remove(&channel);
-        self.ledger
+        let freed = self
+            .ledger
             .close(channel, now)
-            .is_some_and(|(_, wake)| wake)
+            .is_some_and(|(_, wake)| wake);
+        freed || self.is_finished()
+    }
+
+    /// No handle is left and no channel is open: the worker ends the transport.
+    pub(crate) fn is_finished(&self) -> bool {
+        self.released && self.plumbing.is_empty()
     }
 }
 
@@ -594,6 +625,18 @@ impl<T> Shared<T> {
         for plumbing in channels {
             plumbing.cancel_upstream();
             plumbing.wake_source();
+        }
+    }
+
+    /// The last [`Mux`] handle is gone: once no channel is open, the worker ends.
+    fn release(&self) {
+        let finished = {
+            let mut state = self.lock();
+            state.released = true;
+            state.is_finished()
+        };
+        if finished {
+            self.wake_worker();
         }
     }
 

@@ -11,8 +11,10 @@
 //! channel ready wakes it through the core (a signal), so it never waits on one
 //! channel (I5), and it is never woken for a channel that cannot send.
 //!
-//! If the transport stops (it cancels, or the worker's scheduler shut down), the mux
-//! is broken: every receiving channel ends with an error once it delivered what it
+//! Once every `Mux` handle is gone and every channel closed, the pass completes the
+//! frames (so the transport ends, and with it the cycle of subscriptions between the
+//! worker and the lane). If the transport stops (it cancels, or the worker's
+//! scheduler shut down), the mux is broken: every receiving channel ends with an error once it delivered what it
 //! had, and every sending upstream is cancelled.
 
 use std::sync::{Arc, Weak};
@@ -98,7 +100,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
         let now = self.shared.now();
         let mut frames = 0u32;
         loop {
-            if cx.stopped() || cx.demand().get() == 0 {
+            if cx.stopped() {
                 return Pass::Idle;
             }
             if frames >= PASS_FRAMES {
@@ -106,6 +108,14 @@ impl<T: Send + 'static> Stage for Worker<T> {
             }
             let (send, plumbing) = {
                 let mut state = self.shared.lock();
+                if state.is_finished() {
+                    // No handle and no channel left: nothing will ever be sent.
+                    drop(state);
+                    return cx.terminate(transport, Ok(()));
+                }
+                if cx.demand().get() == 0 {
+                    return Pass::Idle;
+                }
                 let Some(send) = state.ledger.next_send(now) else {
                     return Pass::Idle;
                 };

@@ -244,4 +244,14 @@ impl Scheduler for VirtualTime {
         let elapsed = state.elapsed.min(state.horizon());
         state.origin + elapsed
     }
+
+    /// A task is due at the current virtual instant (it runs once the running one
+    /// returns).
+    fn has_waiting_tasks(&self) -> bool {
+        let state = self.lock();
+        state
+            .queue
+            .first_key_value()
+            .is_some_and(|(&(due, _), _)| due <= state.elapsed)
+    }
 }

@@ -194,3 +194,282 @@ fn a_subscriber_that_drops_its_subscription_is_served_to_the_end() {
         std::thread::yield_now();
     }
 }
+
+/// A transport that carries frames like [`weir::mux::Local`] and notes when the frames
+/// complete (the worker ended them) and when the demultiplexer is dropped.
+struct Watched {
+    receive: ThreadPool,
+    completed: Arc<AtomicU64>,
+    dropped: Arc<AtomicU64>,
+}
+
+/// Forwards to the demultiplexer; counts the completion and its own drop.
+struct Tap {
+    demux: weir::mux::Demux<u64>,
+    completed: Arc<AtomicU64>,
+    dropped: Arc<AtomicU64>,
+}
+
+impl Subscriber<weir::mux::Frame<u64>> for Tap {
+    fn on_subscribe(&mut self, subscription: weir::Subscription) {
+        self.demux.on_subscribe(subscription);
+    }
+    fn on_next(&mut self, frame: weir::mux::Frame<u64>) {
+        self.demux.on_next(frame);
+    }
+    fn on_error(&mut self, error: weir::Error) {
+        self.demux.on_error(error);
+    }
+    fn on_complete(&mut self) {
+        self.completed.fetch_add(1, Ordering::SeqCst);
+        self.demux.on_complete();
+    }
+}
+
+impl Drop for Tap {
+    fn drop(&mut self) {
+        self.dropped.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl weir::mux::Transport<u64> for Watched {
+    fn receiver(&self) -> Arc<dyn weir::runtime::Scheduler> {
+        Arc::new(self.receive.clone())
+    }
+    fn connect(self, frames: weir::mux::Frames<u64>, demux: weir::mux::Demux<u64>) {
+        frames.publish_on(self.receive, 4).subscribe(Tap {
+            demux,
+            completed: self.completed,
+            dropped: self.dropped,
+        });
+    }
+}
+
+/// Poll `done` until it holds, failing after the watchdog.
+fn eventually(what: &str, done: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < WATCHDOG, "{what}: never happened");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The worker, the lane and the demultiplexer hold one another (subscriptions both
+/// ways); they are released once the last `Mux` handle is gone and every channel
+/// closed, in either order, and not before.
+#[test]
+fn the_last_handle_and_the_last_channel_gone_release_the_worker_and_the_lane() {
+    for drop_mux_first in [false, true] {
+        let (send, recv) = pools();
+        let completed = Arc::new(AtomicU64::new(0));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let mux = Mux::<u64>::builder()
+            .build(
+                send,
+                Watched {
+                    receive: recv,
+                    completed: completed.clone(),
+                    dropped: dropped.clone(),
+                },
+            )
+            .unwrap();
+        let done = weir::range(0..1_000u64).via(&mux, 0).unwrap();
+        let other = mux.clone();
+        drop(other);
+        let sum = if drop_mux_first {
+            drop(mux);
+            let sum = done.fold(0u64, |a, x| a + x).wait_timeout(WATCHDOG);
+            sum.expect("hang").unwrap()
+        } else {
+            let sum = done.fold(0u64, |a, x| a + x).wait_timeout(WATCHDOG);
+            let sum = sum.expect("hang").unwrap();
+            // The channel closed, but a handle is left: the mux stays up.
+            eventually("the channel closes", || mux.stats().channels.is_empty());
+            assert_eq!(
+                completed.load(Ordering::SeqCst),
+                0,
+                "ended with a handle left"
+            );
+            assert_eq!(
+                dropped.load(Ordering::SeqCst),
+                0,
+                "released with a handle left"
+            );
+            drop(mux);
+            sum
+        };
+        assert_eq!(sum, 499_500);
+        eventually("the frames complete", || {
+            completed.load(Ordering::SeqCst) == 1
+        });
+        eventually("the demultiplexer is released", || {
+            dropped.load(Ordering::SeqCst) == 1
+        });
+    }
+}
+
+/// Channel `id` of `mux` carrying `0..len`, consumed by a probe that asks for
+/// nothing yet.
+fn probed(mux: &Mux<u64>, id: u64, len: u64) -> weir::tck::TestProbe<u64> {
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    weir::range(0..len)
+        .via(mux, id)
+        .unwrap()
+        .subscribe(subscriber);
+    probe
+}
+
+/// A2, A4 and A5 on threads: ⌈S/C⌉ = 4 consumers take a burst and stop, which leaves
+/// the shared pool to them; the four healthy channels still carry everything, on
+/// their exclusive credit. Then three stalled consumers resume and one cancels: every
+/// item arrives exactly once and in order, with progress at least every 2 s (the
+/// watchdog of A4), the cancelled channel's credit comes back, and after the close the
+/// pool is whole and no channel is left.
+#[test]
+fn a2_a4_a5_threads_stalled_channels_resume_or_cancel_and_credit_is_conserved() {
+    let (send, recv) = pools();
+    let mux = Mux::<u64>::builder()
+        .exclusive(32)
+        .shared(128)
+        .borrow_cap(32)
+        .build_local(send, recv)
+        .unwrap();
+    let n = 100_000u64;
+    let probes: Vec<_> = (0..8).map(|id| probed(&mux, id, n)).collect();
+    for probe in &probes[..4] {
+        probe.request(100);
+    }
+    for probe in &probes[4..] {
+        probe.request(n);
+    }
+    for probe in &probes[..4] {
+        probe.await_items(100, WATCHDOG).unwrap();
+    }
+    for probe in &probes[4..] {
+        probe.await_completion(WATCHDOG).unwrap();
+        assert_eq!(
+            probe.items(),
+            (0..n).collect::<Vec<_>>(),
+            "healthy: in order"
+        );
+    }
+    let stats = mux.stats();
+    for c in 0..4 {
+        let chan = stats.channel(c).unwrap();
+        assert!(
+            chan.buffered <= 32 + 32,
+            "stalled {c} holds {}",
+            chan.buffered
+        );
+        assert!(
+            chan.shared_held <= chan.buffered,
+            "stalled {c} holds only shared credit that backs items"
+        );
+    }
+    assert!(stats.high_water <= 8 * 32 + 128);
+    // A5: one cancels; A4: three resume.
+    probes[0].cancel();
+    for probe in &probes[1..4] {
+        probe.request(n);
+    }
+    let mut last = 0;
+    let mut last_progress = Instant::now();
+    loop {
+        let received: u64 = probes[1..4].iter().map(|p| p.received_count()).sum();
+        if received == 3 * n {
+            break;
+        }
+        if received > last {
+            last = received;
+            last_progress = Instant::now();
+        }
+        assert!(
+            last_progress.elapsed() < Duration::from_secs(2),
+            "no progress for 2 s at {received} of {}: {:?}",
+            3 * n,
+            mux.stats()
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    for probe in &probes[1..4] {
+        probe.await_completion(WATCHDOG).unwrap();
+        assert_eq!(
+            probe.items(),
+            (0..n).collect::<Vec<_>>(),
+            "resumed: exactly once, in order"
+        );
+    }
+    eventually("every channel closes and the pool is whole", || {
+        let stats = mux.stats();
+        stats.channels.is_empty() && stats.pool_free == 128 && stats.buffered_total == 0
+    });
+    assert_eq!(
+        probes[0].received_count(),
+        100,
+        "the cancelled channel got no more"
+    );
+}
+
+/// A12 on threads: with seven channels saturating a lane of one frame, a sender's
+/// error reaches its channel after its items, and a cancel closes its channel; the
+/// others carry on to the end.
+#[test]
+fn a12_threads_an_error_and_a_cancel_bypass_a_saturated_lane() {
+    let (send, recv) = pools();
+    let mux = Mux::<u64>::builder()
+        .lane(1)
+        .build_local(send, recv)
+        .unwrap();
+    let n = 50_000u64;
+    let busy: Vec<_> = (1..8).map(|id| probed(&mux, id, n)).collect();
+    let cancelled = probed(&mux, 8, u64::MAX);
+    for probe in &busy {
+        probe.request(n);
+    }
+    cancelled.request(u64::MAX);
+    let failing = TestSubscriber::new();
+    let failed = failing.probe();
+    weir::range(1..11u64)
+        .concat(weir::error(weir::Error::msg("sender failed")))
+        .via(&mux, 0)
+        .unwrap()
+        .subscribe(failing);
+    failed.request(100);
+    let error = failed.await_error(WATCHDOG).unwrap();
+    assert_eq!(error.message(), "sender failed");
+    assert_eq!(failed.items(), (1..=10).collect::<Vec<_>>());
+    cancelled.await_items(1, WATCHDOG).unwrap();
+    cancelled.cancel();
+    eventually("the cancelled channel closes", || {
+        mux.stats().channel(8).is_none()
+    });
+    for probe in &busy {
+        probe.await_completion(WATCHDOG).unwrap();
+        assert_eq!(probe.items(), (0..n).collect::<Vec<_>>());
+    }
+    eventually("the pool is whole", || mux.stats().pool_free == 128);
+}
+
+/// A14 on threads: zero exclusive credit, a pool of one, two channels, one stalled:
+/// the other carries everything, and the stalled one's unit comes back on cancel.
+#[test]
+fn a14_threads_zero_exclusive_mode_survives_a_stalled_channel() {
+    let (send, recv) = pools();
+    let mux = Mux::<u64>::builder()
+        .exclusive(0)
+        .shared(1)
+        .borrow_cap(1)
+        .build_local(send, recv)
+        .unwrap();
+    let stalled = probed(&mux, 0, 1_000);
+    let other = probed(&mux, 1, 10_000);
+    stalled.request(3);
+    other.request(u64::MAX);
+    stalled.await_items(3, WATCHDOG).unwrap();
+    other.await_completion(WATCHDOG).unwrap();
+    assert_eq!(other.items(), (0..10_000).collect::<Vec<_>>());
+    assert!(mux.stats().high_water <= 1);
+    stalled.cancel();
+    eventually("the unit comes back", || mux.stats().pool_free == 1);
+}

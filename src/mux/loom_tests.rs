@@ -1,0 +1,156 @@
+//! Loom models of the mux: `RUSTFLAGS="--cfg weir_loom" cargo test --release --lib loom`.
+//!
+//! The credit is not a lock-free word here: it is the ledger, one mutex taken by every
+//! side (the sink staging a batch, the worker taking a turn, the receiver's request and
+//! delivery, a cancel). What can go wrong is around it: an update made under the lock
+//! whose wake-up is lost (the worker never learns a channel became ready, or never
+//! hears the credit that came back), an item sent without credit, or credit left
+//! behind after the channels ended. The models run the whole mux (sinks, ledger,
+//! worker, the local lane, the demultiplexer and the receiving stages) on
+//! [`Immediate`] schedulers, so every task runs on the thread that caused it: loom then
+//! explores every order in which the sending threads, the receiving thread and the
+//! hand-offs between them can interleave, with `E = 1`, `S = 1`, `C = 1` and a quantum
+//! of one item.
+
+use std::sync::{Arc, Mutex};
+
+use loom::thread;
+
+use crate::loom::{AtomicU64, Ordering};
+use crate::runtime::Immediate;
+use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
+
+use super::Mux;
+
+/// A sending upstream's credit: what the channel's sink requested, and whether it
+/// cancelled.
+#[derive(Default)]
+struct Credit {
+    requested: AtomicU64,
+}
+
+impl RawSubscription for Credit {
+    fn request(&self, n: u64) {
+        // Release: pairs with the sending thread's Acquire load.
+        self.requested.fetch_add(n, Ordering::Release);
+    }
+    fn cancel(&self) {}
+}
+
+type Boxed = Box<dyn Subscriber<u32> + Send>;
+
+/// A publisher that only subscribes; the model's sending thread then drives the
+/// subscriber it stashed.
+struct Stash(Arc<Mutex<Option<Boxed>>>, Arc<Credit>);
+
+impl Publisher for Stash {
+    type Item = u32;
+    fn subscribe<S: Subscriber<u32> + Send + 'static>(self, subscriber: S) {
+        let mut subscriber: Boxed = Box::new(subscriber);
+        subscriber.on_subscribe(Subscription::new(self.1.clone()));
+        *self.0.lock().unwrap() = Some(subscriber);
+    }
+}
+
+/// A receiving subscriber: records items and the end; requests when the model says.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<(Option<Subscription>, Vec<u32>, bool)>>);
+
+impl Subscriber<u32> for Recorder {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        self.0.lock().unwrap().0 = Some(subscription);
+    }
+    fn on_next(&mut self, item: u32) {
+        self.0.lock().unwrap().1.push(item);
+    }
+    fn on_error(&mut self, error: Error) {
+        panic!("unexpected error {error}");
+    }
+    fn on_complete(&mut self) {
+        self.0.lock().unwrap().2 = true;
+    }
+}
+
+/// `channels` channels over one mux with `E = 1`, `S = 1`, `C = 1`, quantum 1. Each
+/// channel's upstream runs on a thread of its own and sends `items` items, each
+/// only once its sink asked for it, then completes; the model's main thread asks for
+/// every item on every channel. Checked afterwards: every channel received its items
+/// once, in order, and then its completion, with no signal after the threads ended
+/// (no lost wake-up anywhere: staging → worker, delivery → announcement → worker,
+/// request → receiving stage); the mux never buffered more than `Σ E + S`; and every
+/// unit of credit came back (the pool is whole, nothing is buffered, no channel
+/// holds a borrowed unit).
+fn credit_and_hand_off(channels: u32, items: u32) {
+    loom::model(move || {
+        let mux = Mux::<u32>::builder()
+            .exclusive(1)
+            .shared(1)
+            .borrow_cap(1)
+            .quantum(1)
+            .build_local(Immediate, Immediate)
+            .expect("a valid configuration");
+        let mut senders = Vec::new();
+        let mut recorders = Vec::new();
+        for channel in 0..channels {
+            let (sink, source) = mux.channel(u64::from(channel)).open().expect("opens");
+            let credit = Arc::new(Credit::default());
+            let stash = Arc::new(Mutex::new(None));
+            Stash(stash.clone(), credit.clone()).subscribe(sink);
+            let mut upstream = stash.lock().unwrap().take().expect("subscribed");
+            let recorder = Recorder::default();
+            source.subscribe(recorder.clone());
+            recorders.push(recorder);
+            senders.push(thread::spawn(move || {
+                let mut sent = 0u32;
+                while sent < items {
+                    // Acquire: pairs with the Release in `Credit::request`.
+                    if credit.requested.load(Ordering::Acquire) > u64::from(sent) {
+                        upstream.on_next(sent);
+                        sent += 1;
+                    } else {
+                        thread::yield_now();
+                    }
+                }
+                upstream.on_complete();
+            }));
+        }
+        for recorder in &recorders {
+            let subscription = recorder.0.lock().unwrap().0.clone().expect("subscribed");
+            subscription.request(u64::from(items));
+        }
+        for sender in senders {
+            sender.join().unwrap();
+        }
+        for (channel, recorder) in recorders.iter().enumerate() {
+            let state = recorder.0.lock().unwrap();
+            assert_eq!(
+                state.1,
+                (0..items).collect::<Vec<_>>(),
+                "channel {channel}: every item once, in order"
+            );
+            assert!(state.2, "channel {channel}: completion after its items");
+        }
+        let stats = mux.stats();
+        assert!(
+            stats.high_water <= u64::from(channels) + 1,
+            "buffered {} above Σ E + S",
+            stats.high_water
+        );
+        assert_eq!(stats.buffered_total, 0, "nothing left buffered");
+        assert_eq!(stats.pool_free, 1, "the shared unit came back");
+    });
+}
+
+/// Two channels of two items: each channel's second item needs its exclusive unit
+/// back (an announcement) or the shared unit, which the other channel may hold.
+#[test]
+fn loom_mux_credit_and_hand_off_two_channels() {
+    credit_and_hand_off(2, 2);
+}
+
+/// Three channels of one item: three senders' staging races the worker and the
+/// receiver's requests.
+#[test]
+fn loom_mux_credit_and_hand_off_three_channels() {
+    credit_and_hand_off(3, 1);
+}
