@@ -51,7 +51,7 @@
 //! takes at most `ceil(free pool / channels in the ready set)`, so three needy channels
 //! and a pool of three get one unit each.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::demand::UNBOUNDED;
@@ -149,6 +149,10 @@ pub(crate) struct Ledger {
     announcements: u64,
     sends: u64,
     pool_blocked: u64,
+    /// The channels blocked on credit (`blocked_since` set), in id order: the only
+    /// ones that returning pool credit can make ready, so a return costs what they
+    /// number, not what the mux carries.
+    blocked: BTreeSet<ChannelId>,
 }
 
 impl Ledger {
@@ -164,6 +168,7 @@ impl Ledger {
             announcements: 0,
             sends: 0,
             pool_blocked: 0,
+            blocked: BTreeSet::new(),
         }
     }
 
@@ -344,6 +349,7 @@ impl Ledger {
         now: Instant,
     ) -> Option<(ChannelStats, bool)> {
         let mut chan = self.channels.remove(&channel)?;
+        self.blocked.remove(&channel);
         let buffered = chan.buffered();
         self.buffered_total -= buffered;
         self.pool_free += chan.held_shared();
@@ -426,6 +432,7 @@ impl Ledger {
         // Blocked on credit: backlog and demand, but no credit to send with.
         match (wants && !has_credit, chan.blocked_since) {
             (true, None) => {
+                self.blocked.insert(channel);
                 chan.blocked_since = Some(now);
                 chan.stats.blocked_events += 1;
                 if chan.exclusive_free == 0 && chan.held_shared() < config.borrow_cap {
@@ -433,6 +440,7 @@ impl Ledger {
                 }
             }
             (false, Some(since)) => {
+                self.blocked.remove(&channel);
                 chan.stats.blocked += now.saturating_duration_since(since);
                 chan.blocked_since = None;
             }
@@ -449,14 +457,14 @@ impl Ledger {
 
     /// Pool credit came back: channels waiting only for it may be ready now.
     fn requeue_pool_waiters(&mut self, now: Instant) -> bool {
-        if self.pool_free == 0 {
+        if self.pool_free == 0 || self.blocked.is_empty() {
             return false;
         }
         let waiting: Vec<ChannelId> = self
-            .channels
+            .blocked
             .iter()
-            .filter(|(_, c)| !c.queued && c.blocked_since.is_some())
-            .map(|(id, _)| *id)
+            .copied()
+            .filter(|id| self.channels.get(id).is_some_and(|c| !c.queued))
             .collect();
         let mut wake = false;
         for channel in waiting {
@@ -535,6 +543,13 @@ impl Ledger {
             "shared credit not conserved"
         );
         assert_eq!(buffered, self.buffered_total, "buffered total drifted");
+        let blocked: BTreeSet<ChannelId> = self
+            .channels
+            .iter()
+            .filter(|(_, c)| c.blocked_since.is_some())
+            .map(|(id, _)| *id)
+            .collect();
+        assert_eq!(blocked, self.blocked, "the blocked set drifted");
         assert!(
             self.buffered_total <= exclusive * self.channels.len() as u64 + self.config.shared,
             "buffered {} over the bound",
