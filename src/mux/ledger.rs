@@ -76,6 +76,8 @@ pub(crate) struct Config {
     pub(crate) shared_return: u64,
     /// No delivery for this long with items buffered: the channel counts as stalled.
     pub(crate) stall_after: Duration,
+    /// The window of the fairness index.
+    pub(crate) fairness_window: Duration,
 }
 
 /// Where a channel's life stands.
@@ -114,6 +116,10 @@ struct Chan {
     stats: ChannelStats,
     /// When the sender started waiting for credit with backlog and demand.
     blocked_since: Option<Instant>,
+    /// Items sent in the current fairness window.
+    window_sent: u64,
+    /// Wanted to send (ready or blocked on credit) at some point of the window.
+    window_seen: bool,
 }
 
 impl Chan {
@@ -153,6 +159,10 @@ pub(crate) struct Ledger {
     /// ones that returning pool credit can make ready, so a return costs what they
     /// number, not what the mux carries.
     blocked: BTreeSet<ChannelId>,
+    /// When the current fairness window began (the first send).
+    window_start: Option<Instant>,
+    /// Jain's index of the last complete window.
+    fairness: Option<f64>,
 }
 
 impl Ledger {
@@ -169,6 +179,8 @@ impl Ledger {
             sends: 0,
             pool_blocked: 0,
             blocked: BTreeSet::new(),
+            window_start: None,
+            fairness: None,
         }
     }
 
@@ -206,6 +218,8 @@ impl Ledger {
                 last_delivery: now,
                 stats: ChannelStats::default(),
                 blocked_since: None,
+                window_sent: 0,
+                window_seen: false,
             },
         );
         true
@@ -373,6 +387,7 @@ impl Ledger {
     /// ready.
     pub(crate) fn next_send(&mut self, now: Instant) -> Option<Turn> {
         let config = self.config;
+        self.roll_window(now);
         loop {
             let class = self.ready.iter().position(|fifo| !fifo.is_empty())?;
             let ready_here = self.ready[class].len() as u64;
@@ -406,6 +421,7 @@ impl Ledger {
                 chan.demand -= n;
             }
             chan.stats.sent += n;
+            chan.window_sent += n;
             chan.stats.frames += 1;
             chan.stats.shared_grants += from_shared;
             self.pool_free -= from_shared;
@@ -433,6 +449,7 @@ impl Ledger {
         match (wants && !has_credit, chan.blocked_since) {
             (true, None) => {
                 self.blocked.insert(channel);
+                chan.window_seen = true;
                 chan.blocked_since = Some(now);
                 chan.stats.blocked_events += 1;
                 if chan.exclusive_free == 0 && chan.held_shared() < config.borrow_cap {
@@ -448,11 +465,33 @@ impl Ledger {
         }
         if wants && has_credit && !chan.queued {
             chan.queued = true;
+            chan.window_seen = true;
             let class = chan.class as usize;
             self.ready[class].push_back(channel);
             return true;
         }
         false
+    }
+
+    /// Close the fairness window once it is `fairness_window` old: Jain's index of the
+    /// items each channel that wanted to send got, per unit of weight. The next window
+    /// starts with the channels that want to send now.
+    fn roll_window(&mut self, now: Instant) {
+        let start = *self.window_start.get_or_insert(now);
+        if now.saturating_duration_since(start) < self.config.fairness_window {
+            return;
+        }
+        let shares = self
+            .channels
+            .values()
+            .filter(|c| c.window_seen)
+            .map(|c| c.window_sent as f64 / c.weight as f64);
+        self.fairness = super::stats::jain(shares);
+        for chan in self.channels.values_mut() {
+            chan.window_sent = 0;
+            chan.window_seen = chan.queued || chan.blocked_since.is_some();
+        }
+        self.window_start = Some(now);
     }
 
     /// Pool credit came back: channels waiting only for it may be ready now.
@@ -514,6 +553,7 @@ impl Ledger {
             announcements: self.announcements,
             frames: self.sends,
             pool_blocked: self.pool_blocked,
+            fairness: self.fairness,
             channels,
         }
     }
@@ -572,6 +612,7 @@ mod tests {
             announce_at: (exclusive / 2).max(1),
             shared_return: 1,
             stall_after: Duration::from_millis(10),
+            fairness_window: Duration::from_secs(1),
         }
     }
 
@@ -620,6 +661,51 @@ mod tests {
         }
         assert_eq!(sent[2], 2 * sent[1], "{sent:?}");
         assert_eq!(sent[3], 4 * sent[1], "{sent:?}");
+    }
+
+    #[test]
+    fn the_fairness_window_measures_how_evenly_wanting_channels_were_served() {
+        let start = Instant::now();
+        let second = Duration::from_secs(1);
+        // Equal weights and 1:2:4 weights, all saturating: even per unit of weight.
+        for weights in [[1, 1, 1], [1, 2, 4]] {
+            let mut ledger = Ledger::new(config(1 << 20, 0, 0, 4), 1);
+            for (id, weight) in (1..).zip(weights) {
+                ledger.open(id, weight, 0, start);
+                ledger.demand(id, UNBOUNDED, start);
+                ledger.staged(id, 1 << 20, start);
+            }
+            for _ in 0..700 {
+                ledger.next_send(start).unwrap();
+            }
+            assert_eq!(
+                ledger.stats(start).fairness,
+                None,
+                "no window completed yet"
+            );
+            ledger.next_send(start + second).unwrap();
+            let fairness = ledger.stats(start + second).fairness.unwrap();
+            assert!(fairness > 0.999, "{weights:?}: {fairness}");
+        }
+        // A strict class starves the other: two wanting channels, one served: 1/2.
+        let mut ledger = Ledger::new(config(1 << 20, 0, 0, 4), 2);
+        ledger.open(1, 1, 0, start);
+        ledger.open(2, 1, 1, start);
+        for id in [1, 2] {
+            ledger.demand(id, UNBOUNDED, start);
+            ledger.staged(id, 1 << 20, start);
+        }
+        for _ in 0..100 {
+            assert_eq!(ledger.next_send(start).unwrap().channel, 1);
+        }
+        ledger.next_send(start + second).unwrap();
+        assert_eq!(ledger.stats(start + second).fairness, Some(0.5));
+        // A window in which nothing wanted to send has no index.
+        let mut ledger = Ledger::new(config(8, 0, 0, 4), 1);
+        ledger.open(1, 1, 0, start);
+        assert_eq!(ledger.next_send(start), None);
+        assert_eq!(ledger.next_send(start + second), None);
+        assert_eq!(ledger.stats(start + second).fairness, None);
     }
 
     #[test]

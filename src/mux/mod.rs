@@ -179,6 +179,7 @@ pub struct MuxBuilder<T> {
     max_channels: usize,
     classes: u8,
     stall_after: Duration,
+    fairness_window: Duration,
     staging: Option<u64>,
     lane: u64,
     _items: std::marker::PhantomData<fn(T) -> T>,
@@ -196,6 +197,7 @@ impl<T: Send + 'static> Default for MuxBuilder<T> {
             max_channels: 4096,
             classes: 1,
             stall_after: Duration::from_millis(10),
+            fairness_window: Duration::from_secs(1),
             staging: None,
             lane: 16,
             _items: std::marker::PhantomData,
@@ -263,6 +265,13 @@ impl<T: Send + 'static> MuxBuilder<T> {
     /// stalled ([`ChannelStats::stalled`]); default 10 ms.
     pub fn stall_after(mut self, after: Duration) -> Self {
         self.stall_after = after;
+        self
+    }
+
+    /// The window over which [`MuxStats::fairness`] is measured (default 1 s). Must
+    /// be above zero; `Duration::MAX` means the index is never computed.
+    pub fn fairness_window(mut self, window: Duration) -> Self {
+        self.fairness_window = window;
         self
     }
 
@@ -368,6 +377,9 @@ impl<T: Send + 'static> MuxBuilder<T> {
         if staging == 0 || staging > max {
             return Err(refuse("staging", format!("{staging} is not in 1..=2^30")));
         }
+        if self.fairness_window.is_zero() {
+            return Err(refuse("fairness_window", "must be above zero".to_owned()));
+        }
         let config = Config {
             exclusive: self.exclusive,
             shared: self.shared,
@@ -376,6 +388,7 @@ impl<T: Send + 'static> MuxBuilder<T> {
             announce_at,
             shared_return: self.shared_return,
             stall_after: self.stall_after,
+            fairness_window: self.fairness_window,
         };
         Ok((config, staging as usize))
     }

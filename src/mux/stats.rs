@@ -69,6 +69,14 @@ pub struct MuxStats {
     pub frames: u64,
     /// Times a channel without exclusive credit found the pool empty.
     pub pool_blocked: u64,
+    /// Jain's fairness index ([`jain_index`]) over the last complete window of
+    /// [`fairness_window`](super::MuxBuilder::fairness_window): of the items sent to
+    /// each channel that wanted to send (was ready, or blocked on credit) during the
+    /// window, each divided by its weight. 1 when the worker served them evenly; it
+    /// says how evenly saturating channels were served, so a channel that wanted
+    /// little lowers it. `None` until a window completes, or when nothing was sent in
+    /// the last one.
+    pub fairness: Option<f64>,
     /// Every open channel, by id.
     pub channels: Vec<(ChannelId, ChannelStats)>,
 }
@@ -104,11 +112,16 @@ impl MuxStats {
 /// assert_eq!(jain_index(&[]), 0.0);
 /// ```
 pub fn jain_index(shares: &[u64]) -> f64 {
-    let sum: f64 = shares.iter().map(|&x| x as f64).sum();
-    let squares: f64 = shares.iter().map(|&x| (x as f64) * (x as f64)).sum();
-    if squares == 0.0 {
-        0.0
-    } else {
-        sum * sum / (shares.len() as f64 * squares)
+    jain(shares.iter().map(|&x| x as f64)).unwrap_or(0.0)
+}
+
+/// Jain's index of `shares`; `None` when there are none or they are all zero.
+pub(crate) fn jain(shares: impl Iterator<Item = f64>) -> Option<f64> {
+    let (mut n, mut sum, mut squares) = (0.0, 0.0, 0.0);
+    for x in shares {
+        n += 1.0;
+        sum += x;
+        squares += x * x;
     }
+    (squares > 0.0).then(|| sum * sum / (n * squares))
 }

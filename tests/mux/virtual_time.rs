@@ -260,6 +260,7 @@ fn recorded_mux(vt: &VirtualTime, quantum: u64) -> (Mux<u64>, FrameLog) {
         .exclusive(1 << 16)
         .shared(0)
         .quantum(quantum)
+        .fairness_window(Duration::from_millis(10))
         .build(
             vt.clone(),
             Recording {
@@ -272,7 +273,8 @@ fn recorded_mux(vt: &VirtualTime, quantum: u64) -> (Mux<u64>, FrameLog) {
 }
 
 /// A6: three equal channels with three quanta each go a, b, c, a, b, c, a, b, c;
-/// sixteen equal channels share the frames with Jain's index 1 (≥ 0.99); weights
+/// sixteen equal channels share the frames with Jain's index 1 (≥ 0.99, over the
+/// whole run and over the mux's own last window); weights
 /// 1:2:4 get items 1:2:4 (within 5%).
 #[test]
 fn a6_equal_channels_take_turns_and_weights_scale_their_share() {
@@ -300,6 +302,9 @@ fn a6_equal_channels_take_turns_and_weights_scale_their_share() {
         shares[c as usize] += n as u64;
     }
     assert!(jain_index(&shares) >= 0.99, "{shares:?}");
+    // The mux's own index, over its last 10 ms window.
+    let fairness = mux.stats().fairness.expect("windows completed");
+    assert!(fairness >= 0.99, "windowed fairness {fairness}");
     for probe in &probes {
         probe.cancel();
     }
@@ -414,6 +419,20 @@ fn a10_credit_is_announced_in_batches_and_stranding_configurations_are_refused()
     refused(Mux::builder().exclusive(8).announce_at(9), "announce_at");
     refused(Mux::builder().classes(0), "classes");
     refused(Mux::builder().lane(0), "lane");
+    refused(
+        Mux::builder().fairness_window(Duration::ZERO),
+        "fairness_window",
+    );
+    // `Duration::MAX` is accepted and means the window never closes.
+    let never = Mux::<u64>::builder()
+        .fairness_window(Duration::MAX)
+        .build_local(vt.clone(), vt.clone())
+        .unwrap();
+    let carried = channel(&never, 0, 100);
+    carried.request(100);
+    vt.advance(Duration::from_secs(3_600));
+    assert!(carried.is_completed());
+    assert_eq!(never.stats().fairness, None);
     let mux = self::mux(&vt);
     assert!(matches!(
         mux.channel(1).weight(0).open(),
