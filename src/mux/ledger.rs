@@ -51,11 +51,12 @@
 //! takes at most `ceil(free pool / channels in the ready set)`, so three needy channels
 //! and a pool of three get one unit each.
 
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::demand::UNBOUNDED;
 
+use super::ids::{id_map, IdMap};
 use super::stats::{ChannelStats, MuxStats};
 use super::ChannelId;
 
@@ -146,7 +147,7 @@ pub(crate) struct Turn {
 pub(crate) struct Ledger {
     config: Config,
     pool_free: u64,
-    channels: HashMap<ChannelId, Chan>,
+    channels: IdMap<Chan>,
     /// Ready FIFOs, one per priority class (index 0 is served first).
     ready: Vec<VecDeque<ChannelId>>,
     /// Items sent and not delivered, over all channels.
@@ -171,7 +172,7 @@ impl Ledger {
         Ledger {
             config,
             pool_free: config.shared,
-            channels: HashMap::new(),
+            channels: id_map(),
             ready: (0..classes.max(1)).map(|_| VecDeque::new()).collect(),
             buffered_total: 0,
             high_water: 0,

@@ -95,6 +95,7 @@
 //! scheduler of their own, or let them ask (`request`) only for what they can take,
 //! which is what the mux is for.
 
+mod ids;
 mod ledger;
 mod sink;
 mod source;
@@ -105,7 +106,6 @@ mod worker;
 #[cfg(all(test, weir_loom))]
 mod loom_tests;
 
-use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
@@ -406,7 +406,7 @@ impl<T: Send + 'static> MuxBuilder<T> {
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 ledger: Ledger::new(config, self.classes as usize),
-                plumbing: HashMap::new(),
+                plumbing: ids::id_map(),
                 released: false,
             }),
             worker: OnceLock::new(),
@@ -584,7 +584,7 @@ pub(crate) struct Shared<T> {
 /// The ledger and each open channel's plumbing, under one lock.
 pub(crate) struct State<T> {
     pub(crate) ledger: Ledger,
-    pub(crate) plumbing: HashMap<ChannelId, Arc<Plumbing<T>>>,
+    pub(crate) plumbing: ids::IdMap<Arc<Plumbing<T>>>,
     /// Every [`Mux`] handle is gone: no channel can open any more.
     released: bool,
 }
