@@ -61,3 +61,87 @@ impl<T> UnsafeCell<T> {
         f(self.0.get())
     }
 }
+
+/// What the loom models of a stage share: an upstream to drive by hand and a
+/// downstream that records.
+#[cfg(all(test, weir_loom))]
+pub(crate) mod model {
+    use std::sync::{Arc, Mutex};
+
+    use super::{AtomicU64, Ordering};
+    use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
+
+    /// Upstream's side of a model: what was requested.
+    #[derive(Default)]
+    pub(crate) struct Credit {
+        pub(crate) requested: AtomicU64,
+    }
+
+    impl RawSubscription for Credit {
+        fn request(&self, n: u64) {
+            // Release: pairs with the producing thread's Acquire load.
+            self.requested.fetch_add(n, Ordering::Release);
+        }
+        fn cancel(&self) {}
+    }
+
+    impl Credit {
+        /// What was requested so far.
+        pub(crate) fn requested(&self) -> u64 {
+            // Acquire: pairs with the Release in `request`.
+            self.requested.load(Ordering::Acquire)
+        }
+    }
+
+    /// A boxed subscriber of the model's items.
+    pub(crate) type Boxed = Box<dyn Subscriber<u32> + Send>;
+
+    /// A publisher that only subscribes; the model's producing thread then drives
+    /// the subscriber it stashed, against the credit it was given.
+    pub(crate) struct Stash(pub(crate) Arc<Mutex<Option<Boxed>>>, pub(crate) Arc<Credit>);
+
+    impl Stash {
+        /// A stash and the credit its subscriber's requests go to.
+        pub(crate) fn new() -> (Self, Arc<Mutex<Option<Boxed>>>, Arc<Credit>) {
+            let slot = Arc::new(Mutex::new(None));
+            let credit = Arc::new(Credit::default());
+            (Stash(slot.clone(), credit.clone()), slot, credit)
+        }
+    }
+
+    impl Publisher for Stash {
+        type Item = u32;
+        fn subscribe<S: Subscriber<u32> + Send + 'static>(self, subscriber: S) {
+            let mut subscriber: Boxed = Box::new(subscriber);
+            subscriber.on_subscribe(Subscription::new(self.1.clone()));
+            *self.0.lock().unwrap() = Some(subscriber);
+        }
+    }
+
+    /// Downstream: records its subscription, the items and the completion; requests
+    /// only when the model says. An error fails the model.
+    #[derive(Clone, Default)]
+    pub(crate) struct Recorder(pub(crate) Arc<Mutex<(Option<Subscription>, Vec<u32>, bool)>>);
+
+    impl Recorder {
+        /// The subscription it was given.
+        pub(crate) fn subscription(&self) -> Subscription {
+            self.0.lock().unwrap().0.clone().expect("subscribed")
+        }
+    }
+
+    impl Subscriber<u32> for Recorder {
+        fn on_subscribe(&mut self, subscription: Subscription) {
+            self.0.lock().unwrap().0 = Some(subscription);
+        }
+        fn on_next(&mut self, item: u32) {
+            self.0.lock().unwrap().1.push(item);
+        }
+        fn on_error(&mut self, error: Error) {
+            panic!("unexpected error {error}");
+        }
+        fn on_complete(&mut self) {
+            self.0.lock().unwrap().2 = true;
+        }
+    }
+}

@@ -12,64 +12,13 @@
 //! hand-offs between them can interleave, with `E = 1`, `S = 1`, `C = 1` and a quantum
 //! of one item.
 
-use std::sync::{Arc, Mutex};
-
 use loom::thread;
 
-use crate::loom::{AtomicU64, Ordering};
+use crate::loom::model::{Recorder, Stash};
 use crate::runtime::Immediate;
-use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
+use crate::Publisher;
 
 use super::Mux;
-
-/// A sending upstream's credit: what the channel's sink requested, and whether it
-/// cancelled.
-#[derive(Default)]
-struct Credit {
-    requested: AtomicU64,
-}
-
-impl RawSubscription for Credit {
-    fn request(&self, n: u64) {
-        // Release: pairs with the sending thread's Acquire load.
-        self.requested.fetch_add(n, Ordering::Release);
-    }
-    fn cancel(&self) {}
-}
-
-type Boxed = Box<dyn Subscriber<u32> + Send>;
-
-/// A publisher that only subscribes; the model's sending thread then drives the
-/// subscriber it stashed.
-struct Stash(Arc<Mutex<Option<Boxed>>>, Arc<Credit>);
-
-impl Publisher for Stash {
-    type Item = u32;
-    fn subscribe<S: Subscriber<u32> + Send + 'static>(self, subscriber: S) {
-        let mut subscriber: Boxed = Box::new(subscriber);
-        subscriber.on_subscribe(Subscription::new(self.1.clone()));
-        *self.0.lock().unwrap() = Some(subscriber);
-    }
-}
-
-/// A receiving subscriber: records items and the end; requests when the model says.
-#[derive(Clone, Default)]
-struct Recorder(Arc<Mutex<(Option<Subscription>, Vec<u32>, bool)>>);
-
-impl Subscriber<u32> for Recorder {
-    fn on_subscribe(&mut self, subscription: Subscription) {
-        self.0.lock().unwrap().0 = Some(subscription);
-    }
-    fn on_next(&mut self, item: u32) {
-        self.0.lock().unwrap().1.push(item);
-    }
-    fn on_error(&mut self, error: Error) {
-        panic!("unexpected error {error}");
-    }
-    fn on_complete(&mut self) {
-        self.0.lock().unwrap().2 = true;
-    }
-}
 
 /// `channels` channels over one mux with `E = 1`, `S = 1`, `C = 1`, quantum 1. Each
 /// channel's upstream runs on a thread of its own and sends `items` items, each
@@ -93,9 +42,8 @@ fn credit_and_hand_off(channels: u32, items: u32) {
         let mut recorders = Vec::new();
         for channel in 0..channels {
             let (sink, source) = mux.channel(u64::from(channel)).open().expect("opens");
-            let credit = Arc::new(Credit::default());
-            let stash = Arc::new(Mutex::new(None));
-            Stash(stash.clone(), credit.clone()).subscribe(sink);
+            let (publisher, stash, credit) = Stash::new();
+            publisher.subscribe(sink);
             let mut upstream = stash.lock().unwrap().take().expect("subscribed");
             let recorder = Recorder::default();
             source.subscribe(recorder.clone());
@@ -103,8 +51,7 @@ fn credit_and_hand_off(channels: u32, items: u32) {
             senders.push(thread::spawn(move || {
                 let mut sent = 0u32;
                 while sent < items {
-                    // Acquire: pairs with the Release in `Credit::request`.
-                    if credit.requested.load(Ordering::Acquire) > u64::from(sent) {
+                    if credit.requested() > u64::from(sent) {
                         upstream.on_next(sent);
                         sent += 1;
                     } else {
@@ -115,8 +62,7 @@ fn credit_and_hand_off(channels: u32, items: u32) {
             }));
         }
         for recorder in &recorders {
-            let subscription = recorder.0.lock().unwrap().0.clone().expect("subscribed");
-            subscription.request(u64::from(items));
+            recorder.subscription().request(u64::from(items));
         }
         for sender in senders {
             sender.join().unwrap();

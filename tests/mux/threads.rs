@@ -7,10 +7,23 @@ use std::time::{Duration, Instant};
 
 use weir::mux::Mux;
 use weir::prelude::*;
+
+use super::{failing_sender, probed};
 use weir::runtime::ThreadPool;
 use weir::tck::TestSubscriber;
 
 const WATCHDOG: Duration = Duration::from_secs(60);
+
+/// A mux with the acceptance table's figures (E 32, S 128, C 32) over two pools.
+fn table_mux() -> Mux<u64> {
+    let (send, recv) = pools();
+    Mux::<u64>::builder()
+        .exclusive(32)
+        .shared(128)
+        .borrow_cap(32)
+        .build_local(send, recv)
+        .unwrap()
+}
 
 fn pools() -> (ThreadPool, ThreadPool) {
     (
@@ -24,13 +37,7 @@ fn pools() -> (ThreadPool, ThreadPool) {
 /// for credit because of it.
 #[test]
 fn a1_threads_one_stalled_consumer_does_not_slow_the_others() {
-    let (send, recv) = pools();
-    let mux = Mux::<u64>::builder()
-        .exclusive(32)
-        .shared(128)
-        .borrow_cap(32)
-        .build_local(send, recv)
-        .unwrap();
+    let mux = table_mux();
     let stalled = TestSubscriber::new().request_on_subscribe(10);
     let stalled_probe = stalled.probe();
     weir::range(0..u64::MAX)
@@ -308,18 +315,6 @@ fn the_last_handle_and_the_last_channel_gone_release_the_worker_and_the_lane() {
     }
 }
 
-/// Channel `id` of `mux` carrying `0..len`, consumed by a probe that asks for
-/// nothing yet.
-fn probed(mux: &Mux<u64>, id: u64, len: u64) -> weir::tck::TestProbe<u64> {
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0..len)
-        .via(mux, id)
-        .unwrap()
-        .subscribe(subscriber);
-    probe
-}
-
 /// A2, A4 and A5 on threads: ⌈S/C⌉ = 4 consumers take a burst and stop, which leaves
 /// the shared pool to them; the four healthy channels still carry everything, on
 /// their exclusive credit. Then three stalled consumers resume and one cancels: every
@@ -328,13 +323,7 @@ fn probed(mux: &Mux<u64>, id: u64, len: u64) -> weir::tck::TestProbe<u64> {
 /// pool is whole and no channel is left.
 #[test]
 fn a2_a4_a5_threads_stalled_channels_resume_or_cancel_and_credit_is_conserved() {
-    let (send, recv) = pools();
-    let mux = Mux::<u64>::builder()
-        .exclusive(32)
-        .shared(128)
-        .borrow_cap(32)
-        .build_local(send, recv)
-        .unwrap();
+    let mux = table_mux();
     let n = 100_000u64;
     let probes: Vec<_> = (0..8).map(|id| probed(&mux, id, n)).collect();
     for probe in &probes[..4] {
@@ -428,14 +417,7 @@ fn a12_threads_an_error_and_a_cancel_bypass_a_saturated_lane() {
         probe.request(n);
     }
     cancelled.request(u64::MAX);
-    let failing = TestSubscriber::new();
-    let failed = failing.probe();
-    weir::range(1..11u64)
-        .concat(weir::error(weir::Error::msg("sender failed")))
-        .via(&mux, 0)
-        .unwrap()
-        .subscribe(failing);
-    failed.request(100);
+    let failed = failing_sender(&mux, 0);
     let error = failed.await_error(WATCHDOG).unwrap();
     assert_eq!(error.message(), "sender failed");
     assert_eq!(failed.items(), (1..=10).collect::<Vec<_>>());

@@ -8,7 +8,7 @@ use std::time::Duration;
 use weir::mux::{jain_index, ChannelId, Demux, Frame, Frames, Mux, MuxError, Transport};
 use weir::prelude::*;
 use weir::runtime::{Scheduler, VirtualTime};
-use weir::tck::{TestProbe, TestSubscriber};
+use weir::tck::TestSubscriber;
 
 const E: u64 = 32;
 const S: u64 = 128;
@@ -23,16 +23,7 @@ fn mux(vt: &VirtualTime) -> Mux<u64> {
         .unwrap()
 }
 
-/// Channel `id` carrying `0..len`, consumed by a probe that requests nothing yet.
-fn channel(mux: &Mux<u64>, id: ChannelId, len: u64) -> TestProbe<u64> {
-    let subscriber = TestSubscriber::new();
-    let probe = subscriber.probe();
-    weir::range(0..len)
-        .via(mux, id)
-        .unwrap()
-        .subscribe(subscriber);
-    probe
-}
+use super::{failing_sender, probed as channel};
 
 fn tick(vt: &VirtualTime) {
     vt.advance(Duration::from_millis(1));
@@ -458,14 +449,7 @@ fn a12_cancel_and_errors_bypass_a_saturated_lane() {
     for probe in &busy {
         probe.request(100_000);
     }
-    let failing = TestSubscriber::new();
-    let failed = failing.probe();
-    weir::range(1..11u64)
-        .concat(weir::error(weir::Error::msg("sender failed")))
-        .via(&mux, 0)
-        .unwrap()
-        .subscribe(failing);
-    failed.request(100);
+    let failed = failing_sender(&mux, 0);
     // Runs until the busy channels yield their budget; the failed channel is served.
     vt.run_ready();
     assert_eq!(failed.items(), (1..=10).collect::<Vec<_>>());
