@@ -422,8 +422,9 @@ impl<T: Send + 'static> MuxBuilder<T> {
             max_channels: self.max_channels,
             classes: self.classes,
         });
-        let frames = Frames::new(shared.clone(), clock);
-        let demux = Demux::new(shared.clone());
+        let (returned, spares) = transport::spares();
+        let frames = Frames::new(shared.clone(), clock, spares);
+        let demux = Demux::new(shared.clone(), returned);
         transport.connect(frames, demux);
         Ok(Mux {
             owner: Arc::new(Owner { shared }),

@@ -159,22 +159,21 @@ impl<T> Plumbing<T> {
         }
     }
 
-    /// Queue a frame's items in the receive window. `Err` gives the items back when
-    /// the receiving side stopped (or, never expected, when they do not fit).
-    pub(crate) fn receive(&self, items: Vec<T>) -> Result<(), std::vec::IntoIter<T>> {
+    /// Move a frame's items into the receive window, leaving `items` empty (its
+    /// buffer is kept, for the worker to fill again). `Err` leaves them in `items`
+    /// when the receiving side stopped (or, never expected, when they do not fit).
+    pub(crate) fn receive(&self, items: &mut Vec<T>) -> Result<(), ()> {
         let mut inlet = self.window.lock().unwrap_or_else(|p| p.into_inner());
-        let mut items = items.into_iter();
         if inlet.closed {
-            return Err(items);
+            return Err(());
         }
-        inlet.items.write(&mut items);
-        inlet.items.publish();
-        if items.len() == 0 {
-            Ok(())
-        } else {
+        if !inlet.items.has_room_for(items.len()) {
             debug_assert!(false, "credit reserved a slot for every item");
-            Err(items)
+            return Err(());
         }
+        let written = inlet.items.push_iter(&mut items.drain(..));
+        debug_assert_eq!(items.len(), 0, "{written} written, all fit");
+        Ok(())
     }
 
     /// The receiving side stopped: no frame is queued after this returns, so what the

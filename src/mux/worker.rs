@@ -19,6 +19,7 @@
 
 use std::sync::{Arc, Weak};
 
+use crate::queue::spsc::Consumer;
 use crate::runtime::Scheduler;
 use crate::stage::core::Drive;
 use crate::stage::{Core, Cx, Pass, Stage, Target};
@@ -36,6 +37,8 @@ const PASS_FRAMES: u32 = 256;
 pub struct Frames<T> {
     shared: Arc<Shared<T>>,
     scheduler: Arc<dyn Scheduler>,
+    /// Frame buffers the demultiplexer emptied, to fill again.
+    spares: Consumer<Vec<T>>,
 }
 
 impl<T> std::fmt::Debug for Frames<T> {
@@ -45,8 +48,16 @@ impl<T> std::fmt::Debug for Frames<T> {
 }
 
 impl<T: Send + 'static> Frames<T> {
-    pub(crate) fn new(shared: Arc<Shared<T>>, scheduler: Arc<dyn Scheduler>) -> Self {
-        Frames { shared, scheduler }
+    pub(crate) fn new(
+        shared: Arc<Shared<T>>,
+        scheduler: Arc<dyn Scheduler>,
+        spares: Consumer<Vec<T>>,
+    ) -> Self {
+        Frames {
+            shared,
+            scheduler,
+            spares,
+        }
     }
 }
 
@@ -61,7 +72,7 @@ impl<T: Send + 'static> Publisher for Frames<T> {
             shared: self.shared,
             scheduler: self.scheduler,
         });
-        core.attach((), subscriber);
+        core.attach(self.spares, subscriber);
     }
 
     fn in_flight_bound(&self) -> u64 {
@@ -78,7 +89,8 @@ struct Worker<T> {
 impl<T: Send + 'static> Stage for Worker<T> {
     const NAME: &'static str = "mux worker";
     type Item = Frame<T>;
-    type Owned = ();
+    /// Frame buffers to fill again.
+    type Owned = Consumer<Vec<T>>;
 
     fn drive(&self) -> Drive<'_> {
         Drive::Scheduled {
@@ -94,7 +106,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
     fn pass<S: Subscriber<Frame<T>>>(
         &self,
         cx: &Cx<'_>,
-        _owned: &mut (),
+        spares: &mut Consumer<Vec<T>>,
         transport: &mut S,
     ) -> Pass {
         let now = self.shared.now();
@@ -126,13 +138,14 @@ impl<T: Send + 'static> Stage for Worker<T> {
                 debug_assert!(false, "a ready channel has plumbing");
                 continue;
             };
-            let items: Vec<T> = {
+            let mut items = spares.pop().unwrap_or_default();
+            {
                 let mut staging = plumbing.staging.lock().unwrap_or_else(|p| p.into_inner());
                 // Refresh the cached tail: the sink published these before it counted
                 // them as backlog.
                 let _staged = staging.available();
-                staging.pop_batch(send.items as usize).collect()
-            };
+                items.extend(staging.pop_batch(send.items as usize));
+            }
             debug_assert_eq!(
                 items.len() as u64,
                 send.items,
@@ -148,7 +161,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
         }
     }
 
-    fn stop(&self, _owned: &mut ()) {
+    fn stop(&self, _spares: &mut Consumer<Vec<T>>) {
         self.shared
             .break_with(Error::msg("mux: the transport stopped carrying frames"));
     }

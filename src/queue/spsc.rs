@@ -179,6 +179,18 @@ impl<T> Producer<T> {
         free
     }
 
+    /// True when `n` items fit now (re-reads the consumer's head when the cached view
+    /// says they do not).
+    pub(crate) fn has_room_for(&mut self, n: usize) -> bool {
+        let capacity = self.capacity();
+        if capacity - self.tail.wrapping_sub(self.cached_head) >= n {
+            return true;
+        }
+        // Acquire: as in `free`.
+        self.cached_head = self.ring.head.0.load(Ordering::Acquire);
+        capacity - self.tail.wrapping_sub(self.cached_head) >= n
+    }
+
     /// Write items from `items` while there is room, without publishing them; returns
     /// how many were written. Items that do not fit stay in `items` (the iterator is
     /// not advanced past the last item written). Call [`publish`](Self::publish) to
@@ -525,6 +537,19 @@ mod tests {
         assert_eq!(rx.available(), 2);
         assert_eq!(rx.pop_batch(10).collect::<Vec<_>>(), vec![2, 3]);
         assert_eq!(rx.pop(), None);
+    }
+
+    #[test]
+    fn room_is_re_read_when_the_cached_view_is_short() {
+        let (mut tx, mut rx) = ring(4);
+        assert_eq!(tx.push_iter(&mut (0..4)), 4);
+        assert!(!tx.has_room_for(1), "full");
+        assert_eq!(rx.available(), 4);
+        drop(rx.pop_batch(3));
+        // The producer's cached head still says full; the check re-reads it.
+        assert!(tx.has_room_for(3));
+        assert!(!tx.has_room_for(4), "one item is still queued");
+        assert!(tx.has_room_for(0));
     }
 
     #[test]
