@@ -94,7 +94,7 @@ impl<T: Send + 'static, S: Scheduler + Clone> Transport<T> for Local<S> {
 pub struct Demux<T> {
     shared: Arc<Shared<T>>,
     upstream: Upstream,
-    /// Emptied frame buffers, back to the worker to fill again (see [`Spares`]).
+    /// Emptied frame buffers, back to the worker to fill again (see [`SPARES`]).
     spares: Producer<Vec<T>>,
 }
 
