@@ -638,19 +638,10 @@ fn crossbeam_rr(k: u64) -> Outcome {
         let (mut count, mut sum) = (0u64, 0u64);
         let mut live = rxs;
         while !live.is_empty() {
-            let mut progress = false;
-            live.retain(|rx| loop {
-                match rx.try_recv() {
-                    Ok(x) => {
-                        count += 1;
-                        sum = sum.wrapping_add(x);
-                        progress = true;
-                    }
-                    Err(TryRecvError::Empty) => break true,
-                    Err(TryRecvError::Disconnected) => break false,
-                }
-            });
-            if !progress {
+            let (n, s) = sweep(&mut live);
+            count += n;
+            sum = sum.wrapping_add(s);
+            if n == 0 {
                 std::thread::yield_now();
             }
         }
@@ -719,17 +710,10 @@ fn naive(k: u64, stall: bool) -> Outcome {
                     }
                 }
             }
-            live.retain(|rx| loop {
-                match rx.try_recv() {
-                    Ok(x) => {
-                        healthy += 1;
-                        sum = sum.wrapping_add(x);
-                        progress = true;
-                    }
-                    Err(TryRecvError::Empty) => break true,
-                    Err(TryRecvError::Disconnected) => break false,
-                }
-            });
+            let (n, s) = sweep(&mut live);
+            healthy += n;
+            sum = sum.wrapping_add(s);
+            progress |= n > 0;
             if !progress {
                 std::thread::yield_now();
             }
@@ -814,6 +798,23 @@ fn bench(c: &mut Criterion) {
         b.iter_custom(|iters| timed("publish_on_64", 1, iters, || publish_on_window(&pools)))
     });
     group.finish();
+}
+
+/// Take everything each receiver holds now, and drop the disconnected ones: how
+/// many items were taken, and their wrapping sum.
+fn sweep(live: &mut Vec<Receiver<u64>>) -> (u64, u64) {
+    let (mut count, mut sum) = (0u64, 0u64);
+    live.retain(|rx| loop {
+        match rx.try_recv() {
+            Ok(x) => {
+                count += 1;
+                sum = sum.wrapping_add(x);
+            }
+            Err(TryRecvError::Empty) => break true,
+            Err(TryRecvError::Disconnected) => break false,
+        }
+    });
+    (count, sum)
 }
 
 fn percentile(sorted: &[f64], q: f64) -> f64 {

@@ -226,26 +226,37 @@ fn pace_mux(
     board: Arc<Board>,
     stop: Arc<AtomicBool>,
 ) {
-    let mut paces: Vec<Pace> = (0..TENANTS).map(|_| Pace::new(start)).collect();
     let mut requested = [0u64; TENANTS];
+    every_tick(start, &stop, |tenant, pace, rate, now| {
+        let Some(subscription) = slots[tenant].lock().unwrap().clone() else {
+            return;
+        };
+        let tokens = pace.refill(rate, now);
+        let outstanding = requested[tenant] - board.delivered(tenant);
+        let grant = tokens.min(Pace::burst(rate).saturating_sub(outstanding));
+        if grant > 0 {
+            subscription.request(grant);
+            requested[tenant] += grant;
+            pace.spend(grant);
+        }
+    });
+}
+
+/// Until `stop`: every tick, `each(tenant, its bucket, its rate now, now)` for every
+/// tenant, in order.
+fn every_tick(
+    start: Instant,
+    stop: &AtomicBool,
+    mut each: impl FnMut(usize, &mut Pace, f64, Instant),
+) {
+    let mut paces: Vec<Pace> = (0..TENANTS).map(|_| Pace::new(start)).collect();
     let mut next = start;
     while !stop.load(Ordering::Relaxed) {
         next += TICK;
         sleep_until(next);
         let now = Instant::now();
         for (tenant, pace) in paces.iter_mut().enumerate() {
-            let Some(subscription) = slots[tenant].lock().unwrap().clone() else {
-                continue;
-            };
-            let rate = rate(tenant, now - start);
-            let tokens = pace.refill(rate, now);
-            let outstanding = requested[tenant] - board.delivered(tenant);
-            let grant = tokens.min(Pace::burst(rate).saturating_sub(outstanding));
-            if grant > 0 {
-                subscription.request(grant);
-                requested[tenant] += grant;
-                pace.spend(grant);
-            }
+            each(tenant, pace, rate(tenant, now - start), now);
         }
     }
 }
@@ -446,25 +457,18 @@ fn start_naive(start: Instant, board: &Arc<Board>, stop: &Arc<AtomicBool>) -> Na
     {
         let (board, stop) = (board.clone(), stop.clone());
         threads.push(thread::spawn(move || {
-            let mut paces: Vec<Pace> = (0..TENANTS).map(|_| Pace::new(start)).collect();
-            let mut next = start;
-            while !stop.load(Ordering::Relaxed) {
-                next += TICK;
-                sleep_until(next);
-                let now = Instant::now();
-                for (tenant, pace) in paces.iter_mut().enumerate() {
-                    let tokens = pace.refill(rate(tenant, now - start), now);
-                    let mut taken = 0;
-                    while taken < tokens {
-                        let Ok(note) = outlets[tenant].try_recv() else {
-                            break;
-                        };
-                        board.deliver(tenant, &note);
-                        taken += 1;
-                    }
-                    pace.spend(taken);
+            every_tick(start, &stop, |tenant, pace, rate, now| {
+                let tokens = pace.refill(rate, now);
+                let mut taken = 0;
+                while taken < tokens {
+                    let Ok(note) = outlets[tenant].try_recv() else {
+                        break;
+                    };
+                    board.deliver(tenant, &note);
+                    taken += 1;
                 }
-            }
+                pace.spend(taken);
+            });
         }));
     }
     NaiveRun {

@@ -116,19 +116,14 @@ impl<T: Send + 'static> Demux<T> {
     fn frame(&mut self, frame: Frame<T>) {
         let Frame { channel, mut items } = frame;
         let plumbing = self.shared.lock().plumbing.get(&channel).cloned();
-        let delivered = match &plumbing {
-            Some(plumbing) => plumbing.receive(&mut items).is_ok(),
-            // The channel closed while the frame travelled.
-            None => false,
-        };
-        if delivered {
-            if let Some(plumbing) = plumbing {
-                plumbing.wake_source();
+        match plumbing {
+            Some(plumbing) if plumbing.receive(&mut items).is_ok() => plumbing.wake_source(),
+            // The channel stopped receiving, or closed while the frame travelled.
+            _ => {
+                let refused = items.len() as u64;
+                items.clear();
+                self.release(channel, refused);
             }
-        } else {
-            let refused = items.len() as u64;
-            items.clear();
-            self.release(channel, refused);
         }
         if items.capacity() > 0 {
             // A full return ring (or a worker gone): the buffer is freed here.

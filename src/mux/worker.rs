@@ -14,8 +14,8 @@
 //! Once every `Mux` handle is gone and every channel closed, the pass completes the
 //! frames (so the transport ends, and with it the cycle of subscriptions between the
 //! worker and the lane). If the transport stops (it cancels, or the worker's
-//! scheduler shut down), the mux is broken: every receiving channel ends with an error once it delivered what it
-//! had, and every sending upstream is cancelled.
+//! scheduler shut down), the mux is broken: every receiving channel ends with an
+//! error once it delivered what it had, and every sending upstream is cancelled.
 
 use std::sync::{Arc, Weak};
 
