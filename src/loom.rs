@@ -24,6 +24,27 @@ pub(crate) use loom::sync::Arc;
 #[cfg(not(weir_loom))]
 pub(crate) use std::sync::Arc;
 
+/// Keeps a value on a 128-byte block of its own (two cache lines: the adjacent-line
+/// prefetcher of x86 moves lines in pairs), so that writes to it do not take away
+/// the lines of its neighbours from the threads that read them, and the reverse.
+///
+/// Used where two threads hammer different fields of one struct: the SPSC ring's
+/// two indices, and the signal core's demand and owner slot (which only the
+/// consumer side writes) apart from its `Wip` and flags (which the producer side
+/// writes and reads once per batch).
+#[repr(align(128))]
+#[derive(Debug)]
+pub(crate) struct Padded<T>(pub(crate) T);
+
+impl<T> std::ops::Deref for Padded<T> {
+    type Target = T;
+
+    #[inline(always)]
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 #[cfg(weir_loom)]
 pub(crate) type MutexGuardOf<'a, T> = loom::sync::MutexGuard<'a, T>;
 #[cfg(not(weir_loom))]

@@ -37,8 +37,9 @@ pub(super) struct Boundary<T, C> {
     pub(super) gauge: Arc<QueueGauge>,
     max_age: Option<Duration>,
     /// The ring's fill, for a lingering drain: the producer signals once per batch
-    /// but publishes it in runs.
-    watch: Watch<T>,
+    /// but publishes it in runs. `None` when every batch fits one run (see the
+    /// parent module).
+    watch: Option<Watch<T>>,
 }
 
 /// The consumer's side of the ring: what only the drain owner touches.
@@ -84,7 +85,7 @@ impl<T, C> Boundary<T, C> {
         scheduler: C,
         gauge: Arc<QueueGauge>,
         max_age: Option<Duration>,
-        watch: Watch<T>,
+        watch: Option<Watch<T>>,
     ) -> Self {
         Boundary {
             end: Mutex::new(None),
@@ -253,7 +254,7 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
     /// end signal while the producer runs on, and the two sides take turns instead
     /// of overlapping.
     fn has_work(&self, demand: &AtomicDemand) -> bool {
-        demand.get() > 0 && self.watch.has_items()
+        self.watch.as_ref().is_some_and(|w| w.has_items()) && demand.get() > 0
     }
 }
 

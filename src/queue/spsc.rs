@@ -43,11 +43,7 @@
 
 use std::mem::MaybeUninit;
 
-use crate::loom::{Arc, AtomicUsize, Ordering, UnsafeCell};
-
-/// Keeps a value on a cache-line pair of its own.
-#[repr(align(128))]
-struct Padded<T>(T);
+use crate::loom::{Arc, AtomicUsize, Ordering, Padded, UnsafeCell};
 
 /// The shared part: two indices and the slots.
 struct Ring<T> {
