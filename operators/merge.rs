@@ -147,6 +147,7 @@ impl<T: Send + 'static> Stage for Merging<T> {
     const NAME: &'static str = "merge";
     type Item = T;
     type Owned = Cursor<T>;
+    type Layout = crate::stage::Packed;
 
     fn pass<S: Subscriber<T>>(
         &self,

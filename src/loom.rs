@@ -24,24 +24,42 @@ pub(crate) use loom::sync::Arc;
 #[cfg(not(weir_loom))]
 pub(crate) use std::sync::Arc;
 
-/// Keeps a value on a 128-byte block of its own (two cache lines: the adjacent-line
-/// prefetcher of x86 moves lines in pairs), so that writes to it do not take away
-/// the lines of its neighbours from the threads that read them, and the reverse.
+/// A zero-sized marker aligned to 128 bytes (two cache lines: the adjacent-line
+/// prefetcher of x86 moves lines in pairs). A struct with one as a field is aligned,
+/// and so sized, to a multiple of 128 bytes: its value then sits on a block of its
+/// own, and writes to it do not take the lines of its neighbours from the threads
+/// that read them, nor the reverse.
 ///
-/// Used where two threads hammer different fields of one struct: the SPSC ring's
-/// two indices, and the signal core's demand and owner slot (which only the
-/// consumer side writes) apart from its `Wip` and flags (which the producer side
-/// writes and reads once per batch).
+/// Used where two threads hammer different fields of one struct: the SPSC ring's two
+/// indices ([`Padded`]) and the signal core's demand and owner slot on a boundary.
 #[repr(align(128))]
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Block;
+
+/// A value on a 128-byte block of its own (see [`Block`]).
 #[derive(Debug)]
-pub(crate) struct Padded<T>(pub(crate) T);
+pub(crate) struct Padded<T> {
+    _block: Block,
+    value: T,
+}
+
+impl<T> Padded<T> {
+    /// Keep `value` on a block of its own.
+    #[inline(always)]
+    pub(crate) fn new(value: T) -> Self {
+        Padded {
+            _block: Block,
+            value,
+        }
+    }
+}
 
 impl<T> std::ops::Deref for Padded<T> {
     type Target = T;
 
     #[inline(always)]
     fn deref(&self) -> &T {
-        &self.0
+        &self.value
     }
 }
 

@@ -143,6 +143,7 @@ impl<T: Send + 'static> Stage for Receive<T> {
     const NAME: &'static str = "mux channel";
     type Item = T;
     type Owned = Window<T>;
+    type Layout = crate::stage::Packed;
 
     fn drive(&self) -> Drive<'_> {
         Drive::Scheduled {

@@ -75,8 +75,8 @@ impl<T> Drop for Ring<T> {
         // Acquire (both): pairs with the last Release store of each side, so every
         // item written is visible and every item read is known to be gone. (Both
         // handles are gone by now; the Arc's own synchronisation orders this too.)
-        let mut position = self.head.0.load(Ordering::Acquire);
-        let tail = self.tail.0.load(Ordering::Acquire);
+        let mut position = self.head.load(Ordering::Acquire);
+        let tail = self.tail.load(Ordering::Acquire);
         let capacity = self.capacity();
         while position != tail {
             let item = self.slots[position % capacity].with_mut(|slot| {
@@ -116,8 +116,8 @@ pub(crate) fn ring<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
         .collect::<Vec<_>>()
         .into_boxed_slice();
     let ring = Arc::new(Ring {
-        head: Padded(AtomicUsize::new(0)),
-        tail: Padded(AtomicUsize::new(0)),
+        head: Padded::new(AtomicUsize::new(0)),
+        tail: Padded::new(AtomicUsize::new(0)),
         slots,
     });
     (
@@ -169,7 +169,7 @@ impl<T> Producer<T> {
         if free == 0 {
             // Acquire: pairs with the consumer's Release store of `head`, so the slots
             // it freed have been read (moved out) before we overwrite them.
-            self.cached_head = self.ring.head.0.load(Ordering::Acquire);
+            self.cached_head = self.ring.head.load(Ordering::Acquire);
             free = capacity - self.tail.wrapping_sub(self.cached_head);
         }
         free
@@ -183,7 +183,7 @@ impl<T> Producer<T> {
             return true;
         }
         // Acquire: as in `free`.
-        self.cached_head = self.ring.head.0.load(Ordering::Acquire);
+        self.cached_head = self.ring.head.load(Ordering::Acquire);
         capacity - self.tail.wrapping_sub(self.cached_head) >= n
     }
 
@@ -241,7 +241,7 @@ impl<T> Producer<T> {
         if self.published != self.tail {
             // Release: pairs with the consumer's Acquire load of `tail`; the slot
             // writes before this store are visible to it.
-            self.ring.tail.0.store(self.tail, Ordering::Release);
+            self.ring.tail.store(self.tail, Ordering::Release);
             self.published = self.tail;
         }
     }
@@ -301,7 +301,7 @@ impl<T> Consumer<T> {
     pub(crate) fn available(&mut self) -> usize {
         // Acquire: pairs with the producer's Release store in `publish`; the items
         // of every position below the tail we read are visible.
-        self.cached_tail = self.ring.tail.0.load(Ordering::Acquire);
+        self.cached_tail = self.ring.tail.load(Ordering::Acquire);
         self.cached_tail.wrapping_sub(self.head)
     }
 
@@ -394,7 +394,7 @@ impl<T> Watch<T> {
     pub(crate) fn has_items(&self) -> bool {
         // Relaxed: a hint that only decides whether to run a pass; the pass itself
         // reads the tail with `Acquire` in `Consumer::available`.
-        self.ring.tail.0.load(Ordering::Relaxed) != self.ring.head.0.load(Ordering::Relaxed)
+        self.ring.tail.load(Ordering::Relaxed) != self.ring.head.load(Ordering::Relaxed)
     }
 }
 
@@ -462,7 +462,6 @@ impl<T> Drop for PopBatch<'_, T> {
         self.consumer
             .ring
             .head
-            .0
             .store(self.consumer.head, Ordering::Release);
     }
 }
