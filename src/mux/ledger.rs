@@ -338,7 +338,7 @@ impl Ledger {
 
     /// The receiving subscriber cancelled (or failed): no more sends; everything not
     /// backing a buffered item returns at once, and the buffered items' credit as the
-    /// receiving side drops them ([`delivered`](Self::delivered)). Returns true when
+    /// receiving side drops them ([`dropped`](Self::dropped)). Returns true when
     /// freed credit may make another channel ready.
     pub(crate) fn cancel(&mut self, channel: ChannelId, now: Instant) -> bool {
         let Some(chan) = self.channels.get_mut(&channel) else {
