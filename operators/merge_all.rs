@@ -10,7 +10,7 @@
 use super::merge::{connect, start, MERGE_PREFETCH};
 use crate::{Publisher, Subscriber};
 
-/// Publisher for the [`merge`](crate::merge) source: every publisher of a list.
+/// Publisher for the [`merge`] source: every publisher of a list.
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct MergeAll<P> {

@@ -1124,9 +1124,9 @@ pub trait PublisherExt: Publisher + Sized {
     /// and if the ring is full the producer waits for the items it owes to be
     /// delivered (the time a synchronous `on_next` would have taken) instead of losing
     /// one. The policy applies only to a full ring with no demand outstanding.
-    /// When the ring is full, [`Overflow::DropOldest`](crate::Overflow::DropOldest)
+    /// When the ring is full, [`Overflow::DropOldest`]
     /// drops the oldest held item ([`DropReason::OverflowOldest`](crate::DropReason)),
-    /// [`Overflow::DropNewest`](crate::Overflow::DropNewest) the arriving one
+    /// [`Overflow::DropNewest`] the arriving one
     /// (`OverflowNewest`); both are handed to the pipeline's [`DropHook`] and counted.
     /// Held items are stamped at enqueue: [`OnBackpressureBuffer::time_bounds`] drops
     /// items older than a maximum age at dequeue (`Expired`) and can serve a standing
@@ -1144,7 +1144,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Errors
     ///
-    /// With [`Overflow::Error`](crate::Overflow::Error), the item that does not fit is
+    /// With [`Overflow::Error`], the item that does not fit is
     /// refused (reported as `OverflowNewest`), upstream is cancelled at once, and
     /// downstream receives `on_error` of kind [`Overflow`](crate::ErrorKind::Overflow)
     /// **after** the held items were delivered: nothing the buffer accepted is lost.

@@ -164,7 +164,7 @@ impl SubscribeAsync {
     /// Keep up to `window` items requested ahead of the one being processed. A window
     /// above 1 means that up to `window` items wait in a bounded buffer of that size
     /// while `on_next` runs; demand is replenished through
-    /// [`Replenish`](crate::demand::Replenish) (`window` up front, then what was
+    /// [`Replenish`] (`window` up front, then what was
     /// consumed each time `window - window/4` items were processed).
     ///
     /// # Panics

@@ -1,6 +1,6 @@
 //! `from_receiver(rx)`: a tokio `mpsc::Receiver` as a publisher (feature `tokio`).
 //!
-//! Built on [`from_stream`](super::from_stream)'s machinery: the receiver is wrapped
+//! Built on [`from_stream`](super::from_stream())'s machinery: the receiver is wrapped
 //! in a minimal `Stream` that calls `poll_recv` (no tokio-stream dependency), so it
 //! is polled only while there is demand, on one poll task at a time, and the
 //! receiver is dropped (closing the channel: senders see `SendError`) within one

@@ -3,7 +3,7 @@
 //!
 //! # The pattern
 //!
-//! A push source ([`channel`](crate::channel)) with water marks tells its producers
+//! A push source ([`channel`](crate::channel())) with water marks tells its producers
 //! [`Paused`](FlowState::Paused) once its depth reached the high mark, and
 //! [`Flowing`](FlowState::Flowing) again once it fell to the low mark
 //! ([`Sender::state`], [`Sender::resumed`]). An I/O producer honours that by not

@@ -7,17 +7,17 @@
 //!
 //! | source | emits |
 //! |---|---|
-//! | [`range`] | the integers of a half-open range |
+//! | [`range`](range()) | the integers of a half-open range |
 //! | [`from_iter`] | the items of an iterator |
 //! | [`just`] | one item |
 //! | [`empty`] | nothing; completes at once |
 //! | [`error()`] | nothing; fails at once |
 //! | [`never()`] | nothing, ever |
-//! | [`generate`] | what a stateful closure returns, once per requested item |
-//! | [`defer`] | whatever publisher a factory builds at subscribe time |
+//! | [`generate`](generate()) | what a stateful closure returns, once per requested item |
+//! | [`defer`](defer()) | whatever publisher a factory builds at subscribe time |
 //! | [`channel()`](fn@channel) | what producers push through a [`Sender`] (sockets, callbacks, other threads) |
-//! | [`interval`] | 0, 1, 2, … one per period on a scheduler; ticks without demand are held as a count |
-//! | [`timer`] | one `0u64` after a delay on a scheduler, held until there is demand |
+//! | [`interval`](interval()) | 0, 1, 2, … one per period on a scheduler; ticks without demand are held as a count |
+//! | [`timer`](timer()) | one `0u64` after a delay on a scheduler, held until there is demand |
 //!
 //! The time sources, like the time operators, run on the engine room's timed stage: one
 //! drain loop for upstream, downstream and timer signals, at most one timer per stage.

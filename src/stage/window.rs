@@ -12,7 +12,7 @@
 //! [`over_delivered`] instead of growing the queue.
 //!
 //! Window sizes (prefetch, window, capacity of such a queue) are checked once, at
-//! construction, by [`validate`]: `1..=`[`MAX_CAPACITY`](crate::queue::MAX_CAPACITY),
+//! construction, by [`validate`]: `1..=`[`MAX_CAPACITY`],
 //! the one limit of every queue weir allocates up front.
 
 use std::collections::VecDeque;

@@ -12,7 +12,7 @@
 //! runs every test and returns a [`Report`]; the [`publisher_tck!`](crate::publisher_tck)
 //! macro turns each test into its own `#[test]`.
 //!
-//! The probing subscriber is [`TestSubscriber`](super::TestSubscriber), built with
+//! The probing subscriber is [`TestSubscriber`], built with
 //! [`reporting_to`](super::TestSubscriber::reporting_to) so every protocol violation it
 //! sees (rules 1.1, 1.3, 1.7, 1.9, 2.5) fails the running test.
 //!
