@@ -105,7 +105,7 @@ impl<T> Window<T> {
     }
 
     /// The oldest queued item, still counted as held until [`release`](Self::release).
-    #[cfg(any(test, feature = "futures"))]
+    #[cfg(any(all(test, not(weir_loom)), feature = "futures"))]
     #[inline]
     pub(crate) fn pop(&mut self) -> Option<T> {
         self.items.pop_front()
@@ -131,7 +131,7 @@ impl<T> Window<T> {
 
     /// The consumer is done with `n` items taken with [`pop`](Self::pop): upstream may
     /// deliver `n` more. Call before requesting them.
-    #[cfg(any(test, feature = "futures"))]
+    #[cfg(any(all(test, not(weir_loom)), feature = "futures"))]
     pub(crate) fn release(&mut self, n: usize) {
         debug_assert!(n <= self.held, "released more than was delivered");
         self.held -= n.min(self.held);
