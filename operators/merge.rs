@@ -147,7 +147,7 @@ impl<T: Send + 'static> Stage for Merging<T> {
     const NAME: &'static str = "merge";
     type Item = T;
     type Owned = Cursor<T>;
-    type Layout = crate::stage::Packed;
+    type Padding = ();
 
     fn pass<S: Subscriber<T>>(
         &self,

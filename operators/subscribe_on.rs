@@ -178,7 +178,7 @@ impl<T: Send + 'static, S: Scheduler> Stage for Forward<T, S> {
     const NAME: &'static str = "subscribe_on";
     type Item = T;
     type Owned = ();
-    type Layout = crate::stage::Apart;
+    type Padding = crate::loom::Block;
 
     fn drive(&self) -> Drive<'_> {
         Drive::Scheduled {

@@ -160,7 +160,7 @@ where
     const NAME: &'static str = "zip";
     type Item = U;
     type Owned = Pairing<A, B, F>;
-    type Layout = crate::stage::Packed;
+    type Padding = ();
 
     fn pass<S: Subscriber<U>>(
         &self,

@@ -31,30 +31,35 @@ pub(crate) use std::sync::Arc;
 /// that read them, nor the reverse.
 ///
 /// Used where two threads hammer different fields of one struct: the SPSC ring's two
-/// indices ([`Padded`]) and the signal core's demand and owner slot on a boundary.
+/// indices ([`Padded`]) and, on a boundary, the signal core's demand and owner slot
+/// (a stage's `Padding`).
 #[repr(align(128))]
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct Block;
 
-/// A value on a 128-byte block of its own (see [`Block`]).
+/// A value next to a zero-sized marker `A` whose alignment it takes: `()` leaves the
+/// value as it is, [`Block`] puts it on a block of its own.
 #[derive(Debug)]
-pub(crate) struct Padded<T> {
-    _block: Block,
+pub(crate) struct Aligned<A, T> {
+    _align: A,
     value: T,
 }
 
-impl<T> Padded<T> {
-    /// Keep `value` on a block of its own.
+/// A value on a 128-byte block of its own (see [`Block`]).
+pub(crate) type Padded<T> = Aligned<Block, T>;
+
+impl<A: Default, T> Aligned<A, T> {
+    /// Keep `value` aligned as `A` says.
     #[inline(always)]
     pub(crate) fn new(value: T) -> Self {
-        Padded {
-            _block: Block,
+        Aligned {
+            _align: A::default(),
             value,
         }
     }
 }
 
-impl<T> std::ops::Deref for Padded<T> {
+impl<A, T> std::ops::Deref for Aligned<A, T> {
     type Target = T;
 
     #[inline(always)]

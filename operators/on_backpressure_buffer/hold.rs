@@ -222,7 +222,7 @@ impl<T: Send + 'static> Stage for Hold<T> {
     const NAME: &'static str = "on_backpressure_buffer";
     type Item = T;
     type Owned = Delivery<T>;
-    type Layout = crate::stage::Packed;
+    type Padding = ();
 
     fn pass<S: Subscriber<T>>(
         &self,

@@ -216,7 +216,7 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
     const NAME: &'static str = "publish_on";
     type Item = T;
     type Owned = Queue<T>;
-    type Layout = crate::stage::Apart;
+    type Padding = crate::loom::Block;
 
     fn drive(&self) -> Drive<'_> {
         Drive::Scheduled {

@@ -143,7 +143,7 @@ impl<T: Send + 'static> Stage for Receive<T> {
     const NAME: &'static str = "mux channel";
     type Item = T;
     type Owned = Window<T>;
-    type Layout = crate::stage::Packed;
+    type Padding = ();
 
     fn drive(&self) -> Drive<'_> {
         Drive::Scheduled {

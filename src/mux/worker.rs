@@ -91,7 +91,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
     type Item = Frame<T>;
     /// Frame buffers to fill again.
     type Owned = Consumer<Vec<T>>;
-    type Layout = crate::stage::Packed;
+    type Padding = ();
 
     fn drive(&self) -> Drive<'_> {
         Drive::Scheduled {

@@ -48,13 +48,13 @@
 //
 // On a boundary two threads use one core: the producer reads the flags and enters the
 // `Wip` once per batch, while the owner locks the slot and settles the demand for
-// every delivery. A stage whose core is used that way says `type Layout = Apart`: the
-// demand and the slot then each sit on a 128-byte block of their own (`Block`), so
+// every delivery. A stage whose core is used that way says `type Padding = Block`:
+// the demand and the slot then each sit on a 128-byte block of their own, so
 // the owner's writes there do not take the `Wip`'s line from the producer and the
 // producer's signal does not take theirs from the owner. Measured on
 // `range → subscribe_on → publish_on(16) → fold`: the demand's settle was a third of
 // the drain's samples (`perf`), and padding both lifted the boundary by about 30 %.
-// Every other stage says `Packed` (no padding): a fused chain gains nothing from it
+// Every other stage says `()` (no padding): a fused chain gains nothing from it
 // and would pay 256 bytes a subscription, and its hot loop would move in the binary
 // (a loop's speed on this kind of CPU depends on where it lands: the same
 // instructions of `range → map → filter → fold` ran at 2.3 or 3.4 G items/s in two
@@ -75,7 +75,7 @@ use std::task::{Wake, Waker};
 use crate::demand::{self, AtomicDemand};
 use crate::drain::Wip;
 use crate::guard::catch;
-use crate::loom::{AtomicU8, Block, Mutex, MutexGuardOf, Ordering};
+use crate::loom::{Aligned, AtomicU8, Mutex, MutexGuardOf, Ordering};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::Scheduler;
 use crate::{Error, RawSubscription, Subscriber, Subscription};
@@ -131,10 +131,11 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
     type Item: Send + 'static;
     /// State only the drain owner touches, kept with downstream under the core's lock.
     type Owned: Send + 'static;
-    /// Where the core keeps its demand and slot: [`Packed`] unless producers on other
-    /// threads signal the core once per batch while its owner delivers ([`Apart`]; see
-    /// the file header's *Layout*).
-    type Layout: Layout;
+    /// How the core pads its demand and slot: `()` (no padding) unless producers on
+    /// other threads signal the core once per batch while its owner delivers
+    /// ([`Block`](crate::loom::Block): each on a block of its own; see the file
+    /// header's *Layout*).
+    type Padding: Default + Send + Sync + 'static;
 
     /// Where passes run. The default is inline.
     fn drive(&self) -> Drive<'_> {
@@ -359,57 +360,8 @@ impl<I: Iterator> Iterator for UntilCancelled<'_, I> {
 /// The owner-only state and downstream, behind the lock only the loop's owner takes.
 type Slot<G, S> = Mutex<Option<(<G as Stage>::Owned, S)>>;
 
-/// A field of the core as its stage's [`Layout`] keeps it.
-type Cell<G, T> = Kept<<G as Stage>::Layout, T>;
-
-/// How a core keeps its demand and owner slot relative to its `Wip` and flags.
-pub(crate) trait Layout: Send + Sync + 'static {
-    /// A zero-sized marker whose alignment each kept field takes (and so its size,
-    /// which is a multiple of it).
-    type Align: Default + Send + Sync + 'static;
-}
-
-/// Fields where the compiler puts them (no padding): stages whose signals mostly come
-/// from the owner's own thread (a fused chain, a source).
-pub(crate) enum Packed {}
-
-/// The demand and the slot each on a 128-byte block of its own: stages that a
-/// producer on another thread signals once per batch while the owner delivers (the
-/// async boundary and its forwarder).
-pub(crate) enum Apart {}
-
-impl Layout for Packed {
-    type Align = ();
-}
-
-impl Layout for Apart {
-    type Align = Block;
-}
-
-/// A value kept as layout `L` says: as it is, or on a block of its own.
-pub(crate) struct Kept<L: Layout, T> {
-    _align: L::Align,
-    value: T,
-}
-
-impl<L: Layout, T> Kept<L, T> {
-    #[inline(always)]
-    fn new(value: T) -> Self {
-        Kept {
-            _align: L::Align::default(),
-            value,
-        }
-    }
-}
-
-impl<L: Layout, T> std::ops::Deref for Kept<L, T> {
-    type Target = T;
-
-    #[inline(always)]
-    fn deref(&self) -> &T {
-        &self.value
-    }
-}
+/// A field of the core, padded as its stage says.
+type Cell<G, T> = Aligned<<G as Stage>::Padding, T>;
 
 /// The signal core: one subscription. See the file header.
 pub(crate) struct Core<G: Stage, S> {
@@ -440,10 +392,10 @@ where
     /// A core around `stage`, not yet attached to a downstream.
     pub(crate) fn new(stage: G) -> Arc<Self> {
         let core = Arc::new_cyclic(|me| Core {
-            demand: Kept::new(AtomicDemand::new()),
+            demand: Aligned::new(AtomicDemand::new()),
             wip: Wip::new(),
             flags: AtomicU8::new(0),
-            slot: Kept::new(Mutex::new(None)),
+            slot: Aligned::new(Mutex::new(None)),
             stage,
             me: me.clone(),
         });

@@ -173,7 +173,7 @@ impl<E: Emitter, D: Driver> Stage for Emitting<E, D> {
     const NAME: &'static str = "source";
     type Item = E::Item;
     type Owned = E;
-    type Layout = crate::stage::Packed;
+    type Padding = ();
 
     fn drive(&self) -> Drive<'_> {
         self.driver.drive()

@@ -487,7 +487,7 @@ impl<T: Send + 'static> Stage for Chan<T> {
     const NAME: &'static str = STAGE;
     type Item = T;
     type Owned = Buffers<T>;
-    type Layout = crate::stage::Packed;
+    type Padding = ();
 
     fn pass<S: Subscriber<T>>(&self, cx: &Cx<'_>, buffers: &mut Buffers<T>, sink: &mut S) -> Pass {
         self.deliver(cx, buffers, sink)

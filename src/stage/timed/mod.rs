@@ -274,7 +274,7 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
     const NAME: &'static str = M::NAME;
     type Item = M::Out;
     type Owned = ();
-    type Layout = crate::stage::Packed;
+    type Padding = ();
 
     fn pass<S: Subscriber<M::Out>>(
         &self,
