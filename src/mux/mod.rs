@@ -600,7 +600,11 @@ impl<T> State<T> {
     /// has something to do: freed credit may make another channel ready, or that was
     /// the last channel of a mux whose handles are gone (the worker then ends).
     pub(crate) fn close(&mut self, channel: ChannelId, now: Instant) -> bool {
-        self.plumbing.remove(&channel);
+        if let Some(plumbing) = self.plumbing.remove(&channel) {
+            // Its window refuses frames from now on: a demultiplexer that still knows
+            // the plumbing learns that the channel closed (and looks the id up again).
+            plumbing.close_window();
+        }
         let freed = self
             .ledger
             .close(channel, now)

@@ -15,6 +15,8 @@ use crate::drain::Upstream;
 use crate::runtime::Scheduler;
 use crate::{Error, Publisher, PublisherExt, Subscriber, Subscription};
 
+use super::ids::{self, IdMap};
+use super::sink::Plumbing;
 use super::{ChannelId, Frames, Shared};
 use crate::queue::spsc::{self, Consumer, Producer};
 
@@ -28,6 +30,10 @@ use crate::queue::spsc::{self, Consumer, Producer};
 /// channels). So the demultiplexer hands each emptied buffer back over this ring,
 /// and the worker takes one before it allocates.
 pub(crate) const SPARES: usize = 256;
+
+/// Entries of closed channels a [`Demux`]'s private map may hold beyond twice the
+/// open channels before it is pruned.
+const PRUNE_SLACK: usize = 16;
 
 /// The two ends of a mux's ring of spare frame buffers.
 pub(crate) fn spares<T>() -> (Producer<Vec<T>>, Consumer<Vec<T>>) {
@@ -91,11 +97,22 @@ impl<T: Send + 'static, S: Scheduler + Clone> Transport<T> for Local<S> {
 
 /// The receiving side's entry: writes each frame's items into its channel's receive
 /// window and wakes the channel. Subscribe it to the transport's incoming frames.
+///
+/// It finds a frame's channel in a map of its own, not under the mux's lock: that
+/// lock is the one the worker takes for every turn, and taking it for every frame as
+/// well made the two threads queue behind each other (measured on two channels of
+/// 16-item frames: the private map moves 1.21× the items). An entry is trusted only
+/// while its channel takes the items: a channel that closed refuses them (its window
+/// is closed before its plumbing leaves the mux), and then the mux's own map, under
+/// the lock, says whether the id was opened again.
 pub struct Demux<T> {
     shared: Arc<Shared<T>>,
     upstream: Upstream,
     /// Emptied frame buffers, back to the worker to fill again (see [`SPARES`]).
     spares: Producer<Vec<T>>,
+    /// Channels this demultiplexer has delivered to; pruned to the open ones when it
+    /// outgrows them (see [`Demux::lookup`]).
+    known: IdMap<Arc<Plumbing<T>>>,
 }
 
 impl<T> std::fmt::Debug for Demux<T> {
@@ -110,25 +127,52 @@ impl<T: Send + 'static> Demux<T> {
             shared,
             upstream: Upstream::Idle,
             spares,
+            known: ids::id_map(),
         }
     }
 
     fn frame(&mut self, frame: Frame<T>) {
         let Frame { channel, mut items } = frame;
-        let plumbing = self.shared.lock().plumbing.get(&channel).cloned();
-        match plumbing {
-            Some(plumbing) if plumbing.receive(&mut items).is_ok() => plumbing.wake_source(),
-            // The channel stopped receiving, or closed while the frame travelled.
-            _ => {
-                let refused = items.len() as u64;
-                items.clear();
-                self.release(channel, refused);
+        let known = self.known.get(&channel);
+        if let Some(plumbing) = known.filter(|p| p.receive(&mut items).is_ok()) {
+            plumbing.wake_source();
+        } else {
+            // Not known yet, or the known channel closed (its id may be open again).
+            match self.lookup(channel) {
+                Some(plumbing) if plumbing.receive(&mut items).is_ok() => {
+                    plumbing.wake_source();
+                    self.known.insert(channel, plumbing);
+                }
+                // The channel stopped receiving, or closed while the frame travelled.
+                _ => {
+                    self.known.remove(&channel);
+                    let refused = items.len() as u64;
+                    items.clear();
+                    self.release(channel, refused);
+                }
             }
         }
         if items.capacity() > 0 {
             // A full return ring (or a worker gone): the buffer is freed here.
             let _ = self.spares.push(items);
         }
+    }
+
+    /// `channel`'s plumbing from the mux's map, under its lock. While the lock is held
+    /// anyway, the private map is pruned to the open channels once it holds more than
+    /// twice as many entries (plus a few): entries of closed channels stay bounded,
+    /// and each pruning follows at least as many lookups as it visits entries.
+    fn lookup(&mut self, channel: ChannelId) -> Option<Arc<Plumbing<T>>> {
+        let state = self.shared.lock();
+        if self.known.len() > 2 * state.plumbing.len() + PRUNE_SLACK {
+            self.known.retain(|id, known| {
+                state
+                    .plumbing
+                    .get(id)
+                    .is_some_and(|open| Arc::ptr_eq(open, known))
+            });
+        }
+        state.plumbing.get(&channel).cloned()
     }
 
     /// Items of `channel` that will never be delivered: give their credit back, and

@@ -455,3 +455,58 @@ fn a14_threads_zero_exclusive_mode_survives_a_stalled_channel() {
     stalled.cancel();
     eventually("the unit comes back", || mux.stats().pool_free == 1);
 }
+
+/// The receiving side keeps its own map of channels (not the mux's lock per frame):
+/// an id opened again after its channel closed must get its own items, never the old
+/// channel's window; and the map must not hold on to closed channels. Channel 7 is
+/// opened 40 times in turn while channels 100.. open and close around it (enough
+/// closed ids to make the map prune itself) and channel 1 runs throughout.
+#[test]
+fn an_id_opened_again_after_its_channel_closed_receives_its_own_items() {
+    let mux = table_mux();
+    let busy = weir::range(0..2_000_000u64)
+        .via(&mux, 1)
+        .unwrap()
+        .fold(0u64, |a, x| a.wrapping_add(x));
+    let per = 1_000u64;
+    for round in 0..40u64 {
+        let items = round * per..(round + 1) * per;
+        let expected: u64 = items.clone().sum();
+        // The previous channel 7 may still be closing: its id is in use until then.
+        let start = Instant::now();
+        let mut sum = loop {
+            match weir::range(items.clone()).via(&mux, 7) {
+                Ok(channel) => break channel.fold(0u64, |a, x| a + x),
+                Err(weir::mux::MuxError::ChannelInUse(7)) => {
+                    assert!(start.elapsed() < WATCHDOG, "channel 7 never closed");
+                    std::thread::yield_now();
+                }
+                Err(other) => panic!("unexpected: {other}"),
+            }
+        };
+        let side: Vec<_> = (0..5)
+            .map(|i| {
+                let id = 100 + round * 5 + i;
+                weir::range(0..100u64)
+                    .via(&mux, id)
+                    .unwrap()
+                    .fold(0u64, |a, x| a + x)
+            })
+            .collect();
+        assert_eq!(
+            sum.wait_timeout(WATCHDOG).expect("hang").unwrap(),
+            expected,
+            "round {round}: channel 7 got another channel's items"
+        );
+        for mut s in side {
+            assert_eq!(s.wait_timeout(WATCHDOG).expect("hang").unwrap(), 4_950);
+        }
+    }
+    let mut busy = busy;
+    assert_eq!(
+        busy.wait_timeout(WATCHDOG).expect("hang").unwrap(),
+        (0..2_000_000u64).fold(0u64, |a, x| a.wrapping_add(x))
+    );
+    eventually("every channel closed", || mux.stats().channels.is_empty());
+    eventually("the pool is whole", || mux.stats().pool_free == 128);
+}
