@@ -7,9 +7,11 @@
 //! next send (the ready set, in deficit-round-robin order, credit taken under the
 //! ledger's lock), pops that many items from the channel's staging ring, asks the
 //! channel's upstream for more at the 75% mark, and delivers the frame; until the
-//! ledger has no ready channel or the lane no room. Every ledger change that makes a
-//! channel ready wakes it through the core (a signal), so it never waits on one
-//! channel (I5), and it is never woken for a channel that cannot send.
+//! ledger has no ready channel or the lane no room. A ledger change that makes a
+//! channel ready while the worker waits for one (its last look found none) wakes it
+//! through the core (a signal), so it never waits on one channel (I5); while it runs,
+//! or once woken, queued channels wait for its next look without another signal. It
+//! is never woken for a channel that cannot send.
 //!
 //! Once every `Mux` handle is gone and every channel closed, the pass completes the
 //! frames (so the transport ends, and with it the cycle of subscriptions between the
