@@ -639,15 +639,22 @@ mod tests {
         order
     }
 
+    /// A ledger (E = 64, no pool, quantum 4) with channels 1, 2 and 3 open, weight 1,
+    /// each with unbounded demand and no backlog (so none is ready yet).
+    fn three_open_channels(now: Instant) -> Ledger {
+        let mut ledger = Ledger::new(config(64, 0, 0, 4), 1);
+        for id in [1, 2, 3] {
+            assert!(ledger.open(id, 1, 0, now));
+            assert!(!ledger.demand(id, UNBOUNDED, now), "no backlog: not ready");
+        }
+        ledger
+    }
+
     #[test]
     fn equal_channels_take_turns_in_order() {
         // Three channels, three quanta of backlog each: a, b, c, a, b, c, a, b, c.
         let now = Instant::now();
-        let mut ledger = Ledger::new(config(64, 0, 0, 4), 1);
-        for id in [1, 2, 3] {
-            assert!(ledger.open(id, 1, 0, now));
-            ledger.demand(id, UNBOUNDED, now);
-        }
+        let mut ledger = three_open_channels(now);
         for id in [1, 2, 3] {
             ledger.staged(id, 12, now);
         }
@@ -661,11 +668,7 @@ mod tests {
     #[test]
     fn the_worker_is_woken_once_per_wait_not_per_channel_queued() {
         let now = Instant::now();
-        let mut ledger = Ledger::new(config(64, 0, 0, 4), 1);
-        for id in [1, 2, 3] {
-            assert!(ledger.open(id, 1, 0, now));
-            assert!(!ledger.demand(id, UNBOUNDED, now), "no backlog: not ready");
-        }
+        let mut ledger = three_open_channels(now);
         assert!(
             ledger.staged(1, 4, now),
             "the worker waits from the start: wake it"
