@@ -459,8 +459,11 @@ fn a14_threads_zero_exclusive_mode_survives_a_stalled_channel() {
 /// The receiving side keeps its own map of channels (not the mux's lock per frame):
 /// an id opened again after its channel closed must get its own items, never the old
 /// channel's window; and the map must not hold on to closed channels. Channel 7 is
-/// opened 40 times in turn while channels 100.. open and close around it (enough
-/// closed ids to make the map prune itself) and channel 1 runs throughout.
+/// opened again and again while channels 100.. open and close around it (enough
+/// closed ids to make the map prune itself) and channel 1 runs throughout. Every
+/// third round a channel 7 first takes 10 of 1,000 items and cancels while frames of
+/// it are still on their way: those meet a closed window, and the id opens again
+/// only once the last of them came back.
 #[test]
 fn an_id_opened_again_after_its_channel_closed_receives_its_own_items() {
     let mux = table_mux();
@@ -468,22 +471,32 @@ fn an_id_opened_again_after_its_channel_closed_receives_its_own_items() {
         .via(&mux, 1)
         .unwrap()
         .fold(0u64, |a, x| a.wrapping_add(x));
-    let per = 1_000u64;
-    for round in 0..40u64 {
-        let items = round * per..(round + 1) * per;
-        let expected: u64 = items.clone().sum();
-        // The previous channel 7 may still be closing: its id is in use until then.
+    // The previous channel 7 may still be closing: its id is in use until then.
+    let open_7 = |items: std::ops::Range<u64>| {
         let start = Instant::now();
-        let mut sum = loop {
+        loop {
             match weir::range(items.clone()).via(&mux, 7) {
-                Ok(channel) => break channel.fold(0u64, |a, x| a + x),
+                Ok(channel) => return channel,
                 Err(weir::mux::MuxError::ChannelInUse(7)) => {
                     assert!(start.elapsed() < WATCHDOG, "channel 7 never closed");
                     std::thread::yield_now();
                 }
                 Err(other) => panic!("unexpected: {other}"),
             }
-        };
+        }
+    };
+    let per = 1_000u64;
+    for round in 0..40u64 {
+        if round % 3 == 0 {
+            let quitter = TestSubscriber::new().request_on_subscribe(u64::MAX);
+            let probe = quitter.probe();
+            open_7(0..per).subscribe(quitter);
+            probe.await_items(10, WATCHDOG).unwrap();
+            probe.cancel();
+        }
+        let items = round * per..(round + 1) * per;
+        let expected: u64 = items.clone().sum();
+        let mut sum = open_7(items).fold(0u64, |a, x| a + x);
         let side: Vec<_> = (0..5)
             .map(|i| {
                 let id = 100 + round * 5 + i;
