@@ -160,8 +160,10 @@ impl<T: Send + 'static> Demux<T> {
 
     /// `channel`'s plumbing from the mux's map, under its lock. While the lock is held
     /// anyway, the private map is pruned to the open channels once it holds more than
-    /// twice as many entries (plus a few): entries of closed channels stay bounded,
-    /// and each pruning follows at least as many lookups as it visits entries.
+    /// twice as many entries (plus a few), so entries of closed channels stay bounded.
+    /// A pruning visits at most as many open entries (kept) as closed ones (removed),
+    /// and every entry is removed once after being inserted once, by a lookup: pruning
+    /// costs at most two entry visits per lookup, amortized.
     fn lookup(&mut self, channel: ChannelId) -> Option<Arc<Plumbing<T>>> {
         let state = self.shared.lock();
         if self.known.len() > 2 * state.plumbing.len() + PRUNE_SLACK {
