@@ -205,6 +205,38 @@ fn tokio_runs_tasks_on_the_runtime_and_reads_its_paused_clock() {
     assert_eq!(rx.try_recv().unwrap(), Duration::from_secs(60));
 }
 
+/// `current_thread_is_sole_worker`: true only on the worker of a pool of one thread
+/// (asked about that pool, directly or through an `Arc<dyn Scheduler>`); false on any
+/// other thread, on a worker of a larger pool, and on the schedulers that cannot tell.
+#[test]
+fn only_the_worker_of_a_one_thread_pool_is_its_sole_worker() {
+    let ask = |on: &ThreadPool, about: ThreadPool| {
+        let (tx, rx) = mpsc::channel();
+        on.schedule(Box::new(move || {
+            let shared: Arc<dyn Scheduler> = Arc::new(about.clone());
+            let answers = (
+                about.current_thread_is_sole_worker(),
+                shared.current_thread_is_sole_worker(),
+            );
+            tx.send(answers).unwrap();
+        }));
+        rx.recv_timeout(Duration::from_secs(60)).unwrap()
+    };
+    let solo = ThreadPool::builder().name("solo").threads(1).build();
+    let other = ThreadPool::builder().name("other").threads(1).build();
+    let pair = ThreadPool::builder().name("pair").threads(2).build();
+    assert_eq!(ask(&solo, solo.clone()), (true, true), "its own worker");
+    assert_eq!(
+        ask(&other, solo.clone()),
+        (false, false),
+        "another pool's worker"
+    );
+    assert_eq!(ask(&pair, pair.clone()), (false, false), "a pool of two");
+    assert!(!solo.current_thread_is_sole_worker(), "not a worker at all");
+    assert!(!Immediate.current_thread_is_sole_worker());
+    assert!(!VirtualTime::new().current_thread_is_sole_worker());
+}
+
 /// `has_waiting_tasks`: a pool says so while a task waits for its one busy worker,
 /// virtual time while a task is due now (not one due later), and the schedulers
 /// that cannot tell say false.

@@ -27,7 +27,10 @@
 //! * On the **receiving side** each channel is a [`ChannelSource`], a [`Publisher`](crate::Publisher) whose
 //!   subscriber's `request(n)` is the only source of the channel's credit. Items
 //!   delivered to it give their credit back: shared credit to the pool at once,
-//!   exclusive credit to the sender at a low-water mark (see below).
+//!   exclusive credit to the sender at a low-water mark (see below). The
+//!   demultiplexer wakes each channel once per batch of frames; on a receiving
+//!   scheduler of one thread it runs the channel's pass in place, not in a task of
+//!   its own (see [`current_thread_is_sole_worker`](crate::runtime::Scheduler::current_thread_is_sole_worker)).
 //!
 //! Control never waits behind data: a request, a cancel, a channel's end and credit
 //! coming back are updates of the mux's ledger plus a wake-up of the side that acts

@@ -9,6 +9,7 @@
 //! outstanding and the ring cannot overflow unless upstream breaks rule 1.1 (then the
 //! channel fails with an error naming the rule, after the items it staged).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::demand::Replenish;
@@ -35,6 +36,9 @@ pub(crate) struct Plumbing<T> {
     source: Mutex<Option<Arc<dyn Target>>>,
     /// How the sending upstream ended, and after how many items.
     end: Mutex<Option<(u64, Result<(), Error>)>>,
+    /// The demultiplexer owes the receiving side a wake-up at the end of its batch
+    /// (only the demultiplexer reads or writes it).
+    wake_owed: AtomicBool,
 }
 
 /// The receive window's writing end.
@@ -80,6 +84,7 @@ impl<T: Send + 'static> Plumbing<T> {
             }),
             source: Mutex::new(None),
             end: Mutex::new(None),
+            wake_owed: AtomicBool::new(false),
         });
         let sink = ChannelSink {
             shared: shared.clone(),
@@ -198,14 +203,37 @@ impl<T> Plumbing<T> {
 
     /// Ask the receiving side for a pass.
     pub(crate) fn wake_source(&self) {
-        let source = self
-            .source
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        if let Some(source) = source {
+        if let Some(source) = self.source() {
             source.signal();
         }
+    }
+
+    /// Ask the receiving side for a pass, run in place when this thread is the
+    /// receiving scheduler's only one (the demultiplexer, on that scheduler).
+    pub(crate) fn wake_source_in_place(&self) {
+        if let Some(source) = self.source() {
+            source.signal_in_place();
+        }
+    }
+
+    /// The demultiplexer notes that it owes this channel a wake-up: true the first
+    /// time since the last [`wake_paid`](Self::wake_paid).
+    pub(crate) fn owe_wake(&self) -> bool {
+        // Relaxed: only the demultiplexer's thread touches the flag.
+        !self.wake_owed.swap(true, Ordering::Relaxed)
+    }
+
+    /// The demultiplexer is about to wake this channel.
+    pub(crate) fn wake_paid(&self) {
+        // Relaxed: as in `owe_wake`.
+        self.wake_owed.store(false, Ordering::Relaxed);
+    }
+
+    fn source(&self) -> Option<Arc<dyn Target>> {
+        self.source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 }
 

@@ -113,6 +113,9 @@ pub struct Demux<T> {
     /// Channels this demultiplexer has delivered to; pruned to the open ones when it
     /// outgrows them (see [`Demux::lookup`]).
     known: IdMap<Arc<Plumbing<T>>>,
+    /// Channels given items in the current batch of frames, each once: woken when
+    /// the batch is in (see [`Demux::wake_owed`]).
+    owed: Vec<Arc<Plumbing<T>>>,
 }
 
 impl<T> std::fmt::Debug for Demux<T> {
@@ -128,6 +131,7 @@ impl<T: Send + 'static> Demux<T> {
             upstream: Upstream::Idle,
             spares,
             known: ids::id_map(),
+            owed: Vec::new(),
         }
     }
 
@@ -135,12 +139,16 @@ impl<T: Send + 'static> Demux<T> {
         let Frame { channel, mut items } = frame;
         let known = self.known.get(&channel);
         if let Some(plumbing) = known.filter(|p| p.receive(&mut items).is_ok()) {
-            plumbing.wake_source();
+            if plumbing.owe_wake() {
+                self.owed.push(plumbing.clone());
+            }
         } else {
             // Not known yet, or the known channel closed (its id may be open again).
             match self.lookup(channel) {
                 Some(plumbing) if plumbing.receive(&mut items).is_ok() => {
-                    plumbing.wake_source();
+                    if plumbing.owe_wake() {
+                        self.owed.push(plumbing.clone());
+                    }
                     self.known.insert(channel, plumbing);
                 }
                 // The channel stopped receiving, or closed while the frame travelled.
@@ -155,6 +163,18 @@ impl<T: Send + 'static> Demux<T> {
         if items.capacity() > 0 {
             // A full return ring (or a worker gone): the buffer is freed here.
             let _ = self.spares.push(items);
+        }
+    }
+
+    /// Wake every channel given items since the last call, once each. On the
+    /// receiving scheduler's only thread (the local lane's task on a pool of one)
+    /// each channel's pass runs here and now: a task per frame cost about a fifth of
+    /// the receiving side's time with 256 busy channels. Waking once per batch rather
+    /// than per frame lets a pass deliver every frame its channel got in the batch.
+    fn wake_owed(&mut self) {
+        for plumbing in self.owed.drain(..) {
+            plumbing.wake_paid();
+            plumbing.wake_source_in_place();
         }
     }
 
@@ -205,7 +225,19 @@ impl<T: Send + 'static> Subscriber<Frame<T>> for Demux<T> {
     fn on_next(&mut self, frame: Frame<T>) {
         if self.upstream.is_active() {
             self.frame(frame);
+            self.wake_owed();
         }
+    }
+
+    fn on_next_batch<I: Iterator<Item = Frame<T>>>(&mut self, frames: I) -> u64 {
+        if self.upstream.is_active() {
+            for frame in frames {
+                self.frame(frame);
+            }
+            self.wake_owed();
+        }
+        // Demand is unbounded already.
+        0
     }
 
     fn on_error(&mut self, error: Error) {

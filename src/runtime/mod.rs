@@ -92,6 +92,16 @@ pub trait Scheduler: Send + Sync + 'static {
     fn has_waiting_tasks(&self) -> bool {
         false
     }
+
+    /// A hint: true when the calling thread is this scheduler's only thread, so a
+    /// task scheduled now could not start before the caller's own task ends. weir
+    /// then runs some short passes in place instead of queueing a task for them (a
+    /// [`Mux`](crate::mux::Mux)'s receiving channels, fed by a demultiplexer that runs
+    /// on the same scheduler), which saves a task hand-off per frame without taking
+    /// any parallelism away. The default, for schedulers that cannot tell, says false.
+    fn current_thread_is_sole_worker(&self) -> bool {
+        false
+    }
 }
 
 impl<S: Scheduler + ?Sized> Scheduler for Arc<S> {
@@ -113,6 +123,10 @@ impl<S: Scheduler + ?Sized> Scheduler for Arc<S> {
 
     fn has_waiting_tasks(&self) -> bool {
         (**self).has_waiting_tasks()
+    }
+
+    fn current_thread_is_sole_worker(&self) -> bool {
+        (**self).current_thread_is_sole_worker()
     }
 }
 

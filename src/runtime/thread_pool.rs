@@ -69,6 +69,14 @@ struct Workers {
     wake: Condvar,
     /// Ready tasks, readable without the lock so that spinning workers can poll it.
     queued: AtomicUsize,
+    /// Worker threads (fixed at build).
+    threads: usize,
+}
+
+thread_local! {
+    /// The pool whose worker this thread is (null on every other thread): compared by
+    /// address only, never dereferenced.
+    static WORKER_OF: std::cell::Cell<*const Workers> = const { std::cell::Cell::new(std::ptr::null()) };
 }
 
 struct State {
@@ -138,6 +146,7 @@ impl ThreadPoolBuilder {
             }),
             wake: Condvar::new(),
             queued: AtomicUsize::new(0),
+            threads: self.threads,
         });
         for index in 0..self.threads {
             let worker = shared.clone();
@@ -341,6 +350,7 @@ impl Workers {
     }
 
     fn work(&self) {
+        WORKER_OF.with(|pool| pool.set(self as *const Workers));
         while let Some(task) = self.next() {
             run_task(task);
         }
@@ -383,5 +393,11 @@ impl Scheduler for ThreadPool {
     fn has_waiting_tasks(&self) -> bool {
         // Relaxed: a hint, as for the spinning workers.
         self.owner.shared.queued.load(Ordering::Relaxed) > 0
+    }
+
+    /// True on the worker of a pool of one thread.
+    fn current_thread_is_sole_worker(&self) -> bool {
+        let workers: &Workers = &self.owner.shared;
+        workers.threads == 1 && WORKER_OF.with(|pool| std::ptr::eq(pool.get(), workers))
     }
 }

@@ -44,6 +44,14 @@
 // task's drop sets `SHUTDOWN` and runs the final pass on the dropping thread, so the
 // pipeline ends with an error instead of hanging, and the `Wip` is released.
 //
+// A helper that runs on the stage's scheduler itself may ask for a pass *in place*
+// (`signal_in_place`): when the calling thread is the scheduler's only thread, a task
+// could not start before the caller's own task ends anyway, so the loop runs there
+// and then (as a task would: yielding and rescheduling after its budget, never
+// lingering) and the task hand-off is saved. The mux's demultiplexer does this for
+// every frame it puts into a channel's window. The caller must hold no lock a pass
+// could take.
+//
 // # Layout
 //
 // On a boundary two threads use one core: the producer reads the flags and enters the
@@ -192,6 +200,10 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
 pub(crate) trait Target: Send + Sync + 'static {
     /// A reason to run another pass (items arrived in a lane, say).
     fn signal(&self);
+    /// A reason to run another pass, from a thread of the stage's scheduler: when it
+    /// is the scheduler's only thread, the pass runs here, now, instead of in a new
+    /// task (see the module header). The caller holds no lock a pass could take.
+    fn signal_in_place(&self);
     /// A timer armed for the stage fired.
     fn fire(&self);
     /// The scheduler dropped one of the stage's tasks without running it.
@@ -490,6 +502,24 @@ where
         }
     }
 
+    /// `signal`, running the loop on this thread when it is the only thread of the
+    /// stage's scheduler (see the module header).
+    fn signal_in_place(&self) {
+        if !self.wip.enter() {
+            return;
+        }
+        if let Drive::Scheduled { on, .. } = self.stage.drive() {
+            if on.current_thread_is_sole_worker() {
+                if let Some(core) = self.me.upgrade() {
+                    let waker = Waker::from(core);
+                    self.run(1, Some((false, &waker)));
+                    return;
+                }
+            }
+        }
+        self.own(1);
+    }
+
     /// This call owns the loop with `missed` reasons to account for.
     fn own(&self, missed: usize) {
         match self.stage.drive() {
@@ -726,6 +756,10 @@ where
 {
     fn signal(&self) {
         Core::signal(self);
+    }
+
+    fn signal_in_place(&self) {
+        Core::signal_in_place(self);
     }
 
     fn fire(&self) {

@@ -982,6 +982,25 @@ pub fn table() -> Vec<Stage> {
         )
         .scheduled(),
         Stage::new(
+            // A pool of one thread: the demultiplexer runs the channel's passes in
+            // place instead of in tasks of their own.
+            "via(mux over a one-thread pool, channel 0)",
+            Boundary,
+            EXACT,
+            |env| {
+                let solo = ThreadPool::builder().name("mux-solo").threads(1).build();
+                let mux = weir::mux::Mux::builder()
+                    .exclusive(4)
+                    .shared(8)
+                    .borrow_cap(2)
+                    .build_local(solo.clone(), solo)
+                    .unwrap();
+                env.source().via(&mux, 0).unwrap().boxed()
+            },
+            identity,
+        )
+        .scheduled(),
+        Stage::new(
             "publish_on(pool, 16)",
             Boundary,
             EXACT,

@@ -14,9 +14,14 @@ use weir::tck::TestSubscriber;
 
 const WATCHDOG: Duration = Duration::from_secs(60);
 
+/// The receiving pool's sizes every scenario runs with: on a pool of one thread the
+/// demultiplexer runs each channel's pass in place (no task per frame); on two, every
+/// pass is a task of its own.
+const RECEIVE_THREADS: [usize; 2] = [1, 2];
+
 /// A mux with the acceptance table's figures (E 32, S 128, C 32) over two pools.
-fn table_mux() -> Mux<u64> {
-    let (send, recv) = pools();
+fn table_mux(recv_threads: usize) -> Mux<u64> {
+    let (send, recv) = pools(recv_threads);
     Mux::<u64>::builder()
         .exclusive(32)
         .shared(128)
@@ -25,10 +30,14 @@ fn table_mux() -> Mux<u64> {
         .unwrap()
 }
 
-fn pools() -> (ThreadPool, ThreadPool) {
+/// A sending pool of one thread and a receiving pool of `recv_threads`.
+fn pools(recv_threads: usize) -> (ThreadPool, ThreadPool) {
     (
         ThreadPool::builder().name("mux-send").threads(1).build(),
-        ThreadPool::builder().name("mux-recv").threads(2).build(),
+        ThreadPool::builder()
+            .name("mux-recv")
+            .threads(recv_threads)
+            .build(),
     )
 }
 
@@ -37,47 +46,49 @@ fn pools() -> (ThreadPool, ThreadPool) {
 /// for credit because of it.
 #[test]
 fn a1_threads_one_stalled_consumer_does_not_slow_the_others() {
-    let mux = table_mux();
-    let stalled = TestSubscriber::new().request_on_subscribe(10);
-    let stalled_probe = stalled.probe();
-    weir::range(0..u64::MAX)
-        .via(&mux, 0)
-        .unwrap()
-        .subscribe(stalled);
-    let n = 200_000u64;
-    let sums: Vec<_> = (1..8)
-        .map(|id| {
-            weir::range(0..n)
-                .via(&mux, id)
-                .unwrap()
-                .fold(0u64, |a, x| a + x)
-        })
-        .collect();
-    for mut sum in sums {
-        assert_eq!(
-            sum.wait_timeout(WATCHDOG).expect("hang").unwrap(),
-            n * (n - 1) / 2
-        );
-    }
-    stalled_probe.await_items(10, WATCHDOG).unwrap();
-    let stats = mux.stats();
-    let chan = stats.channel(0).unwrap();
-    assert!(
-        chan.buffered <= 32 + 32,
-        "stalled channel buffered {}",
-        chan.buffered
-    );
-    assert_eq!(stalled_probe.received_count(), 10);
-    assert!(stats.high_water <= 8 * 32 + 128);
-    stalled_probe.cancel();
-    let deadline = Instant::now() + WATCHDOG;
-    while mux.stats().pool_free != 128 {
+    for recv_threads in RECEIVE_THREADS {
+        let mux = table_mux(recv_threads);
+        let stalled = TestSubscriber::new().request_on_subscribe(10);
+        let stalled_probe = stalled.probe();
+        weir::range(0..u64::MAX)
+            .via(&mux, 0)
+            .unwrap()
+            .subscribe(stalled);
+        let n = 200_000u64;
+        let sums: Vec<_> = (1..8)
+            .map(|id| {
+                weir::range(0..n)
+                    .via(&mux, id)
+                    .unwrap()
+                    .fold(0u64, |a, x| a + x)
+            })
+            .collect();
+        for mut sum in sums {
+            assert_eq!(
+                sum.wait_timeout(WATCHDOG).expect("hang").unwrap(),
+                n * (n - 1) / 2
+            );
+        }
+        stalled_probe.await_items(10, WATCHDOG).unwrap();
+        let stats = mux.stats();
+        let chan = stats.channel(0).unwrap();
         assert!(
-            Instant::now() < deadline,
-            "credit not back: {:?}",
-            mux.stats()
+            chan.buffered <= 32 + 32,
+            "stalled channel buffered {}",
+            chan.buffered
         );
-        std::thread::yield_now();
+        assert_eq!(stalled_probe.received_count(), 10);
+        assert!(stats.high_water <= 8 * 32 + 128);
+        stalled_probe.cancel();
+        let deadline = Instant::now() + WATCHDOG;
+        while mux.stats().pool_free != 128 {
+            assert!(
+                Instant::now() < deadline,
+                "credit not back: {:?}",
+                mux.stats()
+            );
+            std::thread::yield_now();
+        }
     }
 }
 
@@ -85,120 +96,126 @@ fn a1_threads_one_stalled_consumer_does_not_slow_the_others() {
 /// of bytes to the far side, which sends them back over a second mux.
 #[test]
 fn a11_bidirectional_echo_over_a_one_frame_lane_completes() {
-    let (send, recv) = pools();
-    let there = Mux::<u8>::builder()
-        .exclusive(16)
-        .shared(64)
-        .lane(1)
-        .build_local(send.clone(), recv.clone())
-        .unwrap();
-    let back = Mux::<u8>::builder()
-        .exclusive(16)
-        .shared(64)
-        .lane(1)
-        .build_local(recv, send)
-        .unwrap();
-    let started = Instant::now();
-    let mib = 1u64 << 20;
-    let echoes: Vec<_> = (0..8u64)
-        .map(|id| {
-            weir::range(0..mib)
-                .map(|x| x as u8)
-                .via(&there, id)
-                .unwrap()
-                .via(&back, id)
-                .unwrap()
-                .fold((0u64, true), move |(n, ordered), b| {
-                    (n + 1, ordered && b == n as u8)
-                })
-        })
-        .collect();
-    for mut echo in echoes {
-        assert_eq!(
-            echo.wait_timeout(WATCHDOG).expect("hang").unwrap(),
-            (mib, true)
-        );
+    for recv_threads in RECEIVE_THREADS {
+        let (send, recv) = pools(recv_threads);
+        let there = Mux::<u8>::builder()
+            .exclusive(16)
+            .shared(64)
+            .lane(1)
+            .build_local(send.clone(), recv.clone())
+            .unwrap();
+        let back = Mux::<u8>::builder()
+            .exclusive(16)
+            .shared(64)
+            .lane(1)
+            .build_local(recv, send)
+            .unwrap();
+        let started = Instant::now();
+        let mib = 1u64 << 20;
+        let echoes: Vec<_> = (0..8u64)
+            .map(|id| {
+                weir::range(0..mib)
+                    .map(|x| x as u8)
+                    .via(&there, id)
+                    .unwrap()
+                    .via(&back, id)
+                    .unwrap()
+                    .fold((0u64, true), move |(n, ordered), b| {
+                        (n + 1, ordered && b == n as u8)
+                    })
+            })
+            .collect();
+        for mut echo in echoes {
+            assert_eq!(
+                echo.wait_timeout(WATCHDOG).expect("hang").unwrap(),
+                (mib, true)
+            );
+        }
+        eprintln!("a11: 8 MiB echoed in {:?}", started.elapsed());
     }
-    eprintln!("a11: 8 MiB echoed in {:?}", started.elapsed());
 }
 
 /// A13: one channel's consumer panics: only that channel ends; the others deliver
 /// everything, in order, and its credit comes back.
 #[test]
 fn a13_a_panicking_consumer_ends_only_its_channel() {
-    let (send, recv) = pools();
-    let mux = Mux::<u64>::builder().build_local(send, recv).unwrap();
-    let cancelled = Arc::new(AtomicU64::new(0));
-    let flag = cancelled.clone();
-    let panicking = weir::range(0..u64::MAX)
-        .inspect_cancel(move || {
-            flag.fetch_add(1, Ordering::Relaxed);
-        })
-        .via(&mux, 0)
-        .unwrap()
-        .for_each(|x| {
-            if x == 500 {
-                panic!("consumer fails on purpose");
-            }
-        });
-    let n = 100_000u64;
-    let others: Vec<_> = (1..8)
-        .map(|id| weir::range(0..n).via(&mux, id).unwrap().collect())
-        .collect();
-    for mut items in others {
-        let items = items.wait_timeout(WATCHDOG).expect("hang").unwrap();
-        assert_eq!(items, (0..n).collect::<Vec<_>>());
+    for recv_threads in RECEIVE_THREADS {
+        let (send, recv) = pools(recv_threads);
+        let mux = Mux::<u64>::builder().build_local(send, recv).unwrap();
+        let cancelled = Arc::new(AtomicU64::new(0));
+        let flag = cancelled.clone();
+        let panicking = weir::range(0..u64::MAX)
+            .inspect_cancel(move || {
+                flag.fetch_add(1, Ordering::Relaxed);
+            })
+            .via(&mux, 0)
+            .unwrap()
+            .for_each(|x| {
+                if x == 500 {
+                    panic!("consumer fails on purpose");
+                }
+            });
+        let n = 100_000u64;
+        let others: Vec<_> = (1..8)
+            .map(|id| weir::range(0..n).via(&mux, id).unwrap().collect())
+            .collect();
+        for mut items in others {
+            let items = items.wait_timeout(WATCHDOG).expect("hang").unwrap();
+            assert_eq!(items, (0..n).collect::<Vec<_>>());
+        }
+        let mut panicking = panicking;
+        let ended = panicking
+            .wait_timeout(WATCHDOG)
+            .expect("the panicking channel ended");
+        assert!(ended.is_err(), "a panic is an error of the sink");
+        let deadline = Instant::now() + WATCHDOG;
+        while mux.stats().pool_free != 128 || cancelled.load(Ordering::Relaxed) == 0 {
+            assert!(Instant::now() < deadline, "not released: {:?}", mux.stats());
+            std::thread::yield_now();
+        }
+        assert_eq!(
+            cancelled.load(Ordering::Relaxed),
+            1,
+            "its upstream cancelled once"
+        );
     }
-    let mut panicking = panicking;
-    let ended = panicking
-        .wait_timeout(WATCHDOG)
-        .expect("the panicking channel ended");
-    assert!(ended.is_err(), "a panic is an error of the sink");
-    let deadline = Instant::now() + WATCHDOG;
-    while mux.stats().pool_free != 128 || cancelled.load(Ordering::Relaxed) == 0 {
-        assert!(Instant::now() < deadline, "not released: {:?}", mux.stats());
-        std::thread::yield_now();
-    }
-    assert_eq!(
-        cancelled.load(Ordering::Relaxed),
-        1,
-        "its upstream cancelled once"
-    );
 }
 
 /// A subscriber that requests once and drops its `Subscription` is still served to
 /// the end: what feeds a channel keeps its receiving end alive.
 #[test]
 fn a_subscriber_that_drops_its_subscription_is_served_to_the_end() {
-    struct Forgetful(std::sync::mpsc::Sender<Option<u64>>);
-    impl Subscriber<u64> for Forgetful {
-        fn on_subscribe(&mut self, subscription: weir::Subscription) {
-            subscription.request(1_000);
+    for recv_threads in RECEIVE_THREADS {
+        struct Forgetful(std::sync::mpsc::Sender<Option<u64>>);
+        impl Subscriber<u64> for Forgetful {
+            fn on_subscribe(&mut self, subscription: weir::Subscription) {
+                subscription.request(1_000);
+            }
+            fn on_next(&mut self, item: u64) {
+                let _ = self.0.send(Some(item));
+            }
+            fn on_error(&mut self, _error: weir::Error) {}
+            fn on_complete(&mut self) {
+                let _ = self.0.send(None);
+            }
         }
-        fn on_next(&mut self, item: u64) {
-            let _ = self.0.send(Some(item));
+        let (send, recv) = pools(recv_threads);
+        let mux = Mux::<u64>::builder().build_local(send, recv).unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        weir::range(0..1_000)
+            .via(&mux, 1)
+            .unwrap()
+            .subscribe(Forgetful(tx));
+        let mut items = Vec::new();
+        while let Some(item) = rx.recv_timeout(WATCHDOG).expect("hang") {
+            items.push(item);
         }
-        fn on_error(&mut self, _error: weir::Error) {}
-        fn on_complete(&mut self) {
-            let _ = self.0.send(None);
+        assert_eq!(items, (0..1_000).collect::<Vec<_>>());
+        let deadline = Instant::now() + WATCHDOG;
+        while mux.stats().pool_free != 128 || !mux.stats().channels.is_empty() {
+            assert!(Instant::now() < deadline, "not closed: {:?}", mux.stats());
+            std::thread::yield_now();
         }
-    }
-    let (send, recv) = pools();
-    let mux = Mux::<u64>::builder().build_local(send, recv).unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    weir::range(0..1_000)
-        .via(&mux, 1)
-        .unwrap()
-        .subscribe(Forgetful(tx));
-    let mut items = Vec::new();
-    while let Some(item) = rx.recv_timeout(WATCHDOG).expect("hang") {
-        items.push(item);
-    }
-    assert_eq!(items, (0..1_000).collect::<Vec<_>>());
-    let deadline = Instant::now() + WATCHDOG;
-    while mux.stats().pool_free != 128 || !mux.stats().channels.is_empty() {
-        assert!(Instant::now() < deadline, "not closed: {:?}", mux.stats());
-        std::thread::yield_now();
     }
 }
 
@@ -266,52 +283,54 @@ fn eventually(what: &str, done: impl Fn() -> bool) {
 /// closed, in either order, and not before.
 #[test]
 fn the_last_handle_and_the_last_channel_gone_release_the_worker_and_the_lane() {
-    for drop_mux_first in [false, true] {
-        let (send, recv) = pools();
-        let completed = Arc::new(AtomicU64::new(0));
-        let dropped = Arc::new(AtomicU64::new(0));
-        let mux = Mux::<u64>::builder()
-            .build(
-                send,
-                Watched {
-                    receive: recv,
-                    completed: completed.clone(),
-                    dropped: dropped.clone(),
-                },
-            )
-            .unwrap();
-        let done = weir::range(0..1_000u64).via(&mux, 0).unwrap();
-        let other = mux.clone();
-        drop(other);
-        let sum = if drop_mux_first {
-            drop(mux);
-            let sum = done.fold(0u64, |a, x| a + x).wait_timeout(WATCHDOG);
-            sum.expect("hang").unwrap()
-        } else {
-            let sum = done.fold(0u64, |a, x| a + x).wait_timeout(WATCHDOG);
-            let sum = sum.expect("hang").unwrap();
-            // The channel closed, but a handle is left: the mux stays up.
-            eventually("the channel closes", || mux.stats().channels.is_empty());
-            assert_eq!(
-                completed.load(Ordering::SeqCst),
-                0,
-                "ended with a handle left"
-            );
-            assert_eq!(
-                dropped.load(Ordering::SeqCst),
-                0,
-                "released with a handle left"
-            );
-            drop(mux);
-            sum
-        };
-        assert_eq!(sum, 499_500);
-        eventually("the frames complete", || {
-            completed.load(Ordering::SeqCst) == 1
-        });
-        eventually("the demultiplexer is released", || {
-            dropped.load(Ordering::SeqCst) == 1
-        });
+    for recv_threads in RECEIVE_THREADS {
+        for drop_mux_first in [false, true] {
+            let (send, recv) = pools(recv_threads);
+            let completed = Arc::new(AtomicU64::new(0));
+            let dropped = Arc::new(AtomicU64::new(0));
+            let mux = Mux::<u64>::builder()
+                .build(
+                    send,
+                    Watched {
+                        receive: recv,
+                        completed: completed.clone(),
+                        dropped: dropped.clone(),
+                    },
+                )
+                .unwrap();
+            let done = weir::range(0..1_000u64).via(&mux, 0).unwrap();
+            let other = mux.clone();
+            drop(other);
+            let sum = if drop_mux_first {
+                drop(mux);
+                let sum = done.fold(0u64, |a, x| a + x).wait_timeout(WATCHDOG);
+                sum.expect("hang").unwrap()
+            } else {
+                let sum = done.fold(0u64, |a, x| a + x).wait_timeout(WATCHDOG);
+                let sum = sum.expect("hang").unwrap();
+                // The channel closed, but a handle is left: the mux stays up.
+                eventually("the channel closes", || mux.stats().channels.is_empty());
+                assert_eq!(
+                    completed.load(Ordering::SeqCst),
+                    0,
+                    "ended with a handle left"
+                );
+                assert_eq!(
+                    dropped.load(Ordering::SeqCst),
+                    0,
+                    "released with a handle left"
+                );
+                drop(mux);
+                sum
+            };
+            assert_eq!(sum, 499_500);
+            eventually("the frames complete", || {
+                completed.load(Ordering::SeqCst) == 1
+            });
+            eventually("the demultiplexer is released", || {
+                dropped.load(Ordering::SeqCst) == 1
+            });
+        }
     }
 }
 
@@ -323,81 +342,83 @@ fn the_last_handle_and_the_last_channel_gone_release_the_worker_and_the_lane() {
 /// pool is whole and no channel is left.
 #[test]
 fn a2_a4_a5_threads_stalled_channels_resume_or_cancel_and_credit_is_conserved() {
-    let mux = table_mux();
-    let n = 100_000u64;
-    let probes: Vec<_> = (0..8).map(|id| probed(&mux, id, n)).collect();
-    for probe in &probes[..4] {
-        probe.request(100);
-    }
-    for probe in &probes[4..] {
-        probe.request(n);
-    }
-    for probe in &probes[..4] {
-        probe.await_items(100, WATCHDOG).unwrap();
-    }
-    for probe in &probes[4..] {
-        probe.await_completion(WATCHDOG).unwrap();
-        assert_eq!(
-            probe.items(),
-            (0..n).collect::<Vec<_>>(),
-            "healthy: in order"
-        );
-    }
-    let stats = mux.stats();
-    for c in 0..4 {
-        let chan = stats.channel(c).unwrap();
-        assert!(
-            chan.buffered <= 32 + 32,
-            "stalled {c} holds {}",
-            chan.buffered
-        );
-        assert!(
-            chan.shared_held <= chan.buffered,
-            "stalled {c} holds only shared credit that backs items"
-        );
-    }
-    assert!(stats.high_water <= 8 * 32 + 128);
-    // A5: one cancels; A4: three resume.
-    probes[0].cancel();
-    for probe in &probes[1..4] {
-        probe.request(n);
-    }
-    let mut last = 0;
-    let mut last_progress = Instant::now();
-    loop {
-        let received: u64 = probes[1..4].iter().map(|p| p.received_count()).sum();
-        if received == 3 * n {
-            break;
+    for recv_threads in RECEIVE_THREADS {
+        let mux = table_mux(recv_threads);
+        let n = 100_000u64;
+        let probes: Vec<_> = (0..8).map(|id| probed(&mux, id, n)).collect();
+        for probe in &probes[..4] {
+            probe.request(100);
         }
-        if received > last {
-            last = received;
-            last_progress = Instant::now();
+        for probe in &probes[4..] {
+            probe.request(n);
         }
-        assert!(
-            last_progress.elapsed() < Duration::from_secs(2),
-            "no progress for 2 s at {received} of {}: {:?}",
-            3 * n,
-            mux.stats()
-        );
-        std::thread::sleep(Duration::from_millis(1));
-    }
-    for probe in &probes[1..4] {
-        probe.await_completion(WATCHDOG).unwrap();
-        assert_eq!(
-            probe.items(),
-            (0..n).collect::<Vec<_>>(),
-            "resumed: exactly once, in order"
-        );
-    }
-    eventually("every channel closes and the pool is whole", || {
+        for probe in &probes[..4] {
+            probe.await_items(100, WATCHDOG).unwrap();
+        }
+        for probe in &probes[4..] {
+            probe.await_completion(WATCHDOG).unwrap();
+            assert_eq!(
+                probe.items(),
+                (0..n).collect::<Vec<_>>(),
+                "healthy: in order"
+            );
+        }
         let stats = mux.stats();
-        stats.channels.is_empty() && stats.pool_free == 128 && stats.buffered_total == 0
-    });
-    assert_eq!(
-        probes[0].received_count(),
-        100,
-        "the cancelled channel got no more"
-    );
+        for c in 0..4 {
+            let chan = stats.channel(c).unwrap();
+            assert!(
+                chan.buffered <= 32 + 32,
+                "stalled {c} holds {}",
+                chan.buffered
+            );
+            assert!(
+                chan.shared_held <= chan.buffered,
+                "stalled {c} holds only shared credit that backs items"
+            );
+        }
+        assert!(stats.high_water <= 8 * 32 + 128);
+        // A5: one cancels; A4: three resume.
+        probes[0].cancel();
+        for probe in &probes[1..4] {
+            probe.request(n);
+        }
+        let mut last = 0;
+        let mut last_progress = Instant::now();
+        loop {
+            let received: u64 = probes[1..4].iter().map(|p| p.received_count()).sum();
+            if received == 3 * n {
+                break;
+            }
+            if received > last {
+                last = received;
+                last_progress = Instant::now();
+            }
+            assert!(
+                last_progress.elapsed() < Duration::from_secs(2),
+                "no progress for 2 s at {received} of {}: {:?}",
+                3 * n,
+                mux.stats()
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        for probe in &probes[1..4] {
+            probe.await_completion(WATCHDOG).unwrap();
+            assert_eq!(
+                probe.items(),
+                (0..n).collect::<Vec<_>>(),
+                "resumed: exactly once, in order"
+            );
+        }
+        eventually("every channel closes and the pool is whole", || {
+            let stats = mux.stats();
+            stats.channels.is_empty() && stats.pool_free == 128 && stats.buffered_total == 0
+        });
+        assert_eq!(
+            probes[0].received_count(),
+            100,
+            "the cancelled channel got no more"
+        );
+    }
 }
 
 /// A12 on threads: with seven channels saturating a lane of one frame, a sender's
@@ -405,55 +426,59 @@ fn a2_a4_a5_threads_stalled_channels_resume_or_cancel_and_credit_is_conserved() 
 /// others carry on to the end.
 #[test]
 fn a12_threads_an_error_and_a_cancel_bypass_a_saturated_lane() {
-    let (send, recv) = pools();
-    let mux = Mux::<u64>::builder()
-        .lane(1)
-        .build_local(send, recv)
-        .unwrap();
-    let n = 50_000u64;
-    let busy: Vec<_> = (1..8).map(|id| probed(&mux, id, n)).collect();
-    let cancelled = probed(&mux, 8, u64::MAX);
-    for probe in &busy {
-        probe.request(n);
+    for recv_threads in RECEIVE_THREADS {
+        let (send, recv) = pools(recv_threads);
+        let mux = Mux::<u64>::builder()
+            .lane(1)
+            .build_local(send, recv)
+            .unwrap();
+        let n = 50_000u64;
+        let busy: Vec<_> = (1..8).map(|id| probed(&mux, id, n)).collect();
+        let cancelled = probed(&mux, 8, u64::MAX);
+        for probe in &busy {
+            probe.request(n);
+        }
+        cancelled.request(u64::MAX);
+        let failed = failing_sender(&mux, 0);
+        let error = failed.await_error(WATCHDOG).unwrap();
+        assert_eq!(error.message(), "sender failed");
+        assert_eq!(failed.items(), (1..=10).collect::<Vec<_>>());
+        cancelled.await_items(1, WATCHDOG).unwrap();
+        cancelled.cancel();
+        eventually("the cancelled channel closes", || {
+            mux.stats().channel(8).is_none()
+        });
+        for probe in &busy {
+            probe.await_completion(WATCHDOG).unwrap();
+            assert_eq!(probe.items(), (0..n).collect::<Vec<_>>());
+        }
+        eventually("the pool is whole", || mux.stats().pool_free == 128);
     }
-    cancelled.request(u64::MAX);
-    let failed = failing_sender(&mux, 0);
-    let error = failed.await_error(WATCHDOG).unwrap();
-    assert_eq!(error.message(), "sender failed");
-    assert_eq!(failed.items(), (1..=10).collect::<Vec<_>>());
-    cancelled.await_items(1, WATCHDOG).unwrap();
-    cancelled.cancel();
-    eventually("the cancelled channel closes", || {
-        mux.stats().channel(8).is_none()
-    });
-    for probe in &busy {
-        probe.await_completion(WATCHDOG).unwrap();
-        assert_eq!(probe.items(), (0..n).collect::<Vec<_>>());
-    }
-    eventually("the pool is whole", || mux.stats().pool_free == 128);
 }
 
 /// A14 on threads: zero exclusive credit, a pool of one, two channels, one stalled:
 /// the other carries everything, and the stalled one's unit comes back on cancel.
 #[test]
 fn a14_threads_zero_exclusive_mode_survives_a_stalled_channel() {
-    let (send, recv) = pools();
-    let mux = Mux::<u64>::builder()
-        .exclusive(0)
-        .shared(1)
-        .borrow_cap(1)
-        .build_local(send, recv)
-        .unwrap();
-    let stalled = probed(&mux, 0, 1_000);
-    let other = probed(&mux, 1, 10_000);
-    stalled.request(3);
-    other.request(u64::MAX);
-    stalled.await_items(3, WATCHDOG).unwrap();
-    other.await_completion(WATCHDOG).unwrap();
-    assert_eq!(other.items(), (0..10_000).collect::<Vec<_>>());
-    assert!(mux.stats().high_water <= 1);
-    stalled.cancel();
-    eventually("the unit comes back", || mux.stats().pool_free == 1);
+    for recv_threads in RECEIVE_THREADS {
+        let (send, recv) = pools(recv_threads);
+        let mux = Mux::<u64>::builder()
+            .exclusive(0)
+            .shared(1)
+            .borrow_cap(1)
+            .build_local(send, recv)
+            .unwrap();
+        let stalled = probed(&mux, 0, 1_000);
+        let other = probed(&mux, 1, 10_000);
+        stalled.request(3);
+        other.request(u64::MAX);
+        stalled.await_items(3, WATCHDOG).unwrap();
+        other.await_completion(WATCHDOG).unwrap();
+        assert_eq!(other.items(), (0..10_000).collect::<Vec<_>>());
+        assert!(mux.stats().high_water <= 1);
+        stalled.cancel();
+        eventually("the unit comes back", || mux.stats().pool_free == 1);
+    }
 }
 
 /// The receiving side keeps its own map of channels (not the mux's lock per frame):
@@ -466,60 +491,125 @@ fn a14_threads_zero_exclusive_mode_survives_a_stalled_channel() {
 /// only once the last of them came back.
 #[test]
 fn an_id_opened_again_after_its_channel_closed_receives_its_own_items() {
-    let mux = table_mux();
-    let busy = weir::range(0..2_000_000u64)
-        .via(&mux, 1)
-        .unwrap()
-        .fold(0u64, |a, x| a.wrapping_add(x));
-    // The previous channel 7 may still be closing: its id is in use until then.
-    let open_7 = |items: std::ops::Range<u64>| {
-        let start = Instant::now();
-        loop {
-            match weir::range(items.clone()).via(&mux, 7) {
-                Ok(channel) => return channel,
-                Err(weir::mux::MuxError::ChannelInUse(7)) => {
-                    assert!(start.elapsed() < WATCHDOG, "channel 7 never closed");
-                    std::thread::yield_now();
+    for recv_threads in RECEIVE_THREADS {
+        let mux = table_mux(recv_threads);
+        let busy = weir::range(0..2_000_000u64)
+            .via(&mux, 1)
+            .unwrap()
+            .fold(0u64, |a, x| a.wrapping_add(x));
+        // The previous channel 7 may still be closing: its id is in use until then.
+        let open_7 = |items: std::ops::Range<u64>| {
+            let start = Instant::now();
+            loop {
+                match weir::range(items.clone()).via(&mux, 7) {
+                    Ok(channel) => return channel,
+                    Err(weir::mux::MuxError::ChannelInUse(7)) => {
+                        assert!(start.elapsed() < WATCHDOG, "channel 7 never closed");
+                        std::thread::yield_now();
+                    }
+                    Err(other) => panic!("unexpected: {other}"),
                 }
-                Err(other) => panic!("unexpected: {other}"),
+            }
+        };
+        let per = 1_000u64;
+        for round in 0..40u64 {
+            if round % 3 == 0 {
+                let quitter = TestSubscriber::new().request_on_subscribe(u64::MAX);
+                let probe = quitter.probe();
+                open_7(0..per).subscribe(quitter);
+                probe.await_items(10, WATCHDOG).unwrap();
+                probe.cancel();
+            }
+            let items = round * per..(round + 1) * per;
+            let expected: u64 = items.clone().sum();
+            let mut sum = open_7(items).fold(0u64, |a, x| a + x);
+            let side: Vec<_> = (0..5)
+                .map(|i| {
+                    let id = 100 + round * 5 + i;
+                    weir::range(0..100u64)
+                        .via(&mux, id)
+                        .unwrap()
+                        .fold(0u64, |a, x| a + x)
+                })
+                .collect();
+            assert_eq!(
+                sum.wait_timeout(WATCHDOG).expect("hang").unwrap(),
+                expected,
+                "round {round}: channel 7 got another channel's items"
+            );
+            for mut s in side {
+                assert_eq!(s.wait_timeout(WATCHDOG).expect("hang").unwrap(), 4_950);
             }
         }
-    };
-    let per = 1_000u64;
-    for round in 0..40u64 {
-        if round % 3 == 0 {
-            let quitter = TestSubscriber::new().request_on_subscribe(u64::MAX);
-            let probe = quitter.probe();
-            open_7(0..per).subscribe(quitter);
-            probe.await_items(10, WATCHDOG).unwrap();
-            probe.cancel();
-        }
-        let items = round * per..(round + 1) * per;
-        let expected: u64 = items.clone().sum();
-        let mut sum = open_7(items).fold(0u64, |a, x| a + x);
-        let side: Vec<_> = (0..5)
-            .map(|i| {
-                let id = 100 + round * 5 + i;
-                weir::range(0..100u64)
-                    .via(&mux, id)
-                    .unwrap()
-                    .fold(0u64, |a, x| a + x)
-            })
-            .collect();
+        let mut busy = busy;
         assert_eq!(
-            sum.wait_timeout(WATCHDOG).expect("hang").unwrap(),
-            expected,
-            "round {round}: channel 7 got another channel's items"
+            busy.wait_timeout(WATCHDOG).expect("hang").unwrap(),
+            (0..2_000_000u64).fold(0u64, |a, x| a.wrapping_add(x))
         );
-        for mut s in side {
-            assert_eq!(s.wait_timeout(WATCHDOG).expect("hang").unwrap(), 4_950);
+        eventually("every channel closed", || mux.stats().channels.is_empty());
+        eventually("the pool is whole", || mux.stats().pool_free == 128);
+    }
+}
+
+/// A transport whose demultiplexer runs on a pool of its own, not on the receiving
+/// scheduler it names.
+struct Foreign {
+    receive: ThreadPool,
+    demux_on: ThreadPool,
+}
+
+impl weir::mux::Transport<u64> for Foreign {
+    fn receiver(&self) -> Arc<dyn weir::runtime::Scheduler> {
+        Arc::new(self.receive.clone())
+    }
+    fn connect(self, frames: weir::mux::Frames<u64>, demux: weir::mux::Demux<u64>) {
+        frames.publish_on(self.demux_on, 4).subscribe(demux);
+    }
+}
+
+/// Every channel's subscriber runs on the receiving scheduler, whether the
+/// demultiplexer runs there too (the local lane: on a pool of one thread it runs
+/// each channel's pass in place) or elsewhere (a transport that demultiplexes on a
+/// pool of its own must not pull the subscribers onto that pool).
+#[test]
+fn subscribers_run_on_the_receiving_scheduler_wherever_the_demultiplexer_runs() {
+    for recv_threads in RECEIVE_THREADS {
+        for foreign in [false, true] {
+            let (send, receive) = pools(recv_threads);
+            let builder = Mux::<u64>::builder();
+            let mux = if foreign {
+                let demux_on = ThreadPool::builder().name("demux").threads(1).build();
+                builder.build(send, Foreign { receive, demux_on })
+            } else {
+                builder.build_local(send, receive)
+            }
+            .unwrap();
+            let n = 20_000u64;
+            let counts: Vec<_> = (0..4)
+                .map(|id| {
+                    weir::range(0..n).via(&mux, id).unwrap().fold(
+                        (0u64, 0u64),
+                        |(delivered, elsewhere), _| {
+                            let here = std::thread::current()
+                                .name()
+                                .is_some_and(|name| name.starts_with("mux-recv-"));
+                            (delivered + 1, elsewhere + u64::from(!here))
+                        },
+                    )
+                })
+                .collect();
+            for mut count in counts {
+                let (delivered, elsewhere) = count.wait_timeout(WATCHDOG).expect("hang").unwrap();
+                assert_eq!(
+                    delivered, n,
+                    "receive threads {recv_threads}, foreign {foreign}"
+                );
+                assert_eq!(
+                    elsewhere, 0,
+                    "receive threads {recv_threads}, foreign demultiplexer {foreign}: \
+                     items delivered off the receiving pool"
+                );
+            }
         }
     }
-    let mut busy = busy;
-    assert_eq!(
-        busy.wait_timeout(WATCHDOG).expect("hang").unwrap(),
-        (0..2_000_000u64).fold(0u64, |a, x| a.wrapping_add(x))
-    );
-    eventually("every channel closed", || mux.stats().channels.is_empty());
-    eventually("the pool is whole", || mux.stats().pool_free == 128);
 }
