@@ -36,8 +36,9 @@ pub(crate) struct Plumbing<T> {
     source: Mutex<Option<Arc<dyn Target>>>,
     /// How the sending upstream ended, and after how many items.
     end: Mutex<Option<(u64, Result<(), Error>)>>,
-    /// The demultiplexer owes the receiving side a wake-up at the end of its batch
-    /// (only the demultiplexer reads or writes it).
+    /// The demultiplexer owes the receiving side a wake-up at the end of its batch.
+    /// Only the demultiplexer reads or writes it, and whatever hands the
+    /// demultiplexer from one thread to the next orders its accesses.
     wake_owed: AtomicBool,
 }
 
@@ -219,7 +220,7 @@ impl<T> Plumbing<T> {
     /// The demultiplexer notes that it owes this channel a wake-up: true the first
     /// time since the last [`wake_paid`](Self::wake_paid).
     pub(crate) fn owe_wake(&self) -> bool {
-        // Relaxed: only the demultiplexer's thread touches the flag.
+        // Relaxed: only the demultiplexer touches the flag (see the field).
         !self.wake_owed.swap(true, Ordering::Relaxed)
     }
 

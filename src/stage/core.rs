@@ -48,9 +48,9 @@
 // (`signal_in_place`): when the calling thread is the scheduler's only thread, a task
 // could not start before the caller's own task ends anyway, so the loop runs there
 // and then (as a task would: yielding and rescheduling after its budget, never
-// lingering) and the task hand-off is saved. The mux's demultiplexer does this for
-// every frame it puts into a channel's window. The caller must hold no lock a pass
-// could take.
+// lingering) and the task hand-off is saved. The mux's demultiplexer does this once
+// per batch of frames for every channel the batch gave items. The caller must hold
+// no lock a pass could take.
 //
 // # Layout
 //
