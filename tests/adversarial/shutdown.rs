@@ -46,10 +46,11 @@ pub enum Boundary {
     FromReceiver,
     IntoStream,
     SubscribeAsync,
+    Mux,
 }
 
 /// Every boundary and bridge that runs on a scheduler.
-pub const CASES: [Boundary; 13] = [
+pub const CASES: [Boundary; 14] = [
     Boundary::PublishOn,
     Boundary::SubscribeOn,
     Boundary::Sample,
@@ -63,6 +64,7 @@ pub const CASES: [Boundary; 13] = [
     Boundary::FromReceiver,
     Boundary::IntoStream,
     Boundary::SubscribeAsync,
+    Boundary::Mux,
 ];
 
 /// Items to see flowing before the shutdown.
@@ -101,6 +103,13 @@ pub fn stage<C: weir::runtime::Scheduler + Clone>(
     };
     Some(match case {
         Boundary::PublishOn => paced(env).publish_on(scheduler, 16).boxed(),
+        // The worker, the lane and every channel's receiving stage on the scheduler.
+        Boundary::Mux => {
+            let mux = weir::mux::Mux::builder()
+                .build_local(scheduler.clone(), scheduler)
+                .expect("the default mux configuration");
+            paced(env).via(&mux, 0).expect("channel 0 is free").boxed()
+        }
         Boundary::SubscribeOn => paced(env).subscribe_on(scheduler).boxed(),
         Boundary::Sample => paced(env).sample(ms(1), scheduler).boxed(),
         Boundary::Debounce => paced(env)
