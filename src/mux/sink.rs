@@ -217,11 +217,13 @@ impl<T> Plumbing<T> {
         }
     }
 
-    /// The demultiplexer notes that it owes this channel a wake-up: true the first
-    /// time since the last [`wake_paid`](Self::wake_paid).
-    pub(crate) fn owe_wake(&self) -> bool {
+    /// The demultiplexer owes this channel a wake-up: the channel joins `owed`, once
+    /// until its [`wake_paid`](Self::wake_paid).
+    pub(crate) fn owe_wake(self: &Arc<Self>, owed: &mut Vec<Arc<Self>>) {
         // Relaxed: only the demultiplexer touches the flag (see the field).
-        !self.wake_owed.swap(true, Ordering::Relaxed)
+        if !self.wake_owed.swap(true, Ordering::Relaxed) {
+            owed.push(self.clone());
+        }
     }
 
     /// The demultiplexer is about to wake this channel.

@@ -139,16 +139,12 @@ impl<T: Send + 'static> Demux<T> {
         let Frame { channel, mut items } = frame;
         let known = self.known.get(&channel);
         if let Some(plumbing) = known.filter(|p| p.receive(&mut items).is_ok()) {
-            if plumbing.owe_wake() {
-                self.owed.push(plumbing.clone());
-            }
+            plumbing.owe_wake(&mut self.owed);
         } else {
             // Not known yet, or the known channel closed (its id may be open again).
             match self.lookup(channel) {
                 Some(plumbing) if plumbing.receive(&mut items).is_ok() => {
-                    if plumbing.owe_wake() {
-                        self.owed.push(plumbing.clone());
-                    }
+                    plumbing.owe_wake(&mut self.owed);
                     self.known.insert(channel, plumbing);
                 }
                 // The channel stopped receiving, or closed while the frame travelled.
