@@ -42,6 +42,8 @@ pub mod mux;
 #[path = "../operators/mod.rs"]
 pub mod operators;
 pub mod queue;
+#[cfg(feature = "rsocket")]
+pub mod rsocket;
 pub mod runtime;
 pub mod sink;
 pub mod source;

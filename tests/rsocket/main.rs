@@ -1,0 +1,3 @@
+//! Tests of `weir::rsocket`, mirroring its modules.
+
+mod frame;
