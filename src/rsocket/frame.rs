@@ -472,23 +472,7 @@ impl Frame {
         let frame_type = (type_and_flags >> 10) as u8;
         let flags = type_and_flags & 0x3FF;
         r.frame_type = Some(frame_type);
-        let on_connection = matches!(
-            frame_type,
-            kind::SETUP | kind::LEASE | kind::KEEPALIVE | kind::METADATA_PUSH
-        );
-        let on_stream = matches!(
-            frame_type,
-            kind::REQUEST_RESPONSE
-                | kind::REQUEST_FNF
-                | kind::REQUEST_STREAM
-                | kind::REQUEST_CHANNEL
-                | kind::REQUEST_N
-                | kind::CANCEL
-                | kind::PAYLOAD
-        );
-        if (on_connection && stream != 0) || (on_stream && stream == 0) {
-            return Err(FrameError::WrongStream { frame_type, stream });
-        }
+        check_stream(frame_type, stream)?;
         let follows = flags & flag::FOLLOWS != 0;
         let body = match frame_type {
             kind::SETUP => {
@@ -782,26 +766,7 @@ impl Frame {
         if self.stream > MAX_U31 {
             return too_large("stream id", self.stream as usize);
         }
-        let on_connection = matches!(
-            self.body,
-            Body::Setup(_) | Body::Lease { .. } | Body::Keepalive { .. } | Body::MetadataPush(_)
-        );
-        let on_stream = matches!(
-            self.body,
-            Body::RequestResponse { .. }
-                | Body::RequestFnf { .. }
-                | Body::RequestStream { .. }
-                | Body::RequestChannel { .. }
-                | Body::RequestN(_)
-                | Body::Cancel
-                | Body::Payload { .. }
-        );
-        if (on_connection && self.stream != 0) || (on_stream && self.stream == 0) {
-            return Err(FrameError::WrongStream {
-                frame_type,
-                stream: self.stream,
-            });
-        }
+        check_stream(frame_type, self.stream)?;
         match &self.body {
             Body::Setup(s) => {
                 positive("time between keepalives", s.keepalive_ms)?;
@@ -868,6 +833,30 @@ impl Frame {
             Body::Ignored { frame_type } => Err(FrameError::UnknownType(*frame_type)),
         }
     }
+}
+
+/// A connection frame (SETUP, LEASE, KEEPALIVE, METADATA_PUSH) must travel on stream
+/// 0, a stream frame (the requests, REQUEST_N, CANCEL, PAYLOAD) on a stream above 0;
+/// ERROR and unknown types may travel on either.
+fn check_stream(frame_type: u8, stream: u32) -> Result<(), FrameError> {
+    let on_connection = matches!(
+        frame_type,
+        kind::SETUP | kind::LEASE | kind::KEEPALIVE | kind::METADATA_PUSH
+    );
+    let on_stream = matches!(
+        frame_type,
+        kind::REQUEST_RESPONSE
+            | kind::REQUEST_FNF
+            | kind::REQUEST_STREAM
+            | kind::REQUEST_CHANNEL
+            | kind::REQUEST_N
+            | kind::CANCEL
+            | kind::PAYLOAD
+    );
+    if (on_connection && stream != 0) || (on_stream && stream == 0) {
+        return Err(FrameError::WrongStream { frame_type, stream });
+    }
+    Ok(())
 }
 
 fn put_payload(dst: &mut BytesMut, payload: &Payload) {
