@@ -10,7 +10,8 @@
 //!
 //! Environment: `ROUNDS` (default 40), `N` items per sample (default 2,000,000),
 //! `PREFETCH` (comma-separated, default `16,64,256,1024`), `ONLY` (formulations to run,
-//! by index, comma-separated; default all).
+//! by index, comma-separated; default all), `SIDE` (`current` or `base`: run only that
+//! build, for a profiler; no ratios then).
 
 use std::time::Instant;
 
@@ -105,6 +106,11 @@ fn main() {
             .map(|i| i.trim().parse().expect("ONLY: comma-separated indices"))
             .collect()
     });
+    let side = std::env::var("SIDE").ok();
+    if let Some(side) = side.as_deref() {
+        profile(side, rounds, n, &prefetches, only.as_deref());
+        return;
+    }
     let (now, then) = (current::Pools::new(), base::Pools::new());
     println!("{rounds} rounds of {n} items; ratio = current ÷ base (same round)");
     println!("| formulation | prefetch | current M/s | base M/s | ratio median | ratio geomean |");
@@ -139,4 +145,29 @@ fn main() {
         }
     }
     eprintln!("took {:.0} s", started.elapsed().as_secs_f64());
+}
+
+/// `SIDE=current|base`: run one build only (for a profiler attached to the process);
+/// prints each formulation's median throughput.
+fn profile(side: &str, rounds: usize, n: u64, prefetches: &[u64], only: Option<&[usize]>) {
+    let (now, then) = (current::Pools::new(), base::Pools::new());
+    for which in 0..NAMES.len() {
+        if only.is_some_and(|only| !only.contains(&which)) {
+            continue;
+        }
+        for &prefetch in prefetches {
+            let samples = (0..rounds)
+                .map(|_| match side {
+                    "current" => current::run(which, n, prefetch, &now),
+                    "base" => base::run(which, n, prefetch, &then),
+                    other => panic!("SIDE: `current` or `base`, not `{other}`"),
+                })
+                .collect();
+            println!(
+                "{side} | {} | {prefetch} | {:.1} M/s",
+                NAMES[which],
+                median(samples)
+            );
+        }
+    }
 }
