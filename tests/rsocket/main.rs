@@ -1,3 +1,9 @@
-//! Tests of `weir::rsocket`, mirroring its modules.
+//! Tests of `weir::rsocket`, mirroring its modules, and interop tests against real
+//! peers (rsocket-py, rsocket-js), installed on first use.
 
+mod conn;
 mod frame;
+mod interop;
+mod peers;
+mod service;
+mod wire;

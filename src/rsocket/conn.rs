@@ -1,0 +1,1101 @@
+//! One RSocket connection: its streams, its reader task and its writer task.
+//!
+//! # State
+//!
+//! [`Conn`] holds, under one mutex, the open streams (by id), the queue of control
+//! frames, the round-robin list of streams with data to send, and how the connection
+//! ended. A stream's entry has a sending side ([`SendSide`]: the outbox that the local
+//! publisher fills against the peer's credit) and a receiving side ([`Inbox`]: the
+//! buffer the reader fills against the credit this side granted), either or both
+//! (a channel has both). The entry goes once both sides are done.
+//!
+//! Lock order: an [`Inbox`]'s lock may be held while the connection's is taken,
+//! never the other way round (the reader looks a stream up, lets the connection's
+//! lock go, then locks the inbox). No lock is held while user code runs (a
+//! publisher's `subscribe` or `request`, a handler).
+//!
+//! # Reader
+//!
+//! Reads length-prefixed frames (tokio-util's codec, limited to
+//! [`Config::max_frame`]), decodes them, reassembles fragments and dispatches: a
+//! PAYLOAD to its stream's inbox (never waiting for a consumer: the credit this side
+//! granted reserved the room), `REQUEST_N` to the sending side's credit, `CANCEL` and
+//! `ERROR` to the stream, requests to the handler. A malformed frame closes the
+//! connection with a `CONNECTION_ERROR`. It also keeps the connection alive: the
+//! client sends `KEEPALIVE` each interval, and silence longer than the lifetime
+//! closes the connection.
+//!
+//! # Writer
+//!
+//! Takes, under the lock, every control frame and then a round of the ready streams
+//! (deficit round robin, a quantum of bytes each), up to a budget of bytes; encodes
+//! and writes them with the lock released; asks the local publishers whose outbox
+//! fell to its low-water mark for more (within the peer's credit); and waits for the
+//! next wake-up when there is nothing to send.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::StreamExt as _;
+use tokio::io::AsyncWriteExt as _;
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::Notify;
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+
+use super::fragment::{self, Assembly, AssemblyError, Lead};
+use super::frame::{Body, ErrorCode, Frame, Payload, MAX_U31};
+use super::inbound::{Inbox, PayloadStream};
+use super::outbound::Outbound;
+use super::server::Handler;
+use super::{Config, RemoteError};
+use crate::guard::catch;
+use crate::runtime::Tokio;
+use crate::{BoxPublisher, Error, Publisher, Subscription};
+
+/// Bytes of frames the writer takes in one turn of the lock.
+const WRITE_BUDGET: usize = 64 * 1024;
+
+/// A frame's length prefix on TCP.
+const LENGTH_PREFIX: usize = 3;
+
+/// The sending side of a stream.
+pub(crate) struct SendSide {
+    /// Items (and the end) waiting for the writer.
+    outbox: VecDeque<Out>,
+    /// Credit the peer granted that no local request took yet.
+    credit: u64,
+    /// Every `REQUEST_N` so far, summed (saturating at 2^31 − 1).
+    granted: u64,
+    /// Asked of the local publisher, not delivered yet.
+    requested: u64,
+    /// The local publisher's subscription, once it subscribed.
+    subscription: Option<Subscription>,
+    /// In the writer's ready list.
+    queued: bool,
+    /// Bytes this stream may still send in the current round.
+    deficit: usize,
+    /// The first frame's kind when it is not a PAYLOAD (a channel's opening request).
+    lead: Option<Lead>,
+    /// One item, then complete (a response).
+    single: bool,
+    /// The local publisher ended (or was cancelled): no more items.
+    ended: bool,
+}
+
+/// What the writer sends for a stream.
+pub(crate) enum Out {
+    Item(Payload),
+    Complete,
+    Error(Error),
+}
+
+impl Out {
+    fn size(&self) -> usize {
+        match self {
+            Out::Item(p) => p.data.len() + p.metadata.as_ref().map_or(0, |m| m.len() + 3) + 6,
+            Out::Complete | Out::Error(_) => 6,
+        }
+    }
+}
+
+impl SendSide {
+    /// A sending side holding `credit` from the start (a request's initial credit).
+    pub(crate) fn new(credit: u32, single: bool, lead: Option<Lead>) -> Self {
+        SendSide {
+            outbox: VecDeque::new(),
+            credit: u64::from(credit),
+            granted: u64::from(credit),
+            requested: 0,
+            subscription: None,
+            queued: false,
+            deficit: 0,
+            lead,
+            single,
+            ended: false,
+        }
+    }
+
+    fn unbounded(&self) -> bool {
+        self.granted >= u64::from(MAX_U31)
+    }
+
+    /// How many more items to ask of the local publisher now (taken from the
+    /// credit): none while more than a quarter of the window is asked or waiting.
+    fn refill(&mut self, window: u64) -> u64 {
+        if self.ended || self.subscription.is_none() {
+            return 0;
+        }
+        let held = self.requested + self.outbox.len() as u64;
+        if held > window / 4 {
+            return 0;
+        }
+        let room = window - held.min(window);
+        let n = if self.unbounded() {
+            room
+        } else {
+            room.min(self.credit)
+        };
+        if !self.unbounded() {
+            self.credit -= n;
+        }
+        self.requested += n;
+        n
+    }
+
+    fn grant(&mut self, n: u32) {
+        self.granted = (self.granted + u64::from(n)).min(u64::from(MAX_U31));
+        self.credit = self.credit.saturating_add(u64::from(n));
+    }
+}
+
+/// A stream's two sides.
+#[derive(Default)]
+struct Entry {
+    send: Option<SendSide>,
+    recv: Option<Arc<Inbox>>,
+}
+
+struct State {
+    streams: HashMap<u32, Entry>,
+    /// The id this side gives its next request.
+    next_id: u32,
+    control: VecDeque<Frame>,
+    ready: VecDeque<u32>,
+    /// How the connection ended (then every stream is gone).
+    over: Option<Error>,
+    /// No new requests; close once the last stream ended.
+    closing: bool,
+}
+
+/// What the reader, the writer, the streams and the handles share.
+pub(crate) struct Conn {
+    pub(crate) config: Config,
+    state: Mutex<State>,
+    /// Wakes the writer (a permit is kept when it is not waiting).
+    writer: Notify,
+    /// Wakes the reader to stop.
+    reader: Notify,
+    /// Wakes whoever waits for the connection's end.
+    ended: Notify,
+    pub(crate) scheduler: Tokio,
+    handler: Option<Arc<dyn Handler>>,
+    /// Silence from the peer that ends the connection.
+    lifetime: Duration,
+    /// Send KEEPALIVE this often (the client).
+    keepalive: Option<Duration>,
+}
+
+impl Conn {
+    /// A connection's shared state. `client`: ids are odd and KEEPALIVE is sent.
+    fn new(
+        config: Config,
+        handler: Option<Arc<dyn Handler>>,
+        client: bool,
+        lifetime: Duration,
+        scheduler: Tokio,
+    ) -> Arc<Self> {
+        let keepalive = client.then_some(config.keepalive);
+        Arc::new(Conn {
+            config,
+            state: Mutex::new(State {
+                streams: HashMap::new(),
+                next_id: if client { 1 } else { 2 },
+                control: VecDeque::new(),
+                ready: VecDeque::new(),
+                over: None,
+                closing: false,
+            }),
+            writer: Notify::new(),
+            reader: Notify::new(),
+            ended: Notify::new(),
+            scheduler,
+            handler,
+            lifetime,
+            keepalive,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Start a connection on a socket's two halves: its reader and writer tasks on
+    /// the current tokio runtime. `first` is sent before anything else (SETUP).
+    pub(crate) fn start(
+        (read, write): (Reader, OwnedWriteHalf),
+        config: Config,
+        handler: Option<Arc<dyn Handler>>,
+        client: bool,
+        lifetime: Duration,
+        first: Option<Frame>,
+    ) -> Arc<Conn> {
+        let conn = Conn::new(config, handler, client, lifetime, Tokio::current());
+        conn.lock().control.extend(first);
+        tokio::spawn(write_loop(conn.clone(), write));
+        tokio::spawn(read_loop(conn.clone(), read));
+        conn
+    }
+
+    // ---- requests made by this side -------------------------------------------
+
+    /// Open a stream this side requests: a fresh id, `recv` as its receiving side,
+    /// `send` as its sending side (a channel), and the request (`lead`, `payload`)
+    /// queued. Called with `recv`'s lock held (the lock order allows it).
+    pub(crate) fn open(
+        &self,
+        recv: Option<Arc<Inbox>>,
+        send: Option<SendSide>,
+        lead: Lead,
+        payload: Payload,
+    ) -> Result<u32, Error> {
+        self.open_with(recv, send, Some((lead, payload)))
+    }
+
+    /// Register a channel this side requests: its request goes out with the first
+    /// item of `send` (whose `lead` is the REQUEST_CHANNEL).
+    pub(crate) fn register(&self, recv: Arc<Inbox>, send: SendSide) -> Result<u32, Error> {
+        self.open_with(Some(recv), Some(send), None)
+    }
+
+    fn open_with(
+        &self,
+        recv: Option<Arc<Inbox>>,
+        send: Option<SendSide>,
+        request: Option<(Lead, Payload)>,
+    ) -> Result<u32, Error> {
+        let mut state = self.lock();
+        if let Some(error) = &state.over {
+            return Err(error.clone());
+        }
+        if state.closing {
+            return Err(Error::msg("rsocket: the connection is closing"));
+        }
+        if state.streams.len() >= self.config.max_streams {
+            return Err(RemoteError::new(
+                ErrorCode::REJECTED,
+                format!(
+                    "rsocket: {} streams are open on this connection (Config::max_streams)",
+                    state.streams.len()
+                ),
+            )
+            .into_error());
+        }
+        let id = state.next_id;
+        if id > MAX_U31 {
+            return Err(Error::msg(
+                "rsocket: this connection used up its stream ids",
+            ));
+        }
+        state.next_id += 2;
+        if recv.is_some() || send.is_some() {
+            state.streams.insert(id, Entry { send, recv });
+        }
+        if let Some((lead, payload)) = request {
+            let fragment = self.config.fragment_size;
+            let control = &mut state.control;
+            fragment::split(id, lead, payload, fragment, |f| control.push_back(f));
+            drop(state);
+            self.writer.notify_one();
+        }
+        Ok(id)
+    }
+
+    /// Grant the peer `n` more items on `stream`: a REQUEST_N, or more initial
+    /// credit when the stream's request (a channel's, waiting for its first item)
+    /// has not gone out yet.
+    pub(crate) fn grant(&self, stream: u32, n: u32) {
+        let mut state = self.lock();
+        if state.over.is_some() {
+            return;
+        }
+        let lead = state
+            .streams
+            .get_mut(&stream)
+            .and_then(|e| e.send.as_mut())
+            .and_then(|s| s.lead.as_mut());
+        if let Some(Lead::Channel { initial_n, .. }) = lead {
+            *initial_n = initial_n.saturating_add(n).min(MAX_U31);
+            return;
+        }
+        state.control.push_back(Frame {
+            stream,
+            body: Body::RequestN(n),
+        });
+        drop(state);
+        self.writer.notify_one();
+    }
+
+    /// Queue a control frame (REQUEST_N, CANCEL, ERROR, KEEPALIVE, METADATA_PUSH).
+    pub(crate) fn control(&self, stream: u32, body: Body) {
+        let mut state = self.lock();
+        if state.over.is_some() {
+            return;
+        }
+        state.control.push_back(Frame { stream, body });
+        drop(state);
+        self.writer.notify_one();
+    }
+
+    /// The receiving side of `stream` is done (terminal received, or cancelled).
+    pub(crate) fn recv_done(&self, stream: u32) {
+        let mut state = self.lock();
+        let remove = match state.streams.get_mut(&stream) {
+            Some(entry) => {
+                entry.recv = None;
+                entry.send.is_none()
+            }
+            None => false,
+        };
+        if remove {
+            self.remove(&mut state, stream);
+        }
+    }
+
+    /// Forget a stream; close a closing connection with no stream left.
+    fn remove(&self, state: &mut State, stream: u32) {
+        state.streams.remove(&stream);
+        if state.closing && state.streams.is_empty() && state.over.is_none() {
+            state.over = Some(Error::msg("rsocket: the connection was closed"));
+            self.writer.notify_one();
+            self.reader.notify_one();
+            self.ended.notify_waiters();
+        }
+    }
+
+    // ---- the sending side -------------------------------------------------------
+
+    /// The local publisher of `stream` subscribed: store its subscription and
+    /// return the first request, or `None` when the stream is gone (cancel it).
+    pub(crate) fn subscribed(&self, stream: u32, subscription: &Subscription) -> Option<u64> {
+        let mut state = self.lock();
+        let side = state
+            .streams
+            .get_mut(&stream)
+            .and_then(|e| e.send.as_mut())
+            .filter(|s| !s.ended && s.subscription.is_none())?;
+        side.subscription = Some(subscription.clone());
+        let window = self.window_of(side);
+        Some(side.refill(window))
+    }
+
+    fn window_of(&self, side: &SendSide) -> u64 {
+        if side.single {
+            1
+        } else {
+            u64::from(self.config.send_window)
+        }
+    }
+
+    /// Items from the local publisher of `stream`. Returns a subscription to cancel
+    /// (a response got its item; a publisher sent more than asked).
+    pub(crate) fn items(
+        &self,
+        stream: u32,
+        items: impl Iterator<Item = Payload>,
+    ) -> Option<Subscription> {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let side = state
+            .streams
+            .get_mut(&stream)
+            .and_then(|e| e.send.as_mut())
+            .filter(|s| !s.ended)?;
+        let mut cancel = None;
+        for item in items {
+            if side.requested == 0 {
+                side.ended = true;
+                side.outbox.push_back(Out::Error(Error::spec_violation(
+                    "1.1",
+                    "rsocket: the stream's publisher sent more items than requested",
+                )));
+                cancel = side.subscription.take();
+                break;
+            }
+            side.requested -= 1;
+            side.outbox.push_back(Out::Item(item));
+            if side.single {
+                side.outbox.push_back(Out::Complete);
+                side.ended = true;
+                cancel = side.subscription.take();
+                break;
+            }
+        }
+        if !side.queued && !side.outbox.is_empty() {
+            side.queued = true;
+            state.ready.push_back(stream);
+            self.writer.notify_one();
+        }
+        cancel
+    }
+
+    /// The local publisher of `stream` ended.
+    pub(crate) fn end(&self, stream: u32, end: Result<(), Error>) {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let Some(side) = state
+            .streams
+            .get_mut(&stream)
+            .and_then(|e| e.send.as_mut())
+            .filter(|s| !s.ended)
+        else {
+            return;
+        };
+        side.ended = true;
+        side.subscription = None;
+        side.outbox.push_back(match end {
+            Ok(()) => Out::Complete,
+            Err(error) => Out::Error(error),
+        });
+        if !side.queued {
+            side.queued = true;
+            state.ready.push_back(stream);
+        }
+        self.writer.notify_one();
+    }
+
+    /// Take what the writer sends next: control frames, then a round of the ready
+    /// streams. Fills `frames`, and `refills` with the requests to make of local
+    /// publishers. False once the connection is over and nothing is left to write.
+    fn take(&self, frames: &mut Vec<Frame>, refills: &mut Vec<(Subscription, u64)>) -> bool {
+        let mut state = self.lock();
+        let state = &mut *state;
+        let mut bytes = 0usize;
+        while let Some(frame) = state.control.pop_front() {
+            bytes += frame.encoded_len();
+            frames.push(frame);
+            if bytes >= WRITE_BUDGET {
+                return true;
+            }
+        }
+        if state.over.is_some() {
+            return !frames.is_empty();
+        }
+        let mut finished = Vec::new();
+        // Rounds until something is sent: a payload larger than the quantum waits
+        // for the rounds that add up to its size (deficit round robin).
+        while frames.is_empty() && !state.ready.is_empty() {
+            self.round(state, &mut bytes, frames, refills, &mut finished);
+        }
+        for id in finished {
+            let remove = match state.streams.get_mut(&id) {
+                Some(entry) => {
+                    entry.send = None;
+                    entry.recv.is_none()
+                }
+                None => false,
+            };
+            if remove {
+                self.remove(state, id);
+            }
+        }
+        true
+    }
+
+    /// One round of the ready streams (each once, in order), until `bytes` reaches
+    /// the write budget.
+    fn round(
+        &self,
+        state: &mut State,
+        bytes: &mut usize,
+        frames: &mut Vec<Frame>,
+        refills: &mut Vec<(Subscription, u64)>,
+        finished: &mut Vec<u32>,
+    ) {
+        let fragment = self.config.fragment_size;
+        let quantum = self.config.quantum;
+        let turns = state.ready.len();
+        for _ in 0..turns {
+            if *bytes >= WRITE_BUDGET {
+                break;
+            }
+            let Some(id) = state.ready.pop_front() else {
+                break;
+            };
+            let Some(side) = state.streams.get_mut(&id).and_then(|e| e.send.as_mut()) else {
+                continue;
+            };
+            side.queued = false;
+            side.deficit = side.deficit.saturating_add(quantum);
+            let mut done = false;
+            while let Some(front) = side.outbox.front() {
+                let size = front.size();
+                if size > side.deficit {
+                    break;
+                }
+                side.deficit -= size;
+                *bytes += size;
+                let out = side.outbox.pop_front().expect("front exists");
+                done = emit(id, side, out, fragment, frames);
+                if done {
+                    break;
+                }
+            }
+            if done {
+                finished.push(id);
+                continue;
+            }
+            if side.outbox.is_empty() {
+                side.deficit = 0;
+            } else {
+                side.queued = true;
+                state.ready.push_back(id);
+            }
+            let window = if side.single {
+                1
+            } else {
+                u64::from(self.config.send_window)
+            };
+            let n = side.refill(window);
+            if n > 0 {
+                if let Some(s) = &side.subscription {
+                    refills.push((s.clone(), n));
+                }
+            }
+        }
+    }
+
+    // ---- the peer's frames -----------------------------------------------------
+
+    /// The peer granted `n` more items on `stream`.
+    fn peer_grant(&self, stream: u32, n: u32) {
+        let refill = {
+            let mut state = self.lock();
+            let window = u64::from(self.config.send_window);
+            let Some(side) = state.streams.get_mut(&stream).and_then(|e| e.send.as_mut()) else {
+                return;
+            };
+            if side.single {
+                return;
+            }
+            side.grant(n);
+            let n = side.refill(window);
+            side.subscription.clone().filter(|_| n > 0).map(|s| (s, n))
+        };
+        if let Some((subscription, n)) = refill {
+            subscription.request(n);
+        }
+    }
+
+    /// The peer cancelled `stream` (its sending side here).
+    fn cancelled(&self, stream: u32) {
+        let subscription = {
+            let mut state = self.lock();
+            let Some(entry) = state.streams.get_mut(&stream) else {
+                return;
+            };
+            let subscription = entry.send.take().and_then(|s| s.subscription);
+            if entry.recv.is_none() {
+                self.remove(&mut state, stream);
+            }
+            subscription
+        };
+        if let Some(subscription) = subscription {
+            subscription.cancel();
+        }
+    }
+
+    /// The peer ended `stream` with an error: both sides end.
+    fn stream_error(&self, stream: u32, error: Error) {
+        let (inbox, subscription) = {
+            let mut state = self.lock();
+            let Some(entry) = state.streams.remove(&stream) else {
+                return;
+            };
+            self.remove(&mut state, stream);
+            (entry.recv, entry.send.and_then(|s| s.subscription))
+        };
+        if let Some(subscription) = subscription {
+            subscription.cancel();
+        }
+        if let Some(inbox) = inbox {
+            inbox.fail(error, false);
+        }
+    }
+
+    /// The receiving side of `stream`, if it has one.
+    fn inbox(&self, stream: u32) -> Option<Arc<Inbox>> {
+        self.lock()
+            .streams
+            .get(&stream)
+            .and_then(|e| e.recv.clone())
+    }
+
+    /// A request from the peer on `stream`.
+    fn accept(self: &Arc<Self>, stream: u32, body: Body) -> Result<(), Error> {
+        let client_ids = self.keepalive.is_none();
+        // The peer's requests use its own parity: odd from a client.
+        if (stream % 2 == 1) != client_ids {
+            return Err(Error::msg(format!(
+                "rsocket: the peer opened stream {stream}, an id of this side's parity"
+            )));
+        }
+        let Some(handler) = self.handler.clone() else {
+            if !matches!(body, Body::RequestFnf { .. }) {
+                self.control(
+                    stream,
+                    error_body(ErrorCode::REJECTED, "this side answers no requests"),
+                );
+            }
+            return Ok(());
+        };
+        if let Body::RequestFnf { payload, .. } = body {
+            if catch(|| handler.fire_and_forget(payload)).is_err() {
+                tracing::error!("rsocket: a handler's fire_and_forget panicked; contained");
+            }
+            return Ok(());
+        }
+        let (send, recv, first) = {
+            let mut state = self.lock();
+            if state.over.is_some() {
+                return Ok(());
+            }
+            if state.streams.contains_key(&stream) {
+                return Err(Error::msg(format!(
+                    "rsocket: the peer opened stream {stream}, which is open already"
+                )));
+            }
+            if state.streams.len() >= self.config.max_streams || state.closing {
+                state.control.push_back(Frame {
+                    stream,
+                    body: error_body(
+                        ErrorCode::REJECTED,
+                        "too many concurrent streams on this connection",
+                    ),
+                });
+                drop(state);
+                self.writer.notify_one();
+                return Ok(());
+            }
+            let (send, recv, first) = match &body {
+                Body::RequestResponse { .. } => (SendSide::new(1, true, None), None, None),
+                Body::RequestStream { initial_n, .. } => {
+                    (SendSide::new(*initial_n, false, None), None, None)
+                }
+                Body::RequestChannel {
+                    initial_n,
+                    complete,
+                    payload,
+                    ..
+                } => {
+                    let inbox = Inbox::accepted(self.clone(), stream, payload.clone(), *complete);
+                    (
+                        SendSide::new(*initial_n, false, None),
+                        Some(inbox),
+                        Some(payload.clone()),
+                    )
+                }
+                _ => return Ok(()),
+            };
+            state.streams.insert(
+                stream,
+                Entry {
+                    send: Some(send),
+                    recv: recv.clone(),
+                },
+            );
+            (Outbound::new(self.clone(), stream), recv, first)
+        };
+        let answer = catch(|| -> BoxPublisher<Payload> {
+            match (body, recv, first) {
+                (Body::RequestResponse { payload, .. }, _, _) => handler.request_response(payload),
+                (Body::RequestStream { payload, .. }, _, _) => handler.request_stream(payload),
+                (_, Some(inbox), Some(first)) => {
+                    handler.request_channel(&first, PayloadStream::accepted(inbox))
+                }
+                _ => unreachable!("the arms above cover what was inserted"),
+            }
+        });
+        match answer {
+            Ok(publisher) => {
+                if catch(move || publisher.subscribe(send)).is_err() {
+                    self.local_failure(stream, "the handler's publisher panicked in subscribe");
+                }
+            }
+            Err(_) => self.local_failure(stream, "the handler panicked"),
+        }
+        Ok(())
+    }
+
+    /// This side's answer to `stream` failed before it started: the peer gets an
+    /// APPLICATION_ERROR and the stream ends.
+    fn local_failure(&self, stream: u32, what: &str) {
+        tracing::error!("rsocket: {what} (stream {stream}); the stream fails");
+        let inbox = {
+            let mut state = self.lock();
+            let entry = state.streams.remove(&stream);
+            self.remove(&mut state, stream);
+            state.control.push_back(Frame {
+                stream,
+                body: error_body(ErrorCode::APPLICATION_ERROR, what),
+            });
+            entry.and_then(|e| e.recv)
+        };
+        self.writer.notify_one();
+        if let Some(inbox) = inbox {
+            inbox.fail(Error::msg(format!("rsocket: {what}")), false);
+        }
+    }
+
+    /// Handle one whole frame from the peer. An error closes the connection.
+    fn dispatch(self: &Arc<Self>, frame: Frame) -> Result<(), Error> {
+        let Frame { stream, body } = frame;
+        match body {
+            Body::Setup(_) => Err(Error::msg("rsocket: a second SETUP")),
+            Body::Lease { .. } | Body::Ignored { .. } => Ok(()),
+            Body::Keepalive { respond, data, .. } => {
+                if respond {
+                    self.control(
+                        0,
+                        Body::Keepalive {
+                            respond: false,
+                            last_position: 0,
+                            data,
+                        },
+                    );
+                }
+                Ok(())
+            }
+            Body::MetadataPush(metadata) => {
+                if let Some(handler) = &self.handler {
+                    if catch(|| handler.metadata_push(metadata)).is_err() {
+                        tracing::error!("rsocket: a handler's metadata_push panicked; contained");
+                    }
+                }
+                Ok(())
+            }
+            Body::Error { code, data } if stream == 0 => Err(RemoteError::new(
+                code,
+                String::from_utf8_lossy(&data).into_owned(),
+            )
+            .into_error()),
+            Body::Error { code, data } => {
+                let error = RemoteError::new(code, String::from_utf8_lossy(&data).into_owned());
+                self.stream_error(stream, error.into_error());
+                Ok(())
+            }
+            Body::RequestN(n) => {
+                self.peer_grant(stream, n);
+                Ok(())
+            }
+            Body::Cancel => {
+                self.cancelled(stream);
+                Ok(())
+            }
+            Body::Payload {
+                complete,
+                next,
+                payload,
+                ..
+            } => {
+                if let Some(inbox) = self.inbox(stream) {
+                    inbox.receive(next.then_some(payload), complete);
+                }
+                Ok(())
+            }
+            request @ (Body::RequestResponse { .. }
+            | Body::RequestFnf { .. }
+            | Body::RequestStream { .. }
+            | Body::RequestChannel { .. }) => self.accept(stream, request),
+        }
+    }
+
+    // ---- the connection's end ---------------------------------------------------
+
+    /// End the connection with `error` (sending `frame` first when given): every
+    /// stream ends with the error, every local publisher is cancelled.
+    pub(crate) fn close(&self, error: Error, frame: Option<Frame>) {
+        let streams = {
+            let mut state = self.lock();
+            if state.over.is_some() {
+                return;
+            }
+            state.over = Some(error.clone());
+            state.control.clear();
+            state.ready.clear();
+            state.control.extend(frame);
+            std::mem::take(&mut state.streams)
+        };
+        self.writer.notify_one();
+        self.reader.notify_one();
+        self.ended.notify_waiters();
+        for (_, entry) in streams {
+            if let Some(subscription) = entry.send.and_then(|s| s.subscription) {
+                subscription.cancel();
+            }
+            if let Some(inbox) = entry.recv {
+                inbox.fail(error.clone(), false);
+            }
+        }
+    }
+
+    /// No new requests; the connection closes once its last stream ended.
+    pub(crate) fn close_when_idle(&self) {
+        let mut state = self.lock();
+        if state.over.is_some() {
+            return;
+        }
+        state.closing = true;
+        if state.streams.is_empty() {
+            state.over = Some(Error::msg("rsocket: the connection was closed"));
+            drop(state);
+            self.writer.notify_one();
+            self.reader.notify_one();
+            self.ended.notify_waiters();
+        }
+    }
+
+    /// How the connection ended, once it did.
+    pub(crate) fn over(&self) -> Option<Error> {
+        self.lock().over.clone()
+    }
+
+    /// Wait until the connection ended.
+    pub(crate) async fn closed(&self) {
+        loop {
+            let notified = self.ended.notified();
+            if self.over().is_some() {
+                return;
+            }
+            notified.await;
+        }
+    }
+
+    /// Streams open now.
+    pub(crate) fn open_streams(&self) -> usize {
+        self.lock().streams.len()
+    }
+}
+
+/// An ERROR frame's body.
+pub(crate) fn error_body(code: ErrorCode, message: &str) -> Body {
+    Body::Error {
+        code,
+        data: Bytes::copy_from_slice(message.as_bytes()),
+    }
+}
+
+/// The frames for one item of a sending side; true when it was the stream's last.
+fn emit(id: u32, side: &mut SendSide, out: Out, fragment: usize, frames: &mut Vec<Frame>) -> bool {
+    let completes = matches!(side.outbox.front(), Some(Out::Complete));
+    match out {
+        Out::Item(payload) => {
+            if completes {
+                side.outbox.pop_front();
+            }
+            let lead = match side.lead.take() {
+                Some(Lead::Channel { initial_n, .. }) => Lead::Channel {
+                    initial_n,
+                    complete: completes,
+                },
+                _ => Lead::Next {
+                    complete: completes,
+                },
+            };
+            fragment::split(id, lead, payload, fragment, |f| frames.push(f));
+            completes
+        }
+        Out::Complete => {
+            let body = match side.lead.take() {
+                Some(Lead::Channel { initial_n, .. }) => Body::RequestChannel {
+                    follows: false,
+                    complete: true,
+                    initial_n,
+                    payload: Payload::default(),
+                },
+                _ => Body::Payload {
+                    follows: false,
+                    complete: true,
+                    next: false,
+                    payload: Payload::default(),
+                },
+            };
+            frames.push(Frame { stream: id, body });
+            true
+        }
+        Out::Error(error) => {
+            let remote = std::error::Error::source(&error)
+                .and_then(|source| source.downcast_ref::<RemoteError>());
+            let (code, message) = match remote {
+                Some(remote) => (remote.code, remote.message.clone()),
+                None => (ErrorCode::APPLICATION_ERROR, error.message().to_owned()),
+            };
+            frames.push(Frame {
+                stream: id,
+                body: error_body(code, &message),
+            });
+            true
+        }
+    }
+}
+
+/// A socket's reading half, framed.
+pub(crate) type Reader = FramedRead<OwnedReadHalf, LengthDelimitedCodec>;
+
+/// Split `socket` (no Nagle delay: frames are written in batches already) and frame
+/// its reading half by 24-bit length prefixes up to `config.max_frame`.
+pub(crate) fn split(socket: TcpStream, config: &Config) -> (Reader, OwnedWriteHalf) {
+    let _ = socket.set_nodelay(true);
+    let (read, write) = socket.into_split();
+    let codec = LengthDelimitedCodec::builder()
+        .length_field_length(LENGTH_PREFIX)
+        .max_frame_length(config.max_frame)
+        .new_codec();
+    (FramedRead::new(read, codec), write)
+}
+
+/// Append `frame` to `buf` with its length prefix.
+pub(crate) fn put_frame(buf: &mut BytesMut, frame: &Frame) -> Result<(), super::frame::FrameError> {
+    let len = frame.encoded_len();
+    buf.reserve(LENGTH_PREFIX + len);
+    buf.put_uint(len as u64, LENGTH_PREFIX);
+    frame.encode(buf)
+}
+
+async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
+    let mut frames = Vec::new();
+    let mut refills = Vec::new();
+    let mut buf = BytesMut::with_capacity(WRITE_BUDGET + 1024);
+    loop {
+        let notified = conn.writer.notified();
+        let open = conn.take(&mut frames, &mut refills);
+        for (subscription, n) in refills.drain(..) {
+            subscription.request(n);
+        }
+        if frames.is_empty() {
+            if !open {
+                break;
+            }
+            notified.await;
+            continue;
+        }
+        for frame in frames.drain(..) {
+            if let Err(error) = put_frame(&mut buf, &frame) {
+                // Our own frames are valid by construction; a bug, not the peer's fault.
+                tracing::error!("rsocket: a frame could not be encoded ({error}); dropped");
+            }
+        }
+        if let Err(error) = write.write_all(&buf).await {
+            conn.close(Error::upstream(error), None);
+            break;
+        }
+        buf.clear();
+    }
+    let _ = write.shutdown().await;
+}
+
+async fn read_loop(conn: Arc<Conn>, mut read: Reader) {
+    let mut assembly = Assembly::new(conn.config.max_payload);
+    let tick = conn.keepalive.unwrap_or(conn.lifetime).min(conn.lifetime);
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);
+    let mut heard = Instant::now();
+    let end = loop {
+        let stop = conn.reader.notified();
+        tokio::select! {
+            next = read.next() => match next {
+                Some(Ok(bytes)) => {
+                    heard = Instant::now();
+                    if let Err(error) = conn.read_frame(bytes.freeze(), &mut assembly) {
+                        let frame = connection_error(error.message());
+                        break (error, Some(frame));
+                    }
+                }
+                Some(Err(error)) => {
+                    let frame = connection_error(&error.to_string());
+                    break (Error::upstream(error), Some(frame));
+                }
+                None => break (Error::msg("rsocket: the peer closed the connection"), None),
+            },
+            _ = ticks.tick() => {
+                if heard.elapsed() > conn.lifetime {
+                    let message = format!(
+                        "rsocket: nothing heard from the peer for {:?} (max lifetime)",
+                        conn.lifetime
+                    );
+                    break (Error::timeout(message.clone()), Some(connection_error(&message)));
+                }
+                if conn.keepalive.is_some() {
+                    conn.control(0, Body::Keepalive { respond: true, last_position: 0, data: Bytes::new() });
+                }
+            }
+            _ = stop => {
+                if conn.over().is_some() {
+                    return;
+                }
+            }
+        }
+    };
+    conn.close(end.0, end.1);
+}
+
+/// A connection-level ERROR frame.
+fn connection_error(message: &str) -> Frame {
+    Frame {
+        stream: 0,
+        body: error_body(ErrorCode::CONNECTION_ERROR, message),
+    }
+}
+
+impl Conn {
+    /// Decode, reassemble and dispatch one frame's bytes. `Err` ends the connection
+    /// with the error (the peer gets a CONNECTION_ERROR with its message).
+    fn read_frame(self: &Arc<Self>, bytes: Bytes, assembly: &mut Assembly) -> Result<(), Error> {
+        let frame = match Frame::decode(bytes) {
+            Ok(frame) => frame,
+            Err(error) => return Err(Error::msg(format!("rsocket: malformed frame: {error}"))),
+        };
+        let stream = frame.stream;
+        let frame = match assembly.feed(frame) {
+            Ok(Some(frame)) => frame,
+            Ok(None) => return Ok(()),
+            Err(error) => {
+                let message = match error {
+                    AssemblyError::TooLarge(n) => format!(
+                        "rsocket: a fragmented payload grew to {n} bytes, over the limit of {} \
+                         (Config::max_payload)",
+                        self.config.max_payload
+                    ),
+                    AssemblyError::Interrupted => {
+                        "rsocket: a fragmented payload was interrupted by another frame".to_owned()
+                    }
+                };
+                self.refuse(stream, Error::msg(message));
+                return Ok(());
+            }
+        };
+        if matches!(
+            frame.body,
+            Body::Payload { complete: true, .. } | Body::Error { .. } | Body::Cancel
+        ) {
+            assembly.forget(stream);
+        }
+        self.dispatch(frame)
+    }
+
+    /// A stream the peer broke (over-sent, an oversized payload): it ends with an
+    /// error here, the peer gets CANCEL (this side receives) or ERROR (it sends).
+    pub(crate) fn refuse(&self, stream: u32, error: Error) {
+        let (inbox, subscription) = {
+            let mut state = self.lock();
+            let entry = state.streams.remove(&stream);
+            self.remove(&mut state, stream);
+            let (inbox, send) = entry.map_or((None, None), |e| (e.recv, e.send));
+            let body = if send.is_some() || inbox.is_none() {
+                error_body(ErrorCode::INVALID, error.message())
+            } else {
+                Body::Cancel
+            };
+            state.control.push_back(Frame { stream, body });
+            (inbox, send.and_then(|s| s.subscription))
+        };
+        self.writer.notify_one();
+        if let Some(subscription) = subscription {
+            subscription.cancel();
+        }
+        if let Some(inbox) = inbox {
+            inbox.fail(error, false);
+        }
+    }
+}

@@ -1,0 +1,59 @@
+//! The sending side of a stream: the subscriber a local publisher (a handler's
+//! answer, a channel's outgoing items) is subscribed to.
+//!
+//! It asks its publisher only for what the peer granted, at most
+//! [`Config::send_window`](super::Config::send_window) beyond what was written (the
+//! connection's writer asks again when the outbox ran low), and puts each item in the
+//! stream's outbox for the writer. A publisher that sends more than asked breaks
+//! rule 1.1: it is cancelled and the peer gets an ERROR. A response takes one item,
+//! then cancels its publisher and completes.
+
+use std::sync::Arc;
+
+use super::conn::Conn;
+use super::frame::Payload;
+use crate::{Error, Subscriber, Subscription};
+
+/// Feeds stream `stream`'s outbox from a local publisher.
+pub(crate) struct Outbound {
+    conn: Arc<Conn>,
+    stream: u32,
+}
+
+impl Outbound {
+    pub(crate) fn new(conn: Arc<Conn>, stream: u32) -> Self {
+        Outbound { conn, stream }
+    }
+}
+
+impl Subscriber<Payload> for Outbound {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        match self.conn.subscribed(self.stream, &subscription) {
+            // The stream ended before its publisher subscribed (cancelled, closed).
+            None => subscription.cancel(),
+            Some(0) => {}
+            Some(n) => subscription.request(n),
+        }
+    }
+
+    fn on_next(&mut self, item: Payload) {
+        if let Some(subscription) = self.conn.items(self.stream, std::iter::once(item)) {
+            subscription.cancel();
+        }
+    }
+
+    fn on_next_batch<I: Iterator<Item = Payload>>(&mut self, items: I) -> u64 {
+        if let Some(subscription) = self.conn.items(self.stream, items) {
+            subscription.cancel();
+        }
+        0
+    }
+
+    fn on_error(&mut self, error: Error) {
+        self.conn.end(self.stream, Err(error));
+    }
+
+    fn on_complete(&mut self) {
+        self.conn.end(self.stream, Ok(()));
+    }
+}

@@ -1,0 +1,402 @@
+//! weir client ↔ weir server on loopback: every interaction, credit on the wire
+//! (through the recording proxy), cancel, errors, fragmentation, limits.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use weir::prelude::*;
+use weir::rsocket::frame::Body;
+use weir::rsocket::{connect, connect_with, Config, ErrorCode, Payload, RemoteError, Server};
+use weir::tck::TestSubscriber;
+
+use super::service::{pattern, runtime, text, Service, PATIENCE};
+use super::wire::{credit_check, proxy, Dir};
+
+fn texts(items: Vec<Payload>) -> Vec<String> {
+    items.iter().map(text).collect()
+}
+
+#[test]
+fn request_response_echoes_data_and_metadata_and_carries_errors() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", Service::default())
+            .await
+            .unwrap();
+        let client = connect(server.local_addr()).await.unwrap();
+        let request = Payload {
+            metadata: Some("meta".into()),
+            data: "echo:hello".into(),
+        };
+        let answer = first(client.request_response(request)).await.unwrap();
+        assert_eq!(text(&answer), "hello");
+        assert_eq!(answer.metadata.as_deref(), Some(&b"meta"[..]));
+
+        let error = first(client.request_response(Payload::data("fail:boom")))
+            .await
+            .unwrap_err();
+        assert_eq!(error.message(), "boom");
+        let remote = std::error::Error::source(&error)
+            .and_then(|s| s.downcast_ref::<RemoteError>())
+            .expect("the peer's ERROR as the source");
+        assert_eq!(remote.code, ErrorCode::APPLICATION_ERROR);
+        assert_eq!(client.open_streams(), 0, "both streams are gone");
+    });
+}
+
+#[test]
+fn fire_and_forget_reaches_the_handler() {
+    let rt = runtime();
+    rt.block_on(async {
+        let service = Service::default();
+        let server = Server::bind("127.0.0.1:0", service.clone()).await.unwrap();
+        let client = connect(server.local_addr()).await.unwrap();
+        for _ in 0..3 {
+            client.fire_and_forget(Payload::data("x")).unwrap();
+        }
+        // Frames of one connection arrive in order: the count is read after them.
+        let count = first(client.request_response(Payload::data("fnf-count")))
+            .await
+            .unwrap();
+        assert_eq!(text(&count), "3");
+        assert_eq!(service.fnf.load(Ordering::SeqCst), 3);
+    });
+}
+
+#[test]
+fn a_stream_sends_exactly_what_its_subscriber_requested_in_batches() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", Service::default())
+            .await
+            .unwrap();
+        let (addr, log) = proxy(server.local_addr()).await;
+        let client = connect(addr).await.unwrap();
+        let subscriber = TestSubscriber::new();
+        let probe = subscriber.probe();
+        client
+            .request_stream(Payload::data("10"))
+            .subscribe(subscriber);
+        let mut got = 0;
+        while got < 10 {
+            probe.request(3);
+            got = (got + 3).min(10);
+            let probe2 = probe.clone();
+            tokio::task::spawn_blocking(move || probe2.await_items(got, PATIENCE))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+        let probe2 = probe.clone();
+        tokio::task::spawn_blocking(move || probe2.await_completion(PATIENCE))
+            .await
+            .unwrap()
+            .unwrap();
+        let items: Vec<String> = texts(probe.items());
+        assert_eq!(items, (0..10).map(|i| i.to_string()).collect::<Vec<_>>());
+        probe.assert_no_violations();
+        let log = log.lock().unwrap().clone();
+        let (items, credit, grants) = credit_check(&log, 1, Dir::Down);
+        assert_eq!(items, 10);
+        // request(3) four times: 3 + 3 + 3 + 3 granted, one grant each.
+        assert_eq!((credit, grants), (12, 4));
+    });
+}
+
+#[test]
+fn an_unbounded_subscriber_gets_the_stream_in_windows() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", Service::default())
+            .await
+            .unwrap();
+        let (addr, log) = proxy(server.local_addr()).await;
+        let client = connect_with(addr, Config::default().window(16))
+            .await
+            .unwrap();
+        let items = collect(client.request_stream(Payload::data("1000")))
+            .await
+            .unwrap();
+        assert_eq!(items.len(), 1000);
+        assert!(items
+            .iter()
+            .enumerate()
+            .all(|(i, p)| text(p) == i.to_string()));
+        let log = log.lock().unwrap().clone();
+        let (items, credit, grants) = credit_check(&log, 1, Dir::Down);
+        assert_eq!(items, 1000);
+        assert!((1000..=1000 + 16).contains(&credit), "credit {credit}");
+        // Windows of 16 replenished at the low-water mark: at least 12 at a time.
+        assert!(grants <= 1000 / 12 + 2, "{grants} grants");
+        for (_, frame) in log.iter().filter(|(d, f)| *d == Dir::Up && f.stream == 1) {
+            if let Body::RequestN(n) | Body::RequestStream { initial_n: n, .. } = frame.body {
+                assert!(n <= 16, "a grant of {n} over the window of 16");
+            }
+        }
+    });
+}
+
+#[test]
+fn cancel_mid_stream_sends_cancel_and_frees_both_ends() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", Service::default())
+            .await
+            .unwrap();
+        let (addr, log) = proxy(server.local_addr()).await;
+        let client = connect(addr).await.unwrap();
+        let subscriber = TestSubscriber::new();
+        let probe = subscriber.probe();
+        client
+            .request_stream(Payload::data("infinite"))
+            .subscribe(subscriber);
+        probe.request(10);
+        let probe2 = probe.clone();
+        tokio::task::spawn_blocking(move || probe2.await_items(10, PATIENCE))
+            .await
+            .unwrap()
+            .unwrap();
+        probe.cancel();
+        wait_until(|| client.open_streams() == 0).await;
+        wait_until(|| {
+            log.lock()
+                .unwrap()
+                .iter()
+                .any(|(d, f)| *d == Dir::Up && f.stream == 1 && f.body == Body::Cancel)
+        })
+        .await;
+        assert_eq!(probe.received_count(), 10);
+        probe.assert_no_terminal();
+        // The connection lives on.
+        let answer = first(client.request_response(Payload::data("echo:still"))).await;
+        assert_eq!(text(&answer.unwrap()), "still");
+    });
+}
+
+#[test]
+fn a_failing_stream_delivers_its_items_then_the_error() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", Service::default())
+            .await
+            .unwrap();
+        let client = connect(server.local_addr()).await.unwrap();
+        let subscriber = TestSubscriber::new();
+        let probe = subscriber.probe();
+        client
+            .request_stream(Payload::data("fail-after:2"))
+            .subscribe(subscriber);
+        probe.request(5);
+        let probe2 = probe.clone();
+        let error = tokio::task::spawn_blocking(move || probe2.await_error(PATIENCE))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(error.message(), "stream failed");
+        assert_eq!(texts(probe.items()), ["0", "1"]);
+    });
+}
+
+#[test]
+fn a_megabyte_travels_fragmented_both_ways() {
+    let rt = runtime();
+    rt.block_on(async {
+        let config = Config::default().fragment_size(64 * 1024);
+        let server = Server::bind_with("127.0.0.1:0", Service::default(), config.clone())
+            .await
+            .unwrap();
+        let (addr, log) = proxy(server.local_addr()).await;
+        let client = connect_with(addr, config).await.unwrap();
+        let mut request = b"len:".to_vec();
+        request.resize(1 << 20, b'x');
+        let sum = request
+            .iter()
+            .fold(0u32, |s, &b| s.wrapping_add(u32::from(b)));
+        let answer = first(client.request_response(Payload::data(request)))
+            .await
+            .unwrap();
+        assert_eq!(text(&answer), format!("{}:{sum}", 1 << 20));
+        let answer = first(client.request_response(Payload::data("big:1048576")))
+            .await
+            .unwrap();
+        assert_eq!(answer.data.as_ref(), pattern(1 << 20).as_slice());
+        let log = log.lock().unwrap();
+        let fragments = |dir: Dir| {
+            log.iter()
+                .filter(|(d, f)| *d == dir && f.encoded_len() <= 64 * 1024)
+                .filter(|(_, f)| {
+                    matches!(
+                        f.body,
+                        Body::Payload { follows: true, .. }
+                            | Body::RequestResponse { follows: true, .. }
+                    )
+                })
+                .count()
+        };
+        assert!(
+            fragments(Dir::Up) >= 16,
+            "the request went in 64 KiB fragments"
+        );
+        assert!(
+            fragments(Dir::Down) >= 16,
+            "the answer came in 64 KiB fragments"
+        );
+        assert!(log.iter().all(|(_, f)| f.encoded_len() <= 64 * 1024));
+    });
+}
+
+#[test]
+fn a_channel_answers_each_item() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", Service::default())
+            .await
+            .unwrap();
+        let (addr, log) = proxy(server.local_addr()).await;
+        let client = connect(addr).await.unwrap();
+        let outgoing = weir::from_iter(["a", "b", "c"]).map(Payload::data);
+        let items = collect(client.request_channel(outgoing)).await.unwrap();
+        assert_eq!(texts(items), ["A", "B", "C"]);
+        let log = log.lock().unwrap().clone();
+        // The server's items within the client's credit, and the client's items
+        // (after the first, which the request carries) within the server's.
+        let (down, _, _) = credit_check(&log, 1, Dir::Down);
+        assert_eq!(down, 3);
+        wait_until(|| client.open_streams() == 0).await;
+    });
+}
+
+#[test]
+fn requests_beyond_max_streams_are_rejected() {
+    let rt = runtime();
+    rt.block_on(async {
+        let config = Config::default().max_streams(2);
+        let server = Server::bind_with("127.0.0.1:0", Service::default(), config)
+            .await
+            .unwrap();
+        let client = connect(server.local_addr()).await.unwrap();
+        let probes: Vec<_> = (0..3)
+            .map(|_| {
+                let subscriber = TestSubscriber::new();
+                let probe = subscriber.probe();
+                client
+                    .request_stream(Payload::data("infinite"))
+                    .subscribe(subscriber);
+                probe.request(1);
+                probe
+            })
+            .collect();
+        let last = probes[2].clone();
+        let error = tokio::task::spawn_blocking(move || last.await_error(PATIENCE))
+            .await
+            .unwrap()
+            .unwrap();
+        let remote = std::error::Error::source(&error)
+            .and_then(|s| s.downcast_ref::<RemoteError>())
+            .expect("REJECTED from the server");
+        assert_eq!(remote.code, ErrorCode::REJECTED);
+        for probe in &probes[..2] {
+            let probe = probe.clone();
+            tokio::task::spawn_blocking(move || probe.await_items(1, PATIENCE))
+                .await
+                .unwrap()
+                .unwrap();
+        }
+    });
+}
+
+/// The first item of `publisher` (an error when it fails or completes empty).
+pub async fn first(
+    publisher: impl Publisher<Item = Payload> + Send + 'static,
+) -> Result<Payload, weir::Error> {
+    let mut items = collect(publisher).await?;
+    if items.is_empty() {
+        return Err(weir::Error::msg("completed without an item"));
+    }
+    Ok(items.remove(0))
+}
+
+/// Every item of `publisher`, collected off the runtime's workers.
+pub async fn collect(
+    publisher: impl Publisher<Item = Payload> + Send + 'static,
+) -> Result<Vec<Payload>, weir::Error> {
+    let handle = publisher.collect();
+    tokio::task::spawn_blocking(move || {
+        let mut handle = handle;
+        handle
+            .wait_timeout(PATIENCE)
+            .unwrap_or_else(|| Err(weir::Error::timeout("the test's patience ran out")))
+    })
+    .await
+    .unwrap()
+}
+
+/// Wait (polling, bounded by `PATIENCE`) until `done` holds; panics otherwise.
+pub async fn wait_until(mut done: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !done() {
+        assert!(
+            start.elapsed() < PATIENCE,
+            "a condition did not hold within {PATIENCE:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Requests 1 from `on_subscribe` and 1 from every `on_next` (re-entrant requests,
+/// one unit at a time).
+struct OneByOne {
+    subscription: Option<weir::Subscription>,
+    items: std::sync::mpsc::Sender<Payload>,
+}
+
+impl weir::Subscriber<Payload> for OneByOne {
+    fn on_subscribe(&mut self, subscription: weir::Subscription) {
+        subscription.request(1);
+        self.subscription = Some(subscription);
+    }
+    fn on_next(&mut self, item: Payload) {
+        let _ = self.items.send(item);
+        if let Some(s) = &self.subscription {
+            s.request(1);
+        }
+    }
+    fn on_error(&mut self, _: weir::Error) {}
+    fn on_complete(&mut self) {}
+}
+
+#[test]
+fn requests_from_inside_on_next_are_granted_once() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", Service::default())
+            .await
+            .unwrap();
+        let (addr, log) = proxy(server.local_addr()).await;
+        let client = connect(addr).await.unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        client
+            .request_stream(Payload::data("200"))
+            .subscribe(OneByOne {
+                subscription: None,
+                items: tx,
+            });
+        let items = tokio::task::spawn_blocking(move || {
+            (0..200)
+                .map(|_| rx.recv_timeout(PATIENCE).expect("an item"))
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap();
+        assert!(items
+            .iter()
+            .enumerate()
+            .all(|(i, p)| text(p) == i.to_string()));
+        wait_until(|| client.open_streams() == 0).await;
+        let log = log.lock().unwrap().clone();
+        let (items, credit, _) = credit_check(&log, 1, Dir::Down);
+        // One unit per request: 1 + one per item delivered, the last one unused.
+        assert_eq!(items, 200);
+        assert!(credit <= 201, "granted {credit} for 201 requests");
+    });
+}

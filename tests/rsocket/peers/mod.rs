@@ -1,0 +1,220 @@
+//! Real RSocket peers for the interop tests: rsocket-py and rsocket-js, installed on
+//! first use into `target/rsocket-peers/` (git-ignored, reused afterwards) and run as
+//! child processes on loopback.
+//!
+//! # The interop service
+//!
+//! Every server in these tests (weir's, rsocket-py's, rsocket-js's) answers the same
+//! requests, so each interaction can be run in both directions with the same
+//! expectations. Data is UTF-8 text unless said otherwise.
+//!
+//! * request-response
+//!   * `echo:<s>`: answers `<s>`, with the request's metadata echoed;
+//!   * `fail:<msg>`: fails with an application error whose message is `<msg>`;
+//!   * `big:<n>`: answers `n` bytes, byte `i` being `i % 251`;
+//!   * `len:<anything>`: answers `<length>:<sum>`, the request data's length in bytes
+//!     and the sum of its bytes modulo 2^32 (both decimal);
+//!   * `fnf-count`: answers the decimal number of fire-and-forget requests received
+//!     so far on any connection.
+//! * fire-and-forget: any data; counted.
+//! * request-stream
+//!   * `<n>` (decimal): items `0`, `1`, …, `n-1`, then complete;
+//!   * `fail-after:<k>`: items `0` … `k-1`, then an application error `stream failed`;
+//!   * `infinite`: items `0`, `1`, … for as long as they are requested.
+//!
+//!   Every server emits only what was requested (REQUEST_N).
+//! * request-channel: answers each incoming item with its data in upper case, and
+//!   completes when the incoming stream completes.
+//!
+//! # Client scenarios (a peer's client against a server of these tests)
+//!
+//! A client is run as `client <port> <scenario> [args…]` and prints one line per
+//! event, then exits 0 (exit status non-zero only when the client itself broke):
+//!
+//! * `response <data>`: request-response; prints `response <data>` (and
+//!   `metadata <m>` before it when the answer has metadata) or `error <message>`.
+//! * `fnf <data>`: fire-and-forget; prints `sent`.
+//! * `stream <data> <batch> [<cancel-after>]`: request-stream whose subscriber requests
+//!   `<batch>` items at first and `<batch>` more each time it received `<batch>`;
+//!   prints `item <data>` per item, then `complete` or `error <message>`; with
+//!   `<cancel-after>`, cancels after that many items and prints `cancelled`.
+//! * `big <n>`: request-response `len:` followed by `n - 4` bytes of `x` (so the
+//!   request is `n` bytes), client fragment size 65,536; prints `response <data>`.
+//! * `bigreply <n>`: request-response `big:<n>`; prints `len <bytes>` and `pattern ok`
+//!   or `pattern bad`.
+//! * `channel <a,b,c>`: request-channel sending the comma-separated items then
+//!   completing; prints `item <data>` per answer, then `complete` or `error <message>`.
+//!
+//! A server is started as `server` with fragment size 65,536, binds 127.0.0.1 on a free
+//! port, prints `port <n>` once it listens, and runs until killed.
+
+pub mod js;
+pub mod python;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// Where the peers are installed: `<target dir>/rsocket-peers/<name>`.
+pub fn install_dir(name: &str) -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target"));
+    let target = if target.is_absolute() {
+        target
+    } else {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(target)
+    };
+    target.join("rsocket-peers").join(name)
+}
+
+/// The folder of this module's scripts (`python/`, `js/`).
+pub fn scripts_dir(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/rsocket/peers")
+        .join(name)
+}
+
+/// Runs `install` once per machine for `dir`: it is skipped when `dir/.installed`
+/// exists, and concurrent callers (threads of this process or other processes) wait
+/// for the one that installs (a lock folder `dir.lock`, created atomically).
+///
+/// # Panics
+///
+/// When `install` fails (with its message), or another installer held the lock for
+/// more than ten minutes.
+pub fn install_once(
+    dir: &std::path::Path,
+    install: impl FnOnce(&std::path::Path) -> Result<(), String>,
+) {
+    let marker = dir.join(".installed");
+    if marker.exists() {
+        return;
+    }
+    let lock = dir.with_extension("lock");
+    std::fs::create_dir_all(dir.parent().expect("install dir has a parent"))
+        .expect("create target/rsocket-peers");
+    let started = Instant::now();
+    while std::fs::create_dir(&lock).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(600),
+            "another process holds {} for over ten minutes; remove it if it is stale",
+            lock.display()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    struct Unlock(PathBuf);
+    impl Drop for Unlock {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir(&self.0);
+        }
+    }
+    let _unlock = Unlock(lock);
+    if marker.exists() {
+        return;
+    }
+    std::fs::create_dir_all(dir).expect("create the install dir");
+    if let Err(message) = install(dir) {
+        panic!(
+            "installing the peer into {} failed: {message}",
+            dir.display()
+        );
+    }
+    std::fs::write(&marker, b"").expect("write the install marker");
+}
+
+/// Runs `command`, failing with its output when it does not succeed.
+pub fn run_checked(command: &mut Command) -> Result<(), String> {
+    let output = command
+        .output()
+        .map_err(|e| format!("cannot run {command:?}: {e}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{command:?} failed ({}):\n{}\n{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        ))
+    }
+}
+
+/// A peer process, killed when dropped.
+pub struct Running {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Running {
+    /// Starts `command` with piped stdout (stderr inherited, so a failing peer is
+    /// visible in the test's output).
+    pub fn spawn(command: &mut Command) -> Running {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+        let stdout: ChildStdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Running { child, lines }
+    }
+
+    /// The next line of output, or `None` once the process closed its output or
+    /// `timeout` passed.
+    pub fn line(&self, timeout: Duration) -> Option<String> {
+        self.lines.recv_timeout(timeout).ok()
+    }
+
+    /// Every remaining line, until the process exits (killed after `timeout`).
+    pub fn finish(mut self, timeout: Duration) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => lines.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    lines.push("timeout".to_owned());
+                    break;
+                }
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        lines
+    }
+
+    /// Waits for the server's `port <n>` line.
+    ///
+    /// # Panics
+    ///
+    /// When the server does not print it within a minute.
+    pub fn port(&self) -> u16 {
+        let line = self
+            .line(Duration::from_secs(60))
+            .expect("the peer server printed `port <n>` within a minute");
+        line.strip_prefix("port ")
+            .and_then(|p| p.trim().parse().ok())
+            .unwrap_or_else(|| panic!("expected `port <n>`, got {line:?}"))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
