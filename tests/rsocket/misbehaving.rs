@@ -1,0 +1,226 @@
+//! Peers that break the protocol, played by raw sockets: the right ERROR or close, no
+//! panic, and the other streams and connections unaffected.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::StreamExt as _;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::codec::FramedRead;
+use weir::rsocket::frame::{Body, ErrorCode, Frame, Payload, Setup};
+use weir::rsocket::{connect, Config, Server};
+use weir::ErrorKind;
+
+use super::conn::{collect, first};
+use super::service::{runtime, text, Service, PATIENCE};
+use super::wire::codec;
+
+fn encode(frame: &Frame) -> Bytes {
+    let mut buf = BytesMut::new();
+    buf.put_uint(frame.encoded_len() as u64, 3);
+    frame.encode(&mut buf).unwrap();
+    buf.freeze()
+}
+
+fn setup() -> Frame {
+    Frame {
+        stream: 0,
+        body: Body::Setup(Setup {
+            major: 1,
+            minor: 0,
+            keepalive_ms: 10_000,
+            max_lifetime_ms: 60_000,
+            resume_token: None,
+            lease: false,
+            metadata_mime: "application/octet-stream".into(),
+            data_mime: "application/octet-stream".into(),
+            payload: Payload::default(),
+        }),
+    }
+}
+
+fn item(stream: u32, i: u32, complete: bool) -> Frame {
+    Frame {
+        stream,
+        body: Body::Payload {
+            follows: false,
+            complete,
+            next: true,
+            payload: Payload::data(i.to_string()),
+        },
+    }
+}
+
+/// A server that answers a request-stream for `over` with `initial_n + 3` items (rule
+/// 1.1 broken on the wire) and any other with one item and completion. Returns its
+/// port and a log of the frames it received.
+async fn over_sending_server() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Frame>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = log.clone();
+    tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        let (read, mut write) = socket.into_split();
+        let mut frames = FramedRead::new(read, codec());
+        while let Some(Ok(bytes)) = frames.next().await {
+            let frame = Frame::decode(bytes.freeze()).unwrap();
+            seen.lock().unwrap().push(frame.clone());
+            if let Body::RequestStream {
+                initial_n, payload, ..
+            } = frame.body
+            {
+                let n = if payload.data.as_ref() == b"over" {
+                    initial_n + 3
+                } else {
+                    1
+                };
+                for i in 0..n {
+                    let last = payload.data.as_ref() != b"over" && i + 1 == n;
+                    write
+                        .write_all(&encode(&item(frame.stream, i, last)))
+                        .await
+                        .unwrap();
+                }
+            }
+        }
+    });
+    (port, log)
+}
+
+#[test]
+fn a_peer_that_over_sends_fails_that_stream_only() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (port, log) = over_sending_server().await;
+        let client = weir::rsocket::connect_with(("127.0.0.1", port), Config::default().window(4))
+            .await
+            .unwrap();
+        let error = collect(client.request_stream(Payload::data("over")))
+            .await
+            .unwrap_err();
+        assert_eq!(error.rule(), Some("1.1"), "{error:?}");
+        super::conn::wait_until(|| {
+            log.lock()
+                .unwrap()
+                .iter()
+                .any(|f| f.stream == 1 && f.body == Body::Cancel)
+        })
+        .await;
+        // The connection lives on: the next stream is served.
+        let items = collect(client.request_stream(Payload::data("one")))
+            .await
+            .unwrap();
+        assert_eq!(items.len(), 1);
+        assert!(client.closed_with().is_none());
+    });
+}
+
+/// Connects a raw client, sends SETUP and then `bytes`; returns what the server sent
+/// back before closing (its frames), or panics when it does not close.
+async fn raw_exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> Vec<Frame> {
+    let mut socket = TcpStream::connect(addr).await.unwrap();
+    socket.write_all(&encode(&setup())).await.unwrap();
+    socket.write_all(bytes).await.unwrap();
+    let mut received = Vec::new();
+    tokio::time::timeout(PATIENCE, socket.read_to_end(&mut received))
+        .await
+        .expect("the server closes the connection")
+        .unwrap();
+    let mut frames = FramedRead::new(&received[..], codec());
+    let mut out = Vec::new();
+    while let Some(Ok(bytes)) = frames.next().await {
+        out.push(Frame::decode(bytes.freeze()).unwrap());
+    }
+    out
+}
+
+fn is_connection_error(frames: &[Frame]) -> bool {
+    frames.iter().any(|f| {
+        f.stream == 0
+            && matches!(f.body, Body::Error { code, .. } if code == ErrorCode::CONNECTION_ERROR)
+    })
+}
+
+#[test]
+fn malformed_input_closes_that_connection_and_no_other() {
+    let rt = runtime();
+    rt.block_on(async {
+        let config = Config::default().max_frame(1 << 20);
+        let server = Server::bind_with("127.0.0.1:0", Service::default(), config)
+            .await
+            .unwrap();
+        let addr = server.local_addr();
+        let healthy = connect(addr).await.unwrap();
+
+        // A length of 16 MiB - 1 over the server's 1 MiB limit: refused before reading.
+        let frames = raw_exchange(addr, &[0xff, 0xff, 0xff, 0, 0]).await;
+        assert!(is_connection_error(&frames), "{frames:?}");
+
+        // An unknown frame type (0x30) without the ignore flag.
+        let frames = raw_exchange(addr, &[0, 0, 6, 0, 0, 0, 1, 0x30 << 2, 0]).await;
+        assert!(is_connection_error(&frames), "{frames:?}");
+
+        // The same type with the ignore flag is dropped: the connection stays, and a
+        // request after it is answered.
+        let mut socket = TcpStream::connect(addr).await.unwrap();
+        socket.write_all(&encode(&setup())).await.unwrap();
+        socket.write_all(&[0, 0, 6, 0, 0, 0, 1, (0x30 << 2) | 0x02, 0]).await.unwrap();
+        let request = Frame {
+            stream: 1,
+            body: Body::RequestResponse {
+                follows: false,
+                payload: Payload::data("echo:after"),
+            },
+        };
+        socket.write_all(&encode(&request)).await.unwrap();
+        let mut frames = FramedRead::new(socket, codec());
+        let answer = tokio::time::timeout(PATIENCE, frames.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        let answer = Frame::decode(answer.freeze()).unwrap();
+        assert!(
+            matches!(&answer.body, Body::Payload { payload, .. } if payload.data.as_ref() == b"after"),
+            "{answer:?}"
+        );
+
+        // A truncated frame, then the peer goes away.
+        let mut socket = TcpStream::connect(addr).await.unwrap();
+        socket.write_all(&encode(&setup())).await.unwrap();
+        socket.write_all(&[0, 0, 100, 0, 0, 0, 1]).await.unwrap();
+        drop(socket);
+
+        // The healthy connection never noticed.
+        let answer = first(healthy.request_response(Payload::data("echo:fine")))
+            .await
+            .unwrap();
+        assert_eq!(text(&answer), "fine");
+        assert!(healthy.closed_with().is_none());
+    });
+}
+
+#[test]
+fn a_silent_peer_is_dropped_after_the_max_lifetime() {
+    let rt = runtime();
+    rt.block_on(async {
+        // A server that accepts and then never says anything.
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let hold = tokio::spawn(async move {
+            let (socket, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(PATIENCE).await;
+            drop(socket);
+        });
+        let config = Config::default()
+            .keepalive(std::time::Duration::from_millis(50))
+            .max_lifetime(std::time::Duration::from_millis(300));
+        let client = weir::rsocket::connect_with(addr, config).await.unwrap();
+        let error = collect(client.request_stream(Payload::data("10")))
+            .await
+            .unwrap_err();
+        assert_eq!(error.kind(), ErrorKind::Timeout, "{error:?}");
+        assert!(client.closed_with().is_some());
+        hold.abort();
+    });
+}
