@@ -357,12 +357,23 @@ impl Conn {
     /// Forget a stream; close a closing connection with no stream left.
     fn remove(&self, state: &mut State, stream: u32) {
         state.streams.remove(&stream);
+        self.close_if_idle(state);
+    }
+
+    /// A closing connection with no stream left is over: the writer flushes and
+    /// shuts the socket down, the reader stops.
+    fn close_if_idle(&self, state: &mut State) {
         if state.closing && state.streams.is_empty() && state.over.is_none() {
             state.over = Some(Error::msg("rsocket: the connection was closed"));
-            self.writer.notify_one();
-            self.reader.notify_one();
-            self.ended.notify_waiters();
+            self.wake_all();
         }
+    }
+
+    /// The connection ended: wake the writer, the reader and whoever waits.
+    fn wake_all(&self) {
+        self.writer.notify_one();
+        self.reader.notify_one();
+        self.ended.notify_waiters();
     }
 
     // ---- the sending side -------------------------------------------------------
@@ -543,12 +554,7 @@ impl Conn {
                 side.queued = true;
                 state.ready.push_back(id);
             }
-            let window = if side.single {
-                1
-            } else {
-                u64::from(self.config.send_window)
-            };
-            let n = side.refill(window);
+            let n = side.refill(self.window_of(side));
             if n > 0 {
                 if let Some(s) = &side.subscription {
                     refills.push((s.clone(), n));
@@ -625,9 +631,10 @@ impl Conn {
 
     /// A request from the peer on `stream`.
     fn accept(self: &Arc<Self>, stream: u32, body: Body) -> Result<(), Error> {
-        let client_ids = self.keepalive.is_none();
-        // The peer's requests use its own parity: odd from a client.
-        if (stream % 2 == 1) != client_ids {
+        // Only a client sends keepalives; the peer's requests use its own parity
+        // (odd from a client).
+        let peer_is_client = self.keepalive.is_none();
+        if (stream % 2 == 1) != peer_is_client {
             return Err(Error::msg(format!(
                 "rsocket: the peer opened stream {stream}, an id of this side's parity"
             )));
@@ -818,9 +825,7 @@ impl Conn {
             state.control.extend(frame);
             std::mem::take(&mut state.streams)
         };
-        self.writer.notify_one();
-        self.reader.notify_one();
-        self.ended.notify_waiters();
+        self.wake_all();
         for (_, entry) in streams {
             if let Some(subscription) = entry.send.and_then(|s| s.subscription) {
                 subscription.cancel();
@@ -838,13 +843,7 @@ impl Conn {
             return;
         }
         state.closing = true;
-        if state.streams.is_empty() {
-            state.over = Some(Error::msg("rsocket: the connection was closed"));
-            drop(state);
-            self.writer.notify_one();
-            self.reader.notify_one();
-            self.ended.notify_waiters();
-        }
+        self.close_if_idle(&mut state);
     }
 
     /// How the connection ended, once it did.

@@ -164,10 +164,7 @@ impl Config {
     /// Items a receiving stream grants its peer ahead of delivery (and so the most
     /// its buffer holds); `1..=2^31 − 1`, default 256.
     pub fn window(mut self, items: u32) -> Self {
-        assert!(
-            (1..=frame::MAX_U31).contains(&items),
-            "rsocket Config::window: {items} is out of range 1..=2^31 - 1"
-        );
+        check_u31("window", items);
         self.window = items;
         self
     }
@@ -175,10 +172,7 @@ impl Config {
     /// Items a sending stream asks its local publisher for ahead of what was written
     /// (never more than the peer granted); `1..=2^31 − 1`, default 256.
     pub fn send_window(mut self, items: u32) -> Self {
-        assert!(
-            (1..=frame::MAX_U31).contains(&items),
-            "rsocket Config::send_window: {items} is out of range 1..=2^31 - 1"
-        );
+        check_u31("send_window", items);
         self.send_window = items;
         self
     }
@@ -187,10 +181,7 @@ impl Config {
     /// `MIN_FRAGMENT..=2^24 − 1` bytes, default 2^24 − 1 (fragment only what cannot be
     /// sent whole).
     pub fn fragment_size(mut self, bytes: usize) -> Self {
-        assert!(
-            (MIN_FRAGMENT..=frame::MAX_FRAME_LEN).contains(&bytes),
-            "rsocket Config::fragment_size: {bytes} is out of range {MIN_FRAGMENT}..=2^24 - 1"
-        );
+        check_frame_len("fragment_size", bytes);
         self.fragment_size = bytes;
         self
     }
@@ -199,10 +190,7 @@ impl Config {
     /// a `CONNECTION_ERROR` (before it is read: no buffer grows past this);
     /// `MIN_FRAGMENT..=2^24 − 1` bytes, default 2^24 − 1.
     pub fn max_frame(mut self, bytes: usize) -> Self {
-        assert!(
-            (MIN_FRAGMENT..=frame::MAX_FRAME_LEN).contains(&bytes),
-            "rsocket Config::max_frame: {bytes} is out of range {MIN_FRAGMENT}..=2^24 - 1"
-        );
+        check_frame_len("max_frame", bytes);
         self.max_frame = bytes;
         self
     }
@@ -255,6 +243,20 @@ impl Config {
         self.max_lifetime = silence;
         self
     }
+}
+
+fn check_u31(what: &str, items: u32) {
+    assert!(
+        (1..=frame::MAX_U31).contains(&items),
+        "rsocket Config::{what}: {items} is out of range 1..=2^31 - 1"
+    );
+}
+
+fn check_frame_len(what: &str, bytes: usize) {
+    assert!(
+        (MIN_FRAGMENT..=frame::MAX_FRAME_LEN).contains(&bytes),
+        "rsocket Config::{what}: {bytes} is out of range {MIN_FRAGMENT}..=2^24 - 1"
+    );
 }
 
 fn check_millis(what: &str, duration: Duration) {

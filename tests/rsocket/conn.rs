@@ -7,9 +7,10 @@ use std::time::Duration;
 use weir::prelude::*;
 use weir::rsocket::frame::Body;
 use weir::rsocket::{connect, connect_with, Config, ErrorCode, Payload, RemoteError, Server};
-use weir::tck::TestSubscriber;
 
-use super::service::{pattern, runtime, text, Service, PATIENCE};
+use super::service::{
+    await_probe, pattern, request_in_batches, runtime, subscribe_probe, text, Service, PATIENCE,
+};
 use super::wire::{credit_check, proxy, Dir};
 
 fn texts(items: Vec<Payload>) -> Vec<String> {
@@ -72,26 +73,8 @@ fn a_stream_sends_exactly_what_its_subscriber_requested_in_batches() {
             .unwrap();
         let (addr, log) = proxy(server.local_addr()).await;
         let client = connect(addr).await.unwrap();
-        let subscriber = TestSubscriber::new();
-        let probe = subscriber.probe();
-        client
-            .request_stream(Payload::data("10"))
-            .subscribe(subscriber);
-        let mut got = 0;
-        while got < 10 {
-            probe.request(3);
-            got = (got + 3).min(10);
-            let probe2 = probe.clone();
-            tokio::task::spawn_blocking(move || probe2.await_items(got, PATIENCE))
-                .await
-                .unwrap()
-                .unwrap();
-        }
-        let probe2 = probe.clone();
-        tokio::task::spawn_blocking(move || probe2.await_completion(PATIENCE))
-            .await
-            .unwrap()
-            .unwrap();
+        let probe = subscribe_probe(client.request_stream(Payload::data("10")));
+        request_in_batches(&probe, 10, 3).await;
         let items: Vec<String> = texts(probe.items());
         assert_eq!(items, (0..10).map(|i| i.to_string()).collect::<Vec<_>>());
         probe.assert_no_violations();
@@ -145,17 +128,9 @@ fn cancel_mid_stream_sends_cancel_and_frees_both_ends() {
             .unwrap();
         let (addr, log) = proxy(server.local_addr()).await;
         let client = connect(addr).await.unwrap();
-        let subscriber = TestSubscriber::new();
-        let probe = subscriber.probe();
-        client
-            .request_stream(Payload::data("infinite"))
-            .subscribe(subscriber);
+        let probe = subscribe_probe(client.request_stream(Payload::data("infinite")));
         probe.request(10);
-        let probe2 = probe.clone();
-        tokio::task::spawn_blocking(move || probe2.await_items(10, PATIENCE))
-            .await
-            .unwrap()
-            .unwrap();
+        await_probe(&probe, move |p| p.await_items(10, PATIENCE)).await;
         probe.cancel();
         wait_until(|| client.open_streams() == 0).await;
         wait_until(|| {
@@ -181,17 +156,9 @@ fn a_failing_stream_delivers_its_items_then_the_error() {
             .await
             .unwrap();
         let client = connect(server.local_addr()).await.unwrap();
-        let subscriber = TestSubscriber::new();
-        let probe = subscriber.probe();
-        client
-            .request_stream(Payload::data("fail-after:2"))
-            .subscribe(subscriber);
+        let probe = subscribe_probe(client.request_stream(Payload::data("fail-after:2")));
         probe.request(5);
-        let probe2 = probe.clone();
-        let error = tokio::task::spawn_blocking(move || probe2.await_error(PATIENCE))
-            .await
-            .unwrap()
-            .unwrap();
+        let error = await_probe(&probe, move |p| p.await_error(PATIENCE)).await;
         assert_eq!(error.message(), "stream failed");
         assert_eq!(texts(probe.items()), ["0", "1"]);
     });
@@ -277,30 +244,18 @@ fn requests_beyond_max_streams_are_rejected() {
         let client = connect(server.local_addr()).await.unwrap();
         let probes: Vec<_> = (0..3)
             .map(|_| {
-                let subscriber = TestSubscriber::new();
-                let probe = subscriber.probe();
-                client
-                    .request_stream(Payload::data("infinite"))
-                    .subscribe(subscriber);
+                let probe = subscribe_probe(client.request_stream(Payload::data("infinite")));
                 probe.request(1);
                 probe
             })
             .collect();
-        let last = probes[2].clone();
-        let error = tokio::task::spawn_blocking(move || last.await_error(PATIENCE))
-            .await
-            .unwrap()
-            .unwrap();
+        let error = await_probe(&probes[2], |p| p.await_error(PATIENCE)).await;
         let remote = std::error::Error::source(&error)
             .and_then(|s| s.downcast_ref::<RemoteError>())
             .expect("REJECTED from the server");
         assert_eq!(remote.code, ErrorCode::REJECTED);
         for probe in &probes[..2] {
-            let probe = probe.clone();
-            tokio::task::spawn_blocking(move || probe.await_items(1, PATIENCE))
-                .await
-                .unwrap()
-                .unwrap();
+            await_probe(probe, |p| p.await_items(1, PATIENCE)).await;
         }
     });
 }

@@ -14,11 +14,12 @@ use std::time::{Duration, Instant};
 use weir::prelude::*;
 use weir::rsocket::frame::Body;
 use weir::rsocket::{connect_with, Config, Payload, Server};
-use weir::tck::TestSubscriber;
 
 use super::conn::{collect, first};
 use super::peers::{self, Running};
-use super::service::{pattern, runtime, text, Service, PATIENCE};
+use super::service::{
+    await_probe, pattern, request_in_batches, runtime, subscribe_probe, text, Service, PATIENCE,
+};
 use super::wire::{credit_check, proxy, Dir, Log};
 
 /// A peer: how to start its server and run its client.
@@ -198,26 +199,8 @@ fn weir_client_their_server(peer: Peer) {
         }
 
         // Our subscriber requests 3 at a time; their server sends within the credit.
-        let subscriber = TestSubscriber::new();
-        let probe = subscriber.probe();
-        client
-            .request_stream(Payload::data("10"))
-            .subscribe(subscriber);
-        let mut got = 0;
-        while got < 10 {
-            probe.request(3);
-            got = (got + 3).min(10);
-            let p = probe.clone();
-            tokio::task::spawn_blocking(move || p.await_items(got, PATIENCE))
-                .await
-                .unwrap()
-                .unwrap();
-        }
-        let p = probe.clone();
-        tokio::task::spawn_blocking(move || p.await_completion(PATIENCE))
-            .await
-            .unwrap()
-            .unwrap();
+        let probe = subscribe_probe(client.request_stream(Payload::data("10")));
+        request_in_batches(&probe, 10, 3).await;
         let items: Vec<String> = probe.items().iter().map(text).collect();
         assert_eq!(items, (0..10).map(|i| i.to_string()).collect::<Vec<_>>());
         let stream = *client_streams(&log).last().unwrap();
@@ -235,17 +218,9 @@ fn weir_client_their_server(peer: Peer) {
         assert_eq!((items, credit, grants), (10, 12, 4));
 
         // Cancel mid-stream.
-        let subscriber = TestSubscriber::new();
-        let probe = subscriber.probe();
-        client
-            .request_stream(Payload::data("infinite"))
-            .subscribe(subscriber);
+        let probe = subscribe_probe(client.request_stream(Payload::data("infinite")));
         probe.request(10);
-        let p = probe.clone();
-        tokio::task::spawn_blocking(move || p.await_items(10, PATIENCE))
-            .await
-            .unwrap()
-            .unwrap();
+        await_probe(&probe, move |p| p.await_items(10, PATIENCE)).await;
         probe.cancel();
         let stream = *client_streams(&log).last().unwrap();
         super::conn::wait_until(|| {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use weir::prelude::*;
 use weir::rsocket::{Handler, Payload, PayloadStream};
+use weir::tck::{TestProbe, TestSubscriber};
 use weir::{BoxPublisher, Error};
 
 /// Fire-and-forget requests received, over every connection of one server.
@@ -97,3 +98,38 @@ pub fn runtime() -> tokio::runtime::Runtime {
 /// The longest any test waits for an outcome (a bound against hangs, never a timing
 /// assertion).
 pub const PATIENCE: Duration = Duration::from_secs(30);
+
+/// Subscribes a [`TestSubscriber`] to `publisher`; returns its probe.
+pub fn subscribe_probe(
+    publisher: impl Publisher<Item = Payload> + Send + 'static,
+) -> TestProbe<Payload> {
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    publisher.subscribe(subscriber);
+    probe
+}
+
+/// Runs one of the probe's blocking waits off the runtime's workers; panics with its
+/// message when it fails.
+pub async fn await_probe<R: Send + 'static>(
+    probe: &TestProbe<Payload>,
+    wait: impl FnOnce(&TestProbe<Payload>) -> Result<R, String> + Send + 'static,
+) -> R {
+    let probe = probe.clone();
+    tokio::task::spawn_blocking(move || wait(&probe))
+        .await
+        .expect("the waiting task")
+        .unwrap_or_else(|message| panic!("{message}"))
+}
+
+/// Requests `total` items `batch` at a time, each batch once the previous one
+/// arrived, then waits for the completion.
+pub async fn request_in_batches(probe: &TestProbe<Payload>, total: u64, batch: u64) {
+    let mut got = 0;
+    while got < total {
+        probe.request(batch);
+        got = (got + batch).min(total);
+        await_probe(probe, move |p| p.await_items(got, PATIENCE)).await;
+    }
+    await_probe(probe, |p| p.await_completion(PATIENCE)).await;
+}

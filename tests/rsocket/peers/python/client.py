@@ -40,34 +40,17 @@ from typing import List, Optional
 from reactivestreams.publisher import Publisher
 from reactivestreams.subscriber import Subscriber
 from reactivestreams.subscription import Subscription
-import rsocket.frame as rsocket_frame
 from rsocket.exceptions import RSocketProtocolError
-from rsocket.frame import PayloadFrame
 from rsocket.extensions.mimetypes import WellKnownMimeTypes
 from rsocket.helpers import single_transport_provider
 from rsocket.payload import Payload
 from rsocket.rsocket_client import RSocketClient
 from rsocket.transports.tcp import TransportTCP
 
+from patch import keep_next_flag_on_fragments
+
 FRAGMENT_SIZE = 65_536
 OVERALL_TIMEOUT_SECONDS = 30
-
-
-def keep_next_flag_on_fragments():
-    """Works around rsocket-py 0.4.20 dropping the NEXT flag of a PAYLOAD whose data
-    and metadata are both empty: it rebuilds every outgoing frame through
-    `rsocket.frame.new_frame_fragment` (fragmentation), which does not copy
-    `flags_next`, and the serializer sets NEXT again only for non-empty payloads. An
-    empty item or response would go out as a PAYLOAD without NEXT (no value at all)."""
-    original = rsocket_frame.new_frame_fragment
-
-    def new_frame_fragment(base_frame, fragment):
-        frame = original(base_frame, fragment)
-        if isinstance(frame, PayloadFrame) and getattr(base_frame, 'flags_next', False):
-            frame.flags_next = True
-        return frame
-
-    rsocket_frame.new_frame_fragment = new_frame_fragment
 
 
 def say(line: str):

@@ -35,13 +35,14 @@ from reactivestreams.publisher import Publisher
 from reactivestreams.subscriber import Subscriber
 from reactivestreams.subscription import Subscription
 from rsocket.extensions.mimetypes import WellKnownMimeTypes
-import rsocket.frame as rsocket_frame
 from rsocket.frame import MAX_REQUEST_N, PayloadFrame
 from rsocket.helpers import create_error_future, create_future
 from rsocket.payload import Payload
 from rsocket.request_handler import BaseRequestHandler
 from rsocket.rsocket_server import RSocketServer
 from rsocket.transports.tcp import TransportTCP
+
+from patch import keep_next_flag_on_fragments
 
 FRAGMENT_SIZE = 65_536
 # PAYLOAD frames a connection may have queued but not yet written before the
@@ -51,23 +52,6 @@ MAX_QUEUED_PAYLOADS = 32
 CHANNEL_WINDOW = 16
 
 fire_and_forget_count = 0
-
-
-def keep_next_flag_on_fragments():
-    """Works around rsocket-py 0.4.20 dropping the NEXT flag of a PAYLOAD whose data
-    and metadata are both empty: it rebuilds every outgoing frame through
-    `rsocket.frame.new_frame_fragment` (fragmentation), which does not copy
-    `flags_next`, and the serializer sets NEXT again only for non-empty payloads. An
-    empty item or response would go out as a PAYLOAD without NEXT (no value at all)."""
-    original = rsocket_frame.new_frame_fragment
-
-    def new_frame_fragment(base_frame, fragment):
-        frame = original(base_frame, fragment)
-        if isinstance(frame, PayloadFrame) and getattr(base_frame, 'flags_next', False):
-            frame.flags_next = True
-        return frame
-
-    rsocket_frame.new_frame_fragment = new_frame_fragment
 
 
 class InteropServer(RSocketServer):
