@@ -25,7 +25,7 @@ pub async fn connect_with(addr: impl ToSocketAddrs, config: Config) -> std::io::
     let socket = TcpStream::connect(addr).await?;
     let setup = Frame {
         stream: 0,
-        body: Body::Setup(Setup {
+        body: Body::Setup(Box::new(Setup {
             major: 1,
             minor: 0,
             keepalive_ms: millis(config.keepalive),
@@ -35,7 +35,7 @@ pub async fn connect_with(addr: impl ToSocketAddrs, config: Config) -> std::io::
             metadata_mime: Bytes::from_static(MIME),
             data_mime: Bytes::from_static(MIME),
             payload: Payload::default(),
-        }),
+        })),
     };
     let lifetime = config.max_lifetime;
     let halves = conn::split(socket, &config);

@@ -37,7 +37,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf as _, BufMut, Bytes, BytesMut};
 use futures::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -747,8 +747,20 @@ impl Conn {
     }
 
     /// Handle one whole frame from the peer. An error closes the connection.
-    fn dispatch(self: &Arc<Self>, frame: Frame) -> Result<(), Error> {
+    fn dispatch(self: &Arc<Self>, frame: Frame, run: &mut Run) -> Result<(), Error> {
         let Frame { stream, body } = frame;
+        if let Body::Payload {
+            complete,
+            next,
+            payload,
+            ..
+        } = body
+        {
+            run.push(self, stream, next.then_some(payload), complete);
+            return Ok(());
+        }
+        // Any other frame takes effect after the payloads read before it.
+        run.flush();
         match body {
             Body::Setup(_) => Err(Error::msg("rsocket: a second SETUP")),
             Body::Lease { .. } | Body::Ignored { .. } => Ok(()),
@@ -791,17 +803,7 @@ impl Conn {
                 self.cancelled(stream);
                 Ok(())
             }
-            Body::Payload {
-                complete,
-                next,
-                payload,
-                ..
-            } => {
-                if let Some(inbox) = self.inbox(stream) {
-                    inbox.receive(next.then_some(payload), complete);
-                }
-                Ok(())
-            }
+            Body::Payload { .. } => unreachable!("handled above"),
             request @ (Body::RequestResponse { .. }
             | Body::RequestFnf { .. }
             | Body::RequestStream { .. }
@@ -985,18 +987,35 @@ async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
     let _ = write.shutdown().await;
 }
 
+/// Frames the reader handles in one go before it polls again (so the keepalive
+/// tick and a stop are seen between batches, and other tasks get the worker).
+const READ_BATCH: usize = 1024;
+
 async fn read_loop(conn: Arc<Conn>, mut read: Reader) {
     let mut assembly = Assembly::new(conn.config.max_payload);
     let tick = conn.keepalive.unwrap_or(conn.lifetime).min(conn.lifetime);
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);
     let mut heard = Instant::now();
+    let mut run = Run::default();
     let end = loop {
         let stop = conn.reader.notified();
         tokio::select! {
             next = read.next() => match next {
                 Some(Ok(bytes)) => {
                     heard = Instant::now();
-                    if let Err(error) = conn.read_frame(bytes.freeze(), &mut assembly) {
+                    // This frame, then every whole frame the read left in the buffer.
+                    let mut bytes = Some(bytes);
+                    let mut result = Ok(());
+                    for _ in 0..READ_BATCH {
+                        let Some(frame) = bytes.take() else { break };
+                        result = conn.read_frame(frame.freeze(), &mut assembly, &mut run);
+                        if result.is_err() {
+                            break;
+                        }
+                        bytes = buffered_frame(&mut read, conn.config.max_frame);
+                    }
+                    run.flush();
+                    if let Err(error) = result {
                         let frame = connection_error(error.message());
                         break (error, Some(frame));
                     }
@@ -1029,6 +1048,60 @@ async fn read_loop(conn: Arc<Conn>, mut read: Reader) {
     conn.close(end.0, end.1);
 }
 
+/// The next frame when the read buffer holds all of it, taken without polling the
+/// socket. The codec's state stays consistent: it just returned a frame, so it
+/// expects a length prefix next, and only whole frames are taken here. A length
+/// over `max_frame` (or a partial frame) is left for the codec, which reports it.
+fn buffered_frame(read: &mut Reader, max_frame: usize) -> Option<BytesMut> {
+    let buf = read.read_buffer_mut();
+    let prefix = buf.get(..LENGTH_PREFIX)?;
+    let len = prefix
+        .iter()
+        .fold(0usize, |len, &b| (len << 8) | usize::from(b));
+    if len > max_frame || buf.len() < LENGTH_PREFIX + len {
+        return None;
+    }
+    buf.advance(LENGTH_PREFIX);
+    Some(buf.split_to(len))
+}
+
+/// Consecutive PAYLOAD frames of one stream, handed to its inbox together: one
+/// lookup, one lock and one wake-up for the lot.
+#[derive(Default)]
+struct Run {
+    /// The stream's inbox (`None`: the stream is unknown, its frames are dropped).
+    inbox: Option<Arc<Inbox>>,
+    /// The stream (0: no run).
+    stream: u32,
+    items: Vec<Payload>,
+    complete: bool,
+}
+
+impl Run {
+    fn push(&mut self, conn: &Conn, stream: u32, item: Option<Payload>, complete: bool) {
+        if stream != self.stream || self.stream == 0 {
+            self.flush();
+            self.stream = stream;
+            self.inbox = conn.inbox(stream);
+        }
+        self.items.extend(item);
+        if complete {
+            self.complete = true;
+            self.flush();
+        }
+    }
+
+    /// Hand the run to its inbox.
+    fn flush(&mut self) {
+        if let Some(inbox) = self.inbox.take() {
+            inbox.receive(self.items.drain(..), self.complete);
+        }
+        self.items.clear();
+        self.stream = 0;
+        self.complete = false;
+    }
+}
+
 /// A connection-level ERROR frame.
 fn connection_error(message: &str) -> Frame {
     Frame {
@@ -1040,7 +1113,12 @@ fn connection_error(message: &str) -> Frame {
 impl Conn {
     /// Decode, reassemble and dispatch one frame's bytes. `Err` ends the connection
     /// with the error (the peer gets a CONNECTION_ERROR with its message).
-    fn read_frame(self: &Arc<Self>, bytes: Bytes, assembly: &mut Assembly) -> Result<(), Error> {
+    fn read_frame(
+        self: &Arc<Self>,
+        bytes: Bytes,
+        assembly: &mut Assembly,
+        run: &mut Run,
+    ) -> Result<(), Error> {
         let frame = match Frame::decode(bytes) {
             Ok(frame) => frame,
             Err(error) => return Err(Error::msg(format!("rsocket: malformed frame: {error}"))),
@@ -1060,6 +1138,7 @@ impl Conn {
                         "rsocket: a fragmented payload was interrupted by another frame".to_owned()
                     }
                 };
+                run.flush();
                 self.refuse(stream, Error::msg(message));
                 return Ok(());
             }
@@ -1070,7 +1149,7 @@ impl Conn {
         ) {
             assembly.forget(stream);
         }
-        self.dispatch(frame)
+        self.dispatch(frame, run)
     }
 
     /// A stream the peer broke (over-sent, an oversized payload): it ends with an

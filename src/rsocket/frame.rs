@@ -127,8 +127,9 @@ pub struct Setup {
 /// What a frame says.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Body {
-    /// SETUP (stream 0).
-    Setup(Setup),
+    /// SETUP (stream 0). Boxed: it is large and rare, and every frame moved through
+    /// the reader would otherwise carry its size.
+    Setup(Box<Setup>),
     /// LEASE (stream 0): the requester may send `requests` requests in the next
     /// `ttl_ms` milliseconds.
     Lease {
@@ -490,7 +491,7 @@ impl Frame {
                 let metadata_mime = r.take("metadata MIME type", len)?;
                 let len = usize::from(r.u8("data MIME length")?);
                 let data_mime = r.take("data MIME type", len)?;
-                Body::Setup(Setup {
+                Body::Setup(Box::new(Setup {
                     major,
                     minor,
                     keepalive_ms,
@@ -500,7 +501,7 @@ impl Frame {
                     metadata_mime,
                     data_mime,
                     payload: r.payload(flags)?,
-                })
+                }))
             }
             kind::LEASE => {
                 let ttl_ms = r.u31("lease time-to-live")?;

@@ -127,8 +127,9 @@ impl Inbox {
         }
     }
 
-    /// A PAYLOAD from the peer (`item` when it has NEXT).
-    pub(crate) fn receive(&self, item: Option<Payload>, complete: bool) {
+    /// PAYLOAD frames from the peer, in order: `items` those with NEXT, `complete`
+    /// when the last one ended the stream. Taken under one lock and signalled once.
+    pub(crate) fn receive(&self, items: impl Iterator<Item = Payload>, complete: bool) {
         let outcome = {
             let mut state = self.lock();
             if state.done {
@@ -136,11 +137,12 @@ impl Inbox {
                 return;
             }
             let mut over_sent = false;
-            if let Some(item) = item {
+            for item in items {
                 if state.granted_total >= u64::from(MAX_U31) && !state.single {
                     state.items.push_back(item);
                 } else if state.granted == 0 {
                     over_sent = true;
+                    break;
                 } else {
                     state.granted -= 1;
                     state.items.push_back(item);

@@ -59,7 +59,7 @@ fn setup_has_the_protocols_layout() {
     bytes.extend_from_slice(b"hi");
     let frame = Frame {
         stream: 0,
-        body: Body::Setup(Setup {
+        body: Body::Setup(Box::new(Setup {
             major: 1,
             minor: 0,
             keepalive_ms: 500,
@@ -69,7 +69,7 @@ fn setup_has_the_protocols_layout() {
             metadata_mime: Bytes::from_static(b"text"),
             data_mime: Bytes::from_static(b"json"),
             payload: Payload::data(&b"hi"[..]),
-        }),
+        })),
     };
     assert_eq!(decode(&bytes), Ok(frame.clone()));
     assert_eq!(encode(&frame), bytes);
@@ -326,7 +326,7 @@ fn encode_refuses_values_that_do_not_fit_their_fields() {
     );
     let long_mime = Frame {
         stream: 0,
-        body: Body::Setup(Setup {
+        body: Body::Setup(Box::new(Setup {
             major: 1,
             minor: 0,
             keepalive_ms: 1,
@@ -336,7 +336,7 @@ fn encode_refuses_values_that_do_not_fit_their_fields() {
             metadata_mime: Bytes::from(vec![b'a'; 256]),
             data_mime: Bytes::new(),
             payload: Payload::default(),
-        }),
+        })),
     };
     assert_eq!(
         long_mime.to_bytes(),
@@ -394,7 +394,7 @@ fn frame() -> impl Strategy<Value = Frame> {
                         data_mime,
                         payload,
                     )| {
-                        Body::Setup(Setup {
+                        Body::Setup(Box::new(Setup {
                             major,
                             minor,
                             keepalive_ms,
@@ -404,7 +404,7 @@ fn frame() -> impl Strategy<Value = Frame> {
                             metadata_mime,
                             data_mime,
                             payload,
-                        })
+                        }))
                     }
                 )
                 .boxed()

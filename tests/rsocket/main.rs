@@ -4,6 +4,7 @@
 mod conn;
 mod frame;
 mod interop;
+mod isolation;
 mod misbehaving;
 mod peers;
 mod service;

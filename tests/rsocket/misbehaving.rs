@@ -24,7 +24,7 @@ fn encode(frame: &Frame) -> Bytes {
 fn setup() -> Frame {
     Frame {
         stream: 0,
-        body: Body::Setup(Setup {
+        body: Body::Setup(Box::new(Setup {
             major: 1,
             minor: 0,
             keepalive_ms: 10_000,
@@ -34,7 +34,7 @@ fn setup() -> Frame {
             metadata_mime: "application/octet-stream".into(),
             data_mime: "application/octet-stream".into(),
             payload: Payload::default(),
-        }),
+        })),
     }
 }
 
