@@ -358,18 +358,21 @@ impl Publisher for PayloadStream {
             Start::Accepted(inbox) => inbox,
             Start::Request(opening) => {
                 let single = matches!(opening, Opening::Response(_));
+                // On a connection that is over, the stream fails at once (rule 1.4:
+                // without waiting for a request that could not be sent).
+                let over = self.conn.over();
                 Inbox::new(
                     self.conn.clone(),
                     InboxState {
                         stream: 0,
-                        opening: Some(opening),
+                        opening: over.is_none().then_some(opening),
                         items: VecDeque::new(),
                         delivering: 0,
-                        end: None,
+                        done: over.is_some(),
+                        end: over.map(Err),
                         granted: 0,
                         granted_total: 0,
                         single,
-                        done: false,
                     },
                 )
             }

@@ -8,4 +8,5 @@ mod isolation;
 mod misbehaving;
 mod peers;
 mod service;
+mod tck;
 mod wire;

@@ -224,3 +224,115 @@ fn a_silent_peer_is_dropped_after_the_max_lifetime() {
         hold.abort();
     });
 }
+
+/// Serves `"endless"` as an endless stream of 1 KiB items, counting what it
+/// produced; any other request-stream `"<n>"` as n such items.
+struct Counting {
+    produced: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+const KIB: [u8; 1024] = [7; 1024];
+
+impl weir::rsocket::Handler for Counting {
+    fn request_stream(&self, request: Payload) -> weir::BoxPublisher<Payload> {
+        use weir::prelude::*;
+        let produced = self.produced.clone();
+        let n = match request.data.as_ref() {
+            b"endless" => u64::MAX,
+            _ => text(&request).parse().expect("a count"),
+        };
+        weir::range(0..n)
+            .map(move |_| {
+                produced.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Payload::data(Bytes::from_static(&KIB))
+            })
+            .boxed()
+    }
+}
+
+/// The most bytes the kernel may buffer on one loopback connection, both ends: the
+/// largest TCP send and receive buffers (autotuning's maxima on Linux; 16 MiB
+/// elsewhere).
+fn kernel_buffers() -> u64 {
+    let max_of = |path: &str| -> Option<u64> {
+        let text = std::fs::read_to_string(path).ok()?;
+        text.split_whitespace().last()?.parse().ok()
+    };
+    match (
+        max_of("/proc/sys/net/ipv4/tcp_wmem"),
+        max_of("/proc/sys/net/ipv4/tcp_rmem"),
+    ) {
+        (Some(w), Some(r)) => w + r,
+        _ => 16 << 20,
+    }
+}
+
+#[test]
+fn a_peer_that_stops_reading_holds_bounded_memory_and_no_other_connection() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let rt = runtime();
+    rt.block_on(async {
+        let produced = Arc::new(AtomicU64::new(0));
+        let handler = Counting {
+            produced: produced.clone(),
+        };
+        let server = Server::bind("127.0.0.1:0", handler).await.unwrap();
+        let addr = server.local_addr();
+
+        // A raw peer asks for everything (2^31 − 1, unbounded) and never reads.
+        let mut socket = TcpStream::connect(addr).await.unwrap();
+        socket.write_all(&encode(&setup())).await.unwrap();
+        let request = Frame {
+            stream: 1,
+            body: Body::RequestStream {
+                follows: false,
+                initial_n: weir::rsocket::frame::MAX_U31,
+                payload: Payload::data("endless"),
+            },
+        };
+        socket.write_all(&encode(&request)).await.unwrap();
+
+        // Production stops once the socket buffers are full: three samples 200 ms
+        // apart agree.
+        let mut samples = vec![u64::MAX];
+        let start = std::time::Instant::now();
+        while samples.len() < 3
+            || samples[samples.len() - 3..]
+                .iter()
+                .any(|s| *s != samples[samples.len() - 1])
+        {
+            assert!(
+                start.elapsed() < PATIENCE,
+                "production never stopped: {samples:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            samples.push(produced.load(Relaxed));
+        }
+        let held = produced.load(Relaxed);
+        // What may be held: the kernel's buffers, the writer's batch (64 KiB) and
+        // the stream's outbox (the default send window, 256), in 1 KiB items.
+        let bound = kernel_buffers() / 1024 + 64 + 256;
+        eprintln!("a peer that reads nothing: {held} items produced, then none (bound {bound})");
+        assert!(
+            held > 0 && held <= bound,
+            "the server produced {held} items for a peer that reads nothing (bound {bound})"
+        );
+
+        // Another connection to the same server is served in full meanwhile.
+        let healthy = connect(addr).await.unwrap();
+        let items = super::conn::collect(healthy.request_stream(Payload::data("1000")))
+            .await
+            .unwrap();
+        assert_eq!(items.len(), 1000);
+        // And the stalled stream got nothing more.
+        assert_eq!(produced.load(Relaxed), held + 1000);
+
+        // The peer goes away: its connection is released.
+        drop(socket);
+        super::conn::wait_until(|| server.connections() == 1).await;
+        assert!(healthy.closed_with().is_none());
+    });
+}
