@@ -160,14 +160,10 @@ pub struct Report {
 /// How often [`watch`] samples the backlog.
 const SAMPLE: Duration = Duration::from_millis(5);
 
-/// Samples `meter` until `scenario.run_for` has passed since the meter's start.
-pub async fn watch(meter: &Meter, scenario: Scenario) -> Report {
-    watch_with(meter, scenario, |_, _| {}).await
-}
-
-/// [`watch`], calling `each_second(second, received)` at the end of each whole
-/// second with the items each stream received in it.
-pub async fn watch_with(
+/// Samples `meter` until `scenario.run_for` has passed since the meter's start,
+/// calling `each_second(second, received)` at the end of each whole second with the
+/// items each stream received in it.
+pub async fn watch(
     meter: &Meter,
     scenario: Scenario,
     mut each_second: impl FnMut(usize, &[u64]),

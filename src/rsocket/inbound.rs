@@ -462,6 +462,13 @@ impl Stage for Receive {
     fn stop(&self, _: &mut ()) {
         *self.inbox.target.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.inbox.fail(Error::cancelled(), true);
-        self.inbox.lock().items.clear();
+        // The buffer, and a channel's outgoing publisher when the stream never
+        // opened (its source may hold items): dropped with the lock released, since
+        // dropping them runs user code.
+        let held = {
+            let mut state = self.inbox.lock();
+            (std::mem::take(&mut state.items), state.opening.take())
+        };
+        drop(held);
     }
 }

@@ -36,6 +36,8 @@ mod panics;
 mod pool_shutdown;
 mod regressions;
 mod regressions_new_api;
+#[cfg(feature = "rsocket")]
+mod rsocket;
 mod shutdown;
 mod storms;
 mod time;

@@ -299,7 +299,7 @@ impl std::fmt::Debug for Stage {
 }
 
 impl Stage {
-    fn new(
+    pub(crate) fn new(
         name: &'static str,
         kind: Kind,
         nature: Nature,
@@ -325,7 +325,7 @@ impl Stage {
         self
     }
 
-    fn scheduled(mut self) -> Stage {
+    pub(crate) fn scheduled(mut self) -> Stage {
         self.scheduled = true;
         self
     }
@@ -387,11 +387,11 @@ impl Stage {
 /// The most ticks the `interval` row takes (each costs a period of real time).
 const TICKS: u64 = 2_000;
 
-const EXACT: Nature = Nature::Lossless(Order::Exact);
+pub(crate) const EXACT: Nature = Nature::Lossless(Order::Exact);
 const US: fn(u64) -> Duration = Duration::from_micros;
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
-fn identity(n: u64) -> Vec<u64> {
+pub(crate) fn identity(n: u64) -> Vec<u64> {
     (0..n).collect()
 }
 
@@ -409,7 +409,7 @@ pub fn table() -> Vec<Stage> {
     use Kind::{Boundary, Bridge, Operator, Source};
     let lossy = Nature::Lossy(Loss::WithoutDemand);
     let lossy_by_design = Nature::Lossy(Loss::ByDesign);
-    vec![
+    let mut rows = vec![
         // ---- sources ----
         Stage::new(
             "range",
@@ -1045,7 +1045,10 @@ pub fn table() -> Vec<Stage> {
             identity,
         )
         .scheduled(),
-    ]
+    ];
+    #[cfg(feature = "rsocket")]
+    rows.extend(crate::rsocket::rows());
+    rows
 }
 
 /// Check that `got` is what a lossless row with `order` promises: `expected`, exactly

@@ -10,6 +10,8 @@
 
 use std::sync::Arc;
 
+#[path = "../../examples/rsocket_fanout/rust_side.rs"]
+mod rust_side;
 #[path = "../../examples/rsocket_fanout/scenario.rs"]
 mod scenario;
 #[path = "../../examples/rsocket_fanout/weir_side.rs"]
@@ -19,18 +21,34 @@ use scenario::{Meter, Report, Scenario};
 
 use crate::service::runtime;
 
-fn run_weir(scenario: Scenario) -> Report {
+type Outcome = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// Runs one side of the scenario on a fresh runtime while [`scenario::watch`]
+/// samples it.
+fn run<F>(scenario: Scenario, side: impl FnOnce(Scenario, Arc<Meter>) -> F) -> Report
+where
+    F: std::future::Future<Output = Outcome> + Send + 'static,
+{
     let meter = Arc::new(Meter::new(scenario.streams));
-    runtime().block_on(async {
+    let runtime = runtime();
+    let report = runtime.block_on(async {
         let watcher = {
             let meter = meter.clone();
-            tokio::spawn(async move { scenario::watch(&meter, scenario).await })
+            tokio::spawn(async move { scenario::watch(&meter, scenario, |_, _| {}).await })
         };
-        weir_side::run(scenario, meter)
+        tokio::spawn(side(scenario, meter))
             .await
-            .expect("the weir side runs");
+            .expect("the side's task")
+            .expect("the side runs");
         watcher.await.expect("the watcher")
-    })
+    });
+    // rsocket_rust's own tasks may still be parked: do not wait for them.
+    runtime.shutdown_background();
+    report
+}
+
+fn run_weir(scenario: Scenario) -> Report {
+    run(scenario, weir_side::run)
 }
 
 #[test]
@@ -83,4 +101,36 @@ fn a_stalled_consumer_holds_only_its_credit_and_its_siblings_run_on() {
             report.received[stream]
         );
     }
+}
+
+/// The same scenario through `rsocket_rust` 0.7.5, which ignores `REQUEST_N` and
+/// hands every stream's frames to one dispatcher that waits on the slowest consumer
+/// (see `rust_side.rs`): this documents what happens there. Every stream's backlog
+/// grows far beyond any credit (its server produces whatever was consumed), and the
+/// healthy streams all but stop while one consumer stalls.
+#[test]
+fn rsocket_rust_buffers_without_bound_and_blocks_every_stream_behind_a_stalled_one() {
+    let scenario = Scenario::DEFAULT;
+    let report = run(scenario, rust_side::run);
+    let ratio = report.healthy_ratio(&scenario);
+    eprintln!(
+        "rsocket_rust: healthy items per second during the stall / before it: {ratio:.3}; \
+         largest backlogs {:?}",
+        report.max_backlog
+    );
+    assert_eq!(report.misordered, vec![0; scenario.streams], "{report:#?}");
+    // Structural, not timing: its producers never wait for demand.
+    for (stream, backlog) in report.max_backlog.iter().enumerate() {
+        assert!(
+            *backlog > 100 * weir_side::PREFETCH,
+            "stream {stream}: rsocket_rust held only {backlog} items: {report:#?}"
+        );
+    }
+    // Head-of-line blocking: the dispatcher waits on the stalled stream's full
+    // channel, so nothing behind it reaches the healthy streams (observed 0 to 0.05;
+    // the bound leaves room for a late sample on a busy machine).
+    assert!(
+        ratio < 0.5,
+        "healthy streams kept {ratio:.3} of their rate: {report:#?}"
+    );
 }

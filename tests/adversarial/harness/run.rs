@@ -37,12 +37,13 @@ impl Schedulers {
     }
 }
 
-/// A multi-thread tokio runtime of two workers, timers enabled.
+/// A multi-thread tokio runtime of two workers, timers and I/O enabled (the rsocket
+/// rows open loopback connections on it).
 pub fn tokio_runtime(name: &str) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name(format!("{name}-tokio"))
-        .enable_time()
+        .enable_all()
         .build()
         .expect("build a tokio runtime")
 }
