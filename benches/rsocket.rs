@@ -7,7 +7,8 @@
 //!    tokio `TcpStream` with `LengthDelimitedCodec` (3-byte lengths, as RSocket over
 //!    TCP) carrying the very same frame bytes, written with `feed` and one `flush`,
 //!    read by a `FramedRead` that counts. Target: weir ≥ 0.7× the ceiling's
-//!    items per second.
+//!    items per second. Both formulations run with the default window (256, the
+//!    consumers requesting as much) and with a window of 2048 (`Config::window`).
 //! 2. **16 streams aggregate vs 1 stream**: 16 request-streams of N/16 items each on
 //!    one connection, all consumed at once (same two formulations), against one
 //!    stream of N. Target: ≥ 0.9× the one stream's items per second.
@@ -37,7 +38,9 @@ use weir::rsocket::{Client, Handler, Payload, Server};
 use weir::BoxPublisher;
 
 const N: u64 = 1_000_000;
-const PREFETCH: u64 = 256;
+/// The default window (`Config::window`), and a large one.
+const WINDOW: u32 = 256;
+const LARGE_WINDOW: u32 = 2048;
 const DATA: &[u8] = b"0123456789abcdef";
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -69,18 +72,24 @@ impl Handler for Numbers {
 struct Weir {
     _server: Server,
     client: Client,
+    /// What each consumer requests ahead: the client's window.
+    prefetch: u64,
 }
 
 impl Weir {
-    fn start(rt: &tokio::runtime::Runtime) -> Self {
+    /// A server and a client whose streams grant `window` items ahead (consumers
+    /// request as much).
+    fn start(rt: &tokio::runtime::Runtime, window: u32) -> Self {
         rt.block_on(async {
             let server = Server::bind("127.0.0.1:0", Numbers).await.expect("bind");
-            let client = weir::rsocket::connect(server.local_addr())
+            let config = weir::rsocket::Config::default().window(window);
+            let client = weir::rsocket::connect_with(server.local_addr(), config)
                 .await
                 .expect("connect");
             Weir {
                 _server: server,
                 client,
+                prefetch: u64::from(window),
             }
         })
     }
@@ -96,7 +105,7 @@ fn pull_tasks(rt: &tokio::runtime::Runtime, weir: &Weir, streams: u64, each: u64
     rt.block_on(async {
         let tasks: Vec<_> = (0..streams)
             .map(|_| {
-                let mut items = weir.stream(each).into_stream(PREFETCH);
+                let mut items = weir.stream(each).into_stream(weir.prefetch);
                 tokio::spawn(async move {
                     let mut count = 0u64;
                     while let Some(item) = items.next().await {
@@ -119,7 +128,7 @@ fn pull_tasks(rt: &tokio::runtime::Runtime, weir: &Weir, streams: u64, each: u64
 fn fold_sinks(weir: &Weir, streams: u64, each: u64) -> u64 {
     let sinks: Vec<_> = (0..streams)
         .map(|_| {
-            weir.stream(each).fold_with(PREFETCH, 0u64, |n, item| {
+            weir.stream(each).fold_with(weir.prefetch, 0u64, |n, item| {
                 n + black_box(item.data.len() as u64) / 16
             })
         })
@@ -172,7 +181,7 @@ fn with_one_stalled(rt: &tokio::runtime::Runtime, weir: &Weir, streams: u64, eac
         let mut stalled = weir
             .client
             .request_stream(Payload::data("endless"))
-            .into_stream(PREFETCH);
+            .into_stream(weir.prefetch);
         // One item pulled: the stream is open and its window granted.
         stalled.next().await.expect("an item").expect("no error");
         stalled
@@ -184,7 +193,8 @@ fn with_one_stalled(rt: &tokio::runtime::Runtime, weir: &Weir, streams: u64, eac
 
 fn rsocket(c: &mut Criterion) {
     let rt = runtime();
-    let weir = Weir::start(&rt);
+    let weir = Weir::start(&rt, WINDOW);
+    let large = Weir::start(&rt, LARGE_WINDOW);
     let frame = Frame {
         stream: 1,
         body: Body::Payload {
@@ -200,6 +210,7 @@ fn rsocket(c: &mut Criterion) {
     assert_eq!(ceiling(&rt, &frame, N), N);
     assert_eq!(pull_tasks(&rt, &weir, 1, N), N);
     assert_eq!(fold_sinks(&weir, 1, N), N);
+    assert_eq!(fold_sinks(&large, 1, N), N);
     assert_eq!(pull_tasks(&rt, &weir, 16, N / 16), N);
     assert_eq!(fold_sinks(&weir, 16, N / 16), N);
     assert_eq!(with_one_stalled(&rt, &weir, 7, N / 8), 7 * (N / 8));
@@ -216,6 +227,10 @@ fn rsocket(c: &mut Criterion) {
         b.iter(|| pull_tasks(&rt, &weir, 1, N))
     });
     group.bench_function("weir_fold_256", |b| b.iter(|| fold_sinks(&weir, 1, N)));
+    group.bench_function("weir_into_stream_2048", |b| {
+        b.iter(|| pull_tasks(&rt, &large, 1, N))
+    });
+    group.bench_function("weir_fold_2048", |b| b.iter(|| fold_sinks(&large, 1, N)));
     group.finish();
 
     let mut group = c.benchmark_group("rsocket/streams/1M");
