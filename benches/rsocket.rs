@@ -191,6 +191,20 @@ fn with_one_stalled(rt: &tokio::runtime::Runtime, weir: &Weir, streams: u64, eac
     moved
 }
 
+/// A group of 10 samples of about 5 s, counting `items` per iteration.
+fn new_group<'c>(
+    c: &'c mut Criterion,
+    name: &str,
+    items: u64,
+) -> criterion::BenchmarkGroup<'c, criterion::measurement::WallTime> {
+    let mut group = c.benchmark_group(name);
+    group.throughput(Throughput::Elements(items));
+    group.sample_size(10);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(5));
+    group
+}
+
 fn rsocket(c: &mut Criterion) {
     let rt = runtime();
     let weir = Weir::start(&rt, WINDOW);
@@ -215,11 +229,7 @@ fn rsocket(c: &mut Criterion) {
     assert_eq!(fold_sinks(&weir, 16, N / 16), N);
     assert_eq!(with_one_stalled(&rt, &weir, 7, N / 8), 7 * (N / 8));
 
-    let mut group = c.benchmark_group("rsocket/one_stream/1M");
-    group.throughput(Throughput::Elements(N));
-    group.sample_size(10);
-    group.warm_up_time(Duration::from_millis(500));
-    group.measurement_time(Duration::from_secs(5));
+    let mut group = new_group(c, "rsocket/one_stream/1M", N);
     group.bench_function("tokio_length_delimited", |b| {
         b.iter(|| ceiling(&rt, &frame, N))
     });
@@ -233,11 +243,7 @@ fn rsocket(c: &mut Criterion) {
     group.bench_function("weir_fold_2048", |b| b.iter(|| fold_sinks(&large, 1, N)));
     group.finish();
 
-    let mut group = c.benchmark_group("rsocket/streams/1M");
-    group.throughput(Throughput::Elements(N));
-    group.sample_size(10);
-    group.warm_up_time(Duration::from_millis(500));
-    group.measurement_time(Duration::from_secs(5));
+    let mut group = new_group(c, "rsocket/streams/1M", N);
     for streams in [1, 16] {
         group.bench_function(format!("weir_into_stream_256/{streams}"), |b| {
             b.iter(|| pull_tasks(&rt, &weir, streams, N / streams))
@@ -248,11 +254,7 @@ fn rsocket(c: &mut Criterion) {
     }
     group.finish();
 
-    let mut group = c.benchmark_group("rsocket/isolation/125k_per_stream");
-    group.throughput(Throughput::Elements(N / 8));
-    group.sample_size(10);
-    group.warm_up_time(Duration::from_millis(500));
-    group.measurement_time(Duration::from_secs(5));
+    let mut group = new_group(c, "rsocket/isolation/125k_per_stream", N / 8);
     group.bench_function("8_fast", |b| b.iter(|| pull_tasks(&rt, &weir, 8, N / 8)));
     group.bench_function("7_fast_1_stalled", |b| {
         b.iter(|| with_one_stalled(&rt, &weir, 7, N / 8))
