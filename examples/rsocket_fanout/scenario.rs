@@ -178,7 +178,7 @@ pub async fn watch(
     let mut next_second = Duration::from_secs(1);
     let mut last_second = vec![0; n];
     let mut second = 0;
-    let at_run_end = loop {
+    let (sent, at_run_end) = loop {
         let elapsed = meter.elapsed();
         for (s, max) in max_backlog.iter_mut().enumerate() {
             *max = (*max).max(meter.backlog(s));
@@ -201,7 +201,9 @@ pub async fn watch(
             next_second += Duration::from_secs(1);
         }
         if elapsed >= scenario.run_for {
-            break now;
+            // The totals: `sent` read before `received`, as in `backlog`.
+            let sent: Vec<u64> = (0..n).map(|s| meter.sent[s].load(Relaxed)).collect();
+            break (sent, snapshot(meter));
         }
         tokio::time::sleep(SAMPLE).await;
     };
@@ -214,7 +216,7 @@ pub async fn watch(
         before_stall: minus(&at_stall, &at_warm),
         during_stall: minus(&at_end, &at_stall),
         after_stall: minus(&at_run_end, &at_end),
-        sent: (0..n).map(|s| meter.sent[s].load(Relaxed)).collect(),
+        sent,
         received: at_run_end,
         misordered: (0..n).map(|s| meter.misordered[s].load(Relaxed)).collect(),
         before_window: t_stall - t_warm,

@@ -76,7 +76,8 @@ impl std::fmt::Debug for Client {
 
 impl Client {
     /// A request-response: the publisher emits the response (or completes empty, or
-    /// fails). The request is sent at the subscriber's first `request`.
+    /// fails). The request is sent at the subscriber's first `request`; on a
+    /// connection that is already over, the publisher fails at `subscribe`.
     pub fn request_response(&self, request: Payload) -> PayloadStream {
         PayloadStream::response(self.inner.conn.clone(), request)
     }

@@ -17,7 +17,11 @@
 //! # Reader
 //!
 //! Reads length-prefixed frames (tokio-util's codec, limited to
-//! [`Config::max_frame`]), decodes them, reassembles fragments and dispatches: a
+//! [`Config::max_frame`]; after each frame the codec returns, the whole frames
+//! already in its buffer are taken directly, up to a batch of [`READ_BATCH`]),
+//! decodes them, reassembles fragments and dispatches them in order: consecutive
+//! PAYLOADs of one stream go to its inbox together ([`Run`]), and any other frame
+//! takes effect after the payloads before it. A
 //! PAYLOAD to its stream's inbox (never waiting for a consumer: the credit this side
 //! granted reserved the room), `REQUEST_N` to the sending side's credit, `CANCEL` and
 //! `ERROR` to the stream, requests to the handler. A malformed frame closes the
@@ -749,19 +753,20 @@ impl Conn {
     /// Handle one whole frame from the peer. An error closes the connection.
     fn dispatch(self: &Arc<Self>, frame: Frame, run: &mut Run) -> Result<(), Error> {
         let Frame { stream, body } = frame;
-        if let Body::Payload {
-            complete,
-            next,
-            payload,
-            ..
-        } = body
-        {
-            run.push(self, stream, next.then_some(payload), complete);
-            return Ok(());
+        if !matches!(body, Body::Payload { .. }) {
+            // Any other frame takes effect after the payloads read before it.
+            run.flush();
         }
-        // Any other frame takes effect after the payloads read before it.
-        run.flush();
         match body {
+            Body::Payload {
+                complete,
+                next,
+                payload,
+                ..
+            } => {
+                run.push(self, stream, next.then_some(payload), complete);
+                Ok(())
+            }
             Body::Setup(_) => Err(Error::msg("rsocket: a second SETUP")),
             Body::Lease { .. } | Body::Ignored { .. } => Ok(()),
             Body::Keepalive { respond, data, .. } => {
@@ -803,7 +808,6 @@ impl Conn {
                 self.cancelled(stream);
                 Ok(())
             }
-            Body::Payload { .. } => unreachable!("handled above"),
             request @ (Body::RequestResponse { .. }
             | Body::RequestFnf { .. }
             | Body::RequestStream { .. }
@@ -987,8 +991,9 @@ async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
     let _ = write.shutdown().await;
 }
 
-/// Frames the reader handles in one go before it polls again (so the keepalive
-/// tick and a stop are seen between batches, and other tasks get the worker).
+/// Frames the reader handles in one go before it polls the socket, the keepalive
+/// tick and a stop again (a frame is taken from the buffer only when it will be
+/// handled in this batch).
 const READ_BATCH: usize = 1024;
 
 async fn read_loop(conn: Arc<Conn>, mut read: Reader) {
@@ -1003,17 +1008,21 @@ async fn read_loop(conn: Arc<Conn>, mut read: Reader) {
             next = read.next() => match next {
                 Some(Ok(bytes)) => {
                     heard = Instant::now();
-                    // This frame, then every whole frame the read left in the buffer.
-                    let mut bytes = Some(bytes);
-                    let mut result = Ok(());
-                    for _ in 0..READ_BATCH {
-                        let Some(frame) = bytes.take() else { break };
-                        result = conn.read_frame(frame.freeze(), &mut assembly, &mut run);
-                        if result.is_err() {
-                            break;
+                    // This frame, then the whole frames the read left in the buffer,
+                    // up to a batch.
+                    let mut frame = bytes;
+                    let mut handled = 0;
+                    let result = loop {
+                        let result = conn.read_frame(frame.freeze(), &mut assembly, &mut run);
+                        handled += 1;
+                        if result.is_err() || handled == READ_BATCH {
+                            break result;
                         }
-                        bytes = buffered_frame(&mut read, conn.config.max_frame);
-                    }
+                        match buffered_frame(&mut read, conn.config.max_frame) {
+                            Some(next) => frame = next,
+                            None => break result,
+                        }
+                    };
                     run.flush();
                     if let Err(error) = result {
                         let frame = connection_error(error.message());
@@ -1073,11 +1082,15 @@ struct Run {
     inbox: Option<Arc<Inbox>>,
     /// The stream (0: no run).
     stream: u32,
+    /// The items of the run's PAYLOADs with NEXT, in order.
     items: Vec<Payload>,
+    /// The run's last PAYLOAD completed the stream.
     complete: bool,
 }
 
 impl Run {
+    /// Add a PAYLOAD of `stream` (flushing the run first when it is another
+    /// stream's); a completing one ends the run.
     fn push(&mut self, conn: &Conn, stream: u32, item: Option<Payload>, complete: bool) {
         if stream != self.stream || self.stream == 0 {
             self.flush();

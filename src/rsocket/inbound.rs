@@ -138,7 +138,13 @@ impl Inbox {
             }
             let mut over_sent = false;
             for item in items {
-                if state.granted_total >= u64::from(MAX_U31) && !state.single {
+                if state.single {
+                    // A response: its first item ends it; later ones are dropped as
+                    // late frames, however the reads grouped them.
+                    state.items.push_back(item);
+                    break;
+                }
+                if state.granted_total >= u64::from(MAX_U31) {
                     state.items.push_back(item);
                 } else if state.granted == 0 {
                     over_sent = true;
@@ -281,8 +287,9 @@ impl Inbox {
 /// Its subscriber's `request(n)` is the only credit the peer gets (see the
 /// [module docs](super)): at most [`Config::window`](super::Config::window) items
 /// ahead of delivery, the first grant with the request frame (a stream this side
-/// requests is opened at the subscriber's first `request`, not at `subscribe`), then
-/// `REQUEST_N` at the low-water mark. The subscriber runs on the connection's tokio
+/// requests is opened at the subscriber's first `request`, not at `subscribe`; on a
+/// connection that is already over it fails at `subscribe`), then `REQUEST_N` at the
+/// low-water mark. The subscriber runs on the connection's tokio
 /// runtime. A peer's ERROR arrives as an error whose source is a
 /// [`RemoteError`](super::RemoteError); the connection's end, as the error it ended
 /// with. One subscription: `subscribe` consumes it. Dropped unsubscribed, it cancels

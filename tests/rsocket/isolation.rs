@@ -106,16 +106,24 @@ fn a_stalled_consumer_holds_only_its_credit_and_its_siblings_run_on() {
 /// The same scenario through `rsocket_rust` 0.7.5, which ignores `REQUEST_N` and
 /// hands every stream's frames to one dispatcher that waits on the slowest consumer
 /// (see `rust_side.rs`): this documents what happens there. Every stream's backlog
-/// grows far beyond any credit (its server produces whatever was consumed), and the
-/// healthy streams all but stop while one consumer stalls.
+/// grows far beyond any credit, because its servers produce whatever was consumed.
+/// How much the healthy streams slow down during the stall is a rate: logged, not
+/// asserted. The run happens on a thread of its own under a watchdog, since that
+/// crate can deadlock its runtime (`rust_side.rs` explains how).
 #[test]
-fn rsocket_rust_buffers_without_bound_and_blocks_every_stream_behind_a_stalled_one() {
+fn rsocket_rust_buffers_without_bound() {
     let scenario = Scenario::DEFAULT;
-    let report = run(scenario, rust_side::run);
-    let ratio = report.healthy_ratio(&scenario);
+    let (done, report) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(run(scenario, rust_side::run));
+    });
+    let report = report
+        .recv_timeout(scenario.run_for + crate::service::PATIENCE)
+        .expect("the rsocket_rust run ends (its runtime did not deadlock)");
     eprintln!(
-        "rsocket_rust: healthy items per second during the stall / before it: {ratio:.3}; \
+        "rsocket_rust: healthy items per second during the stall / before it: {:.3}; \
          largest backlogs {:?}",
+        report.healthy_ratio(&scenario),
         report.max_backlog
     );
     assert_eq!(report.misordered, vec![0; scenario.streams], "{report:#?}");
@@ -126,11 +134,4 @@ fn rsocket_rust_buffers_without_bound_and_blocks_every_stream_behind_a_stalled_o
             "stream {stream}: rsocket_rust held only {backlog} items: {report:#?}"
         );
     }
-    // Head-of-line blocking: the dispatcher waits on the stalled stream's full
-    // channel, so nothing behind it reaches the healthy streams (observed 0 to 0.05;
-    // the bound leaves room for a late sample on a busy machine).
-    assert!(
-        ratio < 0.5,
-        "healthy streams kept {ratio:.3} of their rate: {report:#?}"
-    );
 }
