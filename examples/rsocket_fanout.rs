@@ -35,9 +35,7 @@ mod scenario;
 #[path = "rsocket_fanout/weir_side.rs"]
 mod weir_side;
 
-use scenario::{Meter, Report, Scenario};
-
-type Outcome = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+use scenario::{Meter, Outcome, Report, Scenario};
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -53,12 +51,8 @@ fn main() {
         scenario.stall_at,
         scenario.stall_end()
     );
-    let weir = runtime.block_on(measure("weir", scenario, |s, m| {
-        Box::pin(weir_side::run(s, m))
-    }));
-    let rust = runtime.block_on(measure("rsocket_rust", scenario, |s, m| {
-        Box::pin(rust_side::run(s, m))
-    }));
+    let weir = runtime.block_on(measure("weir", scenario, weir_side::run));
+    let rust = runtime.block_on(measure("rsocket_rust", scenario, rust_side::run));
     // rsocket_rust's internal tasks may still be blocked: do not wait for them.
     runtime.shutdown_timeout(Duration::from_secs(1));
 
@@ -71,10 +65,10 @@ fn main() {
         format!("{:.3}", r.healthy_ratio(&scenario))
     });
     row("healthy items per second, before the stall", &|r| {
-        per_second(healthy(&r.before_stall, &scenario), r.before_window)
+        per_second(r.healthy(&r.before_stall, &scenario), r.before_window)
     });
     row("healthy items per second, during the stall", &|r| {
-        per_second(healthy(&r.during_stall, &scenario), r.stall_window)
+        per_second(r.healthy(&r.during_stall, &scenario), r.stall_window)
     });
     row("stalled stream: items during the stall", &|r| {
         r.during_stall[scenario.stalled].to_string()
@@ -99,44 +93,31 @@ fn main() {
     });
 }
 
-type Side = fn(
-    Scenario,
-    Arc<Meter>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = Outcome> + Send>>;
-
-/// Runs one side while [`scenario::watch`] prints each second.
-async fn measure(name: &'static str, scenario: Scenario, side: Side) -> Report {
+/// Runs one side, printing each second's counts.
+async fn measure<F>(
+    name: &'static str,
+    scenario: Scenario,
+    side: impl FnOnce(Scenario, Arc<Meter>) -> F,
+) -> Report
+where
+    F: std::future::Future<Output = Outcome> + Send + 'static,
+{
     println!("\n{name}:");
     let header: Vec<String> = (0..scenario.streams).map(|s| format!("s{s}")).collect();
     println!("  second {}", columns(&header));
-    let meter = Arc::new(Meter::new(scenario.streams));
-    let watcher = {
-        let meter = meter.clone();
-        tokio::spawn(async move {
-            scenario::watch(&meter, scenario, |second, counts| {
-                let cells: Vec<String> = counts.iter().map(|c| c.to_string()).collect();
-                println!("  {second:>6} {}", columns(&cells));
-            })
-            .await
-        })
-    };
-    if let Err(error) = side(scenario, meter).await {
+    let (report, outcome) = scenario::measure(scenario, side, |second, counts| {
+        let cells: Vec<String> = counts.iter().map(|c| c.to_string()).collect();
+        println!("  {second:>6} {}", columns(&cells));
+    })
+    .await;
+    if let Err(error) = outcome {
         println!("  {name} failed: {error}");
     }
-    watcher.await.expect("the watcher")
+    report
 }
 
 fn columns(cells: &[String]) -> String {
     cells.iter().map(|c| format!("{c:>9}")).collect()
-}
-
-fn healthy(counts: &[u64], scenario: &Scenario) -> u64 {
-    counts
-        .iter()
-        .enumerate()
-        .filter(|(s, _)| *s != scenario.stalled)
-        .map(|(_, c)| c)
-        .sum()
 }
 
 fn per_second(items: u64, window: Duration) -> String {

@@ -106,7 +106,7 @@ use tokio::sync::Barrier;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 
-use super::scenario::{item, Meter, Scenario};
+use super::scenario::{item, Meter, Outcome, Scenario};
 
 /// What [`run`] and its tasks fail with.
 type BoxError = Box<dyn Error + Send + Sync>;
@@ -128,10 +128,7 @@ const GRACE: Duration = Duration::from_millis(500);
 /// returns rests on tokio's timers, so it holds as long as `rsocket_rust` does not
 /// block all of the runtime's worker threads (the one way found to do that is avoided;
 /// see the module docs).
-pub async fn run(
-    scenario: Scenario,
-    meter: Arc<Meter>,
-) -> Result<(), Box<dyn Error + Send + Sync>> {
+pub async fn run(scenario: Scenario, meter: Arc<Meter>) -> Outcome {
     let deadline = Instant::from_std(meter.start() + scenario.run_for);
     let stop = Arc::new(AtomicBool::new(false));
     // Declared before `tasks` so it is dropped after them: on every way out of `run`

@@ -13,8 +13,36 @@
 //! received`: what is in flight or buffered between the server's publisher and the
 //! consumer), its maximum, and the items each stream received in each second.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How a side's `run` ends.
+pub type Outcome = Result<(), Box<dyn std::error::Error + Send + Sync>>;
+
+/// Runs one side (`side(scenario, meter)`, spawned on the current tokio runtime)
+/// while [`watch`] samples its meter and calls `each_second`; returns what the
+/// watch saw and how the side ended.
+pub async fn measure<F>(
+    scenario: Scenario,
+    side: impl FnOnce(Scenario, Arc<Meter>) -> F,
+    each_second: impl FnMut(usize, &[u64]) + Send + 'static,
+) -> (Report, Outcome)
+where
+    F: Future<Output = Outcome> + Send + 'static,
+{
+    let meter = Arc::new(Meter::new(scenario.streams));
+    let watcher = {
+        let meter = meter.clone();
+        tokio::spawn(async move { watch(&meter, scenario, each_second).await })
+    };
+    let outcome = match tokio::spawn(side(scenario, meter)).await {
+        Ok(outcome) => outcome,
+        Err(error) => Err(format!("the side's task: {error}").into()),
+    };
+    (watcher.await.expect("the watcher"), outcome)
+}
 
 /// What to run.
 #[derive(Clone, Copy, Debug)]
@@ -225,17 +253,20 @@ pub async fn watch(
 }
 
 impl Report {
+    /// The sum of `counts` (one of the per-stream fields) over the healthy streams.
+    pub fn healthy(&self, counts: &[u64], scenario: &Scenario) -> u64 {
+        counts
+            .iter()
+            .enumerate()
+            .filter(|(s, _)| *s != scenario.stalled)
+            .map(|(_, c)| c)
+            .sum()
+    }
+
     /// The healthy streams' items per second during the stall over their items per
     /// second before it (all fast).
     pub fn healthy_ratio(&self, scenario: &Scenario) -> f64 {
-        let healthy = |counts: &[u64]| -> f64 {
-            counts
-                .iter()
-                .enumerate()
-                .filter(|(s, _)| *s != scenario.stalled)
-                .map(|(_, c)| *c as f64)
-                .sum()
-        };
+        let healthy = |counts: &[u64]| self.healthy(counts, scenario) as f64;
         let before = healthy(&self.before_stall) / self.before_window.as_secs_f64();
         let during = healthy(&self.during_stall) / self.stall_window.as_secs_f64();
         if before == 0.0 {

@@ -17,7 +17,7 @@ use weir::prelude::*;
 use weir::rsocket::{Handler, Payload, Server};
 use weir::BoxPublisher;
 
-use super::scenario::{item, Meter, Scenario};
+use super::scenario::{item, Meter, Outcome, Scenario};
 
 /// Items each consumer's bridge requests ahead: the connection's default window.
 pub const PREFETCH: u64 = 256;
@@ -47,10 +47,7 @@ impl Handler for Endless {
 /// Runs `scenario` through weir: a server on a free loopback port, one client
 /// connection, `scenario.streams` request-streams; counts into `meter`; returns once
 /// `scenario.run_for` has passed since `meter.start()` and the connection closed.
-pub async fn run(
-    scenario: Scenario,
-    meter: Arc<Meter>,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+pub async fn run(scenario: Scenario, meter: Arc<Meter>) -> Outcome {
     let handler = Endless {
         meter: meter.clone(),
         size: scenario.item_size,

@@ -6,12 +6,34 @@ use std::time::Duration;
 
 use weir::prelude::*;
 use weir::rsocket::frame::Body;
-use weir::rsocket::{connect, connect_with, Config, ErrorCode, Payload, RemoteError, Server};
+use weir::rsocket::{
+    connect, connect_with, Client, Config, ErrorCode, Payload, RemoteError, Server,
+};
 
 use super::service::{
     await_probe, pattern, request_in_batches, runtime, subscribe_probe, text, Service, PATIENCE,
 };
-use super::wire::{credit_check, proxy, Dir};
+use super::wire::{credit_check, proxy, Dir, Log};
+
+/// The interop service on a free loopback port, and a client connected to it.
+async fn served() -> (Server, Client) {
+    let server = Server::bind("127.0.0.1:0", Service::default())
+        .await
+        .expect("bind a loopback server");
+    let client = connect(server.local_addr()).await.expect("connect to it");
+    (server, client)
+}
+
+/// The interop service, and a client with `config` connected to it through the
+/// recording proxy, whose log comes too.
+async fn served_through_proxy(config: Config) -> (Server, Client, Log) {
+    let server = Server::bind("127.0.0.1:0", Service::default())
+        .await
+        .expect("bind a loopback server");
+    let (addr, log) = proxy(server.local_addr()).await;
+    let client = connect_with(addr, config).await.expect("connect to it");
+    (server, client, log)
+}
 
 fn texts(items: Vec<Payload>) -> Vec<String> {
     items.iter().map(text).collect()
@@ -21,10 +43,7 @@ fn texts(items: Vec<Payload>) -> Vec<String> {
 fn request_response_echoes_data_and_metadata_and_carries_errors() {
     let rt = runtime();
     rt.block_on(async {
-        let server = Server::bind("127.0.0.1:0", Service::default())
-            .await
-            .unwrap();
-        let client = connect(server.local_addr()).await.unwrap();
+        let (_server, client) = served().await;
         let request = Payload {
             metadata: Some("meta".into()),
             data: "echo:hello".into(),
@@ -68,11 +87,7 @@ fn fire_and_forget_reaches_the_handler() {
 fn a_stream_sends_exactly_what_its_subscriber_requested_in_batches() {
     let rt = runtime();
     rt.block_on(async {
-        let server = Server::bind("127.0.0.1:0", Service::default())
-            .await
-            .unwrap();
-        let (addr, log) = proxy(server.local_addr()).await;
-        let client = connect(addr).await.unwrap();
+        let (_server, client, log) = served_through_proxy(Config::default()).await;
         let probe = subscribe_probe(client.request_stream(Payload::data("10")));
         request_in_batches(&probe, 10, 3).await;
         let items: Vec<String> = texts(probe.items());
@@ -90,13 +105,7 @@ fn a_stream_sends_exactly_what_its_subscriber_requested_in_batches() {
 fn an_unbounded_subscriber_gets_the_stream_in_windows() {
     let rt = runtime();
     rt.block_on(async {
-        let server = Server::bind("127.0.0.1:0", Service::default())
-            .await
-            .unwrap();
-        let (addr, log) = proxy(server.local_addr()).await;
-        let client = connect_with(addr, Config::default().window(16))
-            .await
-            .unwrap();
+        let (_server, client, log) = served_through_proxy(Config::default().window(16)).await;
         let items = collect(client.request_stream(Payload::data("1000")))
             .await
             .unwrap();
@@ -123,11 +132,7 @@ fn an_unbounded_subscriber_gets_the_stream_in_windows() {
 fn cancel_mid_stream_sends_cancel_and_frees_both_ends() {
     let rt = runtime();
     rt.block_on(async {
-        let server = Server::bind("127.0.0.1:0", Service::default())
-            .await
-            .unwrap();
-        let (addr, log) = proxy(server.local_addr()).await;
-        let client = connect(addr).await.unwrap();
+        let (_server, client, log) = served_through_proxy(Config::default()).await;
         let probe = subscribe_probe(client.request_stream(Payload::data("infinite")));
         probe.request(10);
         await_probe(&probe, move |p| p.await_items(10, PATIENCE)).await;
@@ -152,10 +157,7 @@ fn cancel_mid_stream_sends_cancel_and_frees_both_ends() {
 fn a_failing_stream_delivers_its_items_then_the_error() {
     let rt = runtime();
     rt.block_on(async {
-        let server = Server::bind("127.0.0.1:0", Service::default())
-            .await
-            .unwrap();
-        let client = connect(server.local_addr()).await.unwrap();
+        let (_server, client) = served().await;
         let probe = subscribe_probe(client.request_stream(Payload::data("fail-after:2")));
         probe.request(5);
         let error = await_probe(&probe, move |p| p.await_error(PATIENCE)).await;
@@ -216,11 +218,7 @@ fn a_megabyte_travels_fragmented_both_ways() {
 fn a_channel_answers_each_item() {
     let rt = runtime();
     rt.block_on(async {
-        let server = Server::bind("127.0.0.1:0", Service::default())
-            .await
-            .unwrap();
-        let (addr, log) = proxy(server.local_addr()).await;
-        let client = connect(addr).await.unwrap();
+        let (_server, client, log) = served_through_proxy(Config::default()).await;
         let outgoing = weir::from_iter(["a", "b", "c"]).map(Payload::data);
         let items = collect(client.request_channel(outgoing)).await.unwrap();
         assert_eq!(texts(items), ["A", "B", "C"]);
@@ -324,11 +322,7 @@ impl weir::Subscriber<Payload> for OneByOne {
 fn requests_from_inside_on_next_are_granted_once() {
     let rt = runtime();
     rt.block_on(async {
-        let server = Server::bind("127.0.0.1:0", Service::default())
-            .await
-            .unwrap();
-        let (addr, log) = proxy(server.local_addr()).await;
-        let client = connect(addr).await.unwrap();
+        let (_server, client, log) = served_through_proxy(Config::default()).await;
         let (tx, rx) = std::sync::mpsc::channel();
         client
             .request_stream(Payload::data("200"))

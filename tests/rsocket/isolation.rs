@@ -17,31 +17,18 @@ mod scenario;
 #[path = "../../examples/rsocket_fanout/weir_side.rs"]
 mod weir_side;
 
-use scenario::{Meter, Report, Scenario};
+use scenario::{Meter, Outcome, Report, Scenario};
 
 use crate::service::runtime;
 
-type Outcome = Result<(), Box<dyn std::error::Error + Send + Sync>>;
-
-/// Runs one side of the scenario on a fresh runtime while [`scenario::watch`]
-/// samples it.
+/// Runs one side of the scenario on a fresh runtime; panics when it failed.
 fn run<F>(scenario: Scenario, side: impl FnOnce(Scenario, Arc<Meter>) -> F) -> Report
 where
     F: std::future::Future<Output = Outcome> + Send + 'static,
 {
-    let meter = Arc::new(Meter::new(scenario.streams));
     let runtime = runtime();
-    let report = runtime.block_on(async {
-        let watcher = {
-            let meter = meter.clone();
-            tokio::spawn(async move { scenario::watch(&meter, scenario, |_, _| {}).await })
-        };
-        tokio::spawn(side(scenario, meter))
-            .await
-            .expect("the side's task")
-            .expect("the side runs");
-        watcher.await.expect("the watcher")
-    });
+    let (report, outcome) = runtime.block_on(scenario::measure(scenario, side, |_, _| {}));
+    outcome.expect("the side runs");
     // rsocket_rust's own tasks may still be parked: do not wait for them.
     runtime.shutdown_background();
     report
