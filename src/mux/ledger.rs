@@ -286,6 +286,12 @@ impl Ledger {
         wake | self.demand(channel, outstanding, now)
     }
 
+    /// `n` items of `channel` were delivered to its subscriber, which is going away:
+    /// their credit comes back (its demand no longer matters).
+    pub(crate) fn delivered(&mut self, channel: ChannelId, n: u64, now: Instant) -> bool {
+        self.release(channel, n, now, false)
+    }
+
     /// `n` items of `channel` were dropped by the receiving side (the channel was
     /// cancelled or failed): their credit comes back as for delivered items.
     pub(crate) fn dropped(&mut self, channel: ChannelId, n: u64, now: Instant) -> bool {

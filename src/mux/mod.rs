@@ -636,6 +636,11 @@ impl<T> Shared<T> {
         self.receiver.clone()
     }
 
+    /// True on the receiving scheduler's only thread: channels' passes run there.
+    pub(crate) fn on_sole_receiver(&self) -> bool {
+        self.receiver.current_thread_is_sole_worker()
+    }
+
     /// The error every channel ends with once the transport stopped.
     pub(crate) fn broken(&self) -> Option<crate::Error> {
         self.broken.get().cloned()

@@ -9,7 +9,7 @@
 //! outstanding and the ring cannot overflow unless upstream breaks rule 1.1 (then the
 //! channel fails with an error naming the rule, after the items it staged).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::demand::Replenish;
@@ -40,6 +40,16 @@ pub(crate) struct Plumbing<T> {
     /// Only the demultiplexer reads or writes it, and whatever hands the
     /// demultiplexer from one thread to the next orders its accesses.
     wake_owed: AtomicBool,
+    /// Set while the demultiplexer runs the receiving pass in place: the pass leaves
+    /// the credit of what it delivered in `unsettled`, and the demultiplexer settles
+    /// the whole batch's channels under one lock (see [`Demux`](super::Demux)). Only
+    /// the receiving scheduler's one thread sets it, around passes it runs itself;
+    /// every pass of the channel runs on that thread, so Relaxed suffices.
+    settling: AtomicBool,
+    /// Items delivered whose credit the ledger has not been told of yet (see
+    /// `settling`). Taken with a swap, by the demultiplexer or by the stage's stop,
+    /// whichever comes first.
+    unsettled: AtomicU64,
 }
 
 /// The receive window's writing end.
@@ -86,6 +96,8 @@ impl<T: Send + 'static> Plumbing<T> {
             source: Mutex::new(None),
             end: Mutex::new(None),
             wake_owed: AtomicBool::new(false),
+            settling: AtomicBool::new(false),
+            unsettled: AtomicU64::new(0),
         });
         let sink = ChannelSink {
             shared: shared.clone(),
@@ -209,12 +221,38 @@ impl<T> Plumbing<T> {
         }
     }
 
-    /// Ask the receiving side for a pass, run in place when this thread is the
-    /// receiving scheduler's only one (the demultiplexer, on that scheduler).
-    pub(crate) fn wake_source_in_place(&self) {
-        if let Some(source) = self.source() {
-            source.signal_in_place();
-        }
+    /// Run the receiving side's pass here, now: the caller is the receiving
+    /// scheduler's only thread. The pass leaves its credit unsettled, for the
+    /// demultiplexer to settle after its batch. Returns the receiving core (its
+    /// demand is read when settling).
+    pub(crate) fn run_source_in_place(&self) -> Option<Arc<dyn Target>> {
+        let source = self.source()?;
+        // Relaxed: set, read and cleared on this thread only (see the field).
+        self.settling.store(true, Ordering::Relaxed);
+        source.signal_in_place();
+        self.settling.store(false, Ordering::Relaxed);
+        Some(source)
+    }
+
+    /// True while the demultiplexer runs this channel's pass in place: the pass
+    /// leaves the credit of what it delivers to [`defer`](Self::defer).
+    pub(crate) fn settling(&self) -> bool {
+        // Relaxed: see the field.
+        self.settling.load(Ordering::Relaxed)
+    }
+
+    /// `n` items were delivered during an in-place pass; their credit is settled later.
+    pub(crate) fn defer(&self, n: u64) {
+        // Relaxed: the count is only changed by read-modify-writes, which never lose
+        // one another's updates; whichever swap comes after this add (the
+        // demultiplexer's, or a stop's on any thread) settles it, exactly once.
+        self.unsettled.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// The delivered items whose credit was deferred and not yet settled; zero after.
+    pub(crate) fn take_unsettled(&self) -> u64 {
+        // Relaxed: see `defer`.
+        self.unsettled.swap(0, Ordering::Relaxed)
     }
 
     /// The demultiplexer owes this channel a wake-up: the channel joins `owed`, once

@@ -187,6 +187,11 @@ impl<T: Send + 'static> Stage for Receive<T> {
             let _ = cx.deliver(downstream, window.items.pop_batch(n));
             window.delivered += n as u64;
             delivered += n as u64;
+            if self.plumbing.settling() {
+                // The demultiplexer settles the credit of its whole batch at once.
+                self.plumbing.defer(n as u64);
+                continue;
+            }
             let now = self.shared.now();
             let wake = {
                 let mut state = self.shared.lock();
@@ -227,7 +232,11 @@ impl<T: Send + 'static> Stage for Receive<T> {
         let now = self.shared.now();
         let wake = {
             let mut state = self.shared.lock();
-            let mut wake = state.ledger.cancel(self.plumbing.id, now);
+            // Delivered items whose credit an in-place pass left to the
+            // demultiplexer: settled here, so that the checks below count them.
+            let unsettled = self.plumbing.take_unsettled();
+            let mut wake = state.ledger.delivered(self.plumbing.id, unsettled, now);
+            wake |= state.ledger.cancel(self.plumbing.id, now);
             if dropped > 0 {
                 wake |= state.ledger.dropped(self.plumbing.id, dropped, now);
             }

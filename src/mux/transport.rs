@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use crate::drain::Upstream;
 use crate::runtime::Scheduler;
+use crate::stage::Target;
 use crate::{Error, Publisher, PublisherExt, Subscriber, Subscription};
 
 use super::ids::{self, IdMap};
@@ -116,7 +117,13 @@ pub struct Demux<T> {
     /// Channels given items in the current batch of frames, each once: woken when
     /// the batch is in (see [`Demux::wake_owed`]).
     owed: Vec<Arc<Plumbing<T>>>,
+    /// Channels whose pass ran in place in the current batch, with their receiving
+    /// cores: their credit is settled under one lock (see [`Demux::wake_owed`]).
+    ran: Vec<Ran<T>>,
 }
+
+/// A channel whose pass the demultiplexer ran in place, and its receiving core.
+type Ran<T> = (Arc<Plumbing<T>>, Arc<dyn Target>);
 
 impl<T> std::fmt::Debug for Demux<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -132,6 +139,7 @@ impl<T: Send + 'static> Demux<T> {
             spares,
             known: ids::id_map(),
             owed: Vec::new(),
+            ran: Vec::new(),
         }
     }
 
@@ -167,10 +175,57 @@ impl<T: Send + 'static> Demux<T> {
     /// each channel's pass runs here and now: a task per frame cost about a fifth of
     /// the receiving side's time with 256 busy channels. Waking once per batch rather
     /// than per frame lets a pass deliver every frame its channel got in the batch.
+    ///
+    /// A pass run here leaves the credit of what it delivered unsettled, and this
+    /// settles the batch's channels under one lock of the ledger, with one reading of
+    /// the clock: per channel, that lock (which the worker takes for every turn) and
+    /// the clock were most of what a pass cost besides the delivery itself. Each
+    /// channel's demand is read under the lock, as [`Ledger::demand`] asks.
+    ///
+    /// [`Ledger::demand`]: super::ledger::Ledger::demand
     fn wake_owed(&mut self) {
+        if !self.shared.on_sole_receiver() {
+            for plumbing in self.owed.drain(..) {
+                plumbing.wake_paid();
+                plumbing.wake_source();
+            }
+            return;
+        }
         for plumbing in self.owed.drain(..) {
             plumbing.wake_paid();
-            plumbing.wake_source_in_place();
+            if let Some(source) = plumbing.run_source_in_place() {
+                self.ran.push((plumbing, source));
+            }
+        }
+        if self.ran.is_empty() {
+            return;
+        }
+        let now = self.shared.now();
+        let wake = {
+            let mut state = self.shared.lock();
+            let mut wake = false;
+            for (plumbing, source) in &self.ran {
+                let n = plumbing.take_unsettled();
+                if n == 0 {
+                    continue;
+                }
+                let id = plumbing.id;
+                wake |= state
+                    .ledger
+                    .delivered_with_demand(id, n, source.outstanding(), now);
+                // The subscription ended while the credit was unsettled: the stop
+                // could not close the channel; the last unit back does.
+                if !state.ledger.is_open(id) && state.ledger.buffered(id) == Some(0) {
+                    wake |= state.close(id, now);
+                }
+            }
+            wake
+        };
+        // Outside the lock: the last reference to a core may go here, and with it
+        // the user's subscriber.
+        self.ran.clear();
+        if wake {
+            self.shared.wake_worker();
         }
     }
 

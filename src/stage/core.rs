@@ -204,6 +204,8 @@ pub(crate) trait Target: Send + Sync + 'static {
     /// is the scheduler's only thread, the pass runs here, now, instead of in a new
     /// task (see the module header). The caller holds no lock a pass could take.
     fn signal_in_place(&self);
+    /// Downstream's outstanding demand now (requested and not yet delivered).
+    fn outstanding(&self) -> u64;
     /// A timer armed for the stage fired.
     fn fire(&self);
     /// The scheduler dropped one of the stage's tasks without running it.
@@ -760,6 +762,10 @@ where
 
     fn signal_in_place(&self) {
         Core::signal_in_place(self);
+    }
+
+    fn outstanding(&self) -> u64 {
+        self.demand.get()
     }
 
     fn fire(&self) {

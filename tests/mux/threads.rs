@@ -613,3 +613,69 @@ fn subscribers_run_on_the_receiving_scheduler_wherever_the_demultiplexer_runs() 
         }
     }
 }
+
+/// On a receiving pool of one thread the demultiplexer settles the credit of a whole
+/// batch of passes after running them; here consumers cancel from other threads
+/// while their channels deliver, so cancels land before, during and after a batch's
+/// settling. Channels that run to the end get every item once and in order; the
+/// cancelled ones never get more than they asked for; and afterwards every channel
+/// closed, nothing is buffered and the pool is whole (no unit of credit lost to a
+/// stop that raced the settling, none counted twice).
+#[test]
+fn cancels_racing_the_settling_of_a_batch_leave_every_unit_of_credit_back() {
+    for recv_threads in RECEIVE_THREADS {
+        for round in 0..4u64 {
+            let mux = table_mux(recv_threads);
+            let n = 20_000u64;
+            let probes: Vec<_> = (0..48).map(|id| probed(&mux, id, n)).collect();
+            for probe in &probes {
+                probe.request(n);
+            }
+            // Every third channel is cancelled after a few thousand items, by one
+            // of three threads, at staggered points.
+            let cancelled: Vec<usize> = (0..probes.len()).filter(|c| c % 3 == 0).collect();
+            std::thread::scope(|scope| {
+                for part in 0..3usize {
+                    let probes = &probes;
+                    let mine: Vec<usize> = cancelled
+                        .iter()
+                        .copied()
+                        .filter(|c| (c / 3) % 3 == part)
+                        .collect();
+                    scope.spawn(move || {
+                        for c in mine {
+                            let after = 1 + (c as u64 * 997 + round * 131) % 5_000;
+                            probes[c].await_items(after, WATCHDOG).unwrap();
+                            probes[c].cancel();
+                        }
+                    });
+                }
+            });
+            for (c, probe) in probes.iter().enumerate() {
+                if cancelled.contains(&c) {
+                    continue;
+                }
+                probe.await_completion(WATCHDOG).unwrap();
+                assert_eq!(
+                    probe.items(),
+                    (0..n).collect::<Vec<_>>(),
+                    "channel {c}: every item once, in order"
+                );
+            }
+            eventually("every channel closes and the pool is whole", || {
+                let stats = mux.stats();
+                stats.channels.is_empty() && stats.pool_free == 128 && stats.buffered_total == 0
+            });
+            for &c in &cancelled {
+                let got = probes[c].received_count();
+                assert!(got <= n, "channel {c}: {got} items, asked for {n}");
+                let items = probes[c].items();
+                assert_eq!(
+                    items,
+                    (0..got).collect::<Vec<_>>(),
+                    "channel {c}: a prefix, in order"
+                );
+            }
+        }
+    }
+}
