@@ -1,7 +1,8 @@
 //! Contract-level guarantees (`docs/design.md` §3) that need a hand-written subscriber:
 //! rule 3.3 (bounded recursion under a million re-entrant requests), rule 3.9
 //! (`request(0)`), rule 3.17 (saturation), rule 2.5 (second `on_subscribe`), and
-//! principle 6 of `docs/design.md` §2 (panics in user closures become `on_error`).
+//! principle 6 of `docs/design.md` §2 (panics in user closures become `on_error`), and
+//! batches through a `BoxPublisher`.
 
 use std::cell::Cell;
 use std::sync::{Arc, Mutex};
@@ -369,4 +370,85 @@ fn sink_handles_cancel_and_report() {
         (error.kind(), error.message()),
         (ErrorKind::Upstream, "upstream down")
     );
+}
+
+/// What a [`Batches`] subscriber saw.
+#[derive(Default)]
+struct BatchesSeen {
+    batches: u32,
+    single_items: u64,
+    batch_items: u64,
+    completed: bool,
+}
+
+/// Requests `request` at once; counts the items that arrive in batches and those
+/// that arrive one `on_next` at a time; cancels inside a batch after `cancel_after`
+/// items and keeps iterating (the batch must end by itself).
+struct Batches {
+    request: u64,
+    cancel_after: Option<u64>,
+    subscription: Option<Subscription>,
+    seen: Arc<Mutex<BatchesSeen>>,
+}
+
+impl Subscriber<u64> for Batches {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        subscription.request(self.request);
+        self.subscription = Some(subscription);
+    }
+    fn on_next(&mut self, _item: u64) {
+        self.seen.lock().unwrap().single_items += 1;
+    }
+    fn on_next_batch<I: Iterator<Item = u64>>(&mut self, items: I) -> u64 {
+        let mut seen = self.seen.lock().unwrap();
+        seen.batches += 1;
+        for _ in items {
+            seen.batch_items += 1;
+            if Some(seen.batch_items) == self.cancel_after {
+                self.subscription.as_ref().unwrap().cancel();
+            }
+        }
+        0
+    }
+    fn on_error(&mut self, error: Error) {
+        panic!("unexpected error {error}");
+    }
+    fn on_complete(&mut self) {
+        self.seen.lock().unwrap().completed = true;
+    }
+}
+
+/// A `BoxPublisher` passes batches on whole to the subscriber's own `on_next_batch`
+/// (not one virtual `on_next` per item), and a cancel inside such a batch still ends
+/// it: the items after the cancel are not handed over.
+#[test]
+fn a_boxed_publisher_hands_batches_on_whole_and_stops_them_at_a_cancel() {
+    for (publisher, request) in [
+        (weir::range(0..1_000u64).boxed(), 1_000),
+        (weir::range(0..1_000u64).map(|x| x * 2).boxed(), 1_000),
+        (weir::range(0..1_000u64).boxed().boxed(), 1_000),
+    ] {
+        let seen = Arc::new(Mutex::new(BatchesSeen::default()));
+        publisher.subscribe(Batches {
+            request,
+            cancel_after: None,
+            subscription: None,
+            seen: seen.clone(),
+        });
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.single_items, 0, "no item one by one");
+        assert_eq!(seen.batch_items, 1_000);
+        assert_eq!(seen.batches, 1, "the whole demand as one batch");
+        assert!(seen.completed);
+    }
+    let seen = Arc::new(Mutex::new(BatchesSeen::default()));
+    weir::range(0..1_000u64).boxed().subscribe(Batches {
+        request: 1_000,
+        cancel_after: Some(10),
+        subscription: None,
+        seen: seen.clone(),
+    });
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.batch_items, 10, "nothing after the cancel");
+    assert!(!seen.completed, "no completion after a cancel");
 }

@@ -389,7 +389,7 @@ impl Publisher for PayloadStream {
             scheduler: self.conn.scheduler.clone(),
         });
         // One pass even without a request: the stream may have ended already.
-        core.attach_then((), subscriber, |core| {
+        core.attach_then(Vec::new(), subscriber, |core| {
             *inbox.target.lock().unwrap_or_else(|p| p.into_inner()) = Some(core.clone());
             core.signal();
         });
@@ -410,7 +410,8 @@ struct Receive {
 impl Stage for Receive {
     const NAME: &'static str = "rsocket stream";
     type Item = Payload;
-    type Owned = ();
+    /// The batch being delivered (kept between passes for its allocation).
+    type Owned = Vec<Payload>;
     type Padding = ();
 
     fn drive(&self) -> Drive<'_> {
@@ -420,7 +421,12 @@ impl Stage for Receive {
         }
     }
 
-    fn pass<S: Subscriber<Payload>>(&self, cx: &Cx<'_>, _: &mut (), downstream: &mut S) -> Pass {
+    fn pass<S: Subscriber<Payload>>(
+        &self,
+        cx: &Cx<'_>,
+        batch: &mut Vec<Payload>,
+        downstream: &mut S,
+    ) -> Pass {
         let mut delivered = 0usize;
         loop {
             if cx.stopped() {
@@ -430,24 +436,23 @@ impl Stage for Receive {
                 return Pass::Yield;
             }
             let wanted = cx.demand().get();
-            let (batch, end) = {
+            let end = {
                 let mut state = self.inbox.lock();
                 let n = usize::try_from(wanted)
                     .unwrap_or(usize::MAX)
                     .min(state.items.len())
                     .min(PASS_BUDGET);
-                let batch: Vec<Payload> = state.items.drain(..n).collect();
+                batch.extend(state.items.drain(..n));
                 state.delivering = n as u64;
-                let end = if state.items.is_empty() {
+                if state.items.is_empty() {
                     state.end.take()
                 } else {
                     None
-                };
-                (batch, end)
+                }
             };
             if let Some(end) = end {
                 if !batch.is_empty() {
-                    let _ = cx.deliver(downstream, batch.into_iter());
+                    let _ = cx.deliver(downstream, batch.drain(..));
                 }
                 return cx.terminate(downstream, end);
             }
@@ -455,7 +460,8 @@ impl Stage for Receive {
                 return Pass::Idle;
             }
             delivered += batch.len();
-            let _ = cx.deliver(downstream, batch.into_iter());
+            // Items a cancelling subscriber leaves in the batch are dropped with it.
+            let _ = cx.deliver(downstream, batch.drain(..));
             // Settled: downstream's demand no longer counts the batch.
             self.inbox.lock().delivering = 0;
             self.inbox.grant(cx.demand().get());
@@ -466,7 +472,8 @@ impl Stage for Receive {
         self.inbox.grant(demand.get());
     }
 
-    fn stop(&self, _: &mut ()) {
+    fn stop(&self, batch: &mut Vec<Payload>) {
+        batch.clear();
         *self.inbox.target.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.inbox.fail(Error::cancelled(), true);
         // The buffer, and a channel's outgoing publisher when the stream never

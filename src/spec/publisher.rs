@@ -1,6 +1,8 @@
 //! The `Publisher` trait and its boxed, object-safe form.
 
-use super::Subscriber;
+use super::{Subscriber, Subscription};
+use crate::metrics::DropHook;
+use crate::Error;
 
 /// A provider of a potentially unbounded number of items, delivered according to the
 /// demand its subscribers signal (Reactive Streams `Publisher`).
@@ -39,7 +41,7 @@ pub trait Publisher {
 
 /// Object-safe form of [`Publisher`], used by [`BoxPublisher`].
 trait DynPublisher<T>: Send {
-    fn subscribe_boxed(self: Box<Self>, subscriber: Box<dyn Subscriber<T> + Send>);
+    fn subscribe_boxed(self: Box<Self>, subscriber: Erased<T>);
     fn bound(&self) -> u64;
 }
 
@@ -47,7 +49,7 @@ impl<P> DynPublisher<P::Item> for P
 where
     P: Publisher + Send,
 {
-    fn subscribe_boxed(self: Box<Self>, subscriber: Box<dyn Subscriber<P::Item> + Send>) {
+    fn subscribe_boxed(self: Box<Self>, subscriber: Erased<P::Item>) {
         (*self).subscribe(subscriber)
     }
     fn bound(&self) -> u64 {
@@ -55,10 +57,77 @@ where
     }
 }
 
+/// Object-safe form of [`Subscriber`]: what a [`BoxPublisher`] hands its publisher.
+/// Unlike `Box<dyn Subscriber<T>>`, whose batches fall back to one virtual `on_next`
+/// per item, it passes a batch on whole (its items behind one `&mut dyn Iterator`),
+/// so the subscriber's own `on_next_batch` settles its bookkeeping once per batch.
+trait DynSubscriber<T>: Send {
+    fn on_subscribe(&mut self, subscription: Subscription);
+    fn on_next(&mut self, item: T);
+    fn on_next_dyn(&mut self, items: &mut dyn Iterator<Item = T>) -> u64;
+    fn on_error(&mut self, error: Error);
+    fn on_complete(&mut self);
+    fn drop_hook(&self) -> Option<DropHook>;
+    fn stops_batches_itself(&self) -> bool;
+}
+
+impl<T, S: Subscriber<T> + Send> DynSubscriber<T> for S {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        Subscriber::on_subscribe(self, subscription)
+    }
+    fn on_next(&mut self, item: T) {
+        Subscriber::on_next(self, item)
+    }
+    fn on_next_dyn(&mut self, items: &mut dyn Iterator<Item = T>) -> u64 {
+        Subscriber::on_next_batch(self, items)
+    }
+    fn on_error(&mut self, error: Error) {
+        Subscriber::on_error(self, error)
+    }
+    fn on_complete(&mut self) {
+        Subscriber::on_complete(self)
+    }
+    fn drop_hook(&self) -> Option<DropHook> {
+        Subscriber::drop_hook(self)
+    }
+    fn stops_batches_itself(&self) -> bool {
+        Subscriber::stops_batches_itself(self)
+    }
+}
+
+/// The subscriber behind a [`BoxPublisher`]'s box (see [`DynSubscriber`]).
+struct Erased<T>(Box<dyn DynSubscriber<T>>);
+
+impl<T> Subscriber<T> for Erased<T> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        self.0.on_subscribe(subscription)
+    }
+    fn on_next(&mut self, item: T) {
+        self.0.on_next(item)
+    }
+    fn on_error(&mut self, error: Error) {
+        self.0.on_error(error)
+    }
+    fn on_complete(&mut self) {
+        self.0.on_complete()
+    }
+    fn drop_hook(&self) -> Option<DropHook> {
+        self.0.drop_hook()
+    }
+    // Batches reach the subscriber's own `on_next_batch`, so its answer holds here.
+    fn stops_batches_itself(&self) -> bool {
+        self.0.stops_batches_itself()
+    }
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, mut items: I) -> u64 {
+        self.0.on_next_dyn(&mut items)
+    }
+}
+
 /// A type-erased publisher of `T`, for heterogeneous pipelines (for example a `Vec` of
 /// differently built sources). Built with [`PublisherExt::boxed`](crate::PublisherExt::boxed).
 ///
-/// Each stage behind the box costs a virtual call per signal, so keep hot chains generic.
+/// Each stage behind the box costs a virtual call per signal (a batch of items is one
+/// signal, its items then one virtual call each), so keep hot chains generic.
 #[must_use = "publishers do nothing until subscribed"]
 pub struct BoxPublisher<T> {
     inner: Box<dyn DynPublisher<T>>,
@@ -89,7 +158,7 @@ impl<T: Send + 'static> Publisher for BoxPublisher<T> {
     where
         S: Subscriber<T> + Send + 'static,
     {
-        self.inner.subscribe_boxed(Box::new(subscriber))
+        self.inner.subscribe_boxed(Erased(Box::new(subscriber)))
     }
 
     fn in_flight_bound(&self) -> u64 {
