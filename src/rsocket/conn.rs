@@ -471,17 +471,23 @@ impl Conn {
         self.writer.notify_one();
     }
 
-    /// Take what the writer sends next: control frames, then a round of the ready
-    /// streams. Fills `frames`, and `refills` with the requests to make of local
-    /// publishers. False once the connection is over and nothing is left to write.
-    fn take(&self, frames: &mut Vec<Frame>, refills: &mut Vec<(Subscription, u64)>) -> bool {
+    /// Take what the writer sends next, about `budget` bytes of it: control frames,
+    /// then a round of the ready streams. Fills `frames`, and `refills` with the
+    /// requests to make of local publishers. False once the connection is over and
+    /// nothing is left to write.
+    fn take(
+        &self,
+        frames: &mut Vec<Frame>,
+        refills: &mut Vec<(Subscription, u64)>,
+        budget: usize,
+    ) -> bool {
         let mut state = self.lock();
         let state = &mut *state;
         let mut bytes = 0usize;
         while let Some(frame) = state.control.pop_front() {
             bytes += frame.encoded_len();
             frames.push(frame);
-            if bytes >= WRITE_BUDGET {
+            if bytes >= budget {
                 return true;
             }
         }
@@ -492,7 +498,7 @@ impl Conn {
         // Rounds until something is sent: a payload larger than the quantum waits
         // for the rounds that add up to its size (deficit round robin).
         while frames.is_empty() && !state.ready.is_empty() {
-            self.round(state, &mut bytes, frames, refills, &mut finished);
+            self.round(state, (&mut bytes, budget), frames, refills, &mut finished);
         }
         for id in finished {
             let remove = match state.streams.get_mut(&id) {
@@ -510,11 +516,11 @@ impl Conn {
     }
 
     /// One round of the ready streams (each once, in order), until `bytes` reaches
-    /// the write budget.
+    /// `budget`.
     fn round(
         &self,
         state: &mut State,
-        bytes: &mut usize,
+        (bytes, budget): (&mut usize, usize),
         frames: &mut Vec<Frame>,
         refills: &mut Vec<(Subscription, u64)>,
         finished: &mut Vec<u32>,
@@ -523,7 +529,7 @@ impl Conn {
         let quantum = self.config.quantum;
         let turns = state.ready.len();
         for _ in 0..turns {
-            if *bytes >= WRITE_BUDGET {
+            if *bytes >= budget {
                 break;
             }
             let Some(id) = state.ready.pop_front() else {
@@ -965,21 +971,37 @@ async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
     let mut buf = BytesMut::with_capacity(WRITE_BUDGET + 1024);
     loop {
         let notified = conn.writer.notified();
-        let open = conn.take(&mut frames, &mut refills);
-        for (subscription, n) in refills.drain(..) {
-            subscription.request(n);
-        }
+        let mut open = conn.take(&mut frames, &mut refills, WRITE_BUDGET);
         if frames.is_empty() {
+            request(&mut refills);
             if !open {
                 break;
             }
             notified.await;
             continue;
         }
-        for frame in frames.drain(..) {
-            if let Err(error) = put_frame(&mut buf, &frame) {
-                // Our own frames are valid by construction; a bug, not the peer's fault.
-                tracing::error!("rsocket: a frame could not be encoded ({error}); dropped");
+        // Encode what was taken; and while the refills just asked of local publishers
+        // came back at once (a synchronous publisher puts its items in the outbox
+        // inside `request`), take those into the same write, up to the budget: one
+        // write (one syscall, one wake-up of the peer's reader) per budget instead of
+        // one per send window.
+        loop {
+            let asked = !refills.is_empty();
+            request(&mut refills);
+            for frame in frames.drain(..) {
+                if let Err(error) = put_frame(&mut buf, &frame) {
+                    // Our own frames are valid by construction; a bug, not the peer's
+                    // fault.
+                    tracing::error!("rsocket: a frame could not be encoded ({error}); dropped");
+                }
+            }
+            if !asked || !open || buf.len() >= WRITE_BUDGET {
+                break;
+            }
+            open = conn.take(&mut frames, &mut refills, WRITE_BUDGET - buf.len());
+            if frames.is_empty() {
+                request(&mut refills);
+                break;
             }
         }
         if let Err(error) = write.write_all(&buf).await {
@@ -989,6 +1011,13 @@ async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
         buf.clear();
     }
     let _ = write.shutdown().await;
+}
+
+/// Make the requests the writer collected of local publishers.
+fn request(refills: &mut Vec<(Subscription, u64)>) {
+    for (subscription, n) in refills.drain(..) {
+        subscription.request(n);
+    }
 }
 
 /// Frames the reader handles in one go before it polls the socket, the keepalive
