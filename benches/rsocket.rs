@@ -8,7 +8,8 @@
 //!    TCP) carrying the very same frame bytes, written with `feed` and one `flush`,
 //!    read by a `FramedRead` that counts. Target: weir ≥ 0.7× the ceiling's
 //!    items per second. Both formulations run with the default window (256, the
-//!    consumers requesting as much) and with a window of 2048 (`Config::window`).
+//!    consumers requesting as much) and with windows of 2048 and 16384
+//!    (`Config::window`): one stream moves at most a window per credit round trip.
 //! 2. **16 streams aggregate vs 1 stream**: 16 request-streams of N/16 items each on
 //!    one connection, all consumed at once (same two formulations), against one
 //!    stream of N. Target: ≥ 0.9× the one stream's items per second.
@@ -38,9 +39,9 @@ use weir::rsocket::{Client, Handler, Payload, Server};
 use weir::BoxPublisher;
 
 const N: u64 = 1_000_000;
-/// The default window (`Config::window`), and a large one.
+/// The default window (`Config::window`), and larger ones (bulk transfer).
 const WINDOW: u32 = 256;
-const LARGE_WINDOW: u32 = 2048;
+const LARGE_WINDOWS: [u32; 2] = [2048, 16384];
 const DATA: &[u8] = b"0123456789abcdef";
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -208,7 +209,10 @@ fn new_group<'c>(
 fn rsocket(c: &mut Criterion) {
     let rt = runtime();
     let weir = Weir::start(&rt, WINDOW);
-    let large = Weir::start(&rt, LARGE_WINDOW);
+    let large: Vec<Weir> = LARGE_WINDOWS
+        .iter()
+        .map(|&window| Weir::start(&rt, window))
+        .collect();
     let frame = Frame {
         stream: 1,
         body: Body::Payload {
@@ -224,7 +228,9 @@ fn rsocket(c: &mut Criterion) {
     assert_eq!(ceiling(&rt, &frame, N), N);
     assert_eq!(pull_tasks(&rt, &weir, 1, N), N);
     assert_eq!(fold_sinks(&weir, 1, N), N);
-    assert_eq!(fold_sinks(&large, 1, N), N);
+    for weir in &large {
+        assert_eq!(fold_sinks(weir, 1, N), N);
+    }
     assert_eq!(pull_tasks(&rt, &weir, 16, N / 16), N);
     assert_eq!(fold_sinks(&weir, 16, N / 16), N);
     assert_eq!(with_one_stalled(&rt, &weir, 7, N / 8), 7 * (N / 8));
@@ -237,10 +243,15 @@ fn rsocket(c: &mut Criterion) {
         b.iter(|| pull_tasks(&rt, &weir, 1, N))
     });
     group.bench_function("weir_fold_256", |b| b.iter(|| fold_sinks(&weir, 1, N)));
-    group.bench_function("weir_into_stream_2048", |b| {
-        b.iter(|| pull_tasks(&rt, &large, 1, N))
-    });
-    group.bench_function("weir_fold_2048", |b| b.iter(|| fold_sinks(&large, 1, N)));
+    for weir in &large {
+        let window = weir.prefetch;
+        group.bench_function(format!("weir_into_stream_{window}"), |b| {
+            b.iter(|| pull_tasks(&rt, weir, 1, N))
+        });
+        group.bench_function(format!("weir_fold_{window}"), |b| {
+            b.iter(|| fold_sinks(weir, 1, N))
+        });
+    }
     group.finish();
 
     let mut group = new_group(c, "rsocket/streams/1M", N);

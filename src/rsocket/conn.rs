@@ -1126,7 +1126,9 @@ impl Run {
             self.stream = stream;
             self.inbox = conn.inbox(stream);
         }
-        self.items.extend(item);
+        if let Some(item) = item {
+            self.items.push(item);
+        }
         if complete {
             self.complete = true;
             self.flush();
