@@ -4,7 +4,9 @@
 //! The demultiplexer writes the channel's frames into the receive window (a
 //! single-producer ring of `E + C` slots: credit guarantees the room) and signals the
 //! core. A pass delivers `min(demand, queued)` items in one batch, gives their credit
-//! back to the ledger (waking the worker when that made a channel ready), and, once
+//! back to the ledger (waking the worker when that made a channel ready; a pass the
+//! demultiplexer runs in place leaves that to the demultiplexer, which settles its
+//! whole batch of passes under one lock), and, once
 //! the window is empty and every item the sender staged before its end was delivered,
 //! signals that end. Downstream's `request(n)` goes to the ledger as the channel's
 //! demand before the pass it triggers. When the subscription ends for any reason

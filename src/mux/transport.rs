@@ -210,14 +210,13 @@ impl<T: Send + 'static> Demux<T> {
                     continue;
                 }
                 let id = plumbing.id;
+                // A stop takes what is unsettled under this lock before it cancels,
+                // and no pass (so no deferral) follows a stop: credit left to settle
+                // means the channel is still open, and the stop will close it.
+                debug_assert!(state.ledger.is_open(id), "settling a stopped channel");
                 wake |= state
                     .ledger
                     .delivered_with_demand(id, n, source.outstanding(), now);
-                // The subscription ended while the credit was unsettled: the stop
-                // could not close the channel; the last unit back does.
-                if !state.ledger.is_open(id) && state.ledger.buffered(id) == Some(0) {
-                    wake |= state.close(id, now);
-                }
             }
             wake
         };

@@ -12,7 +12,8 @@
 //! Lock order: an [`Inbox`]'s lock may be held while the connection's is taken,
 //! never the other way round (the reader looks a stream up, lets the connection's
 //! lock go, then locks the inbox). No lock is held while user code runs (a
-//! publisher's `subscribe` or `request`, a handler).
+//! publisher's `subscribe` or `request`, a handler, the operators that produce a
+//! batch of items: [`Outbound`] collects a batch before it takes the lock).
 //!
 //! # Reader
 //!
@@ -31,11 +32,15 @@
 //!
 //! # Writer
 //!
-//! Takes, under the lock, every control frame and then a round of the ready streams
-//! (deficit round robin, a quantum of bytes each), up to a budget of bytes; encodes
-//! and writes them with the lock released; asks the local publishers whose outbox
-//! fell to its low-water mark for more (within the peer's credit); and waits for the
-//! next wake-up when there is nothing to send.
+//! Takes, under the lock, every control frame and then rounds of the ready streams
+//! (deficit round robin, a quantum of bytes each), up to a budget of bytes; with the
+//! lock released, asks the local publishers whose outbox fell to its low-water mark
+//! for more (within the peer's credit) and encodes what it took. A publisher that
+//! answers inside `request` (a synchronous source) has put its items in the outbox
+//! already: the writer takes them into the same write, up to the budget, unless what
+//! it took holds a control frame (a grant or a cancel waits for no more than one
+//! refill). Then it writes, and waits for the next wake-up when there is nothing to
+//! send.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -987,6 +992,11 @@ async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
         // one per send window.
         loop {
             let asked = !refills.is_empty();
+            // Control frames (grants, cancels, keepalives) go out now, not after
+            // more refills.
+            let control = frames
+                .iter()
+                .any(|frame| !matches!(frame.body, Body::Payload { .. }));
             request(&mut refills);
             for frame in frames.drain(..) {
                 if let Err(error) = put_frame(&mut buf, &frame) {
@@ -995,7 +1005,7 @@ async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
                     tracing::error!("rsocket: a frame could not be encoded ({error}); dropped");
                 }
             }
-            if !asked || !open || buf.len() >= WRITE_BUDGET {
+            if !asked || control || !open || buf.len() >= WRITE_BUDGET {
                 break;
             }
             open = conn.take(&mut frames, &mut refills, WRITE_BUDGET - buf.len());

@@ -18,11 +18,20 @@ use crate::{Error, Subscriber, Subscription};
 pub(crate) struct Outbound {
     conn: Arc<Conn>,
     stream: u32,
+    /// A batch, collected before the connection's lock is taken: its items come from
+    /// a lazy iterator that runs the publisher's operators (user code, which must
+    /// not run under that lock). Kept for its allocation; at most what was
+    /// requested, so within the send window.
+    batch: Vec<Payload>,
 }
 
 impl Outbound {
     pub(crate) fn new(conn: Arc<Conn>, stream: u32) -> Self {
-        Outbound { conn, stream }
+        Outbound {
+            conn,
+            stream,
+            batch: Vec::new(),
+        }
     }
 }
 
@@ -43,7 +52,11 @@ impl Subscriber<Payload> for Outbound {
     }
 
     fn on_next_batch<I: Iterator<Item = Payload>>(&mut self, items: I) -> u64 {
-        if let Some(subscription) = self.conn.items(self.stream, items) {
+        self.batch.extend(items);
+        // Items a rule-1.1 breach or a response's end leaves in the batch are dropped
+        // with the drain, after the lock is let go.
+        let cancel = self.conn.items(self.stream, self.batch.drain(..));
+        if let Some(subscription) = cancel {
             subscription.cancel();
         }
         0

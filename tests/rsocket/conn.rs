@@ -231,6 +231,28 @@ fn a_channel_answers_each_item() {
     });
 }
 
+/// The operators that produce a stream's outgoing items run with no lock of the
+/// connection held: a closure that asks the client something (here its open
+/// streams, which takes the connection's lock) does not deadlock, whether its items
+/// reach the sending side one at a time or in batches.
+#[test]
+fn an_outgoing_closure_may_call_the_client() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (_server, client) = served().await;
+        let inner = client.clone();
+        let outgoing = weir::range(0..10u32)
+            .map(move |i| {
+                assert!(inner.open_streams() >= 1, "the channel is open");
+                Payload::data(format!("x{i}"))
+            })
+            .boxed();
+        let items = collect(client.request_channel(outgoing)).await.unwrap();
+        assert_eq!(texts(items).len(), 10);
+        wait_until(|| client.open_streams() == 0).await;
+    });
+}
+
 #[test]
 fn requests_beyond_max_streams_are_rejected() {
     let rt = runtime();
