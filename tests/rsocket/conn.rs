@@ -176,19 +176,7 @@ fn a_megabyte_travels_fragmented_both_ways() {
             .unwrap();
         let (addr, log) = proxy(server.local_addr()).await;
         let client = connect_with(addr, config).await.unwrap();
-        let mut request = b"len:".to_vec();
-        request.resize(1 << 20, b'x');
-        let sum = request
-            .iter()
-            .fold(0u32, |s, &b| s.wrapping_add(u32::from(b)));
-        let answer = first(client.request_response(Payload::data(request)))
-            .await
-            .unwrap();
-        assert_eq!(text(&answer), format!("{}:{sum}", 1 << 20));
-        let answer = first(client.request_response(Payload::data("big:1048576")))
-            .await
-            .unwrap();
-        assert_eq!(answer.data.as_ref(), pattern(1 << 20).as_slice());
+        a_megabyte_each_way(&client).await;
         let log = log.lock().unwrap();
         let fragments = |dir: Dir| {
             log.iter()
@@ -289,6 +277,25 @@ pub async fn first(
         return Err(weir::Error::msg("completed without an item"));
     }
     Ok(items.remove(0))
+}
+
+/// 1 MiB each way through the interop service: a request-response whose request is
+/// 1 MiB (answered with its length and byte sum), then one whose answer is 1 MiB of
+/// the service's pattern; both checked.
+pub async fn a_megabyte_each_way(client: &Client) {
+    let mut request = b"len:".to_vec();
+    request.resize(1 << 20, b'x');
+    let sum = request
+        .iter()
+        .fold(0u32, |s, &b| s.wrapping_add(u32::from(b)));
+    let answer = first(client.request_response(Payload::data(request)))
+        .await
+        .unwrap();
+    assert_eq!(text(&answer), format!("{}:{sum}", 1 << 20));
+    let answer = first(client.request_response(Payload::data("big:1048576")))
+        .await
+        .unwrap();
+    assert_eq!(answer.data.as_ref(), pattern(1 << 20).as_slice());
 }
 
 /// Every item of `publisher`, collected off the runtime's workers.

@@ -15,10 +15,10 @@ use weir::prelude::*;
 use weir::rsocket::frame::Body;
 use weir::rsocket::{connect_with, Config, Payload, Server};
 
-use super::conn::{collect, first};
+use super::conn::{a_megabyte_each_way, collect, first};
 use super::peers::{self, Running};
 use super::service::{
-    await_probe, pattern, request_in_batches, runtime, subscribe_probe, text, Service, PATIENCE,
+    await_probe, request_in_batches, runtime, subscribe_probe, text, Service, PATIENCE,
 };
 use super::wire::{credit_check, proxy, Dir, Log};
 
@@ -238,19 +238,7 @@ fn weir_client_their_server(peer: Peer) {
         assert_eq!(error.message(), "stream failed");
 
         // 1 MiB each way (weir fragments at 64 KiB).
-        let mut request = b"len:".to_vec();
-        request.resize(1 << 20, b'x');
-        let sum = request
-            .iter()
-            .fold(0u32, |s, &b| s.wrapping_add(u32::from(b)));
-        let answer = first(client.request_response(Payload::data(request)))
-            .await
-            .unwrap();
-        assert_eq!(text(&answer), format!("{}:{sum}", 1 << 20));
-        let answer = first(client.request_response(Payload::data("big:1048576")))
-            .await
-            .unwrap();
-        assert_eq!(answer.data.as_ref(), pattern(1 << 20).as_slice());
+        a_megabyte_each_way(&client).await;
 
         let outgoing = weir::from_iter(["a", "b", "c"]).map(Payload::data);
         let items = collect(client.request_channel(outgoing)).await.unwrap();

@@ -4,8 +4,9 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt as _;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio_util::codec::FramedRead;
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use weir::prelude::*;
 use weir::rsocket::frame::{Body, ErrorCode, Frame, Payload, Setup};
 use weir::rsocket::{connect, Config, Server};
@@ -52,20 +53,42 @@ fn item(stream: u32, i: u32, complete: bool) -> Frame {
     }
 }
 
+/// The frames a raw peer receives, decoded; `None` once the connection ends (or
+/// breaks).
+struct RawFrames(FramedRead<OwnedReadHalf, LengthDelimitedCodec>);
+
+impl RawFrames {
+    async fn next(&mut self) -> Option<Frame> {
+        let bytes = self.0.next().await?.ok()?;
+        Some(Frame::decode(bytes.freeze()).unwrap())
+    }
+}
+
+/// A raw server on a free loopback port (returned): `serve` gets its first
+/// connection's frames and its writing half, on a task of its own.
+async fn raw_server<F, Fut>(serve: F) -> u16
+where
+    F: FnOnce(RawFrames, OwnedWriteHalf) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let (socket, _) = listener.accept().await.unwrap();
+        let (read, write) = socket.into_split();
+        serve(RawFrames(FramedRead::new(read, codec())), write).await;
+    });
+    port
+}
+
 /// A server that answers a request-stream for `over` with `initial_n + 3` items (rule
 /// 1.1 broken on the wire) and any other with one item and completion. Returns its
 /// port and a log of the frames it received.
 async fn over_sending_server() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Frame>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
     let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = log.clone();
-    tokio::spawn(async move {
-        let (socket, _) = listener.accept().await.unwrap();
-        let (read, mut write) = socket.into_split();
-        let mut frames = FramedRead::new(read, codec());
-        while let Some(Ok(bytes)) = frames.next().await {
-            let frame = Frame::decode(bytes.freeze()).unwrap();
+    let port = raw_server(move |mut frames, mut write| async move {
+        while let Some(frame) = frames.next().await {
             seen.lock().unwrap().push(frame.clone());
             if let Body::RequestStream {
                 initial_n, payload, ..
@@ -85,7 +108,8 @@ async fn over_sending_server() -> (u16, std::sync::Arc<std::sync::Mutex<Vec<Fram
                 }
             }
         }
-    });
+    })
+    .await;
     (port, log)
 }
 
@@ -359,14 +383,8 @@ fn a_peer_that_stops_reading_holds_bounded_memory_and_no_other_connection() {
 /// reader takes them from the buffer in batches), and a request-response with two items
 /// (NEXT, then NEXT with COMPLETE) in one write.
 async fn bursting_server() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let port = listener.local_addr().unwrap().port();
-    tokio::spawn(async move {
-        let (socket, _) = listener.accept().await.unwrap();
-        let (read, mut write) = socket.into_split();
-        let mut frames = FramedRead::new(read, codec());
-        while let Some(Ok(bytes)) = frames.next().await {
-            let frame = Frame::decode(bytes.freeze()).unwrap();
+    raw_server(|mut frames, mut write| async move {
+        while let Some(frame) = frames.next().await {
             let mut burst = BytesMut::new();
             match frame.body {
                 Body::RequestStream { .. } => {
@@ -392,8 +410,8 @@ async fn bursting_server() -> u16 {
             }
             write.write_all(&burst).await.unwrap();
         }
-    });
-    port
+    })
+    .await
 }
 
 const SMALL: u32 = 20_000;
