@@ -196,10 +196,20 @@ impl<T> Producer<T> {
         let capacity = self.capacity();
         let mut free = self.free();
         let mut index = self.tail % capacity;
-        let mut written = 0;
+        // The loop counts in a local that `Advance` adds to `tail` when it goes out of
+        // scope, also when `items` panics: `tail` stays exact (the items written so far
+        // are published by `publish` or `Drop`) without a store per item, which the
+        // compiler would have to keep because the iterator's code may unwind.
+        let mut advance = Advance {
+            tail: &mut self.tail,
+            written: 0,
+        };
         loop {
             if free == 0 {
-                free = self.free();
+                // Acquire: as in `free`.
+                self.cached_head = self.ring.head.load(Ordering::Acquire);
+                let tail = advance.tail.wrapping_add(advance.written);
+                free = capacity - tail.wrapping_sub(self.cached_head);
                 if free == 0 {
                     break;
                 }
@@ -208,24 +218,21 @@ impl<T> Producer<T> {
                 break;
             };
             self.ring.slots[index].with_mut(|slot| {
-                // SAFETY: position `self.tail` is in `[head + capacity - free, head +
-                // capacity)` for the head we last read: the consumer has finished with
-                // (moved out of) this slot, Acquire-ordered in `free`, and will not read
-                // it until we publish a tail past it. Writing a `MaybeUninit` never
-                // drops the old (moved-out) contents.
+                // SAFETY: position `tail + written` is in `[head + capacity - free,
+                // head + capacity)` for the head we last read: the consumer has
+                // finished with (moved out of) this slot, Acquire-ordered in `free`,
+                // and will not read it until we publish a tail past it. Writing a
+                // `MaybeUninit` never drops the old (moved-out) contents.
                 unsafe { (*slot).write(item) };
             });
-            // Advance per item so a panicking iterator leaves `tail` exact (the items
-            // written so far are published by `publish` or `Drop`).
-            self.tail = self.tail.wrapping_add(1);
-            written += 1;
+            advance.written += 1;
             free -= 1;
             index += 1;
             if index == capacity {
                 index = 0;
             }
         }
-        written
+        advance.written
     }
 
     /// How many items the producer has written since the ring was made (wrapping):
@@ -262,6 +269,20 @@ impl<T> Producer<T> {
         let pushed = self.push_iter(&mut std::iter::once(item));
         debug_assert_eq!(pushed, 1, "a free slot takes the item");
         Ok(())
+    }
+}
+
+/// Adds what [`Producer::write`] wrote to the producer's `tail` when dropped
+/// (Rust's `Vec` does the same for its length while it extends).
+struct Advance<'a> {
+    tail: &'a mut usize,
+    written: usize,
+}
+
+impl Drop for Advance<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        *self.tail = self.tail.wrapping_add(self.written);
     }
 }
 
@@ -331,6 +352,12 @@ impl<T> Consumer<T> {
     pub(crate) fn pop_batch(&mut self, max: usize) -> PopBatch<'_, T> {
         let remaining = self.cached().min(max);
         let index = self.head % self.capacity();
+        // The head moves past the whole batch now, not item by item as it is read: the
+        // loop then writes no memory of its own (a store per item that the compiler
+        // must keep, because the slot reads may alias it), and a batch that is leaked
+        // instead of dropped leaks its unread items rather than leaving them to be
+        // read a second time.
+        self.head = self.head.wrapping_add(remaining);
         PopBatch {
             consumer: self,
             index,
@@ -424,14 +451,14 @@ impl<T> Iterator for PopBatch<'_, T> {
             return None;
         }
         let item = self.consumer.ring.slots[self.index].with(|slot| {
-            // SAFETY: the batch covers positions `head .. head + remaining` with
-            // `head + remaining <= cached_tail`, a tail Acquired in `available`: the
-            // item is initialised and visible, and the producer will not write the slot
-            // until our Release of a head past it. Moving it out once is sound because
-            // `head` advances right after, so no position is read twice.
+            // SAFETY: the unread items are the `remaining` positions before
+            // `consumer.head`, which is at most `cached_tail`, a tail Acquired in
+            // `available`: the item is initialised and visible, and the producer will
+            // not write the slot until our Release of a head past it. Moving it out once
+            // is sound because `pop_batch` already moved `head` past the batch and
+            // `remaining` counts down, so no position is read twice.
             unsafe { (*slot).assume_init_read() }
         });
-        self.consumer.head = self.consumer.head.wrapping_add(1);
         self.remaining -= 1;
         self.index += 1;
         if self.index == self.consumer.ring.capacity() {
@@ -566,6 +593,39 @@ mod tests {
         assert_eq!(rx.available(), 3);
         drop(rx);
         assert_eq!(drops.load(Ordering::Relaxed), 5);
+    }
+
+    #[test]
+    fn a_leaked_batch_leaks_its_items_and_is_never_read_again() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (mut tx, mut rx) = ring::<Tracked>(4);
+        let mut items = (0..4).map(|i| Tracked(i, drops.clone()));
+        assert_eq!(tx.push_iter(&mut items), 4);
+        assert_eq!(rx.available(), 4);
+        let mut batch = rx.pop_batch(3);
+        assert_eq!(batch.next().map(|t| t.0), Some(0));
+        // Safe code may forget the iterator it was handed: the two unread items leak.
+        std::mem::forget(batch);
+        assert_eq!(drops.load(Ordering::Relaxed), 1);
+        let rest: Vec<u32> = rx.pop_batch(4).map(|t| t.0).collect();
+        assert_eq!(rest, vec![3], "no position is read twice");
+        assert_eq!(drops.load(Ordering::Relaxed), 2);
+        // The head the leaked batch did not publish is published by the next batch.
+        assert_eq!(tx.free(), 4);
+    }
+
+    #[test]
+    fn a_panicking_iterator_leaves_the_written_items_counted() {
+        let (mut tx, mut rx) = ring::<u32>(4);
+        let mut items = (0..4).map(|i| if i == 2 { panic!("the third item") } else { i });
+        let caught =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tx.write(&mut items)));
+        assert!(caught.is_err());
+        assert_eq!(tx.position(), 2, "two items were written before the panic");
+        tx.publish();
+        assert_eq!(rx.available(), 2);
+        assert_eq!(rx.pop_batch(4).collect::<Vec<_>>(), vec![0, 1]);
+        assert!(tx.has_room_for(4), "both slots came back");
     }
 
     #[test]
