@@ -81,7 +81,9 @@ impl<T> Drop for Ring<T> {
         while position != tail {
             let item = self.slots[position % capacity].with_mut(|slot| {
                 // SAFETY: `head <= position < tail`: the slot holds an initialised item
-                // that no consumer read; `&mut self` means nobody else can touch it, and
+                // that no consumer read (the consumer's `Drop` published its own head,
+                // which is past every item it took, also those of a leaked batch);
+                // `&mut self` means nobody else can touch it, and
                 // it is moved out once because `position` moves on right after.
                 unsafe { (*slot).assume_init_read() }
             });
@@ -308,6 +310,16 @@ impl<T> std::fmt::Debug for Consumer<T> {
             .field("capacity", &self.ring.capacity())
             .field("head", &self.head)
             .finish_non_exhaustive()
+    }
+}
+
+impl<T> Drop for Consumer<T> {
+    fn drop(&mut self) {
+        // A batch leaked with `mem::forget` moved `head` past its items but never
+        // published it; publish it now, or the ring's own clean-up would read those
+        // positions again. Release: pairs with the Acquire load in `Ring::drop` (and
+        // with the producer's in `free`, as in `PopBatch::drop`).
+        self.ring.head.store(self.head, Ordering::Release);
     }
 }
 
@@ -612,6 +624,27 @@ mod tests {
         assert_eq!(drops.load(Ordering::Relaxed), 2);
         // The head the leaked batch did not publish is published by the next batch.
         assert_eq!(tx.free(), 4);
+    }
+
+    #[test]
+    fn a_leaked_batch_is_not_dropped_again_by_the_ring() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (mut tx, mut rx) = ring::<Tracked>(4);
+        let mut items = (0..4).map(|i| Tracked(i, drops.clone()));
+        assert_eq!(tx.push_iter(&mut items), 4);
+        assert_eq!(rx.available(), 4);
+        let mut batch = rx.pop_batch(3);
+        drop(batch.next());
+        std::mem::forget(batch);
+        // No batch publishes the head after the leak: the consumer's drop does, and
+        // the ring drops only the item nobody took.
+        drop(rx);
+        drop(tx);
+        assert_eq!(
+            drops.load(Ordering::Relaxed),
+            2,
+            "item 0 and item 3, once each"
+        );
     }
 
     #[test]
