@@ -9,6 +9,7 @@
 //! | module | check |
 //! |---|---|
 //! | `stages` | the table has a row for every `PublisherExt` method and every source and bridge the crate exports (read from `src/ext.rs` and `src/lib.rs`) |
+//! | `forgetful` | a subscriber that cancels at the first or third item and leaks the rest of the batch's iterator with `mem::forget`: sources let go, the subscriber is dropped, no item is dropped twice |
 //! | `panics` | a subscriber that panics in `on_next` (first or third item): upstream cancelled, every item and the subscriber dropped; the same for the user code of every sink |
 //! | `storms` | request storms from 4 threads, cancel storms, `request(u64::MAX)` twice, requests from inside `on_complete`/`on_error`: each item once and in order, nothing beyond demand, one terminal signal, nothing alive afterwards |
 //! | `oversubscription` | 64 pipelines across small pools on two cores, random prefetch and consumer delays, under a hang watchdog |
@@ -30,6 +31,7 @@ mod support;
 
 mod channel_accounting;
 mod channel_hook;
+mod forgetful;
 mod memory;
 mod oversubscription;
 mod panics;

@@ -32,6 +32,9 @@ pub struct Plan {
     pub panic_at: Option<u64>,
     /// Cancel from inside `on_next` at this item (1-based).
     pub cancel_at: Option<u64>,
+    /// Inside `on_next_batch`, after this item (1-based), leak the rest of the batch's
+    /// iterator with `mem::forget` (safe code may); pair it with `cancel_at`.
+    pub forget_at: Option<u64>,
     /// A slow consumer: sleep this long after every `n`th item.
     pub pause: Option<(u64, std::time::Duration)>,
     /// Record the value of every item a drop hook receives (otherwise only count).
@@ -316,6 +319,18 @@ impl Subscriber<Item> for Recorder {
         if record.plan.per_item > 0 {
             record.request(record.plan.per_item);
         }
+    }
+
+    fn on_next_batch<I: Iterator<Item = Item>>(&mut self, items: I) -> u64 {
+        let mut items = items;
+        while let Some(item) = items.next() {
+            self.on_next(item);
+            if self.record.plan.forget_at == Some(self.record.items()) {
+                std::mem::forget(items);
+                return 0;
+            }
+        }
+        0
     }
 
     fn on_error(&mut self, error: Error) {
