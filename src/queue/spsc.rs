@@ -607,8 +607,9 @@ mod tests {
         assert_eq!(drops.load(Ordering::Relaxed), 5);
     }
 
-    #[test]
-    fn a_leaked_batch_leaks_its_items_and_is_never_read_again() {
+    /// A full ring of four items (0–3) whose consumer took a batch of three, read
+    /// item 0 (dropped) and leaked the batch with `mem::forget`.
+    fn one_read_of_a_leaked_batch() -> (Arc<AtomicUsize>, Producer<Tracked>, Consumer<Tracked>) {
         let drops = Arc::new(AtomicUsize::new(0));
         let (mut tx, mut rx) = ring::<Tracked>(4);
         let mut items = (0..4).map(|i| Tracked(i, drops.clone()));
@@ -616,8 +617,14 @@ mod tests {
         assert_eq!(rx.available(), 4);
         let mut batch = rx.pop_batch(3);
         assert_eq!(batch.next().map(|t| t.0), Some(0));
-        // Safe code may forget the iterator it was handed: the two unread items leak.
         std::mem::forget(batch);
+        (drops, tx, rx)
+    }
+
+    #[test]
+    fn a_leaked_batch_leaks_its_items_and_is_never_read_again() {
+        let (drops, mut tx, mut rx) = one_read_of_a_leaked_batch();
+        // Safe code may forget the iterator it was handed: the two unread items leak.
         assert_eq!(drops.load(Ordering::Relaxed), 1);
         let rest: Vec<u32> = rx.pop_batch(4).map(|t| t.0).collect();
         assert_eq!(rest, vec![3], "no position is read twice");
@@ -628,14 +635,7 @@ mod tests {
 
     #[test]
     fn a_leaked_batch_is_not_dropped_again_by_the_ring() {
-        let drops = Arc::new(AtomicUsize::new(0));
-        let (mut tx, mut rx) = ring::<Tracked>(4);
-        let mut items = (0..4).map(|i| Tracked(i, drops.clone()));
-        assert_eq!(tx.push_iter(&mut items), 4);
-        assert_eq!(rx.available(), 4);
-        let mut batch = rx.pop_batch(3);
-        drop(batch.next());
-        std::mem::forget(batch);
+        let (drops, tx, rx) = one_read_of_a_leaked_batch();
         // No batch publishes the head after the leak: the consumer's drop does, and
         // the ring drops only the item nobody took.
         drop(rx);

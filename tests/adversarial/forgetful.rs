@@ -11,30 +11,16 @@
 //! counts one death too many). Items left alive are the leak, and expected.
 
 use crate::harness::recorder::Plan;
-use crate::harness::run::{guarded, start, Schedulers};
-use crate::harness::watch::{assert_no_failures, run_rows, wait_until, PATIENCE};
-use crate::stages::{table, Feed, Stage};
+use crate::harness::run::{every_row_at_items_1_and_3, start, Schedulers};
+use crate::harness::watch::{wait_until, PATIENCE};
+use crate::stages::{Feed, Stage};
 
 /// Items per source: more than any stage hands over before the cancel takes effect.
 const LEN: u64 = 20_000;
 
 #[test]
 fn every_stage_survives_a_subscriber_that_forgets_a_batch() {
-    let schedulers = Schedulers::new("forgetful");
-    let rows = table();
-    let cases: Vec<(&Stage, u64)> = rows
-        .iter()
-        .flat_map(|row| [1, 3].map(|k| (row, k)))
-        .filter(|(row, k)| (row.expect)(16).len() as u64 >= *k)
-        .collect();
-    let failures = run_rows(&cases, 8, |&(row, k)| {
-        let (row, schedulers) = (*row, schedulers.clone());
-        guarded(row.name, 5 * PATIENCE, move || check(&row, k, &schedulers))
-            .into_iter()
-            .map(|f| format!("{} (forgets at item {k}): {f}", row.label()))
-            .collect()
-    });
-    assert_no_failures("forgetful subscriber", cases.len(), &failures);
+    every_row_at_items_1_and_3("forgetful subscriber", "forgets at item", check);
 }
 
 fn check(row: &Stage, k: u64, schedulers: &Schedulers) -> Vec<String> {

@@ -29,12 +29,12 @@ use weir::{BoxPublisher, ErrorKind};
 
 use crate::harness::item::{Fate, Item};
 use crate::harness::recorder::Plan;
-use crate::harness::run::{guarded, start, tokio_runtime, Schedulers};
+use crate::harness::run::{every_row_at_items_1_and_3, start, tokio_runtime, Schedulers};
 use crate::harness::watch::{
     assert_no_failures, on_thread, run_rows, silence_deliberate_panics, wait_until, DELIBERATE,
     PATIENCE,
 };
-use crate::stages::{table, Feed, Stage};
+use crate::stages::{Feed, Stage};
 
 /// Items per source.
 const BIG: u64 = 200_000;
@@ -45,21 +45,7 @@ const SLACK: u64 = 4_096;
 #[test]
 fn every_stage_survives_a_subscriber_that_panics_in_on_next() {
     silence_deliberate_panics();
-    let schedulers = Schedulers::new("panics");
-    let rows = table();
-    let cases: Vec<(&Stage, u64)> = rows
-        .iter()
-        .flat_map(|row| [1, 3].map(|k| (row, k)))
-        .filter(|(row, k)| (row.expect)(16).len() as u64 >= *k)
-        .collect();
-    let failures = run_rows(&cases, 8, |&(row, k)| {
-        let (row, schedulers) = (*row, schedulers.clone());
-        guarded(row.name, 5 * PATIENCE, move || check(&row, k, &schedulers))
-            .into_iter()
-            .map(|f| format!("{} (panic at item {k}): {f}", row.label()))
-            .collect()
-    });
-    assert_no_failures("panicking subscriber", cases.len(), &failures);
+    every_row_at_items_1_and_3("panicking subscriber", "panic at item", check);
 }
 
 fn check(row: &Stage, k: u64, schedulers: &Schedulers) -> Vec<String> {

@@ -182,3 +182,28 @@ pub fn guarded(
         Err(why) => vec![format!("{case}: the check itself {why}")],
     }
 }
+
+/// Run `check` on every row of the stage table at item `k` = 1 and 3 (where the row
+/// delivers that many), eight cases at a time, each under a watchdog; fail once with
+/// every failing case, each named by its row and `at` (e.g. "panic at item 3").
+pub fn every_row_at_items_1_and_3(
+    what: &str,
+    at: &str,
+    check: fn(&Stage, u64, &Schedulers) -> Vec<String>,
+) {
+    let schedulers = Schedulers::new(what);
+    let rows = crate::stages::table();
+    let cases: Vec<(&Stage, u64)> = rows
+        .iter()
+        .flat_map(|row| [1, 3].map(|k| (row, k)))
+        .filter(|(row, k)| (row.expect)(16).len() as u64 >= *k)
+        .collect();
+    let failures = super::watch::run_rows(&cases, 8, |&(row, k)| {
+        let (row, schedulers) = (*row, schedulers.clone());
+        guarded(row.name, 5 * PATIENCE, move || check(&row, k, &schedulers))
+            .into_iter()
+            .map(|f| format!("{} ({at} {k}): {f}", row.label()))
+            .collect()
+    });
+    super::watch::assert_no_failures(what, cases.len(), &failures);
+}
