@@ -32,9 +32,17 @@
 //! `MaybeUninit<T>` and the index protocol above is the proof obligation, stated at
 //! every `unsafe` block.
 //!
+//! Neither loop stores its position per item. The consumer moves its `head` past a
+//! whole batch when it takes the batch, and the producer counts in a local that a
+//! guard adds to its `tail` when the write ends, also when the item iterator panics
+//! (a store per item would stay in the loop: the compiler must assume the slot
+//! accesses, or an iterator that may unwind, observe it).
+//!
 //! Items left in the ring when both handles are gone are dropped exactly once by the
 //! ring's `Drop`; items a consumer batch skips (its iterator dropped early) are
-//! dropped by the batch.
+//! dropped by the batch. A batch leaked with `mem::forget` leaks its unread items:
+//! they are behind the consumer's `head`, which the consumer's `Drop` publishes, so
+//! the ring never reads them again.
 //!
 //! # Loom
 //!
