@@ -35,10 +35,7 @@ fn check(row: &Stage, k: u64, schedulers: &Schedulers) -> Vec<String> {
         Ok(started) => started,
         Err(why) => return vec![why],
     };
-    let mut failures = Vec::new();
-    if let Err(why) = &started.subscribe {
-        failures.push(why.clone());
-    }
+    let mut failures = started.subscribe_failures();
     let record = started.record.clone();
     wait_until(PATIENCE, || record.items() >= k || record.terminated());
     if record.items() < k && !record.terminated() {

@@ -55,10 +55,7 @@ fn check(row: &Stage, schedulers: &Schedulers) -> Vec<String> {
         Ok(started) => started,
         Err(why) => return vec![why],
     };
-    let mut failures = Vec::new();
-    if let Err(why) = &started.subscribe {
-        failures.push(why.clone());
-    }
+    let mut failures = started.subscribe_failures();
     let env = &started.env;
     if !wait_until(PATIENCE, || env.pushed()) {
         failures.push(format!(

@@ -100,10 +100,7 @@ fn check(row: &Stage, scenario: Scenario, schedulers: &Schedulers) -> Vec<String
         Ok(started) => started,
         Err(why) => return vec![why],
     };
-    let mut failures = Vec::new();
-    if let Err(why) = &started.subscribe {
-        failures.push(why.clone());
-    }
+    let mut failures = started.subscribe_failures();
     let record = started.record.clone();
     if !record.subscribed() {
         failures.push(format!("no on_subscribe within {PATIENCE:?}"));

@@ -130,6 +130,12 @@ impl Started {
         released(&self.env, &self.record, recorder)
     }
 
+    /// The failures known once the run started: `subscribe` panicked or did not
+    /// return (empty when it did); a check adds its own to them.
+    pub fn subscribe_failures(&self) -> Vec<String> {
+        self.subscribe.clone().err().into_iter().collect()
+    }
+
     /// Let go of the run's own handles (the subscription the record keeps), and stop
     /// any source a broken stage left running.
     pub fn finish(self) {
