@@ -23,7 +23,7 @@
 use std::time::{Duration, Instant};
 
 use crate::runtime::Scheduler;
-use crate::stage::timed::{assert_positive, Fx, Machine, Signal, TimedSubscriber};
+use crate::stage::timed::{assert_positive, Action, Fx, Machine, TimedSubscriber};
 use crate::{Error, Publisher, Subscriber};
 
 /// The largest batch size: batches are allocated up front, so the size is capped.
@@ -153,19 +153,19 @@ impl<T: Send + 'static> Machine for Batcher<T> {
         }
     }
 
-    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Signal<Vec<T>>> {
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Action<Vec<T>>> {
         if matches!(self.end, Some(Err(_))) {
-            return self.end.take().map(Signal::End);
+            return self.end.take().map(Action::End);
         }
         if demand > 0
             && !self.batch.is_empty()
             && (self.batch.len() == self.size || self.due || self.end.is_some())
         {
             self.due = false;
-            return Some(Signal::Item(std::mem::take(&mut self.batch)));
+            return Some(Action::Item(std::mem::take(&mut self.batch)));
         }
         if self.batch.is_empty() && self.end.is_some() {
-            return self.end.take().map(Signal::End);
+            return self.end.take().map(Action::End);
         }
         if demand > 0 && self.end.is_none() {
             let window = self.size as u64;

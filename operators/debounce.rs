@@ -4,7 +4,7 @@
 //! A [`Machine`] on the timed core (`src/source/timed/`), which owns the drain loop,
 //! downstream's demand and the timer. `on_start` requests `UNBOUNDED` upstream.
 //!
-//! State ([`Slot`]): `Empty`; `Quiet { item, arrived }` (waiting out the quiet period
+//! State ([`DebounceSlot`]): `Empty`; `Quiet { item, arrived }` (waiting out the quiet period
 //! that began at `arrived`); `Ready(item)` (quiet period over, waiting for demand). An
 //! arriving item replaces whatever is held, reported as `ReplacedByLatest` (through
 //! `Fx::dropped`), and becomes `Quiet` with a fresh arrival time. `poll` emits a
@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::demand::UNBOUNDED;
 use crate::runtime::Scheduler;
-use crate::stage::timed::{assert_positive, Fx, Machine, Signal, TimedSubscriber};
+use crate::stage::timed::{assert_positive, Action, Fx, Machine, TimedSubscriber};
 use crate::{DropReason, Error, Publisher, Subscriber};
 
 /// Publisher for the [`debounce`](crate::PublisherExt::debounce) method.
@@ -57,7 +57,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Debounce<P, C> {
     {
         let machine = Debouncer {
             quiet: self.quiet,
-            slot: Slot::Empty,
+            slot: DebounceSlot::Empty,
             armed: false,
             end: None,
         };
@@ -75,7 +75,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Debounce<P, C> {
 }
 
 /// What the stage holds.
-enum Slot<T> {
+enum DebounceSlot<T> {
     /// Nothing.
     Empty,
     /// The newest item, waiting out the quiet period that started when it arrived.
@@ -94,7 +94,7 @@ struct Debouncer<T> {
     /// The quiet period.
     quiet: Duration,
     /// The newest item not yet delivered, if any.
-    slot: Slot<T>,
+    slot: DebounceSlot<T>,
     /// The one timer is queued (it may outlive the item it was armed for).
     armed: bool,
     /// Upstream's terminal signal.
@@ -111,13 +111,13 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
     }
 
     fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
-        match std::mem::replace(&mut self.slot, Slot::Empty) {
-            Slot::Quiet { item: old, .. } | Slot::Ready(old) => {
+        match std::mem::replace(&mut self.slot, DebounceSlot::Empty) {
+            DebounceSlot::Quiet { item: old, .. } | DebounceSlot::Ready(old) => {
                 fx.dropped = Some((DropReason::ReplacedByLatest, old));
             }
-            Slot::Empty => {}
+            DebounceSlot::Empty => {}
         }
-        self.slot = Slot::Quiet {
+        self.slot = DebounceSlot::Quiet {
             item,
             arrived: fx.now(),
         };
@@ -129,20 +129,22 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
 
     fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
         if end.is_err() {
-            self.slot = Slot::Empty;
+            self.slot = DebounceSlot::Empty;
         }
         self.end = Some(end);
     }
 
     fn on_timer(&mut self, fx: &mut Fx<'_, T>) {
         self.armed = false;
-        let Slot::Quiet { arrived, .. } = self.slot else {
+        let DebounceSlot::Quiet { arrived, .. } = self.slot else {
             return;
         };
         let since = fx.now().saturating_duration_since(arrived);
         if since >= self.quiet {
-            if let Slot::Quiet { item, .. } = std::mem::replace(&mut self.slot, Slot::Empty) {
-                self.slot = Slot::Ready(item);
+            if let DebounceSlot::Quiet { item, .. } =
+                std::mem::replace(&mut self.slot, DebounceSlot::Empty)
+            {
+                self.slot = DebounceSlot::Ready(item);
             }
         } else {
             fx.arm = Some(self.quiet - since);
@@ -150,17 +152,17 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
         }
     }
 
-    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Signal<T>> {
+    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Action<T>> {
         if matches!(self.end, Some(Err(_))) {
-            return self.end.take().map(Signal::End);
+            return self.end.take().map(Action::End);
         }
-        match std::mem::replace(&mut self.slot, Slot::Empty) {
-            Slot::Ready(item) if demand > 0 => Some(Signal::Item(item)),
+        match std::mem::replace(&mut self.slot, DebounceSlot::Empty) {
+            DebounceSlot::Ready(item) if demand > 0 => Some(Action::Item(item)),
             // At completion the held item need not wait out its quiet period.
-            Slot::Quiet { item, .. } if demand > 0 && self.end.is_some() => {
-                Some(Signal::Item(item))
+            DebounceSlot::Quiet { item, .. } if demand > 0 && self.end.is_some() => {
+                Some(Action::Item(item))
             }
-            Slot::Empty => self.end.take().map(Signal::End),
+            DebounceSlot::Empty => self.end.take().map(Action::End),
             held => {
                 self.slot = held;
                 None

@@ -24,7 +24,7 @@ use super::merge::{connect, start};
 use crate::drain::Upstream;
 use crate::guard::catch;
 use crate::metrics::DropHook;
-use crate::stage::core::Target;
+use crate::stage::core::CoreHandle;
 use crate::stage::lanes::LaneSet;
 use crate::stage::window;
 use crate::{Error, Publisher, Subscriber, Subscription};
@@ -116,7 +116,7 @@ struct Outer<F, U, N> {
     upstream: Upstream,
 }
 
-impl<F, U, N: Target> Outer<F, U, N> {
+impl<F, U, N: CoreHandle> Outer<F, U, N> {
     /// End the outer side with `error` (cancelling the outer source).
     fn fail(&mut self, error: Error) {
         if self.upstream.finish() {
@@ -132,7 +132,7 @@ impl<T, F, Q, N> Subscriber<T> for Outer<F, Q::Item, N>
 where
     F: FnMut(T) -> Q,
     Q: Publisher,
-    N: Target,
+    N: CoreHandle,
 {
     fn on_subscribe(&mut self, subscription: Subscription) {
         if self.upstream.accept(&subscription) && self.set.outer.set(subscription.clone()) {

@@ -1,8 +1,8 @@
 //! `on_backpressure_drop`: implementation notes. The user contract is on
 //! [`PublisherExt::on_backpressure_drop`](crate::PublisherExt::on_backpressure_drop).
 //!
-//! `on_subscribe` hands downstream a [`Credit`] subscription and then requests
-//! `UNBOUNDED` upstream. Downstream's requests only add to the `Credit`'s
+//! `on_subscribe` hands downstream a [`Gate`] subscription and then requests
+//! `UNBOUNDED` upstream. Downstream's requests only add to the `Gate`'s
 //! [`AtomicDemand`] (any thread); `request(0)` is forwarded for upstream to answer
 //! with the rule 3.9 error, and `cancel` goes straight upstream.
 //!
@@ -63,14 +63,14 @@ where
 }
 
 /// Downstream's subscription: its requests become demand here, not upstream.
-struct Credit {
+struct Gate {
     /// Downstream's outstanding demand.
     demand: AtomicDemand,
     /// Upstream, for cancel and for `request(0)` (the source reports rule 3.9).
     upstream: Subscription,
 }
 
-impl RawSubscription for Credit {
+impl RawSubscription for Gate {
     fn request(&self, n: u64) {
         if n == 0 {
             self.upstream.request(0);
@@ -90,7 +90,7 @@ struct DropSubscriber<S> {
     /// Life-cycle state.
     upstream: Upstream,
     /// Shared with downstream's subscription handle, once subscribed.
-    credit: Option<Arc<Credit>>,
+    credit: Option<Arc<Gate>>,
     /// Reports what is dropped.
     drops: DropReporter,
 }
@@ -100,7 +100,7 @@ impl<T: 'static, S: Subscriber<T>> Subscriber<T> for DropSubscriber<S> {
         if !self.upstream.accept(&subscription) {
             return;
         }
-        let credit = Arc::new(Credit {
+        let credit = Arc::new(Gate {
             demand: AtomicDemand::new(),
             upstream: subscription.clone(),
         });

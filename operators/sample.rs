@@ -6,7 +6,7 @@
 //! records the grid's origin (the subscription instant) and requests `UNBOUNDED`
 //! upstream.
 //!
-//! State ([`Slot`]): `Empty` → `Waiting(item)` (not sampled yet; a timer is queued for
+//! State ([`SampleSlot`]): `Empty` → `Waiting(item)` (not sampled yet; a timer is queued for
 //! the next grid point `origin + k × period` strictly after the item arrived) →
 //! `Sampled(item)` (that grid point passed; waiting for demand). An arriving item
 //! replaces the held one in either state, which stays as it was, so the replacement
@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use crate::demand::UNBOUNDED;
 use crate::runtime::Scheduler;
-use crate::stage::timed::{assert_positive, until_next_tick, Fx, Machine, Signal, TimedSubscriber};
+use crate::stage::timed::{assert_positive, until_next_tick, Action, Fx, Machine, TimedSubscriber};
 use crate::{DropReason, Error, Publisher, Subscriber};
 
 /// Publisher for the [`sample`](crate::PublisherExt::sample) method.
@@ -59,7 +59,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Sample<P, C> {
         let machine = Sampler {
             period: self.period,
             origin: None,
-            slot: Slot::Empty,
+            slot: SampleSlot::Empty,
             end: None,
         };
         self.source.subscribe(TimedSubscriber::new(
@@ -76,7 +76,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Sample<P, C> {
 }
 
 /// What the stage holds.
-enum Slot<T> {
+enum SampleSlot<T> {
     /// Nothing; no timer.
     Empty,
     /// An item not sampled yet; the timer for the next grid point is queued.
@@ -92,7 +92,7 @@ struct Sampler<T> {
     /// The grid's origin (subscription time).
     origin: Option<Instant>,
     /// The newest item not yet delivered, if any.
-    slot: Slot<T>,
+    slot: SampleSlot<T>,
     /// Upstream's terminal signal.
     end: Option<Result<(), Error>>,
 }
@@ -108,46 +108,48 @@ impl<T: Send + 'static> Machine for Sampler<T> {
     }
 
     fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
-        self.slot = match std::mem::replace(&mut self.slot, Slot::Empty) {
-            Slot::Empty => {
+        self.slot = match std::mem::replace(&mut self.slot, SampleSlot::Empty) {
+            SampleSlot::Empty => {
                 let now = fx.now();
                 let origin = *self.origin.get_or_insert(now);
                 fx.arm = Some(until_next_tick(origin, self.period, now));
-                Slot::Waiting(item)
+                SampleSlot::Waiting(item)
             }
-            Slot::Waiting(replaced) => {
+            SampleSlot::Waiting(replaced) => {
                 fx.dropped = Some((DropReason::ReplacedByLatest, replaced));
-                Slot::Waiting(item)
+                SampleSlot::Waiting(item)
             }
-            Slot::Sampled(replaced) => {
+            SampleSlot::Sampled(replaced) => {
                 fx.dropped = Some((DropReason::ReplacedByLatest, replaced));
-                Slot::Sampled(item)
+                SampleSlot::Sampled(item)
             }
         };
     }
 
     fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
         if end.is_err() {
-            self.slot = Slot::Empty;
+            self.slot = SampleSlot::Empty;
         }
         self.end = Some(end);
     }
 
     fn on_timer(&mut self, _fx: &mut Fx<'_, T>) {
-        if let Slot::Waiting(item) = std::mem::replace(&mut self.slot, Slot::Empty) {
-            self.slot = Slot::Sampled(item);
+        if let SampleSlot::Waiting(item) = std::mem::replace(&mut self.slot, SampleSlot::Empty) {
+            self.slot = SampleSlot::Sampled(item);
         }
     }
 
-    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Signal<T>> {
+    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Action<T>> {
         if matches!(self.end, Some(Err(_))) {
-            return self.end.take().map(Signal::End);
+            return self.end.take().map(Action::End);
         }
-        match std::mem::replace(&mut self.slot, Slot::Empty) {
-            Slot::Sampled(item) if demand > 0 => Some(Signal::Item(item)),
+        match std::mem::replace(&mut self.slot, SampleSlot::Empty) {
+            SampleSlot::Sampled(item) if demand > 0 => Some(Action::Item(item)),
             // At completion the held item need not wait for its grid point.
-            Slot::Waiting(item) if demand > 0 && self.end.is_some() => Some(Signal::Item(item)),
-            Slot::Empty => self.end.take().map(Signal::End),
+            SampleSlot::Waiting(item) if demand > 0 && self.end.is_some() => {
+                Some(Action::Item(item))
+            }
+            SampleSlot::Empty => self.end.take().map(Action::End),
             held => {
                 self.slot = held;
                 None

@@ -10,7 +10,7 @@
 //! delivery goes straight back to upstream as `Passing`'s own batch credit, since it
 //! arises on the emitting thread.
 //!
-//! Downstream's subscription is a signal core whose stage ([`Forward`]) forwards
+//! Downstream's subscription is a signal core whose stage ([`Forwarding`]) forwards
 //! demand: a `request(n)` is added to the core's demand and a pass runs on the
 //! scheduler, taking everything accumulated so far upstream with one `request` (a
 //! burst of requests costs one task and one upstream call; `UNBOUNDED` is sent once).
@@ -166,7 +166,7 @@ impl Drop for Relay {
 
 /// The forwarding stage: downstream's demand goes upstream from a task on the
 /// scheduler.
-struct Forward<T, S> {
+struct Forwarding<T, S> {
     upstream: Arc<SharedUpstream>,
     scheduler: S,
     /// `UNBOUNDED` was forwarded; nothing more needs to go up.
@@ -174,7 +174,7 @@ struct Forward<T, S> {
     _items: PhantomData<fn() -> T>,
 }
 
-impl<T: Send + 'static, S: Scheduler> Stage for Forward<T, S> {
+impl<T: Send + 'static, S: Scheduler> Stage for Forwarding<T, S> {
     const NAME: &'static str = "subscribe_on";
     type Item = T;
     type Owned = ();
@@ -240,7 +240,7 @@ where
         };
         let upstream = Arc::new(SharedUpstream::new(subscription));
         self.relay.upstream = Some(upstream.clone());
-        let core = Core::new(Forward::<T, S> {
+        let core = Core::new(Forwarding::<T, S> {
             upstream,
             scheduler,
             all_sent: std::sync::atomic::AtomicBool::new(false),

@@ -8,7 +8,7 @@
 //! A batch is handed downstream through [`While`], which stops pulling from
 //! upstream's iterator at the first rejected item: its `fold` is a `try_fold`, so a
 //! fused chain still stops there and a generator upstream is not called for items
-//! nobody wants. `While` records why it stopped ([`Stop`]); after the batch the stage
+//! nobody wants. `While` records why it stopped ([`Cutoff`]); after the batch the stage
 //! acts on it.
 //!
 //! State: [`Upstream`] (`Idle` → `Active` → `Done`). The first rejected item cancels
@@ -60,7 +60,7 @@ where
 }
 
 /// Why a batch stopped early.
-enum Stop {
+enum Cutoff {
     /// The predicate rejected an item: the stream is over.
     Rejected,
     /// The predicate panicked.
@@ -72,7 +72,7 @@ enum Stop {
 struct While<'a, I, F> {
     items: I,
     predicate: F,
-    stop: &'a mut Option<Stop>,
+    stop: &'a mut Option<Cutoff>,
 }
 
 impl<T, I, F> Iterator for While<'_, I, F>
@@ -91,11 +91,11 @@ where
         match catch(|| (self.predicate)(&item)) {
             Ok(true) => Some(item),
             Ok(false) => {
-                *self.stop = Some(Stop::Rejected);
+                *self.stop = Some(Cutoff::Rejected);
                 None
             }
             Err(error) => {
-                *self.stop = Some(Stop::Panicked(error));
+                *self.stop = Some(Cutoff::Panicked(error));
                 None
             }
         }
@@ -122,11 +122,11 @@ where
         let flow = items.try_fold(init, |acc, item| match catch(|| predicate(&item)) {
             Ok(true) => ControlFlow::Continue(g(acc, item)),
             Ok(false) => {
-                *stop = Some(Stop::Rejected);
+                *stop = Some(Cutoff::Rejected);
                 ControlFlow::Break(acc)
             }
             Err(error) => {
-                *stop = Some(Stop::Panicked(error));
+                *stop = Some(Cutoff::Panicked(error));
                 ControlFlow::Break(acc)
             }
         });
@@ -147,14 +147,14 @@ struct TakeWhileSubscriber<S, F> {
 
 impl<S, F> TakeWhileSubscriber<S, F> {
     /// End the stream early: cancel upstream, then complete or fail downstream.
-    fn stop<T>(&mut self, stop: Stop)
+    fn stop<T>(&mut self, stop: Cutoff)
     where
         S: Subscriber<T>,
     {
         if self.upstream.cancel() {
             match stop {
-                Stop::Rejected => self.downstream.on_complete(),
-                Stop::Panicked(error) => self.downstream.on_error(error),
+                Cutoff::Rejected => self.downstream.on_complete(),
+                Cutoff::Panicked(error) => self.downstream.on_error(error),
             }
         }
     }
@@ -178,8 +178,8 @@ where
         }
         match catch(|| (self.predicate)(&item)) {
             Ok(true) => self.downstream.on_next(item),
-            Ok(false) => self.stop(Stop::Rejected),
-            Err(error) => self.stop(Stop::Panicked(error)),
+            Ok(false) => self.stop(Cutoff::Rejected),
+            Err(error) => self.stop(Cutoff::Panicked(error)),
         }
     }
 

@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use crate::runtime::deadline;
 use crate::runtime::Scheduler;
-use crate::stage::timed::{assert_positive, Fx, Machine, Signal, TimedSubscriber};
+use crate::stage::timed::{assert_positive, Action, Fx, Machine, TimedSubscriber};
 use crate::{Error, Publisher, Subscriber};
 
 /// Publisher for the [`timeout`](crate::PublisherExt::timeout) method.
@@ -60,7 +60,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Timeout<P, C> {
     where
         S: Subscriber<P::Item> + Send + 'static,
     {
-        let machine = Watch {
+        let machine = Watchdog {
             duration: self.duration,
             transit: VecDeque::new(),
             deadline: None,
@@ -83,7 +83,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Timeout<P, C> {
 }
 
 /// The stage's state (behind the timed core's lock).
-struct Watch<T> {
+struct Watchdog<T> {
     /// How long downstream may wait for an item.
     duration: Duration,
     /// Items on their way through the drain loop (only against demand).
@@ -100,7 +100,7 @@ struct Watch<T> {
     end: Option<Result<(), Error>>,
 }
 
-impl<T: Send + 'static> Machine for Watch<T> {
+impl<T: Send + 'static> Machine for Watchdog<T> {
     type In = T;
     type Out = T;
     const NAME: &'static str = "timeout";
@@ -133,20 +133,20 @@ impl<T: Send + 'static> Machine for Watch<T> {
         }
     }
 
-    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Signal<T>> {
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Action<T>> {
         if demand > 0 {
             if let Some(item) = self.transit.pop_front() {
-                return Some(Signal::Item(item));
+                return Some(Action::Item(item));
             }
         }
         if self.transit.is_empty() {
             if let Some(end) = self.end.take() {
-                return Some(Signal::End(end));
+                return Some(Action::End(end));
             }
         }
         if self.expired {
             fx.cancel_upstream = true;
-            return Some(Signal::End(Err(Error::timeout(format!(
+            return Some(Action::End(Err(Error::timeout(format!(
                 "no item within {:?} of outstanding demand",
                 self.duration
             )))));

@@ -197,9 +197,9 @@ impl AtomicDemand {
 /// takes the shared demand once, spends it batch by batch (adding the credit each
 /// batch returns), and gives back what is left when it has nothing more to emit.
 #[derive(Debug, Default)]
-pub(crate) struct Local(u64);
+pub(crate) struct LocalDemand(u64);
 
-impl Local {
+impl LocalDemand {
     /// What is left to spend ([`UNBOUNDED`] stays unbounded).
     #[inline]
     pub(crate) fn get(&self) -> u64 {

@@ -97,13 +97,13 @@ impl Wip {
 /// Not on a per-item path: it locks a small mutex, and never calls a subscription while
 /// holding it.
 pub struct SubscriptionSlot {
-    state: Mutex<Slot>,
+    state: Mutex<SlotContents>,
 }
 
 impl Default for SubscriptionSlot {
     fn default() -> Self {
         SubscriptionSlot {
-            state: Mutex::new(Slot::Empty),
+            state: Mutex::new(SlotContents::Empty),
         }
     }
 }
@@ -117,7 +117,7 @@ impl std::fmt::Debug for SubscriptionSlot {
 }
 
 #[derive(Debug)]
-enum Slot {
+enum SlotContents {
     Empty,
     Set(Subscription),
     Cancelled,
@@ -129,7 +129,7 @@ impl SubscriptionSlot {
         Self::default()
     }
 
-    fn lock(&self) -> crate::loom::MutexGuardOf<'_, Slot> {
+    fn lock(&self) -> crate::loom::MutexGuardOf<'_, SlotContents> {
         self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -140,11 +140,11 @@ impl SubscriptionSlot {
     pub fn set(&self, subscription: Subscription) -> bool {
         let mut state = self.lock();
         match *state {
-            Slot::Empty => {
-                *state = Slot::Set(subscription);
+            SlotContents::Empty => {
+                *state = SlotContents::Set(subscription);
                 true
             }
-            Slot::Set(_) | Slot::Cancelled => {
+            SlotContents::Set(_) | SlotContents::Cancelled => {
                 drop(state);
                 subscription.cancel();
                 false
@@ -155,7 +155,7 @@ impl SubscriptionSlot {
     /// A clone of the stored subscription, if it is set and not cancelled.
     pub fn get(&self) -> Option<Subscription> {
         match &*self.lock() {
-            Slot::Set(s) => Some(s.clone()),
+            SlotContents::Set(s) => Some(s.clone()),
             _ => None,
         }
     }
@@ -169,15 +169,15 @@ impl SubscriptionSlot {
 
     /// Cancel the stored subscription (or the one that arrives later). Idempotent.
     pub fn cancel(&self) {
-        let previous = std::mem::replace(&mut *self.lock(), Slot::Cancelled);
-        if let Slot::Set(s) = previous {
+        let previous = std::mem::replace(&mut *self.lock(), SlotContents::Cancelled);
+        if let SlotContents::Set(s) = previous {
             s.cancel();
         }
     }
 
     /// True once [`cancel`](Self::cancel) was called.
     pub fn is_cancelled(&self) -> bool {
-        matches!(*self.lock(), Slot::Cancelled)
+        matches!(*self.lock(), SlotContents::Cancelled)
     }
 }
 

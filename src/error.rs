@@ -54,10 +54,10 @@ impl fmt::Display for ErrorKind {
 /// Cheap to clone (one `Arc`).
 #[derive(Clone)]
 pub struct Error {
-    inner: Arc<Inner>,
+    inner: Arc<ErrorRepr>,
 }
 
-struct Inner {
+struct ErrorRepr {
     kind: ErrorKind,
     message: Cow<'static, str>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
@@ -70,7 +70,7 @@ impl Error {
         source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
     ) -> Self {
         Error {
-            inner: Arc::new(Inner {
+            inner: Arc::new(ErrorRepr {
                 kind,
                 message: message.into(),
                 source,

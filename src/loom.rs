@@ -172,6 +172,11 @@ pub(crate) mod model {
         pub(crate) fn subscription(&self) -> Subscription {
             self.0.lock().unwrap().0.clone().expect("subscribed")
         }
+
+        /// The items received so far.
+        pub(crate) fn items(&self) -> Vec<u32> {
+            self.0.lock().unwrap().1.clone()
+        }
     }
 
     impl Subscriber<u32> for Recorder {

@@ -5,15 +5,16 @@ use super::*;
 use crate::metrics::Drops;
 use std::sync::Mutex as StdMutex;
 
-/// Records what downstream receives; only the loop's owner calls it.
-struct Recorder {
+/// Records what downstream receives (requesting `initial` when subscribed); only the
+/// loop's owner calls it.
+struct EagerRecorder {
     items: Arc<StdMutex<Vec<u64>>>,
     subscription: Arc<StdMutex<Option<Subscription>>>,
     /// Demand to request in `on_subscribe` (0: none).
     initial: u64,
 }
 
-impl Subscriber<u64> for Recorder {
+impl Subscriber<u64> for EagerRecorder {
     fn on_subscribe(&mut self, subscription: Subscription) {
         if self.initial > 0 {
             subscription.request(self.initial);
@@ -30,7 +31,7 @@ impl Subscriber<u64> for Recorder {
 /// The stage's upstream-facing subscriber, with what downstream records, its
 /// subscription and the drop counters.
 struct Fixture<O> {
-    stage: HoldSubscriber<u64, Recorder, O>,
+    stage: HoldSubscriber<u64, EagerRecorder, O>,
     items: Arc<StdMutex<Vec<u64>>>,
     handle: Subscription,
     drops: Drops,
@@ -44,7 +45,7 @@ fn stage<O: OnFull<u64>>(policy: O, capacity: usize, initial: u64) -> Fixture<O>
     let drops = Drops::new();
     let hook = DropHook::new(drops.clone());
     let mut stage = HoldSubscriber {
-        pending: Some(Recorder {
+        pending: Some(EagerRecorder {
             items: items.clone(),
             subscription: subscription.clone(),
             initial,

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use super::Bucket;
-use crate::stage::timed::{Fx, Machine, Signal};
+use crate::stage::timed::{Action, Fx, Machine};
 use crate::Error;
 
 /// The shaping stage's state (behind the timed core's lock).
@@ -42,7 +42,7 @@ impl<T: Send + 'static> Machine for Shaper<T> {
         self.armed = false;
     }
 
-    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Signal<T>> {
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Action<T>> {
         // Account for the time since the last refill under the reservations that held
         // during it, before any of them ends: a slot freed now fills from now on.
         let tokens = self
@@ -50,12 +50,12 @@ impl<T: Send + 'static> Machine for Shaper<T> {
             .refill(fx.now(), self.owed + self.transit.len() as u64);
         if demand > 0 {
             if let Some(item) = self.transit.pop_front() {
-                return Some(Signal::Item(item));
+                return Some(Action::Item(item));
             }
         }
         if self.transit.is_empty() {
             if let Some(end) = self.end.take() {
-                return Some(Signal::End(end));
+                return Some(Action::End(end));
             }
         }
         if self.end.is_some() {

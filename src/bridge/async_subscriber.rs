@@ -299,11 +299,11 @@ trait Abort: Send + Sync {
 /// The state shared by the inlet, the driver and the handle.
 struct Mailbox<T> {
     slot: SubscriptionSlot,
-    state: Mutex<State<T>>,
+    state: Mutex<MailboxState<T>>,
     wake: Notify,
 }
 
-struct State<T> {
+struct MailboxState<T> {
     /// The hand-off: at most `window` items, allocated once.
     items: Window<T>,
     /// The terminal signal from upstream (or a protocol violation), once it arrived.
@@ -317,7 +317,7 @@ impl<T> Mailbox<T> {
         let window = usize::try_from(window).expect("the window is at most 2^30");
         Mailbox {
             slot: SubscriptionSlot::new(),
-            state: Mutex::new(State {
+            state: Mutex::new(MailboxState {
                 items: Window::new(window),
                 terminal: None,
                 closed: false,
@@ -326,7 +326,7 @@ impl<T> Mailbox<T> {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<T>> {
+    fn lock(&self) -> MutexGuard<'_, MailboxState<T>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 

@@ -29,13 +29,11 @@ use std::task::{Context, Poll};
 
 use futures::Sink;
 
-use super::handoff::{into_error, Handoff, HandoffSubscriber};
+use super::handoff::{into_error, Handoff, HandoffSubscriber, Subscribe};
 use crate::{Error, Publisher};
 
-type Subscribe<T> = Box<dyn FnOnce(HandoffSubscriber<T>) + Send>;
-
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Phase {
+enum ForwardPhase {
     /// Moving items.
     Running,
     /// Upstream completed: closing the sink.
@@ -59,7 +57,7 @@ pub struct Forward<T, K> {
     requested: bool,
     /// Items were sent since the last flush.
     dirty: bool,
-    phase: Phase,
+    phase: ForwardPhase,
 }
 
 impl<T, K> std::fmt::Debug for Forward<T, K> {
@@ -87,7 +85,7 @@ impl<T: Send + 'static, K> Forward<T, K> {
             held: None,
             requested: false,
             dirty: false,
-            phase: Phase::Running,
+            phase: ForwardPhase::Running,
         }
     }
 }
@@ -102,7 +100,7 @@ where
 {
     /// The sink failed: cancel upstream and resolve with its error.
     fn fail(&mut self, error: K::Error) -> Poll<Result<(), Error>> {
-        self.phase = Phase::Done;
+        self.phase = ForwardPhase::Done;
         self.shared.cancel();
         Poll::Ready(Err(into_error(error)))
     }
@@ -135,18 +133,18 @@ where
         }
         loop {
             match this.phase {
-                Phase::Done => return Poll::Ready(Ok(())),
-                Phase::Closing => {
+                ForwardPhase::Done => return Poll::Ready(Ok(())),
+                ForwardPhase::Closing => {
                     return match this.sink.as_mut().poll_close(cx) {
                         Poll::Ready(Ok(())) => {
-                            this.phase = Phase::Done;
+                            this.phase = ForwardPhase::Done;
                             Poll::Ready(Ok(()))
                         }
                         Poll::Ready(Err(error)) => this.fail(error),
                         Poll::Pending => Poll::Pending,
                     };
                 }
-                Phase::Running => {}
+                ForwardPhase::Running => {}
             }
             // 1. The item in hand goes to the sink.
             if let Some(item) = this.held.take() {
@@ -175,11 +173,11 @@ where
                     continue;
                 }
                 Poll::Ready(Some(Err(error))) => {
-                    this.phase = Phase::Done;
+                    this.phase = ForwardPhase::Done;
                     return Poll::Ready(Err(error));
                 }
                 Poll::Ready(None) => {
-                    this.phase = Phase::Closing;
+                    this.phase = ForwardPhase::Closing;
                     continue;
                 }
                 Poll::Pending => {}
@@ -214,7 +212,7 @@ where
 
 impl<T, K> Drop for Forward<T, K> {
     fn drop(&mut self) {
-        if self.subscribe.is_none() && self.phase != Phase::Done {
+        if self.subscribe.is_none() && self.phase != ForwardPhase::Done {
             self.shared.cancel();
         }
     }

@@ -34,7 +34,7 @@ use crate::drain::SubscriptionSlot;
 use crate::stage::window::{over_delivered, Window};
 use crate::{Error, Subscriber, Subscription};
 
-struct State<T> {
+struct HandoffState<T> {
     /// Delivered and not yet released by the consumer (queued or popped).
     window: Window<T>,
     /// How the stream ended, once it did.
@@ -43,7 +43,7 @@ struct State<T> {
 
 /// The state shared by the subscriber half and the consumer half.
 pub(crate) struct Handoff<T> {
-    state: Mutex<State<T>>,
+    state: Mutex<HandoffState<T>>,
     waker: AtomicWaker,
     slot: SubscriptionSlot,
 }
@@ -63,7 +63,7 @@ impl<T> Handoff<T> {
     /// that feeds it, which requests `initial` items on subscribe (0: none).
     pub(crate) fn new(window: usize, initial: u64) -> (Arc<Self>, HandoffSubscriber<T>) {
         let shared = Arc::new(Handoff {
-            state: Mutex::new(State {
+            state: Mutex::new(HandoffState {
                 window: Window::new(window),
                 end: None,
             }),
@@ -78,7 +78,7 @@ impl<T> Handoff<T> {
         (shared, subscriber)
     }
 
-    fn lock(&self) -> MutexGuard<'_, State<T>> {
+    fn lock(&self) -> MutexGuard<'_, HandoffState<T>> {
         // Never poisoned in practice: nothing panics while holding it.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -157,6 +157,10 @@ impl<T> Handoff<T> {
         self.waker.wake();
     }
 }
+
+/// The publisher's `subscribe`, deferred: a lazy stream or future calls it with its
+/// [`HandoffSubscriber`] on its first poll.
+pub(crate) type Subscribe<T> = Box<dyn FnOnce(HandoffSubscriber<T>) + Send>;
 
 /// The subscriber half: pushes what upstream delivers into the hand-off.
 pub(crate) struct HandoffSubscriber<T> {

@@ -25,12 +25,10 @@ use std::task::{Context, Poll};
 
 use futures::stream::{FusedStream, Stream};
 
-use super::handoff::{Handoff, HandoffSubscriber};
+use super::handoff::{Handoff, HandoffSubscriber, Subscribe};
 use crate::demand::Replenish;
 use crate::stage::window;
 use crate::{Error, Publisher};
-
-type Subscribe<T> = Box<dyn FnOnce(HandoffSubscriber<T>) + Send>;
 
 /// A publisher consumed as a [`futures::Stream`], built by
 /// [`PublisherExt::into_stream`](crate::PublisherExt::into_stream).

@@ -81,7 +81,7 @@ impl<T: Send + 'static> SenderReadiness<T> for Sender<T> {
     fn send_or_pause(&self, item: T) -> SendOrPause<'_, T> {
         SendOrPause {
             sender: self,
-            step: Step::Sending(self.send(item)),
+            step: SendPhase::Sending(self.send(item)),
         }
     }
 }
@@ -90,10 +90,10 @@ impl<T: Send + 'static> SenderReadiness<T> for Sender<T> {
 #[must_use = "futures do nothing unless polled"]
 pub struct SendOrPause<'a, T: Send + 'static> {
     sender: &'a Sender<T>,
-    step: Step<'a, T>,
+    step: SendPhase<'a, T>,
 }
 
-enum Step<'a, T: Send + 'static> {
+enum SendPhase<'a, T: Send + 'static> {
     Sending(SendFuture<'a, T>),
     Pausing(Resumed<'a, T>, Instant),
     Done,
@@ -102,9 +102,9 @@ enum Step<'a, T: Send + 'static> {
 impl<T: Send + 'static> fmt::Debug for SendOrPause<'_, T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let step = match self.step {
-            Step::Sending(_) => "sending",
-            Step::Pausing(..) => "paused",
-            Step::Done => "done",
+            SendPhase::Sending(_) => "sending",
+            SendPhase::Pausing(..) => "paused",
+            SendPhase::Done => "done",
         };
         f.debug_struct("SendOrPause").field("step", &step).finish()
     }
@@ -118,21 +118,21 @@ impl<T: Send + 'static> Future for SendOrPause<'_, T> {
         let this = self.get_mut();
         loop {
             match &mut this.step {
-                Step::Sending(send) => match Pin::new(send).poll(cx) {
+                SendPhase::Sending(send) => match Pin::new(send).poll(cx) {
                     Poll::Pending => return Poll::Pending,
                     Poll::Ready(Err(back)) => {
-                        this.step = Step::Done;
+                        this.step = SendPhase::Done;
                         return Poll::Ready(Err(back));
                     }
                     Poll::Ready(Ok(())) => {
                         if this.sender.state() == FlowState::Flowing {
-                            this.step = Step::Done;
+                            this.step = SendPhase::Done;
                             return Poll::Ready(Ok(AfterSend::Flowing));
                         }
-                        this.step = Step::Pausing(this.sender.resumed(), Instant::now());
+                        this.step = SendPhase::Pausing(this.sender.resumed(), Instant::now());
                     }
                 },
-                Step::Pausing(resumed, since) => {
+                SendPhase::Pausing(resumed, since) => {
                     let outcome = match Pin::new(resumed).poll(cx) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Ok(())) => AfterSend::Resumed {
@@ -140,10 +140,10 @@ impl<T: Send + 'static> Future for SendOrPause<'_, T> {
                         },
                         Poll::Ready(Err(_closed)) => AfterSend::Closed,
                     };
-                    this.step = Step::Done;
+                    this.step = SendPhase::Done;
                     return Poll::Ready(Ok(outcome));
                 }
-                Step::Done => panic!("SendOrPause polled after completion"),
+                SendPhase::Done => panic!("SendOrPause polled after completion"),
             }
         }
     }

@@ -135,11 +135,11 @@ impl<'a> Dropped<'a> {
 #[derive(Clone)]
 pub struct DropHook {
     drops: Drops,
-    inspect: Option<Inspect>,
+    inspect: Option<InspectFn>,
 }
 
 /// The closure a [`DropHook`] calls for each dropped item.
-type Inspect = Arc<dyn Fn(&mut Dropped<'_>) + Send + Sync>;
+type InspectFn = Arc<dyn Fn(&mut Dropped<'_>) + Send + Sync>;
 
 impl fmt::Debug for DropHook {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

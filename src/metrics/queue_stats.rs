@@ -181,8 +181,8 @@ pub(crate) struct QueueGauge {
     blocked_nanos: AtomicU64,
     pauses: AtomicU64,
     drops: Drops,
-    arrival: Mutex<Rate>,
-    drain: Mutex<Rate>,
+    arrival: Mutex<RateEstimate>,
+    drain: Mutex<RateEstimate>,
 }
 
 impl fmt::Debug for QueueGauge {
@@ -208,8 +208,8 @@ impl QueueGauge {
             blocked_nanos: AtomicU64::new(0),
             pauses: AtomicU64::new(0),
             drops: Drops::new(),
-            arrival: Mutex::new(Rate::new(origin)),
-            drain: Mutex::new(Rate::new(origin)),
+            arrival: Mutex::new(RateEstimate::new(origin)),
+            drain: Mutex::new(RateEstimate::new(origin)),
             clock,
         })
     }
@@ -290,22 +290,22 @@ impl QueueGauge {
     }
 }
 
-fn lock(rate: &Mutex<Rate>) -> std::sync::MutexGuard<'_, Rate> {
+fn lock(rate: &Mutex<RateEstimate>) -> std::sync::MutexGuard<'_, RateEstimate> {
     // Only this module's arithmetic runs under the lock; recover from poisoning anyway.
     rate.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A windowed, exponentially weighted rate estimate (items per second).
 #[derive(Debug)]
-struct Rate {
+struct RateEstimate {
     window_start: Instant,
     in_window: u64,
     estimate: Option<f64>,
 }
 
-impl Rate {
+impl RateEstimate {
     fn new(now: Instant) -> Self {
-        Rate {
+        RateEstimate {
             window_start: now,
             in_window: 0,
             estimate: None,

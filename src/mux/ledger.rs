@@ -62,7 +62,7 @@ use super::ChannelId;
 
 /// The validated configuration of a mux.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Config {
+pub(crate) struct MuxConfig {
     /// Exclusive credit per channel (`E`).
     pub(crate) exclusive: u64,
     /// The shared pool (`S`).
@@ -92,7 +92,7 @@ enum Life {
 
 /// One channel's credit and scheduling state.
 #[derive(Debug)]
-struct Chan {
+struct Account {
     life: Life,
     weight: u64,
     class: u8,
@@ -123,7 +123,7 @@ struct Chan {
     window_seen: bool,
 }
 
-impl Chan {
+impl Account {
     fn buffered(&self) -> u64 {
         self.exclusive_in_flight + self.shared_in_flight
     }
@@ -145,9 +145,9 @@ pub(crate) struct Turn {
 /// The ledger of one mux. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Ledger {
-    config: Config,
+    config: MuxConfig,
     pool_free: u64,
-    channels: IdMap<Chan>,
+    channels: IdMap<Account>,
     /// Ready FIFOs, one per priority class (index 0 is served first).
     ready: Vec<VecDeque<ChannelId>>,
     /// Items sent and not delivered, over all channels.
@@ -175,7 +175,7 @@ pub(crate) struct Ledger {
 
 impl Ledger {
     /// An empty ledger; `classes` priority classes.
-    pub(crate) fn new(config: Config, classes: usize) -> Self {
+    pub(crate) fn new(config: MuxConfig, classes: usize) -> Self {
         Ledger {
             config,
             pool_free: config.shared,
@@ -194,7 +194,7 @@ impl Ledger {
     }
 
     /// The configuration.
-    pub(crate) fn config(&self) -> &Config {
+    pub(crate) fn config(&self) -> &MuxConfig {
         &self.config
     }
 
@@ -212,7 +212,7 @@ impl Ledger {
         let class = class.min((self.ready.len() - 1) as u8);
         self.channels.insert(
             channel,
-            Chan {
+            Account {
                 life: Life::Open,
                 weight,
                 class,
@@ -301,7 +301,7 @@ impl Ledger {
     /// Buffered items of `channel` (sent, not yet delivered or dropped); `None` once
     /// closed.
     pub(crate) fn buffered(&self, channel: ChannelId) -> Option<u64> {
-        self.channels.get(&channel).map(Chan::buffered)
+        self.channels.get(&channel).map(Account::buffered)
     }
 
     fn release(&mut self, channel: ChannelId, n: u64, now: Instant, dropped: bool) -> bool {
@@ -538,7 +538,7 @@ impl Ledger {
             .map(|c| self.snapshot_of(c, now))
     }
 
-    fn snapshot_of(&self, chan: &Chan, now: Instant) -> ChannelStats {
+    fn snapshot_of(&self, chan: &Account, now: Instant) -> ChannelStats {
         let mut stats = chan.stats.clone();
         stats.exclusive_free = chan.exclusive_free;
         stats.unannounced = chan.unannounced;
@@ -622,8 +622,8 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn config(exclusive: u64, shared: u64, borrow_cap: u64, quantum: u64) -> Config {
-        Config {
+    fn config(exclusive: u64, shared: u64, borrow_cap: u64, quantum: u64) -> MuxConfig {
+        MuxConfig {
             exclusive,
             shared,
             borrow_cap,
@@ -915,7 +915,7 @@ mod tests {
         sent: u64,
     }
 
-    fn run(config: Config, ops: &[Op]) {
+    fn run(config: MuxConfig, ops: &[Op]) {
         let now = Instant::now();
         let mut ledger = Ledger::new(config, 2);
         let mut sides = [Side::default(); 6];

@@ -16,7 +16,7 @@
 //!   ahead (the 75% rule), so what it holds is backlog the worker can see, and bounded.
 //! * The **worker** (a task on the scheduler given to the builder) takes the next
 //!   ready channel, moves up to `quantum × weight` of its staged items into one
-//!   [`Frame`], takes one unit of credit per item, and hands the frame to the
+//!   [`ChannelFrame`], takes one unit of credit per item, and hands the frame to the
 //!   transport; then the channel goes to the back of the line if it is still ready.
 //! * The **transport** carries frames to the receiving side's demultiplexer. The
 //!   in-process one ([`Local`], used by [`MuxBuilder::build_local`]) is a bounded
@@ -116,15 +116,15 @@ use std::time::{Duration, Instant};
 use crate::loom::Mutex;
 use crate::queue::MAX_CAPACITY;
 use crate::runtime::Scheduler;
-use crate::stage::Target;
+use crate::stage::CoreHandle;
 
 pub use sink::ChannelSink;
 pub use source::ChannelSource;
 pub use stats::{jain_index, ChannelStats, MuxStats};
-pub use transport::{Demux, Frame, Local, Transport};
+pub use transport::{ChannelFrame, Demux, Local, Transport};
 pub use worker::Frames;
 
-use ledger::{Config, Ledger};
+use ledger::{Ledger, MuxConfig};
 use sink::Plumbing;
 
 /// A channel's id: any `u64` the application picks, unique among the mux's open
@@ -296,7 +296,7 @@ impl<T: Send + 'static> MuxBuilder<T> {
         self
     }
 
-    fn validate(&self) -> Result<(Config, usize), MuxError> {
+    fn validate(&self) -> Result<(MuxConfig, usize), MuxError> {
         let max = MAX_CAPACITY as u64;
         if self.exclusive > max {
             return Err(refuse(
@@ -388,7 +388,7 @@ impl<T: Send + 'static> MuxBuilder<T> {
         if self.fairness_window.is_zero() {
             return Err(refuse("fairness_window", "must be above zero".to_owned()));
         }
-        let config = Config {
+        let config = MuxConfig {
             exclusive: self.exclusive,
             shared: self.shared,
             borrow_cap,
@@ -412,7 +412,7 @@ impl<T: Send + 'static> MuxBuilder<T> {
         let (config, staging) = self.validate()?;
         let clock: Arc<dyn Scheduler> = Arc::new(scheduler);
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
+            state: Mutex::new(MuxState {
                 ledger: Ledger::new(config, self.classes as usize),
                 plumbing: ids::id_map(),
                 released: false,
@@ -430,7 +430,7 @@ impl<T: Send + 'static> MuxBuilder<T> {
         let demux = Demux::new(shared.clone(), returned);
         transport.connect(frames, demux);
         Ok(Mux {
-            owner: Arc::new(Owner { shared }),
+            owner: Arc::new(MuxOwner { shared }),
         })
     }
 
@@ -457,15 +457,15 @@ impl<T: Send + 'static> MuxBuilder<T> {
 /// mux's worker, lane and demultiplexer are released; channels still open when the
 /// last handle goes keep working until they close.
 pub struct Mux<T> {
-    owner: Arc<Owner<T>>,
+    owner: Arc<MuxOwner<T>>,
 }
 
 /// What the handles of one mux share: dropped with the last one.
-struct Owner<T> {
+struct MuxOwner<T> {
     shared: Arc<Shared<T>>,
 }
 
-impl<T> Drop for Owner<T> {
+impl<T> Drop for MuxOwner<T> {
     fn drop(&mut self) {
         self.shared.release();
     }
@@ -492,8 +492,8 @@ impl<T: Send + 'static> Mux<T> {
     }
 
     /// Open channel `id` (weight 1, class 0 unless set on the returned builder).
-    pub fn channel(&self, id: ChannelId) -> ChannelBuilder<T> {
-        ChannelBuilder {
+    pub fn channel(&self, id: ChannelId) -> ChannelOptions<T> {
+        ChannelOptions {
             mux: self.clone(),
             id,
             weight: 1,
@@ -511,15 +511,15 @@ impl<T: Send + 'static> Mux<T> {
 
 /// Opens one channel of a [`Mux`]: [`Mux::channel`].
 #[derive(Debug)]
-#[must_use = "a channel builder does nothing until opened"]
-pub struct ChannelBuilder<T> {
+#[must_use = "channel options do nothing until opened"]
+pub struct ChannelOptions<T> {
     mux: Mux<T>,
     id: ChannelId,
     weight: u64,
     class: u8,
 }
 
-impl<T: Send + 'static> ChannelBuilder<T> {
+impl<T: Send + 'static> ChannelOptions<T> {
     /// The channel's share of the worker's turns relative to its siblings (default 1;
     /// a channel of weight 2 sends twice the items per turn).
     pub fn weight(mut self, weight: u64) -> Self {
@@ -575,9 +575,9 @@ impl<T: Send + 'static> ChannelBuilder<T> {
 
 /// What every part of one mux shares.
 pub(crate) struct Shared<T> {
-    state: Mutex<State<T>>,
+    state: Mutex<MuxState<T>>,
     /// The worker's core, once the transport subscribed to its frames.
-    worker: OnceLock<Weak<dyn Target>>,
+    worker: OnceLock<Weak<dyn CoreHandle>>,
     /// The worker's scheduler; also the mux's clock.
     clock: Arc<dyn Scheduler>,
     /// Where receiving channels run.
@@ -591,14 +591,14 @@ pub(crate) struct Shared<T> {
 }
 
 /// The ledger and each open channel's plumbing, under one lock.
-pub(crate) struct State<T> {
+pub(crate) struct MuxState<T> {
     pub(crate) ledger: Ledger,
     pub(crate) plumbing: ids::IdMap<Arc<Plumbing<T>>>,
     /// Every [`Mux`] handle is gone: no channel can open any more.
     released: bool,
 }
 
-impl<T> State<T> {
+impl<T> MuxState<T> {
     /// Remove `channel` from the ledger and drop its plumbing. True when the worker
     /// has something to do: freed credit may make another channel ready, or that was
     /// the last channel of a mux whose handles are gone (the worker then ends).
@@ -622,7 +622,7 @@ impl<T> State<T> {
 }
 
 impl<T> Shared<T> {
-    pub(crate) fn lock(&self) -> crate::loom::MutexGuardOf<'_, State<T>> {
+    pub(crate) fn lock(&self) -> crate::loom::MutexGuardOf<'_, MuxState<T>> {
         // Nothing runs user code under this lock, so it is never poisoned; recover
         // anyway rather than propagate a panic.
         self.state.lock().unwrap_or_else(|p| p.into_inner())

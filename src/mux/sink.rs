@@ -16,7 +16,7 @@ use crate::demand::Replenish;
 use crate::drain::Upstream;
 use crate::loom::Mutex;
 use crate::queue::spsc::{self, Consumer, Producer};
-use crate::stage::{window, Target};
+use crate::stage::{window, CoreHandle};
 use crate::{Error, Subscriber, Subscription};
 
 use super::source::ChannelSource;
@@ -28,12 +28,12 @@ pub(crate) struct Plumbing<T> {
     /// The staging ring's reading end (the worker).
     pub(crate) staging: Mutex<Consumer<T>>,
     /// The sink's upstream and its credit.
-    sender: Mutex<Sender>,
+    sender: Mutex<SendUpstream>,
     /// The receive window's writing end (the demultiplexer).
-    window: Mutex<Inlet<T>>,
+    window: Mutex<WindowWriter<T>>,
     /// The receiving core, for wake-ups. Held strongly (what feeds a subscription
     /// keeps it alive, as for every stage) until the subscription ends.
-    source: Mutex<Option<Arc<dyn Target>>>,
+    source: Mutex<Option<Arc<dyn CoreHandle>>>,
     /// How the sending upstream ended, and after how many items.
     end: Mutex<Option<(u64, Result<(), Error>)>>,
     /// The demultiplexer owes the receiving side a wake-up at the end of its batch.
@@ -53,14 +53,14 @@ pub(crate) struct Plumbing<T> {
 }
 
 /// The receive window's writing end.
-struct Inlet<T> {
+struct WindowWriter<T> {
     items: Producer<T>,
     /// The receiving side stopped: frames that arrive now are dropped, not queued.
     closed: bool,
 }
 
 /// The sending side's upstream.
-struct Sender {
+struct SendUpstream {
     upstream: Option<Subscription>,
     /// The receiving side cancelled: cancel upstream (now, or when it subscribes).
     cancelled: bool,
@@ -83,13 +83,13 @@ impl<T: Send + 'static> Plumbing<T> {
         let plumbing = Arc::new(Plumbing {
             id,
             staging: Mutex::new(stage_out),
-            sender: Mutex::new(Sender {
+            sender: Mutex::new(SendUpstream {
                 upstream: None,
                 cancelled: false,
                 finished: false,
                 replenish: Replenish::new(staging as u64),
             }),
-            window: Mutex::new(Inlet {
+            window: Mutex::new(WindowWriter {
                 items: window_in,
                 closed: false,
             }),
@@ -112,7 +112,7 @@ impl<T: Send + 'static> Plumbing<T> {
 }
 
 impl<T> Plumbing<T> {
-    fn sender(&self) -> crate::loom::MutexGuardOf<'_, Sender> {
+    fn sender(&self) -> crate::loom::MutexGuardOf<'_, SendUpstream> {
         // Only upstream's `request`/`cancel` run while it is not held; never poisoned.
         self.sender.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -201,7 +201,7 @@ impl<T> Plumbing<T> {
     }
 
     /// The receiving core started (`Some`) or its subscription ended (`None`).
-    pub(crate) fn set_source(&self, source: Option<Arc<dyn Target>>) {
+    pub(crate) fn set_source(&self, source: Option<Arc<dyn CoreHandle>>) {
         *self.source.lock().unwrap_or_else(|p| p.into_inner()) = source;
     }
 
@@ -225,7 +225,7 @@ impl<T> Plumbing<T> {
     /// scheduler's only thread. The pass leaves its credit unsettled, for the
     /// demultiplexer to settle after its batch. Returns the receiving core (its
     /// demand is read when settling).
-    pub(crate) fn run_source_in_place(&self) -> Option<Arc<dyn Target>> {
+    pub(crate) fn run_source_in_place(&self) -> Option<Arc<dyn CoreHandle>> {
         let source = self.source()?;
         // Relaxed: set, read and cleared on this thread only (see the field).
         self.settling.store(true, Ordering::Relaxed);
@@ -270,7 +270,7 @@ impl<T> Plumbing<T> {
         self.wake_owed.store(false, Ordering::Relaxed);
     }
 
-    fn source(&self) -> Option<Arc<dyn Target>> {
+    fn source(&self) -> Option<Arc<dyn CoreHandle>> {
         self.source
             .lock()
             .unwrap_or_else(|p| p.into_inner())

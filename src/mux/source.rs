@@ -100,12 +100,12 @@ impl<T: Send + 'static> Publisher for ChannelSource<T> {
     {
         let scheduler = self.shared.receiver();
         let plumbing = self.plumbing.clone();
-        let core: Arc<Core<Receive<T>, S>> = Core::new(Receive {
+        let core: Arc<Core<ChannelReceive<T>, S>> = Core::new(ChannelReceive {
             shared: self.shared,
             plumbing: self.plumbing,
             scheduler,
         });
-        let window = Window {
+        let window = WindowReader {
             items: self.window,
             delivered: 0,
         };
@@ -127,24 +127,24 @@ impl<T: Send + 'static> Publisher for ChannelSource<T> {
 }
 
 /// The receiving stage.
-struct Receive<T> {
+struct ChannelReceive<T> {
     shared: Arc<Shared<T>>,
     plumbing: Arc<Plumbing<T>>,
     scheduler: Arc<dyn Scheduler>,
 }
 
 /// The receive window's reading end, owned by the drain.
-struct Window<T> {
+struct WindowReader<T> {
     items: Consumer<T>,
     /// Items taken from the window so far (delivered, or dropped by a cancel inside
     /// the batch).
     delivered: u64,
 }
 
-impl<T: Send + 'static> Stage for Receive<T> {
+impl<T: Send + 'static> Stage for ChannelReceive<T> {
     const NAME: &'static str = "mux channel";
     type Item = T;
-    type Owned = Window<T>;
+    type Owned = WindowReader<T>;
     type Padding = ();
 
     fn drive(&self) -> Drive<'_> {
@@ -157,7 +157,7 @@ impl<T: Send + 'static> Stage for Receive<T> {
     fn pass<S: Subscriber<T>>(
         &self,
         cx: &Cx<'_>,
-        window: &mut Window<T>,
+        window: &mut WindowReader<T>,
         downstream: &mut S,
     ) -> Pass {
         let id = self.plumbing.id;
@@ -222,7 +222,7 @@ impl<T: Send + 'static> Stage for Receive<T> {
         }
     }
 
-    fn stop(&self, window: &mut Window<T>) {
+    fn stop(&self, window: &mut WindowReader<T>) {
         self.plumbing.cancel_upstream();
         // Closed first: after it, the demultiplexer drops this channel's frames, so
         // the clear below leaves nothing behind.

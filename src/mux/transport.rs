@@ -6,14 +6,14 @@
 //! blocks (credit reserved a slot for every item of every frame) and asks for frames
 //! without bound. The in-process transport, [`Local`], joins them with an async
 //! boundary: a ring of `lane` frames, read by a task on the receiving scheduler. A
-//! transport over a byte stream encodes each [`Frame`] on one side and decodes it for
+//! transport over a byte stream encodes each [`ChannelFrame`] on one side and decodes it for
 //! the [`Demux`] on the other; credit, scheduling and isolation stay in the mux.
 
 use std::sync::Arc;
 
 use crate::drain::Upstream;
 use crate::runtime::Scheduler;
-use crate::stage::Target;
+use crate::stage::CoreHandle;
 use crate::{Error, Publisher, PublisherExt, Subscriber, Subscription};
 
 use super::ids::{self, IdMap};
@@ -44,7 +44,7 @@ pub(crate) fn spares<T>() -> (Producer<Vec<T>>, Consumer<Vec<T>>) {
 /// Items of one channel, sent as one unit over the transport. Every item is backed
 /// by a unit of its channel's credit, taken before the frame was made.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Frame<T> {
+pub struct ChannelFrame<T> {
     /// The channel the items belong to.
     pub channel: ChannelId,
     /// The items, in the channel's order.
@@ -123,7 +123,7 @@ pub struct Demux<T> {
 }
 
 /// A channel whose pass the demultiplexer ran in place, and its receiving core.
-type Ran<T> = (Arc<Plumbing<T>>, Arc<dyn Target>);
+type Ran<T> = (Arc<Plumbing<T>>, Arc<dyn CoreHandle>);
 
 impl<T> std::fmt::Debug for Demux<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -143,8 +143,8 @@ impl<T: Send + 'static> Demux<T> {
         }
     }
 
-    fn frame(&mut self, frame: Frame<T>) {
-        let Frame { channel, mut items } = frame;
+    fn frame(&mut self, frame: ChannelFrame<T>) {
+        let ChannelFrame { channel, mut items } = frame;
         let known = self.known.get(&channel);
         if let Some(plumbing) = known.filter(|p| p.receive(&mut items).is_ok()) {
             plumbing.owe_wake(&mut self.owed);
@@ -265,21 +265,21 @@ impl<T: Send + 'static> Demux<T> {
     }
 }
 
-impl<T: Send + 'static> Subscriber<Frame<T>> for Demux<T> {
+impl<T: Send + 'static> Subscriber<ChannelFrame<T>> for Demux<T> {
     fn on_subscribe(&mut self, subscription: Subscription) {
         if self.upstream.accept(&subscription) {
             subscription.request(crate::demand::UNBOUNDED);
         }
     }
 
-    fn on_next(&mut self, frame: Frame<T>) {
+    fn on_next(&mut self, frame: ChannelFrame<T>) {
         if self.upstream.is_active() {
             self.frame(frame);
             self.wake_owed();
         }
     }
 
-    fn on_next_batch<I: Iterator<Item = Frame<T>>>(&mut self, frames: I) -> u64 {
+    fn on_next_batch<I: Iterator<Item = ChannelFrame<T>>>(&mut self, frames: I) -> u64 {
         if self.upstream.is_active() {
             for frame in frames {
                 self.frame(frame);

@@ -24,15 +24,15 @@ use std::sync::{Arc, Weak};
 use crate::queue::spsc::Consumer;
 use crate::runtime::Scheduler;
 use crate::stage::core::Drive;
-use crate::stage::{Core, Cx, Pass, Stage, Target};
+use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
 use crate::{Error, Publisher, Subscriber};
 
-use super::{Frame, Shared};
+use super::{ChannelFrame, Shared};
 
 /// Frames one pass sends before it yields its task.
 const PASS_FRAMES: u32 = 256;
 
-/// The worker's frames: a [`Publisher`] that emits one [`Frame`] per unit of demand,
+/// The worker's frames: a [`Publisher`] that emits one [`ChannelFrame`] per unit of demand,
 /// in the mux's scheduling order, each item backed by a unit of its channel's credit.
 /// A [`Transport`](super::Transport) subscribes to it once.
 #[must_use = "publishers do nothing until subscribed"]
@@ -64,11 +64,11 @@ impl<T: Send + 'static> Frames<T> {
 }
 
 impl<T: Send + 'static> Publisher for Frames<T> {
-    type Item = Frame<T>;
+    type Item = ChannelFrame<T>;
 
     fn subscribe<S>(self, subscriber: S)
     where
-        S: Subscriber<Frame<T>> + Send + 'static,
+        S: Subscriber<ChannelFrame<T>> + Send + 'static,
     {
         let core: Arc<Core<Worker<T>, S>> = Core::new(Worker {
             shared: self.shared,
@@ -90,7 +90,7 @@ struct Worker<T> {
 
 impl<T: Send + 'static> Stage for Worker<T> {
     const NAME: &'static str = "mux worker";
-    type Item = Frame<T>;
+    type Item = ChannelFrame<T>;
     /// Frame buffers to fill again.
     type Owned = Consumer<Vec<T>>;
     type Padding = ();
@@ -102,11 +102,11 @@ impl<T: Send + 'static> Stage for Worker<T> {
         }
     }
 
-    fn bind(&self, me: Weak<dyn Target>) {
+    fn bind(&self, me: Weak<dyn CoreHandle>) {
         let _ = self.shared.worker.set(me);
     }
 
-    fn pass<S: Subscriber<Frame<T>>>(
+    fn pass<S: Subscriber<ChannelFrame<T>>>(
         &self,
         cx: &Cx<'_>,
         spares: &mut Consumer<Vec<T>>,
@@ -155,7 +155,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
                 "backlog counts staged items"
             );
             plumbing.took(send.items);
-            let frame = Frame {
+            let frame = ChannelFrame {
                 channel: send.channel,
                 items,
             };

@@ -513,21 +513,24 @@ impl<T> Drop for PopBatch<'_, T> {
     }
 }
 
+/// A test item that counts its drops in a counter the test (or the model's threads)
+/// share.
+#[cfg(test)]
+struct Tracked(u32, std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+#[cfg(test)]
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 #[cfg(all(test, not(weir_loom)))]
 mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
     use super::*;
-
-    /// Counts its drops.
-    struct Tracked(u32, Arc<AtomicUsize>);
-
-    impl Drop for Tracked {
-        fn drop(&mut self) {
-            self.1.fetch_add(1, Ordering::Relaxed);
-        }
-    }
 
     #[test]
     fn batches_wrap_around_and_keep_order() {
@@ -715,15 +718,6 @@ mod loom_tests {
     use loom::thread;
 
     use super::*;
-
-    /// Counts its drops in a counter shared by the model's threads.
-    struct Tracked(u32, Arc<AtomicUsize>);
-
-    impl Drop for Tracked {
-        fn drop(&mut self) {
-            self.1.fetch_add(1, Ordering::Relaxed);
-        }
-    }
 
     /// A producer pushes three items through a ring of two (a batch of two, then one
     /// when there is room) while a consumer takes them in batches: each arrives once,

@@ -41,7 +41,7 @@ pub async fn connect_with(addr: impl ToSocketAddrs, config: Config) -> std::io::
     let halves = conn::split(socket, &config);
     let conn = Conn::start(halves, config, None, true, lifetime, Some(setup));
     Ok(Client {
-        inner: Arc::new(Inner { conn }),
+        inner: Arc::new(ClientOwner { conn }),
     })
 }
 
@@ -55,14 +55,14 @@ fn millis(duration: std::time::Duration) -> u32 {
 /// [`close`](Self::close)).
 #[derive(Clone)]
 pub struct Client {
-    inner: Arc<Inner>,
+    inner: Arc<ClientOwner>,
 }
 
-struct Inner {
+struct ClientOwner {
     conn: Arc<Conn>,
 }
 
-impl Drop for Inner {
+impl Drop for ClientOwner {
     fn drop(&mut self) {
         self.conn.close_when_idle();
     }

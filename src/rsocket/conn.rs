@@ -73,7 +73,7 @@ const LENGTH_PREFIX: usize = 3;
 /// The sending side of a stream.
 pub(crate) struct SendSide {
     /// Items (and the end) waiting for the writer.
-    outbox: VecDeque<Out>,
+    outbox: VecDeque<Outgoing>,
     /// Credit the peer granted that no local request took yet.
     credit: u64,
     /// Every `REQUEST_N` so far, summed (saturating at 2^31 − 1).
@@ -95,17 +95,17 @@ pub(crate) struct SendSide {
 }
 
 /// What the writer sends for a stream.
-pub(crate) enum Out {
+pub(crate) enum Outgoing {
     Item(Payload),
     Complete,
     Error(Error),
 }
 
-impl Out {
+impl Outgoing {
     fn size(&self) -> usize {
         match self {
-            Out::Item(p) => p.data.len() + p.metadata.as_ref().map_or(0, |m| m.len() + 3) + 6,
-            Out::Complete | Out::Error(_) => 6,
+            Outgoing::Item(p) => p.data.len() + p.metadata.as_ref().map_or(0, |m| m.len() + 3) + 6,
+            Outgoing::Complete | Outgoing::Error(_) => 6,
         }
     }
 }
@@ -167,7 +167,7 @@ struct Entry {
     recv: Option<Arc<Inbox>>,
 }
 
-struct State {
+struct ConnState {
     streams: HashMap<u32, Entry>,
     /// The id this side gives its next request.
     next_id: u32,
@@ -182,7 +182,7 @@ struct State {
 /// What the reader, the writer, the streams and the handles share.
 pub(crate) struct Conn {
     pub(crate) config: Config,
-    state: Mutex<State>,
+    state: Mutex<ConnState>,
     /// Wakes the writer (a permit is kept when it is not waiting).
     writer: Notify,
     /// Wakes the reader to stop.
@@ -209,7 +209,7 @@ impl Conn {
         let keepalive = client.then_some(config.keepalive);
         Arc::new(Conn {
             config,
-            state: Mutex::new(State {
+            state: Mutex::new(ConnState {
                 streams: HashMap::new(),
                 next_id: if client { 1 } else { 2 },
                 control: VecDeque::new(),
@@ -227,7 +227,7 @@ impl Conn {
         })
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, ConnState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -364,14 +364,14 @@ impl Conn {
     }
 
     /// Forget a stream; close a closing connection with no stream left.
-    fn remove(&self, state: &mut State, stream: u32) {
+    fn remove(&self, state: &mut ConnState, stream: u32) {
         state.streams.remove(&stream);
         self.close_if_idle(state);
     }
 
     /// A closing connection with no stream left is over: the writer flushes and
     /// shuts the socket down, the reader stops.
-    fn close_if_idle(&self, state: &mut State) {
+    fn close_if_idle(&self, state: &mut ConnState) {
         if state.closing && state.streams.is_empty() && state.over.is_none() {
             state.over = Some(Error::msg("rsocket: the connection was closed"));
             self.wake_all();
@@ -427,7 +427,7 @@ impl Conn {
         for item in items {
             if side.requested == 0 {
                 side.ended = true;
-                side.outbox.push_back(Out::Error(Error::spec_violation(
+                side.outbox.push_back(Outgoing::Error(Error::spec_violation(
                     "1.1",
                     "rsocket: the stream's publisher sent more items than requested",
                 )));
@@ -435,9 +435,9 @@ impl Conn {
                 break;
             }
             side.requested -= 1;
-            side.outbox.push_back(Out::Item(item));
+            side.outbox.push_back(Outgoing::Item(item));
             if side.single {
-                side.outbox.push_back(Out::Complete);
+                side.outbox.push_back(Outgoing::Complete);
                 side.ended = true;
                 cancel = side.subscription.take();
                 break;
@@ -466,8 +466,8 @@ impl Conn {
         side.ended = true;
         side.subscription = None;
         side.outbox.push_back(match end {
-            Ok(()) => Out::Complete,
-            Err(error) => Out::Error(error),
+            Ok(()) => Outgoing::Complete,
+            Err(error) => Outgoing::Error(error),
         });
         if !side.queued {
             side.queued = true;
@@ -524,7 +524,7 @@ impl Conn {
     /// `budget`.
     fn round(
         &self,
-        state: &mut State,
+        state: &mut ConnState,
         (bytes, budget): (&mut usize, usize),
         frames: &mut Vec<Frame>,
         refills: &mut Vec<(Subscription, u64)>,
@@ -894,10 +894,16 @@ pub(crate) fn error_body(code: ErrorCode, message: &str) -> Body {
 }
 
 /// The frames for one item of a sending side; true when it was the stream's last.
-fn emit(id: u32, side: &mut SendSide, out: Out, fragment: usize, frames: &mut Vec<Frame>) -> bool {
-    let completes = matches!(side.outbox.front(), Some(Out::Complete));
+fn emit(
+    id: u32,
+    side: &mut SendSide,
+    out: Outgoing,
+    fragment: usize,
+    frames: &mut Vec<Frame>,
+) -> bool {
+    let completes = matches!(side.outbox.front(), Some(Outgoing::Complete));
     match out {
-        Out::Item(payload) => {
+        Outgoing::Item(payload) => {
             if completes {
                 side.outbox.pop_front();
             }
@@ -913,7 +919,7 @@ fn emit(id: u32, side: &mut SendSide, out: Out, fragment: usize, frames: &mut Ve
             fragment::split(id, lead, payload, fragment, |f| frames.push(f));
             completes
         }
-        Out::Complete => {
+        Outgoing::Complete => {
             let body = match side.lead.take() {
                 Some(Lead::Channel { initial_n, .. }) => Body::RequestChannel {
                     follows: false,
@@ -931,7 +937,7 @@ fn emit(id: u32, side: &mut SendSide, out: Out, fragment: usize, frames: &mut Ve
             frames.push(Frame { stream: id, body });
             true
         }
-        Out::Error(error) => {
+        Outgoing::Error(error) => {
             let remote = std::error::Error::source(&error)
                 .and_then(|source| source.downcast_ref::<RemoteError>());
             let (code, message) = match remote {

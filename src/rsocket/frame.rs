@@ -356,12 +356,12 @@ impl fmt::Display for FrameError {
 impl std::error::Error for FrameError {}
 
 /// Reads fields off a frame, checking each length first.
-struct Reader {
+struct FieldReader {
     bytes: Bytes,
     frame_type: Option<u8>,
 }
 
-impl Reader {
+impl FieldReader {
     fn need(&self, field: &'static str, needed: usize) -> Result<(), FrameError> {
         if self.bytes.len() < needed {
             return Err(FrameError::Truncated {
@@ -464,7 +464,7 @@ impl Frame {
         if bytes.len() > MAX_FRAME_LEN {
             return Err(FrameError::TooLong(bytes.len()));
         }
-        let mut r = Reader {
+        let mut r = FieldReader {
             bytes,
             frame_type: None,
         };

@@ -35,7 +35,7 @@ use super::outbound::Outbound;
 use crate::demand::AtomicDemand;
 use crate::runtime::Scheduler;
 use crate::stage::core::Drive;
-use crate::stage::{Core, Cx, Pass, Stage, Target};
+use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
 use crate::{BoxPublisher, Error, Publisher, Subscriber};
 
 /// Items one pass delivers before it yields its task.
@@ -76,7 +76,7 @@ pub(crate) struct Inbox {
     conn: Arc<Conn>,
     state: Mutex<InboxState>,
     /// The stage to signal when items arrive, while subscribed.
-    target: Mutex<Option<Arc<dyn Target>>>,
+    target: Mutex<Option<Arc<dyn CoreHandle>>>,
 }
 
 impl Inbox {
@@ -384,7 +384,7 @@ impl Publisher for PayloadStream {
                 )
             }
         };
-        let core: Arc<Core<Receive, S>> = Core::new(Receive {
+        let core: Arc<Core<StreamReceive, S>> = Core::new(StreamReceive {
             inbox: inbox.clone(),
             scheduler: self.conn.scheduler.clone(),
         });
@@ -402,12 +402,12 @@ impl Publisher for PayloadStream {
 }
 
 /// The receiving stage.
-struct Receive {
+struct StreamReceive {
     inbox: Arc<Inbox>,
     scheduler: crate::runtime::Tokio,
 }
 
-impl Stage for Receive {
+impl Stage for StreamReceive {
     const NAME: &'static str = "rsocket stream";
     type Item = Payload;
     /// The batch being delivered (kept between passes for its allocation).

@@ -74,14 +74,14 @@ pub trait Scheduler: Send + Sync + 'static {
     /// This scheduler's clock. Time operators and queue stamps read time only here.
     fn now(&self) -> Instant;
 
-    /// [`schedule_after`](Self::schedule_after), returning a [`Timer`] that removes
+    /// [`schedule_after`](Self::schedule_after), returning a [`TimerHandle`] that removes
     /// the task from the scheduler (unrun) when cancelled. weir's time stages arm
     /// their timers here and cancel them when they end, so a scheduler holds no timer
     /// of a stage that is gone. The default cannot cancel: it calls `schedule_after`
-    /// and returns [`Timer::detached`]; weir's schedulers override it.
-    fn schedule_timer(&self, delay: Duration, task: Task) -> Timer {
+    /// and returns [`TimerHandle::detached`]; weir's schedulers override it.
+    fn schedule_timer(&self, delay: Duration, task: Task) -> TimerHandle {
         self.schedule_after(delay, task);
-        Timer::detached()
+        TimerHandle::detached()
     }
 
     /// A hint: true when tasks are queued and wait for a thread of this scheduler.
@@ -117,7 +117,7 @@ impl<S: Scheduler + ?Sized> Scheduler for Arc<S> {
         (**self).now()
     }
 
-    fn schedule_timer(&self, delay: Duration, task: Task) -> Timer {
+    fn schedule_timer(&self, delay: Duration, task: Task) -> TimerHandle {
         (**self).schedule_timer(delay, task)
     }
 
@@ -130,26 +130,26 @@ impl<S: Scheduler + ?Sized> Scheduler for Arc<S> {
     }
 }
 
-/// A timer armed with [`Scheduler::schedule_timer`].
+/// The handle of a timer armed with [`Scheduler::schedule_timer`].
 ///
-/// [`cancel`](Timer::cancel) removes its task from the scheduler without running it;
-/// dropping a `Timer` leaves the task queued.
-pub struct Timer {
+/// [`cancel`](TimerHandle::cancel) removes its task from the scheduler without running it;
+/// dropping a `TimerHandle` leaves the task queued.
+pub struct TimerHandle {
     cancel: Option<Box<dyn FnOnce() + Send>>,
 }
 
-impl Timer {
+impl TimerHandle {
     /// A timer that `cancel` removes by calling `cancel` (for implementors of
     /// [`Scheduler::schedule_timer`]).
     pub fn new(cancel: impl FnOnce() + Send + 'static) -> Self {
-        Timer {
+        TimerHandle {
             cancel: Some(Box::new(cancel)),
         }
     }
 
     /// A timer that cannot be cancelled: its task stays queued until it falls due.
     pub fn detached() -> Self {
-        Timer { cancel: None }
+        TimerHandle { cancel: None }
     }
 
     /// Remove the task from its scheduler without running it (a no-op once it ran,
@@ -161,9 +161,9 @@ impl Timer {
     }
 }
 
-impl std::fmt::Debug for Timer {
+impl std::fmt::Debug for TimerHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Timer")
+        f.debug_struct("TimerHandle")
             .field("cancellable", &self.cancel.is_some())
             .finish()
     }

@@ -27,7 +27,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
-use super::{deadline, run_task, Scheduler, Task, Timer};
+use super::{deadline, run_task, Scheduler, Task, TimerHandle};
 
 /// A fixed set of named worker threads that run scheduled tasks and park when idle.
 ///
@@ -48,7 +48,7 @@ use super::{deadline, run_task, Scheduler, Task, Timer};
 /// ```
 #[derive(Clone, Debug)]
 pub struct ThreadPool {
-    owner: Arc<Owner>,
+    owner: Arc<PoolOwner>,
 }
 
 /// Configures a [`ThreadPool`].
@@ -59,13 +59,13 @@ pub struct ThreadPoolBuilder {
 }
 
 #[derive(Debug)]
-struct Owner {
+struct PoolOwner {
     shared: Arc<Workers>,
 }
 
 #[derive(Debug)]
 struct Workers {
-    state: Mutex<State>,
+    state: Mutex<PoolState>,
     wake: Condvar,
     /// Ready tasks, readable without the lock so that spinning workers can poll it.
     queued: AtomicUsize,
@@ -79,7 +79,7 @@ thread_local! {
     static WORKER_OF: std::cell::Cell<*const Workers> = const { std::cell::Cell::new(std::ptr::null()) };
 }
 
-struct State {
+struct PoolState {
     ready: VecDeque<Task>,
     /// Timers by (due, sequence number): the map's order is the firing order.
     timers: BTreeMap<(Instant, u64), Task>,
@@ -91,9 +91,9 @@ struct State {
     shutdown: bool,
 }
 
-impl std::fmt::Debug for State {
+impl std::fmt::Debug for PoolState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("State")
+        f.debug_struct("PoolState")
             .field("ready", &self.ready.len())
             .field("timers", &(self.timers.len() + self.never.len()))
             .field("sleeping", &self.sleeping)
@@ -136,7 +136,7 @@ impl ThreadPoolBuilder {
     /// If the operating system refuses to start a thread.
     pub fn build(self) -> ThreadPool {
         let shared = Arc::new(Workers {
-            state: Mutex::new(State {
+            state: Mutex::new(PoolState {
                 ready: VecDeque::new(),
                 timers: BTreeMap::new(),
                 never: BTreeMap::new(),
@@ -156,7 +156,7 @@ impl ThreadPoolBuilder {
                 .unwrap_or_else(|e| panic!("ThreadPool: cannot start worker thread: {e}"));
         }
         ThreadPool {
-            owner: Arc::new(Owner { shared }),
+            owner: Arc::new(PoolOwner { shared }),
         }
     }
 }
@@ -209,14 +209,14 @@ impl ThreadPool {
     }
 }
 
-impl Drop for Owner {
+impl Drop for PoolOwner {
     fn drop(&mut self) {
         self.shared.shutdown();
     }
 }
 
 impl Workers {
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, PoolState> {
         // Tasks never run under this lock, so user code cannot poison it.
         self.state
             .lock()
@@ -366,22 +366,22 @@ impl Scheduler for ThreadPool {
         let _detached = self.schedule_timer(delay, task);
     }
 
-    fn schedule_timer(&self, delay: Duration, task: Task) -> Timer {
+    fn schedule_timer(&self, delay: Duration, task: Task) -> TimerHandle {
         if delay.is_zero() {
             self.schedule(task);
-            return Timer::detached();
+            return TimerHandle::detached();
         }
         let shared = &self.owner.shared;
         match shared.push_timer(deadline(Instant::now(), delay), task) {
             Some(key) => {
                 let shared = Arc::downgrade(shared);
-                Timer::new(move || {
+                TimerHandle::new(move || {
                     if let Some(shared) = shared.upgrade() {
                         shared.cancel_timer(key);
                     }
                 })
             }
-            None => Timer::detached(),
+            None => TimerHandle::detached(),
         }
     }
 

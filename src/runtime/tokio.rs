@@ -2,7 +2,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::{run_task, Scheduler, Task, Timer};
+use super::{run_task, Scheduler, Task, TimerHandle};
 
 /// Runs tasks as tokio tasks on the runtime behind a [`tokio::runtime::Handle`]; delays
 /// use `tokio::time::sleep`, and [`now`](Scheduler::now) reads tokio's clock, so a test
@@ -62,13 +62,13 @@ impl Scheduler for Tokio {
         let _detached = self.schedule_timer(delay, task);
     }
 
-    fn schedule_timer(&self, delay: Duration, task: Task) -> Timer {
+    fn schedule_timer(&self, delay: Duration, task: Task) -> TimerHandle {
         // tokio's sleep saturates a deadline that does not fit its clock.
         let sleeping = self.handle.spawn(async move {
             ::tokio::time::sleep(delay).await;
             run_task(task);
         });
-        Timer::new(move || sleeping.abort())
+        TimerHandle::new(move || sleeping.abort())
     }
 
     fn now(&self) -> Instant {

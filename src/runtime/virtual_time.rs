@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::{run_task, Scheduler, Task, Timer};
+use super::{run_task, Scheduler, Task, TimerHandle};
 
 /// A scheduler whose clock only moves when told to.
 ///
@@ -42,10 +42,10 @@ use super::{run_task, Scheduler, Task, Timer};
 /// ```
 #[derive(Clone)]
 pub struct VirtualTime {
-    inner: Arc<Mutex<State>>,
+    inner: Arc<Mutex<Timeline>>,
 }
 
-struct State {
+struct Timeline {
     /// The real instant that virtual time zero maps to.
     origin: Instant,
     /// Virtual time elapsed since `origin`.
@@ -77,7 +77,7 @@ impl VirtualTime {
     /// A clock at virtual time zero with nothing queued.
     pub fn new() -> Self {
         VirtualTime {
-            inner: Arc::new(Mutex::new(State {
+            inner: Arc::new(Mutex::new(Timeline {
                 origin: Instant::now(),
                 elapsed: Duration::ZERO,
                 queue: BTreeMap::new(),
@@ -87,7 +87,7 @@ impl VirtualTime {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Timeline> {
         // A task never runs under this lock, so it cannot be poisoned by user code;
         // recover the state anyway rather than propagate a panic.
         self.inner
@@ -182,7 +182,7 @@ impl VirtualTime {
     }
 }
 
-impl State {
+impl Timeline {
     /// The latest virtual time the clock can show (`origin + horizon` fits `Instant`).
     fn horizon(&mut self) -> Duration {
         if let Some(horizon) = self.horizon {
@@ -223,10 +223,10 @@ impl Scheduler for VirtualTime {
         self.push(delay, task);
     }
 
-    fn schedule_timer(&self, delay: Duration, task: Task) -> Timer {
+    fn schedule_timer(&self, delay: Duration, task: Task) -> TimerHandle {
         let key = self.push(delay, task);
         let inner = Arc::downgrade(&self.inner);
-        Timer::new(move || {
+        TimerHandle::new(move || {
             if let Some(inner) = inner.upgrade() {
                 let task = inner
                     .lock()

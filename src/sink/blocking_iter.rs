@@ -20,21 +20,21 @@ use crate::{Error, Subscriber, Subscription};
 /// of at most `prefetch` items, the end, and the condvar the iterator blocks on.
 struct BlockingQueue<T> {
     /// Items delivered and not yet taken, and how the stream ended.
-    state: Mutex<State<T>>,
+    state: Mutex<QueueState<T>>,
     /// Signalled when an item or the end arrives.
     ready: Condvar,
     /// The upstream subscription (cancelled when the iterator is dropped).
     slot: SubscriptionSlot,
 }
 
-struct State<T> {
+struct QueueState<T> {
     /// Delivered and not yet taken: at most `prefetch`, allocated once.
     queue: Window<T>,
     end: Option<Result<(), Error>>,
 }
 
 impl<T> BlockingQueue<T> {
-    fn lock(&self) -> MutexGuard<'_, State<T>> {
+    fn lock(&self) -> MutexGuard<'_, QueueState<T>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -74,7 +74,7 @@ pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIte
     let capacity = window::validate("blocking_iter prefetch", prefetch);
     let replenish = Replenish::new(prefetch);
     let shared = Arc::new(BlockingQueue {
-        state: Mutex::new(State {
+        state: Mutex::new(QueueState {
             queue: Window::new(capacity),
             end: None,
         }),

@@ -11,12 +11,12 @@ pub(crate) struct SinkState<R> {
     /// The upstream subscription, for `cancel` from the handle.
     pub(crate) slot: SubscriptionSlot,
     /// The terminal result, once there is one.
-    result: Mutex<Outcome<R>>,
+    result: Mutex<Completion<R>>,
     /// Signalled when `result` is set.
     ready: Condvar,
 }
 
-enum Outcome<R> {
+enum Completion<R> {
     Running,
     Ended(Result<R, Error>),
     Taken,
@@ -26,7 +26,7 @@ impl<R> SinkState<R> {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(SinkState {
             slot: SubscriptionSlot::new(),
-            result: Mutex::new(Outcome::Running),
+            result: Mutex::new(Completion::Running),
             ready: Condvar::new(),
         })
     }
@@ -34,10 +34,10 @@ impl<R> SinkState<R> {
     /// Record the terminal result; the first one wins. Returns false if one was set.
     pub(crate) fn finish(&self, result: Result<R, Error>) -> bool {
         let mut slot = self.result.lock().unwrap_or_else(|p| p.into_inner());
-        if !matches!(*slot, Outcome::Running) {
+        if !matches!(*slot, Completion::Running) {
             return false;
         }
-        *slot = Outcome::Ended(result);
+        *slot = Completion::Ended(result);
         drop(slot);
         self.ready.notify_all();
         true
@@ -78,7 +78,7 @@ impl<R> SinkHandle<R> {
     pub fn is_terminated(&self) -> bool {
         !matches!(
             *self.shared.result.lock().unwrap_or_else(|p| p.into_inner()),
-            Outcome::Running
+            Completion::Running
         )
     }
 
@@ -102,7 +102,7 @@ impl<R> SinkHandle<R> {
     /// Wait until the stream terminates or `deadline` (`None`: no deadline) passes.
     fn wait_until(&self, deadline: Option<Instant>) -> Option<Result<R, Error>> {
         let mut slot = self.shared.result.lock().unwrap_or_else(|p| p.into_inner());
-        while matches!(*slot, Outcome::Running) {
+        while matches!(*slot, Completion::Running) {
             slot = match deadline {
                 None => self
                     .shared
@@ -126,10 +126,10 @@ impl<R> SinkHandle<R> {
     }
 }
 
-fn take<R>(slot: &mut Outcome<R>) -> Result<R, Error> {
-    match std::mem::replace(slot, Outcome::Taken) {
-        Outcome::Ended(result) => result,
-        Outcome::Taken => panic!("the sink's result was already taken"),
-        Outcome::Running => unreachable!("take is only called after termination"),
+fn take<R>(slot: &mut Completion<R>) -> Result<R, Error> {
+    match std::mem::replace(slot, Completion::Taken) {
+        Completion::Ended(result) => result,
+        Completion::Taken => panic!("the sink's result was already taken"),
+        Completion::Running => unreachable!("take is only called after termination"),
     }
 }

@@ -15,7 +15,7 @@
 use std::time::{Duration, Instant};
 
 use crate::runtime::Scheduler;
-use crate::stage::timed::{self, assert_positive, from_nanos, Fx, Machine, Signal};
+use crate::stage::timed::{self, assert_positive, from_nanos, Action, Fx, Machine};
 use crate::{Publisher, Subscriber};
 
 /// Publisher for [`interval`]: emits 0, 1, 2, … once per `period`.
@@ -127,14 +127,14 @@ impl Machine for Ticks {
         self.armed = false;
     }
 
-    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, ()>) -> Option<Signal<u64>> {
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, ()>) -> Option<Action<u64>> {
         let origin = self.origin?;
         if demand == 0 {
             return None;
         }
         if self.next < self.due(origin, fx.now()) {
             self.next += 1;
-            return Some(Signal::Item(self.next - 1));
+            return Some(Action::Item(self.next - 1));
         }
         if !self.armed {
             let at = self.period.as_nanos() * (u128::from(self.next) + 1);

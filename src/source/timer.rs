@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use crate::runtime::Scheduler;
-use crate::stage::timed::{self, assert_positive, Fx, Machine, Signal};
+use crate::stage::timed::{self, assert_positive, Action, Fx, Machine};
 use crate::{Publisher, Subscriber};
 
 /// Publisher for [`timer`]: one `0u64` after the delay.
@@ -107,12 +107,12 @@ impl Machine for Once {
         self.fired = true;
     }
 
-    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, ()>) -> Option<Signal<u64>> {
+    fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, ()>) -> Option<Action<u64>> {
         if self.sent {
-            Some(Signal::End(Ok(())))
+            Some(Action::End(Ok(())))
         } else if self.fired && demand > 0 {
             self.sent = true;
-            Some(Signal::Item(0))
+            Some(Action::Item(0))
         } else {
             None
         }

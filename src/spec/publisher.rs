@@ -41,7 +41,7 @@ pub trait Publisher {
 
 /// Object-safe form of [`Publisher`], used by [`BoxPublisher`].
 trait DynPublisher<T>: Send {
-    fn subscribe_boxed(self: Box<Self>, subscriber: Erased<T>);
+    fn subscribe_boxed(self: Box<Self>, subscriber: ErasedSubscriber<T>);
     fn bound(&self) -> u64;
 }
 
@@ -49,7 +49,7 @@ impl<P> DynPublisher<P::Item> for P
 where
     P: Publisher + Send,
 {
-    fn subscribe_boxed(self: Box<Self>, subscriber: Erased<P::Item>) {
+    fn subscribe_boxed(self: Box<Self>, subscriber: ErasedSubscriber<P::Item>) {
         (*self).subscribe(subscriber)
     }
     fn bound(&self) -> u64 {
@@ -96,9 +96,9 @@ impl<T, S: Subscriber<T> + Send> DynSubscriber<T> for S {
 }
 
 /// The subscriber behind a [`BoxPublisher`]'s box (see [`DynSubscriber`]).
-struct Erased<T>(Box<dyn DynSubscriber<T>>);
+struct ErasedSubscriber<T>(Box<dyn DynSubscriber<T>>);
 
-impl<T> Subscriber<T> for Erased<T> {
+impl<T> Subscriber<T> for ErasedSubscriber<T> {
     fn on_subscribe(&mut self, subscription: Subscription) {
         self.0.on_subscribe(subscription)
     }
@@ -158,7 +158,8 @@ impl<T: Send + 'static> Publisher for BoxPublisher<T> {
     where
         S: Subscriber<T> + Send + 'static,
     {
-        self.inner.subscribe_boxed(Erased(Box::new(subscriber)))
+        self.inner
+            .subscribe_boxed(ErasedSubscriber(Box::new(subscriber)))
     }
 
     fn in_flight_bound(&self) -> u64 {

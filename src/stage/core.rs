@@ -165,7 +165,7 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
 
     /// The core was built around this stage: `me` reaches it from timers and other
     /// helpers that must not keep it alive. The default ignores it.
-    fn bind(&self, _me: Weak<dyn Target>) {}
+    fn bind(&self, _me: Weak<dyn CoreHandle>) {}
 
     /// Downstream requested `n > 0`, already added to `demand` (any thread, before
     /// the pass it triggers).
@@ -197,7 +197,7 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
 }
 
 /// What the core hands helpers (lanes, timers, wakers): a way to ask for a pass.
-pub(crate) trait Target: Send + Sync + 'static {
+pub(crate) trait CoreHandle: Send + Sync + 'static {
     /// A reason to run another pass (items arrived in a lane, say).
     fn signal(&self);
     /// A reason to run another pass, from a thread of the stage's scheduler: when it
@@ -372,7 +372,7 @@ impl<I: Iterator> Iterator for UntilCancelled<'_, I> {
 }
 
 /// The owner-only state and downstream, behind the lock only the loop's owner takes.
-type Slot<G, S> = Mutex<Option<(<G as Stage>::Owned, S)>>;
+type OwnerSlot<G, S> = Mutex<Option<(<G as Stage>::Owned, S)>>;
 
 /// A field of the core, padded as its stage says.
 type Cell<G, T> = Aligned<<G as Stage>::Padding, T>;
@@ -383,7 +383,7 @@ pub(crate) struct Core<G: Stage, S> {
     wip: Wip,
     flags: AtomicU8,
     /// The owner-only state and downstream; `None` before `attach` and once over.
-    slot: Cell<G, Slot<G, S>>,
+    slot: Cell<G, OwnerSlot<G, S>>,
     stage: G,
     /// Ourselves, for tasks and wakers (`request` only has `&self`).
     me: Weak<Self>,
@@ -413,7 +413,7 @@ where
             stage,
             me: me.clone(),
         });
-        let me: Weak<dyn Target> = core.me.clone();
+        let me: Weak<dyn CoreHandle> = core.me.clone();
         core.stage.bind(me);
         core
     }
@@ -751,7 +751,7 @@ where
     }
 }
 
-impl<G, S> Target for Core<G, S>
+impl<G, S> CoreHandle for Core<G, S>
 where
     G: Stage,
     S: Subscriber<G::Item> + Send + 'static,

@@ -4,7 +4,7 @@
 // An emitter knows one thing: "deliver at most `budget` items to this subscriber,
 // and tell me whether you ended". The stage owns the rest, on the signal core:
 //
-// 1. A pass takes the outstanding demand into a pass-local count (`demand::Local`),
+// 1. A pass takes the outstanding demand into a pass-local count (`demand::LocalDemand`),
 //    asks the emitter for up to `min(local, CHUNK)` items in one `emit` call (usually
 //    one `on_next_batch`), and subtracts what went out, adding the batch credit the
 //    subscriber returned: plain arithmetic, no atomic per batch. A synchronous chain
@@ -28,7 +28,7 @@
 use std::marker::PhantomData;
 
 use super::core::{Core, Cx, Drive, Pass, Stage};
-use crate::demand::Local;
+use crate::demand::LocalDemand;
 #[cfg(feature = "futures")]
 use crate::runtime::Scheduler;
 use crate::{Error, Subscriber};
@@ -187,7 +187,7 @@ impl<E: Emitter, D: Driver> Stage for Emitting<E, D> {
         subscriber: &mut S,
     ) -> Pass {
         let demand = cx.demand();
-        let mut local = Local::default();
+        let mut local = LocalDemand::default();
         // Only a scheduled emitter counts its budget (a constant condition: the inline
         // loop compiles without it).
         let mut budget_left = D::BUDGET;

@@ -22,7 +22,7 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::core::Target;
+use super::core::CoreHandle;
 use super::window::{over_delivered, Window};
 use crate::demand::Replenish;
 use crate::drain::{SubscriptionSlot, Upstream};
@@ -150,7 +150,7 @@ pub(crate) struct LaneSubscriber<T, N: ?Sized> {
     upstream: Upstream,
 }
 
-impl<T, N: Target + ?Sized> LaneSubscriber<T, N> {
+impl<T, N: CoreHandle + ?Sized> LaneSubscriber<T, N> {
     /// Deliver the source's signals into `lane`, asking `core` for passes.
     pub(crate) fn new(lane: Arc<Lane<T>>, core: Arc<N>) -> Self {
         LaneSubscriber {
@@ -169,7 +169,7 @@ impl<T, N: Target + ?Sized> LaneSubscriber<T, N> {
     }
 }
 
-impl<T, N: Target + ?Sized> Subscriber<T> for LaneSubscriber<T, N> {
+impl<T, N: CoreHandle + ?Sized> Subscriber<T> for LaneSubscriber<T, N> {
     fn on_subscribe(&mut self, subscription: Subscription) {
         if self.upstream.accept(&subscription) && self.lane.subscription.set(subscription.clone()) {
             let window = lock(&self.lane.state).credit.initial();
@@ -335,7 +335,7 @@ impl<T> LaneSet<T> {
 pub(crate) fn connect<P, N>(set: &LaneSet<P::Item>, source: P, core: &Arc<N>) -> bool
 where
     P: Publisher,
-    N: Target + ?Sized,
+    N: CoreHandle + ?Sized,
 {
     let Some(lane) = set.add() else {
         return false;

@@ -17,4 +17,4 @@ pub(crate) mod lanes;
 pub(crate) mod timed;
 pub(crate) mod window;
 
-pub(crate) use self::core::{Core, Cx, Pass, Stage, Target};
+pub(crate) use self::core::{Core, CoreHandle, Cx, Pass, Stage};

@@ -1,7 +1,7 @@
 //! [`SubscriberBlackboxVerification`]: the 26 tests of the TCK's
 //! `SubscriberBlackboxVerification`, for subscribers that cannot be instrumented.
 //!
-//! The kit plays the upstream (a [`Stage`](super::stage)): it subscribes a fresh
+//! The kit plays the upstream (an [`UnderTest`](super::stage)): it subscribes a fresh
 //! subscriber from your factory, records what it requests and whether it cancels, and
 //! sends it elements (`element(0)`, `element(1)`, …) and terminal signals. Only the
 //! subscriber's calls on its subscription, and whether its signal methods return
@@ -16,11 +16,11 @@
 use std::sync::Arc;
 
 use super::harness::{ensure, moot, run_case, untested, TestResult, Verification};
-use super::stage::{call, test_error, ManualSubscription, Stage};
+use super::stage::{call, test_error, ManualSubscription, UnderTest};
 use super::{Element, Outcome, Report, Suite, TestEnv};
 use crate::{Subscriber, Subscription};
 
-type Factory<S> = Arc<dyn Fn() -> S + Send + Sync>;
+type SubscriberFactory<S> = Arc<dyn Fn() -> S + Send + Sync>;
 type Trigger<S> = Arc<dyn Fn(&mut S) + Send + Sync>;
 
 /// Configuration and entry point of the black-box subscriber tests.
@@ -37,7 +37,7 @@ type Trigger<S> = Arc<dyn Fn(&mut S) + Send + Sync>;
 /// .assert_all_passed();
 /// ```
 pub struct SubscriberBlackboxVerification<T, S> {
-    factory: Factory<S>,
+    factory: SubscriberFactory<S>,
     element: Arc<dyn Fn(u64) -> T + Send + Sync>,
     trigger: Option<Trigger<S>>,
     env: TestEnv,
@@ -104,12 +104,12 @@ where
     }
 
     /// A fresh subscriber subscribed to a fresh stage.
-    fn stage(&self, env: &TestEnv) -> Result<Stage<T, S>, String> {
-        Stage::new(env, (self.factory)(), self.element.clone())
+    fn stage(&self, env: &TestEnv) -> Result<UnderTest<T, S>, String> {
+        UnderTest::new(env, (self.factory)(), self.element.clone())
     }
 
     /// Run the trigger hook, then expect a request.
-    fn triggered_request(&self, env: &TestEnv, stage: &mut Stage<T, S>) -> Result<u64, String> {
+    fn triggered_request(&self, env: &TestEnv, stage: &mut UnderTest<T, S>) -> Result<u64, String> {
         if let Some(trigger) = &self.trigger {
             call("the trigger_request hook", || {
                 trigger(&mut stage.subscriber)
@@ -176,7 +176,7 @@ where
     fn fresh_then(
         &self,
         env: &TestEnv,
-        send: fn(&mut Stage<T, S>) -> Result<(), String>,
+        send: fn(&mut UnderTest<T, S>) -> Result<(), String>,
     ) -> TestResult {
         let mut stage = self.stage(env)?;
         send(&mut stage)?;

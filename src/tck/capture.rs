@@ -27,12 +27,12 @@ use crate::{Publisher, Subscriber};
 /// A subscriber taken out of a sink by [`capture_subscriber`].
 pub type CapturedSubscriber<T> = Box<dyn Subscriber<T> + Send>;
 
-type Slot<T> = Arc<Mutex<Option<CapturedSubscriber<T>>>>;
+type Captured<T> = Arc<Mutex<Option<CapturedSubscriber<T>>>>;
 
 /// A publisher that never signals: its `subscribe` stores the subscriber for
 /// [`capture_subscriber`].
 pub struct Capture<T> {
-    slot: Slot<T>,
+    slot: Captured<T>,
     _items: PhantomData<fn() -> T>,
 }
 
@@ -63,7 +63,7 @@ pub fn capture_subscriber<T, R>(attach: impl FnOnce(Capture<T>) -> R) -> (Captur
 where
     T: Send + 'static,
 {
-    let slot: Slot<T> = Arc::default();
+    let slot: Captured<T> = Arc::default();
     let result = attach(Capture {
         slot: slot.clone(),
         _items: PhantomData,

@@ -33,18 +33,18 @@ use std::sync::Arc;
 
 use super::harness::{ensure, run_case, skip, Failure, Verification};
 use super::publisher::{attach_clones, attach_probe, Cloner};
-use super::stage::{test_error, Stage};
+use super::stage::{test_error, UnderTest};
 use super::{
     Element, Outcome, ProbedSubscriber, PublisherVerification, Report,
     SubscriberWhiteboxVerification, Suite, TestEnv, TestProbe,
 };
 use crate::{Error, Processor, Publisher, PublisherExt, Subscriber, Subscription};
 
-type Factory<S, P> = Arc<dyn Fn(usize) -> (S, P) + Send + Sync>;
+type ProcessorFactory<S, P> = Arc<dyn Fn(usize) -> (S, P) + Send + Sync>;
 
 /// Configuration and entry point of the processor conformance tests.
 pub struct ProcessorVerification<T, S, P: Publisher> {
-    factory: Factory<S, P>,
+    factory: ProcessorFactory<S, P>,
     element: Arc<dyn Fn(u64) -> T + Send + Sync>,
     buffer_size: usize,
     cloner: Option<Cloner<P>>,
@@ -224,10 +224,10 @@ where
     }
 
     /// A fresh processor with the stage upstream; returns the stage and the publisher half.
-    fn setup(&self, env: &TestEnv) -> Result<(Stage<T, S>, P), String> {
+    fn setup(&self, env: &TestEnv) -> Result<(UnderTest<T, S>, P), String> {
         let (subscriber, publisher) = (self.factory)(self.buffer_size);
         Ok((
-            Stage::new(env, subscriber, self.element.clone())?,
+            UnderTest::new(env, subscriber, self.element.clone())?,
             publisher,
         ))
     }
@@ -318,7 +318,7 @@ where
             let second_publisher = (v.cloner.as_ref().expect("checked above"))(&publisher);
             let s1 = attach_probe(env, publisher)?;
             s1.request(20);
-            let upstream = |stage: &Stage<T, S>| {
+            let upstream = |stage: &UnderTest<T, S>| {
                 stage
                     .subscription
                     .expect_request(t)

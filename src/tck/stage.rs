@@ -1,6 +1,6 @@
 //! The fake upstream of the subscriber and processor tests (Java's `ManualPublisher`).
 //!
-//! A [`Stage`] owns the subscriber under test. Creating it calls `on_subscribe`
+//! An [`UnderTest`] owns the subscriber under test. Creating it calls `on_subscribe`
 //! synchronously with a [`ManualSubscription`], which records every `request(n)` in a
 //! queue and `cancel` in a flag, so the test can [`expect_request`] and
 //! [`expect_cancel`] with a timeout. The test pushes signals itself with
@@ -21,9 +21,9 @@
 //!
 //! [`expect_request`]: ManualSubscription::expect_request
 //! [`expect_cancel`]: ManualSubscription::expect_cancel
-//! [`send_next`]: Stage::send_next
-//! [`send_complete`]: Stage::send_complete
-//! [`send_error`]: Stage::send_error
+//! [`send_next`]: UnderTest::send_next
+//! [`send_complete`]: UnderTest::send_complete
+//! [`send_error`]: UnderTest::send_error
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -154,14 +154,14 @@ pub(crate) fn call<R>(signal: &str, f: impl FnOnce() -> R) -> Result<R, String> 
 }
 
 /// The TCK as upstream of one subscriber under test.
-pub(crate) struct Stage<T, S> {
+pub(crate) struct UnderTest<T, S> {
     pub(crate) subscriber: S,
     pub(crate) subscription: Arc<ManualSubscription>,
     element: Arc<dyn Fn(u64) -> T + Send + Sync>,
     sent: u64,
 }
 
-impl<T, S: Subscriber<T>> Stage<T, S> {
+impl<T, S: Subscriber<T>> UnderTest<T, S> {
     /// Subscribe `subscriber` to a fresh fake upstream (`on_subscribe` runs now).
     pub(crate) fn new(
         env: &TestEnv,
@@ -171,7 +171,7 @@ impl<T, S: Subscriber<T>> Stage<T, S> {
         let subscription = ManualSubscription::new(env);
         let handle = Subscription::new(subscription.clone());
         call("on_subscribe", || subscriber.on_subscribe(handle))?;
-        Ok(Stage {
+        Ok(UnderTest {
             subscriber,
             subscription,
             element,

@@ -4,7 +4,7 @@
 //! Your factory gets a [`WhiteboxProbe`] and returns the subscriber under test, which
 //! reports its signals to the probe and registers a [`SubscriberPuppet`] on
 //! `on_subscribe` (or is wrapped in a [`ProbedSubscriber`](super::ProbedSubscriber)).
-//! The kit plays the upstream (a [`Stage`](super::stage)), drives demand and
+//! The kit plays the upstream (an [`UnderTest`](super::stage)), drives demand and
 //! cancellation through the puppet, and checks what the subscriber requested,
 //! cancelled and reported. "Setup" below means: subscribe to a fresh stage and wait
 //! for the puppet.
@@ -15,12 +15,12 @@
 use std::sync::Arc;
 
 use super::harness::{moot, run_case, untested, TestResult, Verification};
-use super::stage::{test_error, ManualSubscription, Stage};
+use super::stage::{test_error, ManualSubscription, UnderTest};
 use super::whitebox_probe::{SubscriberPuppet, WhiteboxProbe};
 use super::{Element, Outcome, Report, Suite, TestEnv};
 use crate::{Subscriber, Subscription};
 
-type Factory<T, S> = Arc<dyn Fn(WhiteboxProbe<T>) -> S + Send + Sync>;
+type WhiteboxFactory<T, S> = Arc<dyn Fn(WhiteboxProbe<T>) -> S + Send + Sync>;
 
 /// Configuration and entry point of the white-box subscriber tests.
 ///
@@ -39,7 +39,7 @@ type Factory<T, S> = Arc<dyn Fn(WhiteboxProbe<T>) -> S + Send + Sync>;
 /// .assert_all_passed();
 /// ```
 pub struct SubscriberWhiteboxVerification<T, S> {
-    factory: Factory<T, S>,
+    factory: WhiteboxFactory<T, S>,
     element: Arc<dyn Fn(u64) -> T + Send + Sync>,
     env: TestEnv,
 }
@@ -63,8 +63,8 @@ impl<T, S> std::fmt::Debug for SubscriberWhiteboxVerification<T, S> {
 }
 
 /// A subscriber on a stage, with its probe and puppet.
-struct Setup<T, S> {
-    stage: Stage<T, S>,
+struct Rig<T, S> {
+    stage: UnderTest<T, S>,
     probe: WhiteboxProbe<T>,
     puppet: Arc<dyn SubscriberPuppet>,
 }
@@ -99,12 +99,12 @@ where
         Suite::run_all(self)
     }
 
-    fn setup(&self, env: &TestEnv) -> Result<Setup<T, S>, String> {
+    fn setup(&self, env: &TestEnv) -> Result<Rig<T, S>, String> {
         let probe = WhiteboxProbe::new(env);
-        let stage = Stage::new(env, (self.factory)(probe.clone()), self.element.clone())?;
+        let stage = UnderTest::new(env, (self.factory)(probe.clone()), self.element.clone())?;
         let puppet = probe.puppet(env.default_timeout())?;
         env.verify_no_async_failures_now()?;
-        Ok(Setup {
+        Ok(Rig {
             stage,
             probe,
             puppet,
@@ -112,12 +112,12 @@ where
     }
 
     /// Send the next element; the probe must report it.
-    fn round_trip(env: &TestEnv, s: &mut Setup<T, S>) -> Result<(), String> {
+    fn round_trip(env: &TestEnv, s: &mut Rig<T, S>) -> Result<(), String> {
         let item = s.stage.send_next()?;
         s.probe.expect_next(&item, env.default_timeout())
     }
 
-    fn expect_request(env: &TestEnv, s: &Setup<T, S>) -> Result<u64, String> {
+    fn expect_request(env: &TestEnv, s: &Rig<T, S>) -> Result<u64, String> {
         s.stage.subscription.expect_request(env.default_timeout())
     }
 
@@ -177,7 +177,7 @@ where
             "2.3",
             |v, env| {
                 let probe = WhiteboxProbe::new(env);
-                let mut stage = Stage::new(env, (v.factory)(probe), v.element.clone())?;
+                let mut stage = UnderTest::new(env, (v.factory)(probe), v.element.clone())?;
                 stage.send_complete()?;
                 Ok(())
             },
@@ -193,7 +193,7 @@ where
             "2.3",
             |v, env| {
                 let probe = WhiteboxProbe::new(env);
-                let mut stage = Stage::new(env, (v.factory)(probe), v.element.clone())?;
+                let mut stage = UnderTest::new(env, (v.factory)(probe), v.element.clone())?;
                 stage.send_error(test_error())?;
                 Ok(())
             },

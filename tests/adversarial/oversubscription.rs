@@ -44,7 +44,7 @@ enum Delay {
 
 /// Which boundaries a pipeline crosses.
 #[derive(Clone, Copy, Debug)]
-enum Kind {
+enum Boundaries {
     SubscribeOnPublishOn,
     ChannelPublishOn,
     PublishOnIntoStream,
@@ -92,10 +92,10 @@ fn sixty_four_pipelines_across_small_pools_on_two_cores() {
             Delay::Every(64, Duration::from_micros(200)),
         ]);
         let kind = [
-            Kind::SubscribeOnPublishOn,
-            Kind::ChannelPublishOn,
-            Kind::PublishOnIntoStream,
-            Kind::FromStreamPublishOn,
+            Boundaries::SubscribeOnPublishOn,
+            Boundaries::ChannelPublishOn,
+            Boundaries::PublishOnIntoStream,
+            Boundaries::FromStreamPublishOn,
         ][(index % 4) as usize];
         let a = rng.pick(&pools_a);
         let b = rng.pick(&pools_b);
@@ -158,7 +158,7 @@ fn pool(name: &str, threads: usize) -> ThreadPool {
 
 /// Run one pipeline to its end: `Ok` if it delivered exactly `0..ITEMS` in order.
 fn run(
-    kind: Kind,
+    kind: Boundaries,
     prefetch: u64,
     a: ThreadPool,
     b: ThreadPool,
@@ -185,14 +185,14 @@ fn run(
             .and_then(|verdict| verdict)
     };
     let verdict = match kind {
-        Kind::SubscribeOnPublishOn => fold(
+        Boundaries::SubscribeOnPublishOn => fold(
             weir::range(0..ITEMS)
                 .map(produce)
                 .subscribe_on(a)
                 .publish_on(b, prefetch)
                 .boxed(),
         ),
-        Kind::ChannelPublishOn => {
+        Boundaries::ChannelPublishOn => {
             let (tx, rx) = weir::channel::<Item>(prefetch as usize, ChannelPolicy::Backpressure);
             let producer = std::thread::spawn(move || {
                 for value in 0..ITEMS {
@@ -206,7 +206,7 @@ fn run(
             let _ = producer.join();
             verdict
         }
-        Kind::PublishOnIntoStream => {
+        Boundaries::PublishOnIntoStream => {
             let mut stream = weir::range(0..ITEMS)
                 .map(produce)
                 .publish_on(a, prefetch)
@@ -222,7 +222,7 @@ fn run(
                 verdict
             })
         }
-        Kind::FromStreamPublishOn => {
+        Boundaries::FromStreamPublishOn => {
             let stream = futures::stream::iter((0..ITEMS).map(produce));
             fold(
                 weir::from_stream_on(stream, a)

@@ -122,9 +122,9 @@ const LOSSY_ITEMS: u64 = 200_000;
 /// Outstanding demand the bounded consumer keeps at most.
 const LOSSY_WINDOW: u64 = 64;
 
-/// What a [`Recorder`] saw, and the bounded consumer's request counters.
+/// What a [`LossyRecorder`] saw, and the bounded consumer's request counters.
 #[derive(Debug, Default)]
-struct Record {
+struct LossyRecord {
     subscription: Mutex<Option<Subscription>>,
     items: Mutex<Vec<u64>>,
     delivered: AtomicU64,
@@ -138,7 +138,7 @@ struct Record {
     errors: Mutex<Vec<Error>>,
 }
 
-impl Record {
+impl LossyRecord {
     fn terminals(&self) -> u64 {
         self.completes.load(Ordering::SeqCst) + self.errors.lock().unwrap().len() as u64
     }
@@ -152,12 +152,12 @@ impl Record {
 
 /// Records every item; requests `initial` in `on_subscribe` (`UNBOUNDED` or 0). With
 /// bounded demand it counts items delivered beyond what was requested.
-struct Recorder {
-    record: Arc<Record>,
+struct LossyRecorder {
+    record: Arc<LossyRecord>,
     initial: u64,
 }
 
-impl Subscriber<u64> for Recorder {
+impl Subscriber<u64> for LossyRecorder {
     fn on_subscribe(&mut self, subscription: Subscription) {
         *self.record.subscription.lock().unwrap() = Some(subscription.clone());
         if self.initial > 0 {
@@ -201,10 +201,10 @@ where
 {
     let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
     let drops = Drops::new();
-    let record = Arc::new(Record::default());
+    let record = Arc::new(LossyRecord::default());
     build(rx)
         .on_dropped(DropHook::new(drops.clone()))
-        .subscribe(Recorder {
+        .subscribe(LossyRecorder {
             record: record.clone(),
             initial: if bounded { 0 } else { UNBOUNDED },
         });

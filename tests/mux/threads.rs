@@ -234,11 +234,11 @@ struct Tap {
     dropped: Arc<AtomicU64>,
 }
 
-impl Subscriber<weir::mux::Frame<u64>> for Tap {
+impl Subscriber<weir::mux::ChannelFrame<u64>> for Tap {
     fn on_subscribe(&mut self, subscription: weir::Subscription) {
         self.demux.on_subscribe(subscription);
     }
-    fn on_next(&mut self, frame: weir::mux::Frame<u64>) {
+    fn on_next(&mut self, frame: weir::mux::ChannelFrame<u64>) {
         self.demux.on_next(frame);
     }
     fn on_error(&mut self, error: weir::Error) {

@@ -5,7 +5,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use weir::mux::{jain_index, ChannelId, Demux, Frame, Frames, Mux, MuxError, Transport};
+use weir::mux::{jain_index, ChannelFrame, ChannelId, Demux, Frames, Mux, MuxError, Transport};
 use weir::prelude::*;
 use weir::runtime::{Scheduler, VirtualTime};
 use weir::tck::TestSubscriber;
@@ -237,7 +237,7 @@ impl Transport<u64> for Recording {
     fn connect(self, frames: Frames<u64>, demux: Demux<u64>) {
         let log = self.log;
         frames
-            .inspect(move |frame: &Frame<u64>| {
+            .inspect(move |frame: &ChannelFrame<u64>| {
                 log.lock().unwrap().push((frame.channel, frame.items.len()))
             })
             .publish_on(self.vt, 4)

@@ -17,7 +17,7 @@ use crate::service::{runtime, Service};
 
 /// A server and a connection to it, shared by every test of this module, on a
 /// runtime that lives as long as the test process.
-struct Peer {
+struct Loopback {
     client: Client,
     /// A connection closed before the tests start: its streams fail at subscribe.
     closed: Client,
@@ -25,8 +25,8 @@ struct Peer {
     _runtime: tokio::runtime::Runtime,
 }
 
-fn peer() -> &'static Peer {
-    static PEER: OnceLock<Peer> = OnceLock::new();
+fn loopback() -> &'static Loopback {
+    static PEER: OnceLock<Loopback> = OnceLock::new();
     PEER.get_or_init(|| {
         let runtime = runtime();
         let (server, client, closed) = runtime.block_on(async {
@@ -42,7 +42,7 @@ fn peer() -> &'static Peer {
             closed.close().await;
             (server, client, closed)
         });
-        Peer {
+        Loopback {
             client,
             closed,
             _server: server,
@@ -52,18 +52,22 @@ fn peer() -> &'static Peer {
 }
 
 fn verify() -> PublisherVerification<PayloadStream> {
-    PublisherVerification::new(|n: u64| peer().client.request_stream(Payload::data(n.to_string())))
-        // A stream that fails before any request: one on a closed connection. (A
-        // stream the server fails, `fail-after:0`, fails only once requested: the
-        // request frame is sent at the first `request`.)
-        .with_failed_publisher(|| peer().closed.request_stream(Payload::data("3")))
-        .stochastic_iterations(20)
-        .env(
-            TestEnv::builder()
-                .default_timeout(Duration::from_secs(5))
-                .no_signals_timeout(Duration::from_millis(100))
-                .build(),
-        )
+    PublisherVerification::new(|n: u64| {
+        loopback()
+            .client
+            .request_stream(Payload::data(n.to_string()))
+    })
+    // A stream that fails before any request: one on a closed connection. (A
+    // stream the server fails, `fail-after:0`, fails only once requested: the
+    // request frame is sent at the first `request`.)
+    .with_failed_publisher(|| loopback().closed.request_stream(Payload::data("3")))
+    .stochastic_iterations(20)
+    .env(
+        TestEnv::builder()
+            .default_timeout(Duration::from_secs(5))
+            .no_signals_timeout(Duration::from_millis(100))
+            .build(),
+    )
 }
 
 weir::publisher_tck!(request_stream, verify());

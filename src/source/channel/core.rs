@@ -88,7 +88,7 @@ impl Waiters {
 }
 
 /// Everything behind the state lock.
-pub(super) struct State<T> {
+pub(super) struct ChannelState<T> {
     pub(super) queue: TimedQueue<T>,
     /// Senders may still send (false after close, fail, cancel or the end).
     pub(super) open: bool,
@@ -134,7 +134,7 @@ pub(super) struct Buffers<T> {
 /// The one subscriber, with its type erased: senders exist before it does, so the
 /// core's type cannot name it. Batches stay batches (`on_next_batch` through a
 /// `&mut dyn Iterator`).
-pub(super) struct Erased<T>(Box<dyn Sink<T>>);
+pub(super) struct ErasedSink<T>(Box<dyn Sink<T>>);
 
 /// Object-safe view of a `Subscriber` that keeps batch delivery.
 trait Sink<T>: Send {
@@ -163,7 +163,7 @@ impl<T, S: Subscriber<T> + Send> Sink<T> for S {
     }
 }
 
-impl<T> Subscriber<T> for Erased<T> {
+impl<T> Subscriber<T> for ErasedSink<T> {
     fn on_subscribe(&mut self, subscription: crate::Subscription) {
         self.0.subscribed(subscription)
     }
@@ -185,14 +185,14 @@ impl<T> Subscriber<T> for Erased<T> {
 }
 
 /// A channel: its stage on the signal core, which senders and the publisher share.
-pub(super) type Link<T> = Core<Chan<T>, Erased<T>>;
+pub(super) type Link<T> = Core<Chan<T>, ErasedSink<T>>;
 
 /// The channel's shared state (the stage).
 pub(super) struct Chan<T> {
     pub(super) policy: ChannelPolicy,
     pub(super) marks: WaterMarks,
     pub(super) gauge: Arc<QueueGauge>,
-    pub(super) state: Mutex<State<T>>,
+    pub(super) state: Mutex<ChannelState<T>>,
     /// Blocked senders wait here for room (Backpressure).
     pub(super) room: Condvar,
     /// `wait_resumed` waits here for `Flowing`.
@@ -229,7 +229,7 @@ impl<T: Send + 'static> Chan<T> {
             policy,
             marks,
             gauge: queue.gauge().clone(),
-            state: Mutex::new(State {
+            state: Mutex::new(ChannelState {
                 queue,
                 open: true,
                 end: None,
@@ -267,7 +267,7 @@ impl<T: Send + 'static> Chan<T> {
     /// rejection. Publishes this call's stats to the gauge (one batch = one call).
     pub(super) fn offer(
         &self,
-        st: &mut State<T>,
+        st: &mut ChannelState<T>,
         item: T,
         now: Instant,
         will_wait: bool,
@@ -352,7 +352,7 @@ impl<T: Send + 'static> Chan<T> {
     }
 
     /// Wake every waiter (the channel closed): they see `Closed`.
-    fn wake_all(&self, st: &mut State<T>) -> Wake {
+    fn wake_all(&self, st: &mut ChannelState<T>) -> Wake {
         let mut wakers = Vec::new();
         st.send_wakers.take_into(&mut wakers);
         st.resume_wakers.take_into(&mut wakers);
@@ -362,7 +362,7 @@ impl<T: Send + 'static> Chan<T> {
     }
 
     /// Items left the queue: flow again at the low mark, wake senders waiting for room.
-    fn after_removal(&self, st: &mut State<T>) -> Wake {
+    fn after_removal(&self, st: &mut ChannelState<T>) -> Wake {
         let mut wakers = Vec::new();
         if st.flow == FlowState::Paused && st.queue.len() <= self.marks.low() {
             st.flow = FlowState::Flowing;
@@ -559,39 +559,18 @@ impl<T: Send + 'static> Link<T> {
             batch: Vec::with_capacity(self.stage().batch_size),
             expired: Vec::new(),
         };
-        self.attach(buffers, Erased(Box::new(subscriber)));
+        self.attach(buffers, ErasedSink(Box::new(subscriber)));
     }
 }
 
 /// Loom models of the channel: `RUSTFLAGS="--cfg weir_loom" cargo test --release --lib loom`.
 #[cfg(all(test, weir_loom))]
 mod loom_tests {
-    use std::sync::Mutex as StdMutex;
-
     use loom::thread;
 
     use super::super::{channel, ChannelPolicy, TrySendError};
-    use super::Arc;
-    use crate::{Error, Publisher, Subscriber, Subscription};
-
-    /// Records what it receives; the subscription is handed out for the model to drive.
-    struct Recorder {
-        items: Arc<StdMutex<Vec<u32>>>,
-        subscription: Arc<StdMutex<Option<Subscription>>>,
-    }
-
-    impl Subscriber<u32> for Recorder {
-        fn on_subscribe(&mut self, subscription: Subscription) {
-            *self.subscription.lock().unwrap() = Some(subscription);
-        }
-        fn on_next(&mut self, item: u32) {
-            self.items.lock().unwrap().push(item);
-        }
-        fn on_error(&mut self, error: Error) {
-            panic!("unexpected error {error}");
-        }
-        fn on_complete(&mut self) {}
-    }
+    use crate::loom::model::Recorder;
+    use crate::Publisher;
 
     /// A sender that skips the drain loop when it sees no demand, racing requests:
     /// whatever the interleaving, both items are delivered once both requests and both
@@ -600,13 +579,9 @@ mod loom_tests {
     fn loom_sends_racing_requests_strand_nothing() {
         loom::model(|| {
             let (tx, rx) = channel::<u32>(2, ChannelPolicy::Backpressure);
-            let items = Arc::new(StdMutex::new(Vec::new()));
-            let slot = Arc::new(StdMutex::new(None));
-            rx.subscribe(Recorder {
-                items: items.clone(),
-                subscription: slot.clone(),
-            });
-            let subscription = slot.lock().unwrap().clone().unwrap();
+            let recorder = Recorder::default();
+            rx.subscribe(recorder.clone());
+            let subscription = recorder.subscription();
             let producer = thread::spawn(move || {
                 tx.try_send(1).unwrap();
                 tx.try_send(2).unwrap();
@@ -615,7 +590,7 @@ mod loom_tests {
             subscription.request(1);
             subscription.request(1);
             let tx = producer.join().unwrap();
-            assert_eq!(*items.lock().unwrap(), [1, 2]);
+            assert_eq!(recorder.items(), [1, 2]);
             drop(tx);
         });
     }
@@ -626,13 +601,9 @@ mod loom_tests {
     fn loom_cancel_racing_a_send_closes_the_channel() {
         loom::model(|| {
             let (tx, rx) = channel::<u32>(2, ChannelPolicy::Backpressure);
-            let items = Arc::new(StdMutex::new(Vec::new()));
-            let slot = Arc::new(StdMutex::new(None));
-            rx.subscribe(Recorder {
-                items: items.clone(),
-                subscription: slot.clone(),
-            });
-            let subscription = slot.lock().unwrap().clone().unwrap();
+            let recorder = Recorder::default();
+            rx.subscribe(recorder.clone());
+            let subscription = recorder.subscription();
             let producer = thread::spawn(move || {
                 let first = tx.try_send(1);
                 assert!(matches!(first, Ok(()) | Err(TrySendError::Closed(1))));
@@ -641,7 +612,7 @@ mod loom_tests {
             subscription.cancel();
             let tx = producer.join().unwrap();
             assert_eq!(tx.try_send(2), Err(TrySendError::Closed(2)));
-            assert!(items.lock().unwrap().is_empty(), "nothing was requested");
+            assert!(recorder.items().is_empty(), "nothing was requested");
         });
     }
 }

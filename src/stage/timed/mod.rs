@@ -46,9 +46,9 @@
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use super::core::{Core, Cx, Pass, SharedUpstream, Stage, Target};
+use super::core::{Core, CoreHandle, Cx, Pass, SharedUpstream, Stage};
 use crate::demand::AtomicDemand;
-use crate::runtime::{deadline, Scheduler, Timer};
+use crate::runtime::{deadline, Scheduler, TimerHandle};
 use crate::{DropReason, Error, Subscriber, Subscription};
 
 pub(crate) use clock::{assert_positive, from_nanos, until_next_tick};
@@ -59,7 +59,7 @@ mod subscriber;
 
 /// What a machine's `poll` asks the drain owner to signal downstream.
 #[derive(Debug)]
-pub(crate) enum Signal<T> {
+pub(crate) enum Action<T> {
     /// `on_next(item)`; only returned when demand > 0.
     Item(T),
     /// `on_complete` (`Ok`) or `on_error`; the stage is over.
@@ -130,7 +130,7 @@ pub(crate) trait Machine: Send + 'static {
 
     /// The next signal for downstream, given the outstanding `demand` (an item only
     /// when `demand > 0`), or `None` when there is nothing to signal now.
-    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, Self::In>) -> Option<Signal<Self::Out>>;
+    fn poll(&mut self, demand: u64, fx: &mut Fx<'_, Self::In>) -> Option<Action<Self::Out>>;
 }
 
 fn lock<X>(mutex: &Mutex<X>) -> MutexGuard<'_, X> {
@@ -149,9 +149,9 @@ pub(crate) struct Timed<M, C> {
     /// Upstream, for operators (sources have none).
     upstream: Option<SharedUpstream>,
     /// The core, for timer tasks (which must not keep the stage alive).
-    me: OnceLock<Weak<dyn Target>>,
+    me: OnceLock<Weak<dyn CoreHandle>>,
     /// The outstanding timer, cancelled when the stage ends.
-    timer: Mutex<Option<Timer>>,
+    timer: Mutex<Option<TimerHandle>>,
 }
 
 /// The core of a time stage serving `S`.
@@ -251,7 +251,7 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
 
 /// A timer's task: fires the stage, or (dropped unrun) tells it the scheduler is gone.
 struct TimerTask {
-    target: Option<Weak<dyn Target>>,
+    target: Option<Weak<dyn CoreHandle>>,
 }
 
 impl TimerTask {
@@ -298,12 +298,12 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
             let _polls_drop_nothing = self.apply(fx);
             match signal {
                 None => return Pass::Idle,
-                Some(Signal::Item(item)) => {
+                Some(Action::Item(item)) => {
                     debug_assert!(demand > 0, "a machine emitted without demand");
                     cx.demand().produced(1);
                     downstream.on_next(item);
                 }
-                Some(Signal::End(end)) => return cx.terminate(downstream, end),
+                Some(Action::End(end)) => return cx.terminate(downstream, end),
             }
         }
     }
@@ -321,7 +321,7 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
         drop(machine);
     }
 
-    fn bind(&self, me: Weak<dyn Target>) {
+    fn bind(&self, me: Weak<dyn CoreHandle>) {
         let _ = self.me.set(me);
     }
 

@@ -42,7 +42,7 @@ use crate::{BoxPublisher, Publisher};
 mod rules_1;
 mod rules_3;
 
-type Factory<P> = Arc<dyn Fn(u64) -> P + Send + Sync>;
+type PublisherFactory<P> = Arc<dyn Fn(u64) -> P + Send + Sync>;
 type FailedFactory<T> = Arc<dyn Fn() -> BoxPublisher<T> + Send + Sync>;
 /// Makes another handle on a publisher, for the tests that subscribe several times.
 pub(crate) type Cloner<P> = Arc<dyn Fn(&P) -> P + Send + Sync>;
@@ -59,7 +59,7 @@ pub(crate) type Cloner<P> = Arc<dyn Fn(&P) -> P + Send + Sync>;
 /// report.assert_all_passed();
 /// ```
 pub struct PublisherVerification<P: Publisher> {
-    factory: Factory<P>,
+    factory: PublisherFactory<P>,
     failed: Option<FailedFactory<P::Item>>,
     cloner: Option<Cloner<P>>,
     max_elements: u64,

@@ -141,14 +141,14 @@ impl<T> fmt::Debug for TestProbe<T> {
 
 /// What a [`TestSubscriber`] records, shared with its [`TestProbe`]s.
 struct Recording<T> {
-    state: Mutex<State<T>>,
+    state: Mutex<RecordingState<T>>,
     changed: Condvar,
     /// Set while a signal method runs; finding it set on entry is a rule 1.3 violation.
     busy: AtomicBool,
     env: Option<TestEnv>,
 }
 
-struct State<T> {
+struct RecordingState<T> {
     signals: Vec<Signal<T>>,
     record_items: bool,
     subscription: Option<Subscription>,
@@ -186,7 +186,7 @@ impl<T> TestSubscriber<T> {
     pub fn new() -> Self {
         TestSubscriber {
             shared: Arc::new(Recording {
-                state: Mutex::new(State {
+                state: Mutex::new(RecordingState {
                     signals: Vec::new(),
                     record_items: true,
                     subscription: None,
@@ -281,7 +281,7 @@ impl<T> TestSubscriber<T> {
 }
 
 impl<T> Recording<T> {
-    fn violate(&self, state: &mut State<T>, rule: &'static str, message: String) {
+    fn violate(&self, state: &mut RecordingState<T>, rule: &'static str, message: String) {
         let violation = Violation { rule, message };
         if let Some(env) = &self.env {
             env.flop(violation.to_string());
@@ -290,7 +290,7 @@ impl<T> Recording<T> {
     }
 
     /// Checks common to every signal after `on_subscribe`.
-    fn check_order(&self, state: &mut State<T>, signal: &str) {
+    fn check_order(&self, state: &mut RecordingState<T>, signal: &str) {
         if !state.subscribed {
             self.violate(
                 state,
@@ -446,7 +446,7 @@ impl<T> Subscriber<T> for TestSubscriber<T> {
     }
 }
 
-impl<T> State<T> {
+impl<T> RecordingState<T> {
     fn signal_count(&self) -> usize {
         if self.record_items {
             self.signals.len()

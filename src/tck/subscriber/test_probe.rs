@@ -4,12 +4,12 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::{terminal_name, Signal, State, Terminal, TestProbe, Violation};
+use super::{terminal_name, RecordingState, Signal, Terminal, TestProbe, Violation};
 use crate::tck::env::{lock, wait_for};
 use crate::{Error, Subscription};
 
 impl<T> TestProbe<T> {
-    fn state(&self) -> std::sync::MutexGuard<'_, State<T>> {
+    fn state(&self) -> std::sync::MutexGuard<'_, RecordingState<T>> {
         lock(&self.shared.state)
     }
 
@@ -144,8 +144,8 @@ impl<T> TestProbe<T> {
     fn wait_until(
         &self,
         timeout: Duration,
-        what: impl Fn(&State<T>) -> String,
-        done: impl Fn(&State<T>) -> bool,
+        what: impl Fn(&RecordingState<T>) -> String,
+        done: impl Fn(&RecordingState<T>) -> bool,
     ) -> Result<(), String> {
         let state = wait_for(&self.shared.state, &self.shared.changed, timeout, &done);
         if done(&state) {
