@@ -94,7 +94,7 @@
 //! assert_eq!(sum, (0..10_000).sum::<u64>());
 //! ```
 
-mod core;
+mod link;
 mod marks;
 mod sender;
 
@@ -106,8 +106,8 @@ pub use marks::{FlowState, WaterMarks};
 pub use sender::{Resumed, SendFuture, Sender};
 
 #[cfg(all(test, not(weir_loom)))]
-use self::core::BATCH;
-use self::core::{Chan, Link};
+use self::link::BATCH;
+use self::link::{Chan, Link};
 use crate::metrics::DropHook;
 use crate::metrics::{QueueGauge, QueueMonitor};
 use crate::queue::timed::TimedQueue;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::core::{lock, Link, Offer};
+use super::link::{lock, Link, Offer};
 use super::marks::FlowState;
 use super::{ChannelClosed, ChannelPolicy, TrySendError};
 use crate::metrics::QueueMonitor;
