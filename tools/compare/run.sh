@@ -2,10 +2,12 @@
 # Compare this checkout's async boundary with an earlier revision, in one process.
 #
 #   tools/compare/run.sh [REVISION]     (default: d231c91, the code before the signal core)
+#   PROBE=sync_probe tools/compare/run.sh [REVISION]   (the synchronous pipelines)
 #
 # Extracts REVISION into a temporary folder, renames its package `weir_base`, builds
 # `probe.rs` against both crates in release mode (target folder: target/compare) and
-# runs it. Environment: ROUNDS, N, PREFETCH (see probe.rs).
+# runs it. Environment: PROBE (probe or sync_probe; default probe), and the
+# probe's own (ROUNDS, N, PREFETCH, ...: see its header).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
 revision="${1:-d231c91}"
@@ -29,6 +31,6 @@ weir_base = { path = "$work/base" }
 [workspace]
 TOML
 cp "$repo/Cargo.lock" "$work/probe/Cargo.lock"
-cp "$repo/tools/compare/probe.rs" "$work/probe/src/main.rs"
+cp "$repo/tools/compare/${PROBE:-probe}.rs" "$work/probe/src/main.rs"
 echo "current: $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet || echo ' (with uncommitted changes)'); base: $revision"
 CARGO_TARGET_DIR="$repo/target/compare" cargo run --quiet --release --manifest-path "$work/probe/Cargo.toml"
