@@ -24,10 +24,8 @@ use std::sync::Arc;
 use crate::demand;
 use crate::drain::Upstream;
 use crate::metrics::DropHook;
+use crate::stage::window;
 use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
-
-/// The largest batch size: batches are allocated up front, so the size is capped.
-pub(crate) const MAX_SIZE: usize = 1 << 30;
 
 /// Publisher for the [`buffer`](crate::PublisherExt::buffer) method.
 #[derive(Clone, Debug)]
@@ -39,10 +37,7 @@ pub struct Buffer<P> {
 
 impl<P> Buffer<P> {
     pub(crate) fn new(source: P, size: usize) -> Self {
-        assert!(
-            (1..=MAX_SIZE).contains(&size),
-            "buffer size must be in 1..=1073741824 (got {size})"
-        );
+        window::validate("buffer size", size as u64);
         Buffer { source, size }
     }
 }

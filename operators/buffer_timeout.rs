@@ -1,7 +1,7 @@
 //! `buffer_timeout(size, period)`: implementation notes. The user contract is on
 //! [`PublisherExt::buffer_timeout`](crate::PublisherExt::buffer_timeout).
 //!
-//! A [`Machine`] on the timed core (`src/source/timed/`), which owns the drain loop,
+//! A [`Machine`] on the timed core (`src/stage/timed/`), which owns the drain loop,
 //! downstream's demand (counted in batches) and the timer. The stage requests
 //! upstream itself, from `poll`: while downstream has demand and upstream has not
 //! ended, it tops up `owed` (requested, not yet received) so that `owed` plus the
@@ -24,10 +24,8 @@ use std::time::{Duration, Instant};
 
 use crate::runtime::Scheduler;
 use crate::stage::timed::{assert_positive, Action, Fx, Machine, TimedSubscriber};
+use crate::stage::window;
 use crate::{Error, Publisher, Subscriber};
-
-/// The largest batch size: batches are allocated up front, so the size is capped.
-const MAX_SIZE: usize = 1 << 30;
 
 /// Publisher for the [`buffer_timeout`](crate::PublisherExt::buffer_timeout) method.
 #[derive(Clone, Debug)]
@@ -45,10 +43,7 @@ pub struct BufferTimeout<P, C> {
 
 impl<P, C> BufferTimeout<P, C> {
     pub(crate) fn new(source: P, size: usize, period: Duration, scheduler: C) -> Self {
-        assert!(
-            (1..=MAX_SIZE).contains(&size),
-            "buffer_timeout size must be in 1..=1073741824 (got {size})"
-        );
+        window::validate("buffer_timeout size", size as u64);
         assert_positive("buffer_timeout period", period);
         BufferTimeout {
             source,

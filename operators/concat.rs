@@ -191,11 +191,8 @@ where
         };
         let mut count = 0u64;
         let credit = downstream.on_next_batch(items.inspect(|_| count += 1));
-        self.arbiter.outstanding.produced(count);
-        if credit > 0 {
-            // Downstream's credit is a request to the current source: count it too.
-            self.arbiter.outstanding.add(credit);
-        }
+        // Downstream's credit is a request to the current source: it counts too.
+        self.arbiter.outstanding.settle(count, credit);
         credit
     }
 

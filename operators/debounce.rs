@@ -1,7 +1,7 @@
 //! `debounce(quiet)`: implementation notes. The user contract is on
 //! [`PublisherExt::debounce`](crate::PublisherExt::debounce).
 //!
-//! A [`Machine`] on the timed core (`src/source/timed/`), which owns the drain loop,
+//! A [`Machine`] on the timed core (`src/stage/timed/`), which owns the drain loop,
 //! downstream's demand and the timer. `on_start` requests `UNBOUNDED` upstream.
 //!
 //! State ([`DebounceSlot`]): `Empty`; `Quiet { item, arrived }` (waiting out the quiet period

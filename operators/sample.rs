@@ -1,7 +1,7 @@
 //! `sample(period)`: implementation notes. The user contract is on
 //! [`PublisherExt::sample`](crate::PublisherExt::sample).
 //!
-//! A [`Machine`] on the timed core (`src/source/timed/`): the core owns the drain
+//! A [`Machine`] on the timed core (`src/stage/timed/`): the core owns the drain
 //! loop, downstream's demand and the timer; this file holds the state. `on_start`
 //! records the grid's origin (the subscription instant) and requests `UNBOUNDED`
 //! upstream.

@@ -1,7 +1,7 @@
 //! `timeout(duration)`: implementation notes. The user contract is on
 //! [`PublisherExt::timeout`](crate::PublisherExt::timeout).
 //!
-//! A [`Machine`] on the timed core (`src/source/timed/`), which owns the drain loop,
+//! A [`Machine`] on the timed core (`src/stage/timed/`), which owns the drain loop,
 //! downstream's demand and the timer. Downstream's requests are forwarded upstream
 //! unchanged (`on_request` sets `Fx::request`), so upstream only delivers against
 //! demand. Items pass through `transit` on their way to the core's drain loop (a

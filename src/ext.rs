@@ -820,7 +820,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Panics
     ///
     /// At construction, if `prefetch` is not in `1..=2^30` ("concat_map prefetch must
-    /// be in 1..=2^20 (got 0)").
+    /// be in 1..=2^30 (got 0)").
     ///
     /// # Examples
     ///
@@ -1042,7 +1042,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// If `size` is not in `1..=2^30`: "buffer size must be in 1..=1073741824 (got 0)".
+    /// If `size` is not in `1..=2^30`: "buffer size must be in 1..=2^30 (got 0)".
     ///
     /// # Examples
     ///
@@ -1160,7 +1160,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Panics
     ///
     /// If `capacity` is not in `1..=2^30`:
-    /// "on_backpressure_buffer capacity must be in 1..=1073741824 (got 0)".
+    /// "on_backpressure_buffer capacity must be in 1..=2^30 (got 0)".
     ///
     /// # Examples
     ///
@@ -1486,7 +1486,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Panics
     ///
     /// If `size` is not in `1..=2^30`:
-    /// "buffer_timeout size must be in 1..=1073741824 (got 0)"; if `period` is zero:
+    /// "buffer_timeout size must be in 1..=2^30 (got 0)"; if `period` is zero:
     /// "buffer_timeout period must be greater than zero (got 0ns)".
     ///
     /// # Examples
@@ -1620,7 +1620,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// At construction: "throttle rate must add at least 1 token per period (got 0
     /// per 1s)", "throttle rate period must be greater than zero (got 5 per 0ns)",
-    /// "throttle burst must be in 1..=1073741824 (got 0)".
+    /// "throttle burst must be in 1..=2^30 (got 0)".
     ///
     /// # Examples
     ///

@@ -52,7 +52,7 @@ use crate::queue::timed::TimedQueue;
 use crate::queue::{Capacity, TimeBounds};
 use crate::runtime::{Immediate, Scheduler};
 use crate::stage::core::SharedUpstream;
-use crate::stage::{Core, Pass};
+use crate::stage::{window, Core, Pass};
 use crate::{DropReason, Error, Overflow, Publisher, Subscriber, Subscription};
 
 use hold::{lock, Delivery, Held, Hold};
@@ -60,9 +60,6 @@ use hold::{lock, Delivery, Held, Hold};
 mod hold;
 #[cfg(all(test, weir_loom))]
 mod loom_tests;
-
-/// The largest capacity.
-const MAX_CAPACITY: usize = crate::queue::MAX_CAPACITY;
 
 /// What a holding stage does with an item that arrives while it is full. Implemented
 /// by [`Overflow`], [`KeepLatest`](super::KeepLatest) and [`MergeInto`](super::MergeInto); the
@@ -128,10 +125,7 @@ pub struct OnBackpressureBuffer<P, O = Overflow> {
 
 impl<P, O> OnBackpressureBuffer<P, O> {
     pub(crate) fn new(source: P, capacity: usize, policy: O, stage: &'static str) -> Self {
-        assert!(
-            (1..=MAX_CAPACITY).contains(&capacity),
-            "{stage} capacity must be in 1..=1073741824 (got {capacity})"
-        );
+        window::validate(format_args!("{stage} capacity"), capacity as u64);
         OnBackpressureBuffer {
             source,
             capacity,

@@ -9,7 +9,7 @@
 //!
 //! # Shaping (`shaping.rs`)
 //!
-//! A `Machine` on the timed core (`src/source/timed/`). It spends tokens when it
+//! A `Machine` on the timed core (`src/stage/timed/`). It spends tokens when it
 //! *requests*: `poll` asks upstream for `min(tokens, demand − reserved)`, where
 //! `reserved` is `owed` (requested, not yet received) plus `transit` (received, not
 //! yet delivered). Reserved tokens count against the bucket, which refills only up to
@@ -36,6 +36,7 @@ use crate::drain::Upstream;
 use crate::metrics::DropReporter;
 use crate::runtime::Scheduler;
 use crate::stage::timed::TimedSubscriber;
+use crate::stage::window;
 use crate::{Publisher, Subscriber};
 
 use bucket::Bucket;
@@ -45,9 +46,6 @@ use shaping::Shaper;
 mod bucket;
 mod enforcing;
 mod shaping;
-
-/// The largest bucket.
-const MAX_BURST: u64 = 1 << 30;
 
 /// A refill rate: `tokens` per `per`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -120,10 +118,7 @@ impl<P, C> Throttle<P, C> {
             "throttle rate period must be greater than zero (got {} per 0ns)",
             rate.tokens
         );
-        assert!(
-            (1..=MAX_BURST).contains(&burst),
-            "throttle burst must be in 1..=1073741824 (got {burst})"
-        );
+        window::validate("throttle burst", burst);
         Throttle {
             source,
             rate,

@@ -39,11 +39,7 @@ impl Capacity {
     ///
     /// If `n` is 0 or greater than [`MAX_CAPACITY`].
     pub fn items(n: usize) -> Self {
-        assert!(
-            (1..=MAX_CAPACITY).contains(&n),
-            "Capacity: items must be in 1..={MAX_CAPACITY}, got {n}"
-        );
-        Capacity(n)
+        Capacity(crate::stage::window::validate("Capacity::items", n as u64))
     }
 
     /// Enough room for `budget` worth of work at `drain_rate` items per second:

@@ -116,11 +116,7 @@ fn drop_contained<T>(item: T) {
 ///
 /// If `capacity` is not in `1..=MAX_CAPACITY`.
 pub(crate) fn ring<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
-    assert!(
-        (1..=super::MAX_CAPACITY).contains(&capacity),
-        "spsc ring capacity must be in 1..={} (got {capacity})",
-        super::MAX_CAPACITY
-    );
+    crate::stage::window::validate("spsc ring capacity", capacity as u64);
     let slots = (0..capacity)
         .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
         .collect::<Vec<_>>()
@@ -703,7 +699,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "spsc ring capacity must be in 1..=1073741824 (got 0)")]
+    #[should_panic(expected = "spsc ring capacity must be in 1..=2^30 (got 0)")]
     fn zero_capacity_is_refused() {
         let _ = ring::<u8>(0);
     }

@@ -12,21 +12,25 @@
 //! [`over_delivered`] instead of growing the queue.
 //!
 //! Window sizes (prefetch, window, capacity of such a queue) are checked once, at
-//! construction, by [`validate`]: `1..=`[`MAX_CAPACITY`],
-//! the one limit of every queue weir allocates up front.
+//! construction, by [`validate`]: `1..=`[`MAX_CAPACITY`], the one limit of every
+//! queue weir allocates up front. The other sizes a user gives (the holding stages'
+//! capacities, `buffer`'s batch, `throttle`'s burst, `queue::Capacity`, the SPSC
+//! ring) are checked by the same function, with the same message.
 
 use std::collections::VecDeque;
 
 use crate::queue::MAX_CAPACITY;
 use crate::Error;
 
-/// Check a window size given by the user.
+/// Check a size given by the user: a window or prefetch, or any other count weir
+/// allocates room for up front (a queue's capacity, a batch) or keeps as a bound (a
+/// token bucket's burst).
 ///
 /// # Panics
 ///
 /// With "`{what}` must be in 1..=2^30 (got {size})" when it is out of range.
 #[track_caller]
-pub(crate) fn validate(what: &str, size: u64) -> usize {
+pub(crate) fn validate(what: impl std::fmt::Display, size: u64) -> usize {
     assert!(
         (1..=MAX_CAPACITY as u64).contains(&size),
         "{what} must be in 1..=2^30 (got {size})"

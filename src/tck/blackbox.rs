@@ -1,7 +1,7 @@
 //! [`SubscriberBlackboxVerification`]: the 26 tests of the TCK's
 //! `SubscriberBlackboxVerification`, for subscribers that cannot be instrumented.
 //!
-//! The kit plays the upstream (an [`UnderTest`](super::stage)): it subscribes a fresh
+//! The kit plays the upstream (an [`UnderTest`](super::upstream)): it subscribes a fresh
 //! subscriber from your factory, records what it requests and whether it cancels, and
 //! sends it elements (`element(0)`, `element(1)`, …) and terminal signals. Only the
 //! subscriber's calls on its subscription, and whether its signal methods return
@@ -16,7 +16,7 @@
 use std::sync::Arc;
 
 use super::harness::{ensure, moot, run_case, untested, TestResult, Verification};
-use super::stage::{call, test_error, ManualSubscription, UnderTest};
+use super::upstream::{call, test_error, ManualSubscription, UnderTest};
 use super::{Element, Outcome, Report, Suite, TestEnv};
 use crate::{Subscriber, Subscription};
 

@@ -56,8 +56,8 @@ mod macros;
 mod processor;
 pub mod proptest;
 mod publisher;
-mod stage;
 mod subscriber;
+mod upstream;
 mod whitebox;
 mod whitebox_probe;
 

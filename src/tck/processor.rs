@@ -33,7 +33,7 @@ use std::sync::Arc;
 
 use super::harness::{ensure, run_case, skip, Failure, Verification};
 use super::publisher::{attach_clones, attach_probe, Cloner};
-use super::stage::{test_error, UnderTest};
+use super::upstream::{test_error, UnderTest};
 use super::{
     Element, Outcome, ProbedSubscriber, PublisherVerification, Report,
     SubscriberWhiteboxVerification, Suite, TestEnv, TestProbe,

@@ -4,7 +4,7 @@
 //! Your factory gets a [`WhiteboxProbe`] and returns the subscriber under test, which
 //! reports its signals to the probe and registers a [`SubscriberPuppet`] on
 //! `on_subscribe` (or is wrapped in a [`ProbedSubscriber`](super::ProbedSubscriber)).
-//! The kit plays the upstream (an [`UnderTest`](super::stage)), drives demand and
+//! The kit plays the upstream (an [`UnderTest`](super::upstream)), drives demand and
 //! cancellation through the puppet, and checks what the subscriber requested,
 //! cancelled and reported. "Setup" below means: subscribe to a fresh stage and wait
 //! for the puppet.
@@ -15,7 +15,7 @@
 use std::sync::Arc;
 
 use super::harness::{moot, run_case, untested, TestResult, Verification};
-use super::stage::{test_error, ManualSubscription, UnderTest};
+use super::upstream::{test_error, ManualSubscription, UnderTest};
 use super::whitebox_probe::{SubscriberPuppet, WhiteboxProbe};
 use super::{Element, Outcome, Report, Suite, TestEnv};
 use crate::{Subscriber, Subscription};

@@ -18,7 +18,7 @@
 //! | `time` | every time operator and time source × every scheduler × 1 ns, zero and `Duration::MAX` |
 //! | `shutdown`, `pool_shutdown` | a tokio runtime or a `ThreadPool` shut down under every boundary, bridge and time stage: the pipeline ends with `SchedulerShutdown`, nothing leaks, and cancelled stages leave no timer in the pool |
 //! | `memory` | a subscriber that never requests, behind every stage, while the source keeps producing: live items stay within the stage's `in_flight_bound()` |
-//! | `regressions` | one test per defect found by the hostile review that built this suite (each failed before its fix) |
+//! | `regressions` | one test per defect of the list in its header, found by using weir as a hostile user would (each failed before its fix) |
 //!
 //! No check asserts on timing: waits are watchdogs (poll until the condition holds, fail
 //! after a generous deadline), sleeps are consumer delays or polling intervals, and

@@ -1,6 +1,34 @@
-//! One regression test per defect found by a hostile review of weir (numbered 1–5, plus
-//! the smaller "also fix" items). Each test states, in its doc comment, the promise
-//! it checks; each failed on the code before its fix (commit 36c5bf5) and passes now.
+//! Regression tests for the defects listed below, found by using weir as a hostile
+//! user would. Each test states, in its doc comment, the promise it checks; each
+//! failed on the code before its fix (commit 36c5bf5) and passes now.
+//!
+//! 1. Lossy holding stages (`on_backpressure_latest`, `on_backpressure_buffer`,
+//!    `conflate`, `conflate_latest`) dropped, merged or reordered items that had
+//!    demand when `request` came from another thread.
+//! 2. A cancelled holding stage kept an item that arrived during the cancel pass.
+//! 3. A panicking subscriber behind `sample`, `debounce` and other stages never
+//!    cancelled upstream (rule 2.13), and the stage stayed allocated.
+//! 4. `Duration::MAX` hung `timeout` on a `ThreadPool`, and panicked in `timer`,
+//!    `interval` and `VirtualTime::advance`.
+//! 5. A scheduler shut down mid-stream (a tokio runtime, a `ThreadPool`) left the
+//!    pipeline hung, upstream running and queued items alive.
+//!
+//! And the smaller ones, lettered:
+//!
+//! * (a) a subscriber that cancels inside `on_next` received up to 1,019 more items
+//!   (the rest of the batch);
+//! * (b) `flat_map`/`concat` whose inner publisher panics in `subscribe` hung;
+//! * (c) a panicking `Drop` of an item in `publish_on`'s cancel clean-up left the
+//!   drain stuck;
+//! * (d) timers of cancelled stages stayed in the `ThreadPool`'s timer map until they
+//!   fired;
+//! * (e) `Channel` was `Clone` yet served one subscriber (now it is not `Clone`:
+//!   `channel_hook.rs` checks it);
+//! * (f) drops made by `weir::channel` before a subscriber was attached reached no
+//!   drop hook.
+//!
+//! 5 for a `ThreadPool`, (d) and (f) are in `regressions_new_api.rs`. A promise in
+//! quotation marks is the wording of the defect list this suite was written against.
 //!
 //! The tests assert counts, orders and invariants, never timings. A pipeline that may
 //! hang runs on a helper thread under a watchdog ([`support::watch`]), so a hang fails
@@ -188,7 +216,7 @@ impl Subscriber<u64> for LossyRecorder {
 /// second thread requests 1 at a time; `None` if every item arrived once, in order,
 /// with nothing dropped, nothing beyond demand and one completion.
 ///
-/// * `bounded == false` (the reproduction): downstream requests `UNBOUNDED` in
+/// * `bounded == false` (the reproduction of defect 1): downstream requests `UNBOUNDED` in
 ///   `on_subscribe`; the second thread calls `request(1)` in a loop.
 /// * `bounded == true`: nothing in `on_subscribe`; the second thread keeps at most
 ///   [`LOSSY_WINDOW`] requested and undelivered, one `request(1)` at a time, and the

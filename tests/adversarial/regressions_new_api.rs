@@ -1,4 +1,4 @@
-//! Regression tests that needed new API: `ThreadPool::shutdown` (defect 5 for a
+//! Regression tests (numbered and lettered as in `regressions.rs`) that needed new API: `ThreadPool::shutdown` (defect 5 for a
 //! `ThreadPool`), `ThreadPool::pending_timers` (timers of cancelled stages), and
 //! `ChannelBuilder::drop_hook` (drops made before a subscriber is attached). They did
 //! not compile on the code before the fixes (commit 36c5bf5), where the defects

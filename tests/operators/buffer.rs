@@ -72,13 +72,13 @@ fn in_flight_bound_is_the_batch_size() {
 }
 
 #[test]
-#[should_panic(expected = "buffer size must be in 1..=1073741824 (got 0)")]
+#[should_panic(expected = "buffer size must be in 1..=2^30 (got 0)")]
 fn size_zero_is_rejected() {
     let _ = weir::range(0u64..3).buffer(0);
 }
 
 #[test]
-#[should_panic(expected = "buffer size must be in 1..=1073741824 (got 1073741825)")]
+#[should_panic(expected = "buffer size must be in 1..=2^30 (got 1073741825)")]
 fn huge_size_is_rejected() {
     let _ = weir::range(0u64..3).buffer((1 << 30) + 1);
 }

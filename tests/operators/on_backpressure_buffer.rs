@@ -1,4 +1,4 @@
-//! `on_backpressure_buffer` (mirrors `operators/on_backpressure_buffer.rs`):
+//! `on_backpressure_buffer` (mirrors `operators/on_backpressure_buffer/`):
 //! UnboundedIn. Holds up to `capacity` items downstream has not asked for; when full,
 //! drops the oldest, drops the newest, or fails after delivering what it holds.
 
@@ -174,7 +174,7 @@ fn in_flight_bound_is_the_capacity() {
 }
 
 #[test]
-#[should_panic(expected = "on_backpressure_buffer capacity must be in 1..=1073741824 (got 0)")]
+#[should_panic(expected = "on_backpressure_buffer capacity must be in 1..=2^30 (got 0)")]
 fn capacity_zero_is_rejected() {
     let _ = weir::range(0u64..3).on_backpressure_buffer(0, Overflow::DropOldest);
 }

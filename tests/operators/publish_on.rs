@@ -1,4 +1,4 @@
-//! `publish_on` (mirrors `operators/publish_on.rs`): an async boundary with a prefetch
+//! `publish_on` (mirrors `operators/publish_on/`): an async boundary with a prefetch
 //! window. Upstream is asked for `prefetch`, then for what was consumed each time 75%
 //! of the window left the ring; items are delivered on the scheduler, in order, after
 //! which the terminal signal follows. With `Immediate` the boundary is synchronous,

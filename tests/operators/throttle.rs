@@ -1,4 +1,4 @@
-//! `throttle` (mirror `operators/throttle.rs`): a token bucket. Shaping paces upstream
+//! `throttle` (mirrors `operators/throttle/`): a token bucket. Shaping paces upstream
 //! and loses nothing; Enforcing passes demand through and rejects (reports, counts and
 //! re-requests) what finds no token. Marble-style, under `VirtualTime`.
 
@@ -219,7 +219,7 @@ fn zero_rate_period_panics() {
 }
 
 #[test]
-#[should_panic(expected = "throttle burst must be in 1..=1073741824 (got 0)")]
+#[should_panic(expected = "throttle burst must be in 1..=2^30 (got 0)")]
 fn zero_burst_panics() {
     let _ = weir::range(0u64..1).throttle(
         Rate::per_second(1),

@@ -9,8 +9,9 @@
 //!   woken and the subscriber is called only after it is released.
 //! * The subscriber and the pass's batch buffers live in the signal core's slot, which
 //!   only the loop's owner locks.
-//! * Demand is the core's `AtomicDemand`, read with `get` and settled with
-//!   `produced`, so it never reads 0 while undelivered demand exists. That is what
+//! * Demand is the core's `AtomicDemand`, read with `get` and settled (after each
+//!   batch, by the core's `deliver`), so it never reads 0 while undelivered demand
+//!   exists. That is what
 //!   lets a sender skip the drain loop when it sees no demand: if it reads 0 after its
 //!   push, any request not yet seen is ordered after the push by the state lock, and
 //!   the pass that request triggers finds the item.
