@@ -50,6 +50,21 @@
 //! Shared units are spread across the channels that need them: in one turn a channel
 //! takes at most `ceil(free pool / channels in the ready set)`, so three needy channels
 //! and a pool of three get one unit each.
+//!
+//! # Backlog reported late
+//!
+//! Backlog only matters here when it is zero (the channel cannot be ready) or when the
+//! channel's turn comes (how many items the frame takes). So the mux's senders report
+//! staged items under this lock ([`staged`](Ledger::staged)) only while their
+//! channel's backlog here is zero (the channel is *parked*); otherwise they add them
+//! to a counter of their own, which the worker folds in when the channel's turn comes
+//! ([`next_send_with`](Ledger::next_send_with)). A turn that leaves the backlog at
+//! zero parks the channel again, unless items arrived meanwhile, which are folded in
+//! instead. The counter and its parked mark are one atomic word (the mux's
+//! `Plumbing`), so a sender either sees the mark and reports under the lock, or adds
+//! before the worker parks and is folded in: no staged item is left uncounted while
+//! its channel waits. A ledger whose backlog is a little behind is never wrong about
+//! readiness: an unparked channel has backlog here already.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
@@ -133,7 +148,7 @@ impl Account {
     }
 }
 
-/// What [`Ledger::next_send`] hands the worker.
+/// What [`Ledger::next_send_with`] hands the worker.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Turn {
     /// The channel.
@@ -399,8 +414,24 @@ impl Ledger {
     }
 
     /// The next frame for the worker to send, credit taken; `None` when no channel is
-    /// ready.
+    /// ready. For a ledger told of every staged item with [`staged`](Self::staged).
+    #[cfg(test)]
     pub(crate) fn next_send(&mut self, now: Instant) -> Option<Turn> {
+        self.next_send_with(now, |_| 0, |_| 0)
+    }
+
+    /// The next frame for the worker to send, credit taken; `None` when no channel is
+    /// ready. For senders that report staged items only while their channel's
+    /// backlog here is zero (see the module docs): `fold(channel)` takes
+    /// the items staged and not yet reported for the channel whose turn it is; after
+    /// the turn, if its backlog here is zero, `park(channel)` marks it as needing a
+    /// report and returns 0, or returns the items that arrived meanwhile.
+    pub(crate) fn next_send_with(
+        &mut self,
+        now: Instant,
+        mut fold: impl FnMut(ChannelId) -> u64,
+        mut park: impl FnMut(ChannelId) -> u64,
+    ) -> Option<Turn> {
         let config = self.config;
         self.roll_window(now);
         loop {
@@ -416,6 +447,9 @@ impl Ledger {
                 .get_mut(&channel)
                 .expect("queued channels exist");
             chan.queued = false;
+            if chan.life == Life::Open {
+                chan.backlog += fold(channel);
+            }
             let shared_room = config.borrow_cap - chan.held_shared();
             let fair_share = pool_free.div_ceil(ready_here.max(1));
             let shared_may = shared_room.min(pool_free).min(fair_share);
@@ -435,6 +469,9 @@ impl Ledger {
             chan.exclusive_in_flight += from_exclusive;
             chan.shared_in_flight += from_shared;
             chan.backlog -= n;
+            if chan.backlog == 0 {
+                chan.backlog = park(channel);
+            }
             if chan.demand != UNBOUNDED {
                 chan.demand -= n;
             }

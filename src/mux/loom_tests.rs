@@ -1,8 +1,12 @@
 //! Loom models of the mux: `RUSTFLAGS="--cfg weir_loom" cargo test --release --lib loom`.
 //!
 //! The credit is not a lock-free word here: it is the ledger, one mutex taken by every
-//! side (the sink staging a batch, the worker taking a turn, the receiver's request and
-//! delivery, a cancel). What can go wrong is around it: an update made under the lock
+//! side (the sink staging a batch while its channel is parked, the worker taking a
+//! turn, the receiver's request and delivery, a cancel). The one lock-free word is a
+//! channel's count of staged items not yet reported and its parked mark (see the
+//! ledger's "Backlog reported late"): the two-channel model fails when the worker's
+//! park overwrites items staged meanwhile (a plain store of the mark instead of the
+//! compare-exchange: checked, it loses an item). What can go wrong is around it: an update made under the lock
 //! whose wake-up is lost (the worker never learns a channel became ready, or never
 //! hears the credit that came back), an item sent without credit, or credit left
 //! behind after the channels ended. The models run the whole mux (sinks, ledger,

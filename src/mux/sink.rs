@@ -50,7 +50,16 @@ pub(crate) struct Plumbing<T> {
     /// `settling`). Taken with a swap, by the demultiplexer or by the stage's stop,
     /// whichever comes first.
     unsettled: AtomicU64,
+    /// Items staged and not yet counted as the ledger's backlog, and the [`PARKED`]
+    /// mark: set while the ledger's backlog for the channel is zero (or the channel
+    /// is closed), when the sink must report under the ledger's lock. See the
+    /// ledger's module docs, "Backlog reported late".
+    unreported: crate::loom::AtomicU64,
 }
+
+/// The mark of [`Plumbing::unreported`]: the sink reports its next items under the
+/// ledger's lock.
+const PARKED: u64 = 1 << 63;
 
 /// The receive window's writing end.
 struct WindowWriter<T> {
@@ -98,6 +107,8 @@ impl<T: Send + 'static> Plumbing<T> {
             wake_owed: AtomicBool::new(false),
             settling: AtomicBool::new(false),
             unsettled: AtomicU64::new(0),
+            // A new channel's backlog is zero.
+            unreported: crate::loom::AtomicU64::new(PARKED),
         });
         let sink = ChannelSink {
             shared: shared.clone(),
@@ -131,6 +142,56 @@ impl<T> Plumbing<T> {
         if let Some((upstream, more)) = ask {
             upstream.request(more);
         }
+    }
+
+    /// The sink staged `n` more items: true when the channel was parked, and the
+    /// sink must report them (and whatever else is unreported) under the ledger's
+    /// lock with [`take_report`](Self::take_report).
+    fn stage(&self, n: u64) -> bool {
+        // AcqRel: Release publishes the items written to the staging ring before this
+        // to the worker's Acquire swap in `fold`; Acquire pairs with the worker's
+        // Release in `park`, after which the sink must report under the lock.
+        self.unreported.fetch_add(n, Ordering::AcqRel) & PARKED != 0
+    }
+
+    /// Under the ledger's lock, for a sink that found its channel parked: every
+    /// unreported item, and the mark cleared (the caller adds them to the ledger's
+    /// backlog, or parks the channel again if it is closed).
+    fn take_report(&self) -> u64 {
+        // AcqRel: pairs with the sink's own Release in `stage` (same thread) and
+        // orders this reset before any later `fold` of the worker.
+        self.unreported.swap(0, Ordering::AcqRel) & !PARKED
+    }
+
+    /// Under the ledger's lock, on the worker's turn for this open channel: the items
+    /// staged since the last fold (not parked: a parked channel is never ready).
+    pub(crate) fn fold(&self) -> u64 {
+        // AcqRel: Acquire pairs with the sink's Release in `stage`, so the folded
+        // items are in the staging ring when the worker pops them.
+        let taken = self.unreported.swap(0, Ordering::AcqRel);
+        debug_assert_eq!(taken & PARKED, 0, "a parked channel had a turn");
+        taken & !PARKED
+    }
+
+    /// Under the ledger's lock, after a turn left the channel's backlog at zero: park
+    /// it (0), or return the items staged meanwhile (they are its backlog now).
+    pub(crate) fn park(&self) -> u64 {
+        // Release: pairs with the sink's Acquire in `stage`. AcqRel on the failure
+        // path's swap, as in `fold`.
+        match self
+            .unreported
+            .compare_exchange(0, PARKED, Ordering::Release, Ordering::Relaxed)
+        {
+            Ok(_) => 0,
+            Err(_) => self.fold(),
+        }
+    }
+
+    /// Under the ledger's lock, once the channel is cancelled: every later batch of the
+    /// sink goes to the lock, finds the channel closed and drops its items.
+    pub(crate) fn park_closed(&self) {
+        // Release: pairs with the sink's Acquire in `stage`.
+        self.unreported.fetch_or(PARKED, Ordering::Release);
     }
 
     /// The receiving side is gone: cancel the sending upstream (once).
@@ -312,6 +373,28 @@ impl<T: Send + 'static> ChannelSink<T> {
         self.plumbing.id
     }
 
+    /// The channel was parked: report what is staged under the ledger's lock.
+    fn report(&self) {
+        let now = self.shared.now();
+        let (open, wake) = {
+            let mut state = self.shared.lock();
+            let n = self.plumbing.take_report();
+            let open = state.ledger.is_open(self.plumbing.id);
+            if !open {
+                self.plumbing.park_closed();
+            }
+            (open, state.ledger.staged(self.plumbing.id, n, now))
+        };
+        if wake {
+            self.shared.wake_worker();
+        }
+        if !open {
+            // The receiving side stopped before these were counted: its clean-up
+            // (after the ledger's cancel) may not see them, so drop them here.
+            self.plumbing.drop_staged();
+        }
+    }
+
     fn finish(&mut self, end: Result<(), Error>) {
         if !self.upstream.finish() {
             return;
@@ -355,22 +438,10 @@ impl<T: Send + 'static> Subscriber<T> for ChannelSink<T> {
         self.staging.publish();
         if written > 0 {
             self.staged += written as u64;
-            let now = self.shared.now();
-            let (open, wake) = {
-                let mut state = self.shared.lock();
-                let open = state.ledger.is_open(self.plumbing.id);
-                (
-                    open,
-                    state.ledger.staged(self.plumbing.id, written as u64, now),
-                )
-            };
-            if wake {
-                self.shared.wake_worker();
-            }
-            if !open {
-                // The receiving side stopped before these were counted: its clean-up
-                // (after the ledger's cancel) may not see them, so drop them here.
-                self.plumbing.drop_staged();
+            // Unparked: the ledger has backlog for the channel already, and the
+            // worker folds these in on the channel's turn (no lock, no clock here).
+            if self.plumbing.stage(written as u64) {
+                self.report();
             }
         }
         if items.next().is_some() {

@@ -239,6 +239,7 @@ impl<T: Send + 'static> Stage for ChannelReceive<T> {
             let unsettled = self.plumbing.take_unsettled();
             let mut wake = state.ledger.delivered(self.plumbing.id, unsettled, now);
             wake |= state.ledger.cancel(self.plumbing.id, now);
+            self.plumbing.park_closed();
             if dropped > 0 {
                 wake |= state.ledger.dropped(self.plumbing.id, dropped, now);
             }

@@ -131,10 +131,14 @@ impl<T: Send + 'static> Stage for Worker<T> {
                 if cx.demand().get() == 0 {
                     return Pass::Idle;
                 }
-                let Some(send) = state.ledger.next_send(now) else {
+                let state = &mut *state;
+                let plumbing = &state.plumbing;
+                let fold = |id| plumbing.get(&id).map_or(0, |p| p.fold());
+                let park = |id| plumbing.get(&id).map_or(0, |p| p.park());
+                let Some(send) = state.ledger.next_send_with(now, fold, park) else {
                     return Pass::Idle;
                 };
-                let plumbing = state.plumbing.get(&send.channel).cloned();
+                let plumbing = plumbing.get(&send.channel).cloned();
                 (send, plumbing)
             };
             let Some(plumbing) = plumbing else {

@@ -1,0 +1,192 @@
+//! Same-process comparison of this checkout's mux with an earlier revision's, built by
+//! `PROBE=mux_probe tools/compare/run.sh REVISION` (which names the earlier crate
+//! `weir_base`): the `mux` bench's all-fast case, K channels of `range` through one
+//! `Mux` (worker on a pool of one thread, receivers on another; E = 32, S = 128,
+//! C = 32, quantum 16), in the bench's two formulations (`via` + `fold`, and
+//! `channel(id).open()` with a counting subscriber).
+//!
+//! Each round runs every case once on each build, alternating which goes first; the
+//! ratio (current ÷ base: above 1 is faster now) is taken inside the round, and the
+//! table reports the median and the geometric mean of the rounds' ratios.
+//!
+//! Environment: `ROUNDS` (default 20), `N` items per run over all channels (default
+//! 2^20), `KS` (comma-separated, default `2,16,256`), `STATS` (set: print each run's
+//! frames and announcements per item).
+
+use std::time::Instant;
+
+/// The cases, written once for each build.
+macro_rules! cases {
+    ($module:ident, $krate:ident) => {
+        mod $module {
+            use std::sync::mpsc::{channel, Sender};
+            use std::time::Instant;
+            use $krate::mux::Mux;
+            use $krate::prelude::*;
+            use $krate::runtime::ThreadPool;
+
+            pub struct Pools {
+                send: ThreadPool,
+                receive: ThreadPool,
+            }
+
+            impl Pools {
+                pub fn new() -> Self {
+                    Pools {
+                        send: ThreadPool::builder().name("send").threads(1).build(),
+                        receive: ThreadPool::builder().name("recv").threads(1).build(),
+                    }
+                }
+
+                fn mux(&self) -> Mux<u64> {
+                    Mux::builder()
+                        .exclusive(32)
+                        .shared(128)
+                        .borrow_cap(32)
+                        .quantum(16)
+                        .build_local(self.send.clone(), self.receive.clone())
+                        .unwrap()
+                }
+            }
+
+            struct Count {
+                count: u64,
+                sum: u64,
+                done: Sender<(u64, u64)>,
+                subscription: Option<Subscription>,
+            }
+
+            impl Subscriber<u64> for Count {
+                fn on_subscribe(&mut self, subscription: Subscription) {
+                    subscription.request($krate::demand::UNBOUNDED);
+                    self.subscription = Some(subscription);
+                }
+                fn on_next(&mut self, item: u64) {
+                    self.count += 1;
+                    self.sum = self.sum.wrapping_add(item);
+                }
+                fn on_next_batch<I: Iterator<Item = u64>>(&mut self, items: I) -> u64 {
+                    for item in items {
+                        self.on_next(item);
+                    }
+                    0
+                }
+                fn on_error(&mut self, error: $krate::Error) {
+                    panic!("a channel failed: {error}");
+                }
+                fn on_complete(&mut self) {
+                    let _ = self.done.send((self.count, self.sum));
+                }
+            }
+
+            /// Runs `k` channels over `n` items in form `open` (else `fold`);
+            /// returns million items/s and the total sum.
+            pub fn run(open: bool, k: u64, n: u64, pools: &Pools) -> (f64, u64) {
+                let mux = pools.mux();
+                let per = n / k;
+                let start = Instant::now();
+                let mut total = 0u64;
+                if open {
+                    let (tx, rx) = channel();
+                    for c in 0..k {
+                        let (sink, source) = mux.channel(c).open().unwrap();
+                        $krate::range(c * per..(c + 1) * per).subscribe(sink);
+                        source.subscribe(Count {
+                            count: 0,
+                            sum: 0,
+                            done: tx.clone(),
+                            subscription: None,
+                        });
+                    }
+                    for _ in 0..k {
+                        let (count, sum) = rx.recv().unwrap();
+                        assert_eq!(count, per);
+                        total = total.wrapping_add(sum);
+                    }
+                } else {
+                    let handles: Vec<_> = (0..k)
+                        .map(|c| {
+                            $krate::range(c * per..(c + 1) * per)
+                                .via(&mux, c)
+                                .unwrap()
+                                .fold(0u64, |sum, x| sum.wrapping_add(x))
+                        })
+                        .collect();
+                    for handle in handles {
+                        total = total.wrapping_add(handle.wait().unwrap());
+                    }
+                }
+                let rate = (per * k) as f64 / start.elapsed().as_secs_f64() / 1e6;
+                if std::env::var_os("STATS").is_some() {
+                    let stats = mux.stats();
+                    eprintln!(
+                        "{} K {k}: {:.3} frames per item, {:.3} announcements per item, {} pool-blocked",
+                        stringify!($module),
+                        stats.frames as f64 / (per * k) as f64,
+                        stats.announcements as f64 / (per * k) as f64,
+                        stats.pool_blocked,
+                    );
+                }
+                (rate, total)
+            }
+        }
+    };
+}
+
+cases!(current, weir);
+cases!(base, weir_base);
+
+fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
+    std::env::var(key)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+fn main() {
+    let rounds: usize = env_or("ROUNDS", 20);
+    let n: u64 = env_or("N", 1 << 20);
+    let ks: Vec<u64> = std::env::var("KS")
+        .unwrap_or_else(|_| "2,16,256".into())
+        .split(',')
+        .map(|k| k.trim().parse().expect("KS: comma-separated numbers"))
+        .collect();
+    let (now, then) = (current::Pools::new(), base::Pools::new());
+    println!("{rounds} rounds of {n} items; ratio = current ÷ base (same round)");
+    println!("| form | K | current M/s | base M/s | ratio median | ratio geomean |");
+    println!("|---|---|---|---|---|---|");
+    let started = Instant::now();
+    for open in [false, true] {
+        for &k in &ks {
+            let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+            for round in 0..rounds {
+                let ((x, sx), (y, sy)) = if round % 2 == 0 {
+                    let y = base::run(open, k, n, &then);
+                    (current::run(open, k, n, &now), y)
+                } else {
+                    let x = current::run(open, k, n, &now);
+                    (x, base::run(open, k, n, &then))
+                };
+                assert_eq!(sx, sy, "the builds disagree");
+                a.push(x);
+                b.push(y);
+                ratios.push(x / y);
+            }
+            let geomean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
+            println!(
+                "| {} | {k} | {:.1} | {:.1} | {:.3} | {:.3} |",
+                if open { "open" } else { "fold" },
+                median(a),
+                median(b),
+                median(ratios),
+                geomean
+            );
+        }
+    }
+    eprintln!("took {:.0} s", started.elapsed().as_secs_f64());
+}
