@@ -10,10 +10,14 @@
 //! table reports the median and the geometric mean of the rounds' ratios.
 //!
 //! Environment: `ROUNDS` (default 20), `N` items per run over all channels (default
-//! 2^20), `KS` (comma-separated, default `2,16,256`), `STATS` (set: print each run's
-//! frames and announcements per item).
+//! 2^20), `KS` (comma-separated, default `2,16,256`), `ONLY` (forms to run: 0 `fold`,
+//! 1 `open`; default both), `STATS` (set: print each run's frames and announcements
+//! per item).
 
 use std::time::Instant;
+
+mod common;
+use common::{env_list, env_or, only, Paired};
 
 /// The cases, written once for each build.
 macro_rules! cases {
@@ -136,56 +140,35 @@ macro_rules! cases {
 cases!(current, weir);
 cases!(base, weir_base);
 
-fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
     let rounds: usize = env_or("ROUNDS", 20);
     let n: u64 = env_or("N", 1 << 20);
-    let ks: Vec<u64> = std::env::var("KS")
-        .unwrap_or_else(|_| "2,16,256".into())
-        .split(',')
-        .map(|k| k.trim().parse().expect("KS: comma-separated numbers"))
-        .collect();
+    let ks: Vec<u64> = env_list("KS", "2,16,256");
+    let only = only();
     let (now, then) = (current::Pools::new(), base::Pools::new());
     println!("{rounds} rounds of {n} items; ratio = current ÷ base (same round)");
     println!("| form | K | current M/s | base M/s | ratio median | ratio geomean |");
     println!("|---|---|---|---|---|---|");
     let started = Instant::now();
-    for open in [false, true] {
+    for (form, open) in [false, true].into_iter().enumerate() {
+        if only.as_ref().is_some_and(|only| !only.contains(&form)) {
+            continue;
+        }
         for &k in &ks {
-            let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-            for round in 0..rounds {
-                let ((x, sx), (y, sy)) = if round % 2 == 0 {
-                    let y = base::run(open, k, n, &then);
-                    (current::run(open, k, n, &now), y)
-                } else {
-                    let x = current::run(open, k, n, &now);
-                    (x, base::run(open, k, n, &then))
-                };
-                assert_eq!(sx, sy, "the builds disagree");
-                a.push(x);
-                b.push(y);
-                ratios.push(x / y);
-            }
-            let geomean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
-            println!(
-                "| {} | {k} | {:.1} | {:.1} | {:.3} | {:.3} |",
-                if open { "open" } else { "fold" },
-                median(a),
-                median(b),
-                median(ratios),
-                geomean
+            // Channel c carries c·per .. (c + 1)·per: the sum of 0 .. per·k.
+            let items = n / k * k;
+            let expected = (0..items).fold(0u64, |sum, x| sum.wrapping_add(x));
+            let checked = |(rate, sum): (f64, u64)| {
+                assert_eq!(sum, expected, "K {k}: wrong sum");
+                rate
+            };
+            let paired = Paired::run(
+                rounds,
+                || checked(current::run(open, k, n, &now)),
+                || checked(base::run(open, k, n, &then)),
             );
+            let form = if open { "open" } else { "fold" };
+            println!("| {form} | {k} | {} |", paired.columns(1));
         }
     }
     eprintln!("took {:.0} s", started.elapsed().as_secs_f64());

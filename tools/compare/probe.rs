@@ -15,6 +15,9 @@
 
 use std::time::Instant;
 
+mod common;
+use common::{env_list, env_or, median, only, Paired};
+
 /// The formulations, written once for each build.
 macro_rules! formulations {
     ($module:ident, $krate:ident) => {
@@ -81,31 +84,11 @@ const NAMES: [&str; 3] = [
     "range → publish_on → fold",
 ];
 
-fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
 fn main() {
     let rounds: usize = env_or("ROUNDS", 40);
     let n: u64 = env_or("N", 2_000_000);
-    let prefetches: Vec<u64> = std::env::var("PREFETCH")
-        .unwrap_or_else(|_| "16,64,256,1024".into())
-        .split(',')
-        .map(|p| p.trim().parse().expect("PREFETCH: comma-separated numbers"))
-        .collect();
-    let only: Option<Vec<usize>> = std::env::var("ONLY").ok().map(|v| {
-        v.split(',')
-            .map(|i| i.trim().parse().expect("ONLY: comma-separated indices"))
-            .collect()
-    });
+    let prefetches: Vec<u64> = env_list("PREFETCH", "16,64,256,1024");
+    let only = only();
     let side = std::env::var("SIDE").ok();
     if let Some(side) = side.as_deref() {
         profile(side, rounds, n, &prefetches, only.as_deref());
@@ -121,27 +104,12 @@ fn main() {
             continue;
         }
         for &prefetch in &prefetches {
-            let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-            for round in 0..rounds {
-                let (x, y) = if round % 2 == 0 {
-                    let y = base::run(which, n, prefetch, &then);
-                    (current::run(which, n, prefetch, &now), y)
-                } else {
-                    let x = current::run(which, n, prefetch, &now);
-                    (x, base::run(which, n, prefetch, &then))
-                };
-                a.push(x);
-                b.push(y);
-                ratios.push(x / y);
-            }
-            let geomean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
-            println!(
-                "| {name} | {prefetch} | {:.1} | {:.1} | {:.3} | {:.3} |",
-                median(a),
-                median(b),
-                median(ratios),
-                geomean
+            let paired = Paired::run(
+                rounds,
+                || current::run(which, n, prefetch, &now),
+                || base::run(which, n, prefetch, &then),
             );
+            println!("| {name} | {prefetch} | {} |", paired.columns(1));
         }
     }
     eprintln!("took {:.0} s", started.elapsed().as_secs_f64());

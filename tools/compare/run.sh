@@ -32,5 +32,6 @@ weir_base = { path = "$work/base" }
 TOML
 cp "$repo/Cargo.lock" "$work/probe/Cargo.lock"
 cp "$repo/tools/compare/${PROBE:-probe}.rs" "$work/probe/src/main.rs"
+cp "$repo/tools/compare/common.rs" "$work/probe/src/common.rs"
 echo "current: $(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet || echo ' (with uncommitted changes)'); base: $revision"
 CARGO_TARGET_DIR="$repo/target/compare" cargo run --quiet --release --manifest-path "$work/probe/Cargo.toml"

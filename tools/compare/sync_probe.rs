@@ -13,6 +13,9 @@
 
 use std::time::Instant;
 
+mod common;
+use common::{env_or, only, Paired};
+
 /// The cases, written once for each build.
 macro_rules! cases {
     ($module:ident, $krate:ident) => {
@@ -113,38 +116,20 @@ const NAMES: [&str; 22] = [
     "zip",
 ];
 
-fn env_or<T: std::str::FromStr>(key: &str, default: T) -> T {
-    std::env::var(key)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
-
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
-}
-
-/// `reps` runs of `f`; million items/s over them, and the checksum.
-fn sample(reps: u32, n: u64, f: impl Fn() -> u64) -> (f64, u64) {
+/// `reps` runs of `f`, each checked against `expected`; million items/s over them.
+fn sample(reps: u32, n: u64, expected: u64, name: &str, f: impl Fn() -> u64) -> f64 {
     let start = Instant::now();
-    let mut checksum = 0;
     for _ in 0..reps {
-        checksum = f();
+        assert_eq!(f(), expected, "{name}: the builds disagree");
     }
-    let rate = n as f64 * f64::from(reps) / start.elapsed().as_secs_f64() / 1e6;
-    (rate, checksum)
+    n as f64 * f64::from(reps) / start.elapsed().as_secs_f64() / 1e6
 }
 
 fn main() {
     let rounds: usize = env_or("ROUNDS", 30);
     let n: u64 = env_or("N", 1_000_000);
     let reps: u32 = env_or("REPS", 5);
-    let only: Option<Vec<usize>> = std::env::var("ONLY").ok().map(|v| {
-        v.split(',')
-            .map(|i| i.trim().parse().expect("ONLY: comma-separated indices"))
-            .collect()
-    });
+    let only = only();
     println!("{rounds} rounds of {reps} × {n} items; ratio = current ÷ base (same round)");
     println!("| case | current M/s | base M/s | ratio median | ratio geomean |");
     println!("|---|---|---|---|---|");
@@ -153,28 +138,13 @@ fn main() {
         if only.as_ref().is_some_and(|only| !only.contains(&which)) {
             continue;
         }
-        let (mut a, mut b, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
-        for round in 0..rounds {
-            let ((x, cx), (y, cy)) = if round % 2 == 0 {
-                let y = sample(reps, n, || base::run(which, n));
-                (sample(reps, n, || current::run(which, n)), y)
-            } else {
-                let x = sample(reps, n, || current::run(which, n));
-                (x, sample(reps, n, || base::run(which, n)))
-            };
-            assert_eq!(cx, cy, "{name}: the builds disagree");
-            a.push(x);
-            b.push(y);
-            ratios.push(x / y);
-        }
-        let geomean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
-        println!(
-            "| {name} | {:.0} | {:.0} | {:.3} | {:.3} |",
-            median(a),
-            median(b),
-            median(ratios),
-            geomean
+        let expected = base::run(which, n);
+        let paired = Paired::run(
+            rounds,
+            || sample(reps, n, expected, name, || current::run(which, n)),
+            || sample(reps, n, expected, name, || base::run(which, n)),
         );
+        println!("| {name} | {} |", paired.columns(0));
     }
     eprintln!("took {:.0} s", started.elapsed().as_secs_f64());
 }

@@ -569,9 +569,19 @@ impl<T: Send + 'static> Link<T> {
 mod loom_tests {
     use loom::thread;
 
-    use super::super::{channel, ChannelPolicy, TrySendError};
+    use super::super::{channel, ChannelPolicy, Sender, TrySendError};
     use crate::loom::model::Recorder;
-    use crate::Publisher;
+    use crate::{Publisher, Subscription};
+
+    /// A channel of two slots with a recorder subscribed: its sender, the recorder and
+    /// the recorder's subscription.
+    fn subscribed() -> (Sender<u32>, Recorder, Subscription) {
+        let (tx, rx) = channel::<u32>(2, ChannelPolicy::Backpressure);
+        let recorder = Recorder::default();
+        rx.subscribe(recorder.clone());
+        let subscription = recorder.subscription();
+        (tx, recorder, subscription)
+    }
 
     /// A sender that skips the drain loop when it sees no demand, racing requests:
     /// whatever the interleaving, both items are delivered once both requests and both
@@ -579,10 +589,7 @@ mod loom_tests {
     #[test]
     fn loom_sends_racing_requests_strand_nothing() {
         loom::model(|| {
-            let (tx, rx) = channel::<u32>(2, ChannelPolicy::Backpressure);
-            let recorder = Recorder::default();
-            rx.subscribe(recorder.clone());
-            let subscription = recorder.subscription();
+            let (tx, recorder, subscription) = subscribed();
             let producer = thread::spawn(move || {
                 tx.try_send(1).unwrap();
                 tx.try_send(2).unwrap();
@@ -601,10 +608,7 @@ mod loom_tests {
     #[test]
     fn loom_cancel_racing_a_send_closes_the_channel() {
         loom::model(|| {
-            let (tx, rx) = channel::<u32>(2, ChannelPolicy::Backpressure);
-            let recorder = Recorder::default();
-            rx.subscribe(recorder.clone());
-            let subscription = recorder.subscription();
+            let (tx, recorder, subscription) = subscribed();
             let producer = thread::spawn(move || {
                 let first = tx.try_send(1);
                 assert!(matches!(first, Ok(()) | Err(TrySendError::Closed(1))));
