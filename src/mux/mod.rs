@@ -491,7 +491,7 @@ impl<T: Send + 'static> Mux<T> {
         MuxBuilder::default()
     }
 
-    /// Open channel `id` (weight 1, class 0 unless set on the returned builder).
+    /// Open channel `id` (weight 1, class 0 unless set on the returned options).
     pub fn channel(&self, id: ChannelId) -> ChannelOptions<T> {
         ChannelOptions {
             mux: self.clone(),
@@ -505,7 +505,15 @@ impl<T: Send + 'static> Mux<T> {
     pub fn stats(&self) -> MuxStats {
         let shared = &self.owner.shared;
         let now = shared.clock.now();
-        shared.lock().ledger.stats(now)
+        let state = shared.lock();
+        let mut stats = state.ledger.stats(now);
+        // Backlog the sinks have not reported yet (see the ledger's docs).
+        for (id, channel) in &mut stats.channels {
+            if let Some(plumbing) = state.plumbing.get(id) {
+                channel.backlog += plumbing.unreported();
+            }
+        }
+        stats
     }
 }
 

@@ -3,8 +3,10 @@
 //!
 //! [`ChannelSink`] is the subscriber a user's publisher feeds. It asks its upstream
 //! for the staging window once, writes what arrives into a single-producer ring (the
-//! worker is the one consumer), and tells the ledger how much backlog it added, waking
-//! the worker when that made the channel ready. The worker asks upstream for more as
+//! worker is the one consumer), and counts it as unreported backlog; while the
+//! channel is parked (no backlog in the ledger) it reports under the ledger's lock
+//! instead, waking the worker when that made the channel ready (see the ledger's
+//! "Backlog reported late"). The worker asks upstream for more as
 //! it takes items (the 75% rule), so upstream never has more than the window
 //! outstanding and the ring cannot overflow unless upstream breaks rule 1.1 (then the
 //! channel fails with an error naming the rule, after the items it staged).
@@ -148,27 +150,28 @@ impl<T> Plumbing<T> {
     /// sink must report them (and whatever else is unreported) under the ledger's
     /// lock with [`take_report`](Self::take_report).
     fn stage(&self, n: u64) -> bool {
-        // AcqRel: Release publishes the items written to the staging ring before this
-        // to the worker's Acquire swap in `fold`; Acquire pairs with the worker's
-        // Release in `park`, after which the sink must report under the lock.
-        self.unreported.fetch_add(n, Ordering::AcqRel) & PARKED != 0
+        // Release: publishes the items written to the staging ring before this to the
+        // Acquire of the worker's `fold` and of a cancel's `park_closed`. Seeing the
+        // mark needs no Acquire: the sink then takes the ledger's lock, which orders
+        // it after the worker's `park`.
+        self.unreported.fetch_add(n, Ordering::Release) & PARKED != 0
     }
 
     /// Under the ledger's lock, for a sink that found its channel parked: every
     /// unreported item, and the mark cleared (the caller adds them to the ledger's
     /// backlog, or parks the channel again if it is closed).
     fn take_report(&self) -> u64 {
-        // AcqRel: pairs with the sink's own Release in `stage` (same thread) and
-        // orders this reset before any later `fold` of the worker.
-        self.unreported.swap(0, Ordering::AcqRel) & !PARKED
+        // Relaxed: the sink's own `stage` is before this on its thread, and the
+        // ledger's lock orders this against the worker's `fold` and `park`.
+        self.unreported.swap(0, Ordering::Relaxed) & !PARKED
     }
 
     /// Under the ledger's lock, on the worker's turn for this open channel: the items
     /// staged since the last fold (not parked: a parked channel is never ready).
     pub(crate) fn fold(&self) -> u64 {
-        // AcqRel: Acquire pairs with the sink's Release in `stage`, so the folded
-        // items are in the staging ring when the worker pops them.
-        let taken = self.unreported.swap(0, Ordering::AcqRel);
+        // Acquire: pairs with the sink's Release in `stage`, so the folded items are
+        // in the staging ring when the worker pops them.
+        let taken = self.unreported.swap(0, Ordering::Acquire);
         debug_assert_eq!(taken & PARKED, 0, "a parked channel had a turn");
         taken & !PARKED
     }
@@ -176,11 +179,11 @@ impl<T> Plumbing<T> {
     /// Under the ledger's lock, after a turn left the channel's backlog at zero: park
     /// it (0), or return the items staged meanwhile (they are its backlog now).
     pub(crate) fn park(&self) -> u64 {
-        // Release: pairs with the sink's Acquire in `stage`. AcqRel on the failure
-        // path's swap, as in `fold`.
+        // Relaxed: a sink that sees the mark takes the ledger's lock, which this
+        // holds; the failure path reads the count again with `fold`'s Acquire.
         match self
             .unreported
-            .compare_exchange(0, PARKED, Ordering::Release, Ordering::Relaxed)
+            .compare_exchange(0, PARKED, Ordering::Relaxed, Ordering::Relaxed)
         {
             Ok(_) => 0,
             Err(_) => self.fold(),
@@ -190,8 +193,15 @@ impl<T> Plumbing<T> {
     /// Under the ledger's lock, once the channel is cancelled: every later batch of the
     /// sink goes to the lock, finds the channel closed and drops its items.
     pub(crate) fn park_closed(&self) {
-        // Release: pairs with the sink's Acquire in `stage`.
-        self.unreported.fetch_or(PARKED, Ordering::Release);
+        // Acquire: pairs with the sink's Release in `stage`, so the clean-up's
+        // `drop_staged` after this sees every item of a batch staged before the mark.
+        self.unreported.fetch_or(PARKED, Ordering::Acquire);
+    }
+
+    /// Items staged and not yet in the ledger's backlog (for statistics; the count
+    /// may move at once).
+    pub(crate) fn unreported(&self) -> u64 {
+        self.unreported.load(Ordering::Relaxed) & !PARKED
     }
 
     /// The receiving side is gone: cancel the sending upstream (once).
@@ -379,11 +389,20 @@ impl<T: Send + 'static> ChannelSink<T> {
         let (open, wake) = {
             let mut state = self.shared.lock();
             let n = self.plumbing.take_report();
-            let open = state.ledger.is_open(self.plumbing.id);
-            if !open {
+            // The id may have been opened again since this channel closed: the
+            // channel is open only if the mux's plumbing for the id is this one.
+            let id = self.plumbing.id;
+            let open = state.ledger.is_open(id)
+                && state
+                    .plumbing
+                    .get(&id)
+                    .is_some_and(|p| Arc::ptr_eq(p, &self.plumbing));
+            if open {
+                (true, state.ledger.staged(id, n, now))
+            } else {
                 self.plumbing.park_closed();
+                (false, false)
             }
-            (open, state.ledger.staged(self.plumbing.id, n, now))
         };
         if wake {
             self.shared.wake_worker();

@@ -84,10 +84,14 @@ impl<T: Send + 'static> ChannelSource<T> {
     /// The channel's statistics now (`None` once it closed).
     pub fn stats(&self) -> Option<ChannelStats> {
         let now = self.shared.now();
-        self.shared
+        let mut stats = self
+            .shared
             .lock()
             .ledger
-            .channel_stats(self.plumbing.id, now)
+            .channel_stats(self.plumbing.id, now)?;
+        // Backlog the sink has not reported yet (see the ledger's docs).
+        stats.backlog += self.plumbing.unreported();
+        Some(stats)
     }
 }
 

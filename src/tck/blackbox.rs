@@ -1,7 +1,7 @@
 //! [`SubscriberBlackboxVerification`]: the 26 tests of the TCK's
 //! `SubscriberBlackboxVerification`, for subscribers that cannot be instrumented.
 //!
-//! The kit plays the upstream (an [`UnderTest`](super::upstream)): it subscribes a fresh
+//! The kit plays the upstream (see [`upstream`](super::upstream)): it subscribes a fresh
 //! subscriber from your factory, records what it requests and whether it cancels, and
 //! sends it elements (`element(0)`, `element(1)`, …) and terminal signals. Only the
 //! subscriber's calls on its subscription, and whether its signal methods return

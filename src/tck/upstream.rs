@@ -5,13 +5,13 @@
 //! queue and `cancel` in a flag, so the test can [`expect_request`] and
 //! [`expect_cancel`] with a timeout. The test pushes signals itself with
 //! [`send_next`], [`send_complete`] and [`send_error`], on the test thread. Like Java's
-//! ManualPublisher, the stage does not enforce demand: each test sends exactly the
+//! ManualPublisher, it does not enforce demand: each test sends exactly the
 //! sequence the TCK sends.
 //!
 //! # Rule 2.3 without stack traces
 //!
 //! Java finds a marker method on the stack to detect a subscription called from
-//! inside `onComplete`/`onError`. Here the stage sets a thread-local flag around its
+//! inside `onComplete`/`onError`. Here the upstream sets a thread-local flag around its
 //! calls to `on_complete`/`on_error`, and every `ManualSubscription` checks it: a
 //! `request` or `cancel` made while the flag is set is recorded as a rule 2.3 failure.
 //! Like Java, this sees only calls made synchronously on the same thread.
@@ -37,7 +37,7 @@ use super::TestEnv;
 use crate::{Error, RawSubscription, Subscriber, Subscription};
 
 thread_local! {
-    /// The terminal signal the stage is delivering on this thread, if any.
+    /// The terminal signal the upstream is delivering on this thread, if any.
     static IN_TERMINAL: Cell<Option<&'static str>> = const { Cell::new(None) };
 }
 
@@ -49,7 +49,7 @@ fn in_terminal<R>(signal: &'static str, f: impl FnOnce() -> R) -> R {
     result
 }
 
-/// The fake subscription the stage hands to the subscriber under test.
+/// The fake subscription the upstream hands to the subscriber under test.
 pub(crate) struct ManualSubscription {
     env: TestEnv,
     /// `Some(rule)`: any `request` is a failure of that rule (the second subscription
@@ -217,7 +217,7 @@ impl<T, S: Subscriber<T>> UnderTest<T, S> {
     }
 }
 
-/// The error the stage signals: a fresh instance, compared by identity.
+/// The error the upstream signals: a fresh instance, compared by identity.
 pub(crate) fn test_error() -> Error {
     Error::msg("test error signalled by the conformance kit")
 }

@@ -4,7 +4,7 @@
 //! Your factory gets a [`WhiteboxProbe`] and returns the subscriber under test, which
 //! reports its signals to the probe and registers a [`SubscriberPuppet`] on
 //! `on_subscribe` (or is wrapped in a [`ProbedSubscriber`](super::ProbedSubscriber)).
-//! The kit plays the upstream (an [`UnderTest`](super::upstream)), drives demand and
+//! The kit plays the upstream (see [`upstream`](super::upstream)), drives demand and
 //! cancellation through the puppet, and checks what the subscriber requested,
 //! cancelled and reported. "Setup" below means: subscribe to a fresh stage and wait
 //! for the puppet.

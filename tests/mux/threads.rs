@@ -551,6 +551,66 @@ fn an_id_opened_again_after_its_channel_closed_receives_its_own_items() {
     }
 }
 
+/// A subscription that only counts what it is asked for (the test drives the sink
+/// by hand).
+#[derive(Default)]
+struct Asked(AtomicU64);
+
+impl weir::RawSubscription for Asked {
+    fn request(&self, n: u64) {
+        self.0.fetch_add(n, Ordering::SeqCst);
+    }
+    fn cancel(&self) {}
+}
+
+/// A sink whose channel closed may still get items (rule 2.8: its upstream may not
+/// have seen the cancel yet). When the channel's id is open again by then, those
+/// items belong to nobody: they must be dropped, never counted as the new channel's
+/// backlog (which would make the worker send items that are not in the new
+/// channel's staging ring, and hold credit that never comes back).
+#[test]
+fn a_late_batch_to_a_closed_channels_sink_never_counts_for_its_ids_next_channel() {
+    for recv_threads in RECEIVE_THREADS {
+        let mux = table_mux(recv_threads);
+        let (mut old_sink, old_source) = mux.channel(7).open().unwrap();
+        old_sink.on_subscribe(Subscription::new(Arc::new(Asked::default())));
+        let old = TestSubscriber::new().request_on_subscribe(u64::MAX);
+        let probe = old.probe();
+        old_source.subscribe(old);
+        old_sink.on_next(0);
+        probe.await_items(1, WATCHDOG).unwrap();
+        probe.cancel();
+        let start = Instant::now();
+        let mut next = loop {
+            match weir::range(0..10_000u64).via(&mux, 7) {
+                Ok(channel) => break channel.fold(0u64, |a, x| a + x),
+                Err(weir::mux::MuxError::ChannelInUse(7)) => {
+                    assert!(start.elapsed() < WATCHDOG, "channel 7 never closed");
+                    std::thread::yield_now();
+                }
+                Err(other) => panic!("unexpected: {other}"),
+            }
+        };
+        // The old sink's upstream had not seen the cancel: more items arrive.
+        for item in 1..=3 {
+            old_sink.on_next(item);
+        }
+        assert_eq!(
+            next.wait_timeout(WATCHDOG).expect("hang").unwrap(),
+            (0..10_000u64).sum::<u64>(),
+            "the new channel 7 got exactly its own items"
+        );
+        drop(old_sink);
+        eventually("every channel closed", || mux.stats().channels.is_empty());
+        eventually("the pool is whole", || mux.stats().pool_free == 128);
+        assert_eq!(
+            mux.stats().buffered_total,
+            0,
+            "no credit held for phantom items"
+        );
+    }
+}
+
 /// A transport whose demultiplexer runs on a pool of its own, not on the receiving
 /// scheduler it names.
 struct Foreign {
