@@ -6,7 +6,10 @@
 //! channel's count of staged items not yet reported and its parked mark (see the
 //! ledger's "Backlog reported late"): the two-channel model fails when the worker's
 //! park overwrites items staged meanwhile (a plain store of the mark instead of the
-//! compare-exchange: checked, it loses an item). What can go wrong is around it: an update made under the lock
+//! compare-exchange: checked, it loses an item). The cancel model found, on its first
+//! interleaving, a unit of credit held for good: the worker took a turn's credit, the
+//! cancel's clean-up then dropped the staged items, and the worker found none to
+//! send; the worker now gives back the credit of items it finds missing. What can go wrong is around it: an update made under the lock
 //! whose wake-up is lost (the worker never learns a channel became ready, or never
 //! hears the credit that came back), an item sent without credit, or credit left
 //! behind after the channels ended. The models run the whole mux (sinks, ledger,
@@ -103,4 +106,54 @@ fn loom_mux_credit_and_hand_off_two_channels() {
 #[test]
 fn loom_mux_credit_and_hand_off_three_channels() {
     credit_and_hand_off(3, 1);
+}
+
+/// One channel whose receiving side cancels while its sender keeps staging (rule 2.8:
+/// the sender's upstream need not have seen the cancel): a batch staged before the
+/// cancel parks the channel is dropped by the cancel's clean-up, one staged after
+/// finds the channel closed under the lock and drops itself. Either way the channel
+/// closes and every unit of credit comes back; items delivered before the cancel
+/// are a prefix of the sent ones.
+#[test]
+fn loom_mux_cancel_racing_a_staging_sender() {
+    loom::model(|| {
+        let mux = Mux::<u32>::builder()
+            .exclusive(1)
+            .shared(1)
+            .borrow_cap(1)
+            .quantum(1)
+            .build_local(Immediate, Immediate)
+            .expect("a valid configuration");
+        let (sink, source) = mux.channel(0).open().expect("opens");
+        let (publisher, stash, credit) = Stash::new();
+        publisher.subscribe(sink);
+        let mut upstream = stash.lock().unwrap().take().expect("subscribed");
+        let recorder = Recorder::default();
+        source.subscribe(recorder.clone());
+        let subscription = recorder.subscription();
+        subscription.request(2);
+        let sender = thread::spawn(move || {
+            // What the sink asked for when it subscribed (its staging window): no
+            // waiting for more, which a cancelled channel never asks for.
+            for item in 0..2 {
+                if credit.requested() > u64::from(item) {
+                    upstream.on_next(item);
+                }
+            }
+        });
+        subscription.cancel();
+        sender.join().unwrap();
+        let items = recorder.items();
+        assert!(
+            items == [] || items == [0] || items == [0, 1],
+            "a prefix: {items:?}"
+        );
+        let stats = mux.stats();
+        assert!(
+            stats.channels.is_empty(),
+            "the channel closed (items {items:?}): {stats:?}"
+        );
+        assert_eq!(stats.buffered_total, 0, "nothing left buffered");
+        assert_eq!(stats.pool_free, 1, "the shared unit came back");
+    });
 }

@@ -656,6 +656,24 @@ impl<T> Shared<T> {
 
     /// The transport stopped: end every channel with `error` and cancel every
     /// sending upstream.
+    /// `n` items of `channel` that were sent (their credit taken) will never be
+    /// delivered: give their credit back, and close a cancelled channel once nothing
+    /// of it is left.
+    pub(crate) fn give_back(&self, channel: ChannelId, n: u64) {
+        let now = self.now();
+        let wake = {
+            let mut state = self.lock();
+            let mut wake = state.ledger.dropped(channel, n, now);
+            if !state.ledger.is_open(channel) && state.ledger.buffered(channel) == Some(0) {
+                wake |= state.close(channel, now);
+            }
+            wake
+        };
+        if wake {
+            self.wake_worker();
+        }
+    }
+
     pub(crate) fn break_with(&self, error: crate::Error) {
         if self.broken.set(error).is_err() {
             return;

@@ -250,18 +250,7 @@ impl<T: Send + 'static> Demux<T> {
     /// Items of `channel` that will never be delivered: give their credit back, and
     /// close a cancelled channel once nothing of it is left.
     fn release(&self, channel: ChannelId, n: u64) {
-        let now = self.shared.now();
-        let wake = {
-            let mut state = self.shared.lock();
-            let mut wake = state.ledger.dropped(channel, n, now);
-            if !state.ledger.is_open(channel) && state.ledger.buffered(channel) == Some(0) {
-                wake |= state.close(channel, now);
-            }
-            wake
-        };
-        if wake {
-            self.shared.wake_worker();
-        }
+        self.shared.give_back(channel, n);
     }
 }
 

@@ -153,12 +153,21 @@ impl<T: Send + 'static> Stage for Worker<T> {
                 let _staged = staging.available();
                 items.extend(staging.pop_batch(send.items as usize));
             }
-            debug_assert_eq!(
-                items.len() as u64,
-                send.items,
-                "backlog counts staged items"
-            );
-            plumbing.took(send.items);
+            let short = send.items - items.len() as u64;
+            if short > 0 {
+                // The channel was cancelled after the turn took its credit, and the
+                // cancel's clean-up dropped the staged items first: their credit
+                // comes back here (nobody else saw them).
+                debug_assert!(
+                    !self.shared.lock().ledger.is_open(send.channel),
+                    "staged items went missing from an open channel"
+                );
+                self.shared.give_back(send.channel, short);
+                if items.is_empty() {
+                    continue;
+                }
+            }
+            plumbing.took(items.len() as u64);
             let frame = ChannelFrame {
                 channel: send.channel,
                 items,
