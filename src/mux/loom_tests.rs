@@ -21,11 +21,37 @@
 
 use loom::thread;
 
-use crate::loom::model::{Recorder, Stash};
+use std::sync::Arc;
+
+use crate::loom::model::{Boxed, Credit, Recorder, Stash};
 use crate::runtime::Immediate;
 use crate::Publisher;
 
 use super::Mux;
+
+/// A mux with `E = 1`, `S = 1`, `C = 1` and a quantum of one item, every task on the
+/// thread that caused it.
+fn smallest_mux() -> Mux<u32> {
+    Mux::<u32>::builder()
+        .exclusive(1)
+        .shared(1)
+        .borrow_cap(1)
+        .quantum(1)
+        .build_local(Immediate, Immediate)
+        .expect("a valid configuration")
+}
+
+/// Open `channel`: the sink's upstream to drive by hand, what the sink requested of
+/// it, and the recorder subscribed to the receiving end.
+fn open(mux: &Mux<u32>, channel: u32) -> (Boxed, Arc<Credit>, Recorder) {
+    let (sink, source) = mux.channel(u64::from(channel)).open().expect("opens");
+    let (publisher, stash, credit) = Stash::new();
+    publisher.subscribe(sink);
+    let upstream = stash.lock().unwrap().take().expect("subscribed");
+    let recorder = Recorder::default();
+    source.subscribe(recorder.clone());
+    (upstream, credit, recorder)
+}
 
 /// `channels` channels over one mux with `E = 1`, `S = 1`, `C = 1`, quantum 1. Each
 /// channel's upstream runs on a thread of its own and sends `items` items, each
@@ -38,22 +64,11 @@ use super::Mux;
 /// holds a borrowed unit).
 fn credit_and_hand_off(channels: u32, items: u32) {
     loom::model(move || {
-        let mux = Mux::<u32>::builder()
-            .exclusive(1)
-            .shared(1)
-            .borrow_cap(1)
-            .quantum(1)
-            .build_local(Immediate, Immediate)
-            .expect("a valid configuration");
+        let mux = smallest_mux();
         let mut senders = Vec::new();
         let mut recorders = Vec::new();
         for channel in 0..channels {
-            let (sink, source) = mux.channel(u64::from(channel)).open().expect("opens");
-            let (publisher, stash, credit) = Stash::new();
-            publisher.subscribe(sink);
-            let mut upstream = stash.lock().unwrap().take().expect("subscribed");
-            let recorder = Recorder::default();
-            source.subscribe(recorder.clone());
+            let (mut upstream, credit, recorder) = open(&mux, channel);
             recorders.push(recorder);
             senders.push(thread::spawn(move || {
                 let mut sent = 0u32;
@@ -117,19 +132,8 @@ fn loom_mux_credit_and_hand_off_three_channels() {
 #[test]
 fn loom_mux_cancel_racing_a_staging_sender() {
     loom::model(|| {
-        let mux = Mux::<u32>::builder()
-            .exclusive(1)
-            .shared(1)
-            .borrow_cap(1)
-            .quantum(1)
-            .build_local(Immediate, Immediate)
-            .expect("a valid configuration");
-        let (sink, source) = mux.channel(0).open().expect("opens");
-        let (publisher, stash, credit) = Stash::new();
-        publisher.subscribe(sink);
-        let mut upstream = stash.lock().unwrap().take().expect("subscribed");
-        let recorder = Recorder::default();
-        source.subscribe(recorder.clone());
+        let mux = smallest_mux();
+        let (mut upstream, credit, recorder) = open(&mux, 0);
         let subscription = recorder.subscription();
         subscription.request(2);
         let sender = thread::spawn(move || {

@@ -160,7 +160,7 @@ impl<T: Send + 'static> Demux<T> {
                     self.known.remove(&channel);
                     let refused = items.len() as u64;
                     items.clear();
-                    self.release(channel, refused);
+                    self.shared.give_back(channel, refused);
                 }
             }
         }
@@ -245,12 +245,6 @@ impl<T: Send + 'static> Demux<T> {
             });
         }
         state.plumbing.get(&channel).cloned()
-    }
-
-    /// Items of `channel` that will never be delivered: give their credit back, and
-    /// close a cancelled channel once nothing of it is left.
-    fn release(&self, channel: ChannelId, n: u64) {
-        self.shared.give_back(channel, n);
     }
 }
 
