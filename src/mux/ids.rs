@@ -11,6 +11,7 @@
 use std::collections::hash_map::RandomState;
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
 
 use super::ChannelId;
 
@@ -81,6 +82,65 @@ impl Hasher for IdHasher {
     }
 }
 
+/// Entries of closed channels a [`Known`] may hold beyond twice the open channels
+/// before it is pruned.
+const PRUNE_SLACK: usize = 16;
+
+/// One thread's own handles to the open channels' entries of a shared map (the
+/// mux's plumbing, under its lock), so that using an entry does not clone its `Arc`.
+///
+/// A clone is a write to the entry's reference count, and the worker and the
+/// demultiplexer each used every channel's entry for every frame, on two threads:
+/// the count's cache line went back and forth with each frame. Here each side clones
+/// an entry once, when it first meets the channel, and later only compares pointers.
+///
+/// An entry is only as fresh as the last [`sync`](Known::sync): a channel may have
+/// closed since (and its id been opened again), which the caller finds out from the
+/// entry itself or by syncing under the lock.
+pub(crate) struct Known<V> {
+    map: IdMap<Arc<V>>,
+}
+
+impl<V> Known<V> {
+    pub(crate) fn new() -> Self {
+        Known { map: id_map() }
+    }
+
+    /// The entry last synced for `id`, if any (it may be stale).
+    pub(crate) fn get(&self, id: ChannelId) -> Option<&Arc<V>> {
+        self.map.get(&id)
+    }
+
+    /// Forget `id`'s entry.
+    pub(crate) fn remove(&mut self, id: ChannelId) {
+        self.map.remove(&id);
+    }
+
+    /// Make `id`'s entry the one `open` holds now (the shared map, read under its
+    /// lock), and return it; `None`, with the entry forgotten, when `id` is not open.
+    /// Clones only when the entry is new or changed. While the lock is held anyway,
+    /// the map is pruned to the open channels once it holds more than twice as many
+    /// entries (plus a few), so entries of closed channels stay bounded: a pruning
+    /// visits at most as many open entries (kept) as closed ones (removed), and each
+    /// entry is removed once after being inserted once, so pruning costs at most two
+    /// entry visits per sync, amortized.
+    pub(crate) fn sync(&mut self, id: ChannelId, open: &IdMap<Arc<V>>) -> Option<&Arc<V>> {
+        if self.map.len() > 2 * open.len() + PRUNE_SLACK {
+            self.map
+                .retain(|id, known| open.get(id).is_some_and(|now| Arc::ptr_eq(now, known)));
+        }
+        let Some(now) = open.get(&id) else {
+            self.map.remove(&id);
+            return None;
+        };
+        let entry = self.map.entry(id).or_insert_with(|| now.clone());
+        if !Arc::ptr_eq(entry, now) {
+            *entry = now.clone();
+        }
+        Some(entry)
+    }
+}
+
 #[cfg(all(test, not(weir_loom)))]
 mod tests {
     use super::*;
@@ -98,6 +158,44 @@ mod tests {
             buckets.len()
         );
         assert_eq!(tags.len(), 128, "every tag used");
+    }
+
+    #[test]
+    fn known_entries_follow_the_shared_map_and_stay_bounded() {
+        let mut open: IdMap<Arc<u64>> = id_map();
+        let mut known = Known::new();
+        let first = Arc::new(1);
+        open.insert(7, first.clone());
+        assert!(Arc::ptr_eq(known.sync(7, &open).unwrap(), &first));
+        // Synced again: the same handle, no new clone.
+        assert_eq!(Arc::strong_count(&first), 3);
+        assert!(Arc::ptr_eq(known.sync(7, &open).unwrap(), &first));
+        assert_eq!(Arc::strong_count(&first), 3);
+        // The id closed and opened again: the entry follows, the old one is let go.
+        let second = Arc::new(2);
+        open.insert(7, second.clone());
+        assert!(
+            Arc::ptr_eq(known.get(7).unwrap(), &first),
+            "stale until synced"
+        );
+        assert!(Arc::ptr_eq(known.sync(7, &open).unwrap(), &second));
+        assert_eq!(Arc::strong_count(&first), 1, "only the test holds it now");
+        // Closed: forgotten.
+        open.remove(&7);
+        assert!(known.sync(7, &open).is_none());
+        assert!(known.get(7).is_none());
+        // Many channels that closed without a sync of their own: pruned to the bound.
+        for id in 0..1_000u64 {
+            open.insert(id, Arc::new(id));
+            known.sync(id, &open);
+            // One open entry at the sync: pruned past 2 × 1 + slack, then one added.
+            assert!(known.map.len() <= 2 * open.len() + PRUNE_SLACK + 1);
+            open.remove(&id);
+        }
+        open.insert(5_000, Arc::new(5_000));
+        known.sync(5_000, &open);
+        assert!(known.map.len() <= PRUNE_SLACK + 3, "{}", known.map.len());
+        assert!(known.get(5_000).is_some(), "the open entry is kept");
     }
 
     #[test]

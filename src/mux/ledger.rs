@@ -106,11 +106,18 @@ enum Life {
 }
 
 /// One channel's credit and scheduling state.
+///
+/// The worker (a turn) and the receiving side (a delivery) both write it for every
+/// frame, on two threads, so each frame moves its lines between them. The fields a
+/// frame touches come first, in declaration order (`repr(C)`), and the account starts
+/// a cache line (`align(64)`): a frame then moves two lines, not the five that the
+/// compiler's own layout spread them over (a full `ChannelStats` inside, a copy of
+/// figures kept here anyway, and the counters between the credit words). Counters only
+/// a snapshot reads (`sent` is `delivered + dropped + buffered`) are not kept.
 #[derive(Debug)]
+#[repr(C, align(64))]
 struct Account {
-    life: Life,
-    weight: u64,
-    class: u8,
+    // First line: credit and scheduling, read and written by every turn and delivery.
     /// Exclusive units the sender may use.
     exclusive_free: u64,
     /// Exclusive units backing items sent and not yet delivered.
@@ -125,17 +132,35 @@ struct Account {
     demand: u64,
     /// Items staged at the sender.
     backlog: u64,
-    /// In its class's ready FIFO.
-    queued: bool,
-    /// The last delivery (or the open), for stall detection.
-    last_delivery: Instant,
-    stats: ChannelStats,
-    /// When the sender started waiting for credit with backlog and demand.
-    blocked_since: Option<Instant>,
+    weight: u64,
+    // Second line: counters of every frame, the flags, the last delivery.
     /// Items sent in the current fairness window.
     window_sent: u64,
+    /// Frames sent.
+    frames: u64,
+    /// Items delivered.
+    delivered: u64,
+    /// Announcements to the sender.
+    announcements: u64,
+    /// Shared units taken from the pool.
+    shared_grants: u64,
+    /// The last delivery (or the open), for stall detection.
+    last_delivery: Instant,
+    life: Life,
+    class: u8,
+    /// In its class's ready FIFO.
+    queued: bool,
     /// Wanted to send (ready or blocked on credit) at some point of the window.
     window_seen: bool,
+    // Then what changes only when the sender is blocked, or the channel drops items.
+    /// When the sender started waiting for credit with backlog and demand.
+    blocked_since: Option<Instant>,
+    /// Items dropped.
+    dropped: u64,
+    /// Times the sender had backlog and demand but no credit.
+    blocked_events: u64,
+    /// Total time blocked on credit, over the waits that ended.
+    blocked: Duration,
 }
 
 impl Account {
@@ -240,10 +265,16 @@ impl Ledger {
                 backlog: 0,
                 queued: false,
                 last_delivery: now,
-                stats: ChannelStats::default(),
-                blocked_since: None,
                 window_sent: 0,
+                frames: 0,
+                delivered: 0,
+                announcements: 0,
+                shared_grants: 0,
                 window_seen: false,
+                blocked_since: None,
+                dropped: 0,
+                blocked_events: 0,
+                blocked: Duration::ZERO,
             },
         );
         true
@@ -332,9 +363,9 @@ impl Ledger {
         self.buffered_total -= n;
         chan.last_delivery = now;
         if dropped {
-            chan.stats.dropped += n;
+            chan.dropped += n;
         } else {
-            chan.stats.delivered += n;
+            chan.delivered += n;
         }
         // Shared units first, back to the pool (in return batches).
         let shared = n.min(chan.shared_in_flight);
@@ -354,7 +385,7 @@ impl Ledger {
         // it is owed always reach the mark.
         if chan.unannounced >= config.announce_at {
             chan.exclusive_free += std::mem::take(&mut chan.unannounced);
-            chan.stats.announcements += 1;
+            chan.announcements += 1;
             self.announcements += 1;
         }
         // Freed pool credit may make any channel ready, not only this one.
@@ -398,6 +429,11 @@ impl Ledger {
         self.buffered_total -= buffered;
         self.pool_free += chan.held_shared();
         chan.exclusive_free += chan.exclusive_in_flight + chan.unannounced;
+        // All of it returned: the final snapshot shows nothing buffered or held.
+        chan.exclusive_in_flight = 0;
+        chan.unannounced = 0;
+        chan.shared_in_flight = 0;
+        chan.shared_returning = 0;
         debug_assert_eq!(
             chan.exclusive_free, self.config.exclusive,
             "exclusive credit conserved"
@@ -407,7 +443,7 @@ impl Ledger {
                 fifo.retain(|c| *c != channel);
             }
         }
-        chan.stats.dropped += buffered;
+        chan.dropped += buffered;
         let stats = self.snapshot_of(&chan, now);
         let wake = self.requeue_pool_waiters(now);
         Some((stats, wake))
@@ -475,10 +511,9 @@ impl Ledger {
             if chan.demand != UNBOUNDED {
                 chan.demand -= n;
             }
-            chan.stats.sent += n;
             chan.window_sent += n;
-            chan.stats.frames += 1;
-            chan.stats.shared_grants += from_shared;
+            chan.frames += 1;
+            chan.shared_grants += from_shared;
             self.pool_free -= from_shared;
             self.buffered_total += n;
             self.high_water = self.high_water.max(self.buffered_total);
@@ -507,14 +542,14 @@ impl Ledger {
                 self.blocked.insert(channel);
                 chan.window_seen = true;
                 chan.blocked_since = Some(now);
-                chan.stats.blocked_events += 1;
+                chan.blocked_events += 1;
                 if chan.exclusive_free == 0 && chan.held_shared() < config.borrow_cap {
                     self.pool_blocked += 1;
                 }
             }
             (false, Some(since)) => {
                 self.blocked.remove(&channel);
-                chan.stats.blocked += now.saturating_duration_since(since);
+                chan.blocked += now.saturating_duration_since(since);
                 chan.blocked_since = None;
             }
             _ => {}
@@ -576,19 +611,28 @@ impl Ledger {
     }
 
     fn snapshot_of(&self, chan: &Account, now: Instant) -> ChannelStats {
-        let mut stats = chan.stats.clone();
-        stats.exclusive_free = chan.exclusive_free;
-        stats.unannounced = chan.unannounced;
-        stats.shared_held = chan.held_shared();
-        stats.backlog = chan.backlog;
-        stats.buffered = chan.buffered();
-        stats.demand = chan.demand;
+        let mut blocked = chan.blocked;
         if let Some(since) = chan.blocked_since {
-            stats.blocked += now.saturating_duration_since(since);
+            blocked += now.saturating_duration_since(since);
         }
-        stats.stalled = chan.buffered() > 0
-            && now.saturating_duration_since(chan.last_delivery) >= self.config.stall_after;
-        stats
+        ChannelStats {
+            exclusive_free: chan.exclusive_free,
+            unannounced: chan.unannounced,
+            shared_held: chan.held_shared(),
+            backlog: chan.backlog,
+            buffered: chan.buffered(),
+            demand: chan.demand,
+            sent: chan.delivered + chan.dropped + chan.buffered(),
+            delivered: chan.delivered,
+            dropped: chan.dropped,
+            frames: chan.frames,
+            announcements: chan.announcements,
+            shared_grants: chan.shared_grants,
+            blocked_events: chan.blocked_events,
+            blocked,
+            stalled: chan.buffered() > 0
+                && now.saturating_duration_since(chan.last_delivery) >= self.config.stall_after,
+        }
     }
 
     /// Statistics of the whole mux.
@@ -914,6 +958,8 @@ mod tests {
         ledger.check();
         let (stats, _) = ledger.close(1, now).unwrap();
         assert_eq!(stats.dropped, 8);
+        assert_eq!((stats.sent, stats.delivered, stats.buffered), (8, 0, 0));
+        assert_eq!((stats.exclusive_free, stats.shared_held), (4, 0));
         assert_eq!(ledger.stats(now).pool_free, 8);
         ledger.check();
     }

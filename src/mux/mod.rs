@@ -654,8 +654,6 @@ impl<T> Shared<T> {
         self.broken.get().cloned()
     }
 
-    /// The transport stopped: end every channel with `error` and cancel every
-    /// sending upstream.
     /// `n` items of `channel` that were sent (their credit taken) will never be
     /// delivered: give their credit back, and close a cancelled channel once nothing
     /// of it is left.
@@ -674,6 +672,8 @@ impl<T> Shared<T> {
         }
     }
 
+    /// The transport stopped: end every channel with `error` and cancel every
+    /// sending upstream.
     pub(crate) fn break_with(&self, error: crate::Error) {
         if self.broken.set(error).is_err() {
             return;

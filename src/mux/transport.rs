@@ -16,7 +16,7 @@ use crate::runtime::Scheduler;
 use crate::stage::CoreHandle;
 use crate::{Error, Publisher, PublisherExt, Subscriber, Subscription};
 
-use super::ids::{self, IdMap};
+use super::ids::Known;
 use super::sink::Plumbing;
 use super::{ChannelId, Frames, Shared};
 use crate::queue::spsc::{self, Consumer, Producer};
@@ -31,10 +31,6 @@ use crate::queue::spsc::{self, Consumer, Producer};
 /// channels). So the demultiplexer hands each emptied buffer back over this ring,
 /// and the worker takes one before it allocates.
 pub(crate) const SPARES: usize = 256;
-
-/// Entries of closed channels a [`Demux`]'s private map may hold beyond twice the
-/// open channels before it is pruned.
-const PRUNE_SLACK: usize = 16;
 
 /// The two ends of a mux's ring of spare frame buffers.
 pub(crate) fn spares<T>() -> (Producer<Vec<T>>, Consumer<Vec<T>>) {
@@ -111,19 +107,15 @@ pub struct Demux<T> {
     upstream: Upstream,
     /// Emptied frame buffers, back to the worker to fill again (see [`SPARES`]).
     spares: Producer<Vec<T>>,
-    /// Channels this demultiplexer has delivered to; pruned to the open ones when it
-    /// outgrows them (see [`Demux::lookup`]).
-    known: IdMap<Arc<Plumbing<T>>>,
+    /// Channels this demultiplexer has delivered to.
+    known: Known<Plumbing<T>>,
     /// Channels given items in the current batch of frames, each once: woken when
     /// the batch is in (see [`Demux::wake_owed`]).
-    owed: Vec<Arc<Plumbing<T>>>,
+    owed: Vec<ChannelId>,
     /// Channels whose pass ran in place in the current batch, with their receiving
     /// cores: their credit is settled under one lock (see [`Demux::wake_owed`]).
-    ran: Vec<Ran<T>>,
+    ran: Vec<(ChannelId, Arc<dyn CoreHandle>)>,
 }
-
-/// A channel whose pass the demultiplexer ran in place, and its receiving core.
-type Ran<T> = (Arc<Plumbing<T>>, Arc<dyn CoreHandle>);
 
 impl<T> std::fmt::Debug for Demux<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -137,7 +129,7 @@ impl<T: Send + 'static> Demux<T> {
             shared,
             upstream: Upstream::Idle,
             spares,
-            known: ids::id_map(),
+            known: Known::new(),
             owed: Vec::new(),
             ran: Vec::new(),
         }
@@ -145,19 +137,26 @@ impl<T: Send + 'static> Demux<T> {
 
     fn frame(&mut self, frame: ChannelFrame<T>) {
         let ChannelFrame { channel, mut items } = frame;
-        let known = self.known.get(&channel);
+        let known = self.known.get(channel);
         if let Some(plumbing) = known.filter(|p| p.receive(&mut items).is_ok()) {
-            plumbing.owe_wake(&mut self.owed);
+            if plumbing.owe_wake() {
+                self.owed.push(channel);
+            }
         } else {
-            // Not known yet, or the known channel closed (its id may be open again).
-            match self.lookup(channel) {
+            // Not known yet, or the known channel closed (its id may be open again):
+            // ask the mux's map, under its lock.
+            let state = self.shared.lock();
+            let plumbing = self.known.sync(channel, &state.plumbing);
+            drop(state);
+            match plumbing {
                 Some(plumbing) if plumbing.receive(&mut items).is_ok() => {
-                    plumbing.owe_wake(&mut self.owed);
-                    self.known.insert(channel, plumbing);
+                    if plumbing.owe_wake() {
+                        self.owed.push(channel);
+                    }
                 }
                 // The channel stopped receiving, or closed while the frame travelled.
                 _ => {
-                    self.known.remove(&channel);
+                    self.known.remove(channel);
                     let refused = items.len() as u64;
                     items.clear();
                     self.shared.give_back(channel, refused);
@@ -184,17 +183,17 @@ impl<T: Send + 'static> Demux<T> {
     ///
     /// [`Ledger::demand`]: super::ledger::Ledger::demand
     fn wake_owed(&mut self) {
-        if !self.shared.on_sole_receiver() {
-            for plumbing in self.owed.drain(..) {
-                plumbing.wake_paid();
-                plumbing.wake_source();
-            }
-            return;
-        }
-        for plumbing in self.owed.drain(..) {
+        let in_place = self.shared.on_sole_receiver();
+        for channel in self.owed.drain(..) {
+            // Gone only if the channel closed since (it needs no wake-up then).
+            let Some(plumbing) = self.known.get(channel) else {
+                continue;
+            };
             plumbing.wake_paid();
-            if let Some(source) = plumbing.run_source_in_place() {
-                self.ran.push((plumbing, source));
+            if !in_place {
+                plumbing.wake_source();
+            } else if let Some(source) = plumbing.run_source_in_place() {
+                self.ran.push((channel, source));
             }
         }
         if self.ran.is_empty() {
@@ -204,19 +203,21 @@ impl<T: Send + 'static> Demux<T> {
         let wake = {
             let mut state = self.shared.lock();
             let mut wake = false;
-            for (plumbing, source) in &self.ran {
+            for (channel, source) in &self.ran {
+                let Some(plumbing) = self.known.get(*channel) else {
+                    continue;
+                };
                 let n = plumbing.take_unsettled();
                 if n == 0 {
                     continue;
                 }
-                let id = plumbing.id;
                 // A stop takes what is unsettled under this lock before it cancels,
                 // and no pass (so no deferral) follows a stop: credit left to settle
                 // means the channel is still open, and the stop will close it.
-                debug_assert!(state.ledger.is_open(id), "settling a stopped channel");
+                debug_assert!(state.ledger.is_open(*channel), "settling a stopped channel");
                 wake |= state
                     .ledger
-                    .delivered_with_demand(id, n, source.outstanding(), now);
+                    .delivered_with_demand(*channel, n, source.outstanding(), now);
             }
             wake
         };
@@ -226,25 +227,6 @@ impl<T: Send + 'static> Demux<T> {
         if wake {
             self.shared.wake_worker();
         }
-    }
-
-    /// `channel`'s plumbing from the mux's map, under its lock. While the lock is held
-    /// anyway, the private map is pruned to the open channels once it holds more than
-    /// twice as many entries (plus a few), so entries of closed channels stay bounded.
-    /// A pruning visits at most as many open entries (kept) as closed ones (removed),
-    /// and every entry is removed once after being inserted once, by a lookup: pruning
-    /// costs at most two entry visits per lookup, amortized.
-    fn lookup(&mut self, channel: ChannelId) -> Option<Arc<Plumbing<T>>> {
-        let state = self.shared.lock();
-        if self.known.len() > 2 * state.plumbing.len() + PRUNE_SLACK {
-            self.known.retain(|id, known| {
-                state
-                    .plumbing
-                    .get(id)
-                    .is_some_and(|open| Arc::ptr_eq(open, known))
-            });
-        }
-        state.plumbing.get(&channel).cloned()
     }
 }
 

@@ -27,6 +27,8 @@ use crate::stage::core::Drive;
 use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
 use crate::{Error, Publisher, Subscriber};
 
+use super::ids::Known;
+use super::sink::Plumbing;
 use super::{ChannelFrame, Shared};
 
 /// Frames one pass sends before it yields its task.
@@ -74,7 +76,11 @@ impl<T: Send + 'static> Publisher for Frames<T> {
             shared: self.shared,
             scheduler: self.scheduler,
         });
-        core.attach(self.spares, subscriber);
+        let owned = Owned {
+            spares: self.spares,
+            known: Known::new(),
+        };
+        core.attach(owned, subscriber);
     }
 
     fn in_flight_bound(&self) -> u64 {
@@ -88,12 +94,19 @@ struct Worker<T> {
     scheduler: Arc<dyn Scheduler>,
 }
 
+/// What only the worker's passes use.
+struct Owned<T> {
+    /// Frame buffers to fill again.
+    spares: Consumer<Vec<T>>,
+    /// The channels it has sent for: their plumbing without a clone per turn.
+    known: Known<Plumbing<T>>,
+}
+
 impl<T: Send + 'static> Stage for Worker<T> {
     const NAME: &'static str = "mux worker";
     type Item = ChannelFrame<T>;
-    /// Frame buffers to fill again.
-    type Owned = Consumer<Vec<T>>;
-    type Padding = ();
+    type Owned = Owned<T>;
+    type Padding = crate::loom::Block;
 
     fn drive(&self) -> Drive<'_> {
         Drive::Scheduled {
@@ -109,7 +122,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
     fn pass<S: Subscriber<ChannelFrame<T>>>(
         &self,
         cx: &Cx<'_>,
-        spares: &mut Consumer<Vec<T>>,
+        owned: &mut Owned<T>,
         transport: &mut S,
     ) -> Pass {
         let now = self.shared.now();
@@ -138,21 +151,15 @@ impl<T: Send + 'static> Stage for Worker<T> {
                 let Some(send) = state.ledger.next_send_with(now, fold, park) else {
                     return Pass::Idle;
                 };
-                let plumbing = plumbing.get(&send.channel).cloned();
-                (send, plumbing)
+                let channel = send.channel;
+                (send, owned.known.sync(channel, plumbing))
             };
             let Some(plumbing) = plumbing else {
                 debug_assert!(false, "a ready channel has plumbing");
                 continue;
             };
-            let mut items = spares.pop().unwrap_or_default();
-            {
-                let mut staging = plumbing.staging.lock().unwrap_or_else(|p| p.into_inner());
-                // Refresh the cached tail: the sink published these before it counted
-                // them as backlog.
-                let _staged = staging.available();
-                items.extend(staging.pop_batch(send.items as usize));
-            }
+            let mut items = owned.spares.pop().unwrap_or_default();
+            plumbing.pop_staged(send.items as usize, &mut items);
             let short = send.items - items.len() as u64;
             if short > 0 {
                 // The channel was cancelled after the turn took its credit, and the
@@ -177,7 +184,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
         }
     }
 
-    fn stop(&self, _spares: &mut Consumer<Vec<T>>) {
+    fn stop(&self, _owned: &mut Owned<T>) {
         self.shared
             .break_with(Error::msg("mux: the transport stopped carrying frames"));
     }
