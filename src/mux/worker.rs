@@ -79,12 +79,40 @@ impl<T: Send + 'static> Publisher for Frames<T> {
         let owned = Owned {
             spares: self.spares,
             known: Known::new(),
+            batch: Vec::with_capacity(FRAME_BATCH),
         };
         core.attach(owned, subscriber);
     }
 
     fn in_flight_bound(&self) -> u64 {
         crate::demand::UNBOUNDED
+    }
+}
+
+/// Frames the worker hands the transport in one batch: one delivery (one publish of
+/// the lane, one signal of its drain) per batch instead of per frame.
+const FRAME_BATCH: usize = 8;
+
+/// What a pass does next, decided under the mux's lock and done outside it.
+enum Next<'a, T> {
+    /// Send this turn of this channel.
+    Send(super::ledger::Turn, Option<&'a Arc<Plumbing<T>>>),
+    /// The transport asked for no more frames than the batch holds.
+    Full,
+    /// No channel is ready.
+    Nothing,
+    /// No handle and no channel left.
+    Finished,
+}
+
+/// Hand the batch's frames to the transport.
+fn flush<T, S: Subscriber<ChannelFrame<T>>>(
+    cx: &Cx<'_>,
+    transport: &mut S,
+    batch: &mut Vec<ChannelFrame<T>>,
+) {
+    if !batch.is_empty() {
+        let _ = cx.deliver(transport, batch.drain(..));
     }
 }
 
@@ -100,6 +128,9 @@ struct Owned<T> {
     spares: Consumer<Vec<T>>,
     /// The channels it has sent for: their plumbing without a clone per turn.
     known: Known<Plumbing<T>>,
+    /// Frames made and not yet handed to the transport (at most [`FRAME_BATCH`],
+    /// and never more than it asked for).
+    batch: Vec<ChannelFrame<T>>,
 }
 
 impl<T: Send + 'static> Stage for Worker<T> {
@@ -129,35 +160,65 @@ impl<T: Send + 'static> Stage for Worker<T> {
         let mut frames = 0u32;
         loop {
             if cx.stopped() {
+                // The transport is gone: these frames go the way of those in its lane.
+                owned.batch.clear();
                 return Pass::Idle;
             }
             if frames >= PASS_FRAMES {
+                flush(cx, transport, &mut owned.batch);
                 return Pass::Yield;
             }
-            let (send, plumbing) = {
+            let turn = {
                 let mut state = self.shared.lock();
+                let room = cx.demand().get().saturating_sub(owned.batch.len() as u64);
                 if state.is_finished() {
+                    Next::Finished
+                } else if room == 0 {
+                    Next::Full
+                } else {
+                    let state = &mut *state;
+                    let plumbing = &state.plumbing;
+                    let fold = |id| plumbing.get(&id).map_or(0, |p| p.fold());
+                    let park = |id| plumbing.get(&id).map_or(0, |p| p.park());
+                    match state.ledger.next_send_with(now, fold, park) {
+                        Some(send) => {
+                            let channel = send.channel;
+                            Next::Send(send, owned.known.sync(channel, plumbing))
+                        }
+                        None => Next::Nothing,
+                    }
+                }
+            };
+            let (send, plumbing) = match turn {
+                Next::Send(send, plumbing) => (send, plumbing),
+                Next::Finished => {
                     // No handle and no channel left: nothing will ever be sent.
-                    drop(state);
+                    flush(cx, transport, &mut owned.batch);
                     return cx.terminate(transport, Ok(()));
                 }
-                if cx.demand().get() == 0 {
-                    return Pass::Idle;
+                Next::Full | Next::Nothing => {
+                    if owned.batch.is_empty() {
+                        return Pass::Idle;
+                    }
+                    // Look again once the frames are out: the lane may have room,
+                    // and a channel may have become ready meanwhile.
+                    flush(cx, transport, &mut owned.batch);
+                    continue;
                 }
-                let state = &mut *state;
-                let plumbing = &state.plumbing;
-                let fold = |id| plumbing.get(&id).map_or(0, |p| p.fold());
-                let park = |id| plumbing.get(&id).map_or(0, |p| p.park());
-                let Some(send) = state.ledger.next_send_with(now, fold, park) else {
-                    return Pass::Idle;
-                };
-                let channel = send.channel;
-                (send, owned.known.sync(channel, plumbing))
             };
             let Some(plumbing) = plumbing else {
                 debug_assert!(false, "a ready channel has plumbing");
                 continue;
             };
+            if owned
+                .batch
+                .iter()
+                .any(|frame| frame.channel == send.channel)
+            {
+                // A second frame of one channel: with few channels a batch would
+                // hold back a channel's own credit (its first frame's delivery).
+                flush(cx, transport, &mut owned.batch);
+            }
             let mut items = owned.spares.pop().unwrap_or_default();
             plumbing.pop_staged(send.items as usize, &mut items);
             let short = send.items - items.len() as u64;
@@ -175,12 +236,14 @@ impl<T: Send + 'static> Stage for Worker<T> {
                 }
             }
             plumbing.took(items.len() as u64);
-            let frame = ChannelFrame {
+            owned.batch.push(ChannelFrame {
                 channel: send.channel,
                 items,
-            };
-            let _ = cx.deliver(transport, std::iter::once(frame));
+            });
             frames += 1;
+            if owned.batch.len() >= FRAME_BATCH {
+                flush(cx, transport, &mut owned.batch);
+            }
         }
     }
 
