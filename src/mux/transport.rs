@@ -201,7 +201,7 @@ impl<T: Send + 'static> Demux<T> {
         }
         let now = self.shared.now();
         let wake = {
-            let mut state = self.shared.lock();
+            let mut state = self.shared.lock_polling();
             let mut wake = false;
             for (channel, source) in &self.ran {
                 let Some(plumbing) = self.known.get(*channel) else {

@@ -169,7 +169,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
                 return Pass::Yield;
             }
             let turn = {
-                let mut state = self.shared.lock();
+                let mut state = self.shared.lock_polling();
                 let room = cx.demand().get().saturating_sub(owned.batch.len() as u64);
                 if state.is_finished() {
                     Next::Finished
