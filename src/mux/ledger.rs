@@ -875,8 +875,8 @@ mod tests {
     }
 
     #[test]
-    fn the_pool_is_shared_one_unit_each_among_needy_channels() {
-        // A7: three channels with backlog 8, no exclusive credit, a pool of 3.
+    fn a7_the_pool_is_shared_one_unit_each_among_needy_channels_and_returned() {
+        // Three channels with backlog 8, no exclusive credit, a pool of 3.
         let now = Instant::now();
         let mut ledger = Ledger::new(config(0, 3, 3, 16), 1);
         for id in [1, 2, 3] {
@@ -884,12 +884,20 @@ mod tests {
             ledger.demand(id, UNBOUNDED, now);
             ledger.staged(id, 8, now);
         }
-        assert_eq!(drain(&mut ledger, now), [(1, 1), (2, 1), (3, 1)]);
-        let stats = ledger.stats(now);
-        for id in [1, 2, 3] {
-            assert_eq!(stats.channel(id).unwrap().shared_held, 1);
+        for _round in 0..3 {
+            assert_eq!(drain(&mut ledger, now), [(1, 1), (2, 1), (3, 1)]);
+            let stats = ledger.stats(now);
+            for id in [1, 2, 3] {
+                assert_eq!(stats.channel(id).unwrap().shared_held, 1);
+            }
+            assert_eq!(stats.pool_free, 0);
+            // Each item delivered: its unit back to the pool, and shared out again.
+            for id in [1, 2, 3] {
+                ledger.delivered(id, 1, now);
+                ledger.check();
+            }
+            assert_eq!(ledger.stats(now).pool_free, 3);
         }
-        assert_eq!(stats.pool_free, 0);
     }
 
     #[test]
@@ -1122,7 +1130,7 @@ mod tests {
         /// A3: a million random operations (1,000 cases × 1,000), the bound and
         /// conservation checked after each.
         #[test]
-        fn bounded_and_conserved_under_random_operations(
+        fn a3_bounded_and_conserved_under_random_operations(
             exclusive in 0u64..6,
             shared in 1u64..10,
             cap_share in 1u64..4,

@@ -92,21 +92,24 @@ fn a1_threads_one_stalled_consumer_does_not_slow_the_others() {
     }
 }
 
-/// A11: bidirectional echo over lanes of one frame: eight channels each send 1 MiB
-/// of bytes to the far side, which sends them back over a second mux.
+/// A11: bidirectional echo over lanes of one frame (16 items, a quarter of a
+/// channel's exclusive credit): eight channels each send 1 MiB of bytes to the far
+/// side, which sends them back over a second mux.
 #[test]
 fn a11_bidirectional_echo_over_a_one_frame_lane_completes() {
     for recv_threads in RECEIVE_THREADS {
         let (send, recv) = pools(recv_threads);
         let there = Mux::<u8>::builder()
-            .exclusive(16)
+            .exclusive(64)
             .shared(64)
+            .quantum(16)
             .lane(1)
             .build_local(send.clone(), recv.clone())
             .unwrap();
         let back = Mux::<u8>::builder()
-            .exclusive(16)
+            .exclusive(64)
             .shared(64)
+            .quantum(16)
             .lane(1)
             .build_local(recv, send)
             .unwrap();
@@ -741,5 +744,89 @@ fn cancels_racing_the_settling_of_a_batch_leave_every_unit_of_credit_back() {
                 );
             }
         }
+    }
+}
+
+/// A8 and A9 on threads: one hot channel carries 200,000 items beside 999 channels
+/// whose consumers asked for nothing (even ids) or for one item of their ten (odd
+/// ids); none of those is ever granted pool credit, the hot one finishes with at
+/// most E + C buffered, and an idle channel that wakes then gets its next item.
+#[test]
+fn a8_a9_threads_idle_channels_get_no_pool_and_the_hot_one_finishes() {
+    for recv_threads in RECEIVE_THREADS {
+        let mux = table_mux(recv_threads);
+        let idle: Vec<_> = (1..1_000u64)
+            .map(|id| {
+                let probe = probed(&mux, id, 10);
+                if id % 2 == 1 {
+                    probe.request(1);
+                }
+                probe
+            })
+            .collect();
+        let n = 200_000u64;
+        let mut hot = weir::range(0..n)
+            .via(&mux, 0)
+            .unwrap()
+            .fold(0u64, |a, x| a + x);
+        assert_eq!(
+            hot.wait_timeout(WATCHDOG).expect("hang").unwrap(),
+            n * (n - 1) / 2
+        );
+        for (i, probe) in idle.iter().enumerate() {
+            let id = i as u64 + 1;
+            if id % 2 == 1 {
+                probe.await_items(1, WATCHDOG).unwrap();
+            }
+        }
+        let stats = mux.stats();
+        assert!(stats.high_water <= 32 + 32 + 999, "{}", stats.high_water);
+        for id in 1..1_000u64 {
+            let chan = stats.channel(id).unwrap();
+            assert_eq!(chan.shared_grants, 0, "idle {id} got pool credit");
+            assert_eq!(chan.sent, id % 2, "idle {id} sent only what was asked");
+        }
+        idle[499].request(1);
+        idle[499].await_items(1, WATCHDOG).unwrap();
+        assert_eq!(idle[499].items(), [0]);
+        for probe in &idle {
+            probe.cancel();
+        }
+        eventually("every unit of credit back", || {
+            mux.stats().pool_free == 128 && mux.stats().channels.is_empty()
+        });
+    }
+}
+
+/// A10 on threads: however the two sides interleave, exclusive credit goes back in
+/// announcements of at least E / 2 = 16 units: at most one per 16 items delivered,
+/// plus one per channel.
+#[test]
+fn a10_threads_credit_is_announced_in_batches() {
+    for recv_threads in RECEIVE_THREADS {
+        let mux = table_mux(recv_threads);
+        let n = 100_000u64;
+        let sums: Vec<_> = (0..8u64)
+            .map(|id| {
+                weir::range(0..n)
+                    .via(&mux, id)
+                    .unwrap()
+                    .fold(0u64, |a, x| a + x)
+            })
+            .collect();
+        for mut sum in sums {
+            assert_eq!(
+                sum.wait_timeout(WATCHDOG).expect("hang").unwrap(),
+                n * (n - 1) / 2
+            );
+        }
+        let stats = mux.stats();
+        assert!(
+            stats.announcements <= 8 * n / 16 + 8,
+            "{} announcements for {} items",
+            stats.announcements,
+            8 * n
+        );
+        assert!(stats.announcements > 0);
     }
 }

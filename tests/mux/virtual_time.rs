@@ -490,3 +490,141 @@ fn a14_zero_exclusive_mode_survives_a_stalled_channel() {
     vt.run_ready();
     assert_eq!(mux.stats().pool_free, 1);
 }
+
+/// A9: a hundred channels opened and never subscribed (their senders have items,
+/// nobody asked for any) are never granted pool credit; the one active channel uses
+/// its exclusive credit and its cap, no more.
+#[test]
+fn a9_channels_nobody_subscribed_get_no_pool_credit() {
+    let vt = VirtualTime::new();
+    let mux = mux(&vt);
+    let mut unsubscribed = Vec::new();
+    for id in 1..=100 {
+        let (sink, source) = mux.channel(id).open().unwrap();
+        weir::range(0..1_000u64).subscribe(sink);
+        unsubscribed.push(source);
+    }
+    let active = channel(&mux, 0, u64::MAX);
+    active.request(100_000);
+    vt.run_ready();
+    assert_eq!(active.received_count(), 100_000);
+    let stats = mux.stats();
+    assert_eq!(stats.high_water, E + C, "the active channel: E + C at most");
+    for id in 1..=100 {
+        let chan = stats.channel(id).unwrap();
+        assert_eq!(
+            (chan.shared_grants, chan.shared_held, chan.buffered),
+            (0, 0, 0),
+            "unsubscribed {id}"
+        );
+        assert!(chan.backlog > 0, "its sender staged items");
+    }
+    active.cancel();
+    drop(unsubscribed);
+    vt.run_ready();
+    assert_eq!(mux.stats().pool_free, S);
+}
+
+/// A11 under virtual time: eight channels echo 64 KiB each through two muxes whose
+/// lanes hold one frame (16 items), a quarter of a channel's exclusive credit.
+#[test]
+fn a11_bidirectional_echo_over_a_one_frame_lane_completes() {
+    let vt = VirtualTime::new();
+    let one_frame_lane = || {
+        Mux::<u8>::builder()
+            .exclusive(64)
+            .shared(64)
+            .quantum(16)
+            .lane(1)
+            .build_local(vt.clone(), vt.clone())
+            .unwrap()
+    };
+    let (there, back) = (one_frame_lane(), one_frame_lane());
+    let len = 64 * 1024u64;
+    let echoes: Vec<_> = (0..8u64)
+        .map(|id| {
+            let subscriber = TestSubscriber::new();
+            let probe = subscriber.probe();
+            weir::range(0..len)
+                .map(|x| x as u8)
+                .via(&there, id)
+                .unwrap()
+                .via(&back, id)
+                .unwrap()
+                .subscribe(subscriber);
+            probe.request(u64::MAX);
+            probe
+        })
+        .collect();
+    vt.run_ready();
+    for echo in &echoes {
+        assert!(echo.is_completed(), "echo finished");
+        let items = echo.items();
+        assert_eq!(items.len() as u64, len);
+        assert!(
+            items.iter().enumerate().all(|(i, b)| *b == i as u8),
+            "in order"
+        );
+    }
+}
+
+/// A12, completion: a channel whose consumer asked for exactly what its sender had
+/// gets its items and its completion in one run of the scheduler while seven others
+/// keep the lane full.
+#[test]
+fn a12_completion_bypasses_a_saturated_lane() {
+    let vt = VirtualTime::new();
+    let mux = mux(&vt);
+    let busy: Vec<_> = (1..8).map(|id| channel(&mux, id, u64::MAX)).collect();
+    for probe in &busy {
+        probe.request(100_000);
+    }
+    let done = channel(&mux, 0, 10);
+    done.request(10);
+    vt.run_ready();
+    assert_eq!(done.items(), (0..10).collect::<Vec<_>>());
+    assert!(done.is_completed(), "completed in one run");
+    assert!(mux.stats().channel(0).is_none(), "and closed");
+    for probe in &busy {
+        probe.cancel();
+    }
+    vt.run_ready();
+    assert_eq!(mux.stats().pool_free, S);
+}
+
+/// A13 under virtual time: one of eight consumers panics at its 500th item; only its
+/// channel ends (its upstream cancelled once, its credit back), and the others get
+/// every item in order.
+#[test]
+fn a13_a_panicking_consumer_ends_only_its_channel() {
+    let vt = VirtualTime::new();
+    let mux = mux(&vt);
+    let cancels = Arc::new(Mutex::new(0u32));
+    let counted = cancels.clone();
+    let mut panicking = weir::range(0..u64::MAX)
+        .inspect_cancel(move || *counted.lock().unwrap() += 1)
+        .via(&mux, 0)
+        .unwrap()
+        .for_each(|x| {
+            if x == 500 {
+                panic!("consumer fails on purpose");
+            }
+        });
+    let n = 10_000;
+    let others: Vec<_> = (1..8).map(|id| channel(&mux, id, n)).collect();
+    for probe in &others {
+        probe.request(u64::MAX);
+    }
+    vt.run_ready();
+    for probe in &others {
+        assert!(probe.is_completed());
+        assert_eq!(probe.items(), (0..n).collect::<Vec<_>>());
+    }
+    let ended = panicking
+        .wait_timeout(Duration::ZERO)
+        .expect("the panicking channel ended");
+    assert!(ended.is_err(), "a panic is an error of the sink");
+    assert_eq!(*cancels.lock().unwrap(), 1, "its upstream cancelled once");
+    assert!(mux.stats().channel(0).is_none(), "its channel closed");
+    assert_eq!(mux.stats().pool_free, S);
+}
