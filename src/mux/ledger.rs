@@ -109,11 +109,11 @@ enum Life {
 ///
 /// The worker (a turn) and the receiving side (a delivery) both write it for every
 /// frame, on two threads, so each frame moves its lines between them. The fields a
-/// frame touches come first, in declaration order (`repr(C)`), and the account starts
+/// frame writes come first, in declaration order (`repr(C)`), and the account starts
 /// a cache line (`align(64)`): a frame then moves two lines, not the five that the
 /// compiler's own layout spread them over (a full `ChannelStats` inside, a copy of
-/// figures kept here anyway, and the counters between the credit words). Counters only
-/// a snapshot reads (`sent` is `delivered + dropped + buffered`) are not kept.
+/// figures kept here anyway, and the counters between the credit words). Counters a
+/// snapshot can derive (`sent` is `delivered + dropped + buffered`) are not kept.
 #[derive(Debug)]
 #[repr(C, align(64))]
 struct Account {

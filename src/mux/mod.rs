@@ -636,12 +636,13 @@ impl<T> Shared<T> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// [`lock`](Self::lock) for the worker's turns: poll the lock a moment (the
-    /// crate's one bounded wait) before blocking on it. The receiving side holds it
-    /// for a whole batch of settlements, longer than std's own short spin, and a
-    /// worker that then slept in the kernel cost the receiver a futex wake-up at every
-    /// unlock (with 256 busy channels, a tenth of the receiving thread's samples went
-    /// to waking the worker).
+    /// [`lock`](Self::lock) for the lock's two busiest holders, the worker's turns and
+    /// the demultiplexer's settlement of a batch: poll the lock a moment (the crate's
+    /// one bounded wait) before blocking on it. A settlement holds it for a whole
+    /// batch of channels, longer than std's own short spin, and a worker that then
+    /// slept in the kernel cost the receiver a futex wake-up at every unlock (with 256
+    /// busy channels, a tenth of the receiving thread's samples went to waking the
+    /// worker).
     pub(crate) fn lock_polling(&self) -> crate::loom::MutexGuardOf<'_, MuxState<T>> {
         let mut guard = None;
         crate::runtime::backoff::Backoff::wait(|| match self.state.try_lock() {

@@ -383,9 +383,11 @@ impl<T> Plumbing<T> {
     }
 
     /// The demultiplexer is about to wake this channel.
-    pub(crate) fn wake_paid(&self) {
+    /// False when no wake-up was owed: the channel's id was listed twice in one batch
+    /// (its channel closed and the id opened again meanwhile), and this one is paid.
+    pub(crate) fn wake_paid(&self) -> bool {
         // Relaxed: as in `owe_wake`.
-        self.receive.wake_owed.store(false, Ordering::Relaxed);
+        self.receive.wake_owed.swap(false, Ordering::Relaxed)
     }
 
     fn source(&self) -> Option<Arc<dyn CoreHandle>> {
@@ -466,7 +468,13 @@ impl<T: Send + 'static> ChannelSink<T> {
         if !self.upstream.finish() {
             return;
         }
-        self.plumbing.sender().finished = true;
+        {
+            let mut sender = self.plumbing.sender();
+            sender.finished = true;
+            // Never asked or cancelled again: let go of it (a worker's handle to this
+            // plumbing may outlive the channel a while).
+            sender.upstream = None;
+        }
         self.plumbing.set_end(self.staged, end);
         self.plumbing.wake_source();
     }

@@ -189,7 +189,12 @@ impl<T: Send + 'static> Demux<T> {
             let Some(plumbing) = self.known.get(channel) else {
                 continue;
             };
-            plumbing.wake_paid();
+            if !plumbing.wake_paid() {
+                // Listed twice: the id's channel closed and opened again in this
+                // batch (a flag left set stays on the closed one, whose window
+                // refuses everything).
+                continue;
+            }
             if !in_place {
                 plumbing.wake_source();
             } else if let Some(source) = plumbing.run_source_in_place() {

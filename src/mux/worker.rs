@@ -6,8 +6,10 @@
 //! a full lane stops it without blocking anything. A pass asks the ledger for the
 //! next send (the ready set, in deficit-round-robin order, credit taken under the
 //! ledger's lock), pops that many items from the channel's staging ring, asks the
-//! channel's upstream for more at the 75% mark, and delivers the frame; until the
-//! ledger has no ready channel or the lane no room. A ledger change that makes a
+//! channel's upstream for more at the 75% mark, and adds the frame to a batch; until
+//! the ledger has no ready channel or the lane no room. The batch goes to the
+//! transport in one delivery when it holds [`FRAME_BATCH`] frames, before a second
+//! frame of one channel joins it, and before the pass idles, yields or ends. A ledger change that makes a
 //! channel ready while the worker waits for one (its last look found none) wakes it
 //! through the core (a signal), so it never waits on one channel (I5); while it runs,
 //! or once woken, queued channels wait for its next look without another signal. It
@@ -105,14 +107,20 @@ enum Next<'a, T> {
     Finished,
 }
 
-/// Hand the batch's frames to the transport.
+/// Hand the batch's frames to the transport; the credit of frames it stopped taking
+/// (it cancelled inside the batch) comes back.
 fn flush<T, S: Subscriber<ChannelFrame<T>>>(
     cx: &Cx<'_>,
     transport: &mut S,
     batch: &mut Vec<ChannelFrame<T>>,
+    shared: &Shared<T>,
 ) {
-    if !batch.is_empty() {
-        let _ = cx.deliver(transport, batch.drain(..));
+    if batch.is_empty() {
+        return;
+    }
+    let (_, refused) = cx.deliver(transport, batch.drain(..));
+    for frame in refused.into_iter().flatten() {
+        shared.give_back(frame.channel, frame.items.len() as u64);
     }
 }
 
@@ -160,12 +168,16 @@ impl<T: Send + 'static> Stage for Worker<T> {
         let mut frames = 0u32;
         loop {
             if cx.stopped() {
-                // The transport is gone: these frames go the way of those in its lane.
-                owned.batch.clear();
+                // The transport is gone: their credit comes back (the channels end
+                // with the mux's error once nothing of theirs is buffered).
+                for frame in owned.batch.drain(..) {
+                    self.shared
+                        .give_back(frame.channel, frame.items.len() as u64);
+                }
                 return Pass::Idle;
             }
             if frames >= PASS_FRAMES {
-                flush(cx, transport, &mut owned.batch);
+                flush(cx, transport, &mut owned.batch, &self.shared);
                 return Pass::Yield;
             }
             let turn = {
@@ -193,7 +205,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
                 Next::Send(send, plumbing) => (send, plumbing),
                 Next::Finished => {
                     // No handle and no channel left: nothing will ever be sent.
-                    flush(cx, transport, &mut owned.batch);
+                    flush(cx, transport, &mut owned.batch, &self.shared);
                     return cx.terminate(transport, Ok(()));
                 }
                 Next::Full | Next::Nothing => {
@@ -202,7 +214,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
                     }
                     // Look again once the frames are out: the lane may have room,
                     // and a channel may have become ready meanwhile.
-                    flush(cx, transport, &mut owned.batch);
+                    flush(cx, transport, &mut owned.batch, &self.shared);
                     continue;
                 }
             };
@@ -217,7 +229,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
             {
                 // A second frame of one channel: with few channels a batch would
                 // hold back a channel's own credit (its first frame's delivery).
-                flush(cx, transport, &mut owned.batch);
+                flush(cx, transport, &mut owned.batch, &self.shared);
             }
             let mut items = owned.spares.pop().unwrap_or_default();
             plumbing.pop_staged(send.items as usize, &mut items);
@@ -242,7 +254,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
             });
             frames += 1;
             if owned.batch.len() >= FRAME_BATCH {
-                flush(cx, transport, &mut owned.batch);
+                flush(cx, transport, &mut owned.batch, &self.shared);
             }
         }
     }

@@ -1,8 +1,9 @@
 //! The one wait of weir: poll a little, then give up (and park, or leave the loop).
 //!
-//! Two places wait for the other side of a hand-off: a scheduled stage's loop deciding
-//! whether to linger for its next reason to run (a batch, a request), and a
-//! [`ThreadPool`](super::ThreadPool) worker deciding whether to park.
+//! Three places wait for the other side of a hand-off: a scheduled stage's loop
+//! deciding whether to linger for its next reason to run (a batch, a request), a
+//! [`ThreadPool`](super::ThreadPool) worker deciding whether to park, and the mux's
+//! worker and demultiplexer polling the mux's lock before they block on it.
 //!
 //! # Why it polls at an even pace, and only briefly
 //!
