@@ -1,0 +1,263 @@
+//! `mux_acceptance`: the wall-clock figures of the mux's acceptance scenarios, which
+//! the tests check only as counts and orders (a test never asserts a time). Run with
+//! `cargo bench --bench mux_acceptance`; it prints one table.
+//!
+//! Every mux is E = 32, S = 128, C = 32 over two pools of one thread each (worker;
+//! receivers), as in `benches/mux.rs`. Eight channels, each `range(0..N)` through
+//! `via` into `fold`, N = 2^17.
+//!
+//! * A1, A2, A13, retention: the healthy channels' items/s with one consumer stalled
+//!   (it asked for 10 items and never again), with ⌈S/C⌉ = 4 stalled, and with one
+//!   consumer that panics at its 500th item, each ÷ the rate of the same healthy
+//!   channels on a mux of their own (their capacity: the troubled ones absent), in
+//!   the same round (7 rounds, alternating order; median and min–max). Targets on
+//!   threads: ≥ 0.90 (A1, A2), ≥ 0.95 (A13).
+//! * A5: from a stalled channel's cancel (its consumer holds E + C buffered) to the
+//!   pool whole again and the channel closed, polled; 200 samples, median and p99.
+//!   Target: ≤ 1 ms.
+//! * A11: eight channels echo 1 MiB each over two muxes whose lanes hold one frame
+//!   (E 64, quantum 16); 3 runs. Target: < 10 s.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use weir::mux::Mux;
+use weir::prelude::*;
+use weir::runtime::ThreadPool;
+
+const N: u64 = 1 << 17;
+const CHANNELS: u64 = 8;
+const ROUNDS: usize = 7;
+const HANG: Duration = Duration::from_secs(60);
+
+struct Pools {
+    send: ThreadPool,
+    receive: ThreadPool,
+}
+
+impl Pools {
+    fn new() -> Self {
+        Pools {
+            send: ThreadPool::builder().name("acc-send").threads(1).build(),
+            receive: ThreadPool::builder().name("acc-recv").threads(1).build(),
+        }
+    }
+
+    fn mux<T: Send + 'static>(&self) -> Mux<T> {
+        Mux::builder()
+            .exclusive(32)
+            .shared(128)
+            .borrow_cap(32)
+            .build_local(self.send.clone(), self.receive.clone())
+            .unwrap()
+    }
+}
+
+/// A consumer that asks for `request` items once and holds whatever it gets.
+struct Holder {
+    request: u64,
+    subscription: Arc<Mutex<Option<Subscription>>>,
+}
+
+impl Subscriber<u64> for Holder {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        subscription.request(self.request);
+        *self.subscription.lock().unwrap() = Some(subscription);
+    }
+    fn on_next(&mut self, _item: u64) {}
+    fn on_error(&mut self, _error: weir::Error) {}
+    fn on_complete(&mut self) {}
+}
+
+/// How the channels below `stalled` (from channel 0) misbehave.
+#[derive(Clone, Copy)]
+enum Trouble {
+    None,
+    /// They ask for 10 items and never again.
+    Stall,
+    /// They panic at their 500th item.
+    Panic,
+}
+
+/// The items/s of channels `troubled..CHANNELS`, with channels `0..troubled` in
+/// `trouble` beside them (`Trouble::None`: absent).
+fn healthy_rate(pools: &Pools, troubled: u64, trouble: Trouble) -> f64 {
+    let mux = pools.mux::<u64>();
+    let mut held = Vec::new();
+    let mut panicking = Vec::new();
+    for id in 0..troubled {
+        match trouble {
+            Trouble::None => {}
+            Trouble::Stall => {
+                let subscription = Arc::new(Mutex::new(None));
+                weir::range(0..u64::MAX)
+                    .via(&mux, id)
+                    .unwrap()
+                    .subscribe(Holder {
+                        request: 10,
+                        subscription: subscription.clone(),
+                    });
+                held.push(subscription);
+            }
+            Trouble::Panic => panicking.push(
+                weir::range(0..u64::MAX)
+                    .via(&mux, id)
+                    .unwrap()
+                    .for_each(|x| assert!(x != 500, "consumer fails on purpose")),
+            ),
+        }
+    }
+    let healthy = troubled..CHANNELS;
+    let count = healthy.end - healthy.start;
+    let start = Instant::now();
+    let sums: Vec<_> = healthy
+        .map(|id| {
+            weir::range(0..N)
+                .via(&mux, id)
+                .unwrap()
+                .fold(0u64, |a, x| a.wrapping_add(x))
+        })
+        .collect();
+    for mut sum in sums {
+        let sum = sum.wait_timeout(HANG).expect("hang").unwrap();
+        assert_eq!(sum, N * (N - 1) / 2);
+    }
+    let rate = (count * N) as f64 / start.elapsed().as_secs_f64();
+    for subscription in held {
+        if let Some(subscription) = subscription.lock().unwrap().take() {
+            subscription.cancel();
+        }
+    }
+    for mut sink in panicking {
+        let _ = sink
+            .wait_timeout(HANG)
+            .expect("the panicking channel ended");
+    }
+    rate
+}
+
+/// Seconds from a stalled channel's cancel to the pool whole and the channel closed.
+fn cancel_latency(pools: &Pools) -> Duration {
+    let mux = pools.mux::<u64>();
+    let subscription = Arc::new(Mutex::new(None));
+    weir::range(0..u64::MAX)
+        .via(&mux, 0)
+        .unwrap()
+        .subscribe(Holder {
+            request: 32 + 32,
+            subscription: subscription.clone(),
+        });
+    // Let it take its credit: E + C items sent.
+    let deadline = Instant::now() + HANG;
+    while mux.stats().channel(0).map_or(0, |c| c.sent) < 64 {
+        assert!(Instant::now() < deadline, "the channel never sent");
+        std::hint::spin_loop();
+    }
+    let subscription = subscription.lock().unwrap().take().unwrap();
+    let start = Instant::now();
+    subscription.cancel();
+    loop {
+        let stats = mux.stats();
+        if stats.pool_free == 128 && stats.channels.is_empty() {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < HANG, "credit never came back");
+        std::hint::spin_loop();
+    }
+}
+
+/// Eight channels echo 1 MiB each over lanes of one frame.
+fn echo(pools: &Pools) -> Duration {
+    let one_frame = |from: &ThreadPool, to: &ThreadPool| {
+        Mux::<u8>::builder()
+            .exclusive(64)
+            .shared(64)
+            .quantum(16)
+            .lane(1)
+            .build_local(from.clone(), to.clone())
+            .unwrap()
+    };
+    let there = one_frame(&pools.send, &pools.receive);
+    let back = one_frame(&pools.receive, &pools.send);
+    let mib = 1u64 << 20;
+    let start = Instant::now();
+    let echoes: Vec<_> = (0..8u64)
+        .map(|id| {
+            weir::range(0..mib)
+                .map(|x| x as u8)
+                .via(&there, id)
+                .unwrap()
+                .via(&back, id)
+                .unwrap()
+                .fold(0u64, |n, _| n + 1)
+        })
+        .collect();
+    for mut echo in echoes {
+        assert_eq!(echo.wait_timeout(HANG).expect("hang").unwrap(), mib);
+    }
+    start.elapsed()
+}
+
+fn median(mut xs: Vec<f64>) -> (f64, f64, f64) {
+    xs.sort_by(f64::total_cmp);
+    (xs[xs.len() / 2], xs[0], xs[xs.len() - 1])
+}
+
+fn main() {
+    let pools = Pools::new();
+    // Quiet the panicking consumers' messages.
+    let quiet = Arc::new(AtomicBool::new(true));
+    let hook_quiet = quiet.clone();
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if !hook_quiet.load(Ordering::Relaxed) {
+            default_hook(info);
+        }
+    }));
+    // Warm up.
+    let _ = healthy_rate(&pools, 0, Trouble::None);
+    let cases = [
+        ("A1, one stalled", 1, Trouble::Stall, 0.90),
+        ("A2, four stalled", 4, Trouble::Stall, 0.90),
+        ("A13, one panicking", 1, Trouble::Panic, 0.95),
+    ];
+    println!("mux acceptance on threads (E 32, S 128, C 32; 8 channels of {N} items)");
+    for (name, troubled, trouble, target) in cases {
+        let mut ratios = Vec::new();
+        let mut rates = Vec::new();
+        for round in 0..ROUNDS {
+            let (fast, troubled_rate) = if round % 2 == 0 {
+                let fast = healthy_rate(&pools, troubled, Trouble::None);
+                (fast, healthy_rate(&pools, troubled, trouble))
+            } else {
+                let t = healthy_rate(&pools, troubled, trouble);
+                (healthy_rate(&pools, troubled, Trouble::None), t)
+            };
+            ratios.push(troubled_rate / fast);
+            rates.push(troubled_rate / 1e6);
+        }
+        let (r, lo, hi) = median(ratios);
+        let (m, _, _) = median(rates);
+        println!(
+            "  {name:<20} healthy {m:6.2} M items/s, retention {r:.2} ({lo:.2}-{hi:.2}); target >= {target:.2}"
+        );
+    }
+    let latencies: Vec<f64> = (0..200)
+        .map(|_| cancel_latency(&pools).as_secs_f64() * 1e6)
+        .collect();
+    let mut sorted = latencies.clone();
+    sorted.sort_by(f64::total_cmp);
+    println!(
+        "  A5, cancel to credit back: median {:.0} us, p99 {:.0} us, max {:.0} us; target <= 1000 us",
+        sorted[sorted.len() / 2],
+        sorted[sorted.len() * 99 / 100],
+        sorted[sorted.len() - 1]
+    );
+    let echoes: Vec<f64> = (0..3).map(|_| echo(&pools).as_secs_f64()).collect();
+    println!(
+        "  A11, 8 x 1 MiB echoed over one-frame lanes: {:.2} / {:.2} / {:.2} s; target < 10 s",
+        echoes[0], echoes[1], echoes[2]
+    );
+    quiet.store(false, Ordering::Relaxed);
+}
