@@ -780,7 +780,8 @@ fn a8_a9_threads_idle_channels_get_no_pool_and_the_hot_one_finishes() {
             }
         }
         let stats = mux.stats();
-        assert!(stats.high_water <= 32 + 32 + 999, "{}", stats.high_water);
+        // The hot channel's E + C, and one item of each of the 500 odd ids.
+        assert!(stats.high_water <= 32 + 32 + 500, "{}", stats.high_water);
         for id in 1..1_000u64 {
             let chan = stats.channel(id).unwrap();
             assert_eq!(chan.shared_grants, 0, "idle {id} got pool credit");
@@ -832,10 +833,11 @@ fn a10_threads_credit_is_announced_in_batches() {
 }
 
 /// A consumer that asks for everything once and counts what it gets; cancelled from
-/// the test.
+/// the test. A failure is noted (a panic here would be lost on a pool thread).
 struct Counting {
     count: Arc<AtomicU64>,
     subscription: Arc<std::sync::Mutex<Option<Subscription>>>,
+    failed: Arc<AtomicU64>,
 }
 
 impl Subscriber<u64> for Counting {
@@ -846,15 +848,14 @@ impl Subscriber<u64> for Counting {
     fn on_next(&mut self, _item: u64) {
         self.count.fetch_add(1, Ordering::Relaxed);
     }
-    fn on_error(&mut self, error: weir::Error) {
-        panic!("a channel failed: {error}");
+    fn on_error(&mut self, _error: weir::Error) {
+        self.failed.fetch_add(1, Ordering::Relaxed);
     }
     fn on_complete(&mut self) {}
 }
 
-/// Endless channels of the given weights on a mux whose credit never binds (E of
-/// 2^14 announced every 16 items, far above what a lane of 256 frames and the
-/// windows can hold; no pool), each consumed by [`Counting`]: the items each channel sent while
+/// Endless channels of the given weights on a mux with credit to spare (E of 2^14
+/// announced every 16 items, no pool), each consumed by [`Counting`]: the items each channel sent while
 /// `total` more arrived, once all were running (all channels cancelled afterwards).
 fn sent_by_weight(recv_threads: usize, weights: &[u64], total: u64) -> Vec<u64> {
     let (send, recv) = pools(recv_threads);
@@ -867,6 +868,7 @@ fn sent_by_weight(recv_threads: usize, weights: &[u64], total: u64) -> Vec<u64> 
         .unwrap();
     let mut counts = Vec::new();
     let mut subscriptions = Vec::new();
+    let failed = Arc::new(AtomicU64::new(0));
     for (id, &weight) in weights.iter().enumerate() {
         let (sink, source) = mux.channel(id as u64).weight(weight).open().unwrap();
         let count = Arc::new(AtomicU64::new(0));
@@ -875,6 +877,7 @@ fn sent_by_weight(recv_threads: usize, weights: &[u64], total: u64) -> Vec<u64> 
         source.subscribe(Counting {
             count: count.clone(),
             subscription: subscription.clone(),
+            failed: failed.clone(),
         });
         counts.push(count);
         subscriptions.push(subscription);
@@ -910,17 +913,19 @@ fn sent_by_weight(recv_threads: usize, weights: &[u64], total: u64) -> Vec<u64> 
         }
     }
     eventually("every channel closed", || mux.stats().channels.is_empty());
+    assert_eq!(failed.load(Ordering::Relaxed), 0, "a channel failed");
     sent
 }
 
 /// A6 on threads: sixteen equal channels have Jain's index ≥ 0.99, on both receiving
-/// pools; weights 1:2:4 send items 1:2:4 (within 5%) where the receiving side serves
-/// frames in their order (a pool of one thread: each channel's pass runs as its
-/// frames arrive). The worker's round robin weighs only the channels ready at their
-/// turn: when the receiving side is the slower one, a channel's credit comes back
-/// when its consumer runs, and on a pool of two threads, where every pass is a task,
-/// the weighted shares then follow the order of those tasks (measured: 0.91–1.20 of
-/// the share in 5 of 12 runs), which the mux does not choose.
+/// pools; weights 1:2:4 send items 1:2:4 (within 5%) on a receiving pool of one
+/// thread. The worker's round robin weighs only the channels ready at their turn. On
+/// a pool of one thread the channels' passes run in place as their frames arrive, the
+/// receive windows stay empty, the lane is what binds, and every channel is ready at
+/// its turn: the round robin alone sets the shares. On a pool of two, every pass is a
+/// task; when the receiving side is the slower one the windows fill, credit binds,
+/// and each channel sends at the pace its credit comes back, which follows the order
+/// of those tasks (measured: 0.91–1.20 of the share in 5 of 12 runs), not the mux.
 #[test]
 fn a6_threads_equal_channels_share_evenly_and_weights_scale_their_share() {
     for recv_threads in RECEIVE_THREADS {
