@@ -8,6 +8,7 @@ mod virtual_time;
 
 use weir::mux::{ChannelId, Mux};
 use weir::prelude::*;
+use weir::runtime::Scheduler;
 use weir::tck::{TestProbe, TestSubscriber};
 
 /// Channel `id` of `mux` carrying `0..len`, consumed by a probe that asks for
@@ -34,4 +35,31 @@ fn failing_sender(mux: &Mux<u64>, id: ChannelId) -> TestProbe<u64> {
         .subscribe(failing);
     failed.request(100);
     failed
+}
+
+/// A mux of bytes whose lane holds one frame (16 items), a quarter of a channel's
+/// exclusive credit (E 64): the small transport of A11.
+fn one_frame_mux<A, B>(worker: A, receiver: B) -> Mux<u8>
+where
+    A: Scheduler + Clone,
+    B: Scheduler + Clone,
+{
+    Mux::<u8>::builder()
+        .exclusive(64)
+        .shared(64)
+        .quantum(16)
+        .lane(1)
+        .build_local(worker, receiver)
+        .unwrap()
+}
+
+/// The bytes `0..len` (as `u8`) sent over channel `id` of `there` and back over
+/// channel `id` of `back`.
+fn echoed(there: &Mux<u8>, back: &Mux<u8>, id: ChannelId, len: u64) -> impl Publisher<Item = u8> {
+    weir::range(0..len)
+        .map(|x| x as u8)
+        .via(there, id)
+        .unwrap()
+        .via(back, id)
+        .unwrap()
 }

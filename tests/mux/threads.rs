@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use weir::mux::Mux;
 use weir::prelude::*;
 
-use super::{failing_sender, probed};
+use super::{echoed, failing_sender, one_frame_mux, probed};
 use weir::runtime::ThreadPool;
 use weir::tck::TestSubscriber;
 
@@ -28,6 +28,25 @@ fn table_mux(recv_threads: usize) -> Mux<u64> {
         .borrow_cap(32)
         .build_local(send, recv)
         .unwrap()
+}
+
+/// Channels `ids` of `mux` each carry `0..n` into a fold; every sum is checked (a
+/// hang fails after the watchdog).
+fn carry_and_check_sums(mux: &Mux<u64>, ids: std::ops::Range<u64>, n: u64) {
+    let sums: Vec<_> = ids
+        .map(|id| {
+            weir::range(0..n)
+                .via(mux, id)
+                .unwrap()
+                .fold(0u64, |a, x| a + x)
+        })
+        .collect();
+    for mut sum in sums {
+        assert_eq!(
+            sum.wait_timeout(WATCHDOG).expect("hang").unwrap(),
+            n * (n - 1) / 2
+        );
+    }
 }
 
 /// A sending pool of one thread and a receiving pool of `recv_threads`.
@@ -54,21 +73,7 @@ fn a1_threads_one_stalled_consumer_does_not_slow_the_others() {
             .via(&mux, 0)
             .unwrap()
             .subscribe(stalled);
-        let n = 200_000u64;
-        let sums: Vec<_> = (1..8)
-            .map(|id| {
-                weir::range(0..n)
-                    .via(&mux, id)
-                    .unwrap()
-                    .fold(0u64, |a, x| a + x)
-            })
-            .collect();
-        for mut sum in sums {
-            assert_eq!(
-                sum.wait_timeout(WATCHDOG).expect("hang").unwrap(),
-                n * (n - 1) / 2
-            );
-        }
+        carry_and_check_sums(&mux, 1..8, 200_000);
         stalled_probe.await_items(10, WATCHDOG).unwrap();
         let stats = mux.stats();
         let chan = stats.channel(0).unwrap();
@@ -99,33 +104,15 @@ fn a1_threads_one_stalled_consumer_does_not_slow_the_others() {
 fn a11_bidirectional_echo_over_a_one_frame_lane_completes() {
     for recv_threads in RECEIVE_THREADS {
         let (send, recv) = pools(recv_threads);
-        let there = Mux::<u8>::builder()
-            .exclusive(64)
-            .shared(64)
-            .quantum(16)
-            .lane(1)
-            .build_local(send.clone(), recv.clone())
-            .unwrap();
-        let back = Mux::<u8>::builder()
-            .exclusive(64)
-            .shared(64)
-            .quantum(16)
-            .lane(1)
-            .build_local(recv, send)
-            .unwrap();
+        let there = one_frame_mux(send.clone(), recv.clone());
+        let back = one_frame_mux(recv, send);
         let started = Instant::now();
         let mib = 1u64 << 20;
         let echoes: Vec<_> = (0..8u64)
             .map(|id| {
-                weir::range(0..mib)
-                    .map(|x| x as u8)
-                    .via(&there, id)
-                    .unwrap()
-                    .via(&back, id)
-                    .unwrap()
-                    .fold((0u64, true), move |(n, ordered), b| {
-                        (n + 1, ordered && b == n as u8)
-                    })
+                echoed(&there, &back, id, mib).fold((0u64, true), move |(n, ordered), b| {
+                    (n + 1, ordered && b == n as u8)
+                })
             })
             .collect();
         for mut echo in echoes {
@@ -807,20 +794,7 @@ fn a10_threads_credit_is_announced_in_batches() {
     for recv_threads in RECEIVE_THREADS {
         let mux = table_mux(recv_threads);
         let n = 100_000u64;
-        let sums: Vec<_> = (0..8u64)
-            .map(|id| {
-                weir::range(0..n)
-                    .via(&mux, id)
-                    .unwrap()
-                    .fold(0u64, |a, x| a + x)
-            })
-            .collect();
-        for mut sum in sums {
-            assert_eq!(
-                sum.wait_timeout(WATCHDOG).expect("hang").unwrap(),
-                n * (n - 1) / 2
-            );
-        }
+        carry_and_check_sums(&mux, 0..8, n);
         let stats = mux.stats();
         assert!(
             stats.announcements <= 8 * n / 16 + 8,

@@ -23,7 +23,7 @@ fn mux(vt: &VirtualTime) -> Mux<u64> {
         .unwrap()
 }
 
-use super::probed as channel;
+use super::{echoed, one_frame_mux, probed as channel};
 
 fn tick(vt: &VirtualTime) {
     vt.advance(Duration::from_millis(1));
@@ -612,28 +612,14 @@ fn a9_channels_nobody_subscribed_get_no_pool_credit() {
 #[test]
 fn a11_bidirectional_echo_over_a_one_frame_lane_completes() {
     let vt = VirtualTime::new();
-    let one_frame_lane = || {
-        Mux::<u8>::builder()
-            .exclusive(64)
-            .shared(64)
-            .quantum(16)
-            .lane(1)
-            .build_local(vt.clone(), vt.clone())
-            .unwrap()
-    };
-    let (there, back) = (one_frame_lane(), one_frame_lane());
+    let there = one_frame_mux(vt.clone(), vt.clone());
+    let back = one_frame_mux(vt.clone(), vt.clone());
     let len = 64 * 1024u64;
     let echoes: Vec<_> = (0..8u64)
         .map(|id| {
             let subscriber = TestSubscriber::new();
             let probe = subscriber.probe();
-            weir::range(0..len)
-                .map(|x| x as u8)
-                .via(&there, id)
-                .unwrap()
-                .via(&back, id)
-                .unwrap()
-                .subscribe(subscriber);
+            echoed(&there, &back, id, len).subscribe(subscriber);
             probe.request(u64::MAX);
             probe
         })
