@@ -46,6 +46,14 @@ struct SendSide<T> {
     staging: Mutex<Consumer<T>>,
     /// The sink's upstream and its credit.
     sender: Mutex<SendUpstream>,
+    /// Items the worker took since its last report to `sender`'s replenish: the
+    /// worker adds a frame's items here without the lock, and takes the lock only
+    /// once they reach `ask_at`. Only the worker reads or writes it, and whatever
+    /// hands the worker's pass from one thread to the next orders its accesses.
+    taken: AtomicU64,
+    /// The low-water mark of `sender`'s replenish (the 75% rule's limit): below it
+    /// a report could never ask for more.
+    ask_at: u64,
     /// Items staged and not yet counted as the ledger's backlog, and the [`PARKED`]
     /// mark: set while the ledger's backlog for the channel is zero (or the channel
     /// is closed), when the sink must report under the ledger's lock. See the
@@ -58,8 +66,11 @@ struct ReceiveSide<T> {
     /// The receive window's writing end (the demultiplexer).
     window: Mutex<WindowWriter<T>>,
     /// How the sending upstream ended, and after how many items: written once by
-    /// the sink, read by every receiving pass that empties the window.
+    /// the sink, taken by the receiving pass that delivers the last of them.
     end: Mutex<Option<(u64, Result<(), Error>)>>,
+    /// The count of `end`, or [`NO_END`]: read by every receiving pass that empties
+    /// the window, without `end`'s lock (a lock per frame with many channels).
+    end_after: crate::loom::AtomicU64,
     /// The receiving core, for wake-ups. Held strongly (what feeds a subscription
     /// keeps it alive, as for every stage) until the subscription ends.
     source: Mutex<Option<Arc<dyn CoreHandle>>>,
@@ -82,6 +93,10 @@ struct ReceiveSide<T> {
 /// The mark of [`Plumbing::unreported`]: the sink reports its next items under the
 /// ledger's lock.
 const PARKED: u64 = 1 << 63;
+
+/// [`ReceiveSide::end_after`] before the sending upstream ended (a channel never
+/// stages `u64::MAX` items).
+const NO_END: u64 = u64::MAX;
 
 /// The receive window's writing end.
 struct WindowWriter<T> {
@@ -109,6 +124,8 @@ impl<T: Send + 'static> Plumbing<T> {
     ) -> (Arc<Self>, ChannelSink<T>, ChannelSource<T>) {
         let staging = shared.staging;
         let (stage_in, stage_out) = spsc::ring(staging);
+        let replenish = Replenish::new(staging as u64);
+        let ask_at = replenish.limit();
         // A window of at least one slot: the ring needs one; credit bounds its use.
         let (window_in, window_out) = spsc::ring(window.max(1));
         let plumbing = Arc::new(Plumbing {
@@ -119,8 +136,10 @@ impl<T: Send + 'static> Plumbing<T> {
                     upstream: None,
                     cancelled: false,
                     finished: false,
-                    replenish: Replenish::new(staging as u64),
+                    replenish,
                 }),
+                taken: AtomicU64::new(0),
+                ask_at,
                 // A new channel's backlog is zero.
                 unreported: crate::loom::AtomicU64::new(PARKED),
             }),
@@ -130,6 +149,7 @@ impl<T: Send + 'static> Plumbing<T> {
                     closed: false,
                 }),
                 end: Mutex::new(None),
+                end_after: crate::loom::AtomicU64::new(NO_END),
                 source: Mutex::new(None),
                 wake_owed: AtomicBool::new(false),
                 settling: AtomicBool::new(false),
@@ -164,10 +184,22 @@ impl<T> Plumbing<T> {
     }
 
     /// The worker took `n` staged items: ask upstream for more at the 75% mark.
+    ///
+    /// Most frames stay below the mark: their count is added to `taken` without the
+    /// sender's lock (one lock per frame was a measurable part of a turn with many
+    /// channels), and the lock is taken when `taken` reaches it.
     pub(crate) fn took(&self, n: u64) {
+        // Relaxed, and a load and a store rather than a read-modify-write: only the
+        // worker touches `taken` (see the field).
+        let taken = self.send.taken.load(Ordering::Relaxed) + n;
+        if taken < self.send.ask_at {
+            self.send.taken.store(taken, Ordering::Relaxed);
+            return;
+        }
+        self.send.taken.store(0, Ordering::Relaxed);
         let ask = {
             let mut sender = self.sender();
-            match sender.replenish.on_consumed(n) {
+            match sender.replenish.on_consumed(taken) {
                 Some(more) if !sender.cancelled && !sender.finished => {
                     sender.upstream.clone().map(|up| (up, more))
                 }
@@ -259,12 +291,10 @@ impl<T> Plumbing<T> {
 
     /// The sending upstream's end, once it ended: after how many staged items.
     pub(crate) fn end(&self) -> Option<u64> {
-        self.receive
-            .end
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-            .map(|(after, _)| *after)
+        // Acquire: pairs with the Release in `set_end`, so a pass that sees the count
+        // finds the end in `end` when it takes it.
+        let after = self.receive.end_after.load(Ordering::Acquire);
+        (after != NO_END).then_some(after)
     }
 
     /// Take the sending upstream's end (the receiving side signals it).
@@ -281,6 +311,8 @@ impl<T> Plumbing<T> {
         let mut slot = self.receive.end.lock().unwrap_or_else(|p| p.into_inner());
         if slot.is_none() {
             *slot = Some((after, end));
+            // Release: pairs with the Acquire in `end` (see there).
+            self.receive.end_after.store(after, Ordering::Release);
         }
     }
 
@@ -378,16 +410,25 @@ impl<T> Plumbing<T> {
     /// The demultiplexer owes this channel a wake-up: true the first time until its
     /// [`wake_paid`](Self::wake_paid) (the demultiplexer then lists the channel).
     pub(crate) fn owe_wake(&self) -> bool {
-        // Relaxed: only the demultiplexer touches the flag (see the field).
-        !self.receive.wake_owed.swap(true, Ordering::Relaxed)
+        // Relaxed, and a load and a store rather than a swap (a locked instruction):
+        // only the demultiplexer touches the flag (see the field).
+        let owed = self.receive.wake_owed.load(Ordering::Relaxed);
+        if !owed {
+            self.receive.wake_owed.store(true, Ordering::Relaxed);
+        }
+        !owed
     }
 
     /// The demultiplexer is about to wake this channel.
     /// False when no wake-up was owed: the channel's id was listed twice in one batch
     /// (its channel closed and the id opened again meanwhile), and this one is paid.
     pub(crate) fn wake_paid(&self) -> bool {
-        // Relaxed: as in `owe_wake`.
-        self.receive.wake_owed.swap(false, Ordering::Relaxed)
+        // Relaxed, a load and a store: as in `owe_wake`.
+        let owed = self.receive.wake_owed.load(Ordering::Relaxed);
+        if owed {
+            self.receive.wake_owed.store(false, Ordering::Relaxed);
+        }
+        owed
     }
 
     fn source(&self) -> Option<Arc<dyn CoreHandle>> {
