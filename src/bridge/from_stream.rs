@@ -263,6 +263,7 @@ struct StreamEmitter<B: StreamSource> {
 
 impl<B: StreamSource> Emitter for StreamEmitter<B> {
     type Item = B::Item;
+    const USES_WAKER: bool = true;
 
     fn emit<S: Subscriber<B::Item>>(
         &mut self,

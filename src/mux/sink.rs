@@ -12,7 +12,7 @@
 //! channel fails with an error naming the rule, after the items it staged).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 use crate::demand::Replenish;
 use crate::drain::Upstream;
@@ -74,6 +74,11 @@ struct ReceiveSide<T> {
     /// The receiving core, for wake-ups. Held strongly (what feeds a subscription
     /// keeps it alive, as for every stage) until the subscription ends.
     source: Mutex<Option<Arc<dyn CoreHandle>>>,
+    /// The same core, held weakly and set once: what the demultiplexer's in-place
+    /// runs use, without `source`'s lock (a lock per frame with many channels). After
+    /// the subscription ended it may still reach the core, whose passes then do
+    /// nothing.
+    source_ref: OnceLock<Weak<dyn CoreHandle>>,
     /// The demultiplexer owes the receiving side a wake-up at the end of its batch.
     /// Only the demultiplexer reads or writes it, and whatever hands the
     /// demultiplexer from one thread to the next orders its accesses.
@@ -151,6 +156,7 @@ impl<T: Send + 'static> Plumbing<T> {
                 end: Mutex::new(None),
                 end_after: crate::loom::AtomicU64::new(NO_END),
                 source: Mutex::new(None),
+                source_ref: OnceLock::new(),
                 wake_owed: AtomicBool::new(false),
                 settling: AtomicBool::new(false),
                 unsettled: AtomicU64::new(0),
@@ -349,6 +355,10 @@ impl<T> Plumbing<T> {
 
     /// The receiving core started (`Some`) or its subscription ended (`None`).
     pub(crate) fn set_source(&self, source: Option<Arc<dyn CoreHandle>>) {
+        if let Some(core) = &source {
+            // One subscription per channel: set once.
+            let _ = self.receive.source_ref.set(Arc::downgrade(core));
+        }
         *self
             .receive
             .source
@@ -378,7 +388,7 @@ impl<T> Plumbing<T> {
     /// demultiplexer to settle after its batch. Returns the receiving core (its
     /// demand is read when settling).
     pub(crate) fn run_source_in_place(&self) -> Option<Arc<dyn CoreHandle>> {
-        let source = self.source()?;
+        let source = self.receive.source_ref.get()?.upgrade()?;
         // Relaxed: set, read and cleared on this thread only (see the field).
         self.receive.settling.store(true, Ordering::Relaxed);
         source.signal_in_place();

@@ -144,6 +144,11 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
     /// ([`Block`](crate::loom::Block): each on a block of its own; see the file
     /// header's *Layout*).
     type Padding: Default + Send + Sync + 'static;
+    /// True for a stage whose pass polls futures with [`Cx::waker`]. A pass run in
+    /// place ([`CoreHandle::signal_in_place`]) makes a waker only for such a stage (it
+    /// costs two reference-count round trips per pass); any other stage's `Cx` has
+    /// none there, so a stage that uses one without saying so panics, never hangs.
+    const USES_WAKER: bool = false;
 
     /// Where passes run. The default is inline.
     fn drive(&self) -> Drive<'_> {
@@ -512,9 +517,14 @@ where
         }
         if let Drive::Scheduled { on, .. } = self.stage.drive() {
             if on.current_thread_is_sole_worker() {
+                if !G::USES_WAKER {
+                    // `&self` keeps the core alive through the run.
+                    self.run(1, Some((false, None)));
+                    return;
+                }
                 if let Some(core) = self.me.upgrade() {
                     let waker = Waker::from(core);
-                    self.run(1, Some((false, &waker)));
+                    self.run(1, Some((false, Some(&waker))));
                     return;
                 }
             }
@@ -554,11 +564,12 @@ where
     }
 
     /// The owner's loop: passes until no reason is left. `task` is `Some((linger,
-    /// waker))` on a scheduled task.
-    fn run(&self, mut missed: usize, task: Option<(bool, &Waker)>) {
+    /// waker))` on a scheduled task (the waker `None` on a pass run in place for a
+    /// stage that does not use one: see [`Stage::USES_WAKER`]).
+    fn run(&self, mut missed: usize, task: Option<(bool, Option<&Waker>)>) {
         let mut passes = 0u32;
         loop {
-            let pass = self.pass(task.map(|(_, waker)| waker));
+            let pass = self.pass(task.and_then(|(_, waker)| waker));
             if let (Pass::Yield, Some((linger, _))) = (pass, task) {
                 self.reschedule(linger, missed);
                 return;
@@ -733,7 +744,7 @@ where
     fn run(mut self) {
         let core = self.core.take().expect("a task runs once");
         let waker = Waker::from(core.clone());
-        core.run(self.missed, Some((self.linger, &waker)));
+        core.run(self.missed, Some((self.linger, Some(&waker))));
     }
 }
 

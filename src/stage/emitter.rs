@@ -87,6 +87,8 @@ impl Emitted {
 pub(crate) trait Emitter: Send + 'static {
     /// What it emits.
     type Item: Send + 'static;
+    /// It polls futures with `cx.waker()` (see [`Stage::USES_WAKER`]).
+    const USES_WAKER: bool = false;
 
     /// Deliver at most `budget` items to `subscriber` (usually one `on_next_batch` of
     /// `cx.until_cancelled(..)`). With `budget == 0`, only report whether the source
@@ -174,6 +176,7 @@ impl<E: Emitter, D: Driver> Stage for Emitting<E, D> {
     type Item = E::Item;
     type Owned = E;
     type Padding = ();
+    const USES_WAKER: bool = E::USES_WAKER;
 
     fn drive(&self) -> Drive<'_> {
         self.driver.drive()
