@@ -4,36 +4,54 @@
 //!
 //! Every mux is E = 32, S = 128, C = 32 over two pools of one thread each (worker;
 //! receivers), as in `benches/mux.rs`. Eight channels, each `range(0..N)` through
-//! `via` into `fold`, N = 2^17.
+//! `via` into `fold`, N = 2^19.
 //!
 //! * A1, A2, A13, retention: the healthy channels' items/s with one consumer stalled
 //!   (it asked for 10 items and never again), with ⌈S/C⌉ = 4 stalled, and with one
-//!   consumer that panics halfway through, each ÷ the rate of the same healthy
+//!   consumer that panics at item 500, each ÷ the rate of the same healthy
 //!   channels on a mux of their own (their capacity: the troubled ones absent), in
-//!   the same round (7 rounds, alternating order; median and min–max). Targets on
+//!   the same round (11 rounds, alternating order; median and min–max). Targets on
 //!   threads: ≥ 0.90 (A1, A2), ≥ 0.95 (A13). A stalled consumer here holds only the
 //!   10 items it asked for: the mux takes credit only against demand, so stalled
 //!   channels never drain the pool (A2's "pool exhausted" cannot arise), and A1/A2
-//!   measure what idle channels beside the healthy ones cost them.
+//!   measure what idle channels beside the healthy ones cost them. A13's consumer
+//!   fails at once rather than halfway (as the tests' does): until it fails it is a
+//!   busy channel that rightly takes its eighth of the mux, so a failure halfway would
+//!   cap the whole run's retention at 1 / (½ · 8/7 + ½) ≈ 0.93 for a perfect mux.
 //! * A5: a channel whose consumer asked for E + C = 64 items is cancelled as soon as
 //!   the mux has sent them (credit taken; some may be delivered already, and their
 //!   shared units back); from the cancel to the pool whole and the channel closed,
 //!   polled with a yield between polls; 200 samples, median and p99, and the shared
 //!   units held at the cancel (mean). Target: ≤ 1 ms.
+//! * A4, resume: eight channels of [`A4_N`] items each, every consumer checking that
+//!   item `i` is the `i`-th it gets (exactly once, in order) and asking for 256 at a
+//!   time. In the stalled run consumer 0 stops asking at a quarter of its items, and
+//!   [`A4_STALL`] = 2 s later asks again; the time until every channel completed is
+//!   compared with the same run without the stall (which takes about as long as the
+//!   stall, so the healthy channels are still busy when it ends): target ≤ 1.5 × the
+//!   no-stall time + 1 s (3 rounds, alternating order). The stats are checked after
+//!   each run: pool whole, no channel left.
 //! * A11: eight channels echo 1 MiB each over two muxes whose lanes hold one frame
 //!   (E 64, quantum 16); 3 runs. Target: < 10 s.
 
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use weir::mux::Mux;
 use weir::prelude::*;
 use weir::runtime::ThreadPool;
 
-const N: u64 = 1 << 17;
+const N: u64 = 1 << 19;
 const CHANNELS: u64 = 8;
-const ROUNDS: usize = 7;
+const ROUNDS: usize = 11;
 const HANG: Duration = Duration::from_secs(60);
+/// Items per channel in A4 (eight channels take about 2 s on this host).
+const A4_N: u64 = 1 << 23;
+/// How long A4's stalled consumer stops asking.
+const A4_STALL: Duration = Duration::from_secs(2);
+/// What an A4 consumer asks for at a time.
+const A4_BATCH: u64 = 256;
 
 struct Pools {
     send: ThreadPool,
@@ -80,7 +98,7 @@ enum Trouble {
     None,
     /// They ask for 10 items and never again.
     Stall,
-    /// They panic at their 500th item.
+    /// They panic at item 500.
     Panic,
 }
 
@@ -108,7 +126,7 @@ fn healthy_rate(pools: &Pools, troubled: u64, trouble: Trouble) -> f64 {
                 weir::range(0..u64::MAX)
                     .via(&mux, id)
                     .unwrap()
-                    .for_each(|x| assert!(x != N / 2, "consumer fails on purpose")),
+                    .for_each(|x| assert!(x != 500, "consumer fails on purpose")),
             ),
         }
     }
@@ -139,6 +157,115 @@ fn healthy_rate(pools: &Pools, troubled: u64, trouble: Trouble) -> f64 {
             .expect("the panicking channel ended");
     }
     rate
+}
+
+/// An A4 consumer: checks that every item is the next of `0..A4_N`, asks for
+/// [`A4_BATCH`] at a time, and stops asking once it has `stall_at` items until
+/// `resumed` is set (then the resuming thread asks for it). Reports its count and
+/// whether the order held when the channel ends.
+struct InOrder {
+    next: u64,
+    stall_at: u64,
+    parked: Arc<AtomicBool>,
+    resumed: Arc<AtomicBool>,
+    subscription: Arc<Mutex<Option<Subscription>>>,
+    ordered: bool,
+    done: mpsc::Sender<(u64, bool, Result<(), weir::Error>)>,
+}
+
+impl Subscriber<u64> for InOrder {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        subscription.request(A4_BATCH);
+        *self.subscription.lock().unwrap() = Some(subscription);
+    }
+    fn on_next(&mut self, item: u64) {
+        self.ordered &= item == self.next;
+        self.next += 1;
+        if self.next % A4_BATCH != 0 {
+            return;
+        }
+        if self.next == self.stall_at && !self.resumed.load(Ordering::Acquire) {
+            // Release: pairs with the resuming thread's Acquire; it asks from now on.
+            self.parked.store(true, Ordering::Release);
+            return;
+        }
+        if let Some(subscription) = &*self.subscription.lock().unwrap() {
+            subscription.request(A4_BATCH);
+        }
+    }
+    fn on_error(&mut self, error: weir::Error) {
+        let _ = self.done.send((self.next, self.ordered, Err(error)));
+    }
+    fn on_complete(&mut self) {
+        let _ = self.done.send((self.next, self.ordered, Ok(())));
+    }
+}
+
+/// A4: the time until all eight channels delivered [`A4_N`] items each in order, with
+/// consumer 0 stalled for [`A4_STALL`] at a quarter of its items, or without.
+fn resume_time(pools: &Pools, stall: bool) -> Duration {
+    let mux = pools.mux::<u64>();
+    let (done, finished) = mpsc::channel();
+    let parked = Arc::new(AtomicBool::new(false));
+    let resumed = Arc::new(AtomicBool::new(false));
+    let stalled = Arc::new(Mutex::new(None));
+    let start = Instant::now();
+    for id in 0..CHANNELS {
+        let stall_at = if stall && id == 0 { A4_N / 4 } else { u64::MAX };
+        let subscription = if id == 0 {
+            stalled.clone()
+        } else {
+            Arc::new(Mutex::new(None))
+        };
+        weir::range(0..A4_N)
+            .via(&mux, id)
+            .unwrap()
+            .subscribe(InOrder {
+                next: 0,
+                stall_at,
+                parked: parked.clone(),
+                resumed: resumed.clone(),
+                subscription,
+                ordered: true,
+                done: done.clone(),
+            });
+    }
+    drop(done);
+    if stall {
+        let deadline = Instant::now() + HANG;
+        // Acquire: pairs with the consumer's Release when it parks.
+        while !parked.load(Ordering::Acquire) {
+            assert!(
+                Instant::now() < deadline,
+                "consumer 0 never reached its stall"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        std::thread::sleep(A4_STALL);
+        // Release: pairs with the consumer's Acquire (it asks for itself from now on).
+        resumed.store(true, Ordering::Release);
+        if let Some(subscription) = &*stalled.lock().unwrap() {
+            subscription.request(A4_BATCH);
+        }
+    }
+    for _ in 0..CHANNELS {
+        let (count, ordered, end) = finished.recv_timeout(HANG).expect("a channel hung");
+        assert!(end.is_ok(), "a channel failed: {end:?}");
+        assert_eq!(count, A4_N, "every item exactly once");
+        assert!(ordered, "per-channel order");
+    }
+    let elapsed = start.elapsed();
+    // Every channel ended: its credit comes back as it closes.
+    let deadline = Instant::now() + HANG;
+    loop {
+        let stats = mux.stats();
+        if stats.pool_free == 128 && stats.channels.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "credit not conserved: {stats:?}");
+        std::thread::yield_now();
+    }
+    elapsed
 }
 
 /// From a channel's cancel to the pool whole and the channel closed, and the shared
@@ -268,6 +395,27 @@ fn main() {
         sorted[sorted.len() / 2],
         sorted[sorted.len() * 99 / 100],
         sorted[sorted.len() - 1]
+    );
+    let mut resumes = Vec::new();
+    for round in 0..3 {
+        let (plain, stalled) = if round % 2 == 0 {
+            let plain = resume_time(&pools, false);
+            (plain, resume_time(&pools, true))
+        } else {
+            let stalled = resume_time(&pools, true);
+            (resume_time(&pools, false), stalled)
+        };
+        let limit = plain.mul_f64(1.5) + Duration::from_secs(1);
+        resumes.push(format!(
+            "{:.2} s (no stall {:.2} s, limit {:.2} s)",
+            stalled.as_secs_f64(),
+            plain.as_secs_f64(),
+            limit.as_secs_f64()
+        ));
+    }
+    println!(
+        "  A4, all items in order after a 2 s stall of one of 8: {}; target <= 1.5 x no stall + 1 s",
+        resumes.join(" / ")
     );
     let echoes: Vec<f64> = (0..3).map(|_| echo(&pools).as_secs_f64()).collect();
     println!(
