@@ -75,7 +75,9 @@ pub(crate) type MutexGuardOf<'a, T> = std::sync::MutexGuard<'a, T>;
 
 /// A cell whose accesses loom checks for data races in `weir_loom` builds; in normal
 /// builds a zero-cost wrapper around [`std::cell::UnsafeCell`] with loom's closure API
-/// (`with` / `with_mut`), so the same code compiles both ways. Used only by the SPSC
+/// (`with` / `with_mut`), so the same code compiles both ways. The wrapper is
+/// `repr(transparent)`, as std's cell is: a slice of them is laid out as a slice of
+/// their contents (the ring moves runs of slots with one copy). Used only by the SPSC
 /// ring (`queue::spsc`), the crate's one unsafe module.
 #[cfg(weir_loom)]
 pub(crate) use loom::cell::UnsafeCell;
@@ -83,6 +85,7 @@ pub(crate) use loom::cell::UnsafeCell;
 /// See the `weir_loom` definition: std's cell behind loom's closure API.
 #[cfg(not(weir_loom))]
 #[derive(Debug)]
+#[repr(transparent)]
 pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
 
 #[cfg(not(weir_loom))]

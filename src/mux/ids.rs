@@ -125,11 +125,30 @@ impl<V> Known<V> {
     /// entry is removed once after being inserted once, so pruning costs at most two
     /// entry visits per sync, amortized.
     pub(crate) fn sync(&mut self, id: ChannelId, open: &IdMap<Arc<V>>) -> Option<&Arc<V>> {
+        self.sync_found(id, open.get(&id), open)
+    }
+
+    /// [`sync`](Self::sync) for a caller that has looked `id` up in `open` already
+    /// (`found`, from the same lock): one lookup fewer.
+    pub(crate) fn sync_found(
+        &mut self,
+        id: ChannelId,
+        found: Option<&Arc<V>>,
+        open: &IdMap<Arc<V>>,
+    ) -> Option<&Arc<V>> {
+        debug_assert!(
+            match (found, open.get(&id)) {
+                (Some(found), Some(now)) => Arc::ptr_eq(found, now),
+                (None, None) => true,
+                _ => false,
+            },
+            "found is what open holds for the id"
+        );
         if self.map.len() > 2 * open.len() + PRUNE_SLACK {
             self.map
                 .retain(|id, known| open.get(id).is_some_and(|now| Arc::ptr_eq(now, known)));
         }
-        let Some(now) = open.get(&id) else {
+        let Some(now) = found else {
             self.map.remove(&id);
             return None;
         };

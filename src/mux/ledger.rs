@@ -171,6 +171,26 @@ impl Account {
     fn held_shared(&self) -> u64 {
         self.shared_in_flight + self.shared_returning
     }
+
+    /// The subscriber's outstanding demand is `outstanding`: what may still be sent
+    /// is that, less what is buffered ([`UNBOUNDED`] sticks).
+    fn set_demand(&mut self, outstanding: u64) {
+        self.demand = if outstanding == UNBOUNDED {
+            UNBOUNDED
+        } else {
+            outstanding.saturating_sub(self.buffered())
+        };
+    }
+}
+
+/// How buffered items left the mux, for [`Ledger::release`].
+#[derive(Clone, Copy)]
+enum Release {
+    /// Delivered to the subscriber, with its outstanding demand after the delivery
+    /// when it is still subscribed.
+    Delivered(Option<u64>),
+    /// Dropped by the receiving side.
+    Dropped,
 }
 
 /// What [`Ledger::next_send_with`] hands the worker.
@@ -200,8 +220,10 @@ pub(crate) struct Ledger {
     /// ones that returning pool credit can make ready, so a return costs what they
     /// number, not what the mux carries.
     blocked: BTreeSet<ChannelId>,
-    /// When the current fairness window began (the first send).
-    window_start: Option<Instant>,
+    /// When the current fairness window ends: `None` before the first turn, `Some(None)`
+    /// for a window too long to add to the clock (it never ends). An end rather than a
+    /// start, so that each turn compares two instants instead of subtracting them.
+    window_end: Option<Option<Instant>>,
     /// Jain's index of the last complete window.
     fairness: Option<f64>,
     /// The worker found no ready channel at its last look and has not been woken
@@ -227,7 +249,7 @@ impl Ledger {
             sends: 0,
             pool_blocked: 0,
             blocked: BTreeSet::new(),
-            window_start: None,
+            window_end: None,
             fairness: None,
             worker_waiting: true,
         }
@@ -309,11 +331,7 @@ impl Ledger {
         if chan.life != Life::Open {
             return false;
         }
-        chan.demand = if outstanding == UNBOUNDED {
-            UNBOUNDED
-        } else {
-            outstanding.saturating_sub(chan.buffered())
-        };
+        chan.set_demand(outstanding);
         self.make_ready(channel, now)
     }
 
@@ -328,20 +346,19 @@ impl Ledger {
         outstanding: u64,
         now: Instant,
     ) -> bool {
-        let wake = self.release(channel, n, now, false);
-        wake | self.demand(channel, outstanding, now)
+        self.release(channel, n, now, Release::Delivered(Some(outstanding)))
     }
 
     /// `n` items of `channel` were delivered to its subscriber, which is going away:
     /// their credit comes back (its demand no longer matters).
     pub(crate) fn delivered(&mut self, channel: ChannelId, n: u64, now: Instant) -> bool {
-        self.release(channel, n, now, false)
+        self.release(channel, n, now, Release::Delivered(None))
     }
 
     /// `n` items of `channel` were dropped by the receiving side (the channel was
     /// cancelled or failed): their credit comes back as for delivered items.
     pub(crate) fn dropped(&mut self, channel: ChannelId, n: u64, now: Instant) -> bool {
-        self.release(channel, n, now, true)
+        self.release(channel, n, now, Release::Dropped)
     }
 
     /// Buffered items of `channel` (sent, not yet delivered or dropped); `None` once
@@ -350,19 +367,30 @@ impl Ledger {
         self.channels.get(&channel).map(Account::buffered)
     }
 
-    fn release(&mut self, channel: ChannelId, n: u64, now: Instant, dropped: bool) -> bool {
+    /// `n` buffered items of `channel` left the mux (`how`); with the subscriber's
+    /// demand after a delivery, the channel's demand is updated too, so that one
+    /// look decides whether it is ready.
+    fn release(&mut self, channel: ChannelId, n: u64, now: Instant, how: Release) -> bool {
         let config = self.config;
         let Some(chan) = self.channels.get_mut(&channel) else {
             return false;
         };
         debug_assert!(n <= chan.buffered(), "delivered more than was sent");
         let n = n.min(chan.buffered());
+        let outstanding = match how {
+            Release::Delivered(outstanding) => outstanding.filter(|_| chan.life == Life::Open),
+            Release::Dropped => None,
+        };
         if n == 0 {
-            return false;
+            let Some(outstanding) = outstanding else {
+                return false;
+            };
+            chan.set_demand(outstanding);
+            return self.make_ready(channel, now);
         }
         self.buffered_total -= n;
         chan.last_delivery = now;
-        if dropped {
+        if matches!(how, Release::Dropped) {
             chan.dropped += n;
         } else {
             chan.delivered += n;
@@ -387,6 +415,9 @@ impl Ledger {
             chan.exclusive_free += std::mem::take(&mut chan.unannounced);
             chan.announcements += 1;
             self.announcements += 1;
+        }
+        if let Some(outstanding) = outstanding {
+            chan.set_demand(outstanding);
         }
         // Freed pool credit may make any channel ready, not only this one.
         let mut wake = self.make_ready(channel, now);
@@ -568,9 +599,13 @@ impl Ledger {
     /// items each channel that wanted to send got, per unit of weight. The next window
     /// starts with the channels that want to send now.
     fn roll_window(&mut self, now: Instant) {
-        let start = *self.window_start.get_or_insert(now);
-        if now.saturating_duration_since(start) < self.config.fairness_window {
-            return;
+        let window = self.config.fairness_window;
+        let end = *self
+            .window_end
+            .get_or_insert_with(|| now.checked_add(window));
+        match end {
+            Some(end) if now >= end => {}
+            _ => return,
         }
         let shares = self
             .channels
@@ -582,7 +617,7 @@ impl Ledger {
             chan.window_sent = 0;
             chan.window_seen = chan.queued || chan.blocked_since.is_some();
         }
-        self.window_start = Some(now);
+        self.window_end = Some(now.checked_add(window));
     }
 
     /// Pool credit came back: channels waiting only for it may be ready now.

@@ -186,7 +186,7 @@ impl<T> Plumbing<T> {
         // Refresh the cached tail: the sink published these before it counted them
         // as backlog.
         let _staged = staging.available();
-        items.extend(staging.pop_batch(n));
+        staging.pop_into(n, items);
     }
 
     /// The worker took `n` staged items: ask upstream for more at the 75% mark.
@@ -338,7 +338,7 @@ impl<T> Plumbing<T> {
             debug_assert!(false, "credit reserved a slot for every item");
             return Err(());
         }
-        let written = inlet.items.push_iter(&mut items.drain(..));
+        let written = inlet.items.push_from(items);
         debug_assert_eq!(items.len(), 0, "{written} written, all fit");
         Ok(())
     }

@@ -21,6 +21,7 @@
 //! scheduler shut down), the mux is broken: every receiving channel ends with an
 //! error once it delivered what it had, and every sending upstream is cancelled.
 
+use std::cell::Cell;
 use std::sync::{Arc, Weak};
 
 use crate::queue::spsc::Consumer;
@@ -190,12 +191,25 @@ impl<T: Send + 'static> Stage for Worker<T> {
                 } else {
                     let state = &mut *state;
                     let plumbing = &state.plumbing;
-                    let fold = |id| plumbing.get(&id).map_or(0, |p| p.fold());
-                    let park = |id| plumbing.get(&id).map_or(0, |p| p.park());
+                    // The last channel folded is the one whose turn it is (the ledger
+                    // folds a channel as it takes it from the ready set): its lookup
+                    // serves `park` and the sync below.
+                    let last = Cell::new(None);
+                    let find = |id| match last.get() {
+                        Some((seen, found)) if seen == id => found,
+                        _ => {
+                            let found = plumbing.get(&id);
+                            last.set(Some((id, found)));
+                            found
+                        }
+                    };
+                    let fold = |id| find(id).map_or(0, |p| p.fold());
+                    let park = |id| find(id).map_or(0, |p| p.park());
                     match state.ledger.next_send_with(now, fold, park) {
                         Some(send) => {
                             let channel = send.channel;
-                            Next::Send(send, owned.known.sync(channel, plumbing))
+                            let found = find(channel);
+                            Next::Send(send, owned.known.sync_found(channel, found, plumbing))
                         }
                         None => Next::Nothing,
                     }

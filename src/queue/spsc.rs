@@ -76,6 +76,82 @@ impl<T> Ring<T> {
     fn capacity(&self) -> usize {
         self.slots.len()
     }
+
+    /// The first slot's contents, as a pointer valid for all `capacity` slots: both
+    /// cells and `MaybeUninit` are `repr(transparent)`, so the slots are laid out as
+    /// `[T]`, and the pointer comes from the whole slice (it may reach every slot).
+    /// Writing through it is allowed because every byte is inside a cell. What may be
+    /// read or written, and when, is the index protocol's to say (module docs).
+    #[cfg(not(weir_loom))]
+    #[inline(always)]
+    fn slots_ptr(&self) -> *mut T {
+        self.slots.as_ptr().cast::<T>().cast_mut()
+    }
+
+    /// Write `item` into slot `index` without a bounds check (a loom build checks).
+    ///
+    /// # Safety
+    ///
+    /// `index < capacity`, and the index protocol gives the slot to the producer: the
+    /// consumer has moved out of it and will not read it before a tail past it is
+    /// published. The old contents (moved out) are not dropped.
+    #[inline(always)]
+    unsafe fn put(&self, index: usize, item: T) {
+        debug_assert!(
+            index < self.capacity(),
+            "slot {index} of {}",
+            self.capacity()
+        );
+        #[cfg(not(weir_loom))]
+        // SAFETY: `index` is a slot (the caller's promise), so the pointer is in the
+        // slice `slots_ptr` reaches; the slot is the producer's to write.
+        unsafe {
+            self.slots_ptr().add(index).write(item);
+        }
+        #[cfg(weir_loom)]
+        self.slots[index].with_mut(|slot| {
+            // SAFETY: the slot is the producer's to write (the caller's promise).
+            unsafe { (*slot).write(item) };
+        });
+    }
+
+    /// Move the item out of slot `index` without a bounds check (a loom build checks).
+    ///
+    /// # Safety
+    ///
+    /// `index < capacity`, the slot holds an initialised item whose publication the
+    /// consumer has Acquired, and the consumer's head moves past it before anything
+    /// reads the slot again (so it is moved out once).
+    #[inline(always)]
+    unsafe fn take(&self, index: usize) -> T {
+        debug_assert!(
+            index < self.capacity(),
+            "slot {index} of {}",
+            self.capacity()
+        );
+        #[cfg(not(weir_loom))]
+        // SAFETY: `index` is a slot (the caller's promise), so the pointer is in the
+        // slice `slots_ptr` reaches; the item is initialised, visible and read once.
+        unsafe {
+            self.slots_ptr().add(index).read()
+        }
+        #[cfg(weir_loom)]
+        self.slots[index].with(|slot| {
+            // SAFETY: the item is initialised, visible and read once (the caller's
+            // promise).
+            unsafe { (*slot).assume_init_read() }
+        })
+    }
+}
+
+/// The one or two runs of contiguous slots that positions `from .. from + n` occupy
+/// in a ring of `capacity` slots: `(slot of the first, length of the first run)`; the
+/// second run, `n` less the first's length, starts at slot 0.
+#[cfg(not(weir_loom))]
+#[inline(always)]
+fn runs(from: usize, n: usize, capacity: usize) -> (usize, usize) {
+    let index = from % capacity;
+    (index, n.min(capacity - index))
 }
 
 impl<T> Drop for Ring<T> {
@@ -210,7 +286,7 @@ impl<T> Producer<T> {
             tail: &mut self.tail,
             written: 0,
         };
-        loop {
+        'runs: loop {
             if free == 0 {
                 // Acquire: as in `free`.
                 self.cached_head = self.ring.head.load(Ordering::Acquire);
@@ -220,20 +296,23 @@ impl<T> Producer<T> {
                     break;
                 }
             }
-            let Some(item) = items.next() else {
-                break;
-            };
-            self.ring.slots[index].with_mut(|slot| {
+            // The free slots from `index` on, up to the wrap: the loop below checks
+            // nothing else per item (no bounds check, no wrap check).
+            let run = free.min(capacity - index);
+            for _ in 0..run {
+                let Some(item) = items.next() else {
+                    break 'runs;
+                };
                 // SAFETY: position `tail + written` is in `[head + capacity - free,
                 // head + capacity)` for the head we last read: the consumer has
                 // finished with (moved out of) this slot, Acquire-ordered in `free`,
-                // and will not read it until we publish a tail past it. Writing a
-                // `MaybeUninit` never drops the old (moved-out) contents.
-                unsafe { (*slot).write(item) };
-            });
-            advance.written += 1;
-            free -= 1;
-            index += 1;
+                // and will not read it until we publish a tail past it. `index` is a
+                // slot: the run stops at the last one.
+                unsafe { self.ring.put(index, item) };
+                advance.written += 1;
+                index += 1;
+            }
+            free -= run;
             if index == capacity {
                 index = 0;
             }
@@ -264,6 +343,48 @@ impl<T> Producer<T> {
     pub(crate) fn push_iter<I: Iterator<Item = T>>(&mut self, items: &mut I) -> usize {
         let n = self.write(items);
         self.publish();
+        n
+    }
+
+    /// Move as many items from the front of `items` into the ring as fit and publish
+    /// them; returns how many (the rest stay in `items`, in order). The same as
+    /// `push_iter(&mut items.drain(..n))`, with one copy per run of slots instead of
+    /// a loop per item.
+    #[inline]
+    pub(crate) fn push_from(&mut self, items: &mut Vec<T>) -> usize {
+        let n = self.free().min(items.len());
+        if n == 0 {
+            return 0;
+        }
+        #[cfg(weir_loom)]
+        {
+            let pushed = self.push_iter(&mut items.drain(..n));
+            debug_assert_eq!(pushed, n, "free slots take the items");
+        }
+        #[cfg(not(weir_loom))]
+        {
+            let (index, first) = runs(self.tail, n, self.capacity());
+            let slots = self.ring.slots_ptr();
+            let rest = items.len() - n;
+            let source = items.as_mut_ptr();
+            // SAFETY: positions `tail .. tail + n` are free slots (`n <= free()`, whose
+            // head was Acquired): the consumer has moved out of them and will not read
+            // them before the Release in `publish` below, so we may overwrite them
+            // (the old contents were moved out; nothing is dropped). The two runs lie
+            // inside the slots (`runs`), and `source` is another allocation holding
+            // `items.len() >= n` initialised items. The first `n` are moved out
+            // bitwise and forgotten by `items` (its length is set to the `rest` moved
+            // down to the front), so each item is owned exactly once; nothing between
+            // the copies and `set_len` can panic.
+            unsafe {
+                std::ptr::copy_nonoverlapping(source, slots.add(index), first);
+                std::ptr::copy_nonoverlapping(source.add(first), slots, n - first);
+                std::ptr::copy(source.add(n), source, rest);
+                items.set_len(rest);
+            }
+            self.tail = self.tail.wrapping_add(n);
+            self.publish();
+        }
         n
     }
 
@@ -374,11 +495,53 @@ impl<T> Consumer<T> {
         // instead of dropped leaks its unread items rather than leaving them to be
         // read a second time.
         self.head = self.head.wrapping_add(remaining);
+        let run = remaining.min(self.capacity() - index);
         PopBatch {
             consumer: self,
             index,
-            remaining,
+            run,
+            after: remaining - run,
         }
+    }
+
+    /// Move up to `max` of the items found by the last [`available`](Self::available)
+    /// to the end of `out`, oldest first, and publish the new head; returns how many.
+    /// The same as `out.extend(self.pop_batch(n))`, with one copy per run of slots
+    /// instead of a loop per item.
+    #[inline]
+    pub(crate) fn pop_into(&mut self, max: usize, out: &mut Vec<T>) -> usize {
+        let n = self.cached().min(max);
+        if n == 0 {
+            return 0;
+        }
+        #[cfg(weir_loom)]
+        out.extend(self.pop_batch(n));
+        #[cfg(not(weir_loom))]
+        {
+            out.reserve(n);
+            let (index, first) = runs(self.head, n, self.capacity());
+            let slots = self.ring.slots_ptr();
+            let len = out.len();
+            // SAFETY: positions `head .. head + n` are below `cached_tail`, a tail
+            // Acquired in `available`: their items are initialised and visible, and
+            // the producer will not write those slots before the Release of a head
+            // past them below. The two runs lie inside the slots (`runs`); `out` has
+            // room for `n` more (reserved) in another allocation. The items are moved
+            // out bitwise, and the head moves past them before anything reads the
+            // ring again, so each is owned exactly once (by `out`); nothing between
+            // the copies and `set_len` can panic.
+            unsafe {
+                let target = out.as_mut_ptr().add(len);
+                std::ptr::copy_nonoverlapping(slots.add(index), target, first);
+                std::ptr::copy_nonoverlapping(slots, target.add(first), n - first);
+                out.set_len(len + n);
+            }
+            self.head = self.head.wrapping_add(n);
+            // Release: pairs with the producer's Acquire load of `head` in `free`; our
+            // reads of the slots happen before it may overwrite them.
+            self.ring.head.store(self.head, Ordering::Release);
+        }
+        n
     }
 
     /// A copy of the oldest item, if any, without taking it (re-reads the tail when the
@@ -446,14 +609,17 @@ pub(crate) struct PopBatch<'a, T> {
     consumer: &'a mut Consumer<T>,
     /// Slot of the next item.
     index: usize,
-    /// Items of the batch not yet read.
-    remaining: usize,
+    /// Unread items in contiguous slots from `index` on. The loop counts these down
+    /// and checks nothing else per item: no bounds check, no wrap check.
+    run: usize,
+    /// Unread items after the run, from slot 0 (the batch wrapped).
+    after: usize,
 }
 
 impl<T> std::fmt::Debug for PopBatch<'_, T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PopBatch")
-            .field("remaining", &self.remaining)
+            .field("remaining", &(self.run + self.after))
             .finish_non_exhaustive()
     }
 }
@@ -463,29 +629,31 @@ impl<T> Iterator for PopBatch<'_, T> {
 
     #[inline]
     fn next(&mut self) -> Option<T> {
-        if self.remaining == 0 {
-            return None;
-        }
-        let item = self.consumer.ring.slots[self.index].with(|slot| {
-            // SAFETY: the unread items are the `remaining` positions before
-            // `consumer.head`, which is at most `cached_tail`, a tail Acquired in
-            // `available`: the item is initialised and visible, and the producer will
-            // not write the slot until our Release of a head past it. Moving it out once
-            // is sound because `pop_batch` already moved `head` past the batch and
-            // `remaining` counts down, so no position is read twice.
-            unsafe { (*slot).assume_init_read() }
-        });
-        self.remaining -= 1;
-        self.index += 1;
-        if self.index == self.consumer.ring.capacity() {
+        if self.run == 0 {
+            if self.after == 0 {
+                return None;
+            }
             self.index = 0;
+            self.run = std::mem::take(&mut self.after);
         }
+        // SAFETY: the unread items are the `run + after` positions before
+        // `consumer.head`, which is at most `cached_tail`, a tail Acquired in
+        // `available`: the item is initialised and visible, and the producer will not
+        // write the slot until our Release of a head past it. `index + run` never
+        // passes the last slot (`pop_batch` split the batch at the wrap), so `index`
+        // is a slot. Moving the item out once is sound because `pop_batch` already
+        // moved `head` past the batch and `run` counts down, so no position is read
+        // twice.
+        let item = unsafe { self.consumer.ring.take(self.index) };
+        self.run -= 1;
+        self.index += 1;
         Some(item)
     }
 
     #[inline]
     fn size_hint(&self) -> (usize, Option<usize>) {
-        (self.remaining, Some(self.remaining))
+        let remaining = self.run + self.after;
+        (remaining, Some(remaining))
     }
 }
 
@@ -546,6 +714,60 @@ mod tests {
             seen.push(item);
         }
         assert_eq!(seen, (0..next).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn runs_of_slots_move_in_order_across_the_wrap() {
+        // Every split of a run by the wrap, every partial fit, in a ring of 5.
+        let (mut tx, mut rx) = ring::<u32>(5);
+        let mut next = 0u32;
+        let mut pending: Vec<u32> = Vec::new();
+        let mut seen = Vec::new();
+        for round in 0..200usize {
+            pending.extend(next..next + (round % 7) as u32);
+            next += (round % 7) as u32;
+            let before = pending.len();
+            let free = tx.free();
+            let pushed = tx.push_from(&mut pending);
+            assert_eq!(pushed, free.min(before), "as many as fit");
+            assert_eq!(pending.len(), before - pushed, "the rest stay");
+            let n = rx.available();
+            let max = round % 4 + 1;
+            let popped = rx.pop_into(max, &mut seen);
+            assert_eq!(popped, n.min(max));
+        }
+        while !pending.is_empty() || rx.available() > 0 {
+            tx.push_from(&mut pending);
+            rx.available();
+            rx.pop_into(usize::MAX, &mut seen);
+        }
+        assert!(pending.is_empty());
+        assert_eq!(seen, (0..next).collect::<Vec<_>>(), "each once, in order");
+    }
+
+    #[test]
+    fn moved_runs_are_owned_once() {
+        let drops = Arc::new(AtomicUsize::new(0));
+        let (mut tx, mut rx) = ring::<Tracked>(4);
+        let mut items: Vec<Tracked> = (0..6).map(|i| Tracked(i, drops.clone())).collect();
+        assert_eq!(tx.push_from(&mut items), 4);
+        assert_eq!(items.iter().map(|t| t.0).collect::<Vec<_>>(), vec![4, 5]);
+        assert_eq!(drops.load(Ordering::Relaxed), 0, "moved, not dropped");
+        let mut out = Vec::new();
+        assert_eq!(rx.available(), 4);
+        assert_eq!(rx.pop_into(3, &mut out), 3);
+        assert_eq!(tx.push_from(&mut items), 2, "wraps into the freed slots");
+        assert!(items.is_empty());
+        assert_eq!(rx.available(), 3);
+        assert_eq!(rx.pop_into(2, &mut out), 2);
+        assert_eq!(
+            out.iter().map(|t| t.0).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3, 4]
+        );
+        drop(out);
+        assert_eq!(drops.load(Ordering::Relaxed), 5);
+        drop((tx, rx));
+        assert_eq!(drops.load(Ordering::Relaxed), 6, "the one left in the ring");
     }
 
     #[test]
