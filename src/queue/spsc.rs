@@ -338,7 +338,10 @@ impl<T> Producer<T> {
         }
     }
 
-    /// Write and publish as many items from `items` as fit; returns how many.
+    /// Write and publish as many items from `items` as fit; returns how many. (The
+    /// crate writes with `write` + `publish`, or moves a `Vec`'s items with
+    /// `push_from`; the tests and loom builds use this form.)
+    #[cfg(any(test, weir_loom))]
     #[inline]
     pub(crate) fn push_iter<I: Iterator<Item = T>>(&mut self, items: &mut I) -> usize {
         let n = self.write(items);
@@ -393,8 +396,12 @@ impl<T> Producer<T> {
         if self.free() == 0 {
             return Err(item);
         }
-        let pushed = self.push_iter(&mut std::iter::once(item));
-        debug_assert_eq!(pushed, 1, "a free slot takes the item");
+        // SAFETY: `free() > 0`, whose head was Acquired: the slot of position `tail`
+        // is free (the consumer moved out of it and will not read it before the
+        // Release in `publish` below), and `tail % capacity` is a slot.
+        unsafe { self.ring.put(self.tail % self.capacity(), item) };
+        self.tail = self.tail.wrapping_add(1);
+        self.publish();
         Ok(())
     }
 }
