@@ -88,6 +88,17 @@ impl<T> Ring<T> {
         self.slots.as_ptr().cast::<T>().cast_mut()
     }
 
+    /// In debug builds, panic unless `index` is a slot (`put` and `take` do not
+    /// check it otherwise).
+    #[inline(always)]
+    fn debug_check(&self, index: usize) {
+        debug_assert!(
+            index < self.capacity(),
+            "slot {index} of {}",
+            self.capacity()
+        );
+    }
+
     /// Write `item` into slot `index` without a bounds check (a loom build checks).
     ///
     /// # Safety
@@ -97,11 +108,7 @@ impl<T> Ring<T> {
     /// published. The old contents (moved out) are not dropped.
     #[inline(always)]
     unsafe fn put(&self, index: usize, item: T) {
-        debug_assert!(
-            index < self.capacity(),
-            "slot {index} of {}",
-            self.capacity()
-        );
+        self.debug_check(index);
         #[cfg(not(weir_loom))]
         // SAFETY: `index` is a slot (the caller's promise), so the pointer is in the
         // slice `slots_ptr` reaches; the slot is the producer's to write.
@@ -124,11 +131,7 @@ impl<T> Ring<T> {
     /// reads the slot again (so it is moved out once).
     #[inline(always)]
     unsafe fn take(&self, index: usize) -> T {
-        debug_assert!(
-            index < self.capacity(),
-            "slot {index} of {}",
-            self.capacity()
-        );
+        self.debug_check(index);
         #[cfg(not(weir_loom))]
         // SAFETY: `index` is a slot (the caller's promise), so the pointer is in the
         // slice `slots_ptr` reaches; the item is initialised, visible and read once.
