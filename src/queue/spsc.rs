@@ -5,8 +5,12 @@
 //!
 //! `capacity` slots and two monotonically increasing positions (wrapping `usize`):
 //! `tail`, the next position the producer writes, and `head`, the next position the
-//! consumer reads. Slot `p % capacity` holds the item of position `p`; the ring holds
-//! `tail - head` items, never more than `capacity`. Each position is written by one
+//! consumer reads. The ring holds `tail - head` items, never more than `capacity`, in
+//! consecutive slots (wrapping at the end of the slots). Each handle keeps the *slot*
+//! of its position beside the position, advanced with it: the slot is not derived as
+//! `position % capacity`, which would go wrong where the positions wrap at
+//! `usize::MAX` (a capacity that is not a power of two does not divide 2^64, nor 2^32
+//! on a 32-bit target, where a busy ring gets there). Each position is written by one
 //! side only, and each side keeps its own position in its handle plus a *cached* copy
 //! of the other side's:
 //!
@@ -59,8 +63,11 @@ struct Ring<T> {
     head: Padded<AtomicUsize>,
     /// Next position the producer writes; written by the producer only.
     tail: Padded<AtomicUsize>,
-    /// `capacity` slots; slot `p % capacity` holds position `p` while `head <= p < tail`.
+    /// `capacity` slots: the `tail - head` items from the consumer's head slot on.
     slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    /// The consumer's head slot, stored by its `Drop` for the ring's own (positions
+    /// alone do not give slots: see the module docs).
+    final_head_slot: AtomicUsize,
 }
 
 // SAFETY: the ring moves `T`s from the producer's thread to the consumer's, which needs
@@ -147,14 +154,25 @@ impl<T> Ring<T> {
     }
 }
 
-/// The one or two runs of contiguous slots that positions `from .. from + n` occupy
-/// in a ring of `capacity` slots: `(slot of the first, length of the first run)`; the
+/// The length of the first of the one or two runs of contiguous slots that `n`
+/// consecutive items from slot `from` occupy in a ring of `capacity` slots; the
 /// second run, `n` less the first's length, starts at slot 0.
 #[cfg(not(weir_loom))]
 #[inline(always)]
-fn runs(from: usize, n: usize, capacity: usize) -> (usize, usize) {
-    let index = from % capacity;
-    (index, n.min(capacity - index))
+fn first_run(from: usize, n: usize, capacity: usize) -> usize {
+    n.min(capacity - from)
+}
+
+/// The slot `n <= capacity` slots after slot `from` (no division).
+#[inline(always)]
+fn slot_after(from: usize, n: usize, capacity: usize) -> usize {
+    debug_assert!(from < capacity && n <= capacity);
+    let slot = from + n;
+    if slot >= capacity {
+        slot - capacity
+    } else {
+        slot
+    }
 }
 
 impl<T> Drop for Ring<T> {
@@ -164,9 +182,11 @@ impl<T> Drop for Ring<T> {
         // handles are gone by now; the Arc's own synchronisation orders this too.)
         let mut position = self.head.load(Ordering::Acquire);
         let tail = self.tail.load(Ordering::Acquire);
+        // Relaxed: stored before the consumer's Release of `head`, Acquired above.
+        let mut index = self.final_head_slot.load(Ordering::Relaxed);
         let capacity = self.capacity();
         while position != tail {
-            let item = self.slots[position % capacity].with_mut(|slot| {
+            let item = self.slots[index].with_mut(|slot| {
                 // SAFETY: `head <= position < tail`: the slot holds an initialised item
                 // that no consumer read (the consumer's `Drop` published its own head,
                 // which is past every item it took, also those of a leaked batch);
@@ -175,6 +195,7 @@ impl<T> Drop for Ring<T> {
                 unsafe { (*slot).assume_init_read() }
             });
             position = position.wrapping_add(1);
+            index = slot_after(index, 1, capacity);
             drop_contained(item);
         }
     }
@@ -204,17 +225,20 @@ pub(crate) fn ring<T>(capacity: usize) -> (Producer<T>, Consumer<T>) {
         head: Padded::new(AtomicUsize::new(0)),
         tail: Padded::new(AtomicUsize::new(0)),
         slots,
+        final_head_slot: AtomicUsize::new(0),
     });
     (
         Producer {
             ring: ring.clone(),
             tail: 0,
+            tail_slot: 0,
             published: 0,
             cached_head: 0,
         },
         Consumer {
             ring,
             head: 0,
+            head_slot: 0,
             cached_tail: 0,
         },
     )
@@ -225,6 +249,8 @@ pub(crate) struct Producer<T> {
     ring: Arc<Ring<T>>,
     /// Next position to write (ahead of `published` while a batch is being written).
     tail: usize,
+    /// The slot of `tail`.
+    tail_slot: usize,
     /// The tail the consumer can see.
     published: usize,
     /// The consumer's head as last read; never ahead of the real one.
@@ -280,13 +306,15 @@ impl<T> Producer<T> {
     pub(crate) fn write<I: Iterator<Item = T>>(&mut self, items: &mut I) -> usize {
         let capacity = self.capacity();
         let mut free = self.free();
-        let mut index = self.tail % capacity;
+        let mut index = self.tail_slot;
         // The loop counts in a local that `Advance` adds to `tail` when it goes out of
         // scope, also when `items` panics: `tail` stays exact (the items written so far
         // are published by `publish` or `Drop`) without a store per item, which the
         // compiler would have to keep because the iterator's code may unwind.
         let mut advance = Advance {
             tail: &mut self.tail,
+            tail_slot: &mut self.tail_slot,
+            capacity,
             written: 0,
         };
         'runs: loop {
@@ -369,7 +397,8 @@ impl<T> Producer<T> {
         }
         #[cfg(not(weir_loom))]
         {
-            let (index, first) = runs(self.tail, n, self.capacity());
+            let index = self.tail_slot;
+            let first = first_run(index, n, self.capacity());
             let slots = self.ring.slots_ptr();
             let rest = items.len() - n;
             let source = items.as_mut_ptr();
@@ -377,7 +406,7 @@ impl<T> Producer<T> {
             // head was Acquired): the consumer has moved out of them and will not read
             // them before the Release in `publish` below, so we may overwrite them
             // (the old contents were moved out; nothing is dropped). The two runs lie
-            // inside the slots (`runs`), and `source` is another allocation holding
+            // inside the slots (`first_run`), and `source` is another allocation holding
             // `items.len() >= n` initialised items. The first `n` are moved out
             // bitwise and forgotten by `items` (its length is set to the `rest` moved
             // down to the front), so each item is owned exactly once; nothing between
@@ -389,6 +418,7 @@ impl<T> Producer<T> {
                 items.set_len(rest);
             }
             self.tail = self.tail.wrapping_add(n);
+            self.tail_slot = slot_after(index, n, self.capacity());
             self.publish();
         }
         n
@@ -401,18 +431,21 @@ impl<T> Producer<T> {
         }
         // SAFETY: `free() > 0`, whose head was Acquired: the slot of position `tail`
         // is free (the consumer moved out of it and will not read it before the
-        // Release in `publish` below), and `tail % capacity` is a slot.
-        unsafe { self.ring.put(self.tail % self.capacity(), item) };
+        // Release in `publish` below), and `tail_slot` is its slot.
+        unsafe { self.ring.put(self.tail_slot, item) };
         self.tail = self.tail.wrapping_add(1);
+        self.tail_slot = slot_after(self.tail_slot, 1, self.capacity());
         self.publish();
         Ok(())
     }
 }
 
-/// Adds what [`Producer::write`] wrote to the producer's `tail` when dropped
-/// (Rust's `Vec` does the same for its length while it extends).
+/// Adds what [`Producer::write`] wrote to the producer's `tail` (and its slot) when
+/// dropped (Rust's `Vec` does the same for its length while it extends).
 struct Advance<'a> {
     tail: &'a mut usize,
+    tail_slot: &'a mut usize,
+    capacity: usize,
     written: usize,
 }
 
@@ -420,6 +453,7 @@ impl Drop for Advance<'_> {
     #[inline]
     fn drop(&mut self) {
         *self.tail = self.tail.wrapping_add(self.written);
+        *self.tail_slot = slot_after(*self.tail_slot, self.written, self.capacity);
     }
 }
 
@@ -435,6 +469,8 @@ pub(crate) struct Consumer<T> {
     ring: Arc<Ring<T>>,
     /// Next position to read.
     head: usize,
+    /// The slot of `head`.
+    head_slot: usize,
     /// The producer's tail as last read; never ahead of the real one.
     cached_tail: usize,
 }
@@ -453,7 +489,11 @@ impl<T> Drop for Consumer<T> {
         // A batch leaked with `mem::forget` moved `head` past its items but never
         // published it; publish it now, or the ring's own clean-up would read those
         // positions again. Release: pairs with the Acquire load in `Ring::drop` (and
-        // with the producer's in `free`, as in `PopBatch::drop`).
+        // with the producer's in `free`, as in `PopBatch::drop`). The head's slot goes
+        // first (Relaxed: this Release publishes it too).
+        self.ring
+            .final_head_slot
+            .store(self.head_slot, Ordering::Relaxed);
         self.ring.head.store(self.head, Ordering::Release);
     }
 }
@@ -498,13 +538,14 @@ impl<T> Consumer<T> {
     #[inline]
     pub(crate) fn pop_batch(&mut self, max: usize) -> PopBatch<'_, T> {
         let remaining = self.cached().min(max);
-        let index = self.head % self.capacity();
+        let index = self.head_slot;
         // The head moves past the whole batch now, not item by item as it is read: the
         // loop then writes no memory of its own (a store per item that the compiler
         // must keep, because the slot reads may alias it), and a batch that is leaked
         // instead of dropped leaks its unread items rather than leaving them to be
         // read a second time.
         self.head = self.head.wrapping_add(remaining);
+        self.head_slot = slot_after(index, remaining, self.capacity());
         let run = remaining.min(self.capacity() - index);
         PopBatch {
             consumer: self,
@@ -529,13 +570,14 @@ impl<T> Consumer<T> {
         #[cfg(not(weir_loom))]
         {
             out.reserve(n);
-            let (index, first) = runs(self.head, n, self.capacity());
+            let index = self.head_slot;
+            let first = first_run(index, n, self.capacity());
             let slots = self.ring.slots_ptr();
             let len = out.len();
             // SAFETY: positions `head .. head + n` are below `cached_tail`, a tail
             // Acquired in `available`: their items are initialised and visible, and
             // the producer will not write those slots before the Release of a head
-            // past them below. The two runs lie inside the slots (`runs`); `out` has
+            // past them below. The two runs lie inside the slots (`first_run`); `out` has
             // room for `n` more (reserved) in another allocation. The items are moved
             // out bitwise, and the head moves past them before anything reads the
             // ring again, so each is owned exactly once (by `out`); nothing between
@@ -547,6 +589,7 @@ impl<T> Consumer<T> {
                 out.set_len(len + n);
             }
             self.head = self.head.wrapping_add(n);
+            self.head_slot = slot_after(index, n, self.capacity());
             // Release: pairs with the producer's Acquire load of `head` in `free`; our
             // reads of the slots happen before it may overwrite them.
             self.ring.head.store(self.head, Ordering::Release);
@@ -563,7 +606,7 @@ impl<T> Consumer<T> {
         if self.cached() == 0 && self.available() == 0 {
             return None;
         }
-        let index = self.head % self.capacity();
+        let index = self.head_slot;
         let item = self.ring.slots[index].with(|slot| {
             // SAFETY: `head < cached_tail` (checked above), a tail Acquired in
             // `available`: the item is initialised, visible, and the producer will not
@@ -617,7 +660,8 @@ impl<T> Watch<T> {
 /// A run of items taken by [`Consumer::pop_batch`]; see there.
 pub(crate) struct PopBatch<'a, T> {
     consumer: &'a mut Consumer<T>,
-    /// Slot of the next item.
+    /// Slot of the next item (`capacity` after a run that ended at the last slot,
+    /// until `next` moves on to slot 0).
     index: usize,
     /// Unread items in contiguous slots from `index` on. The loop counts these down
     /// and checks nothing else per item: no bounds check, no wrap check.
@@ -753,6 +797,58 @@ mod tests {
         }
         assert!(pending.is_empty());
         assert_eq!(seen, (0..next).collect::<Vec<_>>(), "each once, in order");
+    }
+
+    /// A ring whose positions start at `start` (slots from 0), as if `start` items
+    /// had passed through it.
+    fn ring_at<T>(capacity: usize, start: usize) -> (Producer<T>, Consumer<T>) {
+        let (mut tx, mut rx) = ring(capacity);
+        tx.ring.tail.store(start, Ordering::Relaxed);
+        tx.ring.head.store(start, Ordering::Relaxed);
+        (tx.tail, tx.published, tx.cached_head) = (start, start, start);
+        (rx.head, rx.cached_tail) = (start, start);
+        (tx, rx)
+    }
+
+    #[test]
+    fn positions_wrapping_at_usize_max_keep_every_item_once() {
+        // 5 does not divide 2^64: slots derived as `position % 5` would jump where the
+        // positions wrap. Every way of crossing it: one write, moved runs, single pushes.
+        for start in [usize::MAX - 1, usize::MAX - 3, usize::MAX] {
+            let (mut tx, mut rx) = ring_at::<u32>(5, start);
+            assert_eq!(tx.push_iter(&mut (10..14)), 4);
+            assert_eq!(rx.available(), 4);
+            let mut seen: Vec<u32> = (0..4).filter_map(|_| rx.pop()).collect();
+            let mut more = vec![14, 15, 16];
+            assert!(tx.has_room_for(4), "re-reads the head");
+            assert_eq!(tx.push_from(&mut more), 3);
+            assert_eq!(tx.push(17), Ok(()));
+            assert_eq!(rx.available(), 4);
+            rx.pop_into(2, &mut seen);
+            seen.extend(rx.pop_batch(2));
+            assert_eq!(seen, (10..18).collect::<Vec<_>>(), "start {start}");
+        }
+    }
+
+    #[test]
+    fn items_left_across_the_wrap_are_dropped_once() {
+        /// Notes its id when dropped.
+        struct Noted(u32, Arc<std::sync::Mutex<Vec<u32>>>);
+        impl Drop for Noted {
+            fn drop(&mut self) {
+                self.1.lock().unwrap().push(self.0);
+            }
+        }
+        let dropped = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (mut tx, mut rx) = ring_at::<Noted>(5, usize::MAX - 1);
+        let mut items = (0..4).map(|i| Noted(i, dropped.clone()));
+        assert_eq!(tx.push_iter(&mut items), 4);
+        assert_eq!(rx.available(), 4);
+        drop(rx.pop());
+        drop((tx, rx));
+        let mut dropped = dropped.lock().unwrap().clone();
+        dropped.sort_unstable();
+        assert_eq!(dropped, vec![0, 1, 2, 3], "each item dropped once");
     }
 
     #[test]

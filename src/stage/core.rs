@@ -146,7 +146,7 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
     type Padding: Default + Send + Sync + 'static;
     /// True for a stage whose pass polls futures with [`Cx::waker`]. A pass run in
     /// place ([`CoreHandle::signal_in_place`]) makes a waker only for such a stage (it
-    /// costs two reference-count round trips per pass); any other stage's `Cx` has
+    /// costs an increment and a decrement of the core's reference count per pass); any other stage's `Cx` has
     /// none there, so a stage that uses one without saying so panics, never hangs.
     const USES_WAKER: bool = false;
 
@@ -279,10 +279,13 @@ impl<'a> Cx<'a> {
     ///
     /// # Panics
     ///
-    /// On an inline stage, which has no task to wake.
+    /// On an inline stage, which has no task to wake, and in a pass run in place for a
+    /// stage that does not declare [`Stage::USES_WAKER`].
     #[cfg(feature = "futures")]
     pub(crate) fn waker(&self) -> &'a Waker {
-        self.waker.expect("only scheduled stages have a waker")
+        self.waker.expect(
+            "only scheduled stages have a waker (and in-place passes only with Stage::USES_WAKER)",
+        )
     }
 
     /// Hand `items` to `downstream` as one batch (`on_next_batch`) and return the
