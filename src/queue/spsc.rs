@@ -157,7 +157,6 @@ impl<T> Ring<T> {
 /// The length of the first of the one or two runs of contiguous slots that `n`
 /// consecutive items from slot `from` occupy in a ring of `capacity` slots; the
 /// second run, `n` less the first's length, starts at slot 0.
-#[cfg(not(weir_loom))]
 #[inline(always)]
 fn first_run(from: usize, n: usize, capacity: usize) -> usize {
     n.min(capacity - from)
@@ -358,6 +357,13 @@ impl<T> Producer<T> {
         self.tail
     }
 
+    /// Move `tail` and its slot past `n <= capacity` items just written (not published).
+    #[inline(always)]
+    fn advance_tail(&mut self, n: usize) {
+        self.tail = self.tail.wrapping_add(n);
+        self.tail_slot = slot_after(self.tail_slot, n, self.capacity());
+    }
+
     /// Make every written item visible to the consumer: one `Release` store.
     #[inline]
     pub(crate) fn publish(&mut self) {
@@ -417,8 +423,7 @@ impl<T> Producer<T> {
                 std::ptr::copy(source.add(n), source, rest);
                 items.set_len(rest);
             }
-            self.tail = self.tail.wrapping_add(n);
-            self.tail_slot = slot_after(index, n, self.capacity());
+            self.advance_tail(n);
             self.publish();
         }
         n
@@ -433,8 +438,7 @@ impl<T> Producer<T> {
         // is free (the consumer moved out of it and will not read it before the
         // Release in `publish` below), and `tail_slot` is its slot.
         unsafe { self.ring.put(self.tail_slot, item) };
-        self.tail = self.tail.wrapping_add(1);
-        self.tail_slot = slot_after(self.tail_slot, 1, self.capacity());
+        self.advance_tail(1);
         self.publish();
         Ok(())
     }
@@ -504,6 +508,13 @@ impl<T> Consumer<T> {
         self.ring.capacity()
     }
 
+    /// Move `head` and its slot past `n <= capacity` items taken (not published).
+    #[inline(always)]
+    fn advance_head(&mut self, n: usize) {
+        self.head = self.head.wrapping_add(n);
+        self.head_slot = slot_after(self.head_slot, n, self.capacity());
+    }
+
     /// Re-read the producer's tail and return how many items are readable.
     #[inline]
     pub(crate) fn available(&mut self) -> usize {
@@ -544,9 +555,8 @@ impl<T> Consumer<T> {
         // must keep, because the slot reads may alias it), and a batch that is leaked
         // instead of dropped leaks its unread items rather than leaving them to be
         // read a second time.
-        self.head = self.head.wrapping_add(remaining);
-        self.head_slot = slot_after(index, remaining, self.capacity());
-        let run = remaining.min(self.capacity() - index);
+        self.advance_head(remaining);
+        let run = first_run(index, remaining, self.capacity());
         PopBatch {
             consumer: self,
             index,
@@ -588,8 +598,7 @@ impl<T> Consumer<T> {
                 std::ptr::copy_nonoverlapping(slots, target.add(first), n - first);
                 out.set_len(len + n);
             }
-            self.head = self.head.wrapping_add(n);
-            self.head_slot = slot_after(index, n, self.capacity());
+            self.advance_head(n);
             // Release: pairs with the producer's Acquire load of `head` in `free`; our
             // reads of the slots happen before it may overwrite them.
             self.ring.head.store(self.head, Ordering::Release);

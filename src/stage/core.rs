@@ -145,9 +145,10 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
     /// header's *Layout*).
     type Padding: Default + Send + Sync + 'static;
     /// True for a stage whose pass polls futures with [`Cx::waker`]. A pass run in
-    /// place ([`CoreHandle::signal_in_place`]) makes a waker only for such a stage (it
-    /// costs an increment and a decrement of the core's reference count per pass); any other stage's `Cx` has
-    /// none there, so a stage that uses one without saying so panics, never hangs.
+    /// place ([`CoreHandle::signal_in_place`]) makes a waker only for such a stage
+    /// (it costs an increment and a decrement of the core's reference count per
+    /// pass); any other stage's `Cx` has none there, so a stage that uses one without
+    /// saying so panics, never hangs.
     const USES_WAKER: bool = false;
 
     /// Where passes run. The default is inline.
