@@ -104,8 +104,25 @@ const HANG: Duration = Duration::from_secs(60);
 /// After a run, every channel must have closed and every unit of credit come back
 /// within this long.
 const SETTLE: Duration = Duration::from_secs(10);
-/// Rounds of the paired phase.
+/// Rounds of the paired phase, unless `WEIR_MUX_ROUNDS` says otherwise.
 const ROUNDS: usize = 7;
+
+/// Rounds of the paired phase: `WEIR_MUX_ROUNDS`, or [`ROUNDS`].
+fn rounds() -> usize {
+    std::env::var("WEIR_MUX_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(ROUNDS)
+}
+
+/// Whether the paired phase runs case `n`: `WEIR_MUX_CASES` (comma-separated case
+/// numbers, e.g. `1`; set, it skips the criterion phase) or every case.
+fn runs_case(n: u32) -> bool {
+    std::env::var("WEIR_MUX_CASES").map_or(true, |cases| {
+        cases.split(',').any(|c| c.trim().parse() == Ok(n))
+    })
+}
 
 /// How the weir side consumes its channels.
 #[derive(Clone, Copy, Debug)]
@@ -925,18 +942,35 @@ fn ratio(rounds: &[BTreeMap<&'static str, f64>], a: &str, b: &str) -> String {
 /// The paired phase: see the module docs.
 fn paired() {
     let pools = Pools::new("paired");
+    let n_rounds = rounds();
     println!();
     println!(
-        "paired rounds ({ROUNDS} per row): median M items/s; median (min-max) of same-round ratios"
+        "paired rounds ({n_rounds} per row): median M items/s; median (min-max) of same-round ratios"
     );
+    if runs_case(1) {
+        fast_rounds(&pools, n_rounds);
+    }
+    if runs_case(2) {
+        stall_rounds(&pools, n_rounds);
+    }
+    if runs_case(4) {
+        skew_rounds(&pools, n_rounds);
+    }
+    credit();
+}
+
+/// Case 1 of the paired phase. Besides the ratios over all rounds, those of the
+/// rounds where `crossbeam_rr` ran at or above its median rate (the host's fast
+/// moments, when the ceiling is highest).
+fn fast_rounds(pools: &Pools, n_rounds: usize) {
     println!("case 1, all fast (N = {N} items over K channels):");
     for k in FAST_KS {
-        let rounds: Vec<_> = (0..ROUNDS)
+        let rounds: Vec<_> = (0..n_rounds)
             .map(|r| {
                 round(
                     &mut [
-                        ("weir_fold", k, &mut || weir_fast(&pools, Form::Fold, k)),
-                        ("weir_open", k, &mut || weir_fast(&pools, Form::Open, k)),
+                        ("weir_fold", k, &mut || weir_fast(pools, Form::Fold, k)),
+                        ("weir_open", k, &mut || weir_fast(pools, Form::Open, k)),
                         ("crossbeam_rr", k, &mut || crossbeam_rr(k)),
                     ],
                     r % 2 == 1,
@@ -951,19 +985,35 @@ fn paired() {
             ratio(&rounds, "weir_fold", "crossbeam_rr"),
             ratio(&rounds, "weir_open", "crossbeam_rr"),
         );
+        let ceiling = median_rate(&rounds, "crossbeam_rr");
+        let fast: Vec<_> = rounds
+            .iter()
+            .filter(|r| r["crossbeam_rr"] / 1e6 >= ceiling)
+            .cloned()
+            .collect();
+        println!(
+            "         rounds with crossbeam_rr >= its median ({}): weir_fold/crossbeam_rr {}  weir_open/crossbeam_rr {}",
+            fast.len(),
+            ratio(&fast, "weir_fold", "crossbeam_rr"),
+            ratio(&fast, "weir_open", "crossbeam_rr"),
+        );
     }
+}
+
+/// Case 2 of the paired phase.
+fn stall_rounds(pools: &Pools, n_rounds: usize) {
     println!(
         "case 2, channel 0 of K stalled after {STALL_REQUEST} items (healthy channels' items/s; naive stops after {NAIVE_LIMIT:?}):"
     );
     for k in STALL_KS {
-        let rounds: Vec<_> = (0..ROUNDS)
+        let rounds: Vec<_> = (0..n_rounds)
             .map(|r| {
                 round(
                     &mut [
-                        ("fast_fold", k, &mut || weir_fast(&pools, Form::Fold, k)),
-                        ("stall_fold", k, &mut || weir_stall(&pools, Form::Fold, k)),
-                        ("fast_open", k, &mut || weir_fast(&pools, Form::Open, k)),
-                        ("stall_open", k, &mut || weir_stall(&pools, Form::Open, k)),
+                        ("fast_fold", k, &mut || weir_fast(pools, Form::Fold, k)),
+                        ("stall_fold", k, &mut || weir_stall(pools, Form::Fold, k)),
+                        ("fast_open", k, &mut || weir_fast(pools, Form::Open, k)),
+                        ("stall_open", k, &mut || weir_stall(pools, Form::Open, k)),
                         ("naive_fast", k, &mut || naive(k, false)),
                         ("naive_stall", k, &mut || naive(k, true)),
                     ],
@@ -1000,17 +1050,21 @@ fn paired() {
             ),
         );
     }
+}
+
+/// Case 4 of the paired phase.
+fn skew_rounds(pools: &Pools, n_rounds: usize) {
     println!(
         "case 4, skew ({HOT} items): 1 hot channel of {} vs a mux of its own, and vs publish_on(E + C) without a mux:",
         COLD + 1
     );
-    let rounds: Vec<_> = (0..ROUNDS)
+    let rounds: Vec<_> = (0..n_rounds)
         .map(|r| {
             round(
                 &mut [
-                    ("single", 1, &mut || weir_skew(&pools, 0)),
-                    ("skew", COLD + 1, &mut || weir_skew(&pools, COLD)),
-                    ("publish_on_64", 1, &mut || publish_on_window(&pools)),
+                    ("single", 1, &mut || weir_skew(pools, 0)),
+                    ("skew", COLD + 1, &mut || weir_skew(pools, COLD)),
+                    ("publish_on_64", 1, &mut || publish_on_window(pools)),
                 ],
                 r % 2 == 1,
             )
@@ -1024,7 +1078,6 @@ fn paired() {
         ratio(&rounds, "skew", "single"),
         ratio(&rounds, "single", "publish_on_64"),
     );
-    credit();
 }
 
 /// Case 3: announcements and frames per item, over every mux run of both phases.
@@ -1052,6 +1105,11 @@ fn credit() {
 }
 
 fn main() {
+    if std::env::var_os("WEIR_MUX_CASES").is_some() {
+        // Chosen cases of the paired phase only (see `runs_case`).
+        paired();
+        return;
+    }
     let mut criterion = Criterion::default().configure_from_args();
     bench(&mut criterion);
     criterion.final_summary();
