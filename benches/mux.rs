@@ -58,10 +58,19 @@
 //! p10–p90, and ratios of those medians.
 //!
 //! The machine is shared and noisy (2 vCPUs; load drifts within a run), so a second,
-//! *paired* phase follows: [`ROUNDS`] rounds, each running every case of one
+//! *paired* phase follows: [`ROUNDS`] rounds (see below), each running every case of one
 //! comparison back to back (in reverse order every other round); it prints the
 //! median over rounds of each *same-round* ratio, with its min–max. Those are the
-//! ratios to quote.
+//! ratios to quote. Case 1 also gives them over the rounds where `crossbeam_rr` ran
+//! at or above its median rate (the host's fast moments, when the ceiling is
+//! highest).
+//!
+//! Environment: `WEIR_MUX_ROUNDS` sets the paired phase's rounds (default
+//! [`ROUNDS`]); `WEIR_MUX_CASES` (comma-separated case numbers, e.g. `1,2`) runs only
+//! those cases of the paired phase and skips the criterion phase (case 3 then counts
+//! the paired phase's runs only). The host changes speed within minutes, so many
+//! rounds of one case (`WEIR_MUX_ROUNDS=150 WEIR_MUX_CASES=1`, about a minute) say
+//! more than one full run.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -988,7 +997,7 @@ fn fast_rounds(pools: &Pools, n_rounds: usize) {
         let ceiling = median_rate(&rounds, "crossbeam_rr");
         let fast: Vec<_> = rounds
             .iter()
-            .filter(|r| r["crossbeam_rr"] / 1e6 >= ceiling)
+            .filter(|r| r["crossbeam_rr"] >= ceiling * 1e6)
             .cloned()
             .collect();
         println!(
@@ -1107,6 +1116,10 @@ fn credit() {
 fn main() {
     if std::env::var_os("WEIR_MUX_CASES").is_some() {
         // Chosen cases of the paired phase only (see `runs_case`).
+        assert!(
+            [1, 2, 4].into_iter().any(runs_case),
+            "WEIR_MUX_CASES names no paired case: give some of 1, 2, 4 (comma-separated)"
+        );
         paired();
         return;
     }

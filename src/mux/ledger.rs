@@ -218,14 +218,16 @@ pub(crate) struct Ledger {
     announcements: u64,
     sends: u64,
     pool_blocked: u64,
-    /// Every channel blocked on credit (`blocked_since` set), in the order they
-    /// started waiting, and perhaps some that stopped since: the only ones that
-    /// returning pool credit can make ready, so a return costs what they number, not
-    /// what the mux carries. A channel is listed at most once (`listed`); one that
-    /// stops waiting stays listed until the next return looks at it (a block and its
-    /// end then cost a flag each instead of a search tree's insert and remove, which
-    /// were a tenth of the ledger's time with 16 channels sharing the pool). Closed
-    /// channels leave the list at once.
+    /// Every channel blocked on credit (`blocked_since` set), and perhaps some that
+    /// stopped since: the only ones that returning pool credit can make ready, so a
+    /// return costs what they number, not what the mux carries. A channel is listed
+    /// at most once (`listed`); one that stops waiting stays listed, in its place,
+    /// until the next return looks at it (a block and its end then cost a flag each
+    /// instead of a search tree's insert and remove, which were a tenth of the
+    /// ledger's time with 16 channels sharing the pool). So the list is in the order
+    /// the channels were listed, roughly the order they started waiting: one that
+    /// stopped and started again between two returns keeps its earlier place.
+    /// Closed channels leave the list at once (a scan of it: closing is rare).
     waiting: Vec<ChannelId>,
     /// `waiting`'s spare buffer, for the return that walks it.
     waiting_spare: Vec<ChannelId>,
@@ -568,14 +570,6 @@ impl Ledger {
         }
     }
 
-    /// The channel at the head of the ready set: the one [`next_send_with`] looks
-    /// at first (it sends for another only if this one stopped being ready).
-    ///
-    /// [`next_send_with`]: Self::next_send_with
-    pub(crate) fn next_in_line(&self) -> Option<ChannelId> {
-        self.ready.iter().find_map(|fifo| fifo.front().copied())
-    }
-
     /// Queue `channel` if it is ready and not queued; note when its sender starts or
     /// stops waiting for credit. True when it was queued now and the worker waits for
     /// a ready channel (wake it; see `worker_waiting`).
@@ -649,8 +643,8 @@ impl Ledger {
     }
 
     /// Pool credit came back: channels waiting only for it may be ready now. Each
-    /// listed channel is looked at once, oldest wait first; those no longer waiting
-    /// leave the list.
+    /// listed channel is looked at once, in list order (see `waiting`); those no
+    /// longer waiting leave the list.
     fn requeue_pool_waiters(&mut self, now: Instant) -> bool {
         if self.pool_free == 0 || self.waiting.is_empty() {
             return false;
@@ -683,6 +677,7 @@ impl Ledger {
         wake
     }
 
+    /// Statistics of one channel.
     pub(crate) fn channel_stats(&self, channel: ChannelId, now: Instant) -> Option<ChannelStats> {
         self.channels
             .get(&channel)
@@ -993,6 +988,44 @@ mod tests {
             }
             assert_eq!(ledger.stats(now).pool_free, 3);
         }
+    }
+
+    #[test]
+    fn a_closed_channel_leaves_the_waiting_list_and_its_id_is_listed_once_again() {
+        // E = 1, no pool: a channel with backlog waits as soon as its one unit is out.
+        let now = Instant::now();
+        let mut ledger = Ledger::new(config(1, 0, 0, 4), 1);
+        for id in [1, 2] {
+            ledger.open(id, 1, 0, now);
+            ledger.demand(id, UNBOUNDED, now);
+            ledger.staged(id, 3, now);
+        }
+        assert_eq!(drain(&mut ledger, now), [(1, 1), (2, 1)]);
+        assert_eq!(
+            ledger.waiting,
+            [1, 2],
+            "both wait, in the order they started"
+        );
+        ledger.check();
+        // Channel 1 is cancelled and closed while waiting: it leaves the list.
+        ledger.cancel(1, now);
+        ledger.dropped(1, 1, now);
+        ledger.close(1, now).expect("open");
+        assert_eq!(ledger.waiting, [2]);
+        ledger.check();
+        // The id opens again and waits again: listed once, behind channel 2.
+        ledger.open(1, 1, 0, now);
+        ledger.demand(1, UNBOUNDED, now);
+        ledger.staged(1, 3, now);
+        assert_eq!(drain(&mut ledger, now), [(1, 1)]);
+        assert_eq!(ledger.waiting, [2, 1]);
+        ledger.check();
+        // Channel 2's delivery announces its unit: it sends again and, waiting
+        // again before any pool return looked at the list, keeps its place.
+        ledger.delivered(2, 1, now);
+        assert_eq!(drain(&mut ledger, now), [(2, 1)]);
+        assert_eq!(ledger.waiting, [2, 1]);
+        ledger.check();
     }
 
     #[test]
