@@ -570,6 +570,14 @@ impl Ledger {
         }
     }
 
+    /// The channel at the head of the ready set: the one [`next_send_with`] looks
+    /// at first (it sends for another only if this one stopped being ready).
+    ///
+    /// [`next_send_with`]: Self::next_send_with
+    pub(crate) fn next_in_line(&self) -> Option<ChannelId> {
+        self.ready.iter().find_map(|fifo| fifo.front().copied())
+    }
+
     /// Queue `channel` if it is ready and not queued; note when its sender starts or
     /// stops waiting for credit. True when it was queued now and the worker waits for
     /// a ready channel (wake it; see `worker_waiting`).
@@ -1026,6 +1034,26 @@ mod tests {
         assert_eq!(drain(&mut ledger, now), [(2, 1)]);
         assert_eq!(ledger.waiting, [2, 1]);
         ledger.check();
+    }
+
+    #[test]
+    fn the_next_in_line_is_the_next_sent_while_it_is_ready() {
+        let now = Instant::now();
+        let mut ledger = three_open_channels(now);
+        assert_eq!(ledger.next_in_line(), None, "nothing ready yet");
+        for id in [3, 1, 2] {
+            ledger.demand(id, UNBOUNDED, now);
+            ledger.staged(id, 40, now);
+        }
+        for _ in 0..6 {
+            let head = ledger.next_in_line().expect("all three ready");
+            assert_eq!(ledger.next_send(now).map(|t| t.channel), Some(head));
+        }
+        // The head stops being ready (no demand left): the next send skips it.
+        let head = ledger.next_in_line().unwrap();
+        ledger.demand(head, 0, now);
+        assert_eq!(ledger.next_in_line(), Some(head), "still queued");
+        assert_ne!(ledger.next_send(now).map(|t| t.channel), Some(head));
     }
 
     #[test]

@@ -2,18 +2,24 @@
 //! transport.
 //!
 //! It is the signal core's stage behind [`Frames`], the publisher the transport
-//! subscribes to; the transport's requests are its demand (one frame per unit), so
-//! a full lane stops it without blocking anything. A pass asks the ledger for the
-//! next send (the ready set, in deficit-round-robin order, credit taken under the
-//! ledger's lock), pops that many items from the channel's staging ring, asks the
-//! channel's upstream for more at the 75% mark, and adds the frame to a batch; until
-//! the ledger has no ready channel or the lane no room. The batch goes to the
-//! transport in one delivery when it holds [`FRAME_BATCH`] frames, before a second
-//! frame of one channel joins it, and before the pass idles, yields or ends. A ledger change that makes a
-//! channel ready while the worker waits for one (its last look found none) wakes it
-//! through the core (a signal), so it never waits on one channel (I5); while it runs,
-//! or once woken, queued channels wait for its next look without another signal. It
-//! is never woken for a channel that cannot send.
+//! subscribes to; the transport's requests are its demand (one frame per unit), so a
+//! full lane stops it without blocking anything. A pass takes turns from the ledger
+//! (the ready set, in deficit-round-robin order, credit taken), several under one lock
+//! of it (a plan): up to the lane's room and [`FRAME_BATCH`], stopping before a
+//! channel's second turn and after a turn shorter than the quantum. A channel's backlog
+//! grows only once its frame is made (the frame asks its upstream for more), so a
+//! second turn in one plan would be short; and a short turn says the channels are
+//! outrunning their credit, where one lock per turn lets deliveries return credit
+//! between turns (planning on regardless made 10-item frames out of 16-item turns with
+//! 16 channels). For each planned turn the pass pops that many items from the channel's
+//! staging ring, asks the channel's upstream for more at the 75% mark, and adds the
+//! frame to a batch, which goes to the transport in one delivery once the plan's frames
+//! are made (before, too, if a second frame of one channel would join it). Then it
+//! plans again, until the ledger has no ready channel or the lane no room. A ledger
+//! change that makes a channel ready while the worker waits for one (its last look
+//! found none) wakes it through the core (a signal), so it never waits on one channel
+//! (I5); while it runs, or once woken, queued channels wait for its next look without
+//! another signal. It is never woken for a channel that cannot send.
 //!
 //! Once every `Mux` handle is gone and every channel closed, the pass completes the
 //! frames (so the transport ends, and with it the cycle of subscriptions between the
@@ -31,6 +37,7 @@ use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
 use crate::{Error, Publisher, Subscriber};
 
 use super::ids::Known;
+use super::ledger::Turn;
 use super::sink::Plumbing;
 use super::{ChannelFrame, Shared};
 
@@ -83,6 +90,7 @@ impl<T: Send + 'static> Publisher for Frames<T> {
             spares: self.spares,
             known: Known::new(),
             batch: Vec::with_capacity(FRAME_BATCH),
+            plan: Vec::with_capacity(FRAME_BATCH),
         };
         core.attach(owned, subscriber);
     }
@@ -97,9 +105,9 @@ impl<T: Send + 'static> Publisher for Frames<T> {
 const FRAME_BATCH: usize = 8;
 
 /// What a pass does next, decided under the mux's lock and done outside it.
-enum Next<'a, T> {
-    /// Send this turn of this channel.
-    Send(super::ledger::Turn, Option<&'a Arc<Plumbing<T>>>),
+enum Next {
+    /// Send the planned turns.
+    Send,
     /// The transport asked for no more frames than the batch holds.
     Full,
     /// No channel is ready.
@@ -140,6 +148,9 @@ struct Owned<T> {
     /// Frames made and not yet handed to the transport (at most [`FRAME_BATCH`],
     /// and never more than it asked for).
     batch: Vec<ChannelFrame<T>>,
+    /// Turns taken under one lock of the ledger, their frames not made yet (at most
+    /// the batch's room).
+    plan: Vec<super::ledger::Turn>,
 }
 
 impl<T: Send + 'static> Stage for Worker<T> {
@@ -181,7 +192,7 @@ impl<T: Send + 'static> Stage for Worker<T> {
                 flush(cx, transport, &mut owned.batch, &self.shared);
                 return Pass::Yield;
             }
-            let turn = {
+            let next = {
                 let mut state = self.shared.lock_polling();
                 let room = cx.demand().get().saturating_sub(owned.batch.len() as u64);
                 if state.is_finished() {
@@ -205,18 +216,48 @@ impl<T: Send + 'static> Stage for Worker<T> {
                     };
                     let fold = |id| find(id).map_or(0, |p| p.fold());
                     let park = |id| find(id).map_or(0, |p| p.park());
-                    match state.ledger.next_send_with(now, fold, park) {
-                        Some(send) => {
-                            let channel = send.channel;
-                            let found = find(channel);
-                            Next::Send(send, owned.known.sync_found(channel, found, plumbing))
+                    // Up to the batch's room in turns under this one lock, stopping
+                    // before a channel's second turn: its backlog grows only once
+                    // its first frame is made (the frame asks its upstream for
+                    // more), so the second would be short.
+                    let most = room
+                        .min((FRAME_BATCH - owned.batch.len()) as u64)
+                        .min(u64::from(PASS_FRAMES - frames));
+                    let quantum = state.ledger.config().quantum;
+                    let seen = |plan: &[Turn], channel| {
+                        plan.iter().any(|t| t.channel == channel)
+                            || owned.batch.iter().any(|f| f.channel == channel)
+                    };
+                    while (owned.plan.len() as u64) < most {
+                        if let Some(head) = state.ledger.next_in_line() {
+                            if seen(&owned.plan, head) {
+                                break;
+                            }
                         }
-                        None => Next::Nothing,
+                        let Some(send) = state.ledger.next_send_with(now, fold, park) else {
+                            break;
+                        };
+                        let channel = send.channel;
+                        // The head stopped being ready and a later channel went
+                        // instead: it may have a frame here already.
+                        let again = seen(&owned.plan, channel);
+                        let short = send.items < quantum;
+                        // Synced under the lock: the frame below reads it without.
+                        let _ = owned.known.sync_found(channel, find(channel), plumbing);
+                        owned.plan.push(send);
+                        if short || again {
+                            break;
+                        }
+                    }
+                    if owned.plan.is_empty() {
+                        Next::Nothing
+                    } else {
+                        Next::Send
                     }
                 }
             };
-            let (send, plumbing) = match turn {
-                Next::Send(send, plumbing) => (send, plumbing),
+            match next {
+                Next::Send => {}
                 Next::Finished => {
                     // No handle and no channel left: nothing will ever be sent.
                     flush(cx, transport, &mut owned.batch, &self.shared);
@@ -231,50 +272,76 @@ impl<T: Send + 'static> Stage for Worker<T> {
                     flush(cx, transport, &mut owned.batch, &self.shared);
                     continue;
                 }
-            };
-            let Some(plumbing) = plumbing else {
-                debug_assert!(false, "a ready channel has plumbing");
-                continue;
-            };
-            if owned
-                .batch
-                .iter()
-                .any(|frame| frame.channel == send.channel)
-            {
-                // A second frame of one channel: with few channels a batch would
-                // hold back a channel's own credit (its first frame's delivery).
-                flush(cx, transport, &mut owned.batch, &self.shared);
             }
-            let mut items = owned.spares.pop().unwrap_or_default();
-            plumbing.pop_staged(send.items as usize, &mut items);
-            let short = send.items - items.len() as u64;
-            if short > 0 {
-                // The channel was cancelled after the turn took its credit, and the
-                // cancel's clean-up dropped the staged items first: their credit
-                // comes back here (nobody else saw them).
-                debug_assert!(
-                    !self.shared.lock().ledger.is_open(send.channel),
-                    "staged items went missing from an open channel"
-                );
-                self.shared.give_back(send.channel, short);
-                if items.is_empty() {
-                    continue;
-                }
+            let mut plan = std::mem::take(&mut owned.plan);
+            for send in plan.drain(..) {
+                frames += self.frame(cx, owned, transport, send);
             }
-            plumbing.took(items.len() as u64);
-            owned.batch.push(ChannelFrame {
-                channel: send.channel,
-                items,
-            });
-            frames += 1;
-            if owned.batch.len() >= FRAME_BATCH {
-                flush(cx, transport, &mut owned.batch, &self.shared);
-            }
+            owned.plan = plan;
+            // One batch per plan: the plan's channels are distinct, and the next
+            // plan begins with the head of the ready set, most likely the first
+            // channel of this one again.
+            flush(cx, transport, &mut owned.batch, &self.shared);
         }
     }
 
     fn stop(&self, _owned: &mut Owned<T>) {
         self.shared
             .break_with(Error::msg("mux: the transport stopped carrying frames"));
+    }
+}
+
+impl<T: Send + 'static> Worker<T> {
+    /// Make the frame of one planned turn (its credit taken) and add it to the
+    /// batch; flush the batch first if it holds a frame of the channel already, and
+    /// after if it is full. Returns the frames made (0 when the channel's staged
+    /// items were dropped by a cancel since the turn).
+    fn frame<S: Subscriber<ChannelFrame<T>>>(
+        &self,
+        cx: &Cx<'_>,
+        owned: &mut Owned<T>,
+        transport: &mut S,
+        send: super::ledger::Turn,
+    ) -> u32 {
+        // Synced under the lock when the turn was taken.
+        let Some(plumbing) = owned.known.get(send.channel) else {
+            debug_assert!(false, "a ready channel has plumbing");
+            self.shared.give_back(send.channel, send.items);
+            return 0;
+        };
+        if owned
+            .batch
+            .iter()
+            .any(|frame| frame.channel == send.channel)
+        {
+            // A second frame of one channel: with few channels a batch would
+            // hold back a channel's own credit (its first frame's delivery).
+            flush(cx, transport, &mut owned.batch, &self.shared);
+        }
+        let mut items = owned.spares.pop().unwrap_or_default();
+        plumbing.pop_staged(send.items as usize, &mut items);
+        let short = send.items - items.len() as u64;
+        if short > 0 {
+            // The channel was cancelled after the turn took its credit, and the
+            // cancel's clean-up dropped the staged items first: their credit
+            // comes back here (nobody else saw them).
+            debug_assert!(
+                !self.shared.lock().ledger.is_open(send.channel),
+                "staged items went missing from an open channel"
+            );
+            self.shared.give_back(send.channel, short);
+            if items.is_empty() {
+                return 0;
+            }
+        }
+        plumbing.took(items.len() as u64);
+        owned.batch.push(ChannelFrame {
+            channel: send.channel,
+            items,
+        });
+        if owned.batch.len() >= FRAME_BATCH {
+            flush(cx, transport, &mut owned.batch, &self.shared);
+        }
+        1
     }
 }

@@ -12,7 +12,8 @@
 //! Environment: `ROUNDS` (default 20), `N` items per run over all channels (default
 //! 2^20), `KS` (comma-separated, default `2,16,256`), `ONLY` (forms to run: 0 `fold`,
 //! 1 `open`; default both), `STATS` (set: print each run's frames and announcements
-//! per item).
+//! per item), `STALL` (set: channel 0 asks for 10 items and never more, and the
+//! rates are the other channels': the bench's stalled case).
 
 use std::time::Instant;
 
@@ -83,16 +84,43 @@ macro_rules! cases {
                 }
             }
 
+            /// Asks for 10 items once and holds its subscription.
+            struct Holder {
+                slot: std::sync::Arc<std::sync::Mutex<Option<Subscription>>>,
+            }
+
+            impl Subscriber<u64> for Holder {
+                fn on_subscribe(&mut self, subscription: Subscription) {
+                    subscription.request(10);
+                    *self.slot.lock().unwrap() = Some(subscription);
+                }
+                fn on_next(&mut self, _item: u64) {}
+                fn on_error(&mut self, error: $krate::Error) {
+                    panic!("the stalled channel failed: {error}");
+                }
+                fn on_complete(&mut self) {}
+            }
+
             /// Runs `k` channels over `n` items in form `open` (else `fold`);
-            /// returns million items/s and the total sum.
-            pub fn run(open: bool, k: u64, n: u64, pools: &Pools) -> (f64, u64) {
+            /// returns million items/s and the total sum. With `stall`, channel 0
+            /// asks for 10 items and never more (cancelled after the run), and the
+            /// rate and sum are the other channels'.
+            pub fn run(open: bool, stall: bool, k: u64, n: u64, pools: &Pools) -> (f64, u64) {
                 let mux = pools.mux();
                 let per = n / k;
                 let start = Instant::now();
                 let mut total = 0u64;
+                let slot = std::sync::Arc::new(std::sync::Mutex::new(None));
+                let first = u64::from(stall);
+                if stall {
+                    $krate::range(0..per)
+                        .via(&mux, 0)
+                        .unwrap()
+                        .subscribe(Holder { slot: slot.clone() });
+                }
                 if open {
                     let (tx, rx) = channel();
-                    for c in 0..k {
+                    for c in first..k {
                         let (sink, source) = mux.channel(c).open().unwrap();
                         $krate::range(c * per..(c + 1) * per).subscribe(sink);
                         source.subscribe(Count {
@@ -102,13 +130,13 @@ macro_rules! cases {
                             subscription: None,
                         });
                     }
-                    for _ in 0..k {
+                    for _ in first..k {
                         let (count, sum) = rx.recv().unwrap();
                         assert_eq!(count, per);
                         total = total.wrapping_add(sum);
                     }
                 } else {
-                    let handles: Vec<_> = (0..k)
+                    let handles: Vec<_> = (first..k)
                         .map(|c| {
                             $krate::range(c * per..(c + 1) * per)
                                 .via(&mux, c)
@@ -120,7 +148,10 @@ macro_rules! cases {
                         total = total.wrapping_add(handle.wait().unwrap());
                     }
                 }
-                let rate = (per * k) as f64 / start.elapsed().as_secs_f64() / 1e6;
+                let rate = (per * (k - first)) as f64 / start.elapsed().as_secs_f64() / 1e6;
+                if let Some(subscription) = slot.lock().unwrap().take() {
+                    subscription.cancel();
+                }
                 if std::env::var_os("STATS").is_some() {
                     let stats = mux.stats();
                     eprintln!(
@@ -145,6 +176,7 @@ fn main() {
     let n: u64 = env_or("N", 1 << 20);
     let ks: Vec<u64> = env_list("KS", "2,16,256");
     let only = only();
+    let stall = std::env::var_os("STALL").is_some();
     let (now, then) = (current::Pools::new(), base::Pools::new());
     println!("{rounds} rounds of {n} items; ratio = current ÷ base (same round)");
     println!("| form | K | current M/s | base M/s | ratio median | ratio geomean |");
@@ -155,17 +187,19 @@ fn main() {
             continue;
         }
         for &k in &ks {
-            // Channel c carries c·per .. (c + 1)·per: the sum of 0 .. per·k.
-            let items = n / k * k;
-            let expected = (0..items).fold(0u64, |sum, x| sum.wrapping_add(x));
+            // Channel c carries c·per .. (c + 1)·per: the sum of 0 .. per·k
+            // (without channel 0's when it is stalled).
+            let per = n / k;
+            let first = if stall { per } else { 0 };
+            let expected = (first..per * k).fold(0u64, |sum, x| sum.wrapping_add(x));
             let checked = |(rate, sum): (f64, u64)| {
                 assert_eq!(sum, expected, "K {k}: wrong sum");
                 rate
             };
             let paired = Paired::run(
                 rounds,
-                || checked(current::run(open, k, n, &now)),
-                || checked(base::run(open, k, n, &then)),
+                || checked(current::run(open, stall, k, n, &now)),
+                || checked(base::run(open, stall, k, n, &then)),
             );
             let form = if open { "open" } else { "fold" };
             println!("| {form} | {k} | {} |", paired.columns(1));
