@@ -229,8 +229,6 @@ pub(crate) struct Ledger {
     /// stopped and started again between two returns keeps its earlier place.
     /// Closed channels leave the list at once (a scan of it: closing is rare).
     waiting: Vec<ChannelId>,
-    /// `waiting`'s spare buffer, for the return that walks it.
-    waiting_spare: Vec<ChannelId>,
     /// When the current fairness window ends: `None` before the first turn, `Some(None)`
     /// for a window too long to add to the clock (it never ends). An end rather than a
     /// start, so that each turn compares two instants instead of subtracting them.
@@ -260,7 +258,6 @@ impl Ledger {
             sends: 0,
             pool_blocked: 0,
             waiting: Vec::new(),
-            waiting_spare: Vec::new(),
             window_end: None,
             fairness: None,
             worker_waiting: true,
@@ -657,31 +654,24 @@ impl Ledger {
         if self.pool_free == 0 || self.waiting.is_empty() {
             return false;
         }
-        let mut list =
-            std::mem::replace(&mut self.waiting, std::mem::take(&mut self.waiting_spare));
+        // Walked out of place (no allocation: `take` leaves an empty `Vec`). Nothing
+        // is listed meanwhile: only the channel looked at changes, and it is listed.
+        let mut list = std::mem::take(&mut self.waiting);
         let mut wake = false;
-        for &channel in &list {
+        list.retain(|&channel| {
             let Some(chan) = self.channels.get(&channel) else {
                 debug_assert!(false, "closed channels leave the list");
-                continue;
+                return false;
             };
             if chan.blocked_since.is_some() && !chan.queued {
                 wake |= self.make_ready(channel, now);
             }
-        }
-        // Keep those still waiting, in order, then any that started waiting meanwhile
-        // (none do: only the channel looked at changes, and it is listed already).
-        let channels = &mut self.channels;
-        list.retain(|channel| match channels.get_mut(channel) {
-            Some(chan) if chan.blocked_since.is_some() => true,
-            Some(chan) => {
-                chan.listed = false;
-                false
-            }
-            None => false,
+            let chan = self.channels.get_mut(&channel).expect("looked up above");
+            chan.listed = chan.blocked_since.is_some();
+            chan.listed
         });
-        list.append(&mut self.waiting);
-        self.waiting_spare = std::mem::replace(&mut self.waiting, list);
+        debug_assert!(self.waiting.is_empty(), "listed during the walk");
+        self.waiting = list;
         wake
     }
 

@@ -108,7 +108,7 @@ const FRAME_BATCH: usize = 8;
 enum Next {
     /// Send the planned turns.
     Send,
-    /// The transport asked for no more frames than the batch holds.
+    /// The transport asks for no frames now.
     Full,
     /// No channel is ready.
     Nothing,
@@ -145,12 +145,12 @@ struct Owned<T> {
     spares: Consumer<Vec<T>>,
     /// The channels it has sent for: their plumbing without a clone per turn.
     known: Known<Plumbing<T>>,
-    /// Frames made and not yet handed to the transport (at most [`FRAME_BATCH`],
-    /// and never more than it asked for).
+    /// The plan's frames made and not yet handed to the transport (at most
+    /// [`FRAME_BATCH`], never more than it asked for); empty between plans.
     batch: Vec<ChannelFrame<T>>,
     /// Turns taken under one lock of the ledger, their frames not made yet (at most
     /// the batch's room).
-    plan: Vec<super::ledger::Turn>,
+    plan: Vec<Turn>,
 }
 
 impl<T: Send + 'static> Stage for Worker<T> {
@@ -179,22 +179,20 @@ impl<T: Send + 'static> Stage for Worker<T> {
         let now = self.shared.now();
         let mut frames = 0u32;
         loop {
+            // Each plan's batch went out with it (`flush` gives back the credit of
+            // frames a stopped transport refused).
+            debug_assert!(owned.batch.is_empty(), "a batch outlived its plan");
             if cx.stopped() {
-                // The transport is gone: their credit comes back (the channels end
-                // with the mux's error once nothing of theirs is buffered).
-                for frame in owned.batch.drain(..) {
-                    self.shared
-                        .give_back(frame.channel, frame.items.len() as u64);
-                }
+                // The transport is gone (the channels end with the mux's error once
+                // nothing of theirs is buffered).
                 return Pass::Idle;
             }
             if frames >= PASS_FRAMES {
-                flush(cx, transport, &mut owned.batch, &self.shared);
                 return Pass::Yield;
             }
             let next = {
                 let mut state = self.shared.lock_polling();
-                let room = cx.demand().get().saturating_sub(owned.batch.len() as u64);
+                let room = cx.demand().get();
                 if state.is_finished() {
                     Next::Finished
                 } else if room == 0 {
@@ -216,18 +214,15 @@ impl<T: Send + 'static> Stage for Worker<T> {
                     };
                     let fold = |id| find(id).map_or(0, |p| p.fold());
                     let park = |id| find(id).map_or(0, |p| p.park());
-                    // Up to the batch's room in turns under this one lock, stopping
+                    // Up to the lane's room in turns under this one lock, stopping
                     // before a channel's second turn: its backlog grows only once
                     // its first frame is made (the frame asks its upstream for
                     // more), so the second would be short.
                     let most = room
-                        .min((FRAME_BATCH - owned.batch.len()) as u64)
+                        .min(FRAME_BATCH as u64)
                         .min(u64::from(PASS_FRAMES - frames));
                     let quantum = state.ledger.config().quantum;
-                    let seen = |plan: &[Turn], channel| {
-                        plan.iter().any(|t| t.channel == channel)
-                            || owned.batch.iter().any(|f| f.channel == channel)
-                    };
+                    let seen = |plan: &[Turn], channel| plan.iter().any(|t| t.channel == channel);
                     while (owned.plan.len() as u64) < most {
                         if let Some(head) = state.ledger.next_in_line() {
                             if seen(&owned.plan, head) {
@@ -260,18 +255,11 @@ impl<T: Send + 'static> Stage for Worker<T> {
                 Next::Send => {}
                 Next::Finished => {
                     // No handle and no channel left: nothing will ever be sent.
-                    flush(cx, transport, &mut owned.batch, &self.shared);
                     return cx.terminate(transport, Ok(()));
                 }
-                Next::Full | Next::Nothing => {
-                    if owned.batch.is_empty() {
-                        return Pass::Idle;
-                    }
-                    // Look again once the frames are out: the lane may have room,
-                    // and a channel may have become ready meanwhile.
-                    flush(cx, transport, &mut owned.batch, &self.shared);
-                    continue;
-                }
+                // The transport's next request, or a channel becoming ready (the
+                // ledger noted that the worker waits), wakes the worker.
+                Next::Full | Next::Nothing => return Pass::Idle,
             }
             let mut plan = std::mem::take(&mut owned.plan);
             for send in plan.drain(..) {
@@ -293,15 +281,16 @@ impl<T: Send + 'static> Stage for Worker<T> {
 
 impl<T: Send + 'static> Worker<T> {
     /// Make the frame of one planned turn (its credit taken) and add it to the
-    /// batch; flush the batch first if it holds a frame of the channel already, and
-    /// after if it is full. Returns the frames made (0 when the channel's staged
-    /// items were dropped by a cancel since the turn).
+    /// batch; flush the batch first if it holds a frame of the channel already (a
+    /// plan's last turn may be a channel's second, when the head had stopped being
+    /// ready). Returns the frames made (0 when the channel's staged items were
+    /// dropped by a cancel since the turn).
     fn frame<S: Subscriber<ChannelFrame<T>>>(
         &self,
         cx: &Cx<'_>,
         owned: &mut Owned<T>,
         transport: &mut S,
-        send: super::ledger::Turn,
+        send: Turn,
     ) -> u32 {
         // Synced under the lock when the turn was taken.
         let Some(plumbing) = owned.known.get(send.channel) else {
@@ -339,9 +328,6 @@ impl<T: Send + 'static> Worker<T> {
             channel: send.channel,
             items,
         });
-        if owned.batch.len() >= FRAME_BATCH {
-            flush(cx, transport, &mut owned.batch, &self.shared);
-        }
         1
     }
 }
