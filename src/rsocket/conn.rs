@@ -46,7 +46,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use bytes::{Buf as _, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use futures::StreamExt as _;
 use tokio::io::AsyncWriteExt as _;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -55,7 +55,7 @@ use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 use super::fragment::{self, Assembly, AssemblyError, Lead};
-use super::frame::{Body, ErrorCode, Frame, Payload, MAX_U31};
+use super::frame::{plain_next, Body, ErrorCode, Frame, Payload, HEADER_LEN, MAX_U31};
 use super::inbound::{Inbox, PayloadStream};
 use super::outbound::Outbound;
 use super::server::Handler;
@@ -1054,20 +1054,13 @@ async fn read_loop(conn: Arc<Conn>, mut read: Reader) {
                 Some(Ok(bytes)) => {
                     heard = Instant::now();
                     // This frame, then the whole frames the read left in the buffer,
-                    // up to a batch.
-                    let mut frame = bytes;
-                    let mut handled = 0;
-                    let result = loop {
-                        let result = conn.read_frame(frame.freeze(), &mut assembly, &mut run);
-                        handled += 1;
-                        if result.is_err() || handled == READ_BATCH {
-                            break result;
+                    // up to a batch, taken as one chunk.
+                    let mut result = conn.read_frame(bytes.freeze(), &mut assembly, &mut run);
+                    if result.is_ok() {
+                        if let Some(chunk) = buffered_frames(&mut read, conn.config.max_frame) {
+                            result = conn.read_chunk(&chunk, &mut assembly, &mut run);
                         }
-                        match buffered_frame(&mut read, conn.config.max_frame) {
-                            Some(next) => frame = next,
-                            None => break result,
-                        }
-                    };
+                    }
                     run.flush();
                     if let Err(error) = result {
                         let frame = connection_error(error.message());
@@ -1102,21 +1095,35 @@ async fn read_loop(conn: Arc<Conn>, mut read: Reader) {
     conn.close(end.0, end.1);
 }
 
-/// The next frame when the read buffer holds all of it, taken without polling the
-/// socket. The codec's state stays consistent: it just returned a frame, so it
-/// expects a length prefix next, and only whole frames are taken here. A length
-/// over `max_frame` (or a partial frame) is left for the codec, which reports it.
-fn buffered_frame(read: &mut Reader, max_frame: usize) -> Option<BytesMut> {
+/// The whole frames the read buffer holds after the one the codec returned, up to
+/// [`READ_BATCH`] − 1 of them, taken as one chunk (length prefixes included) without
+/// polling the socket; `None` when there is none. The codec's state stays
+/// consistent: it just returned a frame, so it expects a length prefix next, and
+/// only whole frames are taken. A length over `max_frame` (or a partial frame) ends
+/// the chunk and is left for the codec, which reports it.
+fn buffered_frames(read: &mut Reader, max_frame: usize) -> Option<Bytes> {
     let buf = read.read_buffer_mut();
-    let prefix = buf.get(..LENGTH_PREFIX)?;
-    let len = prefix
-        .iter()
-        .fold(0usize, |len, &b| (len << 8) | usize::from(b));
-    if len > max_frame || buf.len() < LENGTH_PREFIX + len {
-        return None;
+    let mut extent = 0;
+    for _ in 1..READ_BATCH {
+        let Some(len) = length_at(buf, extent) else {
+            break;
+        };
+        if len > max_frame || buf.len() - extent - LENGTH_PREFIX < len {
+            break;
+        }
+        extent += LENGTH_PREFIX + len;
     }
-    buf.advance(LENGTH_PREFIX);
-    Some(buf.split_to(len))
+    (extent > 0).then(|| buf.split_to(extent).freeze())
+}
+
+/// The length prefix at `at` in `buf`, when all of it is there.
+fn length_at(buf: &[u8], at: usize) -> Option<usize> {
+    let prefix = buf.get(at..at + LENGTH_PREFIX)?;
+    Some(
+        prefix
+            .iter()
+            .fold(0usize, |len, &b| (len << 8) | usize::from(b)),
+    )
 }
 
 /// Consecutive PAYLOAD frames of one stream, handed to its inbox together: one
@@ -1210,6 +1217,36 @@ impl Conn {
             assembly.forget(stream);
         }
         self.dispatch(frame, run)
+    }
+
+    /// The whole frames of `chunk` (each behind its length prefix), in order. A
+    /// PAYLOAD carrying an item whole goes straight to the run (its data a slice of
+    /// the chunk, no `Frame` built) unless a fragmented payload is being put
+    /// together; every other frame is decoded and dispatched by
+    /// [`read_frame`](Self::read_frame).
+    fn read_chunk(
+        self: &Arc<Self>,
+        chunk: &Bytes,
+        assembly: &mut Assembly,
+        run: &mut Run,
+    ) -> Result<(), Error> {
+        let mut at = 0;
+        while let Some(len) = length_at(chunk, at) {
+            let start = at + LENGTH_PREFIX;
+            let end = start + len;
+            at = end;
+            match plain_next(&chunk[start..end]) {
+                Some((stream, complete)) if assembly.idle() => {
+                    let payload = Payload {
+                        metadata: None,
+                        data: chunk.slice(start + HEADER_LEN..end),
+                    };
+                    run.push(self, stream, Some(payload), complete);
+                }
+                _ => self.read_frame(chunk.slice(start..end), assembly, run)?,
+            }
+        }
+        Ok(())
     }
 
     /// A stream the peer broke (over-sent, an oversized payload): it ends with an

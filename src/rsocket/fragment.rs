@@ -204,6 +204,11 @@ impl Assembly {
         self.partial.len()
     }
 
+    /// No stream has a partial payload: a whole PAYLOAD needs no assembly.
+    pub(crate) fn idle(&self) -> bool {
+        self.partial.is_empty()
+    }
+
     /// Feed one frame: `Ok(Some(frame))` is a whole frame to handle (the one given,
     /// or the sequence it completed), `Ok(None)` a fragment kept for later.
     pub(crate) fn feed(&mut self, frame: Frame) -> Result<Option<Frame>, AssemblyError> {

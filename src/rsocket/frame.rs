@@ -454,6 +454,25 @@ impl FieldReader {
     }
 }
 
+/// A PAYLOAD frame with NEXT, without metadata and without FOLLOWS (an item carried
+/// whole, the reader's common case): its stream and whether it completes. Looks at
+/// the header of `frame` (one frame, without the transport's length prefix) only;
+/// `None` for any other frame, which [`Frame::decode`] then reads. When this says
+/// `Some((stream, complete))`, `Frame::decode` of the same bytes gives
+/// `Body::Payload { follows: false, complete, next: true, .. }` on `stream`, with no
+/// metadata and the data `frame[HEADER_LEN..]`.
+pub(crate) fn plain_next(frame: &[u8]) -> Option<(u32, bool)> {
+    let header: &[u8; HEADER_LEN] = frame.get(..HEADER_LEN)?.try_into().ok()?;
+    let stream = u32::from_be_bytes([header[0], header[1], header[2], header[3]]);
+    let type_and_flags = u16::from_be_bytes([header[4], header[5]]);
+    let flags = type_and_flags & 0x3FF;
+    let plain = (type_and_flags >> 10) as u8 == kind::PAYLOAD
+        && stream != 0
+        && stream <= MAX_U31
+        && flags & (flag::METADATA | flag::FOLLOWS | flag::NEXT) == flag::NEXT;
+    plain.then_some((stream, flags & flag::COMPLETE != 0))
+}
+
 impl Frame {
     /// Decode one frame (without the transport's length prefix).
     ///
@@ -868,4 +887,78 @@ fn put_payload(dst: &mut BytesMut, payload: &Payload) {
         dst.put_slice(m);
     }
     dst.put_slice(&payload.data);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The reader's shortcut agrees with the decoder on any bytes, and on bytes
+        /// that start like a PAYLOAD (arbitrary flags and stream, reserved bit too).
+        #[test]
+        fn plain_next_agrees_with_decode(
+            bytes in proptest::collection::vec(any::<u8>(), 0..24),
+            stream in any::<u32>(),
+            flags in 0u16..0x400,
+            payload_type in any::<bool>(),
+        ) {
+            let mut framed = bytes.clone();
+            if payload_type && framed.len() >= HEADER_LEN {
+                framed[..4].copy_from_slice(&stream.to_be_bytes());
+                let type_and_flags = (u16::from(kind::PAYLOAD) << 10) | flags;
+                framed[4..6].copy_from_slice(&type_and_flags.to_be_bytes());
+            }
+            for candidate in [bytes, framed] {
+                if let Some((stream, complete)) = plain_next(&candidate) {
+                    let frame = Frame::decode(Bytes::from(candidate.clone()))
+                        .expect("a plain PAYLOAD decodes");
+                    prop_assert_eq!(frame, Frame {
+                        stream,
+                        body: Body::Payload {
+                            follows: false,
+                            complete,
+                            next: true,
+                            payload: Payload::data(Bytes::copy_from_slice(&candidate[HEADER_LEN..])),
+                        },
+                    });
+                }
+            }
+        }
+    }
+
+    /// Every plain item frame the encoder makes is recognised.
+    #[test]
+    fn plain_next_recognises_encoded_items() {
+        for (stream, complete) in [(1, false), (7, true), (MAX_U31, false)] {
+            let frame = Frame {
+                stream,
+                body: Body::Payload {
+                    follows: false,
+                    complete,
+                    next: true,
+                    payload: Payload::data("item"),
+                },
+            };
+            let bytes = frame.to_bytes().expect("a frame");
+            assert_eq!(plain_next(&bytes), Some((stream, complete)));
+        }
+        let with_metadata = Frame {
+            stream: 1,
+            body: Body::Payload {
+                follows: false,
+                complete: false,
+                next: true,
+                payload: Payload {
+                    metadata: Some(Bytes::from_static(b"m")),
+                    data: Bytes::from_static(b"d"),
+                },
+            },
+        };
+        assert_eq!(
+            plain_next(&with_metadata.to_bytes().expect("a frame")),
+            None
+        );
+    }
 }

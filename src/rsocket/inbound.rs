@@ -129,31 +129,28 @@ impl Inbox {
 
     /// PAYLOAD frames from the peer, in order: `items` those with NEXT, `complete`
     /// when the last one ended the stream. Taken under one lock and signalled once.
-    pub(crate) fn receive(&self, items: impl Iterator<Item = Payload>, complete: bool) {
+    pub(crate) fn receive(&self, items: impl ExactSizeIterator<Item = Payload>, complete: bool) {
         let outcome = {
             let mut state = self.lock();
             if state.done {
                 // Late frames after a cancel or a refusal.
                 return;
             }
-            let mut over_sent = false;
-            for item in items {
-                if state.single {
-                    // A response: its first item ends it; later ones are dropped as
-                    // late frames, however the reads grouped them.
-                    state.items.push_back(item);
-                    break;
-                }
-                if state.granted_total >= u64::from(MAX_U31) {
-                    state.items.push_back(item);
-                } else if state.granted == 0 {
-                    over_sent = true;
-                    break;
-                } else {
-                    state.granted -= 1;
-                    state.items.push_back(item);
-                }
-            }
+            let count = items.len() as u64;
+            let over_sent = if state.single {
+                // A response: its first item ends it; later ones are dropped as late
+                // frames, however the reads grouped them.
+                state.items.extend(items.take(1));
+                false
+            } else if state.granted_total >= u64::from(MAX_U31) {
+                state.items.extend(items);
+                false
+            } else {
+                let taken = count.min(state.granted);
+                state.granted -= taken;
+                state.items.extend(items.take(taken as usize));
+                taken < count
+            };
             let finished = !over_sent && (complete || state.single);
             if finished {
                 state.done = true;
