@@ -55,7 +55,7 @@ use tokio::sync::Notify;
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 use super::fragment::{self, Assembly, AssemblyError, Lead};
-use super::frame::{plain_next, Body, ErrorCode, Frame, Payload, HEADER_LEN, MAX_U31};
+use super::frame::{self, plain_next, Body, ErrorCode, Frame, Payload, HEADER_LEN, MAX_U31};
 use super::inbound::{Inbox, PayloadStream};
 use super::outbound::Outbound;
 use super::server::Handler;
@@ -106,6 +106,44 @@ impl Outgoing {
         match self {
             Outgoing::Item(p) => p.data.len() + p.metadata.as_ref().map_or(0, |m| m.len() + 3) + 6,
             Outgoing::Complete | Outgoing::Error(_) => 6,
+        }
+    }
+}
+
+/// What the writer took to encode: an item travelling whole in one PAYLOAD frame
+/// (the common case, encoded straight from its payload), or any other frame.
+pub(crate) enum Out {
+    /// A PAYLOAD with NEXT carrying `payload` whole on `stream`.
+    Item {
+        stream: u32,
+        complete: bool,
+        payload: Payload,
+    },
+    Frame(Frame),
+}
+
+impl Out {
+    /// A frame other than a PAYLOAD (a grant, a cancel, a keepalive, an error, a
+    /// request): it goes out without waiting for more refills.
+    fn is_control(&self) -> bool {
+        match self {
+            Out::Item { .. } => false,
+            Out::Frame(frame) => !matches!(frame.body, Body::Payload { .. }),
+        }
+    }
+
+    /// Append it to `buf` with its length prefix.
+    fn put(&self, buf: &mut BytesMut) -> Result<(), super::frame::FrameError> {
+        match self {
+            Out::Item {
+                stream,
+                complete,
+                payload,
+            } => {
+                frame::put_next(buf, LENGTH_PREFIX, *stream, *complete, payload);
+                Ok(())
+            }
+            Out::Frame(frame) => put_frame(buf, frame),
         }
     }
 }
@@ -482,7 +520,7 @@ impl Conn {
     /// nothing is left to write.
     fn take(
         &self,
-        frames: &mut Vec<Frame>,
+        frames: &mut Vec<Out>,
         refills: &mut Vec<(Subscription, u64)>,
         budget: usize,
     ) -> bool {
@@ -491,7 +529,7 @@ impl Conn {
         let mut bytes = 0usize;
         while let Some(frame) = state.control.pop_front() {
             bytes += frame.encoded_len();
-            frames.push(frame);
+            frames.push(Out::Frame(frame));
             if bytes >= budget {
                 return true;
             }
@@ -526,7 +564,7 @@ impl Conn {
         &self,
         state: &mut ConnState,
         (bytes, budget): (&mut usize, usize),
-        frames: &mut Vec<Frame>,
+        frames: &mut Vec<Out>,
         refills: &mut Vec<(Subscription, u64)>,
         finished: &mut Vec<u32>,
     ) {
@@ -899,7 +937,7 @@ fn emit(
     side: &mut SendSide,
     out: Outgoing,
     fragment: usize,
-    frames: &mut Vec<Frame>,
+    frames: &mut Vec<Out>,
 ) -> bool {
     let completes = matches!(side.outbox.front(), Some(Outgoing::Complete));
     match out {
@@ -912,11 +950,19 @@ fn emit(
                     initial_n,
                     complete: completes,
                 },
+                _ if fragment::fits(&payload, fragment) => {
+                    frames.push(Out::Item {
+                        stream: id,
+                        complete: completes,
+                        payload,
+                    });
+                    return completes;
+                }
                 _ => Lead::Next {
                     complete: completes,
                 },
             };
-            fragment::split(id, lead, payload, fragment, |f| frames.push(f));
+            fragment::split(id, lead, payload, fragment, |f| frames.push(Out::Frame(f)));
             completes
         }
         Outgoing::Complete => {
@@ -934,7 +980,7 @@ fn emit(
                     payload: Payload::default(),
                 },
             };
-            frames.push(Frame { stream: id, body });
+            frames.push(Out::Frame(Frame { stream: id, body }));
             true
         }
         Outgoing::Error(error) => {
@@ -944,10 +990,10 @@ fn emit(
                 Some(remote) => (remote.code, remote.message.clone()),
                 None => (ErrorCode::APPLICATION_ERROR, error.message().to_owned()),
             };
-            frames.push(Frame {
+            frames.push(Out::Frame(Frame {
                 stream: id,
                 body: error_body(code, &message),
-            });
+            }));
             true
         }
     }
@@ -1000,12 +1046,10 @@ async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
             let asked = !refills.is_empty();
             // Control frames (grants, cancels, keepalives) go out now, not after
             // more refills.
-            let control = frames
-                .iter()
-                .any(|frame| !matches!(frame.body, Body::Payload { .. }));
+            let control = frames.iter().any(Out::is_control);
             request(&mut refills);
-            for frame in frames.drain(..) {
-                if let Err(error) = put_frame(&mut buf, &frame) {
+            for out in frames.drain(..) {
+                if let Err(error) = out.put(&mut buf) {
                     // Our own frames are valid by construction; a bug, not the peer's
                     // fault.
                     tracing::error!("rsocket: a frame could not be encoded ({error}); dropped");

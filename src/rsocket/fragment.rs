@@ -89,6 +89,11 @@ fn whole_len(lead: Lead, payload: &Payload) -> usize {
     lead.overhead() + payload.metadata.as_ref().map_or(0, |m| 3 + m.len()) + payload.data.len()
 }
 
+/// `payload` travels whole in one PAYLOAD frame (NEXT) of at most `fragment` bytes.
+pub(crate) fn fits(payload: &Payload, fragment: usize) -> bool {
+    whole_len(Lead::Next { complete: false }, payload) <= fragment
+}
+
 /// Calls `emit` with the frames that carry `payload` on `stream`, each at most
 /// `fragment` bytes (`fragment >= MIN_FRAGMENT`): one frame when it fits.
 pub(crate) fn split(

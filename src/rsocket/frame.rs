@@ -879,6 +879,35 @@ fn check_stream(frame_type: u8, stream: u32) -> Result<(), FrameError> {
     Ok(())
 }
 
+/// Append a PAYLOAD frame with NEXT (and COMPLETE when `complete`) carrying `payload`
+/// whole on `stream`, behind a big-endian length prefix of `prefix` bytes: what
+/// [`Frame::encode`] writes for that frame, without building it. The caller keeps
+/// the frame within [`MAX_FRAME_LEN`] and `stream` within 31 bits (the writer's
+/// items, checked against the fragment size, which is at most that).
+pub(crate) fn put_next(
+    dst: &mut BytesMut,
+    prefix: usize,
+    stream: u32,
+    complete: bool,
+    payload: &Payload,
+) {
+    let len =
+        HEADER_LEN + payload.metadata.as_ref().map_or(0, |m| 3 + m.len()) + payload.data.len();
+    debug_assert!(len <= MAX_FRAME_LEN && stream <= MAX_U31 && stream != 0);
+    let mut flags = flag::NEXT;
+    if complete {
+        flags |= flag::COMPLETE;
+    }
+    if payload.metadata.is_some() {
+        flags |= flag::METADATA;
+    }
+    dst.reserve(prefix + len);
+    dst.put_uint(len as u64, prefix);
+    dst.put_u32(stream);
+    dst.put_u16((u16::from(kind::PAYLOAD) << 10) | flags);
+    put_payload(dst, payload);
+}
+
 fn put_payload(dst: &mut BytesMut, payload: &Payload) {
     if let Some(m) = &payload.metadata {
         let len = m.len();
@@ -925,6 +954,33 @@ mod tests {
                     });
                 }
             }
+        }
+    }
+
+    proptest! {
+        /// The writer's shortcut writes what `Frame::encode` writes.
+        #[test]
+        fn put_next_agrees_with_encode(
+            stream in 1..=MAX_U31,
+            complete in any::<bool>(),
+            metadata in proptest::option::of(proptest::collection::vec(any::<u8>(), 0..8)),
+            data in proptest::collection::vec(any::<u8>(), 0..16),
+        ) {
+            let payload = Payload {
+                metadata: metadata.map(Bytes::from),
+                data: Bytes::from(data),
+            };
+            let frame = Frame {
+                stream,
+                body: Body::Payload { follows: false, complete, next: true, payload: payload.clone() },
+            };
+            let mut expected = BytesMut::new();
+            let len = frame.encoded_len();
+            expected.put_uint(len as u64, 3);
+            frame.encode(&mut expected).expect("a valid frame");
+            let mut written = BytesMut::new();
+            put_next(&mut written, 3, stream, complete, &payload);
+            prop_assert_eq!(written, expected);
         }
     }
 
