@@ -166,7 +166,7 @@ where
                 continue;
             }
             // 2. What upstream delivered.
-            match this.shared.poll_pop(cx, true) {
+            match this.shared.poll_pop(cx) {
                 Poll::Ready(Some(Ok(item))) => {
                     this.requested = false;
                     this.held = Some(item);

@@ -5,7 +5,8 @@
 //! # Algorithm
 //!
 //! A [`HandoffSubscriber`] receives the publisher's signals on whatever thread the
-//! publisher runs, and a polling task takes the items out with [`Handoff::poll_pop`].
+//! publisher runs, and a polling task takes the items out with [`Handoff::poll_pop`]
+//! (one at a time) or [`Handoff::poll_take`] (all that are queued, under one lock).
 //! Between them sits one [`Window`] (the engine room's bounded hand-off, allocated once
 //! with exactly `window` slots) and a `futures::task::AtomicWaker`:
 //!
@@ -25,6 +26,7 @@
 //! the subscriber cancels upstream and ends the stream with an error naming the rule,
 //! instead of growing the queue. Nothing here is unbounded.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -84,36 +86,52 @@ impl<T> Handoff<T> {
     }
 
     /// The next item, the end of the stream (`Some(Err)` once for a failure, then
-    /// `None`), or `Pending` with the task's waker registered. With `release_popped`,
-    /// a popped item is released at once (the caller requests one per item).
-    pub(crate) fn poll_pop(
+    /// `None`), or `Pending` with the task's waker registered. A popped item is
+    /// released at once (the caller requests one per item).
+    pub(crate) fn poll_pop(&self, cx: &mut Context<'_>) -> Poll<Option<Result<T, Error>>> {
+        self.poll_with(cx, |window| window.pop_released())
+    }
+
+    /// Every queued item moved to `out` (`Some(Ok(()))`; each still held until
+    /// [`release`](Self::release)), the end of the stream (`Some(Err)` once for a
+    /// failure, then `None`), or `Pending` with the task's waker registered. One lock
+    /// for all the items a batch delivered: the consumer pops them from `out`.
+    pub(crate) fn poll_take(
         &self,
         cx: &mut Context<'_>,
-        release_popped: bool,
-    ) -> Poll<Option<Result<T, Error>>> {
-        // Fast path: an item is there; no need to touch the waker.
-        if let Some(ready) = self.try_pop(release_popped) {
+        out: &mut VecDeque<T>,
+    ) -> Poll<Option<Result<(), Error>>> {
+        self.poll_with(cx, |window| (window.take_queued(out) > 0).then_some(()))
+    }
+
+    /// What `take` got from the window, else the end, else `Pending` with the waker
+    /// registered.
+    fn poll_with<R>(
+        &self,
+        cx: &mut Context<'_>,
+        mut take: impl FnMut(&mut Window<T>) -> Option<R>,
+    ) -> Poll<Option<Result<R, Error>>> {
+        // Fast path: items are there; no need to touch the waker.
+        if let Some(ready) = self.try_take(&mut take) {
             return Poll::Ready(ready);
         }
         // Register first, then look again under the lock: a push after our look sees
         // an empty queue and wakes us; a push before it is found by the look.
         self.waker.register(cx.waker());
-        match self.try_pop(release_popped) {
+        match self.try_take(&mut take) {
             Some(ready) => Poll::Ready(ready),
             None => Poll::Pending,
         }
     }
 
     /// `None`: nothing yet. `Some(None)`: the stream is over.
-    fn try_pop(&self, release_popped: bool) -> Option<Option<Result<T, Error>>> {
+    fn try_take<R>(
+        &self,
+        take: &mut impl FnMut(&mut Window<T>) -> Option<R>,
+    ) -> Option<Option<Result<R, Error>>> {
         let mut state = self.lock();
-        let popped = if release_popped {
-            state.window.pop_released()
-        } else {
-            state.window.pop()
-        };
-        if let Some(item) = popped {
-            return Some(Some(Ok(item)));
+        if let Some(taken) = take(&mut state.window) {
+            return Some(Some(Ok(taken)));
         }
         match state.end.take() {
             Some(Ok(())) => {

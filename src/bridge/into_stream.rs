@@ -6,7 +6,9 @@
 //! [`HandoffSubscriber`] that requests `prefetch` items at once. Items cross from the
 //! publisher's thread to the polling task through the bounded hand-off
 //! ([`handoff`](super::handoff): one queue of exactly `prefetch` slots, one lock and
-//! at most one wake per batch).
+//! at most one wake per batch). A poll that finds its own buffer empty moves every
+//! queued item into it under one lock; the polls after it hand them out without
+//! locking.
 //!
 //! # Demand contract
 //!
@@ -19,6 +21,7 @@
 //! upstream (the trap of futures-rs#2387). An upstream that delivers beyond the window
 //! is cancelled and the stream ends with a rule 1.1 error.
 
+use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -42,6 +45,9 @@ pub struct IntoStream<T> {
     /// The subscriber half, until the first poll hands it to the publisher.
     subscriber: Option<HandoffSubscriber<T>>,
     shared: Arc<Handoff<T>>,
+    /// Items taken from the hand-off in one go, handed out one per poll (still held
+    /// in the hand-off's window until released).
+    taken: VecDeque<T>,
     replenish: Replenish,
     done: bool,
 }
@@ -72,6 +78,7 @@ impl<T: Send + 'static> IntoStream<T> {
             subscribe: Some(Box::new(move |subscriber| publisher.subscribe(subscriber))),
             subscriber: Some(subscriber),
             shared,
+            taken: VecDeque::new(),
             replenish,
             done: false,
         }
@@ -101,25 +108,27 @@ impl<T> Stream for IntoStream<T> {
             // A synchronous publisher delivers its first window inside this call.
             subscribe(subscriber);
         }
-        match this.shared.poll_pop(cx, false) {
-            Poll::Ready(Some(Ok(item))) => {
-                if let Some(n) = this.replenish.on_consumed(1) {
-                    // Release before requesting: the request may deliver at once.
-                    this.shared.release(n as usize);
-                    this.shared.request(n);
+        if this.taken.is_empty() {
+            match this.shared.poll_take(cx, &mut this.taken) {
+                Poll::Ready(Some(Ok(()))) => {}
+                Poll::Ready(Some(Err(error))) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(error)));
                 }
-                Poll::Ready(Some(Ok(item)))
+                Poll::Ready(None) => {
+                    this.done = true;
+                    return Poll::Ready(None);
+                }
+                Poll::Pending => return Poll::Pending,
             }
-            Poll::Ready(Some(Err(error))) => {
-                this.done = true;
-                Poll::Ready(Some(Err(error)))
-            }
-            Poll::Ready(None) => {
-                this.done = true;
-                Poll::Ready(None)
-            }
-            Poll::Pending => Poll::Pending,
         }
+        let item = this.taken.pop_front().expect("taken holds an item");
+        if let Some(n) = this.replenish.on_consumed(1) {
+            // Release before requesting: the request may deliver at once.
+            this.shared.release(n as usize);
+            this.shared.request(n);
+        }
+        Poll::Ready(Some(Ok(item)))
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

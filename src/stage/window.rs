@@ -109,7 +109,7 @@ impl<T> Window<T> {
     }
 
     /// The oldest queued item, still counted as held until [`release`](Self::release).
-    #[cfg(any(all(test, not(weir_loom)), feature = "futures"))]
+    #[cfg(all(test, not(weir_loom)))]
     #[inline]
     pub(crate) fn pop(&mut self) -> Option<T> {
         self.items.pop_front()
@@ -133,7 +133,17 @@ impl<T> Window<T> {
         n
     }
 
-    /// The consumer is done with `n` items taken with [`pop`](Self::pop): upstream may
+    /// Move every queued item to `out`, each still counted as held until
+    /// [`release`](Self::release); returns how many moved.
+    #[cfg(feature = "futures")]
+    pub(crate) fn take_queued(&mut self, out: &mut VecDeque<T>) -> usize {
+        let n = self.items.len();
+        out.extend(self.items.drain(..));
+        n
+    }
+
+    /// The consumer is done with `n` items taken with
+    /// [`take_queued`](Self::take_queued) (or `pop`): upstream may
     /// deliver `n` more. Call before requesting them.
     #[cfg(any(all(test, not(weir_loom)), feature = "futures"))]
     pub(crate) fn release(&mut self, n: usize) {
