@@ -386,6 +386,38 @@ impl Conn {
         self.writer.notify_one();
     }
 
+    /// This side gives up receiving `stream`: the peer gets CANCEL. A stream that
+    /// never reached the wire (a channel whose REQUEST_CHANNEL still waits for its
+    /// outgoing publisher's first item) ends here instead: its outgoing publisher is
+    /// cancelled and the peer hears nothing of it, so it never serves a request that
+    /// nobody reads.
+    pub(crate) fn cancel_recv(&self, stream: u32) {
+        let unsent = {
+            let mut state = self.lock();
+            let unsent = state
+                .streams
+                .get_mut(&stream)
+                .and_then(|e| e.send.as_mut())
+                .filter(|side| side.lead.is_some())
+                .map(|side| side.subscription.take());
+            if unsent.is_some() {
+                self.remove(&mut state, stream);
+            }
+            unsent
+        };
+        match unsent {
+            Some(subscription) => {
+                if let Some(subscription) = subscription {
+                    subscription.cancel();
+                }
+            }
+            None => {
+                self.control(stream, Body::Cancel);
+                self.recv_done(stream);
+            }
+        }
+    }
+
     /// The receiving side of `stream` is done (terminal received, or cancelled).
     pub(crate) fn recv_done(&self, stream: u32) {
         let mut state = self.lock();

@@ -189,9 +189,8 @@ impl Inbox {
             state.stream
         };
         if cancel && stream != 0 {
-            self.conn.control(stream, Body::Cancel);
-        }
-        if stream != 0 {
+            self.conn.cancel_recv(stream);
+        } else if stream != 0 {
             self.conn.recv_done(stream);
         }
         self.signal();

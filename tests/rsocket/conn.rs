@@ -219,6 +219,47 @@ fn a_channel_answers_each_item() {
     });
 }
 
+/// A channel's REQUEST_CHANNEL carries its outgoing publisher's first item. One whose
+/// subscriber cancels before that item exists never reached the wire: it ends here,
+/// its outgoing publisher is cancelled (the item offered later is refused), and the
+/// peer hears nothing of it, neither a CANCEL for a stream it does not know nor,
+/// later, a request it would serve for nobody. The next channel is stream 3: the log
+/// up to its request holds nothing of stream 1.
+#[test]
+fn a_channel_cancelled_before_its_request_went_out_never_reaches_the_wire() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (_server, client, log) = served_through_proxy(Config::default()).await;
+        let (first_item, item) = tokio::sync::oneshot::channel::<&'static str>();
+        let outgoing = weir::from_stream(futures::stream::once(item))
+            .map(|item| Payload::data(item.unwrap_or("gone")));
+        let probe = subscribe_probe(client.request_channel(outgoing));
+        probe.request(4);
+        wait_until(|| client.open_streams() == 1).await;
+        probe.cancel();
+        wait_until(|| client.open_streams() == 0).await;
+        wait_until(|| first_item.is_closed()).await;
+        assert!(
+            first_item.send("late").is_err(),
+            "the outgoing publisher is cancelled"
+        );
+
+        let items = collect(client.request_channel(weir::just(Payload::data("x")))).await;
+        assert_eq!(texts(items.unwrap()), ["X"]);
+        let log = log.lock().unwrap().clone();
+        let up_to_second: Vec<_> = log
+            .iter()
+            .take_while(|(d, f)| !(*d == Dir::Up && f.stream == 3))
+            .collect();
+        assert!(
+            up_to_second.iter().all(|(_, f)| f.stream != 1),
+            "frames of the cancelled channel went out: {up_to_second:?}"
+        );
+        assert!(log.iter().any(|(d, f)| *d == Dir::Up && f.stream == 3));
+        probe.assert_no_terminal();
+    });
+}
+
 /// The operators that produce a stream's outgoing items run with no lock of the
 /// connection held: a closure that asks the client something (here its open
 /// streams, which takes the connection's lock) does not deadlock, whether its items
