@@ -12,7 +12,10 @@
 //!    (`Config::window`): one stream moves at most a window per credit round trip.
 //! 2. **16 streams aggregate vs 1 stream**: 16 request-streams of N/16 items each on
 //!    one connection, all consumed at once (same two formulations), against one
-//!    stream of N. Target: ≥ 0.9× the one stream's items per second.
+//!    stream of N. Target: ≥ 0.9× the one stream's items per second. Before this
+//!    group, `rsocket/round_trip`: one request-response on the same connection, the
+//!    time a credit grant takes to come back as items (one stream moves at most a
+//!    window per round trip).
 //! 3. **Isolation**: 8 streams of N/8 items each (all fast), against 7 such streams
 //!    while an eighth, endless stream's consumer pulls nothing (it holds its credit
 //!    and never asks for more). Each iteration ends when the 7 (or 8) streams
@@ -56,6 +59,11 @@ fn runtime() -> tokio::runtime::Runtime {
 struct Numbers;
 
 impl Handler for Numbers {
+    /// The request, back.
+    fn request_response(&self, request: Payload) -> BoxPublisher<Payload> {
+        weir::just(request).boxed()
+    }
+
     fn request_stream(&self, request: Payload) -> BoxPublisher<Payload> {
         let n = match &request.data[..] {
             b"endless" => u64::MAX,
@@ -252,6 +260,24 @@ fn rsocket(c: &mut Criterion) {
             b.iter(|| fold_sinks(weir, 1, N))
         });
     }
+    group.finish();
+
+    // What one credit round trip costs: a request-response on the same connection
+    // (the request out, the server's answer back, both tasks woken on the way).
+    // One stream moves at most a window per round trip.
+    let mut group = c.benchmark_group("rsocket/round_trip");
+    group.sample_size(20);
+    group.warm_up_time(Duration::from_millis(500));
+    group.measurement_time(Duration::from_secs(3));
+    group.bench_function("request_response", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let answer = weir.client.request_response(Payload::data("x"));
+                let mut answer = answer.into_stream(1);
+                answer.next().await.expect("an answer").expect("no error")
+            })
+        })
+    });
     group.finish();
 
     let mut group = new_group(c, "rsocket/streams/1M", N);

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::conn::{Conn, SendSide};
 use super::fragment::Lead;
-use super::frame::{Body, Payload, MAX_U31};
+use super::frame::{Payload, MAX_U31};
 use super::outbound::Outbound;
 use crate::demand::AtomicDemand;
 use crate::runtime::Scheduler;
