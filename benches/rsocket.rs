@@ -270,11 +270,21 @@ fn rsocket(c: &mut Criterion) {
     group.warm_up_time(Duration::from_millis(500));
     group.measurement_time(Duration::from_secs(3));
     group.bench_function("request_response", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let answer = weir.client.request_response(Payload::data("x"));
-                let mut answer = answer.into_stream(1);
-                answer.next().await.expect("an answer").expect("no error")
+        b.iter_custom(|iters| {
+            // Timed on a task of the runtime, as the streams' own round trips are.
+            let client = weir.client.clone();
+            rt.block_on(async move {
+                tokio::spawn(async move {
+                    let start = std::time::Instant::now();
+                    for _ in 0..iters {
+                        let answer = client.request_response(Payload::data("x"));
+                        let mut answer = answer.into_stream(1);
+                        black_box(answer.next().await.expect("an answer").expect("no error"));
+                    }
+                    start.elapsed()
+                })
+                .await
+                .expect("the timing task")
             })
         })
     });
