@@ -19,8 +19,10 @@
 //!
 //! Reads length-prefixed frames (tokio-util's codec, limited to
 //! [`Config::max_frame`]; after each frame the codec returns, the whole frames
-//! already in its buffer are taken directly, up to a batch of [`READ_BATCH`]),
-//! decodes them, reassembles fragments and dispatches them in order: consecutive
+//! already in its buffer are taken directly as one chunk, up to a batch of
+//! [`READ_BATCH`]), decodes them, reassembles fragments and dispatches them in order
+//! (a PAYLOAD that carries an item whole skips the decoder: its data is a slice of
+//! the chunk, see [`Conn::read_chunk`]): consecutive
 //! PAYLOADs of one stream go to its inbox together ([`Run`]), and any other frame
 //! takes effect after the payloads before it. A
 //! PAYLOAD to its stream's inbox (never waiting for a consumer: the credit this side
@@ -35,7 +37,8 @@
 //! Takes, under the lock, every control frame and then rounds of the ready streams
 //! (deficit round robin, a quantum of bytes each), up to a budget of bytes; with the
 //! lock released, asks the local publishers whose outbox fell to its low-water mark
-//! for more (within the peer's credit) and encodes what it took. A publisher that
+//! for more (within the peer's credit) and encodes what it took (an item that
+//! travels whole straight from its payload, see [`Out`]). A publisher that
 //! answers inside `request` (a synchronous source) has put its items in the outbox
 //! already: the writer takes them into the same write, up to the budget, unless what
 //! it took holds a control frame (a grant or a cancel waits for no more than one
