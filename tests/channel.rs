@@ -668,9 +668,10 @@ fn stats_report_lag_and_oldest_age_under_virtual_time() {
         .build::<u64>();
     let monitor = tx.monitor();
     let probe = probe_of(rx);
-    // One second: 1,200/s arriving, 1,000/s delivered, in 10 ms steps.
+    // Ten seconds (the default rate window): 1,200/s arriving, 1,000/s delivered, in
+    // 10 ms steps.
     let mut next = 0;
-    for _ in 0..100 {
+    for _ in 0..1_000 {
         clock.advance(Duration::from_millis(10));
         for _ in 0..12 {
             tx.try_send(next).unwrap();
@@ -682,25 +683,83 @@ fn stats_report_lag_and_oldest_age_under_virtual_time() {
     assert_eq!(stats.capacity, 5_000);
     assert_eq!(
         (stats.enqueued, stats.dequeued, stats.depth),
-        (1_200, 1_000, 200)
+        (12_000, 10_000, 2_000)
     );
     assert!((stats.arrival_rate - 1_200.0).abs() < 1.0, "{stats:?}");
     assert!((stats.drain_rate - 1_000.0).abs() < 1.0, "{stats:?}");
-    // FIFO: the oldest queued item is number 1,000, sent in step 84 (t = 0.84 s).
-    assert_eq!(stats.oldest_age, Some(Duration::from_millis(160)));
-    // lag = depth / drain rate = 200 / 1,000/s.
+    // FIFO: the oldest queued item is number 10,000, sent in step 834 (t = 8.34 s).
+    assert_eq!(stats.oldest_age, Some(Duration::from_millis(1_660)));
+    // lag = depth / drain rate = 2,000 / 1,000/s.
     let lag = stats.lag().unwrap().as_secs_f64();
-    assert!((lag - 0.2).abs() < 1e-3, "{lag}");
+    assert!((lag - 2.0).abs() < 1e-3, "{lag}");
     assert_eq!(stats.time_to_drain(), None, "the queue is growing");
-    // Arrivals stop; the backlog drains at 1,000/s.
-    for _ in 0..10 {
+    // Arrivals ease to 600/s for 3 s; the backlog drains at 1,000/s. Over the last
+    // 2 s (the default window still remembers the faster arrivals):
+    // time to drain = 800 / (1,000 − 600)/s.
+    for _ in 0..300 {
         clock.advance(Duration::from_millis(10));
+        for _ in 0..6 {
+            tx.try_send(next).unwrap();
+            next += 1;
+        }
         probe.request(10);
     }
-    let stats = monitor.snapshot();
-    assert_eq!(stats.depth, 100);
-    let ttd = stats.time_to_drain().unwrap().as_secs_f64();
-    assert!(ttd > 0.0 && ttd < 1.0, "{ttd} {stats:?}");
+    let recent = monitor.snapshot_over(Duration::from_secs(2));
+    assert_eq!(recent.depth, 800);
+    assert!((recent.arrival_rate - 600.0).abs() < 1.0, "{recent:?}");
+    let ttd = recent.time_to_drain().unwrap().as_secs_f64();
+    assert!((ttd - 2.0).abs() < 1e-2, "{ttd} {recent:?}");
+    assert_eq!(
+        monitor.snapshot().time_to_drain(),
+        None,
+        "{:?}",
+        monitor.snapshot()
+    );
+}
+
+/// Consumers that poll in batches (500 every 250 ms, 2,000 every second) against
+/// 2,000/s arriving: at every 10 ms sample after the first window, `lag()` is within
+/// 5 % of the true lag, depth / 2,000/s (the rates read 2,000/s between polls as well
+/// as at them), and time to drain is undefined (the queue is not shrinking).
+#[test]
+fn lag_holds_for_consumers_that_poll_in_batches() {
+    for (batch, period_ms) in [(500u64, 250u64), (2_000, 1_000)] {
+        let clock = VirtualTime::new();
+        let (tx, rx) = ChannelBuilder::new(Capacity::items(10_000), ChannelPolicy::Backpressure)
+            .clock(clock.clone())
+            .build::<u64>();
+        let monitor = tx.monitor();
+        let probe = probe_of(rx);
+        let mut worst = 0.0f64;
+        let mut samples = 0;
+        for step in 1..=6_000u64 {
+            clock.advance(Duration::from_millis(10));
+            for i in 0..20 {
+                tx.try_send(step * 20 + i).unwrap();
+            }
+            if (step * 10) % period_ms == 0 {
+                probe.request(batch);
+            }
+            if step * 10 > 12_000 {
+                let stats = monitor.snapshot();
+                samples += 1;
+                if stats.depth == 0 {
+                    // Just polled: nothing waits.
+                    assert_eq!(stats.lag(), Some(Duration::ZERO));
+                    continue;
+                }
+                let truth = stats.depth as f64 / 2_000.0;
+                let lag = stats.lag().expect("draining").as_secs_f64();
+                worst = worst.max((lag - truth).abs() / truth);
+                assert_eq!(stats.time_to_drain(), None, "{stats:?}");
+            }
+        }
+        assert_eq!(samples, 4_800);
+        assert!(
+            worst <= 0.05,
+            "{batch} per {period_ms} ms: worst error {worst}"
+        );
+    }
 }
 
 // ---- random demand ------------------------------------------------------------------

@@ -19,9 +19,11 @@
 //! [`PublisherExt::on_dropped`]: crate::PublisherExt::on_dropped
 
 mod queue_stats;
+mod rate;
 
 pub(crate) use queue_stats::QueueGauge;
-pub use queue_stats::{QueueMonitor, QueueStats, RATE_WINDOW};
+pub use queue_stats::{QueueMonitor, QueueStats};
+pub use rate::{MAX_RATE_WINDOW, RATE_WINDOW};
 
 use std::any::Any;
 use std::fmt;

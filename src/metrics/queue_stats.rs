@@ -9,11 +9,14 @@
 //!
 //! # Rates and lag
 //!
-//! Arrival and drain rates are estimated per window of [`RATE_WINDOW`]: at the end of
-//! each window the window's rate is blended into the estimate with weight 1/2 (an
-//! exponentially weighted moving average with a half-life of one window). A snapshot
-//! taken long after the last window closed blends in the open window too, so a queue
-//! that stopped draining shows its drain rate falling towards zero rather than frozen.
+//! Arrival and drain rates are measured over a window of recent time, [`RATE_WINDOW`]
+//! (10 s) unless [`QueueMonitor::snapshot_over`] asks for another (up to
+//! [`MAX_RATE_WINDOW`], a minute). The rate is time-weighted: the items recorded
+//! over the window divided by the time they took, from the first event in the window
+//! to the last one, or to now once the next one is overdue (see `rate.rs`). So a
+//! consumer that polls in batches (500 every 250 ms) reads its true rate at every
+//! instant, between its polls as well as at them, and a queue that stopped draining
+//! shows its drain rate falling, to zero after a whole window without a dequeue.
 //!
 //! From them (the sizing rules, `docs/design.md` §10): lag = depth / drain rate (how
 //! long the newest item will wait); time to drain = depth / (drain rate − arrival
@@ -24,18 +27,18 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+#[cfg(doc)]
+use super::rate::MAX_RATE_WINDOW;
+use super::rate::{WindowedRate, RATE_WINDOW};
 use crate::metrics::Drops;
 use crate::runtime::Scheduler;
 use crate::DropReason;
 
-/// The window over which arrival and drain rates are measured.
-pub const RATE_WINDOW: Duration = Duration::from_millis(100);
-
 /// A point-in-time view of one bounded queue, from [`QueueMonitor::snapshot`].
 ///
-/// Rates are estimated per [`RATE_WINDOW`] and blended with weight 1/2 at the end of
-/// each window (a snapshot long after the last window blends in the open one, so a
-/// stalled queue's drain rate falls instead of freezing). From them (see the sizing
+/// Rates are time-weighted over the snapshot's window ([`RATE_WINDOW`], 10 s, for
+/// [`QueueMonitor::snapshot`]): right for consumers that poll in batches, falling
+/// (to zero after a whole window) for a queue that stopped. From them (see the sizing
 /// rules, `docs/design.md` §10):
 /// [`lag`](Self::lag) = depth / drain rate, [`time_to_drain`](Self::time_to_drain) =
 /// depth / (drain rate − arrival rate).
@@ -91,12 +94,18 @@ impl QueueStats {
 
     /// How long until the queue is empty at the current rates:
     /// `depth / (drain_rate − arrival_rate)`. `Some(ZERO)` when empty; `None` while the
-    /// queue is not shrinking.
+    /// queue is not shrinking (rates equal to within a billionth count as equal).
     pub fn time_to_drain(&self) -> Option<Duration> {
         if self.depth == 0 {
             return Some(Duration::ZERO);
         }
-        seconds(self.depth as f64 / (self.drain_rate - self.arrival_rate))
+        let net = self.drain_rate - self.arrival_rate;
+        // Equal rates measured as a hair apart (floating-point rounding) are equal:
+        // the queue is not shrinking.
+        if net <= self.drain_rate * 1e-9 {
+            return None;
+        }
+        seconds(self.depth as f64 / net)
     }
 }
 
@@ -158,9 +167,17 @@ impl QueueMonitor {
         QueueMonitor { gauge }
     }
 
-    /// The queue's statistics now.
+    /// The queue's statistics now, with rates over the last [`RATE_WINDOW`] (10 s).
     pub fn snapshot(&self) -> QueueStats {
-        self.gauge.snapshot()
+        self.gauge.snapshot(RATE_WINDOW)
+    }
+
+    /// The queue's statistics now, with rates over the last `window` (a minute, say,
+    /// as dashboards show). Windows are taken at whole buckets of 2 s, and clamped to
+    /// 2 s..=[`MAX_RATE_WINDOW`] (60 s): `Duration::ZERO` reads over 2 s,
+    /// `Duration::MAX` over a minute.
+    pub fn snapshot_over(&self, window: Duration) -> QueueStats {
+        self.gauge.snapshot(window)
     }
 }
 
@@ -181,8 +198,8 @@ pub(crate) struct QueueGauge {
     blocked_nanos: AtomicU64,
     pauses: AtomicU64,
     drops: Drops,
-    arrival: Mutex<RateEstimate>,
-    drain: Mutex<RateEstimate>,
+    arrival: Mutex<WindowedRate>,
+    drain: Mutex<WindowedRate>,
 }
 
 impl fmt::Debug for QueueGauge {
@@ -208,8 +225,8 @@ impl QueueGauge {
             blocked_nanos: AtomicU64::new(0),
             pauses: AtomicU64::new(0),
             drops: Drops::new(),
-            arrival: Mutex::new(RateEstimate::new(origin)),
-            drain: Mutex::new(RateEstimate::new(origin)),
+            arrival: Mutex::new(WindowedRate::new(origin)),
+            drain: Mutex::new(WindowedRate::new(origin)),
             clock,
         })
     }
@@ -267,7 +284,7 @@ impl QueueGauge {
         self.oldest.store(stamp, Ordering::Relaxed);
     }
 
-    pub(crate) fn snapshot(&self) -> QueueStats {
+    pub(crate) fn snapshot(&self, window: Duration) -> QueueStats {
         let now = self.clock.now();
         let oldest = self.oldest.load(Ordering::Relaxed);
         let oldest_age = (oldest != 0).then(|| {
@@ -284,64 +301,15 @@ impl QueueGauge {
             rejected: self.rejected.load(Ordering::Relaxed),
             blocked: Duration::from_nanos(self.blocked_nanos.load(Ordering::Relaxed)),
             pauses: self.pauses.load(Ordering::Relaxed),
-            arrival_rate: lock(&self.arrival).estimate(now),
-            drain_rate: lock(&self.drain).estimate(now),
+            arrival_rate: lock(&self.arrival).rate(now, window),
+            drain_rate: lock(&self.drain).rate(now, window),
         }
     }
 }
 
-fn lock(rate: &Mutex<RateEstimate>) -> std::sync::MutexGuard<'_, RateEstimate> {
+fn lock(rate: &Mutex<WindowedRate>) -> std::sync::MutexGuard<'_, WindowedRate> {
     // Only this module's arithmetic runs under the lock; recover from poisoning anyway.
     rate.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// A windowed, exponentially weighted rate estimate (items per second).
-#[derive(Debug)]
-struct RateEstimate {
-    window_start: Instant,
-    in_window: u64,
-    estimate: Option<f64>,
-}
-
-impl RateEstimate {
-    fn new(now: Instant) -> Self {
-        RateEstimate {
-            window_start: now,
-            in_window: 0,
-            estimate: None,
-        }
-    }
-
-    fn record(&mut self, n: u64, now: Instant) {
-        self.in_window += n;
-        let elapsed = now.saturating_duration_since(self.window_start);
-        if elapsed >= RATE_WINDOW {
-            self.estimate = Some(self.blend(self.in_window as f64 / elapsed.as_secs_f64()));
-            self.window_start = now;
-            self.in_window = 0;
-        }
-    }
-
-    fn blend(&self, window_rate: f64) -> f64 {
-        match self.estimate {
-            Some(old) => (old + window_rate) / 2.0,
-            None => window_rate,
-        }
-    }
-
-    fn estimate(&self, now: Instant) -> f64 {
-        let elapsed = now.saturating_duration_since(self.window_start);
-        let open = || self.in_window as f64 / elapsed.as_secs_f64();
-        if elapsed >= RATE_WINDOW {
-            self.blend(open())
-        } else {
-            match self.estimate {
-                Some(rate) => rate,
-                None if elapsed > Duration::ZERO => open(),
-                None => 0.0,
-            }
-        }
-    }
 }
 
 #[cfg(all(test, not(weir_loom)))]
@@ -381,16 +349,20 @@ mod tests {
         let gauge = QueueGauge::new(100, Arc::new(vt.clone()));
         vt.advance(Duration::from_millis(100));
         gauge.dequeued(100, vt.now());
-        assert_eq!(gauge.snapshot().drain_rate, 1_000.0);
+        assert_eq!(gauge.snapshot(RATE_WINDOW).drain_rate, 1_000.0);
         vt.advance(Duration::from_secs(10));
         gauge.level(5, Some(vt.now()));
-        let stats = gauge.snapshot();
-        assert_eq!(stats.drain_rate, 500.0, "half-life of one window");
-        assert!(stats.drain_rate < 1_000.0);
+        // A minute's window still holds the one dequeue, spread over the 10 s since.
+        let minute = gauge.snapshot(Duration::from_secs(60));
+        assert!((minute.drain_rate - 10.0).abs() < 1e-9, "{minute:?}");
+        // The default window passed without a dequeue: nothing drains, no lag bound.
+        let stats = gauge.snapshot(RATE_WINDOW);
+        assert_eq!(stats.drain_rate, 0.0);
+        assert_eq!(stats.lag(), None);
         assert_eq!(stats.oldest_age, Some(Duration::ZERO));
         gauge.dropped(DropReason::Expired, 3);
         gauge.rejected(2);
-        let stats = gauge.snapshot();
+        let stats = gauge.snapshot(RATE_WINDOW);
         assert_eq!(stats.dropped(DropReason::Expired), 3);
         assert_eq!((stats.dropped_total(), stats.rejected), (3, 2));
         assert!(stats.to_string().contains("depth 5/100"), "{stats}");
