@@ -693,10 +693,9 @@ fn stats_report_lag_and_oldest_age_under_virtual_time() {
     let lag = stats.lag().unwrap().as_secs_f64();
     assert!((lag - 2.0).abs() < 1e-3, "{lag}");
     assert_eq!(stats.time_to_drain(), None, "the queue is growing");
-    // Arrivals ease to 600/s for 3 s; the backlog drains at 1,000/s. Over the last
-    // 2 s (the default window still remembers the faster arrivals):
-    // time to drain = 800 / (1,000 − 600)/s.
-    for _ in 0..300 {
+    // Arrivals ease to 600/s for 4 s; the backlog drains at 1,000/s. Over the last
+    // 2 s: time to drain = 400 / (1,000 − 600)/s.
+    for _ in 0..400 {
         clock.advance(Duration::from_millis(10));
         for _ in 0..6 {
             tx.try_send(next).unwrap();
@@ -705,22 +704,23 @@ fn stats_report_lag_and_oldest_age_under_virtual_time() {
         probe.request(10);
     }
     let recent = monitor.snapshot_over(Duration::from_secs(2));
-    assert_eq!(recent.depth, 800);
-    assert!((recent.arrival_rate - 600.0).abs() < 1.0, "{recent:?}");
+    assert_eq!(recent.depth, 400);
+    assert!((recent.arrival_rate - 600.0).abs() < 1e-6, "{recent:?}");
+    assert!((recent.drain_rate - 1_000.0).abs() < 1e-6, "{recent:?}");
     let ttd = recent.time_to_drain().unwrap().as_secs_f64();
-    assert!((ttd - 2.0).abs() < 1e-2, "{ttd} {recent:?}");
-    assert_eq!(
-        monitor.snapshot().time_to_drain(),
-        None,
-        "{:?}",
-        monitor.snapshot()
-    );
+    assert!((ttd - 1.0).abs() < 1e-6, "{ttd} {recent:?}");
+    // The default window (10 s) averages 1,200/s and 600/s arrivals: 960/s, a
+    // time to drain of about 10 s.
+    let averaged = monitor.snapshot();
+    let slow = averaged.time_to_drain().expect("shrinking").as_secs_f64();
+    assert!((9.0..11.0).contains(&slow), "{slow} {averaged:?}");
 }
 
 /// Consumers that poll in batches (500 every 250 ms, 2,000 every second) against
-/// 2,000/s arriving: at every 10 ms sample after the first window, `lag()` is within
-/// 5 % of the true lag, depth / 2,000/s (the rates read 2,000/s between polls as well
-/// as at them), and time to drain is undefined (the queue is not shrinking).
+/// 2,000/s arriving: at every 10 ms sample after the first window, `lag()` is the
+/// true lag, depth / 2,000/s (5 % is the promise; it is exact, the rates reading
+/// 2,000/s between polls as well as at them), and time to drain is undefined (the
+/// queue is not shrinking).
 #[test]
 fn lag_holds_for_consumers_that_poll_in_batches() {
     for (batch, period_ms) in [(500u64, 250u64), (2_000, 1_000)] {
@@ -756,7 +756,7 @@ fn lag_holds_for_consumers_that_poll_in_batches() {
         }
         assert_eq!(samples, 4_800);
         assert!(
-            worst <= 0.05,
+            worst < 1e-9,
             "{batch} per {period_ms} ms: worst error {worst}"
         );
     }

@@ -9,25 +9,30 @@
 //!
 //! The rate over a window `W` at `now` looks at the buckets that saw an event after
 //! `now − W` (whole buckets: the window reaches back up to one bucket further). With
-//! `t₁` the first of those events, `c₁` its items, `tₙ` the last event, `S` the items
-//! of all of them and `k` how many events there were:
+//! `t₁` the first of those events, `c₁` its items, `tₙ` the last event and `S` the
+//! items of all of them:
 //!
-//! * the measured interval starts at `t₁` and holds `S − c₁` items: the items of an
-//!   event are what arrived *since the event before it*, and the event before `t₁` is
-//!   outside the window, so `c₁` is left out. With one event only, the interval starts
-//!   at the window's start (or the estimator's creation, if later) and holds `S`;
+//! * the measured interval starts at the event before `t₁` (the last one the ring
+//!   holds before the window) and holds `S` items: the items of an event are what
+//!   arrived since the event before it. When the ring holds none (the first events
+//!   ever, or a minute of silence before them), it starts at `t₁` and holds `S − c₁`;
+//!   with one event only, it starts at the window's start (or the estimator's
+//!   creation, if later) and holds `S`;
 //! * the interval ends at `tₙ`, unless the next event is overdue: with `g` the mean gap
-//!   between events (`(tₙ − t₁) / (k − 1)`), it ends at `max(tₙ, now − g)`;
+//!   between the events it counts (the interval's length up to `tₙ` over the number of
+//!   events in it), it ends at `max(tₙ, now − g)`;
 //! * rate = items / (end − start).
 //!
 //! A consumer that takes 500 items every 250 ms therefore reads exactly 2,000/s at
 //! every instant, between its polls as well as at them: the time since its last poll
-//! counts only once it exceeds its usual gap. One that stops reads a rate that falls
-//! as `1 / elapsed`, and 0 once a whole window has passed without an event. Items
-//! arriving evenly read their rate whatever the window. The window's length only
-//! decides how far back the average reaches, never a bias: a window of several
-//! polling periods (the default, [`RATE_WINDOW`], is 10 s) averages over whole
-//! periods, a one-minute window is what dashboards show.
+//! counts only once it exceeds its usual gap. So does one that polls every 8 s with a
+//! window of 10 s; one whose polls are further apart than the window reads 0 between
+//! them (choose a window longer than the polling period). One that stops reads a
+//! rate that falls as `1 / elapsed`, and 0 once a whole window has passed without an
+//! event. Items arriving evenly read their rate whatever the window. The window's
+//! length decides how far back the average reaches: a window of several polling
+//! periods (the default, [`RATE_WINDOW`], is 10 s) averages over whole periods, a
+//! one-minute window is what dashboards show.
 
 use std::time::{Duration, Instant};
 
@@ -131,42 +136,46 @@ impl WindowedRate {
         let mut items = 0u64;
         let mut events = 0u64;
         for epoch in from_epoch..=now_epoch {
-            let Some(bucket) = self
-                .buckets
-                .get((epoch % BUCKETS as u64) as usize)
-                .filter(|b| b.epoch == epoch && b.items > 0 && b.last_at > from)
-            else {
+            let Some(bucket) = self.bucket(epoch).filter(|b| b.last_at > from) else {
                 continue;
             };
             if first.is_none() {
                 first = Some(*bucket);
             }
-            if bucket.last_at > last_at {
-                last_at = bucket.last_at;
-            }
+            last_at = last_at.max(bucket.last_at);
             items += bucket.items;
             events += bucket.events;
         }
         let Some(first) = first else {
             return 0.0;
         };
-        let (start, counted, gap) = if last_at > first.first_at {
-            // At least two events: the interval starts at the first.
-            let spanned = last_at - first.first_at;
-            (
-                first.first_at,
-                items - first.first_items,
-                spanned / (events - 1).max(1),
-            )
-        } else {
+        // The event before the window's first, if the ring still holds it: the
+        // first event's items arrived since then.
+        let oldest_held = now_epoch.saturating_sub(BUCKETS as u64 - 1);
+        let before = (oldest_held..first.epoch)
+            .rev()
+            .find_map(|epoch| self.bucket(epoch))
+            .map(|b| b.last_at);
+        let (start, counted, gaps) = match before {
+            Some(before) => (before, items, events),
+            // Two events or more: the interval starts at the first.
+            None if events > 1 => (first.first_at, items - first.first_items, events - 1),
             // One event: the interval starts at the window's start.
-            (from, items, last_at - from)
+            None => (from, items, 1),
         };
+        let gap = (last_at - start) / gaps;
         let end = last_at.max(now.saturating_sub(gap));
         if end <= start {
             return 0.0;
         }
         counted as f64 / ((end - start) as f64 / 1e9)
+    }
+
+    /// The ring's bucket for `epoch`, if it holds events of that epoch.
+    fn bucket(&self, epoch: u64) -> Option<&Bucket> {
+        self.buckets
+            .get((epoch % BUCKETS as u64) as usize)
+            .filter(|b| b.epoch == epoch && b.items > 0)
     }
 }
 
@@ -186,9 +195,9 @@ mod tests {
         origin + Duration::from_millis(ms)
     }
 
-    /// `items` every `period_ms`, from `start_ms` to `end_ms`; the rate read every
-    /// 10 ms after the first window: each reading's worst relative error.
-    fn worst_error(items: u64, period_ms: u64, end_ms: u64, window: Duration) -> f64 {
+    /// `items` every `period_ms` until `end_ms`; the rate over `window` read every
+    /// 10 ms from `from_ms` on: the worst relative error of a reading.
+    fn worst_error(items: u64, period_ms: u64, from_ms: u64, end_ms: u64, window: Duration) -> f64 {
         let origin = Instant::now();
         let mut rate = WindowedRate::new(origin);
         let truth = items as f64 * 1000.0 / period_ms as f64;
@@ -199,7 +208,7 @@ mod tests {
                 rate.record(items, at(origin, ms));
                 next += period_ms;
             }
-            if ms > duration_nanos(window) / 1_000_000 + 2_000 {
+            if ms >= from_ms {
                 let read = rate.rate(at(origin, ms), window);
                 worst = worst.max((read - truth).abs() / truth);
             }
@@ -210,12 +219,29 @@ mod tests {
     #[test]
     fn batch_pollers_read_their_rate_between_polls_as_well_as_at_them() {
         for window in [RATE_WINDOW, MAX_RATE_WINDOW] {
+            let from = duration_nanos(window) / 1_000_000 + 2_000;
             // 500 every 250 ms and 2,000 every second: 2,000/s.
-            assert!(worst_error(500, 250, 150_000, window) < 1e-9);
-            assert!(worst_error(2_000, 1_000, 150_000, window) < 1e-9);
+            assert!(worst_error(500, 250, from, 150_000, window) < 1e-9);
+            assert!(worst_error(2_000, 1_000, from, 150_000, window) < 1e-9);
             // Even arrivals, 20 every 10 ms.
-            assert!(worst_error(20, 10, 150_000, window) < 1e-9);
+            assert!(worst_error(20, 10, from, 150_000, window) < 1e-9);
         }
+        // Polls almost a window apart, once one poll went before the window: 8,000
+        // every 8 s over 10 s, 1,500 every 1.5 s over 2 s (the shortest window).
+        assert!(worst_error(8_000, 8_000, 18_000, 150_000, RATE_WINDOW) < 1e-9);
+        assert!(worst_error(1_500, 1_500, 3_000, 150_000, Duration::ZERO) < 1e-9);
+    }
+
+    #[test]
+    fn polls_further_apart_than_the_window_read_zero_between_them() {
+        let origin = Instant::now();
+        let mut rate = WindowedRate::new(origin);
+        for s in 1..=4 {
+            rate.record(15_000, at(origin, s * 15_000));
+        }
+        let just_after = rate.rate(at(origin, 60_000), RATE_WINDOW);
+        assert!((just_after - 1_000.0).abs() < 1e-9, "{just_after}");
+        assert_eq!(rate.rate(at(origin, 71_000), RATE_WINDOW), 0.0);
     }
 
     #[test]
@@ -255,12 +281,16 @@ mod tests {
     fn extreme_windows_are_clamped() {
         let origin = Instant::now();
         let mut rate = WindowedRate::new(origin);
+        // 1,000/s for a minute, then 2,000/s for a minute.
         for ms in (10..=120_000).step_by(10) {
-            rate.record(10, at(origin, ms));
+            rate.record(if ms <= 60_000 { 10 } else { 20 }, at(origin, ms));
         }
+        let now = at(origin, 120_000);
+        // Over 2 s (the shortest window) and a minute (the longest): 2,000/s, where
+        // two minutes would read 1,500/s.
         for window in [Duration::ZERO, Duration::from_nanos(1), Duration::MAX] {
-            let read = rate.rate(at(origin, 120_000), window);
-            assert!((read - 1_000.0).abs() < 1e-6, "{window:?}: {read}");
+            let read = rate.rate(now, window);
+            assert!((read - 2_000.0).abs() < 2.0, "{window:?}: {read}");
         }
         // An instant far beyond the ring's reach reads zero, without overflow.
         assert_eq!(
