@@ -93,6 +93,13 @@ impl Client {
     /// returned emits the server's items. The channel opens at the returned
     /// publisher's first `request` and once `outgoing` produced its first item (or
     /// ended).
+    ///
+    /// Until the channel is open on the wire, it ends here alone: cancelling the
+    /// returned publisher cancels `outgoing`, and a failing `outgoing` fails the
+    /// returned publisher, with nothing sent. Once it is open, cancelling sends CANCEL
+    /// and ends only the server-to-client direction (`outgoing` goes on until it
+    /// ends), as the protocol says; a failing `outgoing` sends ERROR, which ends both
+    /// directions: the returned publisher fails with `outgoing`'s error.
     pub fn request_channel(
         &self,
         outgoing: impl Publisher<Item = Payload> + Send + 'static,

@@ -524,29 +524,46 @@ impl Conn {
         cancel
     }
 
-    /// The local publisher of `stream` ended.
+    /// The local publisher of `stream` ended. A failure is an ERROR frame, which ends
+    /// the stream both ways: a channel's receiving side fails here with the same
+    /// error. A channel that has not reached the wire yet (its REQUEST_CHANNEL waits
+    /// for the first item) ends here only: the peer hears nothing of it.
     pub(crate) fn end(&self, stream: u32, end: Result<(), Error>) {
-        let mut state = self.lock();
-        let state = &mut *state;
-        let Some(side) = state
-            .streams
-            .get_mut(&stream)
-            .and_then(|e| e.send.as_mut())
-            .filter(|s| !s.ended)
-        else {
-            return;
+        let failed_inbox = {
+            let mut state = self.lock();
+            let state = &mut *state;
+            let Some(entry) = state.streams.get_mut(&stream) else {
+                return;
+            };
+            let Some(side) = entry.send.as_mut().filter(|s| !s.ended) else {
+                return;
+            };
+            side.ended = true;
+            side.subscription = None;
+            let unsent = side.lead.is_some();
+            let failed_inbox = match &end {
+                Err(error) => entry.recv.take().map(|inbox| (inbox, error.clone())),
+                Ok(()) => None,
+            };
+            if unsent && end.is_err() {
+                self.remove(state, stream);
+            } else {
+                side.outbox.push_back(match end {
+                    Ok(()) => Outgoing::Complete,
+                    Err(error) => Outgoing::Error(error),
+                });
+                if !side.queued {
+                    side.queued = true;
+                    state.ready.push_back(stream);
+                }
+                self.writer.notify_one();
+            }
+            failed_inbox
         };
-        side.ended = true;
-        side.subscription = None;
-        side.outbox.push_back(match end {
-            Ok(()) => Outgoing::Complete,
-            Err(error) => Outgoing::Error(error),
-        });
-        if !side.queued {
-            side.queued = true;
-            state.ready.push_back(stream);
+        // The inbox's lock is never taken under the connection's.
+        if let Some((inbox, error)) = failed_inbox {
+            inbox.fail(error, false);
         }
-        self.writer.notify_one();
     }
 
     /// Take what the writer sends next, about `budget` bytes of it: control frames,

@@ -893,7 +893,14 @@ pub(crate) fn put_next(
 ) {
     let len =
         HEADER_LEN + payload.metadata.as_ref().map_or(0, |m| 3 + m.len()) + payload.data.len();
-    debug_assert!(len <= MAX_FRAME_LEN && stream <= MAX_U31 && stream != 0);
+    // A frame over the limit would wrap its length prefix and break the framing of
+    // everything after it: refuse it loudly (the writer's check against the fragment
+    // size keeps it from happening).
+    assert!(
+        len <= MAX_FRAME_LEN,
+        "rsocket: a {len}-byte frame is over the 24-bit length prefix's limit"
+    );
+    debug_assert!(stream <= MAX_U31 && stream != 0);
     let mut flags = flag::NEXT;
     if complete {
         flags |= flag::COMPLETE;

@@ -238,11 +238,8 @@ fn a_channel_cancelled_before_its_request_went_out_never_reaches_the_wire() {
         wait_until(|| client.open_streams() == 1).await;
         probe.cancel();
         wait_until(|| client.open_streams() == 0).await;
+        // The outgoing publisher is cancelled: its item's sender sees the receiver go.
         wait_until(|| first_item.is_closed()).await;
-        assert!(
-            first_item.send("late").is_err(),
-            "the outgoing publisher is cancelled"
-        );
 
         let items = collect(client.request_channel(weir::just(Payload::data("x")))).await;
         assert_eq!(texts(items.unwrap()), ["X"]);
@@ -257,6 +254,60 @@ fn a_channel_cancelled_before_its_request_went_out_never_reaches_the_wire() {
         );
         assert!(log.iter().any(|(d, f)| *d == Dir::Up && f.stream == 3));
         probe.assert_no_terminal();
+    });
+}
+
+/// A channel whose outgoing publisher fails sends ERROR, which ends the stream both
+/// ways: its subscriber here gets the same error at once (it waited for the
+/// connection's end before), and the connection serves the next request.
+#[test]
+fn a_failing_outgoing_publisher_ends_its_channel_both_ways() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (_server, client, log) = served_through_proxy(Config::default()).await;
+        let outgoing = weir::from_iter(["a", "b"])
+            .map(Payload::data)
+            .concat(weir::error(weir::Error::msg("upload broke")));
+        let error = collect(client.request_channel(outgoing)).await.unwrap_err();
+        assert_eq!(error.message(), "upload broke");
+        wait_until(|| client.open_streams() == 0).await;
+        wait_until(|| {
+            log.lock().unwrap().iter().any(|(d, f)| {
+                *d == Dir::Up && f.stream == 1 && matches!(f.body, Body::Error { .. })
+            })
+        })
+        .await;
+        let answer = first(client.request_response(Payload::data("echo:still"))).await;
+        assert_eq!(text(&answer.unwrap()), "still");
+    });
+}
+
+/// A channel whose outgoing publisher fails before its first item (which the
+/// REQUEST_CHANNEL frame would carry) never reached the wire: its subscriber gets the
+/// error, and the peer hears nothing of the stream (no ERROR for a stream it does
+/// not know). The next channel is stream 3: the log up to its request holds nothing
+/// of stream 1.
+#[test]
+fn a_channel_whose_outgoing_publisher_fails_at_once_never_reaches_the_wire() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (_server, client, log) = served_through_proxy(Config::default()).await;
+        let outgoing = weir::error::<Payload>(weir::Error::msg("nothing to upload"));
+        let error = collect(client.request_channel(outgoing)).await.unwrap_err();
+        assert_eq!(error.message(), "nothing to upload");
+        assert_eq!(client.open_streams(), 0);
+        let items = collect(client.request_channel(weir::just(Payload::data("x")))).await;
+        assert_eq!(texts(items.unwrap()), ["X"]);
+        let log = log.lock().unwrap().clone();
+        let up_to_second: Vec<_> = log
+            .iter()
+            .take_while(|(d, f)| !(*d == Dir::Up && f.stream == 3))
+            .collect();
+        assert!(
+            up_to_second.iter().all(|(_, f)| f.stream != 1),
+            "frames of the failed channel went out: {up_to_second:?}"
+        );
+        assert!(log.iter().any(|(d, f)| *d == Dir::Up && f.stream == 3));
     });
 }
 

@@ -387,6 +387,26 @@ async fn bursting_server() -> u16 {
         while let Some(frame) = frames.next().await {
             let mut burst = BytesMut::new();
             match frame.body {
+                Body::RequestStream { payload, .. } if &payload.data[..] == b"fragments" => {
+                    // Items whole and items in two fragments, alternating, in one write:
+                    // the final fragments (NEXT, no FOLLOWS) look like whole items and
+                    // land among the frames the reader takes from its buffer.
+                    let part = |data: &'static str, follows: bool, complete: bool| Frame {
+                        stream: frame.stream,
+                        body: Body::Payload {
+                            follows,
+                            complete,
+                            next: true,
+                            payload: Payload::data(data),
+                        },
+                    };
+                    for i in 0..FRAGMENTED {
+                        let last = i + 1 == FRAGMENTED;
+                        burst.extend_from_slice(&encode(&item(frame.stream, i, false)));
+                        burst.extend_from_slice(&encode(&part("ab", true, false)));
+                        burst.extend_from_slice(&encode(&part("cd", false, last)));
+                    }
+                }
                 Body::RequestStream { .. } => {
                     let big = Frame {
                         stream: frame.stream,
@@ -415,6 +435,7 @@ async fn bursting_server() -> u16 {
 }
 
 const SMALL: u32 = 20_000;
+const FRAGMENTED: u32 = 2_000;
 const BIG: usize = 1 << 20;
 
 #[test]
@@ -444,6 +465,27 @@ fn frames_a_read_brings_in_bulk_are_each_handled_once_in_order() {
         assert!(
             small == expected,
             "the small items arrived out of order or not once"
+        );
+
+        // Fragments among whole items, in one write: each pair is put together,
+        // whether its last part came from the codec or from the reader's chunk.
+        let handle = client
+            .request_stream(Payload::data("fragments"))
+            .collect_with(weir::demand::UNBOUNDED);
+        let items = tokio::task::spawn_blocking(move || {
+            let mut handle = handle;
+            handle.wait_timeout(PATIENCE).expect("the stream ends")
+        })
+        .await
+        .unwrap()
+        .expect("no error");
+        let texts: Vec<String> = items.iter().map(text).collect();
+        let expected: Vec<String> = (0..FRAGMENTED)
+            .flat_map(|i| [i.to_string(), "abcd".to_owned()])
+            .collect();
+        assert!(
+            texts == expected,
+            "fragments were not put together in order"
         );
 
         // A response whose peer sends two items in one write: the first answers it,
