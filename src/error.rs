@@ -218,11 +218,15 @@ pub enum DropReason {
     /// A push source rejected the item (`Reject` policy; the sender got it back), or
     /// an enforcing `throttle` found no token for it.
     Rejected,
+    /// The item waited longer than its queue's CoDel limit allowed
+    /// ([`TimeBounds::codel`](crate::queue::TimeBounds::codel)): the target in a
+    /// queue that has stood non-empty for an interval, the interval otherwise.
+    CoDel,
 }
 
 impl DropReason {
     /// How many reasons there are.
-    pub const COUNT: usize = 6;
+    pub const COUNT: usize = 7;
 
     /// Every reason, in declaration order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -232,6 +236,7 @@ impl DropReason {
         DropReason::Merged,
         DropReason::Expired,
         DropReason::Rejected,
+        DropReason::CoDel,
     ];
 }
 
@@ -244,6 +249,7 @@ impl fmt::Display for DropReason {
             DropReason::Merged => "merged into another item",
             DropReason::Expired => "expired in the queue",
             DropReason::Rejected => "rejected",
+            DropReason::CoDel => "waited past its queue's CoDel limit",
         })
     }
 }

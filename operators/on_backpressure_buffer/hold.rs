@@ -52,8 +52,9 @@ pub(super) struct Hold<T> {
 pub(super) struct Delivery<T> {
     /// The run of held items on its way downstream (capacity `min(capacity, RUN)`).
     run: Vec<T>,
-    /// Items that expired in the queue, on their way to the drop hook.
-    expired: Vec<T>,
+    /// Items that waited too long in the queue (max age, CoDel), with the reason, on
+    /// their way to the drop hook.
+    expired: Vec<(DropReason, T)>,
     /// Reports expired items.
     reporter: DropReporter,
 }
@@ -183,8 +184,8 @@ impl<T: Send + 'static> Hold<T> {
                 self.made_room(&held);
                 taken
             };
-            for item in drain.expired.drain(..) {
-                drain.reporter.drop_item(DropReason::Expired, item);
+            for (reason, item) in drain.expired.drain(..) {
+                drain.reporter.drop_item(reason, item);
             }
             if !drain.run.is_empty() {
                 cx.deliver(downstream, drain.run.drain(..));

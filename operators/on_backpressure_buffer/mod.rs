@@ -109,7 +109,8 @@ impl<T: Send + 'static> OnFull<T> for Overflow {
 ///
 /// The held items form a time-stamped queue: [`time_bounds`](Self::time_bounds) adds a
 /// maximum age (expired items are dropped at dequeue, reported as
-/// [`DropReason::Expired`]) and adaptive LIFO; [`monitor`](Self::monitor) reads its
+/// [`DropReason::Expired`]), CoDel (reported as [`DropReason::CoDel`]) and adaptive
+/// LIFO; [`monitor`](Self::monitor) reads its
 /// [`QueueStats`](crate::metrics::QueueStats); [`clock`](Self::clock) sets the clock
 /// the stamps come from (the wall clock by default).
 #[derive(Clone, Debug)]
@@ -136,7 +137,7 @@ impl<P, O> OnBackpressureBuffer<P, O> {
         }
     }
 
-    /// Bound the held items in time: maximum age at dequeue and adaptive LIFO
+    /// Bound the held items in time: maximum age at dequeue, CoDel and adaptive LIFO
     /// (see [`TimeBounds`]).
     ///
     /// ```

@@ -8,9 +8,13 @@
 //!   queue drained at 1,200/s with a 5 s budget holds 6,000).
 //! - [`TimeBounds`] adds an optional maximum age (items that waited longer are dropped
 //!   at dequeue, counted as [`DropReason::Expired`](crate::DropReason::Expired), so no
-//!   work is done for callers that gave up) and optional adaptive LIFO (once the queue
-//!   has not been empty for an interval, serve the newest item first: a standing queue
-//!   then hurts only the items already too old, not every new arrival).
+//!   work is done for callers that gave up), optional CoDel (an item may wait up to an
+//!   interval while the queue empties now and then, and only up to a short target once
+//!   it has stood non-empty for a whole interval; older items are dropped at dequeue
+//!   as [`DropReason::CoDel`](crate::DropReason::CoDel)) and optional adaptive LIFO
+//!   (once the queue has not been empty for an interval, serve the newest item first:
+//!   a standing queue then hurts only the items already too old, not every new
+//!   arrival).
 //! - Items are stamped at enqueue; each queue's [`QueueMonitor`](crate::metrics::QueueMonitor)
 //!   reports depth, oldest-item age, rates, and lag in seconds.
 
@@ -85,11 +89,13 @@ impl From<usize> for Capacity {
     }
 }
 
-/// Time limits on a queue: maximum age at dequeue and adaptive LIFO. Default: neither.
+/// Time limits on a queue: maximum age at dequeue, CoDel and adaptive LIFO. Default:
+/// none of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TimeBounds {
     max_age: Option<Duration>,
     lifo_after: Option<Duration>,
+    codel: Option<(Duration, Duration)>,
 }
 
 impl TimeBounds {
@@ -127,6 +133,42 @@ impl TimeBounds {
         );
         self.lifo_after = Some(interval);
         self
+    }
+
+    /// CoDel, controlled delay as a queue discipline: while the queue has been empty
+    /// at some moment in the last `interval`, an item may wait up to `interval`; once
+    /// it has stood non-empty for a whole `interval`, only up to `target`. Items that
+    /// waited longer are dropped when they reach the head (reason
+    /// [`CoDel`](crate::DropReason::CoDel), counted, sent to the drop hook), so a
+    /// burst is absorbed, and a standing queue is cut down to `target` of waiting
+    /// instead of making every caller wait behind it (typical: 5 ms and 100 ms).
+    ///
+    /// With [`adaptive_lifo`](Self::adaptive_lifo) as well, a standing queue serves
+    /// its newest item first and CoDel sheds the old items at the head: new arrivals
+    /// are served fresh, and the ones already past `target` are dropped rather than
+    /// served late. With [`max_age`](Self::max_age) as well, an item past its maximum
+    /// age is dropped as `Expired` first. Items are dropped at dequeue only: a queue
+    /// nobody reads keeps them.
+    ///
+    /// # Panics
+    ///
+    /// If `target` or `interval` is zero, or `target` is not below `interval`.
+    pub fn codel(mut self, target: Duration, interval: Duration) -> Self {
+        assert!(
+            !target.is_zero() && !interval.is_zero(),
+            "TimeBounds::codel target and interval must be greater than zero, got {target:?} and {interval:?}"
+        );
+        assert!(
+            target < interval,
+            "TimeBounds::codel target ({target:?}) must be below interval ({interval:?})"
+        );
+        self.codel = Some((target, interval));
+        self
+    }
+
+    /// CoDel's target and interval, if set.
+    pub fn get_codel(&self) -> Option<(Duration, Duration)> {
+        self.codel
     }
 
     /// The maximum age, if set.

@@ -15,7 +15,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{Capacity, TimeBounds};
 use crate::metrics::QueueGauge;
@@ -42,9 +42,10 @@ pub(crate) struct TimedQueue<T> {
 pub(crate) enum Popped<T> {
     /// The next item to deliver.
     Item(T),
-    /// An item that waited longer than the maximum age (already counted as `Expired`
-    /// in the gauge; the caller hands it to the drop hook).
-    Expired(T),
+    /// An item that waited too long: past the maximum age (`Expired`) or past the
+    /// CoDel limit (`CoDel`). Already counted in the gauge; the caller hands it to
+    /// the drop hook with the reason.
+    Expired(DropReason, T),
 }
 
 impl<T> std::fmt::Debug for TimedQueue<T> {
@@ -176,19 +177,31 @@ impl<T> TimedQueue<T> {
     /// The next item to deliver at `now`, or the next expired head item. LIFO once the
     /// queue has stood for the adaptive-LIFO interval. `None` when empty.
     pub(crate) fn pop_or_expired(&mut self, now: Instant) -> Option<Popped<T>> {
-        if let (Some(max_age), Some(stamp)) = (self.bounds.get_max_age(), self.stamps.front()) {
-            if now.saturating_duration_since(*stamp) > max_age {
+        let stood = |interval: Duration| {
+            self.busy_since
+                .is_some_and(|since| now.saturating_duration_since(since) >= interval)
+        };
+        if let Some(&stamp) = self.stamps.front() {
+            let waited = now.saturating_duration_since(stamp);
+            let past_codel = self.bounds.get_codel().is_some_and(|(target, interval)| {
+                waited > if stood(interval) { target } else { interval }
+            });
+            let reason = if self.bounds.get_max_age().is_some_and(|max| waited > max) {
+                Some(DropReason::Expired)
+            } else if past_codel {
+                Some(DropReason::CoDel)
+            } else {
+                None
+            };
+            if let Some(reason) = reason {
                 self.stamps.pop_front();
                 let item = self.items.pop_front().expect("a stamp has its item");
                 self.left();
-                self.gauge.dropped(DropReason::Expired, 1);
-                return Some(Popped::Expired(item));
+                self.gauge.dropped(reason, 1);
+                return Some(Popped::Expired(reason, item));
             }
         }
-        let standing = match (self.bounds.get_adaptive_lifo(), self.busy_since) {
-            (Some(interval), Some(since)) => now.saturating_duration_since(since) >= interval,
-            _ => false,
-        };
+        let standing = self.bounds.get_adaptive_lifo().is_some_and(stood);
         let item = if standing {
             self.stamps.pop_back();
             self.items.pop_back()
@@ -209,11 +222,15 @@ impl<T> TimedQueue<T> {
 
     /// The next item to deliver at `now`, after handing every expired head item to
     /// `expired`.
-    pub(crate) fn pop(&mut self, now: Instant, expired: &mut impl FnMut(T)) -> Option<T> {
+    pub(crate) fn pop(
+        &mut self,
+        now: Instant,
+        expired: &mut impl FnMut(DropReason, T),
+    ) -> Option<T> {
         loop {
             match self.pop_or_expired(now)? {
                 Popped::Item(item) => return Some(item),
-                Popped::Expired(item) => expired(item),
+                Popped::Expired(reason, item) => expired(reason, item),
             }
         }
     }
@@ -226,11 +243,11 @@ impl<T> TimedQueue<T> {
         now: Instant,
         max: usize,
         out: &mut Vec<T>,
-        expired: &mut Vec<T>,
+        expired: &mut Vec<(DropReason, T)>,
     ) -> usize {
         let (out_before, expired_before) = (out.len(), expired.len());
         while out.len() - out_before < max {
-            match self.pop(now, &mut |item| expired.push(item)) {
+            match self.pop(now, &mut |reason, item| expired.push((reason, item))) {
                 Some(item) => out.push(item),
                 None => break,
             }
@@ -293,7 +310,7 @@ mod tests {
         q.flush(now);
         let stats = monitor.snapshot();
         assert_eq!((stats.depth, stats.enqueued), (2, 3));
-        let mut none = |_| panic!("nothing expires");
+        let mut none = |_, _| panic!("nothing expires");
         assert_eq!(q.pop(now, &mut none), Some(2));
         assert_eq!(q.pop(now, &mut none), Some(4));
         assert_eq!(q.pop(now, &mut none), None);
@@ -314,8 +331,8 @@ mod tests {
             Some(Duration::from_millis(1_100))
         );
         let mut expired = Vec::new();
-        assert_eq!(q.pop(vt.now(), &mut |i| expired.push(i)), Some(3));
-        assert_eq!(expired, [0, 1, 2]);
+        assert_eq!(q.pop(vt.now(), &mut |r, i| expired.push((r, i))), Some(3));
+        assert_eq!(expired, [0, 1, 2].map(|i| (DropReason::Expired, i)));
         q.flush(vt.now());
         let stats = monitor.snapshot();
         assert_eq!(stats.dropped(DropReason::Expired), 3);
@@ -331,7 +348,7 @@ mod tests {
             8,
             TimeBounds::none().adaptive_lifo(Duration::from_millis(100)),
         );
-        let mut none = |_| panic!("nothing expires");
+        let mut none = |_, _| panic!("nothing expires");
         q.push(1, vt.now()).unwrap();
         q.push(2, vt.now()).unwrap();
         assert_eq!(q.pop(vt.now(), &mut none), Some(1), "FIFO while young");
@@ -348,6 +365,106 @@ mod tests {
         );
     }
 
+    /// CoDel (target 5 ms, interval 100 ms): while the queue empties now and then an
+    /// item may wait up to the interval; once it has stood non-empty for an interval,
+    /// items past the target are dropped at the head, counted as `CoDel`.
+    #[test]
+    fn codel_allows_the_interval_to_a_burst_and_the_target_to_a_standing_queue() {
+        let (target, interval) = (Duration::from_millis(5), Duration::from_millis(100));
+        let (vt, mut q, monitor) = queue(64, TimeBounds::none().codel(target, interval));
+        let mut dropped = Vec::new();
+        // A burst: 3 items, served 50 ms later (queue non-empty 50 ms < interval).
+        for i in 0..3 {
+            q.push(i, vt.now()).unwrap();
+        }
+        vt.advance(Duration::from_millis(50));
+        let mut take = |q: &mut TimedQueue<u32>, now| q.pop(now, &mut |r, i| dropped.push((r, i)));
+        assert_eq!(take(&mut q, vt.now()), Some(0), "within the interval");
+        assert_eq!(take(&mut q, vt.now()), Some(1));
+        // 3 arrives at 93 ms and 4 at 100 ms: the queue (2 in it since 0 ms) has then
+        // stood non-empty for the interval, so 2 (100 ms) and 3 (7 ms) are past the
+        // target; 4 is served.
+        vt.advance(Duration::from_millis(43));
+        q.push(3, vt.now()).unwrap();
+        vt.advance(Duration::from_millis(7));
+        q.push(4, vt.now()).unwrap();
+        assert_eq!(take(&mut q, vt.now()), Some(4));
+        assert_eq!(take(&mut q, vt.now()), None);
+        // Empty again: a new burst may wait up to the interval.
+        q.push(6, vt.now()).unwrap();
+        vt.advance(Duration::from_millis(99));
+        assert_eq!(take(&mut q, vt.now()), Some(6));
+        assert_eq!(dropped, [(DropReason::CoDel, 2), (DropReason::CoDel, 3)]);
+        q.flush(vt.now());
+        let stats = monitor.snapshot();
+        assert_eq!(stats.dropped(DropReason::CoDel), 2);
+        assert_eq!(stats.dropped(DropReason::Expired), 0);
+        assert_eq!((stats.depth, stats.dequeued), (0, 4));
+    }
+
+    /// CoDel with adaptive LIFO: a standing queue serves its newest item first and
+    /// sheds the items at the head that are past the target; with a maximum age too,
+    /// an item past it is `Expired` first.
+    #[test]
+    fn codel_sheds_the_head_while_adaptive_lifo_serves_the_tail() {
+        let bounds = TimeBounds::none()
+            .max_age(Duration::from_millis(150))
+            .codel(Duration::from_millis(5), Duration::from_millis(100))
+            .adaptive_lifo(Duration::from_millis(100));
+        let (vt, mut q, _) = queue(64, bounds);
+        let mut dropped = Vec::new();
+        for i in 0..4 {
+            q.push(i, vt.now()).unwrap();
+            vt.advance(Duration::from_millis(50));
+        }
+        // At 200 ms: 0 waited 200 ms (past the maximum age), 1 150 ms, 2 100 ms,
+        // 3 50 ms (all past the target); 4 arrives now.
+        q.push(4, vt.now()).unwrap();
+        let mut take = |q: &mut TimedQueue<u32>| q.pop(vt.now(), &mut |r, i| dropped.push((r, i)));
+        assert_eq!(take(&mut q), Some(4), "the newest, served fresh");
+        assert_eq!(take(&mut q), None, "the rest are past the target");
+        assert_eq!(
+            dropped,
+            [
+                (DropReason::Expired, 0),
+                (DropReason::CoDel, 1),
+                (DropReason::CoDel, 2),
+                (DropReason::CoDel, 3),
+            ]
+        );
+    }
+
+    #[test]
+    fn codel_refuses_zero_and_inverted_settings_with_the_values() {
+        let panics = |f: fn() -> TimeBounds| {
+            let error = std::panic::catch_unwind(f).expect_err("refused");
+            error.downcast_ref::<String>().cloned().unwrap_or_default()
+        };
+        let ms = Duration::from_millis;
+        assert!(
+            panics(|| TimeBounds::none().codel(Duration::ZERO, Duration::from_millis(100)))
+                .contains("must be greater than zero")
+        );
+        assert!(
+            panics(|| TimeBounds::none().codel(Duration::from_millis(5), Duration::ZERO))
+                .contains("must be greater than zero")
+        );
+        assert!(panics(
+            || TimeBounds::none().codel(Duration::from_millis(100), Duration::from_millis(100))
+        )
+        .contains("must be below interval"));
+        // The extremes that make sense are accepted: an interval that never ends.
+        let bounds = TimeBounds::none().codel(ms(5), Duration::MAX);
+        assert_eq!(bounds.get_codel(), Some((ms(5), Duration::MAX)));
+        let (vt, mut q, _) = queue(4, bounds);
+        q.push(1, vt.now()).unwrap();
+        vt.advance(Duration::from_secs(3_600));
+        assert_eq!(
+            q.pop(vt.now(), &mut |_, _| panic!("never dropped")),
+            Some(1)
+        );
+    }
+
     #[test]
     fn replace_newest_swaps_the_tail_and_counts_an_arrival() {
         let (vt, mut q, monitor) = queue(2, TimeBounds::none());
@@ -358,7 +475,7 @@ mod tests {
         q.flush(now);
         let stats = monitor.snapshot();
         assert_eq!((stats.depth, stats.enqueued), (2, 3));
-        let mut none = |_| panic!("nothing expires");
+        let mut none = |_, _| panic!("nothing expires");
         assert_eq!(q.pop(now, &mut none), Some(1));
         assert_eq!(q.pop(now, &mut none), Some(3));
     }
@@ -375,10 +492,8 @@ mod tests {
         }
         let (mut out, mut expired) = (Vec::new(), Vec::new());
         assert_eq!(q.pop_batch(vt.now(), 3, &mut out, &mut expired), 7);
-        assert_eq!(
-            (out.as_slice(), expired.as_slice()),
-            (&[4, 5, 6][..], &[0, 1, 2, 3][..])
-        );
+        assert_eq!(out, [4, 5, 6]);
+        assert_eq!(expired, [0, 1, 2, 3].map(|i| (DropReason::Expired, i)));
         out.clear();
         assert_eq!(q.pop_batch(vt.now(), 10, &mut out, &mut expired), 3);
         assert_eq!(out, [7, 8, 9]);

@@ -257,6 +257,42 @@ mod time_bounds {
 
     use crate::baseline;
 
+    /// CoDel (10 ms, 100 ms) on the held items: a burst may wait up to the interval;
+    /// once the buffer has stood non-empty for an interval, items past the target are
+    /// dropped at dequeue as `CoDel` and reported, the fresh ones delivered.
+    #[test]
+    fn codel_drops_what_waited_past_the_target_in_a_standing_buffer() {
+        let vt = VirtualTime::new();
+        let clock = vt.clone();
+        let mut monitor = None;
+        let (probe, handle, drops) = baseline::valve_probe(100, |source| {
+            let stage = source
+                .on_backpressure_buffer(10, Overflow::DropOldest)
+                .time_bounds(
+                    TimeBounds::none().codel(Duration::from_millis(10), Duration::from_millis(100)),
+                )
+                .clock(clock);
+            monitor = Some(stage.monitor());
+            stage
+        });
+        let monitor = monitor.unwrap();
+        handle.release(3); // 0, 1, 2 held at t = 0
+        vt.advance(Duration::from_millis(60));
+        probe.request(1);
+        probe.assert_items(&[0]); // waited 60 ms: within the interval
+        vt.advance(Duration::from_millis(35));
+        handle.release(2); // 3, 4 held at t = 95 ms
+        vt.advance(Duration::from_millis(10)); // 105 ms: standing for the interval
+        probe.request(1);
+        // 1, 2 (105 ms) and 3, 4 (10 ms, not past the target) : 1 and 2 go.
+        probe.assert_items(&[0, 3]);
+        assert_eq!(drops.count(DropReason::CoDel), 2);
+        let stats = monitor.snapshot();
+        assert_eq!(stats.dropped(DropReason::CoDel), 2);
+        assert_eq!((stats.depth, stats.dequeued), (1, 2));
+        probe.assert_no_violations();
+    }
+
     #[test]
     fn items_older_than_max_age_are_dropped_at_dequeue_and_reported() {
         let vt = VirtualTime::new();

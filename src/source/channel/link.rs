@@ -129,7 +129,8 @@ impl Wake {
 /// The pass's reusable buffers, owned by the drain loop.
 pub(super) struct Buffers<T> {
     batch: Vec<T>,
-    expired: Vec<T>,
+    /// Items that waited too long, with the reason, on their way to the drop hook.
+    expired: Vec<(DropReason, T)>,
 }
 
 /// The one subscriber, with its type erased: senders exist before it does, so the
@@ -442,21 +443,35 @@ impl<T: Send + 'static> Chan<T> {
         }
     }
 
-    fn report_expired(&self, expired: &mut Vec<T>) {
+    /// Hand the items that waited too long (max age, CoDel) to the drop hook, each
+    /// with its reason, counted per reason.
+    fn report_expired(&self, expired: &mut Vec<(DropReason, T)>) {
         if expired.is_empty() {
             return;
         }
-        let n = expired.len() as u64;
+        // Counted once per reason and batch, not per item.
+        let codel = expired
+            .iter()
+            .filter(|(reason, _)| *reason == DropReason::CoDel)
+            .count() as u64;
+        let counts = [
+            (DropReason::Expired, expired.len() as u64 - codel),
+            (DropReason::CoDel, codel),
+        ];
         match self.hook.get() {
             Some(hook) => {
-                hook.drops().add(DropReason::Expired, n);
-                for item in expired.drain(..) {
-                    hook.hand_over(STAGE, DropReason::Expired, item);
+                for (reason, n) in counts.into_iter().filter(|(_, n)| *n > 0) {
+                    hook.drops().add(reason, n);
+                }
+                for (reason, item) in expired.drain(..) {
+                    hook.hand_over(STAGE, reason, item);
                 }
             }
             None => {
                 expired.clear();
-                self.unhooked(DropReason::Expired, n);
+                for (reason, n) in counts.into_iter().filter(|(_, n)| *n > 0) {
+                    self.unhooked(reason, n);
+                }
             }
         }
     }

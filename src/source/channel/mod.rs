@@ -343,7 +343,7 @@ impl ChannelBuilder {
         self
     }
 
-    /// Max age and adaptive LIFO for the queue.
+    /// Max age, CoDel and adaptive LIFO for the queue (see [`TimeBounds`]).
     pub fn time_bounds(mut self, bounds: TimeBounds) -> Self {
         self.bounds = bounds;
         self
