@@ -12,15 +12,16 @@
 //! `t₁` the first of those events, `c₁` its items, `tₙ` the last event and `S` the
 //! items of all of them:
 //!
-//! * the measured interval starts at the event before `t₁` (the last one the ring
-//!   holds before the window) and holds `S` items: the items of an event are what
-//!   arrived since the event before it. When the ring holds none (the first events
-//!   ever, or a minute of silence before them), it starts at `t₁` and holds `S − c₁`;
-//!   with one event only, it starts at the window's start (or the estimator's
-//!   creation, if later) and holds `S`;
+//! * the measured interval starts at `max(b, min(now − W, t₁))`, where `b` is the
+//!   event before `t₁` (the last one the ring holds before the window, or the
+//!   estimator's creation when it holds none). The items of an event are what arrived
+//!   since the event before it, so the interval holds `S − c₁` plus the share of `c₁`
+//!   that falls inside it, `c₁ · (t₁ − start) / (t₁ − b)`: a poller whose previous
+//!   poll lies before the window counts its first batch pro rata, and a flow that
+//!   starts after a long silence is not averaged over the silence;
 //! * the interval ends at `tₙ`, unless the next event is overdue: with `g` the mean gap
-//!   between the events it counts (the interval's length up to `tₙ` over the number of
-//!   events in it), it ends at `max(tₙ, now − g)`;
+//!   between events (`(tₙ − t₁) / (events − 1)`, or `t₁ − b` for one event), it ends
+//!   at `max(tₙ, now − g)`;
 //! * rate = items / (end − start).
 //!
 //! A consumer that takes 500 items every 250 ms therefore reads exactly 2,000/s at
@@ -149,26 +150,32 @@ impl WindowedRate {
         let Some(first) = first else {
             return 0.0;
         };
-        // The event before the window's first, if the ring still holds it: the
-        // first event's items arrived since then.
+        // The event before the window's first, if the ring still holds it (else the
+        // creation): the first event's items arrived since then.
         let oldest_held = now_epoch.saturating_sub(BUCKETS as u64 - 1);
         let before = (oldest_held..first.epoch)
             .rev()
             .find_map(|epoch| self.bucket(epoch))
-            .map(|b| b.last_at);
-        let (start, counted, gaps) = match before {
-            Some(before) => (before, items, events),
-            // Two events or more: the interval starts at the first.
-            None if events > 1 => (first.first_at, items - first.first_items, events - 1),
-            // One event: the interval starts at the window's start.
-            None => (from, items, 1),
+            .map_or(0, |b| b.last_at);
+        let t1 = first.first_at;
+        let start = before.max(from.min(t1));
+        // The share of the first event's items that arrived after `start`.
+        let share = if t1 > before {
+            (t1 - start) as f64 / (t1 - before) as f64
+        } else {
+            0.0
         };
-        let gap = (last_at - start) / gaps;
+        let counted = (items - first.first_items) as f64 + first.first_items as f64 * share;
+        let gap = if events > 1 {
+            (last_at - t1) / (events - 1)
+        } else {
+            t1 - before
+        };
         let end = last_at.max(now.saturating_sub(gap));
         if end <= start {
             return 0.0;
         }
-        counted as f64 / ((end - start) as f64 / 1e9)
+        counted / ((end - start) as f64 / 1e9)
     }
 
     /// The ring's bucket for `epoch`, if it holds events of that epoch.
@@ -230,6 +237,31 @@ mod tests {
         // every 8 s over 10 s, 1,500 every 1.5 s over 2 s (the shortest window).
         assert!(worst_error(8_000, 8_000, 18_000, 150_000, RATE_WINDOW) < 1e-9);
         assert!(worst_error(1_500, 1_500, 3_000, 150_000, Duration::ZERO) < 1e-9);
+    }
+
+    #[test]
+    fn a_flow_that_starts_after_a_silence_is_not_averaged_over_the_silence() {
+        let origin = Instant::now();
+        let mut rate = WindowedRate::new(origin);
+        // One batch at 1 s, then 10 every 10 ms (1,000/s) from 50 s.
+        rate.record(100, at(origin, 1_000));
+        for ms in (50_010..=51_000).step_by(10) {
+            rate.record(10, at(origin, ms));
+        }
+        let now = at(origin, 51_000);
+        // Over 10 s: the 1,000 items of the last second, 100/s (averaged over the 49 s
+        // of silence it read 22/s). Over 2 s: 500/s. Within 2 %: the first batch's
+        // items are counted pro rata over the silence before it.
+        let ten = rate.rate(now, RATE_WINDOW);
+        assert!((ten - 100.0).abs() < 2.0, "{ten}");
+        let two = rate.rate(now, Duration::ZERO);
+        assert!((two - 500.0).abs() < 10.0, "{two}");
+        // Once the flow fills the window: its rate.
+        for ms in (51_010..=61_000).step_by(10) {
+            rate.record(10, at(origin, ms));
+        }
+        let full = rate.rate(at(origin, 61_000), RATE_WINDOW);
+        assert!((full - 1_000.0).abs() < 1e-6, "{full}");
     }
 
     #[test]
