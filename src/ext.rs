@@ -1867,9 +1867,9 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Backpressure
     ///
     /// As [`publish_on`](Self::publish_on). Expired items free their slots, so they
-    /// are replenished like delivered ones. Adaptive LIFO does not apply: the ring is
-    /// credit-bounded (it never holds more than was requested, so no standing queue
-    /// can form behind it) and strictly FIFO.
+    /// are replenished like delivered ones. Adaptive LIFO and CoDel do not apply: the
+    /// ring is credit-bounded (it never holds more than was requested, so no standing
+    /// queue can form behind it) and strictly FIFO.
     ///
     /// # Timing
     ///
@@ -1891,8 +1891,9 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// As [`publish_on`](Self::publish_on); also if `bounds` asks for adaptive LIFO:
-    /// "publish_on_with: adaptive LIFO does not apply to an async boundary ...".
+    /// As [`publish_on`](Self::publish_on); also if `bounds` asks for adaptive LIFO or
+    /// CoDel: "publish_on_with: adaptive LIFO and CoDel do not apply to an async
+    /// boundary ...".
     ///
     /// # Examples
     ///

@@ -161,7 +161,8 @@ impl<T: Send + 'static> Hold<T> {
         let mut now: Option<Instant> = None;
         loop {
             if cx.stopped() {
-                return;
+                // Drops of this pass before the stop are still counted (below).
+                break;
             }
             let wanted = cx.demand().get();
             let budget = usize::try_from(wanted).unwrap_or(usize::MAX).min(RUN);

@@ -49,9 +49,10 @@
 //! item). The drain drops items older than `max_age` at dequeue (reason `Expired`,
 //! handed to downstream's drop hook, counted); stamps only grow, so the expired items
 //! are always a prefix of the ring and a pass checks one stamp per batch, not per
-//! item. Adaptive LIFO does not apply here: the ring is credit-bounded (it never holds
-//! more than upstream was asked for, so no standing queue forms that newer items could
-//! overtake) and single-consumer FIFO by construction; asking for it panics.
+//! item. Adaptive LIFO and CoDel do not apply here: the ring is credit-bounded (it
+//! never holds more than upstream was asked for, so no standing queue forms that newer
+//! items could overtake or that CoDel would cut) and single-consumer FIFO by
+//! construction; asking for either panics.
 //!
 //! The drain derives the queue statistics from the ring's own positions (no extra
 //! shared counter): enqueued = published tail, dequeued = head, depth = their
@@ -109,9 +110,10 @@ impl<P, S: Scheduler + Clone> PublishOn<P, S> {
         let prefetch = window::validate("publish_on prefetch", prefetch);
         if let Some(bounds) = bounds {
             assert!(
-                bounds.get_adaptive_lifo().is_none(),
-                "publish_on_with: adaptive LIFO does not apply to an async boundary (its ring \
-                 is credit-bounded FIFO); use TimeBounds::none().max_age(..) only"
+                bounds.get_adaptive_lifo().is_none() && bounds.get_codel().is_none(),
+                "publish_on_with: adaptive LIFO and CoDel do not apply to an async boundary \
+                 (its ring is credit-bounded FIFO: no standing queue forms); use \
+                 TimeBounds::none().max_age(..) only"
             );
         }
         let gauge = QueueGauge::new(prefetch, Arc::new(scheduler.clone()));

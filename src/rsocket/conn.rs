@@ -355,17 +355,17 @@ impl Conn {
 
     /// Grant the peer `n` more items on `stream`: a REQUEST_N, or more initial
     /// credit when the stream's request (a channel's, waiting for its first item)
-    /// has not gone out yet.
+    /// has not gone out yet. Nothing once the stream's receiving side is done.
     pub(crate) fn grant(&self, stream: u32, n: u32) {
         let mut state = self.lock();
         if state.over.is_some() {
             return;
         }
-        let lead = state
-            .streams
-            .get_mut(&stream)
-            .and_then(|e| e.send.as_mut())
-            .and_then(|s| s.lead.as_mut());
+        // A stream whose receiving side is done (ended, cancelled) takes no more.
+        let Some(entry) = state.streams.get_mut(&stream).filter(|e| e.recv.is_some()) else {
+            return;
+        };
+        let lead = entry.send.as_mut().and_then(|s| s.lead.as_mut());
         if let Some(Lead::Channel { initial_n, .. }) = lead {
             *initial_n = initial_n.saturating_add(n).min(MAX_U31);
             return;
@@ -483,43 +483,55 @@ impl Conn {
     }
 
     /// Items from the local publisher of `stream`. Returns a subscription to cancel
-    /// (a response got its item; a publisher sent more than asked).
+    /// (a response got its item; a publisher sent more than asked, which ends the
+    /// stream as [`Conn::end`] does with a rule 1.1 error).
     pub(crate) fn items(
         &self,
         stream: u32,
         items: impl Iterator<Item = Payload>,
     ) -> Option<Subscription> {
-        let mut state = self.lock();
-        let state = &mut *state;
-        let side = state
-            .streams
-            .get_mut(&stream)
-            .and_then(|e| e.send.as_mut())
-            .filter(|s| !s.ended)?;
-        let mut cancel = None;
-        for item in items {
-            if side.requested == 0 {
-                side.ended = true;
-                side.outbox.push_back(Outgoing::Error(Error::spec_violation(
+        let (cancel, failed_inbox) = {
+            let mut state = self.lock();
+            let state = &mut *state;
+            let side = state
+                .streams
+                .get_mut(&stream)
+                .and_then(|e| e.send.as_mut())
+                .filter(|s| !s.ended)?;
+            let mut cancel = None;
+            let mut over_sent = false;
+            for item in items {
+                if side.requested == 0 {
+                    over_sent = true;
+                    break;
+                }
+                side.requested -= 1;
+                side.outbox.push_back(Outgoing::Item(item));
+                if side.single {
+                    side.outbox.push_back(Outgoing::Complete);
+                    side.ended = true;
+                    cancel = side.subscription.take();
+                    break;
+                }
+            }
+            if over_sent {
+                let error = Error::spec_violation(
                     "1.1",
                     "rsocket: the stream's publisher sent more items than requested",
-                )));
-                cancel = side.subscription.take();
-                break;
+                );
+                self.end_send(state, stream, Err(error))
+            } else {
+                if !side.queued && !side.outbox.is_empty() {
+                    side.queued = true;
+                    state.ready.push_back(stream);
+                    self.writer.notify_one();
+                }
+                (cancel, None)
             }
-            side.requested -= 1;
-            side.outbox.push_back(Outgoing::Item(item));
-            if side.single {
-                side.outbox.push_back(Outgoing::Complete);
-                side.ended = true;
-                cancel = side.subscription.take();
-                break;
-            }
-        }
-        if !side.queued && !side.outbox.is_empty() {
-            side.queued = true;
-            state.ready.push_back(stream);
-            self.writer.notify_one();
+        };
+        // The inbox's lock is never taken under the connection's.
+        if let Some((inbox, error)) = failed_inbox {
+            inbox.fail(error, false);
         }
         cancel
     }
@@ -529,41 +541,49 @@ impl Conn {
     /// error. A channel that has not reached the wire yet (its REQUEST_CHANNEL waits
     /// for the first item) ends here only: the peer hears nothing of it.
     pub(crate) fn end(&self, stream: u32, end: Result<(), Error>) {
-        let failed_inbox = {
-            let mut state = self.lock();
-            let state = &mut *state;
-            let Some(entry) = state.streams.get_mut(&stream) else {
-                return;
-            };
-            let Some(side) = entry.send.as_mut().filter(|s| !s.ended) else {
-                return;
-            };
-            side.ended = true;
-            side.subscription = None;
-            let unsent = side.lead.is_some();
-            let failed_inbox = match &end {
-                Err(error) => entry.recv.take().map(|inbox| (inbox, error.clone())),
-                Ok(()) => None,
-            };
-            if unsent && end.is_err() {
-                self.remove(state, stream);
-            } else {
-                side.outbox.push_back(match end {
-                    Ok(()) => Outgoing::Complete,
-                    Err(error) => Outgoing::Error(error),
-                });
-                if !side.queued {
-                    side.queued = true;
-                    state.ready.push_back(stream);
-                }
-                self.writer.notify_one();
-            }
-            failed_inbox
-        };
+        let (_, failed_inbox) = self.end_send(&mut self.lock(), stream, end);
         // The inbox's lock is never taken under the connection's.
         if let Some((inbox, error)) = failed_inbox {
             inbox.fail(error, false);
         }
+    }
+
+    /// End the sending side of `stream` (see [`Conn::end`]), under the connection's
+    /// lock. Returns the local publisher's subscription, and the receiving side to
+    /// fail (after the lock is let go) with the error.
+    fn end_send(
+        &self,
+        state: &mut ConnState,
+        stream: u32,
+        end: Result<(), Error>,
+    ) -> (Option<Subscription>, Option<(Arc<Inbox>, Error)>) {
+        let Some(entry) = state.streams.get_mut(&stream) else {
+            return (None, None);
+        };
+        let Some(side) = entry.send.as_mut().filter(|s| !s.ended) else {
+            return (None, None);
+        };
+        side.ended = true;
+        let subscription = side.subscription.take();
+        let unsent = side.lead.is_some();
+        let failed_inbox = match &end {
+            Err(error) => entry.recv.take().map(|inbox| (inbox, error.clone())),
+            Ok(()) => None,
+        };
+        if unsent && end.is_err() {
+            self.remove(state, stream);
+        } else {
+            side.outbox.push_back(match end {
+                Ok(()) => Outgoing::Complete,
+                Err(error) => Outgoing::Error(error),
+            });
+            if !side.queued {
+                side.queued = true;
+                state.ready.push_back(stream);
+            }
+            self.writer.notify_one();
+        }
+        (subscription, failed_inbox)
     }
 
     /// Take what the writer sends next, about `budget` bytes of it: control frames,
@@ -690,13 +710,23 @@ impl Conn {
         }
     }
 
-    /// The peer cancelled `stream` (its sending side here).
+    /// The peer cancelled `stream` (its sending side here). An ERROR this side
+    /// queued still goes out (its items before it do not): it ends the stream both
+    /// ways, and a channel's peer still sends until it hears it.
     fn cancelled(&self, stream: u32) {
         let subscription = {
             let mut state = self.lock();
             let Some(entry) = state.streams.get_mut(&stream) else {
                 return;
             };
+            let failing = entry
+                .send
+                .as_mut()
+                .filter(|side| matches!(side.outbox.back(), Some(Outgoing::Error(_))));
+            if let Some(side) = failing {
+                side.outbox.retain(|out| matches!(out, Outgoing::Error(_)));
+                return;
+            }
             let subscription = entry.send.take().and_then(|s| s.subscription);
             if entry.recv.is_none() {
                 self.remove(&mut state, stream);

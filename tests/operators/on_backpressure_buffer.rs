@@ -333,6 +333,30 @@ mod time_bounds {
         probe.assert_no_violations();
     }
 
+    /// Items that expire in the same pass as a cancel are counted: the pass that
+    /// drops 0, 1 and 2 delivers 3 to `take(1)`, which cancels; the drops reached the
+    /// hook before, and the counts do too.
+    #[test]
+    fn expired_items_of_a_pass_that_ends_in_a_cancel_are_counted() {
+        let vt = VirtualTime::new();
+        let clock = vt.clone();
+        let (probe, handle, drops) = baseline::valve_probe(100, |source| {
+            source
+                .on_backpressure_buffer(10, Overflow::DropOldest)
+                .time_bounds(TimeBounds::none().max_age(Duration::from_secs(1)))
+                .clock(clock)
+                .take(1)
+        });
+        handle.release(3); // 0, 1, 2 held at t = 0
+        vt.advance(Duration::from_millis(1_200));
+        handle.release(2); // 3, 4 held at t = 1.2 s
+        probe.request(5);
+        probe.assert_items(&[3]);
+        probe.assert_completed();
+        assert_eq!(drops.count(DropReason::Expired), 3, "0, 1, 2 expired");
+        probe.assert_no_violations();
+    }
+
     #[test]
     fn a_standing_queue_serves_newest_first_once_the_interval_has_passed() {
         let vt = VirtualTime::new();

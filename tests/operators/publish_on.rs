@@ -258,9 +258,22 @@ fn huge_prefetch_is_refused() {
 }
 
 #[test]
-#[should_panic(expected = "publish_on_with: adaptive LIFO does not apply to an async boundary")]
+#[should_panic(
+    expected = "publish_on_with: adaptive LIFO and CoDel do not apply to an async \
+                           boundary"
+)]
 fn adaptive_lifo_is_refused() {
     let bounds = TimeBounds::none().adaptive_lifo(Duration::from_secs(1));
+    let _ = weir::range(0u8..1).publish_on_with(Immediate, 4, bounds);
+}
+
+#[test]
+#[should_panic(
+    expected = "publish_on_with: adaptive LIFO and CoDel do not apply to an async \
+                           boundary"
+)]
+fn codel_is_refused() {
+    let bounds = TimeBounds::none().codel(Duration::from_millis(5), Duration::from_millis(100));
     let _ = weir::range(0u8..1).publish_on_with(Immediate, 4, bounds);
 }
 

@@ -311,6 +311,90 @@ fn a_channel_whose_outgoing_publisher_fails_at_once_never_reaches_the_wire() {
     });
 }
 
+/// An outgoing publisher that keeps rule 1.1 for its first `keeps` requests and
+/// sends one item more than asked from then on (each answer one batch), from a
+/// thread of its own.
+struct OverSends {
+    keeps: usize,
+}
+
+struct Requests(std::sync::mpsc::Sender<Option<u64>>);
+
+impl weir::RawSubscription for Requests {
+    fn request(&self, n: u64) {
+        let _ = self.0.send(Some(n));
+    }
+    fn cancel(&self) {
+        let _ = self.0.send(None);
+    }
+}
+
+impl Publisher for OverSends {
+    type Item = Payload;
+    fn subscribe<S: Subscriber<Payload> + Send + 'static>(self, mut subscriber: S) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        subscriber.on_subscribe(weir::Subscription::new(std::sync::Arc::new(Requests(tx))));
+        std::thread::spawn(move || {
+            let mut sent = 0u64;
+            for (i, n) in rx.iter().map_while(|r| r).enumerate() {
+                let n = if i < self.keeps { n } else { n + 1 };
+                // In one batch: the connection sees the breach before the writer
+                // takes the batch's first item.
+                subscriber.on_next_batch((sent..sent + n).map(|i| Payload::data(format!("x{i}"))));
+                sent += n;
+            }
+        });
+    }
+}
+
+/// A channel whose outgoing publisher sends more than asked after the channel went
+/// out: the peer gets an ERROR (rule 1.1), which ends the stream both ways, so its
+/// subscriber here fails with the same error (it waited for the connection's end
+/// before), and the connection serves the next request.
+#[test]
+fn an_outgoing_publisher_that_over_sends_ends_its_channel_both_ways() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (_server, client, log) = served_through_proxy(Config::default()).await;
+        let error = collect(client.request_channel(OverSends { keeps: 1 }))
+            .await
+            .unwrap_err();
+        assert_eq!(error.rule(), Some("1.1"), "{error}");
+        wait_until(|| client.open_streams() == 0).await;
+        wait_until(|| {
+            log.lock().unwrap().iter().any(|(d, f)| {
+                *d == Dir::Up && f.stream == 1 && matches!(f.body, Body::Error { .. })
+            })
+        })
+        .await;
+        let answer = first(client.request_response(Payload::data("echo:still"))).await;
+        assert_eq!(text(&answer.unwrap()), "still");
+    });
+}
+
+/// One that over-sends at its first request, before its REQUEST_CHANNEL went out:
+/// the channel ends here with the rule 1.1 error, and the peer hears nothing of it
+/// (it got a REQUEST_CHANNEL and an ERROR before).
+#[test]
+fn an_outgoing_publisher_that_over_sends_at_once_never_reaches_the_wire() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (_server, client, log) = served_through_proxy(Config::default()).await;
+        let error = collect(client.request_channel(OverSends { keeps: 0 }))
+            .await
+            .unwrap_err();
+        assert_eq!(error.rule(), Some("1.1"), "{error}");
+        assert_eq!(client.open_streams(), 0);
+        let items = collect(client.request_channel(weir::just(Payload::data("x")))).await;
+        assert_eq!(texts(items.unwrap()), ["X"]);
+        let log = log.lock().unwrap().clone();
+        assert!(
+            log.iter().all(|(_, f)| f.stream != 1),
+            "frames of the failed channel went out: {log:?}"
+        );
+    });
+}
+
 /// The operators that produce a stream's outgoing items run with no lock of the
 /// connection held: a closure that asks the client something (here its open
 /// streams, which takes the connection's lock) does not deadlock, whether its items

@@ -150,6 +150,64 @@ fn a_peer_that_over_sends_fails_that_stream_only() {
     });
 }
 
+/// A peer's CANCEL that crosses this side's ERROR does not swallow it: the client's
+/// outgoing publisher fails while the writer waits on a full socket (32 MiB the peer
+/// does not read), so the ERROR is queued (behind a second item) when the CANCEL
+/// arrives. An ERROR ends the
+/// stream both ways, and the peer, which may still be sending on the channel, hears it
+/// once it reads again.
+#[test]
+fn a_cancel_that_crosses_an_error_leaves_the_error_to_go_out() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (failed_tx, failed_rx) = tokio::sync::oneshot::channel::<()>();
+        let (heard_tx, heard_rx) = tokio::sync::oneshot::channel::<bool>();
+        let port = raw_server(move |mut frames, mut write| async move {
+            let _setup = frames.next().await;
+            let request = frames.next().await.unwrap();
+            assert!(
+                matches!(request.body, Body::RequestChannel { .. }),
+                "{request:?}"
+            );
+            let grant = Frame {
+                stream: 1,
+                body: Body::RequestN(10),
+            };
+            write.write_all(&encode(&grant)).await.unwrap();
+            // Nothing read until the client's channel failed.
+            failed_rx.await.unwrap();
+            let cancel = Frame {
+                stream: 1,
+                body: Body::Cancel,
+            };
+            write.write_all(&encode(&cancel)).await.unwrap();
+            // Time for the client's reader to take the CANCEL while its writer still
+            // waits (the ERROR goes out with the fix however long this is).
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            let mut heard = false;
+            while let Ok(Some(frame)) = tokio::time::timeout(PATIENCE, frames.next()).await {
+                if frame.stream == 1 && matches!(frame.body, Body::Error { .. }) {
+                    heard = true;
+                    break;
+                }
+            }
+            let _ = heard_tx.send(heard);
+        })
+        .await;
+        let client = connect(("127.0.0.1", port)).await.unwrap();
+        // The writer takes the first big item and waits on the socket; the second
+        // (larger than what is left of the stream's quantum) and the ERROR stay queued.
+        let big = Payload::data(vec![7u8; 32 << 20]);
+        let second = Payload::data(vec![8u8; 1 << 20]);
+        let outgoing = weir::from_iter([Payload::data("x0"), big, second])
+            .concat(weir::error(weir::Error::msg("upload broke")));
+        let error = collect(client.request_channel(outgoing)).await.unwrap_err();
+        assert_eq!(error.message(), "upload broke");
+        failed_tx.send(()).unwrap();
+        assert!(heard_rx.await.unwrap(), "the ERROR never went out");
+    });
+}
+
 /// Connects a raw client, sends SETUP and then `bytes`; returns what the server sent
 /// back before closing (its frames), or panics when it does not close.
 async fn raw_exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> Vec<Frame> {
