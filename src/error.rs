@@ -219,8 +219,8 @@ pub enum DropReason {
     /// an enforcing `throttle` found no token for it.
     Rejected,
     /// The item waited longer than its queue's CoDel limit allowed
-    /// ([`TimeBounds::codel`](crate::queue::TimeBounds::codel)): the target in a
-    /// queue that has stood non-empty for an interval, the interval otherwise.
+    /// ([`TimeBounds::codel`](crate::queue::TimeBounds::codel)): longer than the
+    /// target, in a queue that has stood non-empty for the interval.
     CoDel,
 }
 

@@ -8,7 +8,9 @@
 //! Dequeue applies the [`TimeBounds`]: items at the head that waited longer than
 //! `max_age` are handed to the caller's `expired` callback (and counted in the gauge as
 //! `Expired`) instead of being returned; once the queue has been non-empty for the
-//! adaptive-LIFO interval it serves from the tail until it empties.
+//! CoDel interval, so are head items that waited longer than the CoDel target
+//! (`CoDel`); once it has been non-empty for the adaptive-LIFO interval it serves from
+//! the tail until it empties.
 //!
 //! Statistics are gathered in plain fields and published to the [`QueueGauge`] by
 //! [`flush`](TimedQueue::flush), which the owner calls once per batch.
@@ -136,7 +138,9 @@ impl<T> TimedQueue<T> {
     }
 
     fn append(&mut self, item: T, now: Instant) {
-        if self.items.is_empty() {
+        // Only a queue that was empty starts standing now: an eviction or replacement
+        // that empties it for a moment (capacity 1) does not.
+        if self.busy_since.is_none() {
             self.busy_since = Some(now);
         }
         if self.items.len() == self.items.capacity() {
@@ -183,9 +187,13 @@ impl<T> TimedQueue<T> {
         };
         if let Some(&stamp) = self.stamps.front() {
             let waited = now.saturating_duration_since(stamp);
-            let past_codel = self.bounds.get_codel().is_some_and(|(target, interval)| {
-                waited > if stood(interval) { target } else { interval }
-            });
+            // Before the queue stood for the interval no item can have waited longer
+            // than it (the head arrived after the queue went non-empty): a burst is
+            // absorbed whole.
+            let past_codel = self
+                .bounds
+                .get_codel()
+                .is_some_and(|(target, interval)| stood(interval) && waited > target);
             let reason = if self.bounds.get_max_age().is_some_and(|max| waited > max) {
                 Some(DropReason::Expired)
             } else if past_codel {
@@ -418,10 +426,12 @@ mod tests {
             vt.advance(Duration::from_millis(50));
         }
         // At 200 ms: 0 waited 200 ms (past the maximum age), 1 150 ms, 2 100 ms,
-        // 3 50 ms (all past the target); 4 arrives now.
+        // 3 50 ms (all past the target); 4 and 5 arrive now.
         q.push(4, vt.now()).unwrap();
+        q.push(5, vt.now()).unwrap();
         let mut take = |q: &mut TimedQueue<u32>| q.pop(vt.now(), &mut |r, i| dropped.push((r, i)));
-        assert_eq!(take(&mut q), Some(4), "the newest, served fresh");
+        assert_eq!(take(&mut q), Some(5), "the newest, served fresh");
+        assert_eq!(take(&mut q), Some(4));
         assert_eq!(take(&mut q), None, "the rest are past the target");
         assert_eq!(
             dropped,
@@ -463,6 +473,33 @@ mod tests {
             q.pop(vt.now(), &mut |_, _| panic!("never dropped")),
             Some(1)
         );
+    }
+
+    /// At capacity 1, replacing or evicting the only item does not restart the
+    /// standing clock: a queue replaced every 50 ms has stood since its first item,
+    /// so CoDel (5 ms, 100 ms) drops one that waited 10 ms at 160 ms.
+    #[test]
+    fn replacing_the_only_item_keeps_the_queue_standing() {
+        let bounds = TimeBounds::none().codel(Duration::from_millis(5), Duration::from_millis(100));
+        for evict in [false, true] {
+            let (vt, mut q, _) = queue(1, bounds);
+            q.push(0, vt.now()).unwrap();
+            for i in 1..4 {
+                vt.advance(Duration::from_millis(50));
+                let out = if evict {
+                    q.push_evicting(i, vt.now())
+                } else {
+                    q.replace_newest(i, vt.now())
+                };
+                assert_eq!(out, Some(i - 1));
+            }
+            vt.advance(Duration::from_millis(10));
+            assert_eq!(
+                q.pop_or_expired(vt.now()),
+                Some(Popped::Expired(DropReason::CoDel, 3)),
+                "evict: {evict}"
+            );
+        }
     }
 
     #[test]

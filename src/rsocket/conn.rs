@@ -831,11 +831,17 @@ impl Conn {
                 }
                 _ => return Ok(()),
             };
+            // A channel opened with COMPLETE has received all it will: its inbox
+            // (done already) goes to the handler only, so the entry goes once the
+            // answer ends.
+            let open_recv = recv
+                .clone()
+                .filter(|_| !matches!(body, Body::RequestChannel { complete: true, .. }));
             state.streams.insert(
                 stream,
                 Entry {
                     send: Some(send),
-                    recv: recv.clone(),
+                    recv: open_recv,
                 },
             );
             (Outbound::new(self.clone(), stream), recv, first)

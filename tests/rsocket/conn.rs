@@ -444,6 +444,37 @@ fn requests_beyond_max_streams_are_rejected() {
     });
 }
 
+/// A channel whose REQUEST_CHANNEL carries its only item and COMPLETE leaves nothing
+/// open at the server once answered: with one stream allowed there, three in a row
+/// are served (the server kept the finished stream, and refused the second).
+#[test]
+fn channels_opened_complete_free_their_stream_at_the_server() {
+    let rt = runtime();
+    rt.block_on(async {
+        let config = Config::default().max_streams(1);
+        let server = Server::bind_with("127.0.0.1:0", Service::default(), config)
+            .await
+            .unwrap();
+        let (addr, log) = proxy(server.local_addr()).await;
+        let client = connect(addr).await.unwrap();
+        for i in 0..3 {
+            let outgoing = weir::just(Payload::data(format!("x{i}")));
+            let items = collect(client.request_channel(outgoing)).await;
+            assert_eq!(texts(items.unwrap()), [format!("X{i}")]);
+            wait_until(|| client.open_streams() == 0).await;
+        }
+        let opened_complete = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(d, f)| {
+                *d == Dir::Up && matches!(f.body, Body::RequestChannel { complete: true, .. })
+            })
+            .count();
+        assert_eq!(opened_complete, 3);
+    });
+}
+
 /// The first item of `publisher` (an error when it fails or completes empty).
 pub async fn first(
     publisher: impl Publisher<Item = Payload> + Send + 'static,

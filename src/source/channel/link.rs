@@ -450,17 +450,17 @@ impl<T: Send + 'static> Chan<T> {
             return;
         }
         // Counted once per reason and batch, not per item.
-        let codel = expired
-            .iter()
-            .filter(|(reason, _)| *reason == DropReason::CoDel)
-            .count() as u64;
-        let counts = [
-            (DropReason::Expired, expired.len() as u64 - codel),
-            (DropReason::CoDel, codel),
-        ];
+        let mut per_reason = [0u64; DropReason::COUNT];
+        for (reason, _) in expired.iter() {
+            per_reason[*reason as usize] += 1;
+        }
+        let counts = DropReason::ALL
+            .into_iter()
+            .zip(per_reason)
+            .filter(|(_, n)| *n > 0);
         match self.hook.get() {
             Some(hook) => {
-                for (reason, n) in counts.into_iter().filter(|(_, n)| *n > 0) {
+                for (reason, n) in counts {
                     hook.drops().add(reason, n);
                 }
                 for (reason, item) in expired.drain(..) {
@@ -469,7 +469,7 @@ impl<T: Send + 'static> Chan<T> {
             }
             None => {
                 expired.clear();
-                for (reason, n) in counts.into_iter().filter(|(_, n)| *n > 0) {
+                for (reason, n) in counts {
                     self.unhooked(reason, n);
                 }
             }
