@@ -337,11 +337,14 @@ impl Publisher for OverSends {
         std::thread::spawn(move || {
             let mut sent = 0u64;
             for (i, n) in rx.iter().map_while(|r| r).enumerate() {
-                let n = if i < self.keeps { n } else { n + 1 };
+                let mut n = if i < self.keeps { n } else { n + 1 };
                 // In one batch: the connection sees the breach before the writer
-                // takes the batch's first item.
-                subscriber.on_next_batch((sent..sent + n).map(|i| Payload::data(format!("x{i}"))));
-                sent += n;
+                // takes the batch's first item. Batch credit is demand too.
+                while n > 0 {
+                    let items = (sent..sent + n).map(|i| Payload::data(format!("x{i}")));
+                    sent += n;
+                    n = subscriber.on_next_batch(items);
+                }
             }
         });
     }
