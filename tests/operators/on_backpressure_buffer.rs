@@ -255,7 +255,42 @@ mod time_bounds {
     use weir::runtime::VirtualTime;
     use weir::{DropReason, Overflow, PublisherExt};
 
+    use weir::operators::OnBackpressureBuffer;
+
     use crate::baseline;
+    use crate::support::valve::ValveSource;
+
+    /// [`timed`] over a valve of 100 under a probe, with the stage's monitor.
+    fn monitored(
+        vt: &VirtualTime,
+        bounds: TimeBounds,
+    ) -> (
+        weir::tck::TestProbe<u64>,
+        crate::support::valve::ValveHandle,
+        weir::metrics::Drops,
+        weir::metrics::QueueMonitor,
+    ) {
+        let mut monitor = None;
+        let (probe, handle, drops) = baseline::valve_probe(100, |source| {
+            let stage = timed(source, vt, bounds);
+            monitor = Some(stage.monitor());
+            stage
+        });
+        (probe, handle, drops, monitor.expect("built"))
+    }
+
+    /// `on_backpressure_buffer(10, DropOldest)` over `source`, with `bounds`, on
+    /// `vt`'s clock.
+    fn timed(
+        source: ValveSource,
+        vt: &VirtualTime,
+        bounds: TimeBounds,
+    ) -> OnBackpressureBuffer<ValveSource> {
+        source
+            .on_backpressure_buffer(10, Overflow::DropOldest)
+            .time_bounds(bounds)
+            .clock(vt.clone())
+    }
 
     /// CoDel (10 ms, 100 ms) on the held items: a burst may wait up to the interval;
     /// once the buffer has stood non-empty for an interval, items past the target are
@@ -263,19 +298,10 @@ mod time_bounds {
     #[test]
     fn codel_drops_what_waited_past_the_target_in_a_standing_buffer() {
         let vt = VirtualTime::new();
-        let clock = vt.clone();
-        let mut monitor = None;
-        let (probe, handle, drops) = baseline::valve_probe(100, |source| {
-            let stage = source
-                .on_backpressure_buffer(10, Overflow::DropOldest)
-                .time_bounds(
-                    TimeBounds::none().codel(Duration::from_millis(10), Duration::from_millis(100)),
-                )
-                .clock(clock);
-            monitor = Some(stage.monitor());
-            stage
-        });
-        let monitor = monitor.unwrap();
+        let (probe, handle, drops, monitor) = monitored(
+            &vt,
+            TimeBounds::none().codel(Duration::from_millis(10), Duration::from_millis(100)),
+        );
         handle.release(3); // 0, 1, 2 held at t = 0
         vt.advance(Duration::from_millis(60));
         probe.request(1);
@@ -296,17 +322,8 @@ mod time_bounds {
     #[test]
     fn items_older_than_max_age_are_dropped_at_dequeue_and_reported() {
         let vt = VirtualTime::new();
-        let clock = vt.clone();
-        let mut monitor = None;
-        let (probe, handle, drops) = baseline::valve_probe(100, |source| {
-            let stage = source
-                .on_backpressure_buffer(10, Overflow::DropOldest)
-                .time_bounds(TimeBounds::none().max_age(Duration::from_secs(1)))
-                .clock(clock);
-            monitor = Some(stage.monitor());
-            stage
-        });
-        let monitor = monitor.unwrap();
+        let (probe, handle, drops, monitor) =
+            monitored(&vt, TimeBounds::none().max_age(Duration::from_secs(1)));
 
         handle.release(3); // 0, 1, 2 held at t = 0
         vt.advance(Duration::from_millis(800));
@@ -339,13 +356,13 @@ mod time_bounds {
     #[test]
     fn expired_items_of_a_pass_that_ends_in_a_cancel_are_counted() {
         let vt = VirtualTime::new();
-        let clock = vt.clone();
         let (probe, handle, drops) = baseline::valve_probe(100, |source| {
-            source
-                .on_backpressure_buffer(10, Overflow::DropOldest)
-                .time_bounds(TimeBounds::none().max_age(Duration::from_secs(1)))
-                .clock(clock)
-                .take(1)
+            timed(
+                source,
+                &vt,
+                TimeBounds::none().max_age(Duration::from_secs(1)),
+            )
+            .take(1)
         });
         handle.release(3); // 0, 1, 2 held at t = 0
         vt.advance(Duration::from_millis(1_200));
@@ -360,12 +377,12 @@ mod time_bounds {
     #[test]
     fn a_standing_queue_serves_newest_first_once_the_interval_has_passed() {
         let vt = VirtualTime::new();
-        let clock = vt.clone();
         let (probe, handle, drops) = baseline::valve_probe(100, |source| {
-            source
-                .on_backpressure_buffer(10, Overflow::DropOldest)
-                .time_bounds(TimeBounds::none().adaptive_lifo(Duration::from_secs(1)))
-                .clock(clock)
+            timed(
+                source,
+                &vt,
+                TimeBounds::none().adaptive_lifo(Duration::from_secs(1)),
+            )
         });
         handle.release(3);
         probe.request(1);
@@ -386,12 +403,11 @@ mod time_bounds {
     #[test]
     fn the_monitor_counts_overflow_drops_and_lag() {
         let vt = VirtualTime::new();
-        let clock = vt.clone();
         let mut monitor = None;
         let (probe, handle, _drops) = baseline::valve_probe(1_000, |source| {
             let stage = source
                 .on_backpressure_buffer(4, Overflow::DropNewest)
-                .clock(clock);
+                .clock(vt.clone());
             monitor = Some(stage.monitor());
             stage
         });

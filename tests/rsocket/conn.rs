@@ -262,53 +262,56 @@ fn a_channel_cancelled_before_its_request_went_out_never_reaches_the_wire() {
 /// connection's end before), and the connection serves the next request.
 #[test]
 fn a_failing_outgoing_publisher_ends_its_channel_both_ways() {
-    let rt = runtime();
-    rt.block_on(async {
-        let (_server, client, log) = served_through_proxy(Config::default()).await;
-        let outgoing = weir::from_iter(["a", "b"])
-            .map(Payload::data)
-            .concat(weir::error(weir::Error::msg("upload broke")));
-        let error = collect(client.request_channel(outgoing)).await.unwrap_err();
-        assert_eq!(error.message(), "upload broke");
-        wait_until(|| client.open_streams() == 0).await;
-        wait_until(|| {
-            log.lock().unwrap().iter().any(|(d, f)| {
-                *d == Dir::Up && f.stream == 1 && matches!(f.body, Body::Error { .. })
-            })
-        })
-        .await;
-        let answer = first(client.request_response(Payload::data("echo:still"))).await;
-        assert_eq!(text(&answer.unwrap()), "still");
-    });
+    let outgoing = weir::from_iter(["a", "b"])
+        .map(Payload::data)
+        .concat(weir::error(weir::Error::msg("upload broke")));
+    let error = failed_channel(outgoing, true);
+    assert_eq!(error.message(), "upload broke");
 }
 
 /// A channel whose outgoing publisher fails before its first item (which the
 /// REQUEST_CHANNEL frame would carry) never reached the wire: its subscriber gets the
 /// error, and the peer hears nothing of the stream (no ERROR for a stream it does
-/// not know). The next channel is stream 3: the log up to its request holds nothing
-/// of stream 1.
+/// not know). The next channel is stream 3, and the log holds nothing of stream 1.
 #[test]
 fn a_channel_whose_outgoing_publisher_fails_at_once_never_reaches_the_wire() {
+    let outgoing = weir::error::<Payload>(weir::Error::msg("nothing to upload"));
+    let error = failed_channel(outgoing, false);
+    assert_eq!(error.message(), "nothing to upload");
+}
+
+/// Opens a channel with `outgoing`, which fails, through the recording proxy, and
+/// returns its subscriber's error once the client forgot the stream and the
+/// connection served the next request. `on_the_wire`: the failure came after the
+/// REQUEST_CHANNEL went out, so the peer got an ERROR on stream 1; otherwise the log
+/// holds nothing of stream 1.
+fn failed_channel(
+    outgoing: impl Publisher<Item = Payload> + Send + 'static,
+    on_the_wire: bool,
+) -> weir::Error {
     let rt = runtime();
     rt.block_on(async {
         let (_server, client, log) = served_through_proxy(Config::default()).await;
-        let outgoing = weir::error::<Payload>(weir::Error::msg("nothing to upload"));
         let error = collect(client.request_channel(outgoing)).await.unwrap_err();
-        assert_eq!(error.message(), "nothing to upload");
-        assert_eq!(client.open_streams(), 0);
+        wait_until(|| client.open_streams() == 0).await;
         let items = collect(client.request_channel(weir::just(Payload::data("x")))).await;
         assert_eq!(texts(items.unwrap()), ["X"]);
-        let log = log.lock().unwrap().clone();
-        let up_to_second: Vec<_> = log
-            .iter()
-            .take_while(|(d, f)| !(*d == Dir::Up && f.stream == 3))
-            .collect();
-        assert!(
-            up_to_second.iter().all(|(_, f)| f.stream != 1),
-            "frames of the failed channel went out: {up_to_second:?}"
-        );
-        assert!(log.iter().any(|(d, f)| *d == Dir::Up && f.stream == 3));
-    });
+        if on_the_wire {
+            wait_until(|| {
+                log.lock().unwrap().iter().any(|(d, f)| {
+                    *d == Dir::Up && f.stream == 1 && matches!(f.body, Body::Error { .. })
+                })
+            })
+            .await;
+        } else {
+            let log = log.lock().unwrap();
+            assert!(
+                log.iter().all(|(_, f)| f.stream != 1),
+                "frames of the failed channel went out: {log:?}"
+            );
+        }
+        error
+    })
 }
 
 /// An outgoing publisher that keeps rule 1.1 for its first `keeps` requests and
@@ -356,23 +359,8 @@ impl Publisher for OverSends {
 /// before), and the connection serves the next request.
 #[test]
 fn an_outgoing_publisher_that_over_sends_ends_its_channel_both_ways() {
-    let rt = runtime();
-    rt.block_on(async {
-        let (_server, client, log) = served_through_proxy(Config::default()).await;
-        let error = collect(client.request_channel(OverSends { keeps: 1 }))
-            .await
-            .unwrap_err();
-        assert_eq!(error.rule(), Some("1.1"), "{error}");
-        wait_until(|| client.open_streams() == 0).await;
-        wait_until(|| {
-            log.lock().unwrap().iter().any(|(d, f)| {
-                *d == Dir::Up && f.stream == 1 && matches!(f.body, Body::Error { .. })
-            })
-        })
-        .await;
-        let answer = first(client.request_response(Payload::data("echo:still"))).await;
-        assert_eq!(text(&answer.unwrap()), "still");
-    });
+    let error = failed_channel(OverSends { keeps: 1 }, true);
+    assert_eq!(error.rule(), Some("1.1"), "{error}");
 }
 
 /// One that over-sends at its first request, before its REQUEST_CHANNEL went out:
@@ -380,22 +368,8 @@ fn an_outgoing_publisher_that_over_sends_ends_its_channel_both_ways() {
 /// (it got a REQUEST_CHANNEL and an ERROR before).
 #[test]
 fn an_outgoing_publisher_that_over_sends_at_once_never_reaches_the_wire() {
-    let rt = runtime();
-    rt.block_on(async {
-        let (_server, client, log) = served_through_proxy(Config::default()).await;
-        let error = collect(client.request_channel(OverSends { keeps: 0 }))
-            .await
-            .unwrap_err();
-        assert_eq!(error.rule(), Some("1.1"), "{error}");
-        assert_eq!(client.open_streams(), 0);
-        let items = collect(client.request_channel(weir::just(Payload::data("x")))).await;
-        assert_eq!(texts(items.unwrap()), ["X"]);
-        let log = log.lock().unwrap().clone();
-        assert!(
-            log.iter().all(|(_, f)| f.stream != 1),
-            "frames of the failed channel went out: {log:?}"
-        );
-    });
+    let error = failed_channel(OverSends { keeps: 0 }, false);
+    assert_eq!(error.rule(), Some("1.1"), "{error}");
 }
 
 /// The operators that produce a stream's outgoing items run with no lock of the
@@ -444,37 +418,6 @@ fn requests_beyond_max_streams_are_rejected() {
         for probe in &probes[..2] {
             await_probe(probe, |p| p.await_items(1, PATIENCE)).await;
         }
-    });
-}
-
-/// A channel whose REQUEST_CHANNEL carries its only item and COMPLETE leaves nothing
-/// open at the server once answered: with one stream allowed there, three in a row
-/// are served (the server kept the finished stream, and refused the second).
-#[test]
-fn channels_opened_complete_free_their_stream_at_the_server() {
-    let rt = runtime();
-    rt.block_on(async {
-        let config = Config::default().max_streams(1);
-        let server = Server::bind_with("127.0.0.1:0", Service::default(), config)
-            .await
-            .unwrap();
-        let (addr, log) = proxy(server.local_addr()).await;
-        let client = connect(addr).await.unwrap();
-        for i in 0..3 {
-            let outgoing = weir::just(Payload::data(format!("x{i}")));
-            let items = collect(client.request_channel(outgoing)).await;
-            assert_eq!(texts(items.unwrap()), [format!("X{i}")]);
-            wait_until(|| client.open_streams() == 0).await;
-        }
-        let opened_complete = log
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(d, f)| {
-                *d == Dir::Up && matches!(f.body, Body::RequestChannel { complete: true, .. })
-            })
-            .count();
-        assert_eq!(opened_complete, 3);
     });
 }
 

@@ -208,6 +208,62 @@ fn a_cancel_that_crosses_an_error_leaves_the_error_to_go_out() {
     });
 }
 
+/// A channel whose REQUEST_CHANNEL carries its only item and COMPLETE (sent by a raw
+/// client, so the flag is certain) leaves nothing open at the server once answered:
+/// with one stream allowed there, three in a row are served (the server kept the
+/// finished stream, and refused the second with REJECTED).
+#[test]
+fn channels_opened_complete_free_their_stream_at_the_server() {
+    let rt = runtime();
+    rt.block_on(async {
+        let config = Config::default().max_streams(1);
+        let server = Server::bind_with("127.0.0.1:0", Service::default(), config)
+            .await
+            .unwrap();
+        let socket = TcpStream::connect(server.local_addr()).await.unwrap();
+        let (read, mut write) = socket.into_split();
+        let mut frames = RawFrames(FramedRead::new(read, codec()));
+        write.write_all(&encode(&setup())).await.unwrap();
+        for stream in [1, 3, 5] {
+            let request = Frame {
+                stream,
+                body: Body::RequestChannel {
+                    follows: false,
+                    complete: true,
+                    initial_n: 8,
+                    payload: Payload::data(format!("x{stream}")),
+                },
+            };
+            write.write_all(&encode(&request)).await.unwrap();
+            let mut answer = Vec::new();
+            loop {
+                let frame = tokio::time::timeout(PATIENCE, frames.next())
+                    .await
+                    .expect("the server answers")
+                    .expect("the connection stays");
+                assert_eq!(frame.stream, stream, "{frame:?}");
+                match frame.body {
+                    Body::Payload {
+                        complete,
+                        next,
+                        payload,
+                        ..
+                    } => {
+                        if next {
+                            answer.push(text(&payload));
+                        }
+                        if complete {
+                            break;
+                        }
+                    }
+                    other => panic!("stream {stream}: {other:?}"),
+                }
+            }
+            assert_eq!(answer, [format!("X{stream}")]);
+        }
+    });
+}
+
 /// Connects a raw client, sends SETUP and then `bytes`; returns what the server sent
 /// back before closing (its frames), or panics when it does not close.
 async fn raw_exchange(addr: std::net::SocketAddr, bytes: &[u8]) -> Vec<Frame> {
@@ -492,13 +548,26 @@ async fn bursting_server() -> u16 {
     .await
 }
 
+/// Every item of a request-stream for `data`, asked for with unbounded demand.
+async fn all_at_once(client: &weir::rsocket::Client, data: &'static str) -> Vec<Payload> {
+    let handle = client
+        .request_stream(Payload::data(data))
+        .collect_with(weir::demand::UNBOUNDED);
+    tokio::task::spawn_blocking(move || {
+        let mut handle = handle;
+        handle.wait_timeout(PATIENCE).expect("the stream ends")
+    })
+    .await
+    .unwrap()
+    .expect("no error")
+}
+
 const SMALL: u32 = 20_000;
 const FRAGMENTED: u32 = 2_000;
 const BIG: usize = 1 << 20;
 
 #[test]
 fn frames_a_read_brings_in_bulk_are_each_handled_once_in_order() {
-    use weir::prelude::*;
     let rt = runtime();
     rt.block_on(async {
         let port = bursting_server().await;
@@ -506,16 +575,7 @@ fn frames_a_read_brings_in_bulk_are_each_handled_once_in_order() {
         let client = weir::rsocket::connect_with(("127.0.0.1", port), config)
             .await
             .unwrap();
-        let handle = client
-            .request_stream(Payload::data("burst"))
-            .collect_with(weir::demand::UNBOUNDED);
-        let items = tokio::task::spawn_blocking(move || {
-            let mut handle = handle;
-            handle.wait_timeout(PATIENCE).expect("the stream ends")
-        })
-        .await
-        .unwrap()
-        .expect("no error");
+        let items = all_at_once(&client, "burst").await;
         assert_eq!(items.len(), SMALL as usize + 1);
         assert_eq!(items[0].data.len(), BIG);
         let small: Vec<String> = items[1..].iter().map(text).collect();
@@ -527,16 +587,7 @@ fn frames_a_read_brings_in_bulk_are_each_handled_once_in_order() {
 
         // Fragments among whole items, in one write: each pair is put together,
         // whether its last part came from the codec or from the reader's chunk.
-        let handle = client
-            .request_stream(Payload::data("fragments"))
-            .collect_with(weir::demand::UNBOUNDED);
-        let items = tokio::task::spawn_blocking(move || {
-            let mut handle = handle;
-            handle.wait_timeout(PATIENCE).expect("the stream ends")
-        })
-        .await
-        .unwrap()
-        .expect("no error");
+        let items = all_at_once(&client, "fragments").await;
         let texts: Vec<String> = items.iter().map(text).collect();
         let expected: Vec<String> = (0..FRAGMENTED)
             .flat_map(|i| [i.to_string(), "abcd".to_owned()])
