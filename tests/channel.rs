@@ -616,9 +616,11 @@ fn items_older_than_max_age_expire_at_delivery() {
     clock.advance(Duration::from_millis(800));
     tx.try_send(3).unwrap();
     clock.advance(Duration::from_millis(300));
+    // 0, 1 and 2 died unread: the snapshot takes them out first and shows live work.
+    let stats = monitor.snapshot();
     assert_eq!(
-        monitor.snapshot().oldest_age,
-        Some(Duration::from_millis(1_100))
+        (stats.depth, stats.oldest_age),
+        (1, Some(Duration::from_millis(300)))
     );
     probe.request(8);
     probe.assert_items(&[3]);
@@ -634,6 +636,93 @@ fn items_older_than_max_age_expire_at_delivery() {
         (stats.depth, stats.dequeued, stats.oldest_age),
         (0, 1, None)
     );
+}
+
+/// Items that die while nobody reads leave the queue without a dequeue: when an item
+/// arrives (making room for it), and when the statistics are read. Each is counted as
+/// `Expired` and handed to the drop hook once; depth, oldest age and flow state then
+/// describe live work.
+#[test]
+fn items_that_die_unread_leave_on_enqueue_and_on_snapshot() {
+    let clock = VirtualTime::new();
+    let (tx, rx) = ChannelBuilder::new(10, ChannelPolicy::Backpressure)
+        .water_marks(WaterMarks::new(8, 2))
+        .time_bounds(TimeBounds::none().max_age(Duration::from_secs(1)))
+        .clock(clock.clone())
+        .build::<u64>();
+    let monitor = rx.monitor();
+    let (hook, drops, seen) = recording_hook();
+    let probe = probe_of(rx.on_dropped(hook));
+    let expired = |items: std::ops::Range<u64>| -> Vec<(DropReason, u64)> {
+        items.map(|i| (DropReason::Expired, i)).collect()
+    };
+
+    // A full, paused queue that nobody reads dies: the snapshot shows it empty and
+    // the flow resumed.
+    for i in 0..10 {
+        tx.try_send(i).unwrap();
+    }
+    assert_eq!(tx.state(), FlowState::Paused);
+    clock.advance(Duration::from_millis(1_500));
+    let stats = monitor.snapshot();
+    assert_eq!((stats.depth, stats.oldest_age), (0, None));
+    assert_eq!(stats.dropped(DropReason::Expired), 10);
+    assert_eq!(tx.state(), FlowState::Flowing);
+    assert_eq!(*seen.lock().unwrap(), expired(0..10));
+
+    // On enqueue: 10..13 die while 13, 14 wait; the next send takes the dead out.
+    for i in 10..13 {
+        tx.try_send(i).unwrap();
+    }
+    clock.advance(Duration::from_millis(600));
+    tx.try_send(13).unwrap();
+    tx.try_send(14).unwrap();
+    clock.advance(Duration::from_millis(500));
+    tx.try_send(15).unwrap();
+    assert_eq!(seen.lock().unwrap()[10..], expired(10..13));
+    let stats = monitor.snapshot();
+    assert_eq!(
+        (stats.depth, stats.oldest_age),
+        (3, Some(Duration::from_millis(500)))
+    );
+
+    // A queue full of dead items has room: the send is not refused.
+    for i in 16..23 {
+        tx.try_send(i).unwrap();
+    }
+    assert!(tx.try_send(99).is_err(), "full of live items");
+    clock.advance(Duration::from_secs(2));
+    tx.try_send(23).unwrap();
+    assert_eq!(monitor.snapshot().depth, 1);
+
+    // Everything counted once, in the hook and the monitor alike; the live item is
+    // delivered.
+    let stats = monitor.snapshot();
+    assert_eq!(drops.count(DropReason::Expired), 23);
+    assert_eq!(stats.dropped(DropReason::Expired), 23);
+    assert_eq!(stats.rejected, 1);
+    probe.request(5);
+    probe.assert_items(&[23]);
+}
+
+/// A closed channel whose last items die unread delivers its end once a snapshot
+/// takes them out (the end waited behind them, with no demand needed).
+#[test]
+fn the_end_behind_dead_items_goes_out_when_they_leave() {
+    let clock = VirtualTime::new();
+    let (tx, rx) = ChannelBuilder::new(4, ChannelPolicy::Backpressure)
+        .time_bounds(TimeBounds::none().max_age(Duration::from_secs(1)))
+        .clock(clock.clone())
+        .build::<u64>();
+    let monitor = rx.monitor();
+    let probe = probe_of(rx);
+    tx.try_send(1).unwrap();
+    tx.close();
+    assert!(!probe.is_terminated());
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(monitor.snapshot().depth, 0);
+    probe.assert_completed();
+    assert_eq!(probe.received_count(), 0);
 }
 
 /// CoDel (5 ms, 100 ms) on an overloaded channel: one item sent each millisecond,

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
 use std::time::Instant;
 
 use crate::loom::{Mutex, MutexGuardOf};
-use crate::metrics::DropReporter;
+use crate::metrics::{DropHook, DropReporter, Sweep};
 use crate::queue::timed::TimedQueue;
 use crate::stage::core::SharedUpstream;
+use crate::stage::Core;
 use crate::stage::{Cx, Pass, Stage};
 use crate::{DropReason, Error, Subscriber};
 
@@ -46,6 +47,8 @@ pub(super) struct Hold<T> {
     owner: AtomicUsize,
     /// The stage's name in reports.
     name: &'static str,
+    /// Downstream's drop hook, for the items a sweep takes out.
+    hook: Option<DropHook>,
 }
 
 /// What only the drain owner touches.
@@ -87,7 +90,12 @@ fn this_thread() -> usize {
 }
 
 impl<T: Send + 'static> Hold<T> {
-    pub(super) fn new(queue: TimedQueue<T>, upstream: SharedUpstream, name: &'static str) -> Self {
+    pub(super) fn new(
+        queue: TimedQueue<T>,
+        upstream: SharedUpstream,
+        name: &'static str,
+        hook: Option<DropHook>,
+    ) -> Self {
         Hold {
             held: Mutex::new(Held {
                 queue,
@@ -99,6 +107,7 @@ impl<T: Send + 'static> Hold<T> {
             upstream,
             owner: AtomicUsize::new(0),
             name,
+            hook,
         }
     }
 
@@ -255,5 +264,33 @@ impl<T: Send + 'static> Stage for Hold<T> {
         drain.run.clear();
         drop(released);
         tracing::trace!(stage = self.name, "holding stage stopped");
+    }
+}
+
+/// Items that die in the held queue (past the maximum age) while nobody reads leave
+/// before its statistics are read: reported as `Expired`, room made for a waiting
+/// producer, and the end parked behind them delivered if they were the last.
+impl<T: Send + 'static, S: Subscriber<T> + Send + 'static> Sweep for Core<Hold<T>, S> {
+    fn sweep(&self) {
+        let hold = self.stage();
+        let mut stale = Vec::new();
+        let end_due = {
+            let mut held = lock(&hold.held);
+            let now = held.queue.gauge().now();
+            if held.queue.expire_stale(now, &mut stale) == 0 {
+                return;
+            }
+            held.queue.flush(now);
+            hold.made_room(&held);
+            held.queue.is_empty() && held.end.is_some()
+        };
+        let mut reporter = DropReporter::new(hold.name, hold.hook.clone());
+        for (reason, item) in stale {
+            reporter.drop_item(reason, item);
+        }
+        reporter.flush();
+        if end_due {
+            self.signal();
+        }
     }
 }

@@ -54,6 +54,7 @@ fn stage<O: OnFull<u64>>(policy: O, capacity: usize, initial: u64) -> Fixture<O>
         hook: None,
         policy,
         drops: DropReporter::new("loom", None),
+        stale: Vec::new(),
         stage: "loom",
         capacity,
         bounds: TimeBounds::none(),

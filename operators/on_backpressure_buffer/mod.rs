@@ -47,7 +47,7 @@ use std::sync::Arc;
 
 use crate::demand::UNBOUNDED;
 use crate::drain::Upstream;
-use crate::metrics::{DropHook, DropReporter, QueueGauge, QueueMonitor};
+use crate::metrics::{DropHook, DropReporter, QueueGauge, QueueMonitor, Sweep};
 use crate::queue::timed::TimedQueue;
 use crate::queue::{Capacity, TimeBounds};
 use crate::runtime::{Immediate, Scheduler};
@@ -108,8 +108,8 @@ impl<T: Send + 'static> OnFull<T> for Overflow {
 /// `conflate_latest`).
 ///
 /// The held items form a time-stamped queue: [`time_bounds`](Self::time_bounds) adds a
-/// maximum age (expired items are dropped at dequeue, reported as
-/// [`DropReason::Expired`]), CoDel (reported as [`DropReason::CoDel`]) and adaptive
+/// maximum age (expired items are dropped at dequeue, and while nobody reads when an
+/// item arrives or the monitor is read, reported as [`DropReason::Expired`]), CoDel (reported as [`DropReason::CoDel`]) and adaptive
 /// LIFO; [`monitor`](Self::monitor) reads its
 /// [`QueueStats`](crate::metrics::QueueStats); [`clock`](Self::clock) sets the clock
 /// the stamps come from (the wall clock by default).
@@ -137,7 +137,7 @@ impl<P, O> OnBackpressureBuffer<P, O> {
         }
     }
 
-    /// Bound the held items in time: maximum age at dequeue, CoDel and adaptive LIFO
+    /// Bound the held items in time: maximum age, CoDel and adaptive LIFO
     /// (see [`TimeBounds`]).
     ///
     /// ```
@@ -184,6 +184,7 @@ impl<P: Publisher, O: OnFull<P::Item>> Publisher for OnBackpressureBuffer<P, O> 
             hook: None,
             policy: self.policy,
             drops: DropReporter::new(self.stage, None),
+            stale: Vec::new(),
             stage: self.stage,
             capacity: self.capacity,
             bounds: self.bounds,
@@ -213,6 +214,9 @@ struct HoldSubscriber<T: Send + 'static, S, O> {
     policy: O,
     /// Reports what is dropped (producer side only).
     drops: DropReporter,
+    /// Held items past the maximum age, taken out when items arrive (the queue may
+    /// be unread), on their way to the drop hook once the lock is let go.
+    stale: Vec<(DropReason, T)>,
     /// The stage's name in drop reports.
     stage: &'static str,
     /// The most items held.
@@ -288,8 +292,9 @@ where
     /// to a full queue without demand.
     fn hand_over(&mut self, hold: &Hold<T>, core: &HoldCore<T, S>, item: T) -> Kept<T> {
         let now = self.gauge.now();
-        match hold.room_for(core.demand()) {
+        let kept = match hold.room_for(core.demand()) {
             Ok(Some(mut held)) => {
+                held.queue.expire_stale(now, &mut self.stale);
                 let pushed = held.queue.push(item, now);
                 held.queue.flush(now);
                 debug_assert!(pushed.is_ok(), "room_for found room");
@@ -297,10 +302,26 @@ where
             }
             Ok(None) => Kept::Closed(item),
             Err(mut held) => {
-                let kept = self.overflow(&mut held, item, now);
+                // Dead items make room before the policy is asked.
+                let kept = if held.queue.expire_stale(now, &mut self.stale) > 0 {
+                    let pushed = held.queue.push(item, now);
+                    debug_assert!(pushed.is_ok(), "the sweep made room");
+                    Kept::Done
+                } else {
+                    self.overflow(&mut held, item, now)
+                };
                 held.queue.flush(now);
                 kept
             }
+        };
+        self.report_stale();
+        kept
+    }
+
+    /// Hand the swept items to the drop hook (no lock held).
+    fn report_stale(&mut self) {
+        for (reason, item) in self.stale.drain(..) {
+            self.drops.drop_item(reason, item);
         }
     }
 
@@ -346,7 +367,12 @@ where
             queue,
             SharedUpstream::new(subscription.clone()),
             self.stage,
+            self.hook.clone(),
         ));
+        if self.bounds.get_max_age().is_some() {
+            let sweeper: Arc<dyn Sweep> = core.clone();
+            self.gauge.set_sweeper(Arc::downgrade(&sweeper));
+        }
         self.core = Some(core.clone());
         let drain = Delivery::new(
             self.capacity,
@@ -389,6 +415,8 @@ where
                 if rest.peek().is_some() {
                     let now = self.gauge.now();
                     let mut held = lock(&hold.held);
+                    // Dead items make room first (nobody may be reading).
+                    held.queue.expire_stale(now, &mut self.stale);
                     for item in rest {
                         match self.hold_owned(&mut held, item, now) {
                             Kept::Done => {}
@@ -400,6 +428,8 @@ where
                         }
                     }
                     held.queue.flush(now);
+                    drop(held);
+                    self.report_stale();
                 }
                 Pass::Idle
             })

@@ -21,7 +21,7 @@
 mod queue_stats;
 mod rate;
 
-pub(crate) use queue_stats::QueueGauge;
+pub(crate) use queue_stats::{QueueGauge, Sweep};
 pub use queue_stats::{QueueMonitor, QueueStats};
 pub use rate::{MAX_RATE_WINDOW, RATE_WINDOW};
 

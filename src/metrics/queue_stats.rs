@@ -24,7 +24,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 #[cfg(doc)]
@@ -200,6 +200,16 @@ pub(crate) struct QueueGauge {
     drops: Drops,
     arrival: Mutex<WindowedRate>,
     drain: Mutex<WindowedRate>,
+    /// The queue's owner, asked to take its dead items out before a snapshot.
+    sweeper: OnceLock<Weak<dyn Sweep>>,
+}
+
+/// A queue that can take out the items that died in it (past their maximum age)
+/// without a reader, so that its statistics describe live work.
+pub(crate) trait Sweep: Send + Sync {
+    /// Take the dead items out now (reporting them as dropped). Called with no lock
+    /// of the queue held.
+    fn sweep(&self);
 }
 
 impl fmt::Debug for QueueGauge {
@@ -227,8 +237,15 @@ impl QueueGauge {
             drops: Drops::new(),
             arrival: Mutex::new(WindowedRate::new(origin)),
             drain: Mutex::new(WindowedRate::new(origin)),
+            sweeper: OnceLock::new(),
             clock,
         })
+    }
+
+    /// Ask `sweeper` to take its dead items out before each snapshot (set once; held
+    /// weakly, so the gauge does not keep the queue alive).
+    pub(crate) fn set_sweeper(&self, sweeper: Weak<dyn Sweep>) {
+        let _ = self.sweeper.set(sweeper);
     }
 
     /// The clock this gauge (and its queue's stamps) reads.
@@ -285,6 +302,9 @@ impl QueueGauge {
     }
 
     pub(crate) fn snapshot(&self, window: Duration) -> QueueStats {
+        if let Some(sweeper) = self.sweeper.get().and_then(Weak::upgrade) {
+            sweeper.sweep();
+        }
         let now = self.clock.now();
         let oldest = self.oldest.load(Ordering::Relaxed);
         let oldest_age = (oldest != 0).then(|| {

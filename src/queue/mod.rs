@@ -106,7 +106,12 @@ impl TimeBounds {
 
     /// Drop items that waited longer than `max_age` when they reach the head of the
     /// queue (reason [`Expired`](crate::DropReason::Expired), counted, sent to the
-    /// drop hook).
+    /// drop hook). In the push source and `on_backpressure_buffer` they also leave
+    /// while nobody reads: an arriving item, and each
+    /// [`QueueMonitor`](crate::metrics::QueueMonitor) snapshot, first take the items
+    /// already past `max_age` out of the head (an arriving item gets their room), so
+    /// the queue's depth, oldest age and lag describe live work. (`publish_on_with`
+    /// expires at its next pass: its ring holds only what was requested.)
     ///
     /// # Panics
     ///
@@ -147,8 +152,8 @@ impl TimeBounds {
     /// its newest item first and CoDel sheds the old items at the head: new arrivals
     /// are served fresh, and the ones already past `target` are dropped rather than
     /// served late. With [`max_age`](Self::max_age) as well, an item past its maximum
-    /// age is dropped as `Expired` first. Items are dropped at dequeue only: a queue
-    /// nobody reads keeps them.
+    /// age is dropped as `Expired` first. CoDel drops at dequeue only (a queue
+    /// nobody reads has no waiting to control; a maximum age still applies there).
     ///
     /// # Panics
     ///

@@ -10,7 +10,10 @@
 //! `Expired`) instead of being returned; once the queue has been non-empty for the
 //! CoDel interval, so are head items that waited longer than the CoDel target
 //! (`CoDel`); once it has been non-empty for the adaptive-LIFO interval it serves from
-//! the tail until it empties.
+//! the tail until it empties. [`expire_stale`](TimedQueue::expire_stale) takes the
+//! items past the maximum age out without a dequeue (its owners call it when an item
+//! arrives and when the queue's statistics are read), so a queue nobody reads does not
+//! count dead items as depth.
 //!
 //! Statistics are gathered in plain fields and published to the [`QueueGauge`] by
 //! [`flush`](TimedQueue::flush), which the owner calls once per batch.
@@ -226,6 +229,31 @@ impl<T> TimedQueue<T> {
         if self.items.is_empty() {
             self.busy_since = None;
         }
+    }
+
+    /// Take out the head items older than the maximum age at `now` (nobody may be
+    /// reading: the queue's depth and oldest age then describe live work), counted as
+    /// `Expired`, into `out`. Returns how many. A look at the head stamp when nothing
+    /// is stale; nothing without a maximum age.
+    pub(crate) fn expire_stale(&mut self, now: Instant, out: &mut Vec<(DropReason, T)>) -> usize {
+        let Some(max_age) = self.bounds.get_max_age() else {
+            return 0;
+        };
+        let mut n = 0;
+        while let Some(&stamp) = self.stamps.front() {
+            if now.saturating_duration_since(stamp) <= max_age {
+                break;
+            }
+            self.stamps.pop_front();
+            let item = self.items.pop_front().expect("a stamp has its item");
+            out.push((DropReason::Expired, item));
+            n += 1;
+        }
+        if n > 0 {
+            self.left();
+            self.gauge.dropped(DropReason::Expired, n as u64);
+        }
+        n
     }
 
     /// The next item to deliver at `now`, after handing every expired head item to

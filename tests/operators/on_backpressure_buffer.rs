@@ -333,8 +333,6 @@ mod time_bounds {
         assert_eq!(stats.oldest_age, Some(Duration::from_millis(800)));
 
         vt.advance(Duration::from_millis(400)); // t = 1.2 s: 0..3 are 1.2 s old
-        let stats = monitor.snapshot();
-        assert_eq!(stats.oldest_age, Some(Duration::from_millis(1_200)));
         probe.request(1);
         probe.assert_items(&[3]);
         assert_eq!(drops.count(DropReason::Expired), 3, "0, 1, 2 expired");
@@ -371,6 +369,47 @@ mod time_bounds {
         probe.assert_items(&[3]);
         probe.assert_completed();
         assert_eq!(drops.count(DropReason::Expired), 3, "0, 1, 2 expired");
+        probe.assert_no_violations();
+    }
+
+    /// Held items that die while downstream asks for nothing leave without a
+    /// dequeue: when an item arrives and when the statistics are read, counted as
+    /// `Expired` once, so depth and oldest age describe live work; the completion
+    /// parked behind them goes out once they are gone.
+    #[test]
+    fn items_that_die_unread_leave_on_arrival_and_on_snapshot() {
+        let vt = VirtualTime::new();
+        let (valve_source, handle) = crate::support::valve::valve(8);
+        let drops = weir::metrics::Drops::new();
+        let stage = timed(
+            valve_source,
+            &vt,
+            TimeBounds::none().max_age(Duration::from_secs(1)),
+        );
+        let monitor = stage.monitor();
+        let probe =
+            crate::support::probe_of(stage.on_dropped(weir::metrics::DropHook::new(drops.clone())));
+        handle.release(3); // 0, 1, 2 held at t = 0
+        vt.advance(Duration::from_millis(1_500));
+        let stats = monitor.snapshot();
+        assert_eq!((stats.depth, stats.oldest_age), (0, None));
+        assert_eq!(stats.dropped(DropReason::Expired), 3);
+        assert_eq!(drops.count(DropReason::Expired), 3);
+
+        handle.release(2); // 3, 4 held at t = 1.5 s
+        vt.advance(Duration::from_millis(1_200));
+        handle.release(1); // 5 arrives at 2.7 s: 3 and 4 leave
+        assert_eq!(drops.count(DropReason::Expired), 5);
+        let stats = monitor.snapshot();
+        assert_eq!((stats.depth, stats.oldest_age), (1, Some(Duration::ZERO)));
+
+        handle.release(2); // 6, 7 and the completion held at 2.7 s
+        vt.advance(Duration::from_secs(2));
+        assert!(!probe.is_terminated());
+        assert_eq!(monitor.snapshot().depth, 0);
+        probe.assert_completed();
+        assert_eq!(probe.received_count(), 0);
+        assert_eq!(drops.count(DropReason::Expired), 8);
         probe.assert_no_violations();
     }
 

@@ -23,7 +23,7 @@ use std::time::Instant;
 
 use super::marks::{FlowState, WaterMarks};
 use super::ChannelPolicy;
-use crate::metrics::{DropHook, QueueGauge};
+use crate::metrics::{DropHook, QueueGauge, Sweep};
 use crate::queue::timed::TimedQueue;
 use crate::stage::{Core, Cx, Pass, Stage};
 use crate::{DropReason, Error, Subscriber};
@@ -114,6 +114,15 @@ pub(super) enum Offer<T> {
     /// Full: refused (counted as rejected) or, for a waiting sender, to wait.
     Full(T),
     Closed(T),
+}
+
+/// An offer's outcome, and what it did first: items past the maximum age taken out
+/// (the queue may be unread), with the wake-ups their room brings. Settled after the
+/// lock is let go ([`Link::settle`]).
+pub(super) struct Offered<T> {
+    pub(super) outcome: Offer<T>,
+    pub(super) swept: Vec<(DropReason, T)>,
+    pub(super) wake: Option<Wake>,
 }
 
 /// Wakers collected under the lock, woken after it.
@@ -273,10 +282,17 @@ impl<T: Send + 'static> Chan<T> {
         item: T,
         now: Instant,
         will_wait: bool,
-    ) -> Offer<T> {
+    ) -> Offered<T> {
         if !st.open {
-            return Offer::Closed(item);
+            return Offered {
+                outcome: Offer::Closed(item),
+                swept: Vec::new(),
+                wake: None,
+            };
         }
+        // Items that died in the queue go first: the room is the living's.
+        let mut swept = Vec::new();
+        let wake = (st.queue.expire_stale(now, &mut swept) > 0).then(|| self.after_removal(st));
         let full = st.queue.is_full();
         let outcome = match self.policy {
             ChannelPolicy::Backpressure | ChannelPolicy::Reject if full => {
@@ -329,7 +345,11 @@ impl<T: Send + 'static> Chan<T> {
             );
         }
         st.queue.flush(now);
-        outcome
+        Offered {
+            outcome,
+            swept,
+            wake,
+        }
     }
 
     fn report_drop(&self, reason: DropReason, item: T) {
@@ -517,10 +537,26 @@ impl<T: Send + 'static> Stage for Chan<T> {
     }
 }
 
+impl<T: Send + 'static> Sweep for Link<T> {
+    fn sweep(&self) {
+        self.sweep_now();
+    }
+}
+
 impl<T: Send + 'static> Link<T> {
-    /// Settle an offer after the lock is released: report a drop, run the drain loop
+    /// Settle an offer after the lock is released: wake who the swept items' room
+    /// concerns, report them and a drop, run the drain loop
     /// if the subscriber has demand, and turn the outcome into the sender's answer.
-    pub(super) fn settle(&self, outcome: Offer<T>) -> Result<(), super::TrySendError<T>> {
+    pub(super) fn settle(&self, offered: Offered<T>) -> Result<(), super::TrySendError<T>> {
+        let Offered {
+            outcome,
+            mut swept,
+            wake,
+        } = offered;
+        if let Some(wake) = wake {
+            wake.run();
+        }
+        self.stage().report_expired(&mut swept);
         match outcome {
             Offer::Accepted => {
                 self.kick();
@@ -533,6 +569,28 @@ impl<T: Send + 'static> Link<T> {
             }
             Offer::Full(item) => Err(super::TrySendError::Full(item)),
             Offer::Closed(item) => Err(super::TrySendError::Closed(item)),
+        }
+    }
+
+    /// Take the items past the maximum age out of the queue now (see
+    /// [`Sweep`]); the end parked behind them goes out if they were the last.
+    fn sweep_now(&self) {
+        let chan = self.stage();
+        let now = chan.gauge.now();
+        let mut swept = Vec::new();
+        let (wake, end_due) = {
+            let mut st = lock(&chan.state);
+            if st.queue.expire_stale(now, &mut swept) == 0 {
+                return;
+            }
+            st.queue.flush(now);
+            let end_due = st.queue.is_empty() && st.end.is_some();
+            (chan.after_removal(&mut st), end_due)
+        };
+        wake.run();
+        chan.report_expired(&mut swept);
+        if end_due {
+            self.signal();
         }
     }
 

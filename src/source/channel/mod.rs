@@ -31,7 +31,9 @@
 //!   one locked step (items older than the max age are dropped there, reason
 //!   `Expired`), releases the lock, hands them to the subscriber in one
 //!   `on_next_batch`, settles the demand once and repeats. Taking items out wakes
-//!   senders waiting for room and may resume the flow.
+//!   senders waiting for room and may resume the flow. Items past the max age also
+//!   leave while nobody reads: an offer, and each monitor snapshot, first take the
+//!   dead items at the head out (reported as `Expired` after the lock is let go).
 //!
 //! **Which thread delivers**: whichever thread runs the drain loop: the subscriber's
 //! thread when it calls `request`, or a producer's thread when its `send` finds
@@ -381,8 +383,13 @@ impl ChannelBuilder {
             marks.high()
         );
         let gauge = QueueGauge::new(capacity, self.clock.clone());
-        let queue = TimedQueue::new(self.capacity, self.bounds, gauge);
+        let queue = TimedQueue::new(self.capacity, self.bounds, gauge.clone());
         let shared = Link::new(Chan::new(self.policy, marks, queue, self.hook));
+        if self.bounds.get_max_age().is_some() {
+            // Items that die while nobody reads leave before the stats are read.
+            let sweeper: Arc<dyn crate::metrics::Sweep> = shared.clone();
+            gauge.set_sweeper(Arc::downgrade(&sweeper));
+        }
         (
             Sender {
                 shared: shared.clone(),

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use super::link::{lock, Link, Offer};
+use super::link::{lock, Link, Offer, Offered};
 use super::marks::FlowState;
 use super::{ChannelClosed, ChannelPolicy, TrySendError};
 use crate::metrics::QueueMonitor;
@@ -159,7 +159,11 @@ impl<T: Send + 'static> Sender<T> {
         let outcome = loop {
             let now = shared.stage().gauge.now();
             match shared.stage().offer(&mut st, item, now, true) {
-                Offer::Full(back) if shared.stage().policy == ChannelPolicy::Backpressure => {
+                // (Nothing was swept: a sweep leaves room.)
+                Offered {
+                    outcome: Offer::Full(back),
+                    ..
+                } if shared.stage().policy == ChannelPolicy::Backpressure => {
                     item = back;
                     since.get_or_insert(now);
                     st.blocked_threads += 1;
@@ -370,7 +374,11 @@ impl<T: Send + 'static> Future for SendFuture<'_, T> {
         let outcome = {
             let mut st = lock(&shared.stage().state);
             match shared.stage().offer(&mut st, item, now, true) {
-                Offer::Full(back) if shared.stage().policy == ChannelPolicy::Backpressure => {
+                // (Nothing was swept: a sweep leaves room.)
+                Offered {
+                    outcome: Offer::Full(back),
+                    ..
+                } if shared.stage().policy == ChannelPolicy::Backpressure => {
                     this.since.get_or_insert(now);
                     st.send_wakers.register(&mut this.key, cx.waker());
                     this.item = Some(back);
