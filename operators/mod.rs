@@ -15,6 +15,8 @@ mod inspect_cancel;
 mod inspect_request;
 mod limit_rate;
 mod map;
+#[cfg(feature = "futures")]
+mod map_async;
 mod merge;
 mod merge_all;
 mod on_backpressure_buffer;
@@ -50,6 +52,8 @@ pub use inspect_cancel::InspectCancel;
 pub use inspect_request::InspectRequest;
 pub use limit_rate::LimitRate;
 pub use map::Map;
+#[cfg(feature = "futures")]
+pub use map_async::MapAsync;
 pub use merge::{Merge, MERGE_PREFETCH};
 pub use merge_all::{merge, MergeAll};
 pub use on_backpressure_buffer::{Lost, OnBackpressureBuffer, OnFull};

@@ -24,6 +24,18 @@ fn assert_publisher<T, P: Publisher<Item = T>>(publisher: P) -> P {
     publisher
 }
 
+/// The current tokio runtime as a scheduler, for the method `what`.
+#[cfg(feature = "tokio")]
+fn current_tokio(what: &str) -> crate::runtime::Tokio {
+    match ::tokio::runtime::Handle::try_current() {
+        Ok(handle) => crate::runtime::Tokio::new(handle),
+        Err(_) => panic!(
+            "{what} must be called inside a tokio runtime (or use map_async_on with an \
+             explicit scheduler)"
+        ),
+    }
+}
+
 /// Operators and sinks for every [`Publisher`].
 ///
 /// Operators consume the publisher and return a new one; nothing runs until a sink
@@ -2176,6 +2188,228 @@ pub trait PublisherExt: Publisher + Sized {
         let (subscriber, iter) = sink::blocking_iter(prefetch);
         self.subscribe(subscriber);
         iter
+    }
+
+    // ---- async stages (features `tokio`, `futures`) ---------------------------------
+
+    /// Map each item through the future `f` returns, with at most `concurrency`
+    /// futures running at a time; results go downstream in input order. The futures
+    /// are polled on the current tokio runtime (so they may use its timers and
+    /// sockets): the stage every call to a service goes through.
+    ///
+    /// # Backpressure
+    ///
+    /// Upstream demand is the free slots: the stage has `concurrency` slots, and an
+    /// item holds one from its arrival until its result goes downstream. Upstream is
+    /// asked for `concurrency` items up front, then for the slots delivery frees, by
+    /// the 75% rule (a wave of calls that finish together is replaced with one
+    /// request). A downstream that stops asking leaves finished results in their
+    /// slots, so no new call starts: calls never run ahead of demand by more than
+    /// `concurrency`. A result that finishes before the older ones waits for them
+    /// (head-of-line: use [`map_async_unordered`](Self::map_async_unordered) when
+    /// order does not matter). In-flight bound: `concurrency`.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// upstream : 123--------4----
+    /// calls    : 1===          (concurrency 3)
+    ///            2=======
+    ///            3==
+    /// output   : ---1----23---4-  (3 finished first, waits for 2)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream's error goes downstream at once: the running calls are dropped (as on
+    /// a cancel) and finished results not yet delivered are lost. A panic in `f` or in
+    /// a future's `poll` fails the stage with a [`Panicked`](crate::ErrorKind::Panicked)
+    /// error and cancels upstream. A call that can fail returns a `Result`: it is an
+    /// item like any other. An upstream that delivers more than it was asked for
+    /// fails the stage with a rule 1.1 error.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancels upstream and drops the running futures (their `Drop` runs: an HTTP
+    /// request in flight is aborted) and the finished results.
+    ///
+    /// # Panics
+    ///
+    /// At construction, outside a tokio runtime: "map_async must be called inside a
+    /// tokio runtime (or use map_async_on with an explicit scheduler)"; and if
+    /// `concurrency` is not in 1..=2^16: "map_async concurrency must be in 1..=2^16
+    /// (got 0)" (the slots are allocated up front).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    ///
+    /// let runtime = tokio::runtime::Runtime::new().unwrap();
+    /// let _inside = runtime.enter();
+    /// // Four calls at a time; the slower early ones do not reorder the results.
+    /// let results = weir::range(0u64..8)
+    ///     .map_async(4, |x| async move {
+    ///         tokio::time::sleep(Duration::from_millis(8 - x)).await;
+    ///         x * 10
+    ///     })
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(results, [0, 10, 20, 30, 40, 50, 60, 70]);
+    /// ```
+    #[cfg(feature = "tokio")]
+    fn map_async<F, Fut>(
+        self,
+        concurrency: usize,
+        f: F,
+    ) -> crate::operators::MapAsync<Self, F, crate::runtime::Tokio>
+    where
+        F: FnMut(Self::Item) -> Fut + Send + 'static,
+        Fut: std::future::Future + Send + 'static,
+        Fut::Output: Send + 'static,
+    {
+        let scheduler = current_tokio("map_async");
+        crate::operators::MapAsync::new(self, scheduler, concurrency, f, true, "map_async")
+    }
+
+    /// [`map_async`](Self::map_async) with results in the order their futures finish:
+    /// a slow call does not hold back the results of later ones.
+    ///
+    /// # Backpressure
+    ///
+    /// As [`map_async`](Self::map_async): upstream demand is the free slots, a slot is
+    /// freed when its result goes downstream (here: in the order the calls finished),
+    /// and at most `concurrency` items are in the stage. In-flight bound:
+    /// `concurrency`.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// upstream : 123--------4----
+    /// calls    : 1===          (concurrency 3)
+    ///            2=======
+    ///            3==
+    /// output   : --31----2----4-
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`map_async`](Self::map_async).
+    ///
+    /// # Cancellation
+    ///
+    /// As [`map_async`](Self::map_async).
+    ///
+    /// # Panics
+    ///
+    /// As [`map_async`](Self::map_async), naming `map_async_unordered`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    ///
+    /// let runtime = tokio::runtime::Runtime::new().unwrap();
+    /// let _inside = runtime.enter();
+    /// let mut results = weir::range(0u64..8)
+    ///     .map_async_unordered(4, |x| async move {
+    ///         tokio::time::sleep(Duration::from_millis(8 - x)).await;
+    ///         x * 10
+    ///     })
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// results.sort_unstable();
+    /// assert_eq!(results, [0, 10, 20, 30, 40, 50, 60, 70]);
+    /// ```
+    #[cfg(feature = "tokio")]
+    fn map_async_unordered<F, Fut>(
+        self,
+        concurrency: usize,
+        f: F,
+    ) -> crate::operators::MapAsync<Self, F, crate::runtime::Tokio>
+    where
+        F: FnMut(Self::Item) -> Fut + Send + 'static,
+        Fut: std::future::Future + Send + 'static,
+        Fut::Output: Send + 'static,
+    {
+        let scheduler = current_tokio("map_async_unordered");
+        crate::operators::MapAsync::new(
+            self,
+            scheduler,
+            concurrency,
+            f,
+            false,
+            "map_async_unordered",
+        )
+    }
+
+    /// [`map_async`](Self::map_async) with its futures polled on `scheduler` (any
+    /// [`Scheduler`]; for futures that need no runtime of
+    /// their own, or a runtime that is not the current one). `ordered`: results in
+    /// input order, else as the calls finish.
+    ///
+    /// # Backpressure
+    ///
+    /// As [`map_async`](Self::map_async).
+    ///
+    /// # Timing
+    ///
+    /// As [`map_async`](Self::map_async) (or
+    /// [`map_async_unordered`](Self::map_async_unordered) when not `ordered`).
+    ///
+    /// # Errors
+    ///
+    /// As [`map_async`](Self::map_async). A future that needs a runtime `scheduler`
+    /// is not (a tokio timer on a [`ThreadPool`](crate::runtime::ThreadPool)) panics
+    /// in `poll`: the stage fails with a `Panicked` error.
+    ///
+    /// # Cancellation
+    ///
+    /// As [`map_async`](Self::map_async).
+    ///
+    /// # Panics
+    ///
+    /// If `concurrency` is not in 1..=2^16: "map_async_on concurrency must be in
+    /// 1..=2^16 (got 0)".
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::runtime::ThreadPool;
+    ///
+    /// let pool = ThreadPool::new(2);
+    /// let results = weir::range(0u64..4)
+    ///     .map_async_on(pool, 2, true, |x| async move {
+    ///         // A future that needs no runtime: answered from another thread.
+    ///         let (tx, rx) = futures::channel::oneshot::channel();
+    ///         std::thread::spawn(move || tx.send(x * 2));
+    ///         rx.await.unwrap()
+    ///     })
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(results, [0, 2, 4, 6]);
+    /// ```
+    #[cfg(feature = "futures")]
+    fn map_async_on<C, F, Fut>(
+        self,
+        scheduler: C,
+        concurrency: usize,
+        ordered: bool,
+        f: F,
+    ) -> crate::operators::MapAsync<Self, F, C>
+    where
+        C: crate::runtime::Scheduler + Clone,
+        F: FnMut(Self::Item) -> Fut + Send + 'static,
+        Fut: std::future::Future + Send + 'static,
+        Fut::Output: Send + 'static,
+    {
+        crate::operators::MapAsync::new(self, scheduler, concurrency, f, ordered, "map_async_on")
     }
 
     // ---- bridges: futures::Stream and futures::Sink (feature `futures`) -------------

@@ -34,7 +34,8 @@ fn operator_files() -> Vec<String> {
     names
 }
 
-/// The doc comment right above `fn <name>` in `src/ext.rs`, if there is one.
+/// The doc comment right above `fn <name>` in `src/ext.rs` (and its attributes, such
+/// as a `#[cfg(feature = ..)]`), if there is one.
 fn ext_doc(ext: &str, name: &str) -> Option<String> {
     let lines: Vec<&str> = ext.lines().collect();
     let at = lines.iter().position(|l| {
@@ -44,6 +45,7 @@ fn ext_doc(ext: &str, name: &str) -> Option<String> {
     let doc: Vec<&str> = lines[..at]
         .iter()
         .rev()
+        .skip_while(|l| l.trim_start().starts_with("#["))
         .take_while(|l| l.trim_start().starts_with("///"))
         .copied()
         .collect();

@@ -775,6 +775,50 @@ pub fn table() -> Vec<Stage> {
             identity,
         ),
         Stage::new(
+            "map_async(4, yield then item)",
+            Operator,
+            EXACT,
+            |env| {
+                let _inside = env.tokio.enter();
+                env.source()
+                    .map_async(4, |x| async move {
+                        tokio::task::yield_now().await;
+                        x
+                    })
+                    .boxed()
+            },
+            identity,
+        )
+        .scheduled(),
+        Stage::new(
+            "map_async_unordered(3, yield then item)",
+            Operator,
+            Nature::Lossless(Order::Multiset),
+            |env| {
+                let _inside = env.tokio.enter();
+                env.source()
+                    .map_async_unordered(3, |x| async move {
+                        tokio::task::yield_now().await;
+                        x
+                    })
+                    .boxed()
+            },
+            identity,
+        )
+        .scheduled(),
+        Stage::new(
+            "map_async_on(pool, 1, ordered, ready)",
+            Operator,
+            EXACT,
+            |env| {
+                env.source()
+                    .map_async_on(env.pool.clone(), 1, true, std::future::ready)
+                    .boxed()
+            },
+            identity,
+        )
+        .scheduled(),
+        Stage::new(
             "concat_map(2 items, 4)",
             Operator,
             EXACT,

@@ -23,6 +23,8 @@ mod inspect_cancel;
 mod inspect_request;
 mod limit_rate;
 mod map;
+#[cfg(feature = "tokio")]
+mod map_async;
 mod merge;
 mod on_backpressure_buffer;
 mod on_backpressure_drop;

@@ -1,0 +1,549 @@
+//! `map_async` and `map_async_unordered`: map each item through a future, at most
+//! `concurrency` futures at a time; results in input order, or as they finish.
+//!
+//! # Algorithm
+//!
+//! The stage runs its passes on a scheduler (the current tokio runtime, or the one
+//! given to the `_on` forms), so every future is polled there, inside the runtime it
+//! may need. It owns `concurrency` *slots*, each with one allocation for its whole
+//! life (a pinned `Option<Fut>`, replaced in place) and a waker of its own; a slot is
+//! taken when an item arrives and given back when its result goes downstream.
+//!
+//! * The upstream subscriber puts arriving items in a locked inbox and signals the
+//!   core. Upstream was asked only for free slots, so the inbox never holds more than
+//!   there are slots (more is a rule 1.1 breach: the stage fails).
+//! * A pass moves the inbox's items into free slots (`f` runs here, under the pass's
+//!   panic guard) and polls each new future once, then polls the slots whose wakers
+//!   fired since the last pass (a slot's waker records its index and wakes the pass:
+//!   nothing else is polled), and delivers finished results within downstream's
+//!   demand in one batch: ordered, from the oldest slot while it is finished (a slot
+//!   index is the item's sequence number modulo `concurrency`); unordered, in the
+//!   order they finished.
+//! * Delivered results free their slots; the freed slots are requested from upstream
+//!   by the 75 % rule (`Replenish` over `concurrency`): a wave of calls that finish
+//!   together is replaced in one request.
+//!
+//! Items waiting in the inbox, futures running and results waiting for demand all
+//! hold a slot, so together they never exceed `concurrency`: upstream demand is the
+//! free slots, and a downstream that stops asking stops new calls.
+//!
+//! Upstream's completion goes out once every slot is free; its error goes out at
+//! once (the running futures are dropped, like a cancel). A cancel drops the
+//! futures, the results and the inbox, and cancels upstream.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll, Wake, Waker};
+
+use crate::demand::Replenish;
+use crate::drain::Upstream;
+use crate::guard::catch;
+use crate::runtime::Scheduler;
+use crate::stage::core::{Drive, SharedUpstream};
+use crate::stage::{Core, Cx, Pass, Stage};
+use crate::{Error, Publisher, Subscriber, Subscription};
+
+/// Largest concurrency accepted: the slots are allocated up front.
+const MAX_CONCURRENCY: usize = 1 << 16;
+
+/// Publisher for the [`map_async`](crate::PublisherExt::map_async),
+/// [`map_async_unordered`](crate::PublisherExt::map_async_unordered) methods and
+/// their `_on` forms.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct MapAsync<P, F, C> {
+    source: P,
+    f: F,
+    concurrency: usize,
+    scheduler: C,
+    ordered: bool,
+}
+
+impl<P, F, C> MapAsync<P, F, C> {
+    pub(crate) fn new(
+        source: P,
+        scheduler: C,
+        concurrency: usize,
+        f: F,
+        ordered: bool,
+        name: &str,
+    ) -> Self {
+        assert!(
+            (1..=MAX_CONCURRENCY).contains(&concurrency),
+            "{name} concurrency must be in 1..=2^16 (got {concurrency})"
+        );
+        MapAsync {
+            source,
+            f,
+            concurrency,
+            scheduler,
+            ordered,
+        }
+    }
+}
+
+impl<P, F, Fut, C> Publisher for MapAsync<P, F, C>
+where
+    P: Publisher,
+    F: FnMut(P::Item) -> Fut + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+    C: Scheduler + Clone,
+{
+    type Item = Fut::Output;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<Fut::Output> + Send + 'static,
+    {
+        self.source.subscribe(Arrivals {
+            waiting: Some(Waiting {
+                downstream: subscriber,
+                scheduler: self.scheduler,
+                f: self.f,
+            }),
+            core: None,
+            concurrency: self.concurrency,
+            ordered: self.ordered,
+            upstream: Upstream::Idle,
+        });
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.source
+            .in_flight_bound()
+            .saturating_add(self.concurrency as u64)
+    }
+}
+
+// ---- the stage --------------------------------------------------------------------
+
+/// What the upstream subscriber hands the pass.
+struct Inbox<T> {
+    items: VecDeque<T>,
+    /// Upstream's end, once it came.
+    end: Option<Result<(), Error>>,
+}
+
+/// The slots whose wakers fired since the last pass.
+struct Woken {
+    slots: Mutex<Vec<usize>>,
+    /// The pass's waker (the stage's task), set at the first pass.
+    pass: Mutex<Option<Waker>>,
+}
+
+impl Woken {
+    fn lock_slots(&self) -> MutexGuard<'_, Vec<usize>> {
+        // No user code runs under this lock; recover from poisoning anyway.
+        self.slots.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// A slot's waker: records the slot and wakes the pass.
+struct SlotWaker {
+    slot: usize,
+    woken: Arc<Woken>,
+}
+
+impl Wake for SlotWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.lock_slots().push(self.slot);
+        let pass = self
+            .woken
+            .pass
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(pass) = pass {
+            pass.wake();
+        }
+    }
+}
+
+/// The stage's shared part (`F` and `Fut` name the pass's own state).
+struct MapStage<T, F, Fut, C> {
+    scheduler: C,
+    upstream: SharedUpstream,
+    inbox: Mutex<Inbox<T>>,
+    woken: Arc<Woken>,
+    concurrency: usize,
+    _calls: PhantomData<fn(F) -> Fut>,
+}
+
+impl<T, F, Fut, C> MapStage<T, F, Fut, C> {
+    fn lock_inbox(&self) -> MutexGuard<'_, Inbox<T>> {
+        // No user code runs under this lock; recover from poisoning anyway.
+        self.inbox.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One slot: its future (pinned in place for the slot's life) and its result.
+struct Slot<Fut: Future> {
+    future: Pin<Box<Option<Fut>>>,
+    result: Option<Fut::Output>,
+    waker: Waker,
+    /// Holds an item's call or result.
+    busy: bool,
+}
+
+/// What only the pass touches.
+struct Owned<T, F, Fut: Future> {
+    f: F,
+    slots: Vec<Slot<Fut>>,
+    ordered: bool,
+    /// Ordered: the sequence number of the oldest busy slot, and of the next item.
+    head: u64,
+    next: u64,
+    /// Unordered: the free slots, and the finished ones in the order they finished.
+    free: Vec<usize>,
+    finished: VecDeque<usize>,
+    /// Slots busy (items in them, running or finished).
+    busy: usize,
+    replenish: Replenish,
+    /// Upstream's completion, delivered once every slot is free.
+    end: Option<Result<(), Error>>,
+    /// Reused buffers: arrivals taken from the inbox, slots to poll, results to send.
+    arrived: VecDeque<T>,
+    to_poll: Vec<usize>,
+    out: Vec<Fut::Output>,
+}
+
+impl<T, F, Fut> Owned<T, F, Fut>
+where
+    F: FnMut(T) -> Fut,
+    Fut: Future,
+{
+    /// A slot for the next item.
+    fn take_slot(&mut self) -> usize {
+        self.busy += 1;
+        if self.ordered {
+            let slot = (self.next % self.slots.len() as u64) as usize;
+            self.next += 1;
+            slot
+        } else {
+            self.free.pop().expect("an item arrived for a free slot")
+        }
+    }
+
+    /// Start a call for `item` and poll it once. `Err`: `f` or the poll panicked.
+    fn start(&mut self, item: T) -> Result<(), Error> {
+        let slot = self.take_slot();
+        let f = &mut self.f;
+        let future = catch(move || f(item))?;
+        let entry = &mut self.slots[slot];
+        debug_assert!(!entry.busy, "slot {slot} is free");
+        entry.busy = true;
+        entry.future.set(Some(future));
+        self.poll(slot)
+    }
+
+    /// Poll slot `slot`'s future, if it still runs; keep its result when it is ready.
+    /// `Err`: the poll panicked.
+    fn poll(&mut self, slot: usize) -> Result<(), Error> {
+        let entry = &mut self.slots[slot];
+        let Some(mut future) = entry.future.as_mut().as_pin_mut() else {
+            return Ok(());
+        };
+        let mut context = Context::from_waker(&entry.waker);
+        if let Poll::Ready(result) = catch(|| future.as_mut().poll(&mut context))? {
+            entry.future.set(None);
+            entry.result = Some(result);
+            if !self.ordered {
+                self.finished.push_back(slot);
+            }
+        }
+        Ok(())
+    }
+
+    /// Move up to `max` finished results, in delivery order, to `out`, freeing their
+    /// slots. Returns how many.
+    fn take_results(&mut self, max: u64) -> u64 {
+        let mut taken = 0;
+        while taken < max {
+            let slot = if self.ordered {
+                if self.busy == 0 {
+                    break;
+                }
+                let slot = (self.head % self.slots.len() as u64) as usize;
+                if self.slots[slot].result.is_none() {
+                    break;
+                }
+                self.head += 1;
+                slot
+            } else {
+                match self.finished.pop_front() {
+                    Some(slot) => {
+                        self.free.push(slot);
+                        slot
+                    }
+                    None => break,
+                }
+            };
+            let entry = &mut self.slots[slot];
+            let result = entry.result.take().expect("a finished slot has its result");
+            entry.busy = false;
+            self.busy -= 1;
+            self.out.push(result);
+            taken += 1;
+        }
+        taken
+    }
+}
+
+impl<T, F, Fut, C> Stage for MapStage<T, F, Fut, C>
+where
+    T: Send + 'static,
+    F: FnMut(T) -> Fut + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+    C: Scheduler + Clone,
+{
+    const NAME: &'static str = "map_async";
+    const USES_WAKER: bool = true;
+    type Item = Fut::Output;
+    type Owned = Owned<T, F, Fut>;
+    type Padding = ();
+
+    fn drive(&self) -> Drive<'_> {
+        Drive::Scheduled {
+            on: &self.scheduler,
+            linger: false,
+        }
+    }
+
+    fn pass<S: Subscriber<Fut::Output>>(
+        &self,
+        cx: &Cx<'_>,
+        owned: &mut Owned<T, F, Fut>,
+        downstream: &mut S,
+    ) -> Pass {
+        {
+            let mut pass = self.woken.pass.lock().unwrap_or_else(|p| p.into_inner());
+            if !pass.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *pass = Some(cx.waker().clone());
+            }
+        }
+        // Arrivals become calls.
+        let end = {
+            let mut inbox = self.lock_inbox();
+            std::mem::swap(&mut inbox.items, &mut owned.arrived);
+            inbox.end.take()
+        };
+        if owned.busy + owned.arrived.len() > self.concurrency {
+            owned.arrived.clear();
+            self.upstream.cancel();
+            return cx.terminate(
+                downstream,
+                Err(Error::spec_violation(
+                    "1.1",
+                    format!(
+                        "map_async: upstream delivered more items than requested \
+                         ({} slots); rule 1.1",
+                        self.concurrency
+                    ),
+                )),
+            );
+        }
+        // A panic in `f` or in a poll fails the stage (and cancels upstream).
+        let mut called = Ok(());
+        while let (Some(item), true) = (owned.arrived.pop_front(), called.is_ok()) {
+            called = owned.start(item);
+        }
+        match end {
+            Some(Err(error)) => return cx.terminate(downstream, Err(error)),
+            Some(Ok(())) => owned.end = Some(Ok(())),
+            None => {}
+        }
+        // Calls whose wakers fired.
+        std::mem::swap(&mut *self.woken.lock_slots(), &mut owned.to_poll);
+        for i in 0..owned.to_poll.len() {
+            if called.is_err() {
+                break;
+            }
+            let slot = owned.to_poll[i];
+            called = owned.poll(slot);
+        }
+        owned.to_poll.clear();
+        if let Err(error) = called {
+            self.upstream.cancel();
+            return cx.terminate(downstream, Err(error));
+        }
+        // Results within demand, in one batch.
+        let taken = owned.take_results(cx.demand().get());
+        if taken > 0 {
+            cx.deliver(downstream, owned.out.drain(..));
+            owned.out.clear();
+            if let Some(n) = owned.replenish.on_consumed(taken) {
+                self.upstream.request(n);
+            }
+        }
+        if owned.busy == 0 {
+            if let Some(end) = owned.end.take() {
+                return cx.terminate(downstream, end);
+            }
+        }
+        Pass::Idle
+    }
+
+    fn stop(&self, owned: &mut Owned<T, F, Fut>) {
+        self.upstream.cancel();
+        for slot in &mut owned.slots {
+            slot.future.set(None);
+            slot.result = None;
+        }
+        owned.out.clear();
+        owned.arrived.clear();
+        let arrived = std::mem::take(&mut self.lock_inbox().items);
+        drop(arrived);
+        *self.woken.pass.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+}
+
+// ---- the upstream subscriber ------------------------------------------------------
+
+/// Downstream, the scheduler and `f`, until `on_subscribe`.
+struct Waiting<S, C, F> {
+    downstream: S,
+    scheduler: C,
+    f: F,
+}
+
+/// The stage's core, shared by the upstream subscriber and the scheduler's tasks.
+type MapCore<T, F, Fut, C, S> = Arc<Core<MapStage<T, F, Fut, C>, S>>;
+
+/// The subscriber to upstream: puts items in the inbox and signals the pass.
+struct Arrivals<T, F, Fut, S, C>
+where
+    T: Send + 'static,
+    F: FnMut(T) -> Fut + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+    S: Subscriber<Fut::Output> + Send + 'static,
+    C: Scheduler + Clone,
+{
+    waiting: Option<Waiting<S, C, F>>,
+    core: Option<MapCore<T, F, Fut, C, S>>,
+    concurrency: usize,
+    ordered: bool,
+    upstream: Upstream,
+}
+
+impl<T, F, Fut, S, C> Arrivals<T, F, Fut, S, C>
+where
+    T: Send + 'static,
+    F: FnMut(T) -> Fut + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+    S: Subscriber<Fut::Output> + Send + 'static,
+    C: Scheduler + Clone,
+{
+    fn terminate(&mut self, end: Result<(), Error>) {
+        if let (true, Some(core)) = (self.upstream.finish(), &self.core) {
+            core.stage().upstream.finished();
+            core.stage().lock_inbox().end.get_or_insert(end);
+            core.signal();
+        }
+    }
+}
+
+impl<T, F, Fut, S, C> Subscriber<T> for Arrivals<T, F, Fut, S, C>
+where
+    T: Send + 'static,
+    F: FnMut(T) -> Fut + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+    S: Subscriber<Fut::Output> + Send + 'static,
+    C: Scheduler + Clone,
+{
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        if !self.upstream.accept(&subscription) {
+            return;
+        }
+        let Some(Waiting {
+            downstream,
+            scheduler,
+            f,
+        }) = self.waiting.take()
+        else {
+            return;
+        };
+        let n = self.concurrency;
+        let woken = Arc::new(Woken {
+            slots: Mutex::new(Vec::with_capacity(n)),
+            pass: Mutex::new(None),
+        });
+        let slots = (0..n)
+            .map(|slot| Slot {
+                future: Box::pin(None),
+                result: None,
+                waker: Waker::from(Arc::new(SlotWaker {
+                    slot,
+                    woken: woken.clone(),
+                })),
+                busy: false,
+            })
+            .collect();
+        let replenish = Replenish::new(n as u64);
+        let first = replenish.initial();
+        let owned = Owned {
+            f,
+            slots,
+            ordered: self.ordered,
+            head: 0,
+            next: 0,
+            free: (0..n).rev().collect(),
+            finished: VecDeque::with_capacity(if self.ordered { 0 } else { n }),
+            busy: 0,
+            replenish,
+            end: None,
+            arrived: VecDeque::with_capacity(n),
+            to_poll: Vec::with_capacity(n),
+            out: Vec::with_capacity(n),
+        };
+        let core = Core::new(MapStage {
+            scheduler,
+            upstream: SharedUpstream::new(subscription.clone()),
+            inbox: Mutex::new(Inbox {
+                items: VecDeque::with_capacity(n),
+                end: None,
+            }),
+            woken,
+            concurrency: n,
+            _calls: PhantomData,
+        });
+        core.attach(owned, downstream);
+        let stopped = core.is_stopping();
+        self.core = Some(core);
+        if !stopped {
+            subscription.request(first);
+        }
+    }
+
+    fn on_next(&mut self, item: T) {
+        let _no_credit = self.on_next_batch(std::iter::once(item));
+    }
+
+    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
+        let (Some(core), true) = (&self.core, self.upstream.is_active()) else {
+            return 0;
+        };
+        core.stage().lock_inbox().items.extend(items);
+        core.signal();
+        0
+    }
+
+    fn on_error(&mut self, error: Error) {
+        self.terminate(Err(error));
+    }
+
+    fn on_complete(&mut self) {
+        self.terminate(Ok(()));
+    }
+}
