@@ -37,10 +37,12 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Wake, Waker};
+use std::time::Instant;
 
 use crate::demand::Replenish;
 use crate::drain::Upstream;
 use crate::guard::catch;
+use crate::limit::{LimitMonitor, Limiter};
 use crate::runtime::Scheduler;
 use crate::stage::core::{Drive, SharedUpstream};
 use crate::stage::{Core, Cx, Pass, Stage};
@@ -52,7 +54,7 @@ const MAX_CONCURRENCY: usize = 1 << 16;
 /// Publisher for the [`map_async`](crate::PublisherExt::map_async),
 /// [`map_async_unordered`](crate::PublisherExt::map_async_unordered) methods and
 /// their `_on` forms.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct MapAsync<P, F, C> {
     source: P,
@@ -60,6 +62,21 @@ pub struct MapAsync<P, F, C> {
     concurrency: usize,
     scheduler: C,
     ordered: bool,
+    /// Makes each subscription's limiter ([`limit`](Self::limit)).
+    limiter: Option<Arc<dyn Fn() -> Box<dyn Limiter> + Send + Sync>>,
+    monitor: LimitMonitor,
+}
+
+impl<P: std::fmt::Debug, F, C: std::fmt::Debug> std::fmt::Debug for MapAsync<P, F, C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MapAsync")
+            .field("source", &self.source)
+            .field("concurrency", &self.concurrency)
+            .field("scheduler", &self.scheduler)
+            .field("ordered", &self.ordered)
+            .field("limited", &self.limiter.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<P, F, C> MapAsync<P, F, C> {
@@ -81,7 +98,41 @@ impl<P, F, C> MapAsync<P, F, C> {
             concurrency,
             scheduler,
             ordered,
+            limiter: None,
+            monitor: LimitMonitor::default(),
         }
+    }
+
+    /// Let `limiter` decide how many calls run at once, up to the stage's
+    /// concurrency (its slots): a call starts only while fewer than the limit run,
+    /// and upstream is asked only for that many, so items over the limit wait
+    /// upstream as demand not yet given. Each subscription gets a clone of
+    /// `limiter`, told the round trip of every call (read on the stage's
+    /// scheduler's clock). See [`weir::limit`](crate::limit).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::limit::Aimd;
+    /// use weir::prelude::*;
+    ///
+    /// let runtime = tokio::runtime::Runtime::new().unwrap();
+    /// let _inside = runtime.enter();
+    /// let stage = weir::range(0u64..100)
+    ///     .map_async(64, |x| async move { x })
+    ///     .limit(Aimd::new(8, 1, 64, Duration::from_millis(250), 0.9));
+    /// let monitor = stage.limit_monitor();
+    /// assert_eq!(stage.collect().wait().unwrap().len(), 100);
+    /// assert_eq!(monitor.snapshot().samples, 100);
+    /// ```
+    pub fn limit<L: Limiter + Clone + Sync>(mut self, limiter: L) -> Self {
+        self.limiter = Some(Arc::new(move || Box::new(limiter.clone())));
+        self
+    }
+
+    /// The stage's concurrency figures: limit, calls in flight, round trips (all
+    /// subscriptions of this publisher and its clones report here).
+    pub fn limit_monitor(&self) -> LimitMonitor {
+        self.monitor.clone()
     }
 }
 
@@ -104,6 +155,8 @@ where
                 downstream: subscriber,
                 scheduler: self.scheduler,
                 f: self.f,
+                limiter: self.limiter.map(|make| make()),
+                monitor: self.monitor,
             }),
             core: None,
             concurrency: self.concurrency,
@@ -206,7 +259,16 @@ struct Owned<T, F, Fut: Future> {
     finished: VecDeque<usize>,
     /// Slots busy (items in them, running or finished).
     busy: usize,
+    /// Calls running (busy slots without a result yet).
+    running: usize,
+    /// Without a limiter: the freed slots go upstream by the 75% rule.
     replenish: Replenish,
+    /// With one: its limit bounds running calls plus upstream demand not yet
+    /// delivered (`outstanding`); the calls' start instants give the round trips.
+    limiter: Option<Box<dyn Limiter>>,
+    outstanding: u64,
+    started: Vec<Instant>,
+    monitor: LimitMonitor,
     /// Upstream's completion, delivered once every slot is free.
     end: Option<Result<(), Error>>,
     /// Reused buffers: arrivals taken from the inbox, slots to poll, results to send.
@@ -233,7 +295,7 @@ where
     }
 
     /// Start a call for `item` and poll it once. `Err`: `f` or the poll panicked.
-    fn start(&mut self, item: T) -> Result<(), Error> {
+    fn start(&mut self, item: T, now: Option<Instant>) -> Result<(), Error> {
         let slot = self.take_slot();
         let f = &mut self.f;
         let future = catch(move || f(item))?;
@@ -241,12 +303,16 @@ where
         debug_assert!(!entry.busy, "slot {slot} is free");
         entry.busy = true;
         entry.future.set(Some(future));
-        self.poll(slot)
+        self.running += 1;
+        if let Some(now) = now {
+            self.started[slot] = now;
+        }
+        self.poll(slot, now)
     }
 
     /// Poll slot `slot`'s future, if it still runs; keep its result when it is ready.
     /// `Err`: the poll panicked.
-    fn poll(&mut self, slot: usize) -> Result<(), Error> {
+    fn poll(&mut self, slot: usize, now: Option<Instant>) -> Result<(), Error> {
         let entry = &mut self.slots[slot];
         let Some(mut future) = entry.future.as_mut().as_pin_mut() else {
             return Ok(());
@@ -258,8 +324,38 @@ where
             if !self.ordered {
                 self.finished.push_back(slot);
             }
+            if let (Some(limiter), Some(now)) = (self.limiter.as_mut(), now) {
+                let rtt = now.saturating_duration_since(self.started[slot]);
+                let in_flight = self.running;
+                catch(|| limiter.on_sample(rtt, in_flight))?;
+                self.monitor.record_sample(rtt);
+            }
+            self.running -= 1;
         }
         Ok(())
+    }
+
+    /// How many more items to ask upstream for now. Without a limiter: the slots
+    /// `delivered` freed, by the 75% rule. With one: up to its limit of running
+    /// calls plus demand not yet delivered, within the free slots; in batches of a
+    /// quarter of the limit unless nothing is asked or running.
+    fn refill(&mut self, delivered: u64) -> Result<u64, Error> {
+        let Some(limiter) = self.limiter.as_ref() else {
+            return Ok(self.replenish.on_consumed(delivered).unwrap_or(0));
+        };
+        let slots = self.slots.len();
+        let limit = catch(|| limiter.limit())?.clamp(1, slots);
+        self.monitor.record_limit(limit, self.running);
+        let asked = self.outstanding as usize;
+        let room = limit
+            .saturating_sub(self.running + asked)
+            .min(slots.saturating_sub(self.busy + asked));
+        let idle = self.running + asked == 0;
+        if room == 0 || (room < limit.div_ceil(4) && !idle) {
+            return Ok(0);
+        }
+        self.outstanding += room as u64;
+        Ok(room as u64)
     }
 
     /// Move up to `max` finished results, in delivery order, to `out`, freeing their
@@ -330,13 +426,22 @@ where
                 *pass = Some(cx.waker().clone());
             }
         }
+        // The round trips of a limited stage are read on the scheduler's clock.
+        let now = owned.limiter.is_some().then(|| self.scheduler.now());
         // Arrivals become calls.
         let end = {
             let mut inbox = self.lock_inbox();
             std::mem::swap(&mut inbox.items, &mut owned.arrived);
             inbox.end.take()
         };
-        if owned.busy + owned.arrived.len() > self.concurrency {
+        let arrived = owned.arrived.len();
+        let over = if owned.limiter.is_some() {
+            arrived as u64 > owned.outstanding
+        } else {
+            owned.busy + arrived > self.concurrency
+        };
+        owned.outstanding = owned.outstanding.saturating_sub(arrived as u64);
+        if over {
             owned.arrived.clear();
             self.upstream.cancel();
             return cx.terminate(
@@ -354,7 +459,7 @@ where
         // A panic in `f` or in a poll fails the stage (and cancels upstream).
         let mut called = Ok(());
         while let (Some(item), true) = (owned.arrived.pop_front(), called.is_ok()) {
-            called = owned.start(item);
+            called = owned.start(item, now);
         }
         match end {
             Some(Err(error)) => return cx.terminate(downstream, Err(error)),
@@ -368,7 +473,7 @@ where
                 break;
             }
             let slot = owned.to_poll[i];
-            called = owned.poll(slot);
+            called = owned.poll(slot, now);
         }
         owned.to_poll.clear();
         if let Err(error) = called {
@@ -380,8 +485,13 @@ where
         if taken > 0 {
             cx.deliver(downstream, owned.out.drain(..));
             owned.out.clear();
-            if let Some(n) = owned.replenish.on_consumed(taken) {
-                self.upstream.request(n);
+        }
+        match owned.refill(taken) {
+            Ok(0) => {}
+            Ok(n) => self.upstream.request(n),
+            Err(error) => {
+                self.upstream.cancel();
+                return cx.terminate(downstream, Err(error));
             }
         }
         if owned.busy == 0 {
@@ -408,11 +518,13 @@ where
 
 // ---- the upstream subscriber ------------------------------------------------------
 
-/// Downstream, the scheduler and `f`, until `on_subscribe`.
+/// Downstream, the scheduler, `f` and the limiter, until `on_subscribe`.
 struct Waiting<S, C, F> {
     downstream: S,
     scheduler: C,
     f: F,
+    limiter: Option<Box<dyn Limiter>>,
+    monitor: LimitMonitor,
 }
 
 /// The stage's core, shared by the upstream subscriber and the scheduler's tasks.
@@ -470,6 +582,8 @@ where
             downstream,
             scheduler,
             f,
+            limiter,
+            monitor,
         }) = self.waiting.take()
         else {
             return;
@@ -491,7 +605,17 @@ where
             })
             .collect();
         let replenish = Replenish::new(n as u64);
-        let first = replenish.initial();
+        let first = match &limiter {
+            // A limiter that panics here starts the stage at one call.
+            Some(limiter) => catch(|| limiter.limit()).unwrap_or(1).clamp(1, n),
+            None => n,
+        };
+        monitor.record_limit(first, 0);
+        let started = if limiter.is_some() {
+            vec![scheduler.now(); n]
+        } else {
+            Vec::new()
+        };
         let owned = Owned {
             f,
             slots,
@@ -501,7 +625,12 @@ where
             free: (0..n).rev().collect(),
             finished: VecDeque::with_capacity(if self.ordered { 0 } else { n }),
             busy: 0,
+            running: 0,
             replenish,
+            outstanding: if limiter.is_some() { first as u64 } else { 0 },
+            limiter,
+            started,
+            monitor,
             end: None,
             arrived: VecDeque::with_capacity(n),
             to_poll: Vec::with_capacity(n),
@@ -522,7 +651,7 @@ where
         let stopped = core.is_stopping();
         self.core = Some(core);
         if !stopped {
-            subscription.request(first);
+            subscription.request(first as u64);
         }
     }
 

@@ -36,6 +36,7 @@ pub mod drain;
 mod error;
 mod ext;
 mod guard;
+pub mod limit;
 pub(crate) mod loom;
 pub mod metrics;
 pub mod mux;

@@ -600,13 +600,21 @@ fn two_water_marks_flip_far_less_than_one() {
 
 // ---- time bounds and stats ----------------------------------------------------------
 
+/// `builder` with a maximum age of 1 s on `clock`, built.
+fn aging(
+    builder: ChannelBuilder,
+    clock: &VirtualTime,
+) -> (weir::source::channel::Sender<u64>, Channel<u64>) {
+    builder
+        .time_bounds(TimeBounds::none().max_age(Duration::from_secs(1)))
+        .clock(clock.clone())
+        .build::<u64>()
+}
+
 #[test]
 fn items_older_than_max_age_expire_at_delivery() {
     let clock = VirtualTime::new();
-    let (tx, rx) = ChannelBuilder::new(8, ChannelPolicy::Backpressure)
-        .time_bounds(TimeBounds::none().max_age(Duration::from_secs(1)))
-        .clock(clock.clone())
-        .build::<u64>();
+    let (tx, rx) = aging(ChannelBuilder::new(8, ChannelPolicy::Backpressure), &clock);
     let monitor = rx.monitor();
     let (hook, drops, seen) = recording_hook();
     let probe = probe_of(rx.on_dropped(hook));
@@ -645,11 +653,10 @@ fn items_older_than_max_age_expire_at_delivery() {
 #[test]
 fn items_that_die_unread_leave_on_enqueue_and_on_snapshot() {
     let clock = VirtualTime::new();
-    let (tx, rx) = ChannelBuilder::new(10, ChannelPolicy::Backpressure)
-        .water_marks(WaterMarks::new(8, 2))
-        .time_bounds(TimeBounds::none().max_age(Duration::from_secs(1)))
-        .clock(clock.clone())
-        .build::<u64>();
+    let (tx, rx) = aging(
+        ChannelBuilder::new(10, ChannelPolicy::Backpressure).water_marks(WaterMarks::new(8, 2)),
+        &clock,
+    );
     let monitor = rx.monitor();
     let (hook, drops, seen) = recording_hook();
     let probe = probe_of(rx.on_dropped(hook));
@@ -710,10 +717,7 @@ fn items_that_die_unread_leave_on_enqueue_and_on_snapshot() {
 #[test]
 fn the_end_behind_dead_items_goes_out_when_they_leave() {
     let clock = VirtualTime::new();
-    let (tx, rx) = ChannelBuilder::new(4, ChannelPolicy::Backpressure)
-        .time_bounds(TimeBounds::none().max_age(Duration::from_secs(1)))
-        .clock(clock.clone())
-        .build::<u64>();
+    let (tx, rx) = aging(ChannelBuilder::new(4, ChannelPolicy::Backpressure), &clock);
     let monitor = rx.monitor();
     let probe = probe_of(rx);
     tx.try_send(1).unwrap();

@@ -807,6 +807,23 @@ pub fn table() -> Vec<Stage> {
         )
         .scheduled(),
         Stage::new(
+            "map_async(8, yield then item).limit(Gradient)",
+            Operator,
+            EXACT,
+            |env| {
+                let _inside = env.tokio.enter();
+                env.source()
+                    .map_async(8, |x| async move {
+                        tokio::task::yield_now().await;
+                        x
+                    })
+                    .limit(weir::limit::Gradient::new(2, 1, 8))
+                    .boxed()
+            },
+            identity,
+        )
+        .scheduled(),
+        Stage::new(
             "map_async_on(pool, 1, ordered, ready)",
             Operator,
             EXACT,
