@@ -15,7 +15,8 @@ use weir::prelude::*;
 use weir::queue::{Capacity, TimeBounds};
 use weir::runtime::VirtualTime;
 use weir::source::channel::{
-    Channel, ChannelBuilder, ChannelClosed, ChannelPolicy, FlowState, TrySendError, WaterMarks,
+    Channel, ChannelBuilder, ChannelClosed, ChannelPolicy, FlowState, RejectReason, TrySendError,
+    WaterMarks,
 };
 use weir::tck::proptest::{check_publisher, demand_schedule};
 use weir::tck::{TestProbe, TestSubscriber};
@@ -727,6 +728,75 @@ fn the_end_behind_dead_items_goes_out_when_they_leave() {
     assert_eq!(monitor.snapshot().depth, 0);
     probe.assert_completed();
     assert_eq!(probe.received_count(), 0);
+}
+
+/// A refusal says when to come back, and the number is true: 200/s offered to a
+/// consumer that takes 100/s, capacity 100, low mark 20. Once full, each rejection
+/// carries (100 − 20) / 100/s = 0.8 s; a producer that waits that long (the
+/// consumer going on) finds the queue at its low mark.
+#[test]
+fn rejections_say_when_to_come_back() {
+    let clock = VirtualTime::new();
+    let (tx, rx) = ChannelBuilder::new(100, ChannelPolicy::Reject)
+        .water_marks(WaterMarks::new(80, 20))
+        .clock(clock.clone())
+        .build::<u64>();
+    let monitor = rx.monitor();
+    let probe = probe_of(rx);
+    assert_eq!(
+        tx.retry_after(),
+        Some(Duration::ZERO),
+        "empty: come back now"
+    );
+    let mut last = None;
+    let mut sent = 0u64;
+    for _ in 0..500 {
+        clock.advance(Duration::from_millis(10));
+        probe.request(1);
+        for _ in 0..2 {
+            match tx.try_admit(sent) {
+                Ok(()) => {}
+                Err(rejected) => {
+                    assert_eq!(rejected.reason(), RejectReason::Full);
+                    last = Some(rejected.retry_after().expect("the consumer drains"));
+                }
+            }
+            sent += 1;
+        }
+    }
+    let after = last.expect("the queue filled");
+    assert!(
+        (after.as_secs_f64() - 0.8).abs() < 1e-6,
+        "retry after {after:?}"
+    );
+    // The producer waits that long; the consumer goes on.
+    let steps = (after.as_millis() / 10) as usize;
+    for _ in 0..steps {
+        clock.advance(Duration::from_millis(10));
+        probe.request(1);
+    }
+    assert_eq!(monitor.snapshot().depth, 20);
+    // Closed: no number.
+    tx.close();
+    let rejected = tx.try_admit(0).unwrap_err();
+    assert_eq!(
+        (rejected.reason(), rejected.retry_after()),
+        (RejectReason::Closed, None)
+    );
+}
+
+/// A consumer that takes nothing gives no number to promise.
+#[test]
+fn a_stalled_consumer_gives_no_retry_after() {
+    let (tx, rx) = ChannelBuilder::new(2, ChannelPolicy::Reject)
+        .water_marks(WaterMarks::new(2, 1))
+        .build::<u64>();
+    let _probe = probe_of(rx);
+    tx.try_admit(1).unwrap();
+    tx.try_admit(2).unwrap();
+    let rejected = tx.try_admit(3).unwrap_err();
+    assert_eq!(rejected.retry_after(), None);
+    assert_eq!(rejected.into_inner(), 3);
 }
 
 /// CoDel (5 ms, 100 ms) on an overloaded channel: one item sent each millisecond,

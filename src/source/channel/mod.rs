@@ -105,7 +105,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub use marks::{FlowState, WaterMarks};
-pub use sender::{Resumed, SendFuture, Sender};
+pub use sender::{RejectReason, Rejected, Resumed, SendFuture, Sender};
 
 #[cfg(all(test, not(weir_loom)))]
 use self::link::BATCH;

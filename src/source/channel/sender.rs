@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::link::{lock, Link, Offer, Offered};
 use super::marks::FlowState;
@@ -336,7 +336,135 @@ impl<T: Send + 'static> Sender<T> {
     pub fn monitor(&self) -> QueueMonitor {
         QueueMonitor::new(self.shared.stage().gauge.clone())
     }
+
+    /// Offer `item` like [`try_send`](Self::try_send); a refusal is a [`Rejected`]
+    /// that says when to come back ([`retry_after`](Self::retry_after)), so an edge
+    /// can answer "503, Retry-After" with a number that is true.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::runtime::VirtualTime;
+    /// use weir::source::channel::{ChannelBuilder, ChannelPolicy, RejectReason, WaterMarks};
+    /// use weir::prelude::*;
+    ///
+    /// let clock = VirtualTime::new();
+    /// let (tx, rx) = ChannelBuilder::new(4, ChannelPolicy::Reject)
+    ///     .water_marks(WaterMarks::new(4, 2))
+    ///     .clock(clock.clone())
+    ///     .build::<u32>();
+    /// # #[cfg(feature = "tck")] {
+    /// let probe = weir::tck::TestSubscriber::new();
+    /// let consumer = probe.probe();
+    /// rx.subscribe(probe);
+    /// // The consumer takes 2 items per second for a while; the queue fills.
+    /// for second in 0..4 {
+    ///     for i in 0..4 {
+    ///         let _ = tx.try_admit(second * 10 + i);
+    ///     }
+    ///     clock.advance(Duration::from_secs(1));
+    ///     consumer.request(2);
+    /// }
+    /// tx.try_admit(99).unwrap(); // 2 slots were freed
+    /// tx.try_admit(98).unwrap();
+    /// let rejected = tx.try_admit(97).unwrap_err();
+    /// assert_eq!(rejected.reason(), RejectReason::Full);
+    /// // 4 queued, down to the low mark (2) at 2 per second: 1 s.
+    /// assert_eq!(rejected.retry_after(), Some(Duration::from_secs(1)));
+    /// assert_eq!(rejected.into_inner(), 97);
+    /// # }
+    /// ```
+    pub fn try_admit(&self, item: T) -> Result<(), Rejected<T>> {
+        match self.try_send(item) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(item)) => Err(Rejected {
+                item,
+                reason: RejectReason::Full,
+                retry_after: self.retry_after(),
+            }),
+            Err(TrySendError::Closed(item)) => Err(Rejected {
+                item,
+                reason: RejectReason::Closed,
+                retry_after: None,
+            }),
+        }
+    }
+
+    /// How long the queue takes to drain down to its low water mark at the measured
+    /// drain rate (over the default rate window), were nothing more admitted:
+    /// `(depth − low) / drain rate`. `Some(ZERO)` at or below the low mark; `None`
+    /// when nothing was taken out over the window (a stalled consumer: no true
+    /// number exists) or the channel is closed.
+    pub fn retry_after(&self) -> Option<Duration> {
+        if self.is_closed() {
+            return None;
+        }
+        let stats = self.monitor().snapshot();
+        let above = stats.depth.saturating_sub(self.shared.stage().marks.low());
+        if above == 0 {
+            return Some(Duration::ZERO);
+        }
+        (stats.drain_rate > 0.0)
+            .then(|| Duration::try_from_secs_f64(above as f64 / stats.drain_rate).ok())
+            .flatten()
+    }
 }
+
+/// Why a [`Sender::try_admit`] refused its item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// The channel is full (`Backpressure` or `Reject`).
+    Full,
+    /// The channel is closed.
+    Closed,
+}
+
+/// An item [`Sender::try_admit`] refused, with the reason and when to come back.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Rejected<T> {
+    item: T,
+    reason: RejectReason,
+    retry_after: Option<Duration>,
+}
+
+impl<T> Rejected<T> {
+    /// Why the item was refused.
+    pub fn reason(&self) -> RejectReason {
+        self.reason
+    }
+
+    /// When to come back ([`Sender::retry_after`] at the refusal); `None` when the
+    /// channel is closed or its consumer took nothing over the rate window.
+    pub fn retry_after(&self) -> Option<Duration> {
+        self.retry_after
+    }
+
+    /// The item handed back.
+    pub fn into_inner(self) -> T {
+        self.item
+    }
+}
+
+impl<T> std::fmt::Debug for Rejected<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Rejected")
+            .field("reason", &self.reason)
+            .field("retry_after", &self.retry_after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> std::fmt::Display for Rejected<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (self.reason, self.retry_after) {
+            (RejectReason::Closed, _) => f.write_str("channel closed: item handed back"),
+            (_, Some(after)) => write!(f, "channel full: item handed back, retry after {after:?}"),
+            (_, None) => f.write_str("channel full: item handed back (no drain measured)"),
+        }
+    }
+}
+
+impl<T> std::error::Error for Rejected<T> {}
 
 /// The future returned by [`Sender::send`].
 #[must_use = "futures do nothing unless polled"]
