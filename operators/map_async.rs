@@ -12,16 +12,24 @@
 //! * The upstream subscriber puts arriving items in a locked inbox and signals the
 //!   core. Upstream was asked only for free slots, so the inbox never holds more than
 //!   there are slots (more is a rule 1.1 breach: the stage fails).
-//! * A pass moves the inbox's items into free slots (`f` runs here, under the pass's
-//!   panic guard) and polls each new future once, then polls the slots whose wakers
-//!   fired since the last pass (a slot's waker records its index and wakes the pass:
-//!   nothing else is polled), and delivers finished results within downstream's
+//! * A pass polls the slots whose wakers fired since the last pass (a slot's waker
+//!   records its index and wakes the pass: nothing else is polled), then moves the
+//!   arrived items into free slots while fewer calls run than the limit (all of them
+//!   without a limiter; `f` runs here, under a panic guard of the stage's own) and
+//!   polls each new future once, and delivers finished results within downstream's
 //!   demand in one batch: ordered, from the oldest slot while it is finished (a slot
 //!   index is the item's sequence number modulo `concurrency`); unordered, in the
 //!   order they finished.
 //! * Delivered results free their slots; the freed slots are requested from upstream
 //!   by the 75 % rule (`Replenish` over `concurrency`): a wave of calls that finish
-//!   together is replaced in one request.
+//!   together is replaced in one request. With a [`Limiter`], upstream is asked for
+//!   the limit less the calls running, the items waiting to start and those asked
+//!   for; items asked for under a higher limit wait to start until the calls running
+//!   fall below a lower one. Each call's round trip (on the scheduler's clock, from
+//!   its start to the poll that finished it) goes to the limiter; a call that
+//!   finishes in its first poll gives no sample.
+//! * Everything upstream delivers was asked for (`outstanding`); more is a rule 1.1
+//!   breach that fails the stage.
 //!
 //! Items waiting in the inbox, futures running and results waiting for demand all
 //! hold a slot, so together they never exceed `concurrency`: upstream demand is the
@@ -118,10 +126,14 @@ impl<P, F, C> MapAsync<P, F, C> {
     /// let runtime = tokio::runtime::Runtime::new().unwrap();
     /// let _inside = runtime.enter();
     /// let stage = weir::range(0u64..100)
-    ///     .map_async(64, |x| async move { x })
+    ///     .map_async(64, |x| async move {
+    ///         tokio::task::yield_now().await; // the call waits once
+    ///         x
+    ///     })
     ///     .limit(Aimd::new(8, 1, 64, Duration::from_millis(250), 0.9));
     /// let monitor = stage.limit_monitor();
     /// assert_eq!(stage.collect().wait().unwrap().len(), 100);
+    /// // One round trip per call (a call that finishes in its first poll gives none).
     /// assert_eq!(monitor.snapshot().samples, 100);
     /// ```
     pub fn limit<L: Limiter + Clone + Sync>(mut self, limiter: L) -> Self {
@@ -294,8 +306,11 @@ where
         }
     }
 
-    /// Start a call for `item` and poll it once. `Err`: `f` or the poll panicked.
-    fn start(&mut self, item: T, now: Option<Instant>) -> Result<(), Error> {
+    /// Start a call for `item` and poll it once. `Err`: `f` or the poll panicked. A
+    /// call that finishes in this first poll gives the limiter no sample: it did not
+    /// wait for anything (a cache hit), and its round trip of zero would pass for the
+    /// no-load latency.
+    fn start(&mut self, item: T, clock: Option<&dyn Fn() -> Instant>) -> Result<(), Error> {
         let slot = self.take_slot();
         let f = &mut self.f;
         let future = catch(move || f(item))?;
@@ -304,15 +319,16 @@ where
         entry.busy = true;
         entry.future.set(Some(future));
         self.running += 1;
-        if let Some(now) = now {
-            self.started[slot] = now;
+        if let Some(clock) = clock {
+            self.started[slot] = clock();
         }
-        self.poll(slot, now)
+        self.poll(slot, None)
     }
 
-    /// Poll slot `slot`'s future, if it still runs; keep its result when it is ready.
-    /// `Err`: the poll panicked.
-    fn poll(&mut self, slot: usize, now: Option<Instant>) -> Result<(), Error> {
+    /// Poll slot `slot`'s future, if it still runs; keep its result when it is ready
+    /// (and, with `clock`, tell the limiter its round trip). `Err`: the poll or the
+    /// limiter panicked.
+    fn poll(&mut self, slot: usize, clock: Option<&dyn Fn() -> Instant>) -> Result<(), Error> {
         let entry = &mut self.slots[slot];
         let Some(mut future) = entry.future.as_mut().as_pin_mut() else {
             return Ok(());
@@ -324,8 +340,8 @@ where
             if !self.ordered {
                 self.finished.push_back(slot);
             }
-            if let (Some(limiter), Some(now)) = (self.limiter.as_mut(), now) {
-                let rtt = now.saturating_duration_since(self.started[slot]);
+            if let (Some(limiter), Some(clock)) = (self.limiter.as_mut(), clock) {
+                let rtt = clock().saturating_duration_since(self.started[slot]);
                 let in_flight = self.running;
                 catch(|| limiter.on_sample(rtt, in_flight))?;
                 self.monitor.record_sample(rtt);
@@ -335,27 +351,54 @@ where
         Ok(())
     }
 
-    /// How many more items to ask upstream for now. Without a limiter: the slots
-    /// `delivered` freed, by the 75% rule. With one: up to its limit of running
-    /// calls plus demand not yet delivered, within the free slots; in batches of a
-    /// quarter of the limit unless nothing is asked or running.
-    fn refill(&mut self, delivered: u64) -> Result<u64, Error> {
-        let Some(limiter) = self.limiter.as_ref() else {
-            return Ok(self.replenish.on_consumed(delivered).unwrap_or(0));
-        };
-        let slots = self.slots.len();
-        let limit = catch(|| limiter.limit())?.clamp(1, slots);
-        self.monitor.record_limit(limit, self.running);
-        let asked = self.outstanding as usize;
-        let room = limit
-            .saturating_sub(self.running + asked)
-            .min(slots.saturating_sub(self.busy + asked));
-        let idle = self.running + asked == 0;
-        if room == 0 || (room < limit.div_ceil(4) && !idle) {
-            return Ok(0);
+    /// The most calls that may run now: the limiter's limit within the slots, or
+    /// every slot without one. `Err`: the limiter panicked.
+    fn cap(&self) -> Result<usize, Error> {
+        match self.limiter.as_ref() {
+            Some(limiter) => Ok(catch(|| limiter.limit())?.clamp(1, self.slots.len())),
+            None => Ok(self.slots.len()),
         }
-        self.outstanding += room as u64;
-        Ok(room as u64)
+    }
+
+    /// Start the items that arrived, while fewer than `cap` calls run (items asked
+    /// for under a higher limit wait here for a lower one).
+    fn start_waiting(
+        &mut self,
+        cap: usize,
+        clock: Option<&dyn Fn() -> Instant>,
+    ) -> Result<(), Error> {
+        while self.running < cap {
+            let Some(item) = self.arrived.pop_front() else {
+                break;
+            };
+            self.start(item, clock)?;
+        }
+        Ok(())
+    }
+
+    /// How many more items to ask upstream for now (added to `outstanding`). Without
+    /// a limiter: the slots `delivered` freed, by the 75% rule. With one: up to its
+    /// limit of running calls, items waiting to start and demand not yet delivered,
+    /// within the free slots; in batches of a quarter of the limit unless nothing is
+    /// asked, waiting or running.
+    fn refill(&mut self, delivered: u64, cap: usize) -> u64 {
+        let n = if self.limiter.is_none() {
+            self.replenish.on_consumed(delivered).unwrap_or(0)
+        } else {
+            self.monitor.record_limit(cap, self.running);
+            let held = self.arrived.len() + self.outstanding as usize;
+            let room = cap
+                .saturating_sub(self.running + held)
+                .min(self.slots.len().saturating_sub(self.busy + held));
+            let idle = self.running + held == 0;
+            if room == 0 || (room < cap.div_ceil(4) && !idle) {
+                0
+            } else {
+                room as u64
+            }
+        };
+        self.outstanding += n;
+        n
     }
 
     /// Move up to `max` finished results, in delivery order, to `out`, freeing their
@@ -427,19 +470,16 @@ where
             }
         }
         // The round trips of a limited stage are read on the scheduler's clock.
-        let now = owned.limiter.is_some().then(|| self.scheduler.now());
-        // Arrivals become calls.
-        let end = {
+        let now = || self.scheduler.now();
+        let clock: Option<&dyn Fn() -> Instant> = owned.limiter.is_some().then_some(&now);
+        // Arrivals join the items waiting to start.
+        let (arrived, end) = {
             let mut inbox = self.lock_inbox();
-            std::mem::swap(&mut inbox.items, &mut owned.arrived);
-            inbox.end.take()
+            let arrived = inbox.items.len();
+            owned.arrived.extend(inbox.items.drain(..));
+            (arrived, inbox.end.take())
         };
-        let arrived = owned.arrived.len();
-        let over = if owned.limiter.is_some() {
-            arrived as u64 > owned.outstanding
-        } else {
-            owned.busy + arrived > self.concurrency
-        };
+        let over = arrived as u64 > owned.outstanding;
         owned.outstanding = owned.outstanding.saturating_sub(arrived as u64);
         if over {
             owned.arrived.clear();
@@ -456,45 +496,42 @@ where
                 )),
             );
         }
-        // A panic in `f` or in a poll fails the stage (and cancels upstream).
-        let mut called = Ok(());
-        while let (Some(item), true) = (owned.arrived.pop_front(), called.is_ok()) {
-            called = owned.start(item, now);
-        }
         match end {
             Some(Err(error)) => return cx.terminate(downstream, Err(error)),
             Some(Ok(())) => owned.end = Some(Ok(())),
             None => {}
         }
-        // Calls whose wakers fired.
+        // Calls whose wakers fired, then the waiting items while the limit allows. A
+        // panic in `f`, a poll or the limiter fails the stage (and cancels upstream).
         std::mem::swap(&mut *self.woken.lock_slots(), &mut owned.to_poll);
+        let mut called = Ok(());
         for i in 0..owned.to_poll.len() {
+            let slot = owned.to_poll[i];
+            called = owned.poll(slot, clock);
             if called.is_err() {
                 break;
             }
-            let slot = owned.to_poll[i];
-            called = owned.poll(slot, now);
         }
         owned.to_poll.clear();
-        if let Err(error) = called {
-            self.upstream.cancel();
-            return cx.terminate(downstream, Err(error));
-        }
+        let cap = called.and_then(|()| owned.cap());
+        let cap = match cap.and_then(|cap| owned.start_waiting(cap, clock).map(|()| cap)) {
+            Ok(cap) => cap,
+            Err(error) => {
+                self.upstream.cancel();
+                return cx.terminate(downstream, Err(error));
+            }
+        };
         // Results within demand, in one batch.
         let taken = owned.take_results(cx.demand().get());
         if taken > 0 {
             cx.deliver(downstream, owned.out.drain(..));
             owned.out.clear();
         }
-        match owned.refill(taken) {
-            Ok(0) => {}
-            Ok(n) => self.upstream.request(n),
-            Err(error) => {
-                self.upstream.cancel();
-                return cx.terminate(downstream, Err(error));
-            }
+        let more = owned.refill(taken, cap);
+        if more > 0 {
+            self.upstream.request(more);
         }
-        if owned.busy == 0 {
+        if owned.busy == 0 && owned.arrived.is_empty() {
             if let Some(end) = owned.end.take() {
                 return cx.terminate(downstream, end);
             }
@@ -503,6 +540,9 @@ where
     }
 
     fn stop(&self, owned: &mut Owned<T, F, Fut>) {
+        // First: the pass waker holds the core, which holds this (a future's `Drop`
+        // that panics below must not leave that cycle behind).
+        *self.woken.pass.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.upstream.cancel();
         for slot in &mut owned.slots {
             slot.future.set(None);
@@ -512,7 +552,6 @@ where
         owned.arrived.clear();
         let arrived = std::mem::take(&mut self.lock_inbox().items);
         drop(arrived);
-        *self.woken.pass.lock().unwrap_or_else(|p| p.into_inner()) = None;
     }
 }
 
@@ -627,7 +666,7 @@ where
             busy: 0,
             running: 0,
             replenish,
-            outstanding: if limiter.is_some() { first as u64 } else { 0 },
+            outstanding: first as u64,
             limiter,
             started,
             monitor,

@@ -18,7 +18,8 @@
 //!   its new normal after at most two windows. Each sample
 //!   moves the limit towards `gradient × limit + headroom`, where
 //!   `gradient = clamp(tolerance × no_load / sample, 0.5, 1)` and
-//!   `headroom = sqrt(limit)`, smoothed, within `min..=max`.
+//!   `headroom = sqrt(limit)`, smoothed, within `min..=max`; it does not grow while
+//!   fewer than half of it run, and round trips of zero carry no information.
 //!
 //! [`map_async`]: crate::PublisherExt::map_async
 //! [`MapAsync::limit`]: crate::operators::MapAsync::limit
@@ -201,8 +202,11 @@ impl Limiter for Gradient {
         self.limit as usize
     }
 
-    fn on_sample(&mut self, rtt: Duration, _in_flight: usize) {
-        let rtt = rtt.max(Duration::from_nanos(1));
+    fn on_sample(&mut self, rtt: Duration, in_flight: usize) {
+        if rtt.is_zero() {
+            // Finished within the clock's resolution: nothing to learn from.
+            return;
+        }
         self.samples += 1;
         if self.samples % self.probe_every == 0 {
             self.previous_min = self.window_min.take();
@@ -211,13 +215,19 @@ impl Limiter for Gradient {
         let no_load = self.no_load().unwrap_or(rtt);
         let gradient = (self.tolerance * no_load.as_secs_f64() / rtt.as_secs_f64()).clamp(0.5, 1.0);
         let target = gradient * self.limit + self.limit.sqrt();
-        let next = self.limit * (1.0 - self.smoothing) + target * self.smoothing;
+        let mut next = self.limit * (1.0 - self.smoothing) + target * self.smoothing;
+        if (in_flight as f64) * 2.0 < self.limit {
+            // Using less than half of it: fast answers say nothing about more.
+            next = next.min(self.limit);
+        }
         self.limit = next.clamp(self.min as f64, self.max as f64);
     }
 }
 
 /// A stage's concurrency figures, readable from any thread
-/// ([`MapAsync::limit_monitor`](crate::operators::MapAsync::limit_monitor)).
+/// ([`MapAsync::limit_monitor`](crate::operators::MapAsync::limit_monitor)). With
+/// several subscriptions of one publisher, the limit and calls in flight are the
+/// latest reported by any of them, the round trips and samples all of theirs.
 #[derive(Clone, Debug, Default)]
 pub struct LimitMonitor(Arc<LimitGauge>);
 
@@ -233,9 +243,9 @@ struct LimitGauge {
 /// One reading of a [`LimitMonitor`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct LimitStats {
-    /// The limiter's limit.
+    /// The limiter's limit (the stage's concurrency without a limiter).
     pub limit: usize,
-    /// Calls running.
+    /// Calls running (reported by stages with a limiter, once per pass).
     pub in_flight: usize,
     /// The smallest round trip seen (none before the first call finished).
     pub rtt_min: Option<Duration>,
@@ -275,10 +285,12 @@ impl LimitMonitor {
         let nanos = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX).max(1);
         let g = &self.0;
         g.rtt_last_nanos.store(nanos, Ordering::Relaxed);
-        let min = g.rtt_min_nanos.load(Ordering::Relaxed);
-        if min == 0 || nanos < min {
-            g.rtt_min_nanos.store(nanos, Ordering::Relaxed);
-        }
+        // 0 means "none yet": the first sample replaces it.
+        let _ = g
+            .rtt_min_nanos
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |min| {
+                (min == 0 || nanos < min).then_some(nanos)
+            });
         g.samples.fetch_add(1, Ordering::Relaxed);
     }
 }

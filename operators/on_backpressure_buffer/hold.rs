@@ -275,7 +275,11 @@ impl<T: Send + 'static, S: Subscriber<T> + Send + 'static> Sweep for Core<Hold<T
         let hold = self.stage();
         let mut stale = Vec::new();
         let end_due = {
-            let mut held = lock(&hold.held);
+            // A snapshot taken under the lock (by a drop hook the producer runs while
+            // holding it, say) skips the sweep rather than wait for itself.
+            let Ok(mut held) = hold.held.try_lock() else {
+                return;
+            };
             let now = held.queue.gauge().now();
             if held.queue.expire_stale(now, &mut stale) == 0 {
                 return;

@@ -24,7 +24,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 #[cfg(doc)]
@@ -200,15 +200,16 @@ pub(crate) struct QueueGauge {
     drops: Drops,
     arrival: Mutex<WindowedRate>,
     drain: Mutex<WindowedRate>,
-    /// The queue's owner, asked to take its dead items out before a snapshot.
-    sweeper: OnceLock<Weak<dyn Sweep>>,
+    /// The queue's owner (the latest subscription's), asked to take its dead items
+    /// out before a snapshot.
+    sweeper: Mutex<Option<Weak<dyn Sweep>>>,
 }
 
 /// A queue that can take out the items that died in it (past their maximum age)
 /// without a reader, so that its statistics describe live work.
 pub(crate) trait Sweep: Send + Sync {
-    /// Take the dead items out now (reporting them as dropped). Called with no lock
-    /// of the queue held.
+    /// Take the dead items out now (reporting them as dropped), unless the queue's
+    /// lock is taken (then the snapshot reads the figures as they are).
     fn sweep(&self);
 }
 
@@ -237,15 +238,16 @@ impl QueueGauge {
             drops: Drops::new(),
             arrival: Mutex::new(WindowedRate::new(origin)),
             drain: Mutex::new(WindowedRate::new(origin)),
-            sweeper: OnceLock::new(),
+            sweeper: Mutex::new(None),
             clock,
         })
     }
 
-    /// Ask `sweeper` to take its dead items out before each snapshot (set once; held
-    /// weakly, so the gauge does not keep the queue alive).
+    /// Ask `sweeper` to take its dead items out before each snapshot (the latest
+    /// call wins: a publisher subscribed again sweeps its live queue; held weakly, so
+    /// the gauge does not keep the queue alive).
     pub(crate) fn set_sweeper(&self, sweeper: Weak<dyn Sweep>) {
-        let _ = self.sweeper.set(sweeper);
+        *lock(&self.sweeper) = Some(sweeper);
     }
 
     /// The clock this gauge (and its queue's stamps) reads.
@@ -302,7 +304,8 @@ impl QueueGauge {
     }
 
     pub(crate) fn snapshot(&self, window: Duration) -> QueueStats {
-        if let Some(sweeper) = self.sweeper.get().and_then(Weak::upgrade) {
+        let sweeper = lock(&self.sweeper).as_ref().and_then(Weak::upgrade);
+        if let Some(sweeper) = sweeper {
             sweeper.sweep();
         }
         let now = self.clock.now();
@@ -327,9 +330,11 @@ impl QueueGauge {
     }
 }
 
-fn lock(rate: &Mutex<WindowedRate>) -> std::sync::MutexGuard<'_, WindowedRate> {
+fn lock<X>(mutex: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
     // Only this module's arithmetic runs under the lock; recover from poisoning anyway.
-    rate.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[cfg(all(test, not(weir_loom)))]

@@ -413,6 +413,28 @@ mod time_bounds {
         probe.assert_no_violations();
     }
 
+    /// A drop hook may read the stage's monitor: the overflow drops reach it while
+    /// the producer holds the queue's lock, and the snapshot's sweep (max age set)
+    /// then leaves the queue alone instead of waiting for that lock.
+    #[test]
+    fn a_drop_hook_may_read_the_monitor() {
+        let vt = VirtualTime::new();
+        let (valve_source, handle) = crate::support::valve::valve(100);
+        let stage = timed(
+            valve_source,
+            &vt,
+            TimeBounds::none().max_age(Duration::from_secs(1)),
+        );
+        let monitor = stage.monitor();
+        let depths = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let seen = depths.clone();
+        let hook = weir::metrics::DropHook::new(weir::metrics::Drops::new())
+            .inspect(move |_| seen.lock().unwrap().push(monitor.snapshot().depth));
+        let _probe = crate::support::probe_of(stage.on_dropped(hook));
+        handle.release(12); // 10 held, then 2 oldest dropped
+        assert_eq!(*depths.lock().unwrap(), [10, 10]);
+    }
+
     #[test]
     fn a_standing_queue_serves_newest_first_once_the_interval_has_passed() {
         let vt = VirtualTime::new();
