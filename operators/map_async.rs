@@ -238,7 +238,6 @@ struct MapStage<T, F, Fut, C> {
     upstream: SharedUpstream,
     inbox: Mutex<Inbox<T>>,
     woken: Arc<Woken>,
-    concurrency: usize,
     _calls: PhantomData<fn(F) -> Fut>,
 }
 
@@ -254,8 +253,6 @@ struct Slot<Fut: Future> {
     future: Pin<Box<Option<Fut>>>,
     result: Option<Fut::Output>,
     waker: Waker,
-    /// Holds an item's call or result.
-    busy: bool,
 }
 
 /// What only the pass touches.
@@ -315,8 +312,10 @@ where
         let f = &mut self.f;
         let future = catch(move || f(item))?;
         let entry = &mut self.slots[slot];
-        debug_assert!(!entry.busy, "slot {slot} is free");
-        entry.busy = true;
+        debug_assert!(
+            entry.future.is_none() && entry.result.is_none(),
+            "slot {slot} is free"
+        );
         entry.future.set(Some(future));
         self.running += 1;
         if let Some(clock) = clock {
@@ -427,7 +426,6 @@ where
             };
             let entry = &mut self.slots[slot];
             let result = entry.result.take().expect("a finished slot has its result");
-            entry.busy = false;
             self.busy -= 1;
             self.out.push(result);
             taken += 1;
@@ -491,7 +489,7 @@ where
                     format!(
                         "map_async: upstream delivered more items than requested \
                          ({} slots); rule 1.1",
-                        self.concurrency
+                        owned.slots.len()
                     ),
                 )),
             );
@@ -640,7 +638,6 @@ where
                     slot,
                     woken: woken.clone(),
                 })),
-                busy: false,
             })
             .collect();
         let replenish = Replenish::new(n as u64);
@@ -683,7 +680,6 @@ where
                 end: None,
             }),
             woken,
-            concurrency: n,
             _calls: PhantomData,
         });
         core.attach(owned, downstream);

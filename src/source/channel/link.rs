@@ -537,12 +537,6 @@ impl<T: Send + 'static> Stage for Chan<T> {
     }
 }
 
-impl<T: Send + 'static> Sweep for Link<T> {
-    fn sweep(&self) {
-        self.sweep_now();
-    }
-}
-
 impl<T: Send + 'static> Link<T> {
     /// Settle an offer after the lock is released: wake who the swept items' room
     /// concerns, report them and a drop, run the drain loop
@@ -571,10 +565,12 @@ impl<T: Send + 'static> Link<T> {
             Offer::Closed(item) => Err(super::TrySendError::Closed(item)),
         }
     }
+}
 
-    /// Take the items past the maximum age out of the queue now (see
-    /// [`Sweep`]); the end parked behind them goes out if they were the last.
-    fn sweep_now(&self) {
+/// Take the items past the maximum age out of the queue now; the end parked behind
+/// them goes out if they were the last.
+impl<T: Send + 'static> Sweep for Link<T> {
+    fn sweep(&self) {
         let chan = self.stage();
         let now = chan.gauge.now();
         let mut swept = Vec::new();
@@ -597,7 +593,9 @@ impl<T: Send + 'static> Link<T> {
             self.signal();
         }
     }
+}
 
+impl<T: Send + 'static> Link<T> {
     /// Run the drain loop if there is demand to serve (see the file docs for why
     /// skipping it otherwise loses nothing).
     fn kick(&self) {
