@@ -108,9 +108,8 @@ fn main() {
         std::thread::sleep(Duration::from_millis(250));
         let stats = monitor.snapshot();
         let state = match (producing.load(Ordering::Relaxed), watcher.state()) {
-            (false, _) => "done",
-            (true, FlowState::Paused) => "paused",
-            (true, FlowState::Flowing) => "flowing",
+            (false, _) => "done".to_owned(),
+            (true, state) => state.to_string(),
         };
         println!(
             "{:>5.2}s  {:>8}  {:>5}/{:<6}  {:>9.3}s  {:>8}  {:>7}  {:>6}",

@@ -222,11 +222,14 @@ pub enum DropReason {
     /// ([`TimeBounds::codel`](crate::queue::TimeBounds::codel)): longer than the
     /// target, in a queue that has stood non-empty for the interval.
     CoDel,
+    /// The item's own deadline ([`Deadline`](crate::deadline::Deadline)) had passed
+    /// when it reached the head of its queue: nobody waits for it any more.
+    DeadlineExceeded,
 }
 
 impl DropReason {
     /// How many reasons there are.
-    pub const COUNT: usize = 7;
+    pub const COUNT: usize = 8;
 
     /// Every reason, in declaration order.
     pub const ALL: [DropReason; DropReason::COUNT] = [
@@ -237,6 +240,7 @@ impl DropReason {
         DropReason::Expired,
         DropReason::Rejected,
         DropReason::CoDel,
+        DropReason::DeadlineExceeded,
     ];
 }
 
@@ -250,6 +254,7 @@ impl fmt::Display for DropReason {
             DropReason::Expired => "expired in the queue",
             DropReason::Rejected => "rejected",
             DropReason::CoDel => "waited past its queue's CoDel limit",
+            DropReason::DeadlineExceeded => "its deadline passed while it was queued",
         })
     }
 }

@@ -31,6 +31,7 @@
 
 #[cfg(feature = "futures")]
 pub mod bridge;
+pub mod deadline;
 pub mod demand;
 pub mod drain;
 mod error;

@@ -517,9 +517,10 @@ fn flapping(marks: WaterMarks, tick: Duration) -> Flapping {
         let state = tx.state();
         if state != last {
             run.flips += 1;
-            match state {
-                FlowState::Paused => paused_at = now,
-                FlowState::Flowing => run.pauses.push(now - paused_at),
+            if state.is_paused() {
+                paused_at = now;
+            } else {
+                run.pauses.push(now - paused_at);
             }
             last = state;
         }
@@ -1093,4 +1094,395 @@ fn prefilled_helper_delivers_its_items() {
     probe.request(5);
     probe.assert_items(&[0, 1, 2]);
     probe.assert_completed();
+}
+
+/// Graded admission (`src/source/channel/admission.rs`): the reduce and shed rungs,
+/// each with its own hysteresis, and deadlines at the door and at the head.
+mod admission {
+    use super::*;
+    use std::time::Instant;
+    use weir::deadline::{Deadline, WithDeadline};
+    use weir::runtime::Scheduler;
+    use weir::source::channel::Admission;
+
+    /// Priority classes, lowest first.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+    enum Class {
+        Bulk,
+        Normal,
+        Critical,
+    }
+
+    /// A job: its class and a sequence number.
+    type Job = (Class, u64);
+
+    /// Capacity 100: reduce (to 50 %) at 50 until 20, shed below Normal at 80 until 70,
+    /// pause at 95 until 75.
+    fn laddered() -> (Sender<Job>, Channel<Job>) {
+        let admission = Admission::new()
+            .reduce_at(WaterMarks::new(50, 20), 0.5)
+            .shed_below(
+                WaterMarks::new(80, 70),
+                Class::Normal,
+                |job: &(Class, u64)| job.0,
+            );
+        ChannelBuilder::new(100, ChannelPolicy::Backpressure)
+            .water_marks(WaterMarks::new(95, 75))
+            .build_with(admission)
+    }
+
+    use weir::source::channel::Sender;
+
+    #[test]
+    fn each_rung_turns_on_at_its_high_mark_and_off_at_its_low_mark() {
+        let (tx, rx) = laddered();
+        let monitor = rx.monitor();
+        let probe = probe_of(rx);
+        let mut states = Vec::new();
+        let mut note = |state: FlowState| {
+            if states.last() != Some(&state) {
+                states.push(state);
+            }
+        };
+        for i in 0..96 {
+            tx.try_send((Class::Critical, i)).unwrap();
+            note(tx.state());
+        }
+        // Down: every delivery of one item, until empty.
+        for _ in 0..96 {
+            probe.request(1);
+            note(tx.state());
+        }
+        let reducing = FlowState::Reducing { factor: 0.5 };
+        let shedding = FlowState::Shedding { factor: 0.5 };
+        assert_eq!(
+            states,
+            [
+                FlowState::Flowing,
+                reducing,
+                shedding,
+                FlowState::Paused,
+                shedding,
+                reducing,
+                FlowState::Flowing
+            ]
+        );
+        assert_eq!(monitor.snapshot().pauses, 1);
+        assert_eq!(probe.items().len(), 96);
+    }
+
+    #[test]
+    fn the_rungs_change_at_the_exact_depths() {
+        let (tx, rx) = laddered();
+        let probe = probe_of(rx);
+        let depth_of_change = |tx: &Sender<(Class, u64)>, probe: &TestProbe<(Class, u64)>| {
+            let (mut up, mut down) = (Vec::new(), Vec::new());
+            let mut last = tx.state();
+            for i in 1..=96u64 {
+                tx.try_send((Class::Critical, i)).unwrap();
+                if tx.state() != last {
+                    up.push(i);
+                    last = tx.state();
+                }
+            }
+            for left in (0..96u64).rev() {
+                probe.request(1);
+                if tx.state() != last {
+                    down.push(left);
+                    last = tx.state();
+                }
+            }
+            (up, down)
+        };
+        let (up, down) = depth_of_change(&tx, &probe);
+        assert_eq!(up, [50, 80, 95], "on at each high mark");
+        assert_eq!(down, [75, 70, 20], "off at each low mark");
+    }
+
+    #[test]
+    fn shedding_refuses_only_the_classes_below_and_counts_them() {
+        let (tx, rx) = laddered();
+        let monitor = rx.monitor();
+        let probe = probe_of(rx);
+        for i in 0..79 {
+            tx.try_send((Class::Bulk, i)).unwrap();
+        }
+        tx.try_send((Class::Normal, 79)).unwrap(); // depth 80: shedding
+        assert_eq!(tx.state(), FlowState::Shedding { factor: 0.5 });
+        assert_eq!(
+            tx.try_send((Class::Bulk, 80)),
+            Err(TrySendError::Shed((Class::Bulk, 80)))
+        );
+        // Waiting sends are refused at once too: shed items never wait for room.
+        assert_eq!(
+            futures::executor::block_on(tx.send((Class::Bulk, 81))),
+            Err(TrySendError::Shed((Class::Bulk, 81)))
+        );
+        assert_eq!(
+            tx.send_blocking((Class::Bulk, 82)),
+            Err(TrySendError::Shed((Class::Bulk, 82)))
+        );
+        tx.try_send((Class::Normal, 83)).unwrap();
+        tx.try_send((Class::Critical, 84)).unwrap();
+        let stats = monitor.snapshot();
+        assert_eq!((stats.shed, stats.rejected, stats.depth), (3, 3, 82));
+        // Down to the shed rung's low mark (70): bulk is admitted again.
+        probe.request(11);
+        assert_eq!(tx.state(), FlowState::Shedding { factor: 0.5 }, "depth 71");
+        assert!(tx.try_send((Class::Bulk, 85)).unwrap_err().is_shed());
+        probe.request(2);
+        assert_eq!(tx.state(), FlowState::Reducing { factor: 0.5 }, "depth 69");
+        tx.try_send((Class::Bulk, 86)).unwrap();
+        assert_eq!(monitor.snapshot().shed, 4);
+    }
+
+    #[test]
+    fn a_shed_rejection_says_when_the_class_is_admitted_again() {
+        let clock = VirtualTime::new();
+        let admission = Admission::new().shed_below(WaterMarks::new(8, 4), 1u8, |x: &u8| *x);
+        let (tx, rx) = ChannelBuilder::new(10, ChannelPolicy::Backpressure)
+            .clock(clock.clone())
+            .build_with(admission);
+        let probe = probe_of(rx);
+        // The consumer takes 2 per second while the queue fills with class-1 items.
+        for _ in 0..4 {
+            for _ in 0..4 {
+                let _ = tx.try_send(1);
+            }
+            clock.advance(Duration::from_secs(1));
+            probe.request(2);
+        }
+        assert_eq!(tx.monitor().snapshot().depth, 8);
+        let rejected = tx.try_admit(0).unwrap_err();
+        assert_eq!(rejected.reason(), RejectReason::Shed);
+        // 8 queued, down to the shed low mark (4) at 2 per second: 2 s.
+        assert_eq!(rejected.retry_after(), Some(Duration::from_secs(2)));
+        assert_eq!(rejected.into_inner(), 0);
+    }
+
+    #[test]
+    fn resumed_waits_out_the_pause_not_the_reduction() {
+        let (tx, rx) = laddered();
+        let probe = probe_of(rx);
+        for i in 0..95 {
+            tx.try_send((Class::Critical, i)).unwrap();
+        }
+        assert!(tx.state().is_paused());
+        let waiter = std::thread::spawn({
+            let tx = tx.clone();
+            move || tx.wait_resumed()
+        });
+        probe.request(20); // depth 75: the pause rung turns off; still shedding
+        assert_eq!(waiter.join().unwrap(), Ok(()));
+        assert_eq!(tx.state(), FlowState::Shedding { factor: 0.5 });
+        assert_eq!(futures::executor::block_on(tx.resumed()), Ok(()));
+        assert_eq!(tx.state().rate_factor(), 0.5);
+    }
+
+    #[test]
+    fn a_ladder_without_a_reduce_rung_sheds_at_full_rate() {
+        let admission = Admission::new().shed_below(WaterMarks::new(2, 0), 1u8, |x: &u8| *x);
+        let (tx, _rx) = ChannelBuilder::new(4, ChannelPolicy::Reject).build_with(admission);
+        tx.try_send(1).unwrap();
+        tx.try_send(1).unwrap();
+        assert_eq!(tx.state(), FlowState::Shedding { factor: 1.0 });
+        assert_eq!(tx.state().to_string(), "shedding (rate 100%)");
+    }
+
+    #[test]
+    fn shut_clears_every_rung() {
+        let (tx, rx) = laddered();
+        for i in 0..96 {
+            tx.try_send((Class::Critical, i)).unwrap();
+        }
+        assert!(tx.state().is_paused());
+        probe_of(rx).cancel();
+        assert_eq!(tx.state(), FlowState::Flowing);
+        assert!(tx.try_send((Class::Bulk, 0)).unwrap_err().is_closed());
+        assert_eq!(
+            futures::executor::block_on(tx.resumed()),
+            Err(ChannelClosed)
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "Admission::reduce_at: factor must be in (0, 1), got 1")]
+    fn a_reduction_to_the_full_rate_is_refused() {
+        let _ = Admission::<u8>::new().reduce_at(WaterMarks::new(5, 1), 1.0);
+    }
+
+    #[test]
+    #[should_panic(expected = "Admission::reduce_at: factor must be in (0, 1), got NaN")]
+    fn a_reduction_by_nan_is_refused() {
+        let _ = Admission::<u8>::new().reduce_at(WaterMarks::new(5, 1), f64::NAN);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "channel: the shed rung's high mark must be at most the pause mark \
+                               (got shed high 9, pause high 8, capacity 10)"
+    )]
+    fn a_rung_above_the_pause_mark_is_refused() {
+        let admission = Admission::new().shed_below(WaterMarks::new(9, 1), 1u8, |x: &u8| *x);
+        let _ = ChannelBuilder::new(10, ChannelPolicy::Reject)
+            .water_marks(WaterMarks::new(8, 2))
+            .build_with(admission);
+    }
+
+    #[test]
+    #[should_panic(
+        expected = "channel: rungs must rise: the reduce rung's high mark must be \
+                               below the shed rung's (got reduce high 5, shed high 5)"
+    )]
+    fn rungs_at_the_same_mark_are_refused() {
+        let admission = Admission::new()
+            .reduce_at(WaterMarks::new(5, 1), 0.5)
+            .shed_below(WaterMarks::new(5, 2), 1u8, |x: &u8| *x);
+        let _ = ChannelBuilder::new(10, ChannelPolicy::Reject).build_with(admission);
+    }
+
+    #[test]
+    fn a_panicking_classifier_panics_in_the_send_and_leaves_the_channel_working() {
+        let admission = Admission::new().shed_below(WaterMarks::new(2, 0), 1u64, |x: &u64| {
+            assert!(*x != 13, "unlucky item");
+            *x
+        });
+        let (tx, rx) = ChannelBuilder::new(4, ChannelPolicy::Backpressure).build_with(admission);
+        tx.try_send(1).unwrap();
+        let panicked =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| tx.try_send(13))).is_err();
+        assert!(panicked);
+        tx.try_send(2).unwrap();
+        drop(tx);
+        assert_eq!(rx.collect().wait().unwrap(), [1, 2]);
+    }
+
+    /// A request with a budget, on the test's virtual clock.
+    fn job(id: u64, budget_ms: u64, clock: &VirtualTime) -> WithDeadline<u64> {
+        WithDeadline::within(id, Duration::from_millis(budget_ms), clock)
+    }
+
+    #[test]
+    fn late_items_are_refused_at_the_door_and_dead_ones_dropped_at_the_head() {
+        let clock = VirtualTime::new();
+        let drops = Drops::new();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let hook = DropHook::new(drops.clone()).inspect(move |dropped| {
+            let reason = dropped.reason();
+            if let Some(job) = dropped.take::<WithDeadline<u64>>() {
+                record.lock().unwrap().push((reason, job.into_inner()));
+            }
+        });
+        let (tx, rx) = ChannelBuilder::new(10, ChannelPolicy::Backpressure)
+            .clock(clock.clone())
+            .drop_hook(hook)
+            .build_with(Admission::new().deadlines(Duration::from_millis(10)));
+        let monitor = rx.monitor();
+        let probe = probe_of(rx);
+        assert!(tx.try_send(job(0, 9, &clock)).unwrap_err().is_late());
+        tx.try_send(job(1, 10, &clock)).unwrap(); // exactly the minimum: admitted
+        tx.try_send(job(2, 100, &clock)).unwrap();
+        tx.try_send(job(3, 30, &clock)).unwrap();
+        tx.try_send(job(4, 1_000, &clock)).unwrap();
+        clock.advance(Duration::from_millis(50)); // jobs 1 and 3 are dead
+        probe.request(10);
+        let served: Vec<u64> = probe.items().into_iter().map(|j| j.into_inner()).collect();
+        assert_eq!(served, [2, 4]);
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                (DropReason::DeadlineExceeded, 1),
+                (DropReason::DeadlineExceeded, 3)
+            ]
+        );
+        let stats = monitor.snapshot();
+        assert_eq!((stats.late, stats.rejected), (1, 1));
+        assert_eq!(stats.dropped(DropReason::DeadlineExceeded), 2);
+        assert_eq!(stats.dequeued, 2, "dead items are not served");
+        assert_eq!(drops.count(DropReason::DeadlineExceeded), 2);
+    }
+
+    #[test]
+    fn the_budget_left_is_readable_downstream() {
+        let clock = VirtualTime::new();
+        let (tx, rx) = ChannelBuilder::new(4, ChannelPolicy::Backpressure)
+            .clock(clock.clone())
+            .build_with(Admission::new().deadlines(Duration::ZERO));
+        tx.try_send(job(7, 300, &clock)).unwrap();
+        clock.advance(Duration::from_millis(120));
+        drop(tx);
+        let now = clock.now();
+        let left: Vec<Duration> = rx
+            .map(move |job| job.remaining_at(now))
+            .collect()
+            .wait()
+            .unwrap();
+        assert_eq!(left, [Duration::from_millis(180)]);
+    }
+
+    /// An item type with an optional deadline of its own.
+    struct Call {
+        id: u64,
+        until: Option<Instant>,
+    }
+
+    impl Deadline for Call {
+        fn deadline(&self) -> Option<Instant> {
+            self.until
+        }
+    }
+
+    #[test]
+    fn items_without_a_deadline_are_never_dropped_for_it_in_any_policy() {
+        for policy in [
+            ChannelPolicy::Backpressure,
+            ChannelPolicy::DropOldest,
+            ChannelPolicy::KeepLatest,
+        ] {
+            let clock = VirtualTime::new();
+            let (tx, rx) = ChannelBuilder::new(3, policy)
+                .clock(clock.clone())
+                .build_with(Admission::new().deadlines(Duration::from_millis(5)));
+            let soon = Some(clock.now() + Duration::from_millis(10));
+            for (id, until) in [(1, None), (2, soon), (3, None), (4, soon)] {
+                let _ = tx.try_send(Call { id, until });
+            }
+            clock.advance(Duration::from_secs(3_600));
+            drop(tx);
+            let monitor = rx.monitor();
+            let ids: Vec<u64> = rx.map(|c| c.id).collect().wait().unwrap();
+            assert!(ids.iter().all(|id| id % 2 == 1), "{policy:?}: {ids:?}");
+            // Backpressure refuses 4 (full); DropOldest evicts 1 for it; KeepLatest
+            // puts it in 3's place. Then 2 and 4, if queued, die.
+            let (expected, dead) = match policy {
+                ChannelPolicy::Backpressure => (vec![1, 3], 1),
+                ChannelPolicy::DropOldest => (vec![3], 2),
+                _ => (vec![1], 2),
+            };
+            assert_eq!(ids, expected, "{policy:?}");
+            assert_eq!(
+                monitor.snapshot().dropped(DropReason::DeadlineExceeded),
+                dead,
+                "{policy:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn deadlines_hold_when_a_standing_queue_serves_newest_first() {
+        let clock = VirtualTime::new();
+        let (tx, rx) = ChannelBuilder::new(10, ChannelPolicy::Backpressure)
+            .clock(clock.clone())
+            .time_bounds(TimeBounds::none().adaptive_lifo(Duration::from_millis(10)))
+            .build_with(Admission::new().deadlines(Duration::ZERO));
+        let probe = probe_of(rx);
+        for (id, budget) in [(1, 1_000), (2, 1_000), (3, 20), (4, 1_000)] {
+            tx.try_send(job(id, budget, &clock)).unwrap();
+        }
+        clock.advance(Duration::from_millis(50)); // standing; job 3 is dead
+        probe.request(10);
+        let served: Vec<u64> = probe.items().into_iter().map(|j| j.into_inner()).collect();
+        assert_eq!(served, [4, 2, 1], "newest first, the dead one dropped");
+    }
 }

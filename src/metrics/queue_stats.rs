@@ -66,6 +66,12 @@ pub struct QueueStats {
     /// How many times the queue's high water mark paused its producers (push sources
     /// with water marks; 0 elsewhere).
     pub pauses: u64,
+    /// Of the `rejected` items, those a shedding rung of the channel's admission
+    /// ladder refused for their class ([`Admission::shed_below`](crate::source::channel::Admission::shed_below)).
+    pub shed: u64,
+    /// Of the `rejected` items, those refused for too little time left before their
+    /// deadline ([`Admission::deadlines`](crate::source::channel::Admission::deadlines)).
+    pub late: u64,
     /// Estimated items per second offered to the queue.
     pub arrival_rate: f64,
     /// Estimated items per second taken out of the queue.
@@ -197,6 +203,8 @@ pub(crate) struct QueueGauge {
     rejected: AtomicU64,
     blocked_nanos: AtomicU64,
     pauses: AtomicU64,
+    shed: AtomicU64,
+    late: AtomicU64,
     drops: Drops,
     arrival: Mutex<WindowedRate>,
     drain: Mutex<WindowedRate>,
@@ -235,6 +243,8 @@ impl QueueGauge {
             rejected: AtomicU64::new(0),
             blocked_nanos: AtomicU64::new(0),
             pauses: AtomicU64::new(0),
+            shed: AtomicU64::new(0),
+            late: AtomicU64::new(0),
             drops: Drops::new(),
             arrival: Mutex::new(WindowedRate::new(origin)),
             drain: Mutex::new(WindowedRate::new(origin)),
@@ -288,6 +298,16 @@ impl QueueGauge {
         self.blocked_nanos.fetch_add(nanos, Ordering::Relaxed);
     }
 
+    /// `n` items were refused by a shedding rung of an admission ladder.
+    pub(crate) fn shed(&self, n: u64) {
+        self.shed.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` items were refused for too little time left before their deadline.
+    pub(crate) fn late(&self, n: u64) {
+        self.late.fetch_add(n, Ordering::Relaxed);
+    }
+
     /// The high water mark paused the producers once more.
     pub(crate) fn paused(&self) {
         self.pauses.fetch_add(1, Ordering::Relaxed);
@@ -324,6 +344,8 @@ impl QueueGauge {
             rejected: self.rejected.load(Ordering::Relaxed),
             blocked: Duration::from_nanos(self.blocked_nanos.load(Ordering::Relaxed)),
             pauses: self.pauses.load(Ordering::Relaxed),
+            shed: self.shed.load(Ordering::Relaxed),
+            late: self.late.load(Ordering::Relaxed),
             arrival_rate: lock(&self.arrival).rate(now, window),
             drain_rate: lock(&self.drain).rate(now, window),
         }

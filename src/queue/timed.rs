@@ -10,7 +10,9 @@
 //! `Expired`) instead of being returned; once the queue has been non-empty for the
 //! CoDel interval, so are head items that waited longer than the CoDel target
 //! (`CoDel`); once it has been non-empty for the adaptive-LIFO interval it serves from
-//! the tail until it empties. [`expire_stale`](TimedQueue::expire_stale) takes the
+//! the tail until it empties. An item whose own deadline has passed when it is taken
+//! out (a queue told how to read deadlines, [`with_deadlines`](TimedQueue::with_deadlines))
+//! goes to `expired` too (`DeadlineExceeded`). [`expire_stale`](TimedQueue::expire_stale) takes the
 //! items past the maximum age out without a dequeue (its owners call it when an item
 //! arrives and when the queue's statistics are read), so a queue nobody reads does not
 //! count dead items as depth.
@@ -37,6 +39,10 @@ pub(crate) struct TimedQueue<T> {
     /// When the queue last went from empty to non-empty.
     busy_since: Option<Instant>,
     gauge: Arc<QueueGauge>,
+    /// `deadlines[i]` is `items[i]`'s own deadline, for a queue that honours them
+    /// ([`with_deadlines`](Self::with_deadlines)); `None` otherwise. Read by the
+    /// owner outside the lock and handed in with the item, so no user code runs here.
+    deadlines: Option<VecDeque<Option<Instant>>>,
     offered: u64,
     enqueued: u64,
     dequeued: u64,
@@ -74,10 +80,19 @@ impl<T> TimedQueue<T> {
             bounds,
             busy_since: None,
             gauge,
+            deadlines: None,
             offered: 0,
             enqueued: 0,
             dequeued: 0,
         }
+    }
+
+    /// Keep the deadline each item is pushed with (`push_until`, ...) and drop the
+    /// items whose deadline has passed when they are taken out, reason
+    /// `DeadlineExceeded`.
+    pub(crate) fn with_deadlines(mut self, on: bool) -> Self {
+        self.deadlines = on.then(VecDeque::new);
+        self
     }
 
     pub(crate) fn gauge(&self) -> &Arc<QueueGauge> {
@@ -102,25 +117,41 @@ impl<T> TimedQueue<T> {
 
     /// Append `item` stamped `now`, or hand it back if the queue is full.
     pub(crate) fn push(&mut self, item: T, now: Instant) -> Result<(), T> {
+        self.push_until(item, now, None)
+    }
+
+    /// [`push`](Self::push) an item that is worthless after `deadline`.
+    pub(crate) fn push_until(
+        &mut self,
+        item: T,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<(), T> {
         self.offered += 1;
         if self.is_full() {
             return Err(item);
         }
-        self.append(item, now);
+        self.append(item, now, deadline);
         Ok(())
     }
 
-    /// Append `item` stamped `now`; if the queue is full, first take out the oldest
-    /// item and return it (the caller reports it as `OverflowOldest`).
-    pub(crate) fn push_evicting(&mut self, item: T, now: Instant) -> Option<T> {
+    /// Append `item` stamped `now`, worthless after `deadline` (kept by a queue
+    /// [`with_deadlines`](Self::with_deadlines)); if the queue is full, first take out
+    /// the oldest item and return it (the caller reports it as `OverflowOldest`).
+    pub(crate) fn push_evicting(
+        &mut self,
+        item: T,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Option<T> {
         self.offered += 1;
         let evicted = if self.is_full() {
-            self.stamps.pop_front();
+            self.pop_front_stamp();
             self.items.pop_front()
         } else {
             None
         };
-        self.append(item, now);
+        self.append(item, now, deadline);
         evicted
     }
 
@@ -129,18 +160,35 @@ impl<T> TimedQueue<T> {
         self.offered += n;
     }
 
-    /// Replace the newest queued item with `item` (stamped `now`) and return the one
-    /// it replaced (the caller reports it as `ReplacedByLatest`); on an empty queue
-    /// this is a plain append and returns `None`.
-    pub(crate) fn replace_newest(&mut self, item: T, now: Instant) -> Option<T> {
+    /// Replace the newest queued item with `item` (stamped `now`, worthless after
+    /// `deadline`) and return the one it replaced (the caller reports it as
+    /// `ReplacedByLatest`); on an empty queue this is a plain append and returns `None`.
+    pub(crate) fn replace_newest(
+        &mut self,
+        item: T,
+        now: Instant,
+        deadline: Option<Instant>,
+    ) -> Option<T> {
         self.offered += 1;
-        self.stamps.pop_back();
+        self.pop_back_stamp();
         let replaced = self.items.pop_back();
-        self.append(item, now);
+        self.append(item, now, deadline);
         replaced
     }
 
-    fn append(&mut self, item: T, now: Instant) {
+    /// Take the head item's stamp (and deadline) off; the caller takes the item.
+    fn pop_front_stamp(&mut self) -> Option<Instant> {
+        self.deadlines.as_mut().and_then(VecDeque::pop_front);
+        self.stamps.pop_front()
+    }
+
+    /// Take the tail item's stamp (and deadline) off; the caller takes the item.
+    fn pop_back_stamp(&mut self) -> Option<Option<Instant>> {
+        self.stamps.pop_back();
+        self.deadlines.as_mut().and_then(VecDeque::pop_back)
+    }
+
+    fn append(&mut self, item: T, now: Instant, deadline: Option<Instant>) {
         // Only a queue that was empty starts standing now: an eviction or replacement
         // that empties it for a moment (capacity 1) does not.
         if self.busy_since.is_none() {
@@ -156,6 +204,9 @@ impl<T> TimedQueue<T> {
         }
         self.items.push_back(item);
         self.stamps.push_back(now);
+        if let Some(deadlines) = &mut self.deadlines {
+            deadlines.push_back(deadline);
+        }
         self.enqueued += 1;
     }
 
@@ -169,8 +220,11 @@ impl<T> TimedQueue<T> {
 
     /// A policy took the oldest item out and appended one at `now`.
     pub(crate) fn evicted_oldest(&mut self, now: Instant) {
-        self.stamps.pop_front();
+        self.pop_front_stamp();
         self.stamps.push_back(now);
+        if let Some(deadlines) = &mut self.deadlines {
+            deadlines.push_back(None);
+        }
         self.enqueued += 1;
     }
 
@@ -205,7 +259,7 @@ impl<T> TimedQueue<T> {
                 None
             };
             if let Some(reason) = reason {
-                self.stamps.pop_front();
+                self.pop_front_stamp();
                 let item = self.items.pop_front().expect("a stamp has its item");
                 self.left();
                 self.gauge.dropped(reason, 1);
@@ -213,15 +267,24 @@ impl<T> TimedQueue<T> {
             }
         }
         let standing = self.bounds.get_adaptive_lifo().is_some_and(stood);
-        let item = if standing {
-            self.stamps.pop_back();
-            self.items.pop_back()
+        let (item, deadline) = if standing {
+            let deadline = self.pop_back_stamp().flatten();
+            (self.items.pop_back()?, deadline)
         } else {
+            let deadline = self
+                .deadlines
+                .as_mut()
+                .and_then(VecDeque::pop_front)
+                .flatten();
             self.stamps.pop_front();
-            self.items.pop_front()
-        }?;
-        self.dequeued += 1;
+            (self.items.pop_front()?, deadline)
+        };
         self.left();
+        if deadline.is_some_and(|deadline| now > deadline) {
+            self.gauge.dropped(DropReason::DeadlineExceeded, 1);
+            return Some(Popped::Expired(DropReason::DeadlineExceeded, item));
+        }
+        self.dequeued += 1;
         Some(Popped::Item(item))
     }
 
@@ -244,7 +307,7 @@ impl<T> TimedQueue<T> {
             if now.saturating_duration_since(stamp) <= max_age {
                 break;
             }
-            self.stamps.pop_front();
+            self.pop_front_stamp();
             let item = self.items.pop_front().expect("a stamp has its item");
             out.push((DropReason::Expired, item));
             n += 1;
@@ -296,6 +359,9 @@ impl<T> TimedQueue<T> {
     pub(crate) fn take_all(&mut self) -> impl Iterator<Item = T> + '_ {
         self.busy_since = None;
         self.stamps.clear();
+        if let Some(deadlines) = &mut self.deadlines {
+            deadlines.clear();
+        }
         self.items.drain(..)
     }
 
@@ -341,7 +407,7 @@ mod tests {
         assert_eq!(q.push(1, now), Ok(()));
         assert_eq!(q.push(2, now), Ok(()));
         assert_eq!(q.push(3, now), Err(3));
-        assert_eq!(q.push_evicting(4, now), Some(1));
+        assert_eq!(q.push_evicting(4, now, None), Some(1));
         assert_eq!(q.len(), 2);
         q.flush(now);
         let stats = monitor.snapshot();
@@ -515,9 +581,9 @@ mod tests {
             for i in 1..4 {
                 vt.advance(Duration::from_millis(50));
                 let out = if evict {
-                    q.push_evicting(i, vt.now())
+                    q.push_evicting(i, vt.now(), None)
                 } else {
-                    q.replace_newest(i, vt.now())
+                    q.replace_newest(i, vt.now(), None)
                 };
                 assert_eq!(out, Some(i - 1));
             }
@@ -534,9 +600,13 @@ mod tests {
     fn replace_newest_swaps_the_tail_and_counts_an_arrival() {
         let (vt, mut q, monitor) = queue(2, TimeBounds::none());
         let now = vt.now();
-        assert_eq!(q.replace_newest(1, now), None, "empty: a plain append");
+        assert_eq!(
+            q.replace_newest(1, now, None),
+            None,
+            "empty: a plain append"
+        );
         q.push(2, now).unwrap();
-        assert_eq!(q.replace_newest(3, now), Some(2));
+        assert_eq!(q.replace_newest(3, now, None), Some(2));
         q.flush(now);
         let stats = monitor.snapshot();
         assert_eq!((stats.depth, stats.enqueued), (2, 3));

@@ -21,6 +21,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 use std::time::Instant;
 
+use super::admission::{Admission, Assessed, Refusal, Rungs};
 use super::marks::{FlowState, WaterMarks};
 use super::ChannelPolicy;
 use crate::metrics::{DropHook, QueueGauge, Sweep};
@@ -31,11 +32,11 @@ use crate::{DropReason, Error, Subscriber};
 // The loom models at the end of this file check the real channel, so every atomic,
 // lock and condition variable here is loom's under `cfg(weir_loom)`.
 #[cfg(weir_loom)]
-use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use loom::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(weir_loom)]
 use loom::sync::{Condvar, Mutex, MutexGuard};
 #[cfg(not(weir_loom))]
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(not(weir_loom))]
 use std::sync::{Condvar, Mutex, MutexGuard};
 
@@ -95,7 +96,8 @@ pub(super) struct ChannelState<T> {
     pub(super) open: bool,
     /// The end to deliver once the queue is empty.
     end: Option<Result<(), Error>>,
-    pub(super) flow: FlowState,
+    /// The rungs of the admission ladder that are on (pause included).
+    pub(super) rungs: Rungs,
     /// Threads in `send_blocking` waiting for room.
     pub(super) blocked_threads: usize,
     /// Threads in `wait_resumed`.
@@ -113,6 +115,8 @@ pub(super) enum Offer<T> {
     Dropped(DropReason, T),
     /// Full: refused (counted as rejected) or, for a waiting sender, to wait.
     Full(T),
+    /// Refused by admission (shed or late), whatever the room; counted as rejected.
+    Refused(Refusal, T),
     Closed(T),
 }
 
@@ -208,8 +212,10 @@ pub(super) struct Chan<T> {
     pub(super) room: Condvar,
     /// `wait_resumed` waits here for `Flowing`.
     pub(super) resume: Condvar,
-    /// Mirror of `state.flow == Paused`, for lock-free `Sender::state`.
-    pub(super) paused: AtomicBool,
+    /// The admission ladder's rungs and deadline rules.
+    pub(super) admission: Admission<T>,
+    /// Mirror of `state.rungs`, for lock-free `Sender::state`.
+    pub(super) rungs: AtomicU8,
     /// Live `Sender` handles; the last one dropped closes the channel.
     pub(super) senders: AtomicUsize,
     /// Set by the first `subscribe`.
@@ -229,6 +235,7 @@ impl<T: Send + 'static> Chan<T> {
         marks: WaterMarks,
         queue: TimedQueue<T>,
         hook: Option<DropHook>,
+        admission: Admission<T>,
     ) -> Self {
         let queue_capacity = queue.capacity();
         let batch_size = queue_capacity.min(BATCH);
@@ -244,7 +251,7 @@ impl<T: Send + 'static> Chan<T> {
                 queue,
                 open: true,
                 end: None,
-                flow: FlowState::Flowing,
+                rungs: Rungs::default(),
                 blocked_threads: 0,
                 resume_threads: 0,
                 send_wakers: Waiters::default(),
@@ -253,7 +260,8 @@ impl<T: Send + 'static> Chan<T> {
             }),
             room: Condvar::new(),
             resume: Condvar::new(),
-            paused: AtomicBool::new(false),
+            admission,
+            rungs: AtomicU8::new(0),
             senders: AtomicUsize::new(1),
             subscribed: AtomicBool::new(false),
             hook: cell,
@@ -279,7 +287,7 @@ impl<T: Send + 'static> Chan<T> {
     pub(super) fn offer(
         &self,
         st: &mut ChannelState<T>,
-        item: T,
+        (item, assessed): (T, Assessed),
         now: Instant,
         will_wait: bool,
     ) -> Offered<T> {
@@ -293,7 +301,25 @@ impl<T: Send + 'static> Chan<T> {
         // Items that died in the queue go first: the room is the living's.
         let mut swept = Vec::new();
         let wake = (st.queue.expire_stale(now, &mut swept) > 0).then(|| self.after_removal(st));
+        if let Some(refusal) = self
+            .admission
+            .refuses(assessed, st.rungs.has(Rungs::SHED), now)
+        {
+            st.queue.offered_elsewhere(1);
+            self.gauge.rejected(1);
+            match refusal {
+                Refusal::Shed => self.gauge.shed(1),
+                Refusal::Late => self.gauge.late(1),
+            }
+            st.queue.flush(now);
+            return Offered {
+                outcome: Offer::Refused(refusal, item),
+                swept,
+                wake,
+            };
+        }
         let full = st.queue.is_full();
+        let deadline = assessed.deadline;
         let outcome = match self.policy {
             ChannelPolicy::Backpressure | ChannelPolicy::Reject if full => {
                 if !(will_wait && self.policy == ChannelPolicy::Backpressure) {
@@ -315,15 +341,17 @@ impl<T: Send + 'static> Chan<T> {
                 st.queue.offered_elsewhere(1);
                 Offer::Dropped(DropReason::OverflowNewest, item)
             }
-            ChannelPolicy::DropOldest => match st.queue.push_evicting(item, now) {
+            ChannelPolicy::DropOldest => match st.queue.push_evicting(item, now, deadline) {
                 Some(old) => Offer::Dropped(DropReason::OverflowOldest, old),
                 None => Offer::Accepted,
             },
-            ChannelPolicy::KeepLatest if full => match st.queue.replace_newest(item, now) {
-                Some(old) => Offer::Dropped(DropReason::ReplacedByLatest, old),
-                None => Offer::Accepted,
-            },
-            _ => match st.queue.push(item, now) {
+            ChannelPolicy::KeepLatest if full => {
+                match st.queue.replace_newest(item, now, deadline) {
+                    Some(old) => Offer::Dropped(DropReason::ReplacedByLatest, old),
+                    None => Offer::Accepted,
+                }
+            }
+            _ => match st.queue.push_until(item, now, deadline) {
                 Ok(()) => Offer::Accepted,
                 Err(item) => Offer::Full(item),
             },
@@ -331,19 +359,7 @@ impl<T: Send + 'static> Chan<T> {
         if let Offer::Dropped(reason, _) = &outcome {
             self.gauge.dropped(*reason, 1);
         }
-        if st.flow == FlowState::Flowing && st.queue.len() >= self.marks.high() {
-            st.flow = FlowState::Paused;
-            // Relaxed: advisory mirror; the authoritative state is under the lock.
-            self.paused.store(true, Ordering::Relaxed);
-            self.gauge.paused();
-            tracing::debug!(
-                target: "weir::channel",
-                depth = st.queue.len(),
-                high = self.marks.high(),
-                low = self.marks.low(),
-                "channel paused: depth reached the high water mark"
-            );
-        }
+        self.climb(st);
         st.queue.flush(now);
         Offered {
             outcome,
@@ -383,29 +399,86 @@ impl<T: Send + 'static> Chan<T> {
         Wake(wakers)
     }
 
-    /// Items left the queue: flow again at the low mark, wake senders waiting for room.
+    /// The ladder's high marks: after an offer, turn on each rung whose high mark the
+    /// depth reached.
+    fn climb(&self, st: &mut ChannelState<T>) {
+        let depth = st.queue.len();
+        let before = st.rungs;
+        for (rung, marks) in self.ladder() {
+            if !st.rungs.has(rung) && depth >= marks.high() {
+                st.rungs.set(rung, true);
+                if rung == Rungs::PAUSE {
+                    self.gauge.paused();
+                }
+            }
+        }
+        self.publish_rungs(before, st.rungs, depth);
+    }
+
+    /// Items left the queue: turn off each rung whose low mark the depth fell to (the
+    /// pause rung's resumes the producers), and wake senders waiting for room.
     fn after_removal(&self, st: &mut ChannelState<T>) -> Wake {
         let mut wakers = Vec::new();
-        if st.flow == FlowState::Paused && st.queue.len() <= self.marks.low() {
-            st.flow = FlowState::Flowing;
-            // Relaxed: advisory mirror; see `offer`.
-            self.paused.store(false, Ordering::Relaxed);
-            tracing::debug!(
-                target: "weir::channel",
-                depth = st.queue.len(),
-                low = self.marks.low(),
-                "channel flowing: depth fell to the low water mark"
-            );
+        let depth = st.queue.len();
+        let before = st.rungs;
+        for (rung, marks) in self.ladder() {
+            if st.rungs.has(rung) && depth <= marks.low() {
+                st.rungs.set(rung, false);
+            }
+        }
+        if before.has(Rungs::PAUSE) && !st.rungs.has(Rungs::PAUSE) {
             st.resume_wakers.take_into(&mut wakers);
             if st.resume_threads > 0 {
                 self.resume.notify_all();
             }
         }
+        self.publish_rungs(before, st.rungs, depth);
         if st.blocked_threads > 0 {
             self.room.notify_all();
         }
         st.send_wakers.take_into(&mut wakers);
         Wake(wakers)
+    }
+
+    /// Every rung with its marks, lowest first (the pause rung always).
+    fn ladder(&self) -> impl Iterator<Item = (u8, WaterMarks)> {
+        let reduce = self
+            .admission
+            .reduce
+            .map(|(marks, _)| (Rungs::REDUCE, marks));
+        let shed = self
+            .admission
+            .shed
+            .as_ref()
+            .map(|(marks, _)| (Rungs::SHED, *marks));
+        reduce
+            .into_iter()
+            .chain(shed)
+            .chain(std::iter::once((Rungs::PAUSE, self.marks)))
+    }
+
+    /// Mirror a change of rungs for the lock-free state, and log it (once per change,
+    /// never per item).
+    fn publish_rungs(&self, before: Rungs, after: Rungs, depth: usize) {
+        if before == after {
+            return;
+        }
+        // Relaxed: advisory mirror; the authoritative rungs are under the lock.
+        self.rungs.store(after.0, Ordering::Relaxed);
+        tracing::debug!(
+            target: "weir::channel",
+            depth,
+            from = %self.admission.flow(before),
+            to = %self.admission.flow(after),
+            "channel flow state changed"
+        );
+    }
+
+    /// The flow state senders read (lock-free, advisory).
+    pub(super) fn flow(&self) -> FlowState {
+        // Relaxed: advisory; `resumed`/`wait_resumed` read the rungs under the lock.
+        self.admission
+            .flow(Rungs(self.rungs.load(Ordering::Relaxed)))
     }
 
     // ---- the subscriber side ----------------------------------------------------
@@ -507,11 +580,8 @@ impl<T: Send + 'static> Chan<T> {
             let released: Vec<T> = st.queue.take_all().collect();
             let now = self.gauge.now();
             st.queue.flush(now);
-            if st.flow == FlowState::Paused {
-                st.flow = FlowState::Flowing;
-                // Relaxed: advisory mirror; see `offer`.
-                self.paused.store(false, Ordering::Relaxed);
-            }
+            let before = std::mem::take(&mut st.rungs);
+            self.publish_rungs(before, st.rungs, 0);
             (released, self.wake_all(&mut st))
         };
         wake.run();
@@ -562,6 +632,8 @@ impl<T: Send + 'static> Link<T> {
                 Ok(())
             }
             Offer::Full(item) => Err(super::TrySendError::Full(item)),
+            Offer::Refused(Refusal::Shed, item) => Err(super::TrySendError::Shed(item)),
+            Offer::Refused(Refusal::Late, item) => Err(super::TrySendError::Late(item)),
             Offer::Closed(item) => Err(super::TrySendError::Closed(item)),
         }
     }

@@ -21,23 +21,69 @@ use std::time::Duration;
 
 use crate::queue::{Capacity, SizingError};
 
-/// Whether a push source wants more items. Advice to cooperative producers: items
-/// offered while `Paused` are still accepted by the channel's policy up to capacity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Whether a push source wants more items, and how many. Advice to cooperative
+/// producers: items offered while `Paused` are still accepted by the channel's policy
+/// up to capacity. A channel without an [`Admission`](super::Admission) ladder is only
+/// ever `Flowing` or `Paused`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
 pub enum FlowState {
-    /// Depth is below the high water mark (or has fallen back to the low mark): send.
+    /// Depth is below every mark (or has fallen back to their low marks): send.
     Flowing,
+    /// The reduce rung is on ([`Admission::reduce_at`](super::Admission::reduce_at)):
+    /// send at `factor` times your rate.
+    Reducing {
+        /// The fraction of its rate a producer should send at, in (0, 1).
+        factor: f64,
+    },
+    /// The shed rung is on ([`Admission::shed_below`](super::Admission::shed_below)):
+    /// items below its class are refused; send the others at `factor` times your rate
+    /// (1 without a reduce rung).
+    Shedding {
+        /// The fraction of its rate a producer should send at, in (0, 1].
+        factor: f64,
+    },
     /// Depth reached the high water mark and has not yet fallen to the low mark: stop
     /// producing (e.g. stop reading the socket) until [`Sender::resumed`](super::Sender::resumed).
     Paused,
 }
 
+impl FlowState {
+    /// The fraction of its full rate a cooperative producer should send at: 1 when
+    /// flowing, the rung's factor when reducing or shedding, 0 when paused.
+    ///
+    /// ```
+    /// use weir::source::channel::FlowState;
+    ///
+    /// assert_eq!(FlowState::Flowing.rate_factor(), 1.0);
+    /// assert_eq!(FlowState::Reducing { factor: 0.5 }.rate_factor(), 0.5);
+    /// assert_eq!(FlowState::Paused.rate_factor(), 0.0);
+    /// ```
+    pub fn rate_factor(&self) -> f64 {
+        match *self {
+            FlowState::Flowing => 1.0,
+            FlowState::Reducing { factor } | FlowState::Shedding { factor } => factor,
+            FlowState::Paused => 0.0,
+        }
+    }
+
+    /// True when `Paused`: producers should stop until
+    /// [`Sender::resumed`](super::Sender::resumed).
+    pub fn is_paused(&self) -> bool {
+        matches!(self, FlowState::Paused)
+    }
+}
+
 impl fmt::Display for FlowState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            FlowState::Flowing => "flowing",
-            FlowState::Paused => "paused",
-        })
+        match self {
+            FlowState::Flowing => f.write_str("flowing"),
+            FlowState::Reducing { factor } => write!(f, "reducing to {:.0}%", factor * 100.0),
+            FlowState::Shedding { factor } => {
+                write!(f, "shedding (rate {:.0}%)", factor * 100.0)
+            }
+            FlowState::Paused => f.write_str("paused"),
+        }
     }
 }
 

@@ -96,6 +96,7 @@
 //! assert_eq!(sum, (0..10_000).sum::<u64>());
 //! ```
 
+mod admission;
 mod link;
 mod marks;
 mod sender;
@@ -104,6 +105,7 @@ use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+pub use admission::Admission;
 pub use marks::{FlowState, WaterMarks};
 pub use sender::{RejectReason, Rejected, Resumed, SendFuture, Sender};
 
@@ -170,13 +172,22 @@ pub enum TrySendError<T> {
     /// The channel is closed: every sender closed it, it failed, or its subscriber
     /// cancelled or terminated.
     Closed(T),
+    /// The shed rung of the channel's [`Admission`] ladder is on and the item's class
+    /// is below its threshold (counted as `shed` and `rejected`).
+    Shed(T),
+    /// The item's deadline leaves less than the minimum useful time of the channel's
+    /// [`Admission::deadlines`] (counted as `late` and `rejected`).
+    Late(T),
 }
 
 impl<T> TrySendError<T> {
     /// The item handed back.
     pub fn into_inner(self) -> T {
         match self {
-            TrySendError::Full(item) | TrySendError::Closed(item) => item,
+            TrySendError::Full(item)
+            | TrySendError::Closed(item)
+            | TrySendError::Shed(item)
+            | TrySendError::Late(item) => item,
         }
     }
 
@@ -189,6 +200,16 @@ impl<T> TrySendError<T> {
     pub fn is_closed(&self) -> bool {
         matches!(self, TrySendError::Closed(_))
     }
+
+    /// True for [`Shed`](TrySendError::Shed).
+    pub fn is_shed(&self) -> bool {
+        matches!(self, TrySendError::Shed(_))
+    }
+
+    /// True for [`Late`](TrySendError::Late).
+    pub fn is_late(&self) -> bool {
+        matches!(self, TrySendError::Late(_))
+    }
 }
 
 impl<T> fmt::Debug for TrySendError<T> {
@@ -196,6 +217,8 @@ impl<T> fmt::Debug for TrySendError<T> {
         match self {
             TrySendError::Full(_) => f.write_str("Full(..)"),
             TrySendError::Closed(_) => f.write_str("Closed(..)"),
+            TrySendError::Shed(_) => f.write_str("Shed(..)"),
+            TrySendError::Late(_) => f.write_str("Late(..)"),
         }
     }
 }
@@ -205,6 +228,12 @@ impl<T> fmt::Display for TrySendError<T> {
         match self {
             TrySendError::Full(_) => f.write_str("channel full: item handed back"),
             TrySendError::Closed(_) => f.write_str("channel closed: item handed back"),
+            TrySendError::Shed(_) => {
+                f.write_str("channel shedding: item below the admitted class handed back")
+            }
+            TrySendError::Late(_) => {
+                f.write_str("item refused: its deadline leaves less than the minimum useful time")
+            }
         }
     }
 }
@@ -258,7 +287,8 @@ pub fn channel<T: Send + 'static>(
     ChannelBuilder::new(capacity, policy).build()
 }
 
-/// Configures a [`channel`](fn@channel): water marks, time bounds, clock.
+/// Configures a [`channel`](fn@channel): water marks, time bounds, clock, and graded
+/// admission ([`build_with`](Self::build_with)).
 ///
 /// ```
 /// use std::time::Duration;
@@ -373,6 +403,30 @@ impl ChannelBuilder {
     ///     .build::<u8>();
     /// ```
     pub fn build<T: Send + 'static>(self) -> (Sender<T>, Channel<T>) {
+        self.build_with(Admission::new())
+    }
+
+    /// Build the channel with graded admission: the reduce and shed rungs of
+    /// `admission` between flowing and paused, and its deadline rules (see
+    /// [`Admission`]).
+    ///
+    /// # Panics
+    ///
+    /// If the high water mark is above the capacity, or the rungs do not rise (the
+    /// reduce rung's high mark must be below the shed rung's, and both at most the
+    /// pause mark), with the marks in the message.
+    ///
+    /// ```should_panic
+    /// use weir::source::channel::{Admission, ChannelBuilder, ChannelPolicy, WaterMarks};
+    ///
+    /// // panics: "channel: rungs must rise: the reduce rung's high mark must be below
+    /// // the shed rung's (got reduce high 90, shed high 70)"
+    /// let admission = Admission::new()
+    ///     .reduce_at(WaterMarks::new(90, 50), 0.5)
+    ///     .shed_below(WaterMarks::new(70, 60), 1u8, |x: &u8| *x);
+    /// let _ = ChannelBuilder::new(100, ChannelPolicy::Reject).build_with(admission);
+    /// ```
+    pub fn build_with<T: Send + 'static>(self, admission: Admission<T>) -> (Sender<T>, Channel<T>) {
         let capacity = self.capacity.get();
         let marks = self
             .marks
@@ -383,8 +437,10 @@ impl ChannelBuilder {
             marks.high()
         );
         let gauge = QueueGauge::new(capacity, self.clock.clone());
-        let queue = TimedQueue::new(self.capacity, self.bounds, gauge.clone());
-        let shared = Link::new(Chan::new(self.policy, marks, queue, self.hook));
+        admission.check(marks, capacity);
+        let queue = TimedQueue::new(self.capacity, self.bounds, gauge.clone())
+            .with_deadlines(admission.keeps_deadlines());
+        let shared = Link::new(Chan::new(self.policy, marks, queue, self.hook, admission));
         if self.bounds.get_max_age().is_some() {
             // Items that die while nobody reads leave before the stats are read.
             let sweeper: Arc<dyn crate::metrics::Sweep> = shared.clone();

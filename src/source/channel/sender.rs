@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use super::admission::{Assessed, Rungs};
 use super::link::{lock, Link, Offer, Offered};
 use super::marks::FlowState;
 use super::{ChannelClosed, ChannelPolicy, TrySendError};
@@ -92,10 +93,13 @@ impl<T: Send + 'static> Sender<T> {
     /// # drop(rx);
     /// ```
     pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
+        let assessed = self.shared.stage().admission.assess(&item);
         let now = self.shared.stage().gauge.now();
         let outcome = {
             let mut st = lock(&self.shared.stage().state);
-            self.shared.stage().offer(&mut st, item, now, false)
+            self.shared
+                .stage()
+                .offer(&mut st, (item, assessed), now, false)
         };
         self.shared.settle(outcome)
     }
@@ -125,6 +129,7 @@ impl<T: Send + 'static> Sender<T> {
         SendFuture {
             sender: self,
             item: Some(item),
+            assessed: None,
             key: None,
             since: None,
         }
@@ -154,11 +159,12 @@ impl<T: Send + 'static> Sender<T> {
     pub fn send_blocking(&self, item: T) -> Result<(), TrySendError<T>> {
         let shared = &self.shared;
         let mut item = item;
+        let assessed = shared.stage().admission.assess(&item);
         let mut since: Option<Instant> = None;
         let mut st = lock(&shared.stage().state);
         let outcome = loop {
             let now = shared.stage().gauge.now();
-            match shared.stage().offer(&mut st, item, now, true) {
+            match shared.stage().offer(&mut st, (item, assessed), now, true) {
                 // (Nothing was swept: a sweep leaves room.)
                 Offered {
                     outcome: Offer::Full(back),
@@ -188,8 +194,10 @@ impl<T: Send + 'static> Sender<T> {
     }
 
     /// The channel's flow state: `Paused` from the moment its depth reached the high
-    /// water mark until it fell to the low mark. Advice for cooperative producers (a
-    /// socket reader stops reading); a lock-free read.
+    /// water mark until it fell to the low mark; with an [`Admission`](super::Admission)
+    /// ladder, `Reducing` or `Shedding` while those rungs are on (their
+    /// [`rate_factor`](FlowState::rate_factor) is the rate to send at). Advice for
+    /// cooperative producers (a socket reader stops reading); a lock-free read.
     ///
     /// ```
     /// use weir::source::channel::{ChannelPolicy, FlowState, WaterMarks};
@@ -205,16 +213,14 @@ impl<T: Send + 'static> Sender<T> {
     /// # drop(rx);
     /// ```
     pub fn state(&self) -> FlowState {
-        // Relaxed: advisory; `resumed`/`wait_resumed` read the state under the lock.
-        if self.shared.stage().paused.load(Ordering::Relaxed) {
-            FlowState::Paused
-        } else {
-            FlowState::Flowing
-        }
+        self.shared.stage().flow()
     }
 
-    /// A future that completes with `Ok(())` once the channel is `Flowing` (at once if
-    /// it is), or `Err(ChannelClosed)` if the channel closes first.
+    /// A future that completes with `Ok(())` once the channel is not `Paused` (at once
+    /// if it is not: `Flowing`, or `Reducing`/`Shedding` under an
+    /// [`Admission`](super::Admission) ladder, where the producer sends at the state's
+    /// [`rate_factor`](FlowState::rate_factor)), or `Err(ChannelClosed)` if the channel
+    /// closes first.
     ///
     /// ```
     /// use weir::prelude::*;
@@ -242,7 +248,7 @@ impl<T: Send + 'static> Sender<T> {
         }
     }
 
-    /// Block this thread until the channel is `Flowing` (`Ok`) or closed (`Err`).
+    /// Block this thread until the channel is not `Paused` (`Ok`) or closed (`Err`).
     /// See [`resumed`](Self::resumed).
     ///
     /// ```
@@ -269,7 +275,7 @@ impl<T: Send + 'static> Sender<T> {
             if !st.open {
                 return Err(ChannelClosed);
             }
-            if st.flow == FlowState::Flowing {
+            if !st.rungs.has(Rungs::PAUSE) {
                 return Ok(());
             }
             st.resume_threads += 1;
@@ -373,20 +379,34 @@ impl<T: Send + 'static> Sender<T> {
     /// assert_eq!(rejected.into_inner(), 97);
     /// # }
     /// ```
+    ///
+    /// A shed item ([`Admission::shed_below`](super::Admission::shed_below)) is told
+    /// the time to drain to the shed rung's low mark, when its class is admitted
+    /// again; a late one ([`Admission::deadlines`](super::Admission::deadlines)) gets
+    /// no time: coming back later cannot help it.
     pub fn try_admit(&self, item: T) -> Result<(), Rejected<T>> {
-        match self.try_send(item) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(item)) => Err(Rejected {
-                item,
-                reason: RejectReason::Full,
-                retry_after: self.retry_after(),
-            }),
-            Err(TrySendError::Closed(item)) => Err(Rejected {
-                item,
-                reason: RejectReason::Closed,
-                retry_after: None,
-            }),
-        }
+        let (item, reason, retry_after) = match self.try_send(item) {
+            Ok(()) => return Ok(()),
+            Err(TrySendError::Full(item)) => (item, RejectReason::Full, self.retry_after()),
+            Err(TrySendError::Closed(item)) => (item, RejectReason::Closed, None),
+            Err(TrySendError::Shed(item)) => {
+                let low = self
+                    .shared
+                    .stage()
+                    .admission
+                    .shed
+                    .as_ref()
+                    .map(|(m, _)| m.low());
+                let wait = low.and_then(|low| self.drain_time_to(low));
+                (item, RejectReason::Shed, wait)
+            }
+            Err(TrySendError::Late(item)) => (item, RejectReason::Late, None),
+        };
+        Err(Rejected {
+            item,
+            reason,
+            retry_after,
+        })
     }
 
     /// How long the queue takes to drain down to its low water mark at the measured
@@ -395,11 +415,16 @@ impl<T: Send + 'static> Sender<T> {
     /// when nothing was taken out over the window (a stalled consumer: no true
     /// number exists) or the channel is closed.
     pub fn retry_after(&self) -> Option<Duration> {
+        self.drain_time_to(self.shared.stage().marks.low())
+    }
+
+    /// The time to drain to `low` items at the measured rate (see `retry_after`).
+    fn drain_time_to(&self, low: usize) -> Option<Duration> {
         if self.is_closed() {
             return None;
         }
         let stats = self.monitor().snapshot();
-        let above = stats.depth.saturating_sub(self.shared.stage().marks.low());
+        let above = stats.depth.saturating_sub(low);
         if above == 0 {
             return Some(Duration::ZERO);
         }
@@ -417,6 +442,12 @@ pub enum RejectReason {
     Full,
     /// The channel is closed.
     Closed,
+    /// The channel is shedding and the item's class is below the admitted one
+    /// ([`Admission::shed_below`](super::Admission::shed_below)).
+    Shed,
+    /// The item's deadline leaves less than the minimum useful time
+    /// ([`Admission::deadlines`](super::Admission::deadlines)).
+    Late,
 }
 
 /// An item [`Sender::try_admit`] refused, with the reason and when to come back.
@@ -471,6 +502,8 @@ impl<T> std::error::Error for Rejected<T> {}
 pub struct SendFuture<'a, T: Send + 'static> {
     sender: &'a Sender<T>,
     item: Option<T>,
+    /// What admission read of the item (at the first poll).
+    assessed: Option<Assessed>,
     key: Option<u64>,
     /// When this send first found the channel full.
     since: Option<Instant>,
@@ -498,10 +531,13 @@ impl<T: Send + 'static> Future for SendFuture<'_, T> {
             .item
             .take()
             .expect("SendFuture polled after completion");
+        let assessed = *this
+            .assessed
+            .get_or_insert_with(|| shared.stage().admission.assess(&item));
         let now = shared.stage().gauge.now();
         let outcome = {
             let mut st = lock(&shared.stage().state);
-            match shared.stage().offer(&mut st, item, now, true) {
+            match shared.stage().offer(&mut st, (item, assessed), now, true) {
                 // (Nothing was swept: a sweep leaves room.)
                 Offered {
                     outcome: Offer::Full(back),
@@ -568,7 +604,7 @@ impl<T: Send + 'static> Future for Resumed<'_, T> {
             st.resume_wakers.remove(this.key.take());
             return Poll::Ready(Err(ChannelClosed));
         }
-        if st.flow == FlowState::Flowing {
+        if !st.rungs.has(Rungs::PAUSE) {
             st.resume_wakers.remove(this.key.take());
             return Poll::Ready(Ok(()));
         }
