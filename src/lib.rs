@@ -44,6 +44,7 @@ pub mod mux;
 #[path = "../operators/mod.rs"]
 pub mod operators;
 pub mod queue;
+pub mod retry;
 #[cfg(feature = "rsocket")]
 pub mod rsocket;
 pub mod runtime;

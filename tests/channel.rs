@@ -935,47 +935,30 @@ fn stats_report_lag_and_oldest_age_under_virtual_time() {
 /// 2,000/s arriving: at every 10 ms sample after the first window, `lag()` is the
 /// true lag, depth / 2,000/s (5 % is the promise; it is exact, the rates reading
 /// 2,000/s between polls as well as at them), and time to drain is undefined (the
-/// queue is not shrinking).
+/// queue is not shrinking). The story of `examples/overload_stories.rs`.
 #[test]
 fn lag_holds_for_consumers_that_poll_in_batches() {
     for (batch, period_ms) in [(500u64, 250u64), (2_000, 1_000)] {
-        let clock = VirtualTime::new();
-        let (tx, rx) = ChannelBuilder::new(Capacity::items(10_000), ChannelPolicy::Backpressure)
-            .clock(clock.clone())
-            .build::<u64>();
-        let monitor = tx.monitor();
-        let probe = probe_of(rx);
-        let mut worst = 0.0f64;
-        let mut samples = 0;
-        for step in 1..=6_000u64 {
-            clock.advance(Duration::from_millis(10));
-            for i in 0..20 {
-                tx.try_send(step * 20 + i).unwrap();
-            }
-            if (step * 10) % period_ms == 0 {
-                probe.request(batch);
-            }
-            if step * 10 > 12_000 {
-                let stats = monitor.snapshot();
-                samples += 1;
-                if stats.depth == 0 {
-                    // Just polled: nothing waits.
-                    assert_eq!(stats.lag(), Some(Duration::ZERO));
-                    continue;
-                }
-                let truth = stats.depth as f64 / 2_000.0;
-                let lag = stats.lag().expect("draining").as_secs_f64();
-                worst = worst.max((lag - truth).abs() / truth);
-                assert_eq!(stats.time_to_drain(), None, "{stats:?}");
-            }
-        }
-        assert_eq!(samples, 4_800);
+        let run = batch_lag::run(batch, period_ms);
+        assert_eq!(run.samples, 4_800);
+        assert_eq!(
+            (run.wrong_when_empty, run.false_drain_estimates),
+            (0, 0),
+            "{run:?}"
+        );
         assert!(
-            worst < 1e-9,
-            "{batch} per {period_ms} ms: worst error {worst}"
+            run.worst_error < 1e-9,
+            "{batch} per {period_ms} ms: worst error {}",
+            run.worst_error
         );
     }
 }
+
+// The story's code (and the consumer it drives).
+#[path = "../examples/overload_stories/batch_lag.rs"]
+mod batch_lag;
+#[path = "../examples/overload_stories/consumer.rs"]
+mod consumer;
 
 // ---- random demand ------------------------------------------------------------------
 

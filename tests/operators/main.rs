@@ -10,6 +10,10 @@
 #[path = "../support/mod.rs"]
 pub mod support;
 
+/// The adaptive-limit story of `examples/overload_stories.rs`, asserted in `map_async`.
+#[path = "../../examples/overload_stories/adaptive_limit.rs"]
+mod adaptive_limit;
+
 mod baseline;
 mod buffer;
 mod concat;

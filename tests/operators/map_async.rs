@@ -365,15 +365,11 @@ mod limit {
     //! `MapAsync::limit`: a limiter bounds the running calls and upstream demand; the
     //! adaptive-limit story runs under `VirtualTime` against a simulated dependency.
 
-    use std::collections::VecDeque;
-    use std::sync::{Arc, Mutex};
+    use std::sync::Arc;
     use std::time::Duration;
 
-    use futures::channel::oneshot;
-    use weir::limit::{Fixed, Gradient, LimitMonitor, Limiter};
+    use weir::limit::{Fixed, Gradient, Limiter};
     use weir::prelude::*;
-    use weir::runtime::{Scheduler, VirtualTime};
-    use weir::tck::TestSubscriber;
 
     use super::{runtime, subscribed, Gates};
     use crate::support::counting::counted;
@@ -446,140 +442,7 @@ mod limit {
         probe.cancel();
     }
 
-    /// A dependency with `WORKERS` workers and a FIFO queue in front of them, on
-    /// virtual time; its service time is set by the test.
-    struct Dependency {
-        vt: VirtualTime,
-        state: Mutex<DepState>,
-    }
-
-    struct DepState {
-        service: Duration,
-        busy: usize,
-        queue: VecDeque<(oneshot::Sender<()>, Duration)>,
-        /// Total time requests waited in the queue, and how many were served.
-        waited: Duration,
-        served: u64,
-    }
-
-    const WORKERS: usize = 10;
-
-    impl Dependency {
-        fn new(vt: &VirtualTime) -> Arc<Self> {
-            Arc::new(Dependency {
-                vt: vt.clone(),
-                state: Mutex::new(DepState {
-                    service: Duration::from_millis(40),
-                    busy: 0,
-                    queue: VecDeque::new(),
-                    waited: Duration::ZERO,
-                    served: 0,
-                }),
-            })
-        }
-
-        fn call(self: &Arc<Self>) -> oneshot::Receiver<()> {
-            let (tx, rx) = oneshot::channel();
-            let mut st = self.state.lock().unwrap();
-            if st.busy < WORKERS {
-                st.busy += 1;
-                st.served += 1;
-                let service = st.service;
-                drop(st);
-                self.finish_after(service, tx);
-            } else {
-                st.queue.push_back((tx, self.vt.elapsed()));
-            }
-            rx
-        }
-
-        fn finish_after(self: &Arc<Self>, service: Duration, tx: oneshot::Sender<()>) {
-            let me = self.clone();
-            self.vt.schedule_after(
-                service,
-                Box::new(move || {
-                    let _ = tx.send(());
-                    me.next();
-                }),
-            );
-        }
-
-        /// A worker is free: serve the next queued request.
-        fn next(self: &Arc<Self>) {
-            let mut st = self.state.lock().unwrap();
-            match st.queue.pop_front() {
-                Some((tx, since)) => {
-                    let waited = self.vt.elapsed() - since;
-                    st.waited += waited;
-                    st.served += 1;
-                    let service = st.service;
-                    drop(st);
-                    self.finish_after(service, tx);
-                }
-                None => st.busy -= 1,
-            }
-        }
-
-        /// Mean queueing delay since the last reading, and calls served.
-        fn take_figures(&self) -> (Duration, u64) {
-            let mut st = self.state.lock().unwrap();
-            let served = std::mem::take(&mut st.served);
-            let waited = std::mem::take(&mut st.waited);
-            (waited / u32::try_from(served.max(1)).unwrap(), served)
-        }
-    }
-
-    /// One second of the story: the limit, the mean queueing delay at the
-    /// dependency, and the calls served.
-    #[derive(Clone, Copy, Debug)]
-    struct Second {
-        limit: usize,
-        delay: Duration,
-        served: u64,
-    }
-
-    /// A closed loop of calls (always more items upstream) through a stage of 100
-    /// slots with `limiter`, for 90 s: the dependency serves in 40 ms until 20 s,
-    /// in 900 ms until 50 s, then in 40 ms again.
-    fn story(limiter: impl Limiter + Clone + Sync) -> Vec<Second> {
-        let vt = VirtualTime::new();
-        let dependency = Dependency::new(&vt);
-        let calls = dependency.clone();
-        let stage = weir::range(0u64..u64::MAX)
-            .map_async_on(vt.clone(), 100, false, move |x| {
-                let answer = calls.call();
-                async move {
-                    answer.await.expect("the dependency answers");
-                    x
-                }
-            })
-            .limit(limiter);
-        let monitor: LimitMonitor = stage.limit_monitor();
-        let subscriber = TestSubscriber::new().request_on_subscribe(u64::MAX);
-        let probe = subscriber.probe();
-        stage.subscribe(subscriber);
-        let mut seconds = Vec::new();
-        for second in 1..=90u64 {
-            if second == 21 {
-                dependency.state.lock().unwrap().service = Duration::from_millis(900);
-            }
-            if second == 51 {
-                dependency.state.lock().unwrap().service = Duration::from_millis(40);
-            }
-            for _ in 0..100 {
-                vt.advance(Duration::from_millis(10));
-            }
-            let (delay, served) = dependency.take_figures();
-            seconds.push(Second {
-                limit: monitor.snapshot().limit,
-                delay,
-                served,
-            });
-        }
-        probe.cancel();
-        vt.advance(Duration::from_secs(1));
-        seconds
-    }
+    use crate::adaptive_limit::{story, Second};
 
     /// The adaptive-limit story (deterministic: virtual time, a simulated
     /// dependency of 10 workers). With a fixed limit of 100 the dependency's queue

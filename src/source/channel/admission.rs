@@ -42,8 +42,30 @@ type Sheddable<T> = Arc<dyn Fn(&T) -> bool + Send + Sync>;
 type DeadlineOf<T> = Arc<dyn Fn(&T) -> Option<Instant> + Send + Sync>;
 
 /// The graded-admission rules of a channel: the reduce and shed rungs of its ladder,
-/// and deadlines (see the [module docs](self)). Built up with the methods below and
-/// given to [`ChannelBuilder::build_with`](super::ChannelBuilder::build_with).
+/// and deadlines. Built up with the methods below and given to
+/// [`ChannelBuilder::build_with`](super::ChannelBuilder::build_with).
+///
+/// A plain channel has one step: below the high mark it flows, at it producers are
+/// told to pause. A ladder grades the answer, so that producers hear early that they
+/// should slow down and the least valuable work goes first:
+///
+/// 1. **Reduce** ([`reduce_at`](Self::reduce_at)): the channel asks cooperative
+///    producers to send at a fraction of their rate ([`FlowState::Reducing`],
+///    [`FlowState::rate_factor`]). Nothing is refused.
+/// 2. **Shed** ([`shed_below`](Self::shed_below)): items whose priority class is
+///    below a threshold are refused at once ([`TrySendError::Shed`](super::TrySendError::Shed));
+///    the others are admitted as before.
+/// 3. **Pause** (the channel's [`WaterMarks`]): [`FlowState::Paused`], as without a
+///    ladder; the policy handles what still arrives, up to capacity.
+///
+/// Each rung has its own hysteresis: it turns on when an offer brings the depth to
+/// its high mark and off when items leaving bring it down to its low mark; senders
+/// read the highest rung that is on ([`Sender::state`](super::Sender::state)). Rungs
+/// must rise: the reduce mark below the shed mark, both at most the pause mark.
+///
+/// The classifier and the deadline reader run on the sender's thread before the
+/// channel's lock is taken: a panic in them propagates to that send and leaves the
+/// channel as it was.
 ///
 /// # Examples
 ///
