@@ -68,6 +68,12 @@ pub use bridge::{from_receiver, from_stream, try_from_stream};
 pub use bridge::{from_stream_on, try_from_stream_on};
 pub use spec::{BoxPublisher, Processor, Publisher, RawSubscription, Subscriber, Subscription};
 
+// The README's examples are doc tests too (with every feature on, as the README's
+// test command runs them).
+#[cfg(all(doctest, feature = "tokio", feature = "tck"))]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
 /// The traits a pipeline needs: `use weir::prelude::*;`.
 pub mod prelude {
     pub use crate::{Publisher, PublisherExt, Subscriber, Subscription};

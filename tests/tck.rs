@@ -805,6 +805,37 @@ weir::publisher_tck!(
         .env(env())
 );
 
+/// `factory(n)` for a laddered `weir::channel` (reduce, shed and pause rungs, deadlines
+/// kept): a producer thread pushing `n` items with `send_blocking` through a channel
+/// of 8 whose rungs turn on and off as it fills and drains. No item is shed (every
+/// class is admitted) nor late (none has a deadline), so the stream is lossless.
+fn laddered_channel(n: u64) -> weir::source::Channel<u64> {
+    use weir::source::channel::{Admission, ChannelBuilder, WaterMarks};
+    let admission = Admission::new()
+        .reduce_at(WaterMarks::new(3, 1), 0.5)
+        .shed_below(WaterMarks::new(5, 2), 0u8, |_: &u64| 1u8)
+        .deadlines_by(std::time::Duration::from_millis(1), |_: &u64| None);
+    let (tx, rx) = ChannelBuilder::new(8, weir::source::ChannelPolicy::Backpressure)
+        .water_marks(WaterMarks::new(7, 4))
+        .build_with(admission);
+    std::thread::spawn(move || {
+        for i in 0..n {
+            if tx.send_blocking(i).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+weir::publisher_tck!(
+    channel_laddered,
+    PublisherVerification::new(laddered_channel)
+        .with_failed_publisher(|| weir::error::<u64>(Error::msg("failed on purpose")))
+        .stochastic_iterations(20)
+        .env(env())
+);
+
 // ---- bridges: futures streams and tokio receivers (features futures, tokio) ----------
 //
 // Polled on a shared two-worker tokio runtime. `from_stream` over `stream::iter` is

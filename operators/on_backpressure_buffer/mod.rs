@@ -36,15 +36,23 @@
 //!   producer brings during or after the cancel pass is dropped on arrival, never
 //!   kept; upstream is cancelled.
 //!
+//! With [`deadlines`](OnBackpressureBuffer::deadlines), each held item's own deadline
+//! is read as it is queued and kept beside its stamp; an item whose deadline has passed
+//! when it is taken out is dropped (`DeadlineExceeded`). Items that pass straight
+//! through never waited here and are not checked.
+//!
 //! Drops happen only on the producer's path and go through its [`DropReporter`],
 //! counted once per batch; expired items are reported by the drain. On cancel the held
 //! items are released without a report (nothing was dropped for lack of room). A
 //! refused item (`Overflow::Error`) or a panicking merge cancels upstream and parks
 //! the error behind the held items.
 
+use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::time::Instant;
 
+use crate::deadline::Deadline;
 use crate::demand::UNBOUNDED;
 use crate::drain::Upstream;
 use crate::metrics::{DropHook, DropReporter, QueueGauge, QueueMonitor, Sweep};
@@ -122,6 +130,59 @@ pub struct OnBackpressureBuffer<P, O = Overflow> {
     stage: &'static str,
     bounds: TimeBounds,
     gauge: Arc<QueueGauge>,
+    /// Reads an item's deadline ([`deadlines`](Self::deadlines)): a
+    /// `fn(&P::Item) -> Option<Instant>`, typed again at subscribe time.
+    deadline_of: Option<Arc<dyn Any + Send + Sync>>,
+}
+
+/// How a holding stage reads a held item's deadline.
+type DeadlineOf<T> = fn(&T) -> Option<Instant>;
+
+impl<P, O> OnBackpressureBuffer<P, O>
+where
+    P: Publisher,
+    P::Item: Deadline,
+{
+    /// Honour the held items' deadlines ([`Deadline`]): an item whose deadline has
+    /// passed when it is taken out of the buffer is dropped, reason
+    /// [`DropReason::DeadlineExceeded`], counted and handed to the drop hook. Read on
+    /// the stage's [`clock`](Self::clock). Items that pass straight through (nothing
+    /// held, demand waiting) are not checked: they never waited here.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::deadline::WithDeadline;
+    /// use weir::prelude::*;
+    /// use weir::runtime::VirtualTime;
+    /// use weir::{DropReason, Overflow};
+    ///
+    /// let clock = VirtualTime::new();
+    /// let ms = Duration::from_millis;
+    /// let jobs = vec![
+    ///     WithDeadline::within(1, ms(100), &clock),
+    ///     WithDeadline::within(2, ms(900), &clock),
+    /// ];
+    /// let buffered = weir::from_iter(jobs)
+    ///     .on_backpressure_buffer(8, Overflow::DropOldest)
+    ///     .deadlines()
+    ///     .clock(clock.clone());
+    /// let monitor = buffered.monitor();
+    /// # #[cfg(feature = "tck")] {
+    /// let probe = weir::tck::TestSubscriber::new();
+    /// let consumer = probe.probe();
+    /// buffered.subscribe(probe);
+    /// clock.advance(ms(500)); // job 1's caller has given up
+    /// consumer.request(2);
+    /// let served: Vec<u32> = consumer.items().into_iter().map(|j| j.into_inner()).collect();
+    /// assert_eq!(served, [2]);
+    /// assert_eq!(monitor.snapshot().dropped(DropReason::DeadlineExceeded), 1);
+    /// # }
+    /// ```
+    pub fn deadlines(mut self) -> Self {
+        let read: DeadlineOf<P::Item> = <P::Item as Deadline>::deadline;
+        self.deadline_of = Some(Arc::new(read));
+        self
+    }
 }
 
 impl<P, O> OnBackpressureBuffer<P, O> {
@@ -134,6 +195,7 @@ impl<P, O> OnBackpressureBuffer<P, O> {
             stage,
             bounds: TimeBounds::none(),
             gauge: QueueGauge::new(capacity, Arc::new(Immediate)),
+            deadline_of: None,
         }
     }
 
@@ -189,6 +251,9 @@ impl<P: Publisher, O: OnFull<P::Item>> Publisher for OnBackpressureBuffer<P, O> 
             capacity: self.capacity,
             bounds: self.bounds,
             gauge: self.gauge,
+            deadline_of: self
+                .deadline_of
+                .and_then(|read| read.downcast_ref::<DeadlineOf<P::Item>>().copied()),
             upstream: Upstream::Idle,
         })
     }
@@ -225,6 +290,8 @@ struct HoldSubscriber<T: Send + 'static, S, O> {
     bounds: TimeBounds,
     /// The held-items queue's statistics.
     gauge: Arc<QueueGauge>,
+    /// Reads a held item's deadline, when the stage honours them.
+    deadline_of: Option<DeadlineOf<T>>,
     /// Life-cycle state.
     upstream: Upstream,
 }
@@ -245,13 +312,19 @@ where
     S: Subscriber<T> + Send + 'static,
     O: OnFull<T>,
 {
+    /// `item`'s deadline, if the stage honours them.
+    fn deadline(&self, item: &T) -> Option<Instant> {
+        self.deadline_of.and_then(|read| read(item))
+    }
+
     /// Apply the policy to `item`, the queue being full; report what is lost.
-    fn overflow(&mut self, held: &mut Held<T>, item: T, now: std::time::Instant) -> Kept<T> {
+    fn overflow(&mut self, held: &mut Held<T>, item: T, now: Instant) -> Kept<T> {
+        let deadline = self.deadline(&item);
         match self.policy.on_full(held.queue.items_mut(), item) {
             Lost::Item(reason, lost) => {
                 match reason {
-                    DropReason::OverflowOldest => held.queue.evicted_oldest(now),
-                    DropReason::ReplacedByLatest => held.queue.refreshed_newest(now),
+                    DropReason::OverflowOldest => held.queue.evicted_oldest(now, deadline),
+                    DropReason::ReplacedByLatest => held.queue.refreshed_newest(now, deadline),
                     _ => {}
                 }
                 self.gauge.dropped(reason, 1);
@@ -277,11 +350,12 @@ where
 
     /// Hold `item` as the loop's owner (nobody delivers meanwhile): queue it, or apply
     /// the policy when full.
-    fn hold_owned(&mut self, held: &mut Held<T>, item: T, now: std::time::Instant) -> Kept<T> {
+    fn hold_owned(&mut self, held: &mut Held<T>, item: T, now: Instant) -> Kept<T> {
         if held.closed {
             return Kept::Closed(item);
         }
-        match held.queue.push(item, now) {
+        let deadline = self.deadline(&item);
+        match held.queue.push(item, now, deadline) {
             Ok(()) => Kept::Done,
             Err(item) => self.overflow(held, item, now),
         }
@@ -292,10 +366,11 @@ where
     /// to a full queue without demand.
     fn hand_over(&mut self, hold: &Hold<T>, core: &HoldCore<T, S>, item: T) -> Kept<T> {
         let now = self.gauge.now();
+        let deadline = self.deadline(&item);
         let kept = match hold.room_for(core.demand()) {
             Ok(Some(mut held)) => {
                 held.queue.expire_stale(now, &mut self.stale);
-                let pushed = held.queue.push(item, now);
+                let pushed = held.queue.push(item, now, deadline);
                 held.queue.flush(now);
                 debug_assert!(pushed.is_ok(), "room_for found room");
                 Kept::Done
@@ -304,7 +379,7 @@ where
             Err(mut held) => {
                 // Dead items make room before the policy is asked.
                 let kept = if held.queue.expire_stale(now, &mut self.stale) > 0 {
-                    let pushed = held.queue.push(item, now);
+                    let pushed = held.queue.push(item, now, deadline);
                     debug_assert!(pushed.is_ok(), "the sweep made room");
                     Kept::Done
                 } else {
@@ -362,7 +437,8 @@ where
             Capacity::items(self.capacity),
             self.bounds,
             self.gauge.clone(),
-        );
+        )
+        .with_deadlines(self.deadline_of.is_some());
         let core = Core::new(Hold::new(
             queue,
             SharedUpstream::new(subscription.clone()),

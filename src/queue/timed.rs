@@ -115,13 +115,9 @@ impl<T> TimedQueue<T> {
         self.capacity
     }
 
-    /// Append `item` stamped `now`, or hand it back if the queue is full.
-    pub(crate) fn push(&mut self, item: T, now: Instant) -> Result<(), T> {
-        self.push_until(item, now, None)
-    }
-
-    /// [`push`](Self::push) an item that is worthless after `deadline`.
-    pub(crate) fn push_until(
+    /// Append `item` stamped `now`, worthless after `deadline` (kept by a queue
+    /// [`with_deadlines`](Self::with_deadlines)), or hand it back if the queue is full.
+    pub(crate) fn push(
         &mut self,
         item: T,
         now: Instant,
@@ -218,20 +214,25 @@ impl<T> TimedQueue<T> {
         &mut self.items
     }
 
-    /// A policy took the oldest item out and appended one at `now`.
-    pub(crate) fn evicted_oldest(&mut self, now: Instant) {
+    /// A policy took the oldest item out and appended one at `now`, worthless after
+    /// `deadline`.
+    pub(crate) fn evicted_oldest(&mut self, now: Instant, deadline: Option<Instant>) {
         self.pop_front_stamp();
         self.stamps.push_back(now);
         if let Some(deadlines) = &mut self.deadlines {
-            deadlines.push_back(None);
+            deadlines.push_back(deadline);
         }
         self.enqueued += 1;
     }
 
-    /// A policy replaced the newest item with one that arrived at `now`.
-    pub(crate) fn refreshed_newest(&mut self, now: Instant) {
+    /// A policy replaced the newest item with one that arrived at `now`, worthless
+    /// after `deadline`.
+    pub(crate) fn refreshed_newest(&mut self, now: Instant, deadline: Option<Instant>) {
         if let Some(stamp) = self.stamps.back_mut() {
             *stamp = now;
+        }
+        if let Some(newest) = self.deadlines.as_mut().and_then(VecDeque::back_mut) {
+            *newest = deadline;
         }
     }
 
@@ -404,9 +405,9 @@ mod tests {
     fn refuses_when_full_and_evicts_the_oldest_on_request() {
         let (vt, mut q, monitor) = queue(2, TimeBounds::none());
         let now = vt.now();
-        assert_eq!(q.push(1, now), Ok(()));
-        assert_eq!(q.push(2, now), Ok(()));
-        assert_eq!(q.push(3, now), Err(3));
+        assert_eq!(q.push(1, now, None), Ok(()));
+        assert_eq!(q.push(2, now, None), Ok(()));
+        assert_eq!(q.push(3, now, None), Err(3));
         assert_eq!(q.push_evicting(4, now, None), Some(1));
         assert_eq!(q.len(), 2);
         q.flush(now);
@@ -422,10 +423,10 @@ mod tests {
     fn expired_items_are_dropped_at_dequeue_and_counted() {
         let (vt, mut q, monitor) = queue(8, TimeBounds::none().max_age(Duration::from_secs(1)));
         for i in 0..3 {
-            q.push(i, vt.now()).unwrap();
+            q.push(i, vt.now(), None).unwrap();
         }
         vt.advance(Duration::from_millis(800));
-        q.push(3, vt.now()).unwrap();
+        q.push(3, vt.now(), None).unwrap();
         vt.advance(Duration::from_millis(300));
         q.flush(vt.now());
         assert_eq!(
@@ -451,15 +452,15 @@ mod tests {
             TimeBounds::none().adaptive_lifo(Duration::from_millis(100)),
         );
         let mut none = |_, _| panic!("nothing expires");
-        q.push(1, vt.now()).unwrap();
-        q.push(2, vt.now()).unwrap();
+        q.push(1, vt.now(), None).unwrap();
+        q.push(2, vt.now(), None).unwrap();
         assert_eq!(q.pop(vt.now(), &mut none), Some(1), "FIFO while young");
         vt.advance(Duration::from_millis(100));
-        q.push(3, vt.now()).unwrap();
+        q.push(3, vt.now(), None).unwrap();
         assert_eq!(q.pop(vt.now(), &mut none), Some(3), "LIFO once standing");
         assert_eq!(q.pop(vt.now(), &mut none), Some(2));
-        q.push(4, vt.now()).unwrap();
-        q.push(5, vt.now()).unwrap();
+        q.push(4, vt.now(), None).unwrap();
+        q.push(5, vt.now(), None).unwrap();
         assert_eq!(
             q.pop(vt.now(), &mut none),
             Some(4),
@@ -477,7 +478,7 @@ mod tests {
         let mut dropped = Vec::new();
         // A burst: 3 items, served 50 ms later (queue non-empty 50 ms < interval).
         for i in 0..3 {
-            q.push(i, vt.now()).unwrap();
+            q.push(i, vt.now(), None).unwrap();
         }
         vt.advance(Duration::from_millis(50));
         let mut take = |q: &mut TimedQueue<u32>, now| q.pop(now, &mut |r, i| dropped.push((r, i)));
@@ -487,13 +488,13 @@ mod tests {
         // stood non-empty for the interval, so 2 (100 ms) and 3 (7 ms) are past the
         // target; 4 is served.
         vt.advance(Duration::from_millis(43));
-        q.push(3, vt.now()).unwrap();
+        q.push(3, vt.now(), None).unwrap();
         vt.advance(Duration::from_millis(7));
-        q.push(4, vt.now()).unwrap();
+        q.push(4, vt.now(), None).unwrap();
         assert_eq!(take(&mut q, vt.now()), Some(4));
         assert_eq!(take(&mut q, vt.now()), None);
         // Empty again: a new burst may wait up to the interval.
-        q.push(6, vt.now()).unwrap();
+        q.push(6, vt.now(), None).unwrap();
         vt.advance(Duration::from_millis(99));
         assert_eq!(take(&mut q, vt.now()), Some(6));
         assert_eq!(dropped, [(DropReason::CoDel, 2), (DropReason::CoDel, 3)]);
@@ -516,13 +517,13 @@ mod tests {
         let (vt, mut q, _) = queue(64, bounds);
         let mut dropped = Vec::new();
         for i in 0..4 {
-            q.push(i, vt.now()).unwrap();
+            q.push(i, vt.now(), None).unwrap();
             vt.advance(Duration::from_millis(50));
         }
         // At 200 ms: 0 waited 200 ms (past the maximum age), 1 150 ms, 2 100 ms,
         // 3 50 ms (all past the target); 4 and 5 arrive now.
-        q.push(4, vt.now()).unwrap();
-        q.push(5, vt.now()).unwrap();
+        q.push(4, vt.now(), None).unwrap();
+        q.push(5, vt.now(), None).unwrap();
         let mut take = |q: &mut TimedQueue<u32>| q.pop(vt.now(), &mut |r, i| dropped.push((r, i)));
         assert_eq!(take(&mut q), Some(5), "the newest, served fresh");
         assert_eq!(take(&mut q), Some(4));
@@ -561,7 +562,7 @@ mod tests {
         let bounds = TimeBounds::none().codel(ms(5), Duration::MAX);
         assert_eq!(bounds.get_codel(), Some((ms(5), Duration::MAX)));
         let (vt, mut q, _) = queue(4, bounds);
-        q.push(1, vt.now()).unwrap();
+        q.push(1, vt.now(), None).unwrap();
         vt.advance(Duration::from_secs(3_600));
         assert_eq!(
             q.pop(vt.now(), &mut |_, _| panic!("never dropped")),
@@ -577,7 +578,7 @@ mod tests {
         let bounds = TimeBounds::none().codel(Duration::from_millis(5), Duration::from_millis(100));
         for evict in [false, true] {
             let (vt, mut q, _) = queue(1, bounds);
-            q.push(0, vt.now()).unwrap();
+            q.push(0, vt.now(), None).unwrap();
             for i in 1..4 {
                 vt.advance(Duration::from_millis(50));
                 let out = if evict {
@@ -605,7 +606,7 @@ mod tests {
             None,
             "empty: a plain append"
         );
-        q.push(2, now).unwrap();
+        q.push(2, now, None).unwrap();
         assert_eq!(q.replace_newest(3, now, None), Some(2));
         q.flush(now);
         let stats = monitor.snapshot();
@@ -619,11 +620,11 @@ mod tests {
     fn pop_batch_takes_at_most_max_and_hands_out_expired_items() {
         let (vt, mut q, monitor) = queue(16, TimeBounds::none().max_age(Duration::from_secs(1)));
         for i in 0..4 {
-            q.push(i, vt.now()).unwrap();
+            q.push(i, vt.now(), None).unwrap();
         }
         vt.advance(Duration::from_secs(2));
         for i in 4..10 {
-            q.push(i, vt.now()).unwrap();
+            q.push(i, vt.now(), None).unwrap();
         }
         let (mut out, mut expired) = (Vec::new(), Vec::new());
         assert_eq!(q.pop_batch(vt.now(), 3, &mut out, &mut expired), 7);
@@ -648,10 +649,48 @@ mod tests {
     fn the_ring_never_grows_past_the_capacity() {
         let (vt, mut q, _) = queue(1_500, TimeBounds::none());
         for i in 0..1_500 {
-            q.push(i, vt.now()).unwrap();
+            q.push(i, vt.now(), None).unwrap();
         }
-        assert_eq!(q.push(0, vt.now()), Err(0));
+        assert_eq!(q.push(0, vt.now(), None), Err(0));
         assert!(q.items.capacity() < 2_048, "{} slots", q.items.capacity());
         assert!(q.items.capacity() >= 1_500);
+    }
+
+    /// Deadlines travel with their items through every way in and out: push, evict,
+    /// replace, refresh, FIFO and LIFO takes; a dead item is dropped when taken out.
+    #[test]
+    fn deadlines_stay_with_their_items() {
+        let (vt, q, monitor) = queue(3, TimeBounds::none());
+        let mut q = q.with_deadlines(true);
+        let t0 = vt.now();
+        let soon = Some(t0 + Duration::from_millis(10));
+        let late = Some(t0 + Duration::from_secs(10));
+        q.push(1, t0, soon).unwrap();
+        q.push(2, t0, late).unwrap();
+        q.push(3, t0, None).unwrap();
+        assert_eq!(q.push_evicting(4, t0, soon), Some(1)); // 2 (late), 3, 4 (soon)
+        assert_eq!(q.replace_newest(5, t0, soon), Some(4)); // 2, 3, 5 (soon)
+        q.items_mut().pop_front();
+        q.items_mut().push_back(6);
+        q.evicted_oldest(t0, None); // 3, 5 (soon), 6
+        *q.items_mut().back_mut().unwrap() = 7;
+        q.refreshed_newest(t0, soon); // 3, 5 (soon), 7 (soon)
+        vt.advance(Duration::from_millis(20));
+        let (mut out, mut dropped) = (Vec::new(), Vec::new());
+        q.pop_batch(vt.now(), 10, &mut out, &mut dropped);
+        assert_eq!(out, [3]);
+        assert_eq!(dropped, [5, 7].map(|i| (DropReason::DeadlineExceeded, i)));
+        assert_eq!(monitor.snapshot().dropped(DropReason::DeadlineExceeded), 2);
+        assert!(q.deadlines.as_ref().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_queue_without_deadlines_keeps_none() {
+        let (vt, mut q, _) = queue(2, TimeBounds::none());
+        let past = Some(vt.now());
+        q.push(1, vt.now(), past).unwrap();
+        vt.advance(Duration::from_secs(1));
+        assert_eq!(q.pop(vt.now(), &mut |_, _| panic!("not dropped")), Some(1));
+        assert!(q.deadlines.is_none());
     }
 }

@@ -25,8 +25,9 @@ use weir::metrics::{DropHook, Drops};
 use weir::operators::{Rate, ThrottleMode};
 use weir::prelude::*;
 use weir::queue::TimeBounds;
+use weir::retry::{Backoff, RetryPolicy};
 use weir::runtime::{ThreadPool, Tokio};
-use weir::source::channel::ChannelPolicy;
+use weir::source::channel::{Admission, ChannelBuilder, ChannelPolicy, WaterMarks};
 use weir::source::Step;
 use weir::{BoxPublisher, Overflow};
 
@@ -526,6 +527,42 @@ pub fn table() -> Vec<Stage> {
             identity,
         ),
         Stage::new(
+            "channel(16, Backpressure).build_with(reduce, shed, deadlines)",
+            Source,
+            EXACT,
+            |env| {
+                // Every rung turns on and off as the depth moves; the class is never
+                // below the shed threshold and items carry no deadline: lossless.
+                let admission = Admission::new()
+                    .reduce_at(WaterMarks::new(6, 2), 0.5)
+                    .shed_below(WaterMarks::new(10, 4), 0u8, |_: &Item| 1u8)
+                    .deadlines_by(Duration::from_millis(1), |_: &Item| None);
+                let (tx, rx) = ChannelBuilder::new(16, ChannelPolicy::Backpressure)
+                    .water_marks(WaterMarks::new(14, 8))
+                    .build_with(admission);
+                let (len, mut produce, pushy) = (env.len, env.produce(), env.pushy());
+                env.spawn_producer(move || {
+                    for value in 0..len {
+                        let item = produce(value);
+                        let sent = if pushy {
+                            tx.try_send(item)
+                        } else {
+                            tx.send_blocking(item)
+                        };
+                        if let Err(refused) = sent {
+                            let closed = refused.is_closed();
+                            refused.into_inner().mark(Fate::HandedBack);
+                            if closed {
+                                return;
+                            }
+                        }
+                    }
+                });
+                env.tap("channel", rx).boxed()
+            },
+            identity,
+        ),
+        Stage::new(
             "from_stream_on(pool)",
             Bridge,
             EXACT,
@@ -830,6 +867,31 @@ pub fn table() -> Vec<Stage> {
             |env| {
                 env.source()
                     .map_async_on(env.pool.clone(), 1, true, std::future::ready)
+                    .boxed()
+            },
+            identity,
+        )
+        .scheduled(),
+        Stage::new(
+            "map_async(4, retry policy wrapping a ready call)",
+            Operator,
+            EXACT,
+            |env| {
+                let _inside = env.tokio.enter();
+                // The item is not Clone (a retry calls again with a clone): it
+                // travels in a shared cell the call takes it out of.
+                let policy = RetryPolicy::<()>::new(
+                    3,
+                    Backoff::exponential(Duration::from_millis(1), Duration::from_millis(10)),
+                );
+                let call = policy.wrap(env.tokio_scheduler(), |cell: Arc<Mutex<Option<Item>>>| {
+                    let item = cell.lock().unwrap().take();
+                    std::future::ready(item.ok_or(()))
+                });
+                env.source()
+                    .map(|item| Arc::new(Mutex::new(Some(item))))
+                    .map_async(4, call)
+                    .map(|answer| answer.expect("the call answers at once"))
                     .boxed()
             },
             identity,

@@ -493,4 +493,38 @@ mod time_bounds {
         assert!(lag > Duration::ZERO, "{stats:?}");
         probe.assert_no_violations();
     }
+
+    /// With `deadlines()`, held items whose own deadline passed are dropped when
+    /// taken out (`DeadlineExceeded`, to the hook); the others are served in order;
+    /// the policy's evictions keep each item's deadline with it.
+    #[test]
+    fn held_items_past_their_deadline_are_dropped_at_dequeue() {
+        use weir::deadline::WithDeadline;
+        use weir::runtime::Scheduler;
+        let vt = VirtualTime::new();
+        let t0 = vt.now();
+        let mut monitor = None;
+        let (probe, handle, drops) = baseline::valve_probe(100, |source| {
+            // Item v is worth serving until v × 10 ms.
+            let stage = source
+                .map(move |v| WithDeadline::new(v, t0 + Duration::from_millis(v * 10)))
+                .on_backpressure_buffer(10, Overflow::DropOldest)
+                .deadlines()
+                .clock(vt.clone());
+            monitor = Some(stage.monitor());
+            stage
+        });
+        let monitor = monitor.unwrap();
+        handle.release(12); // 0 and 1 evicted by the policy: 2..=11 held
+        vt.advance(Duration::from_millis(45)); // 2, 3 and 4 are dead
+        probe.request(20);
+        let served: Vec<u64> = probe.items().into_iter().map(|j| j.into_inner()).collect();
+        assert_eq!(served, (5..12).collect::<Vec<_>>());
+        assert_eq!(drops.count(DropReason::OverflowOldest), 2);
+        assert_eq!(drops.count(DropReason::DeadlineExceeded), 3);
+        let stats = monitor.snapshot();
+        assert_eq!(stats.dropped(DropReason::DeadlineExceeded), 3);
+        assert_eq!(stats.dequeued, 7);
+        probe.assert_no_violations();
+    }
 }

@@ -351,7 +351,7 @@ impl<T: Send + 'static> Chan<T> {
                     None => Offer::Accepted,
                 }
             }
-            _ => match st.queue.push_until(item, now, deadline) {
+            _ => match st.queue.push(item, now, deadline) {
                 Ok(()) => Offer::Accepted,
                 Err(item) => Offer::Full(item),
             },
