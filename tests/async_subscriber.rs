@@ -516,6 +516,30 @@ fn send_or_pause_holds_the_producer_while_paused() {
     assert!(matches!(poll_once(&mut refused), Poll::Ready(Err(e)) if e.is_closed()));
 }
 
+/// Under an admission ladder, reducing and shedding are not a pause: the producer
+/// reads on (pacing itself by the rate factor); only the pause rung holds it.
+#[test]
+fn send_or_pause_reads_on_while_the_channel_only_reduces() {
+    use weir::source::channel::Admission;
+    let admission = Admission::new()
+        .reduce_at(WaterMarks::new(2, 0), 0.25)
+        .shed_below(WaterMarks::new(3, 0), 0u8, |_: &u32| 1u8);
+    let (tx, rx) = ChannelBuilder::new(8, ChannelPolicy::Backpressure)
+        .water_marks(WaterMarks::new(5, 1))
+        .build_with(admission);
+    for i in 0..4 {
+        let mut send = pin!(tx.send_or_pause(i));
+        assert_eq!(poll_once(&mut send), Poll::Ready(Ok(AfterSend::Flowing)));
+    }
+    assert_eq!(tx.state(), FlowState::Shedding { factor: 0.25 });
+    let mut fifth = tx.send_or_pause(4);
+    assert!(
+        poll_once(&mut fifth).is_pending(),
+        "the pause rung holds it"
+    );
+    drop(rx);
+}
+
 /// A publisher that ignores demand: three items right in `subscribe` (rule 1.1).
 struct Rude(Arc<AtomicBool>);
 

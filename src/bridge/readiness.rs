@@ -4,8 +4,8 @@
 //! # The pattern
 //!
 //! A push source ([`channel`](crate::channel())) with water marks tells its producers
-//! [`Paused`](FlowState::Paused) once its depth reached the high mark, and
-//! [`Flowing`](FlowState::Flowing) again once it fell to the low mark
+//! [`Paused`](crate::source::channel::FlowState::Paused) once its depth reached the high mark, and
+//! [`Flowing`](crate::source::channel::FlowState::Flowing) again once it fell to the low mark
 //! ([`Sender::state`], [`Sender::resumed`]). An I/O producer honours that by not
 //! *reading* while paused: the bytes stay in the kernel, the socket's receive window
 //! closes, and TCP slows the peer down. The item in hand is still offered (it was
@@ -28,12 +28,14 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::source::channel::{FlowState, Resumed, SendFuture, Sender, TrySendError};
+use crate::source::channel::{Resumed, SendFuture, Sender, TrySendError};
 
 /// What [`send_or_pause`](SenderReadiness::send_or_pause) did after the item went in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AfterSend {
-    /// The channel was flowing: read on.
+    /// The channel was not paused: read on (under an admission ladder it may be
+    /// reducing or shedding: pace the reads by
+    /// [`FlowState::rate_factor`](crate::source::channel::FlowState::rate_factor)).
     Flowing,
     /// The channel was paused; it flows again after `paused_for`.
     Resumed {
@@ -125,7 +127,7 @@ impl<T: Send + 'static> Future for SendOrPause<'_, T> {
                         return Poll::Ready(Err(back));
                     }
                     Poll::Ready(Ok(())) => {
-                        if this.sender.state() == FlowState::Flowing {
+                        if !this.sender.state().is_paused() {
                             this.step = SendPhase::Done;
                             return Poll::Ready(Ok(AfterSend::Flowing));
                         }
