@@ -748,7 +748,10 @@ pub trait PublisherExt: Publisher + Sized {
     /// items up front and replenished by the 75% rule as downstream takes its items, so
     /// never more than `concurrency × prefetch` items are buffered. Downstream never
     /// gets more than it requested. In-flight bound: this publisher's bound plus
-    /// `concurrency × prefetch`.
+    /// `concurrency × prefetch`. With [`FlatMap::limit`] a
+    /// [`Limiter`](crate::limit::Limiter) bounds the inners at its limit (at most
+    /// `concurrency`), and this publisher is asked only for what fits: items over the
+    /// limit wait here, as demand not given.
     ///
     /// # Timing
     ///

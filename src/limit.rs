@@ -3,9 +3,11 @@
 //!
 //! A [`Limiter`] is asked for its limit before a stage starts calls, and told the
 //! round-trip time of every call that finished. [`map_async`] and its forms take one
-//! with [`MapAsync::limit`]: the stage then starts a call only while fewer than the
-//! limit run, and asks upstream only for that many, so items over the limit wait
-//! upstream (as demand not yet given), never in a queue of the stage.
+//! with [`MapAsync::limit`], and `flat_map` with [`FlatMap::limit`] (a call is then an
+//! inner publisher, from its subscribe to its completion): the stage then starts a
+//! call only while fewer than the limit run, and asks upstream only for that many, so
+//! items over the limit wait upstream (as demand not yet given), never in a queue of
+//! the stage.
 //!
 //! * [`Fixed`]: a constant limit.
 //! * [`Aimd`]: additive increase, multiplicative decrease. The limit grows by one per
@@ -23,6 +25,7 @@
 //!
 //! [`map_async`]: crate::PublisherExt::map_async
 //! [`MapAsync::limit`]: crate::operators::MapAsync::limit
+//! [`FlatMap::limit`]: crate::operators::FlatMap::limit
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -273,14 +276,12 @@ impl LimitMonitor {
         }
     }
 
-    // The async stages (feature `futures`) write the figures.
-    #[cfg(feature = "futures")]
+    // The limited stages (map_async, flat_map) write the figures.
     pub(crate) fn record_limit(&self, limit: usize, in_flight: usize) {
         self.0.limit.store(limit as u64, Ordering::Relaxed);
         self.0.in_flight.store(in_flight as u64, Ordering::Relaxed);
     }
 
-    #[cfg(feature = "futures")]
     pub(crate) fn record_sample(&self, rtt: Duration) {
         let nanos = u64::try_from(rtt.as_nanos()).unwrap_or(u64::MAX).max(1);
         let g = &self.0;

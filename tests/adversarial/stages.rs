@@ -812,6 +812,18 @@ pub fn table() -> Vec<Stage> {
             identity,
         ),
         Stage::new(
+            "flat_map(just, 4, 8).limit(Gradient)",
+            Operator,
+            Nature::Lossless(Order::Multiset),
+            |env| {
+                env.source()
+                    .flat_map(weir::just, 4, 8)
+                    .limit(weir::limit::Gradient::new(2, 1, 4))
+                    .boxed()
+            },
+            identity,
+        ),
+        Stage::new(
             "map_async(4, yield then item)",
             Operator,
             EXACT,
