@@ -59,6 +59,7 @@ fn stage<O: OnFull<u64>>(policy: O, capacity: usize, initial: u64) -> Fixture<O>
         capacity,
         bounds: TimeBounds::none(),
         gauge: QueueGauge::new(capacity, Arc::new(Immediate)),
+        deadline_of: None,
         upstream: Upstream::Idle,
     };
     stage.on_subscribe(Subscription::noop());
