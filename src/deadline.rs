@@ -59,7 +59,7 @@ impl<T> WithDeadline<T> {
 
     /// `item`, worth working on for `budget` from now on `clock`. A budget too large
     /// for the clock (`Duration::MAX`) means no deadline in practice: the deadline is
-    /// set as far ahead as the clock can say (about a century).
+    /// set as far ahead as the clock can say, within about two centuries.
     pub fn within(item: T, budget: Duration, clock: &impl Scheduler) -> Self {
         let now = clock.now();
         let deadline = crate::runtime::deadline(now, budget).unwrap_or_else(|| far_future(now));
@@ -116,7 +116,8 @@ impl<T> Deadline for WithDeadline<T> {
     }
 }
 
-/// The latest instant after `now` that the platform represents, within a century.
+/// The latest instant after `now` that the platform represents, within about two
+/// centuries (100 years, then 50, 25, ... added while they fit).
 fn far_future(now: Instant) -> Instant {
     let mut step = Duration::from_secs(100 * 365 * 24 * 3600);
     let mut at = now;

@@ -75,7 +75,9 @@
 //! through and not yet reported, so late reports of calls started before the breaker
 //! opened are ignored once the probes are accounted for. A call that ends without an
 //! outcome (its future dropped) gives its probe back with
-//! [`on_cancel`](CircuitBreaker::on_cancel); [`RetryFuture`] does so when dropped.
+//! [`on_cancel`](CircuitBreaker::on_cancel); [`RetryFuture`] does so when dropped, and
+//! only for a probe it holds: a call let through while closed, or in an earlier
+//! half-open period, gives nothing back.
 //!
 //! # The future
 //!
@@ -97,7 +99,7 @@
 //! (`map_async` turns it into a [`Panicked`](crate::ErrorKind::Panicked) error of
 //! the stage); the call is over (polling again panics with "RetryFuture polled after
 //! it finished"), the attempt is reported to the breaker as neither success nor
-//! failure, and dropping the future gives its breaker permit back.
+//! failure, and dropping the future gives its probe back (if it holds one).
 //!
 //! [`map_async`]: crate::PublisherExt::map_async
 //! [`map_async_on`]: crate::PublisherExt::map_async_on
@@ -303,7 +305,11 @@ impl Backoff {
             return ceiling;
         }
         let nanos = ceiling.as_nanos() as f64;
-        let floor = duration_from_nanos(nanos * (1.0 - self.jitter)).min(ceiling);
+        // Never zero (full jitter promises `(0, ceiling]`): at least 1 ns.
+        let least = Duration::from_nanos(1).min(ceiling);
+        let floor = duration_from_nanos(nanos * (1.0 - self.jitter))
+            .min(ceiling)
+            .max(least);
         duration_from_nanos(nanos * (1.0 - self.jitter * u)).clamp(floor, ceiling)
     }
 }
@@ -751,12 +757,20 @@ impl CircuitBreaker {
     /// Ask to make a call: `Ok` when closed, or half-open with a probe left (the
     /// call is a probe: report its outcome); `Err` otherwise (counted as rejected).
     pub fn try_acquire(&self) -> Result<(), BreakerOpen> {
+        self.acquire().map(|_probe| ())
+    }
+
+    /// [`try_acquire`](Self::try_acquire), saying which half-open period a probe
+    /// belongs to (`Some(period)`; `None` for a call let through while closed), so
+    /// that a cancelled call gives back only a probe it holds ([`cancel`](Self::cancel)).
+    pub(crate) fn acquire(&self) -> Result<Option<u64>, BreakerOpen> {
         let now = self.inner.clock.now();
         let mut breaker = lock(&self.inner.state);
         breaker.half_open_if_due(now);
         let probes = breaker.probes;
+        let period = breaker.stats.half_opened;
         let refused = match &mut breaker.phase {
-            Phase::Closed => return Ok(()),
+            Phase::Closed => return Ok(None),
             Phase::Open { until } => {
                 until.map_or(Duration::MAX, |until| until.saturating_duration_since(now))
             }
@@ -768,7 +782,7 @@ impl CircuitBreaker {
                 if *admitted < probes {
                     *admitted += 1;
                     *in_flight += 1;
-                    return Ok(());
+                    return Ok(Some(period));
                 }
                 Duration::ZERO
             }
@@ -836,6 +850,27 @@ impl CircuitBreaker {
     /// breaker gets its probe back. Nothing is counted.
     pub fn on_cancel(&self) {
         let mut breaker = lock(&self.inner.state);
+        if let Phase::HalfOpen {
+            admitted,
+            in_flight,
+            ..
+        } = &mut breaker.phase
+        {
+            if *in_flight > 0 {
+                *in_flight -= 1;
+                *admitted -= 1;
+            }
+        }
+    }
+
+    /// A call let through as a probe of half-open period `period` ended without an
+    /// outcome: give the probe back if that period is still on (a call let through
+    /// while closed, or in an earlier period, holds no probe of this one).
+    pub(crate) fn cancel(&self, period: u64) {
+        let mut breaker = lock(&self.inner.state);
+        if breaker.stats.half_opened != period {
+            return;
+        }
         if let Phase::HalfOpen {
             admitted,
             in_flight,
@@ -1298,8 +1333,9 @@ pub struct RetryFuture<T, Fut, E> {
     /// Attempts started.
     attempts: u32,
     step: Step,
-    /// The breaker let the running attempt through and has not had its outcome.
-    permit: bool,
+    /// The running attempt is a half-open probe of this period (see
+    /// `CircuitBreaker::acquire`) whose outcome the breaker has not had.
+    probe: Option<u64>,
 }
 
 // The future never pins `T` (the item is only cloned and moved) and keeps the
@@ -1330,7 +1366,7 @@ impl<T, Fut, E> RetryFuture<T, Fut, E> {
             attempt: Box::pin(None),
             attempts: 0,
             step: Step::Start,
-            permit: false,
+            probe: None,
         }
     }
 
@@ -1369,7 +1405,7 @@ impl<T, Fut, E> RetryFuture<T, Fut, E> {
 
     /// Report the running attempt's outcome to the breaker.
     fn report(&mut self, success: bool) {
-        self.permit = false;
+        self.probe = None;
         if let Some(breaker) = &self.wrapped.policy.breaker {
             if success {
                 breaker.on_success();
@@ -1400,13 +1436,15 @@ where
                     let wrapped = this.wrapped.clone();
                     let policy = &wrapped.policy;
                     if let Some(breaker) = &policy.breaker {
-                        if let Err(open) = breaker.try_acquire() {
-                            RetryMonitor::add(&this.counters().rejected_by_breaker);
-                            return Poll::Ready(Err(RetryError::CircuitOpen {
-                                retry_after: open.retry_after(),
-                            }));
+                        match breaker.acquire() {
+                            Ok(probe) => this.probe = probe,
+                            Err(open) => {
+                                RetryMonitor::add(&this.counters().rejected_by_breaker);
+                                return Poll::Ready(Err(RetryError::CircuitOpen {
+                                    retry_after: open.retry_after(),
+                                }));
+                            }
                         }
-                        this.permit = true;
                     }
                     let item = if this.attempts + 1 >= policy.max_attempts {
                         this.item.take()
@@ -1479,10 +1517,8 @@ where
 
 impl<T, Fut, E> Drop for RetryFuture<T, Fut, E> {
     fn drop(&mut self) {
-        if self.permit {
-            if let Some(breaker) = &self.wrapped.policy.breaker {
-                breaker.on_cancel();
-            }
+        if let (Some(period), Some(breaker)) = (self.probe, &self.wrapped.policy.breaker) {
+            breaker.cancel(period);
         }
     }
 }

@@ -1404,6 +1404,48 @@ mod admission {
         assert_eq!(left, [Duration::from_millis(180)]);
     }
 
+    #[test]
+    fn an_item_already_dead_is_late_even_with_no_minimum() {
+        let clock = VirtualTime::new();
+        let (tx, rx) = ChannelBuilder::new(1, ChannelPolicy::Reject)
+            .clock(clock.clone())
+            .build_with(Admission::new().deadlines(Duration::ZERO));
+        let dead = job(1, 10, &clock);
+        clock.advance(Duration::from_millis(11));
+        assert!(tx.try_send(dead).unwrap_err().is_late());
+        let on_time = job(2, 0, &clock); // due right now: still in time
+        tx.try_send(on_time).unwrap();
+        let stats = rx.monitor().snapshot();
+        assert_eq!((stats.late, stats.depth), (1, 1));
+    }
+
+    #[test]
+    fn rejections_say_why_in_words() {
+        let clock = VirtualTime::new();
+        let admission = Admission::new()
+            .shed_below(WaterMarks::new(1, 0), 1u8, |job: &WithDeadline<u64>| {
+                *job.get() as u8
+            })
+            .deadlines(Duration::from_millis(5));
+        let (tx, _rx) = ChannelBuilder::new(4, ChannelPolicy::Reject)
+            .clock(clock.clone())
+            .build_with(admission);
+        let late = tx.try_admit(job(1, 1, &clock)).unwrap_err();
+        assert_eq!(late.reason(), RejectReason::Late);
+        assert_eq!(
+            late.to_string(),
+            "item refused: its deadline leaves less than the minimum useful time"
+        );
+        tx.try_admit(job(1, 100, &clock)).unwrap(); // shedding from now on
+        let shed = tx.try_admit(job(0, 100, &clock)).unwrap_err();
+        assert_eq!(shed.reason(), RejectReason::Shed);
+        assert!(
+            shed.to_string()
+                .starts_with("channel shedding: item below the admitted class: item handed back"),
+            "{shed}"
+        );
+    }
+
     /// An item type with an optional deadline of its own.
     struct Call {
         id: u64,

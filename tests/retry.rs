@@ -515,6 +515,35 @@ fn a_panicking_f_propagates_and_its_probe_is_given_back_on_drop() {
     assert_eq!(breaker.state(), BreakerState::HalfOpen);
 }
 
+/// A call let through while the breaker was closed holds no probe: dropping it once
+/// the breaker has half-opened gives nothing back, so the probe limit holds.
+#[test]
+fn a_call_from_before_the_half_open_gives_back_no_probe() {
+    let vt = VirtualTime::new();
+    let breaker = CircuitBreaker::new(1.0, 1, secs(10), secs(1), vt.clone());
+    let policy = RetryPolicy::<String>::new(1, no_jitter(ms(10), secs(1))).breaker(breaker.clone());
+    let call = policy.wrap(vt.clone(), |_item: u32| {
+        std::future::pending::<Result<u32, String>>()
+    });
+    let mut early = call(1);
+    assert!(poll(&mut early).is_pending(), "let through while closed");
+    breaker.on_failure(); // another call failed: open
+    vt.advance(secs(1));
+    assert_eq!(breaker.state(), BreakerState::HalfOpen);
+    let mut probe = call(2);
+    assert!(poll(&mut probe).is_pending(), "the one probe");
+    drop(early);
+    assert!(
+        breaker.try_acquire().is_err(),
+        "still one probe out, none given back"
+    );
+    drop(probe);
+    assert!(
+        breaker.try_acquire().is_ok(),
+        "the probe's own drop gives it back"
+    );
+}
+
 /// A panic in the classifier propagates to the poller too.
 #[test]
 fn a_panicking_classifier_propagates() {

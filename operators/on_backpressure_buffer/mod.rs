@@ -55,6 +55,7 @@ use std::time::Instant;
 use crate::deadline::Deadline;
 use crate::demand::UNBOUNDED;
 use crate::drain::Upstream;
+use crate::guard::catch;
 use crate::metrics::{DropHook, DropReporter, QueueGauge, QueueMonitor, Sweep};
 use crate::queue::timed::TimedQueue;
 use crate::queue::{Capacity, TimeBounds};
@@ -313,13 +314,22 @@ where
     O: OnFull<T>,
 {
     /// `item`'s deadline, if the stage honours them.
-    fn deadline(&self, item: &T) -> Option<Instant> {
-        self.deadline_of.and_then(|read| read(item))
+    /// `item`'s deadline, if the stage honours them; a panic of the reader (user
+    /// code) is caught and fails the stage like a panicking merge.
+    fn deadline(&self, item: &T) -> Result<Option<Instant>, Error> {
+        match self.deadline_of {
+            Some(read) => catch(|| read(item)),
+            None => Ok(None),
+        }
     }
 
     /// Apply the policy to `item`, the queue being full; report what is lost.
-    fn overflow(&mut self, held: &mut Held<T>, item: T, now: Instant) -> Kept<T> {
-        let deadline = self.deadline(&item);
+    fn overflow(
+        &mut self,
+        held: &mut Held<T>,
+        (item, deadline): (T, Option<Instant>),
+        now: Instant,
+    ) -> Kept<T> {
         match self.policy.on_full(held.queue.items_mut(), item) {
             Lost::Item(reason, lost) => {
                 match reason {
@@ -334,7 +344,19 @@ where
             Lost::Merged => {
                 self.gauge.dropped(DropReason::Merged, 1);
                 self.drops.count(DropReason::Merged, 1);
-                Kept::Done
+                // The merged value keeps its stamp (it holds data that old) but is
+                // worth what its own deadline says.
+                let merged = match (self.deadline_of, held.queue.items_mut().back()) {
+                    (Some(read), Some(newest)) => catch(|| read(newest)),
+                    _ => Ok(None),
+                };
+                match merged {
+                    Ok(merged) => {
+                        held.queue.set_newest_deadline(merged);
+                        Kept::Done
+                    }
+                    Err(error) => Kept::Failed(error),
+                }
             }
             Lost::Refused(refused) => {
                 self.gauge.dropped(DropReason::OverflowNewest, 1);
@@ -344,7 +366,12 @@ where
                     self.capacity
                 )))
             }
-            Lost::Failed(error) => Kept::Failed(error),
+            Lost::Failed(error) => {
+                // A policy that failed may have taken the newest item out (a merge
+                // that panicked consumed it): its stamp goes with it.
+                held.queue.resync_tail();
+                Kept::Failed(error)
+            }
         }
     }
 
@@ -354,10 +381,13 @@ where
         if held.closed {
             return Kept::Closed(item);
         }
-        let deadline = self.deadline(&item);
+        let deadline = match self.deadline(&item) {
+            Ok(deadline) => deadline,
+            Err(error) => return Kept::Failed(error),
+        };
         match held.queue.push(item, now, deadline) {
             Ok(()) => Kept::Done,
-            Err(item) => self.overflow(held, item, now),
+            Err(item) => self.overflow(held, (item, deadline), now),
         }
     }
 
@@ -366,7 +396,11 @@ where
     /// to a full queue without demand.
     fn hand_over(&mut self, hold: &Hold<T>, core: &HoldCore<T, S>, item: T) -> Kept<T> {
         let now = self.gauge.now();
-        let deadline = self.deadline(&item);
+        // Read before the lock is taken (user code).
+        let deadline = match self.deadline(&item) {
+            Ok(deadline) => deadline,
+            Err(error) => return Kept::Failed(error),
+        };
         let kept = match hold.room_for(core.demand()) {
             Ok(Some(mut held)) => {
                 held.queue.expire_stale(now, &mut self.stale);
@@ -383,7 +417,7 @@ where
                     debug_assert!(pushed.is_ok(), "the sweep made room");
                     Kept::Done
                 } else {
-                    self.overflow(&mut held, item, now)
+                    self.overflow(&mut held, (item, deadline), now)
                 };
                 held.queue.flush(now);
                 kept

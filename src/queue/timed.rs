@@ -172,6 +172,22 @@ impl<T> TimedQueue<T> {
         replaced
     }
 
+    /// Set the newest item's deadline (a policy merged a value into it).
+    pub(crate) fn set_newest_deadline(&mut self, deadline: Option<Instant>) {
+        if let Some(newest) = self.deadlines.as_mut().and_then(VecDeque::back_mut) {
+            *newest = deadline;
+        }
+    }
+
+    /// A holding policy took items off the tail without saying so (a merge that
+    /// panicked consumed the newest item): drop the stamps (and deadlines) left
+    /// without an item.
+    pub(crate) fn resync_tail(&mut self) {
+        while self.stamps.len() > self.items.len() {
+            self.pop_back_stamp();
+        }
+    }
+
     /// Take the head item's stamp (and deadline) off; the caller takes the item.
     fn pop_front_stamp(&mut self) -> Option<Instant> {
         self.deadlines.as_mut().and_then(VecDeque::pop_front);

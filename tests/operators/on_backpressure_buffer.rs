@@ -527,4 +527,120 @@ mod time_bounds {
         assert_eq!(stats.dequeued, 7);
         probe.assert_no_violations();
     }
+
+    /// A job whose deadline reader counts its calls and may panic.
+    #[derive(Clone)]
+    struct Job {
+        value: u64,
+        until: std::time::Instant,
+        reads: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        broken: bool,
+    }
+
+    impl weir::deadline::Deadline for Job {
+        fn deadline(&self) -> Option<std::time::Instant> {
+            self.reads.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            assert!(!self.broken, "deadline reader broke");
+            Some(self.until)
+        }
+    }
+
+    /// Jobs over a valve of 100 (job v lives until v × 10 ms; job `broken` panics in
+    /// its reader) into `on_backpressure_buffer(capacity, DropOldest)`, or with
+    /// `merge` into `conflate(keep the newest)`, with deadlines.
+    fn jobs(
+        vt: &VirtualTime,
+        merge: bool,
+        capacity: usize,
+        broken: Option<u64>,
+    ) -> (
+        weir::tck::TestProbe<Job>,
+        crate::support::valve::ValveHandle,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+        weir::metrics::QueueMonitor,
+    ) {
+        use weir::runtime::Scheduler;
+        let t0 = vt.now();
+        let reads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = reads.clone();
+        let mut monitor = None;
+        let (probe, handle, _drops) = baseline::valve_probe(100, |source| {
+            let jobs = source.map(move |value| Job {
+                value,
+                until: t0 + Duration::from_millis(value * 10),
+                reads: counter.clone(),
+                broken: Some(value) == broken,
+            });
+            if merge {
+                let stage = jobs.conflate(|_old, new| new).deadlines().clock(vt.clone());
+                monitor = Some(stage.monitor());
+                stage.boxed()
+            } else {
+                let stage = jobs
+                    .on_backpressure_buffer(capacity, Overflow::DropOldest)
+                    .deadlines()
+                    .clock(vt.clone());
+                monitor = Some(stage.monitor());
+                stage.boxed()
+            }
+        });
+        (probe, handle, reads, monitor.unwrap())
+    }
+
+    #[test]
+    fn a_panicking_deadline_reader_fails_the_stage() {
+        let vt = VirtualTime::new();
+        let (probe, handle, _reads, _) = jobs(&vt, false, 8, Some(3));
+        handle.release(5);
+        probe.request(10);
+        let error = probe.assert_error();
+        assert_eq!(error.kind(), weir::ErrorKind::Panicked);
+        assert!(error.message().contains("deadline reader broke"), "{error}");
+        probe.assert_no_violations();
+    }
+
+    #[test]
+    fn each_held_item_has_its_deadline_read_once() {
+        let vt = VirtualTime::new();
+        let (probe, handle, reads, monitor) = jobs(&vt, false, 2, None);
+        handle.release(10); // 2 held, 8 pushed through a full queue
+        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 10);
+        assert_eq!(monitor.snapshot().dropped(DropReason::OverflowOldest), 8);
+        probe.cancel();
+    }
+
+    #[test]
+    fn a_merged_value_is_worth_its_own_deadline() {
+        let vt = VirtualTime::new();
+        // Keep the newest: the merged value is the later job, alive until 90 ms.
+        let (probe, handle, _reads, monitor) = jobs(&vt, true, 1, None);
+        handle.release(10);
+        vt.advance(Duration::from_millis(50)); // job 0's deadline has passed, 9's not
+        probe.request(1);
+        let served: Vec<u64> = probe.items().iter().map(|j| j.value).collect();
+        assert_eq!(served, [9]);
+        assert_eq!(monitor.snapshot().dropped(DropReason::DeadlineExceeded), 0);
+        probe.cancel();
+    }
+
+    #[test]
+    fn a_panicking_merge_leaves_the_queue_consistent_for_the_monitor() {
+        let vt = VirtualTime::new();
+        let mut monitor = None;
+        let (probe, handle, _drops) = baseline::valve_probe(100, |source| {
+            let stage = source
+                .conflate(|_old, _new| -> u64 { panic!("merge broke") })
+                .time_bounds(TimeBounds::none().max_age(Duration::from_millis(10)))
+                .clock(vt.clone());
+            monitor = Some(stage.monitor());
+            stage
+        });
+        let monitor = monitor.unwrap();
+        handle.release(2); // the second arrival's merge panics
+        vt.advance(Duration::from_millis(20));
+        let stats = monitor.snapshot(); // sweeps the dead items: no stamp without its item
+        assert!(stats.depth <= 1, "{stats:?}");
+        probe.request(1);
+        assert_eq!(probe.assert_error().kind(), weir::ErrorKind::Panicked);
+    }
 }

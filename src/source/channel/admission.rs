@@ -56,7 +56,8 @@ type DeadlineOf<T> = Arc<dyn Fn(&T) -> Option<Instant> + Send + Sync>;
 ///    below a threshold are refused at once ([`TrySendError::Shed`](super::TrySendError::Shed));
 ///    the others are admitted as before.
 /// 3. **Pause** (the channel's [`WaterMarks`]): [`FlowState::Paused`], as without a
-///    ladder; the policy handles what still arrives, up to capacity.
+///    ladder; the policy handles what still arrives, up to capacity (shed and late
+///    items are still refused first).
 ///
 /// Each rung has its own hysteresis: it turns on when an offer brings the depth to
 /// its high mark and off when items leaving bring it down to its low mark; senders
@@ -170,8 +171,8 @@ impl<T: 'static> Admission<T> {
         self
     }
 
-    /// Honour the items' deadlines ([`Deadline`]): refuse an item with less than
-    /// `min_useful` of its budget left ([`TrySendError::Late`](super::TrySendError::Late),
+    /// Honour the items' deadlines ([`Deadline`]): refuse an item already past its
+    /// deadline or with less than `min_useful` of its budget left ([`TrySendError::Late`](super::TrySendError::Late),
     /// counted in `late` and `rejected`), and drop an item whose deadline passed while
     /// it waited when it reaches the head (reason
     /// [`DeadlineExceeded`](crate::DropReason::DeadlineExceeded)). Deadlines are read
@@ -264,7 +265,8 @@ impl<T: 'static> Admission<T> {
     /// Whether an item so assessed is refused at `now`, and why.
     pub(super) fn refuses(&self, item: Assessed, shedding: bool, now: Instant) -> Option<Refusal> {
         if let (Some(deadline), Some((_, min_useful))) = (item.deadline, &self.deadlines) {
-            if deadline.saturating_duration_since(now) < *min_useful {
+            // Already dead (the dequeue's test) or too close to it.
+            if now > deadline || deadline.saturating_duration_since(now) < *min_useful {
                 return Some(Refusal::Late);
             }
         }

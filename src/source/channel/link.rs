@@ -210,7 +210,7 @@ pub(super) struct Chan<T> {
     pub(super) state: Mutex<ChannelState<T>>,
     /// Blocked senders wait here for room (Backpressure).
     pub(super) room: Condvar,
-    /// `wait_resumed` waits here for `Flowing`.
+    /// `wait_resumed` waits here until the pause rung is off.
     pub(super) resume: Condvar,
     /// The admission ladder's rungs and deadline rules.
     pub(super) admission: Admission<T>,

@@ -45,6 +45,8 @@ pub enum FlowState {
     },
     /// Depth reached the high water mark and has not yet fallen to the low mark: stop
     /// producing (e.g. stop reading the socket) until [`Sender::resumed`](super::Sender::resumed).
+    /// What still arrives is handled by the policy up to capacity (after an
+    /// admission ladder's shed and late refusals).
     Paused,
 }
 

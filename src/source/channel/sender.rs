@@ -487,10 +487,19 @@ impl<T> std::fmt::Debug for Rejected<T> {
 
 impl<T> std::fmt::Display for Rejected<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match (self.reason, self.retry_after) {
-            (RejectReason::Closed, _) => f.write_str("channel closed: item handed back"),
-            (_, Some(after)) => write!(f, "channel full: item handed back, retry after {after:?}"),
-            (_, None) => f.write_str("channel full: item handed back (no drain measured)"),
+        let what = match self.reason {
+            RejectReason::Closed => return f.write_str("channel closed: item handed back"),
+            RejectReason::Late => {
+                return f.write_str(
+                    "item refused: its deadline leaves less than the minimum useful time",
+                )
+            }
+            RejectReason::Full => "channel full",
+            RejectReason::Shed => "channel shedding: item below the admitted class",
+        };
+        match self.retry_after {
+            Some(after) => write!(f, "{what}: item handed back, retry after {after:?}"),
+            None => write!(f, "{what}: item handed back (no drain measured)"),
         }
     }
 }
