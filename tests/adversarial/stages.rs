@@ -977,6 +977,20 @@ pub fn table() -> Vec<Stage> {
             identity,
         ),
         Stage::new(
+            "on_backpressure_buffer(16, DropOldest).deadlines()",
+            Operator,
+            lossy,
+            |env| {
+                // Items carry no deadline (the harness's `Deadline` says none): the
+                // deadline bookkeeping runs beside every policy drop.
+                env.source()
+                    .on_backpressure_buffer(16, Overflow::DropOldest)
+                    .deadlines()
+                    .boxed()
+            },
+            identity,
+        ),
+        Stage::new(
             "on_backpressure_buffer(16, DropNewest)",
             Operator,
             lossy,

@@ -135,3 +135,11 @@ impl Drop for Item {
         self.ledger.live.fetch_sub(1, Ordering::SeqCst);
     }
 }
+
+/// Items have no deadline: a stage that honours deadlines keeps them all (its
+/// bookkeeping still runs).
+impl weir::deadline::Deadline for Item {
+    fn deadline(&self) -> Option<std::time::Instant> {
+        None
+    }
+}

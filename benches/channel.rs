@@ -1,0 +1,113 @@
+//! The push source, `weir::channel`, plain and with an admission ladder, against
+//! `crossbeam_channel::bounded` in one run: what graded admission costs per item.
+//!
+//! A producer thread offers 1M `u64`s into a queue of 1,024; the bench thread sums
+//! them. Formulations:
+//!
+//! * `weir_plain`: `channel(1024, Backpressure)`, `send_blocking` per item, summed by
+//!   `fold(..).wait()`.
+//! * `weir_ladder`: the same with `build_with(Admission)`: a reduce rung (768/256), a
+//!   shed rung (960/512) whose classifier admits every item, and deadlines kept
+//!   (`deadlines_by`, none set), so every item is assessed and every rung moves.
+//! * `weir_ladder_try`: the ladder, offered with `try_send` (spinning on `Full` with a
+//!   yield), the producer a socket reader would be.
+//! * `crossbeam`: `crossbeam_channel::bounded(1024)`, `send`/`recv` per item.
+//!
+//! Run: `cargo bench --bench channel` (about a minute).
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use weir::prelude::*;
+use weir::source::channel::{Admission, ChannelBuilder, ChannelPolicy, Sender, WaterMarks};
+
+const N: u64 = 1_000_000;
+const CAPACITY: usize = 1_024;
+
+fn ladder() -> Admission<u64> {
+    Admission::new()
+        .reduce_at(WaterMarks::new(768, 256), 0.5)
+        .shed_below(WaterMarks::new(960, 512), 0u8, |_: &u64| 1u8)
+        .deadlines_by(Duration::from_millis(1), |_: &u64| None)
+}
+
+fn sum_through(
+    (tx, rx): (Sender<u64>, weir::source::Channel<u64>),
+    offer: fn(&Sender<u64>, u64),
+) -> u64 {
+    let producer = std::thread::spawn(move || {
+        for i in 0..black_box(N) {
+            offer(&tx, i);
+        }
+    });
+    let sum = rx
+        .fold(0u64, |sum, x| sum.wrapping_add(x))
+        .wait()
+        .expect("no errors");
+    producer.join().expect("the producer ran");
+    sum
+}
+
+fn blocking(tx: &Sender<u64>, item: u64) {
+    tx.send_blocking(item).expect("open");
+}
+
+fn spinning(tx: &Sender<u64>, mut item: u64) {
+    loop {
+        match tx.try_send(item) {
+            Ok(()) => return,
+            Err(full) if full.is_full() => {
+                item = full.into_inner();
+                std::thread::yield_now();
+            }
+            Err(_) => panic!("closed"),
+        }
+    }
+}
+
+fn crossbeam() -> u64 {
+    let (tx, rx) = crossbeam_channel::bounded::<u64>(CAPACITY);
+    let producer = std::thread::spawn(move || {
+        for i in 0..black_box(N) {
+            tx.send(i).expect("open");
+        }
+    });
+    let sum = rx.iter().fold(0u64, |sum, x| sum.wrapping_add(x));
+    producer.join().expect("the producer ran");
+    sum
+}
+
+fn bench(c: &mut Criterion) {
+    let mut group = c.benchmark_group("channel");
+    group.throughput(Throughput::Elements(N));
+    group.sample_size(10);
+    let expected = (0..N).fold(0u64, |sum, x| sum.wrapping_add(x));
+    group.bench_function("weir_plain", |b| {
+        b.iter(|| {
+            let pair = ChannelBuilder::new(CAPACITY, ChannelPolicy::Backpressure).build();
+            assert_eq!(sum_through(pair, blocking), expected);
+        })
+    });
+    group.bench_function("weir_ladder", |b| {
+        b.iter(|| {
+            let pair =
+                ChannelBuilder::new(CAPACITY, ChannelPolicy::Backpressure).build_with(ladder());
+            assert_eq!(sum_through(pair, blocking), expected);
+        })
+    });
+    group.bench_function("weir_ladder_try", |b| {
+        b.iter(|| {
+            let pair =
+                ChannelBuilder::new(CAPACITY, ChannelPolicy::Backpressure).build_with(ladder());
+            assert_eq!(sum_through(pair, spinning), expected);
+        })
+    });
+    group.bench_function("crossbeam", |b| {
+        b.iter(|| assert_eq!(crossbeam(), expected))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
