@@ -69,7 +69,7 @@ use std::time::{Duration, Instant};
 use super::merge::{connect, start};
 use crate::drain::{SubscriptionSlot, Upstream};
 use crate::guard::catch;
-use crate::limit::{LimitMonitor, Limiter};
+use crate::limit::{maker, LimitMonitor, Limiter, MakeLimiter};
 use crate::metrics::DropHook;
 use crate::stage::core::CoreHandle;
 use crate::stage::lanes::LaneSet;
@@ -78,9 +78,6 @@ use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
 /// Largest concurrency accepted: one slot per inner is allocated up front.
 const MAX_CONCURRENCY: u64 = 1 << 16;
-
-/// Makes each subscription's limiter ([`FlatMap::limit`]).
-type MakeLimiter = Arc<dyn Fn() -> Box<dyn Limiter> + Send + Sync>;
 
 /// Publisher for the [`flat_map`](crate::PublisherExt::flat_map) method.
 #[derive(Clone)]
@@ -156,7 +153,7 @@ impl<P, F> FlatMap<P, F> {
     /// assert!((1..=16).contains(&figures.limit));
     /// ```
     pub fn limit<L: Limiter + Clone + Sync>(mut self, limiter: L) -> Self {
-        self.limiter = Some(Arc::new(move || Box::new(limiter.clone())));
+        self.limiter = Some(maker(limiter));
         self
     }
 

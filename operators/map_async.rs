@@ -50,7 +50,7 @@ use std::time::Instant;
 use crate::demand::Replenish;
 use crate::drain::Upstream;
 use crate::guard::catch;
-use crate::limit::{LimitMonitor, Limiter};
+use crate::limit::{maker, LimitMonitor, Limiter, MakeLimiter};
 use crate::runtime::Scheduler;
 use crate::stage::core::{Drive, SharedUpstream};
 use crate::stage::{Core, Cx, Pass, Stage};
@@ -71,7 +71,7 @@ pub struct MapAsync<P, F, C> {
     scheduler: C,
     ordered: bool,
     /// Makes each subscription's limiter ([`limit`](Self::limit)).
-    limiter: Option<Arc<dyn Fn() -> Box<dyn Limiter> + Send + Sync>>,
+    limiter: Option<MakeLimiter>,
     monitor: LimitMonitor,
 }
 
@@ -137,7 +137,7 @@ impl<P, F, C> MapAsync<P, F, C> {
     /// assert_eq!(monitor.snapshot().samples, 100);
     /// ```
     pub fn limit<L: Limiter + Clone + Sync>(mut self, limiter: L) -> Self {
-        self.limiter = Some(Arc::new(move || Box::new(limiter.clone())));
+        self.limiter = Some(maker(limiter));
         self
     }
 

@@ -31,6 +31,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// Makes each subscription's limiter: a stage's `limit(limiter)` keeps one, and every
+/// subscription gets a clone of the limiter from it.
+pub(crate) type MakeLimiter = Arc<dyn Fn() -> Box<dyn Limiter> + Send + Sync>;
+
+/// The [`MakeLimiter`] that clones `limiter`.
+pub(crate) fn maker<L: Limiter + Clone + Sync>(limiter: L) -> MakeLimiter {
+    Arc::new(move || Box::new(limiter.clone()))
+}
+
 /// Decides how many calls may run at once (see the [module docs](self)).
 pub trait Limiter: Send + 'static {
     /// The limit now: at least 1.

@@ -392,6 +392,30 @@ pub(crate) const EXACT: Nature = Nature::Lossless(Order::Exact);
 const US: fn(u64) -> Duration = Duration::from_micros;
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
+/// A producer thread offering the env's items to a channel: `try_send` when the feed
+/// is pushy, `send_blocking` otherwise; refused items are marked handed back, and a
+/// closed channel stops it.
+fn feed(env: &Env, tx: weir::source::channel::Sender<Item>) {
+    let (len, mut produce, pushy) = (env.len, env.produce(), env.pushy());
+    env.spawn_producer(move || {
+        for value in 0..len {
+            let item = produce(value);
+            let sent = if pushy {
+                tx.try_send(item)
+            } else {
+                tx.send_blocking(item)
+            };
+            if let Err(refused) = sent {
+                let closed = refused.is_closed();
+                refused.into_inner().mark(Fate::HandedBack);
+                if closed {
+                    return;
+                }
+            }
+        }
+    });
+}
+
 pub(crate) fn identity(n: u64) -> Vec<u64> {
     (0..n).collect()
 }
@@ -504,24 +528,7 @@ pub fn table() -> Vec<Stage> {
             EXACT,
             |env| {
                 let (tx, rx) = weir::channel::<Item>(16, ChannelPolicy::Backpressure);
-                let (len, mut produce, pushy) = (env.len, env.produce(), env.pushy());
-                env.spawn_producer(move || {
-                    for value in 0..len {
-                        let item = produce(value);
-                        let sent = if pushy {
-                            tx.try_send(item)
-                        } else {
-                            tx.send_blocking(item)
-                        };
-                        if let Err(refused) = sent {
-                            let closed = refused.is_closed();
-                            refused.into_inner().mark(Fate::HandedBack);
-                            if closed {
-                                return;
-                            }
-                        }
-                    }
-                });
+                feed(env, tx);
                 env.tap("channel", rx).boxed()
             },
             identity,
@@ -540,24 +547,7 @@ pub fn table() -> Vec<Stage> {
                 let (tx, rx) = ChannelBuilder::new(16, ChannelPolicy::Backpressure)
                     .water_marks(WaterMarks::new(14, 8))
                     .build_with(admission);
-                let (len, mut produce, pushy) = (env.len, env.produce(), env.pushy());
-                env.spawn_producer(move || {
-                    for value in 0..len {
-                        let item = produce(value);
-                        let sent = if pushy {
-                            tx.try_send(item)
-                        } else {
-                            tx.send_blocking(item)
-                        };
-                        if let Err(refused) = sent {
-                            let closed = refused.is_closed();
-                            refused.into_inner().mark(Fate::HandedBack);
-                            if closed {
-                                return;
-                            }
-                        }
-                    }
-                });
+                feed(env, tx);
                 env.tap("channel", rx).boxed()
             },
             identity,
