@@ -367,11 +367,7 @@ mod tests {
     fn settings_are_checked_with_their_values() {
         let message = |f: fn()| {
             let payload = std::panic::catch_unwind(f).unwrap_err();
-            payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                .unwrap()
+            crate::Error::panicked(payload).message().to_owned()
         };
         assert_eq!(
             message(|| {

@@ -1628,11 +1628,7 @@ mod tests {
 
     fn message(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
         let payload = std::panic::catch_unwind(f).unwrap_err();
-        payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-            .unwrap()
+        crate::Error::panicked(payload).message().to_owned()
     }
 
     #[test]
