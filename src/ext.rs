@@ -1163,8 +1163,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// refused (reported as `OverflowNewest`), upstream is cancelled at once, and
     /// downstream receives `on_error` of kind [`Overflow`](crate::ErrorKind::Overflow)
     /// **after** the held items were delivered: nothing the buffer accepted is lost.
-    /// (Reactor signals the error at once and discards the buffer.) Upstream errors,
-    /// like completion, are delivered after the held items.
+    /// Upstream errors, like completion, are delivered after the held items.
     ///
     /// # Cancellation
     ///

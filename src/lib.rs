@@ -27,6 +27,8 @@
 // `deny`, not `forbid`: `queue::spsc` (the async boundary's ring) is the one module
 // allowed to use `unsafe`; see its declaration in `queue/mod.rs`.
 #![deny(unsafe_code)]
+// On docs.rs (nightly, `--cfg docsrs`): label each feature-gated item with its feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![warn(missing_debug_implementations, unreachable_pub)]
 
 #[cfg(feature = "futures")]
