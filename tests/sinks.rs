@@ -546,3 +546,100 @@ fn blocking_iter_zero_prefetch_panics() {
 fn blocking_iter_prefetch_above_the_limit_panics() {
     let _ = weir::never::<u64>().blocking_iter((1 << 30) + 1);
 }
+
+/// `SinkHandle` is `IntoFuture`: `.await` gives the terminal result without blocking a
+/// thread, dropping the future before the end cancels the sink.
+mod awaiting {
+    use super::*;
+    use std::sync::atomic::AtomicBool;
+
+    /// On a current-thread runtime, a sink whose source runs on that same runtime can
+    /// be awaited: the await yields the thread to the source (`.wait()` would block
+    /// the only thread the source could run on).
+    #[test]
+    fn a_sink_is_awaited_on_the_runtime_its_source_runs_on() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let total = rt.block_on(async {
+            let (tx, rx) = tokio::sync::mpsc::channel::<u64>(4);
+            tokio::spawn(async move {
+                for i in 0..1_000 {
+                    tx.send(i).await.unwrap();
+                }
+            });
+            weir::from_receiver(rx).fold(0u64, |sum, x| sum + x).await
+        });
+        assert_eq!(total.unwrap(), 499_500);
+    }
+
+    #[test]
+    fn every_sink_can_be_awaited_and_errors_come_through() {
+        futures::executor::block_on(async {
+            assert_eq!(
+                weir::range(0u32..5).collect().await.unwrap(),
+                [0, 1, 2, 3, 4]
+            );
+            let seen = Arc::new(AtomicU64::new(0));
+            let count = seen.clone();
+            weir::range(0u64..10)
+                .for_each(move |_| {
+                    count.fetch_add(1, Ordering::SeqCst);
+                })
+                .await
+                .unwrap();
+            assert_eq!(seen.load(Ordering::SeqCst), 10);
+            let error = weir::error::<u8>(Error::msg("broken")).collect().await;
+            assert_eq!(error.unwrap_err().message(), "broken");
+        });
+    }
+
+    /// The result arrives from another thread while the future waits: woken, never
+    /// lost (many rounds, each racing the end against the first poll).
+    #[test]
+    fn a_result_from_another_thread_wakes_the_awaiting_task() {
+        let pool = weir::runtime::ThreadPool::new(2);
+        for round in 0..200u64 {
+            let sum = futures::executor::block_on(
+                weir::range(0..round)
+                    .publish_on(pool.clone(), 16)
+                    .fold(0u64, |sum, x| sum + x)
+                    .into_future(),
+            );
+            assert_eq!(sum.unwrap(), (0..round).sum::<u64>());
+        }
+    }
+
+    #[test]
+    fn dropping_the_future_before_the_end_cancels_the_sink() {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let flag = cancelled.clone();
+        let handle = weir::never::<u8>()
+            .inspect_cancel(move || flag.store(true, Ordering::SeqCst))
+            .collect();
+        let mut future = handle.into_future();
+        let waker = futures::task::noop_waker();
+        let mut cx = std::task::Context::from_waker(&waker);
+        assert!(std::pin::Pin::new(&mut future).poll(&mut cx).is_pending());
+        assert!(!cancelled.load(Ordering::SeqCst));
+        drop(future);
+        assert!(cancelled.load(Ordering::SeqCst));
+    }
+
+    #[test]
+    fn a_finished_future_dropped_cancels_nothing() {
+        let cancelled = Arc::new(AtomicBool::new(false));
+        let flag = cancelled.clone();
+        let result = futures::executor::block_on(
+            weir::range(0u8..3)
+                .inspect_cancel(move || flag.store(true, Ordering::SeqCst))
+                .collect()
+                .into_future(),
+        );
+        assert_eq!(result.unwrap(), [0, 1, 2]);
+        assert!(!cancelled.load(Ordering::SeqCst));
+    }
+
+    use std::future::{Future, IntoFuture};
+}

@@ -1,6 +1,14 @@
-//! `SinkHandle`: how the caller of a sink cancels it and learns how it ended.
+//! `SinkHandle`: how the caller of a sink cancels it and learns how it ended, by
+//! blocking ([`SinkHandle::wait`]) or awaiting (`.await`, through [`IntoFuture`]).
+//!
+//! The result sits behind one mutex with the waker of the future awaiting it, if
+//! any: the sink records its result and takes the waker under that lock, and the
+//! future checks for a result and leaves its waker under it, so no wake-up is lost.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use crate::drain::SubscriptionSlot;
@@ -10,10 +18,15 @@ use crate::Error;
 pub(crate) struct SinkState<R> {
     /// The upstream subscription, for `cancel` from the handle.
     pub(crate) slot: SubscriptionSlot,
-    /// The terminal result, once there is one.
-    result: Mutex<Completion<R>>,
+    /// The terminal result, once there is one, and the waker of a future awaiting it.
+    result: Mutex<Slot<R>>,
     /// Signalled when `result` is set.
     ready: Condvar,
+}
+
+struct Slot<R> {
+    completion: Completion<R>,
+    waker: Option<Waker>,
 }
 
 enum Completion<R> {
@@ -26,28 +39,52 @@ impl<R> SinkState<R> {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(SinkState {
             slot: SubscriptionSlot::new(),
-            result: Mutex::new(Completion::Running),
+            result: Mutex::new(Slot {
+                completion: Completion::Running,
+                waker: None,
+            }),
             ready: Condvar::new(),
         })
     }
 
     /// Record the terminal result; the first one wins. Returns false if one was set.
     pub(crate) fn finish(&self, result: Result<R, Error>) -> bool {
-        let mut slot = self.result.lock().unwrap_or_else(|p| p.into_inner());
-        if !matches!(*slot, Completion::Running) {
+        let mut slot = self.lock();
+        if !matches!(slot.completion, Completion::Running) {
             return false;
         }
-        *slot = Completion::Ended(result);
+        slot.completion = Completion::Ended(result);
+        let waker = slot.waker.take();
         drop(slot);
         self.ready.notify_all();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
         true
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Slot<R>> {
+        // Little user code under this lock: a waker may be cloned under it, and is
+        // woken after it.
+        self.result.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-/// The caller's side of a sink: cancel it, or wait for its terminal result.
+/// The caller's side of a sink: cancel it, or wait for its terminal result, blocking
+/// ([`wait`](Self::wait)) or in async code (`.await`: the handle is
+/// [`IntoFuture`], and the future blocks no thread).
 ///
 /// The sink has already subscribed when you get the handle; for a synchronous source
 /// the stream may already be over.
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// let sum = futures::executor::block_on(async {
+///     weir::range(0u64..100).fold(0, |sum, x| sum + x).await
+/// });
+/// assert_eq!(sum.unwrap(), 4_950);
+/// ```
 #[must_use = "the handle reports errors; dropping it ignores them (the sink keeps running)"]
 pub struct SinkHandle<R> {
     shared: Arc<SinkState<R>>,
@@ -76,13 +113,11 @@ impl<R> SinkHandle<R> {
 
     /// True once the stream completed, failed or was cancelled.
     pub fn is_terminated(&self) -> bool {
-        !matches!(
-            *self.shared.result.lock().unwrap_or_else(|p| p.into_inner()),
-            Completion::Running
-        )
+        !matches!(self.shared.lock().completion, Completion::Running)
     }
 
-    /// Block until the stream terminates and return its result.
+    /// Block until the stream terminates and return its result. In async code,
+    /// `.await` the handle instead: it blocks no thread.
     ///
     /// # Panics
     ///
@@ -101,8 +136,8 @@ impl<R> SinkHandle<R> {
 
     /// Wait until the stream terminates or `deadline` (`None`: no deadline) passes.
     fn wait_until(&self, deadline: Option<Instant>) -> Option<Result<R, Error>> {
-        let mut slot = self.shared.result.lock().unwrap_or_else(|p| p.into_inner());
-        while matches!(*slot, Completion::Running) {
+        let mut slot = self.shared.lock();
+        while matches!(slot.completion, Completion::Running) {
             slot = match deadline {
                 None => self
                     .shared
@@ -122,7 +157,71 @@ impl<R> SinkHandle<R> {
                 }
             };
         }
-        Some(take(&mut slot))
+        Some(take(&mut slot.completion))
+    }
+}
+
+impl<R> IntoFuture for SinkHandle<R> {
+    type Output = Result<R, Error>;
+    type IntoFuture = SinkFuture<R>;
+
+    /// Await the stream's terminal result without blocking a thread.
+    fn into_future(self) -> SinkFuture<R> {
+        SinkFuture { handle: Some(self) }
+    }
+}
+
+/// The future of a [`SinkHandle`] (`handle.await`): resolves to the stream's terminal
+/// result. Dropping it before the stream ended cancels the sink (nobody can read its
+/// result any more); to let a sink run unobserved, drop the handle instead.
+#[must_use = "futures do nothing unless awaited; dropping this one cancels the sink"]
+pub struct SinkFuture<R> {
+    /// `None` once the result was returned.
+    handle: Option<SinkHandle<R>>,
+}
+
+impl<R> std::fmt::Debug for SinkFuture<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SinkFuture")
+            .field("done", &self.handle.is_none())
+            .finish()
+    }
+}
+
+impl<R> Unpin for SinkFuture<R> {}
+
+impl<R> Future for SinkFuture<R> {
+    type Output = Result<R, Error>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let handle = this
+            .handle
+            .as_ref()
+            .expect("SinkFuture polled after it returned its result");
+        let mut slot = handle.shared.lock();
+        if matches!(slot.completion, Completion::Running) {
+            match &mut slot.waker {
+                Some(waker) if waker.will_wake(cx.waker()) => {}
+                other => *other = Some(cx.waker().clone()),
+            }
+            return Poll::Pending;
+        }
+        slot.waker = None;
+        let result = take(&mut slot.completion);
+        drop(slot);
+        this.handle = None;
+        Poll::Ready(result)
+    }
+}
+
+impl<R> Drop for SinkFuture<R> {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            if !handle.is_terminated() {
+                handle.cancel();
+            }
+        }
     }
 }
 

@@ -12,7 +12,7 @@ mod handle;
 pub(crate) use blocking_iter::blocking_iter;
 pub use blocking_iter::BlockingIter;
 pub(crate) use fold::fold;
-pub use handle::SinkHandle;
+pub use handle::{SinkFuture, SinkHandle};
 
 /// The prefetch window sinks use unless told otherwise.
 pub const DEFAULT_PREFETCH: u64 = 256;
