@@ -2465,17 +2465,22 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Examples
     ///
+    /// The stream is a `TryStream`: `try_next` (from `futures::TryStreamExt`) ends the
+    /// loop at the end and hands the error to `?`.
+    ///
     /// ```
-    /// use futures::StreamExt as _;
+    /// use futures::TryStreamExt as _;
     /// use weir::prelude::*;
     ///
     /// let mut stream = weir::range(0u32..5).into_stream(4);
     /// let mut items = Vec::new();
     /// futures::executor::block_on(async {
-    ///     while let Some(item) = stream.next().await {
-    ///         items.push(item.unwrap());
+    ///     while let Some(item) = stream.try_next().await? {
+    ///         items.push(item);
     ///     }
-    /// });
+    ///     Ok::<_, weir::Error>(())
+    /// })
+    /// .unwrap();
     /// assert_eq!(items, vec![0, 1, 2, 3, 4]);
     /// ```
     #[cfg(feature = "futures")]

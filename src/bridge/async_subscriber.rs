@@ -60,7 +60,9 @@ use crate::{Error, Publisher, Subscriber, Subscription};
 /// A subscriber whose signal methods are `async`, run by a tokio task that
 /// [`subscribe_async`] spawns.
 ///
-/// Implement it with `#[async_trait::async_trait]`. Only [`on_next`](Self::on_next)
+/// Implement it with the [`async_trait`](crate::bridge::async_trait) attribute weir
+/// re-exports (`#[weir::bridge::async_trait]`: a plain `async fn on_next` without it is
+/// error E0195). Only [`on_next`](Self::on_next)
 /// is required. Every hook is async and returns `Result<(), Error>` (except
 /// [`on_error`](Self::on_error)): an `Err` from a hook cancels upstream and becomes
 /// the task's result. A panic in any hook is caught and does the same with an error
@@ -74,14 +76,14 @@ use crate::{Error, Publisher, Subscriber, Subscription};
 /// # Examples
 ///
 /// ```
-/// use weir::bridge::AsyncSubscriber;
+/// use weir::bridge::{async_trait, AsyncSubscriber};
 /// use weir::prelude::*;
 ///
 /// struct Store {
 ///     rows: Vec<u32>,
 /// }
 ///
-/// #[async_trait::async_trait]
+/// #[async_trait]
 /// impl AsyncSubscriber<u32> for Store {
 ///     async fn on_next(&mut self, item: u32) -> Result<(), weir::Error> {
 ///         tokio::task::yield_now().await; // an insert into a database, say

@@ -43,5 +43,9 @@ mod async_subscriber;
 mod readiness;
 #[cfg(feature = "tokio")]
 pub use async_subscriber::{subscribe_async, AsyncHandle, AsyncSubscriber, SubscribeAsync};
+/// The attribute an [`AsyncSubscriber`] impl needs (`#[async_trait]`), re-exported so
+/// that your crate does not need to depend on `async-trait` itself.
+#[cfg(feature = "tokio")]
+pub use async_trait::async_trait;
 #[cfg(feature = "tokio")]
 pub use readiness::{AfterSend, SendOrPause, SenderReadiness};
