@@ -7,9 +7,12 @@
 //! Each source delivers into its own lane (the engine room's `stage::lanes`: a
 //! bounded window of `prefetch` items, requested up front and replenished by the 75%
 //! rule as downstream takes items). The stage, on the signal core, drains the lanes
-//! round-robin, starting one lane further each pass (fairness): from each lane with
-//! items it takes up to the outstanding demand under one lock and delivers them in
-//! one `on_next_batch`, demand settled once. A finished lane is retired (and, for
+//! round-robin (fairness): each pass starts at the lane after the last one it served,
+//! and a pass that served nothing leaves that place unchanged, so items queued in
+//! every source before any demand come out from the first source first, and demand of
+//! one at a time takes one item from each source in turn. From each lane with items
+//! a pass takes up to the outstanding demand under one lock and delivers them in one
+//! `on_next_batch`, demand settled once. A finished lane is retired (and, for
 //! `flat_map`, the outer source asked for one more inner); the stage completes once
 //! every lane finished and the outer source (if any) completed. The first failure of
 //! any source, or of the outer source, is signalled at once; when the stage ends for
@@ -161,6 +164,7 @@ impl<T: Send + 'static> Stage for Merging<T> {
                 return cx.terminate(downstream, Err(error));
             }
             let mut delivered = 0u64;
+            let mut last_served = None;
             for k in 0..n {
                 let i = (cursor.next + k) % n;
                 let Some(lane) = self.set.get(i) else {
@@ -168,7 +172,11 @@ impl<T: Send + 'static> Stage for Merging<T> {
                 };
                 let mut status = lane.status();
                 if matches!(status, LaneStatus::Items) && cx.demand().get() > 0 {
-                    delivered += self.deliver(cx, &lane, cursor, downstream);
+                    let served = self.deliver(cx, &lane, cursor, downstream);
+                    if served > 0 {
+                        delivered += served;
+                        last_served = Some(i);
+                    }
                     if cx.stopped() {
                         return Pass::Idle;
                     }
@@ -184,8 +192,10 @@ impl<T: Send + 'static> Stage for Merging<T> {
                     LaneStatus::Items | LaneStatus::Empty => {}
                 }
             }
-            if n > 0 {
-                cursor.next = (cursor.next + 1) % n;
+            // The next pass starts after the last lane served; a pass that served
+            // nothing leaves the cursor where it is.
+            if let Some(i) = last_served {
+                cursor.next = (i + 1) % n;
             }
             if self.set.is_finished() {
                 return cx.terminate(downstream, Ok(()));

@@ -141,6 +141,34 @@ fn completes_when_every_source_has() {
     probe.assert_no_terminal();
 }
 
+/// Fairness: each pass starts at the source after the last one served, and a pass
+/// that serves nothing does not move on. Items queued in every source before any
+/// demand come out from the first source first; demand of one at a time alternates.
+#[test]
+fn sources_are_served_round_robin_from_the_first() {
+    let all_at_once = TestSubscriber::new();
+    let probe = all_at_once.probe();
+    weir::from_iter([1, 2, 3])
+        .merge(weir::from_iter([4, 5, 6]))
+        .subscribe(all_at_once);
+    probe.request(6);
+    probe.assert_items(&[1, 2, 3, 4, 5, 6]);
+
+    let one_by_one = TestSubscriber::new();
+    let probe = one_by_one.probe();
+    weir::merge(vec![
+        weir::from_iter([1, 2, 3]).boxed(),
+        weir::from_iter([4, 5, 6]).boxed(),
+        weir::from_iter([7, 8, 9]).boxed(),
+    ])
+    .subscribe(one_by_one);
+    for _ in 0..9 {
+        probe.request(1);
+    }
+    probe.assert_items(&[1, 4, 7, 2, 5, 8, 3, 6, 9]);
+    probe.assert_completed();
+}
+
 #[test]
 fn in_flight_bound_is_one_window_per_source() {
     let merged = weir::range(0u8..1).merge(weir::range(0..1));
