@@ -1,19 +1,24 @@
-//! Quickstart: a fast producer, a slow consumer, and demand keeping them in step.
+//! Quickstart: a fast producer, a slow consumer on another thread, and demand keeping
+//! them in step.
 //!
-//! The source can produce as fast as the CPU allows; the consumer needs 20 ms per
-//! item. The consumer requests 8 items, then 6 more each time it has worked through
-//! 6 (the 75% rule), so the producer is asked for exactly what the consumer can take:
-//! nothing piles up in between, and the printout shows when each request went out
-//! and when each item arrived.
+//! The sensor can produce as fast as the CPU allows, on a thread of its own; the
+//! consumer needs 20 ms per item, on another thread. Between them an async boundary
+//! (`publish_on`) hands items across with a window of 8: it asks the sensor side for
+//! 8 items, then for 6 more each time 6 were taken (the 75 % rule). The consumer
+//! requests 8 items, then 6 more each time it has worked through 6. So the sensor is
+//! asked for what the consumer can take plus at most one window: the printout shows
+//! each request, each item, which thread did what, and how far the sensor was ever
+//! ahead.
 //!
 //! Run: `cargo run --release --example quickstart`
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
 
 use weir::demand::Replenish;
 use weir::prelude::*;
+use weir::runtime::ThreadPool;
 use weir::source::Step;
 use weir::Error;
 
@@ -25,14 +30,20 @@ struct SlowConsumer {
     subscription: Option<Subscription>,
     requested: u64,
     delivered: u64,
+    /// Readings the sensor produced (it counts them on its own thread).
     produced: Arc<AtomicU64>,
+    /// The most readings that passed the filter but were not yet delivered.
+    most_ahead: u64,
+    done: mpsc::Sender<()>,
 }
 
 impl SlowConsumer {
     fn log(&self, what: &str) {
+        let thread = std::thread::current();
         println!(
-            "{:>6.0} ms  {what:<34} requested {:>3}  delivered {:>3}  produced {:>3}",
+            "{:>6.0} ms  {:<11} {what:<30} requested {:>3}  delivered {:>3}  produced {:>3}",
             self.start.elapsed().as_secs_f64() * 1e3,
+            thread.name().unwrap_or("main"),
             self.requested,
             self.delivered,
             self.produced.load(Ordering::Relaxed),
@@ -54,6 +65,10 @@ impl Subscriber<u64> for SlowConsumer {
 
     fn on_next(&mut self, reading: u64) {
         self.delivered += 1;
+        // Every other reading passes the filter: those produced and not yet delivered
+        // wait in the boundary's window.
+        let passed = self.produced.load(Ordering::Relaxed) / 2;
+        self.most_ahead = self.most_ahead.max(passed.saturating_sub(self.delivered));
         self.log(&format!("got reading {reading}, working…"));
         std::thread::sleep(self.work);
         if let Some(n) = self.replenish.on_consumed(1) {
@@ -67,12 +82,19 @@ impl Subscriber<u64> for SlowConsumer {
 
     fn on_complete(&mut self) {
         self.log("complete");
+        println!(
+            "\nAt most {} filtered readings were ever ahead of the consumer (the window is 8).",
+            self.most_ahead
+        );
+        let _ = self.done.send(());
     }
 }
 
 fn main() {
     let produced = Arc::new(AtomicU64::new(0));
     let counter = produced.clone();
+    let sensor_thread = ThreadPool::builder().name("sensor").threads(1).build();
+    let consumer_thread = ThreadPool::builder().name("consumer").threads(1).build();
 
     // A sensor that could emit millions of readings per second: `generate` calls the
     // closure only for items that were requested.
@@ -82,6 +104,7 @@ fn main() {
         Step::Next(*n)
     });
 
+    let (done, finished) = mpsc::channel();
     let consumer = SlowConsumer {
         start: Instant::now(),
         work: Duration::from_millis(20),
@@ -90,22 +113,39 @@ fn main() {
         requested: 0,
         delivered: 0,
         produced: produced.clone(),
+        most_ahead: 0,
+        done,
     };
     println!(
-        "prefetch 8, replenish after {} items\n",
+        "the consumer: prefetch 8, asks again after {} items; the boundary: a window of 8\n",
         consumer.replenish.limit()
     );
 
-    // Only even readings, scaled; stop after 20.
+    // Only even readings, scaled, produced on the sensor's thread; handed across to
+    // the consumer's thread; stop after 20.
     sensor
         .filter(|n| n % 2 == 0)
         .map(|n| n * 10)
+        .subscribe_on(sensor_thread.clone())
+        .publish_on(consumer_thread.clone(), 8)
         .take(20)
         .subscribe(consumer);
+    finished.recv().expect("the stream completes");
 
     let made = produced.load(Ordering::Relaxed);
-    println!("\nThe sensor produced {made} readings for 20 delivered (the filter dropped every odd one).");
-    println!("It never ran ahead of demand: nothing was buffered between producer and consumer.");
+    println!(
+        "The consumer asked for 26 items (8, then 6 after every 6) and got 20: take(20) \
+         completed the stream and cancelled the rest. Its first request is made in \
+         on_subscribe, which subscribe_on runs on the sensor's thread; every item is \
+         handled on the consumer's thread."
+    );
+    println!(
+        "The sensor produced {made} readings: two per item that passed the filter (it asks \
+         again for every odd one it drops), for the 20 delivered plus what the boundary had \
+         prefetched, at most a window of 8, when the stream ended."
+    );
+    sensor_thread.shutdown();
+    consumer_thread.shutdown();
 
     // The same pipeline with a sink: sum a million items, requesting 256 at a time.
     let start = Instant::now();
