@@ -2066,7 +2066,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// If `prefetch` is 0.
+    /// If `prefetch` is 0: "fold_with prefetch must be at least 1 (got 0)".
     ///
     /// # Examples
     ///
@@ -2081,6 +2081,7 @@ pub trait PublisherExt: Publisher + Sized {
         A: Send + 'static,
         F: FnMut(A, Self::Item) -> A + Send + 'static,
     {
+        sink_prefetch("fold_with", prefetch);
         let (subscriber, handle) = sink::fold(prefetch, init, f);
         self.subscribe(subscriber);
         handle
@@ -2107,7 +2108,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// If `prefetch` is 0.
+    /// If `prefetch` is 0: "for_each_with prefetch must be at least 1 (got 0)".
     ///
     /// # Examples
     ///
@@ -2124,6 +2125,7 @@ pub trait PublisherExt: Publisher + Sized {
     where
         F: FnMut(Self::Item) + Send + 'static,
     {
+        sink_prefetch("for_each_with", prefetch);
         self.fold_with(prefetch, (), move |(), item| f(item))
     }
 
@@ -2146,7 +2148,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// If `prefetch` is 0.
+    /// If `prefetch` is 0: "collect_with prefetch must be at least 1 (got 0)".
     ///
     /// # Examples
     ///
@@ -2156,6 +2158,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// assert_eq!(weir::range(0u8..4).collect_with(2).wait().unwrap(), vec![0, 1, 2, 3]);
     /// ```
     fn collect_with(self, prefetch: u64) -> SinkHandle<Vec<Self::Item>> {
+        sink_prefetch("collect_with", prefetch);
         self.fold_with(prefetch, Vec::new(), |mut v, item| {
             v.push(item);
             v
@@ -2705,3 +2708,9 @@ pub trait PublisherExt: Publisher + Sized {
 }
 
 impl<P: Publisher> PublisherExt for P {}
+
+/// Check a sink's prefetch at construction, naming the sink (`0` is refused; any other
+/// value, [`UNBOUNDED`](crate::demand::UNBOUNDED) included, is a window).
+fn sink_prefetch(sink: &str, prefetch: u64) {
+    assert!(prefetch >= 1, "{sink} prefetch must be at least 1 (got 0)");
+}

@@ -190,9 +190,21 @@ proptest! {
 }
 
 #[test]
-#[should_panic(expected = "prefetch must be at least 1 (got 0)")]
-fn zero_prefetch_panics() {
+#[should_panic(expected = "collect_with prefetch must be at least 1 (got 0)")]
+fn zero_prefetch_panics_naming_the_sink() {
     let _ = weir::range(0u8..3).collect_with(0);
+}
+
+#[test]
+#[should_panic(expected = "fold_with prefetch must be at least 1 (got 0)")]
+fn zero_fold_prefetch_panics_naming_the_sink() {
+    let _ = weir::range(0u8..3).fold_with(0, 0u8, |a, _| a);
+}
+
+#[test]
+#[should_panic(expected = "for_each_with prefetch must be at least 1 (got 0)")]
+fn zero_for_each_prefetch_panics_naming_the_sink() {
+    let _ = weir::range(0u8..3).for_each_with(0, |_| {});
 }
 
 // ---- handles --------------------------------------------------------------------
