@@ -89,6 +89,29 @@ impl From<usize> for Capacity {
     }
 }
 
+/// A queue's size as its builder takes it: a number of items, or a [`Capacity`]. A
+/// number is checked on the way in, and its panic names the queue it was for.
+pub trait IntoCapacity {
+    /// The capacity; a size out of range panics with "`{user}` capacity must be in
+    /// 1..=2^30 (got …)".
+    fn into_capacity(self, user: &str) -> Capacity;
+}
+
+impl IntoCapacity for usize {
+    fn into_capacity(self, user: &str) -> Capacity {
+        Capacity(crate::stage::window::validate(
+            format_args!("{user} capacity"),
+            self as u64,
+        ))
+    }
+}
+
+impl IntoCapacity for Capacity {
+    fn into_capacity(self, _user: &str) -> Capacity {
+        self
+    }
+}
+
 /// Time limits on a queue: maximum age at dequeue, CoDel and adaptive LIFO. Default:
 /// none of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

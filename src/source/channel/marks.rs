@@ -19,7 +19,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::queue::{Capacity, SizingError};
+use crate::queue::{IntoCapacity, SizingError};
 
 /// Whether a push source wants more items, and how many. Advice to cooperative
 /// producers: items offered while `Paused` are still accepted by the channel's policy
@@ -203,13 +203,13 @@ impl WaterMarks {
     /// assert!(error.to_string().contains("low water mark 10000"), "{error}");
     /// ```
     pub fn derive(
-        capacity: impl Into<Capacity>,
+        capacity: impl IntoCapacity,
         max_arrival_rate: f64,
         reaction_time: Duration,
         drain_rate: f64,
         resume_time: Duration,
     ) -> Result<WaterMarks, SizingError> {
-        let capacity = capacity.into().get();
+        let capacity = capacity.into_capacity("WaterMarks::derive").get();
         if !(max_arrival_rate.is_finite() && max_arrival_rate >= 0.0) {
             return Err(SizingError::new(format!(
                 "max_arrival_rate must be a finite, non-negative number of items per second, got {max_arrival_rate}"

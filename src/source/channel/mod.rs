@@ -115,7 +115,7 @@ use self::link::{Chan, Link};
 use crate::metrics::DropHook;
 use crate::metrics::{QueueGauge, QueueMonitor};
 use crate::queue::timed::TimedQueue;
-use crate::queue::{Capacity, TimeBounds};
+use crate::queue::{Capacity, IntoCapacity, TimeBounds};
 use crate::runtime::{Immediate, Scheduler};
 use crate::{Publisher, Subscriber};
 
@@ -260,7 +260,8 @@ impl std::error::Error for ChannelClosed {}
 ///
 /// # Panics
 ///
-/// If `capacity` is 0 or above [`MAX_CAPACITY`](crate::queue::MAX_CAPACITY).
+/// If `capacity` is 0 or above [`MAX_CAPACITY`](crate::queue::MAX_CAPACITY): "channel
+/// capacity must be in 1..=2^30 (got 0)".
 ///
 /// # Examples
 ///
@@ -281,7 +282,7 @@ impl std::error::Error for ChannelClosed {}
 /// assert_eq!(rx.collect().wait().unwrap(), vec![3, 4, 5]);
 /// ```
 pub fn channel<T: Send + 'static>(
-    capacity: impl Into<Capacity>,
+    capacity: impl IntoCapacity,
     policy: ChannelPolicy,
 ) -> (Sender<T>, Channel<T>) {
     ChannelBuilder::new(capacity, policy).build()
@@ -332,10 +333,11 @@ impl ChannelBuilder {
     ///
     /// # Panics
     ///
-    /// If `capacity` is a `usize` that is 0 or above [`MAX_CAPACITY`](crate::queue::MAX_CAPACITY).
-    pub fn new(capacity: impl Into<Capacity>, policy: ChannelPolicy) -> Self {
+    /// If `capacity` is a `usize` that is 0 or above [`MAX_CAPACITY`](crate::queue::MAX_CAPACITY):
+    /// "channel capacity must be in 1..=2^30 (got 0)".
+    pub fn new(capacity: impl IntoCapacity, policy: ChannelPolicy) -> Self {
         ChannelBuilder {
-            capacity: capacity.into(),
+            capacity: capacity.into_capacity("channel"),
             policy,
             marks: None,
             bounds: TimeBounds::none(),
@@ -539,6 +541,12 @@ mod tests {
         let _ = ChannelBuilder::new(10, ChannelPolicy::Reject)
             .water_marks(WaterMarks::new(20, 5))
             .build::<u8>();
+    }
+
+    #[test]
+    #[should_panic(expected = "channel capacity must be in 1..=2^30 (got 0)")]
+    fn a_zero_capacity_is_refused_naming_the_channel() {
+        let _ = channel::<u8>(0, ChannelPolicy::Reject);
     }
 
     #[test]
