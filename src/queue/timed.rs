@@ -188,16 +188,23 @@ impl<T> TimedQueue<T> {
         }
     }
 
-    /// Take the head item's stamp (and deadline) off; the caller takes the item.
+    /// Take the head item's stamp and deadline off, returning its deadline (if the
+    /// queue keeps them and it has one); the caller takes the item.
     fn pop_front_stamp(&mut self) -> Option<Instant> {
-        self.deadlines.as_mut().and_then(VecDeque::pop_front);
-        self.stamps.pop_front()
+        self.stamps.pop_front();
+        self.deadlines
+            .as_mut()
+            .and_then(VecDeque::pop_front)
+            .flatten()
     }
 
-    /// Take the tail item's stamp (and deadline) off; the caller takes the item.
-    fn pop_back_stamp(&mut self) -> Option<Option<Instant>> {
+    /// [`pop_front_stamp`](Self::pop_front_stamp) at the tail.
+    fn pop_back_stamp(&mut self) -> Option<Instant> {
         self.stamps.pop_back();
-        self.deadlines.as_mut().and_then(VecDeque::pop_back)
+        self.deadlines
+            .as_mut()
+            .and_then(VecDeque::pop_back)
+            .flatten()
     }
 
     fn append(&mut self, item: T, now: Instant, deadline: Option<Instant>) {
@@ -285,15 +292,10 @@ impl<T> TimedQueue<T> {
         }
         let standing = self.bounds.get_adaptive_lifo().is_some_and(stood);
         let (item, deadline) = if standing {
-            let deadline = self.pop_back_stamp().flatten();
+            let deadline = self.pop_back_stamp();
             (self.items.pop_back()?, deadline)
         } else {
-            let deadline = self
-                .deadlines
-                .as_mut()
-                .and_then(VecDeque::pop_front)
-                .flatten();
-            self.stamps.pop_front();
+            let deadline = self.pop_front_stamp();
             (self.items.pop_front()?, deadline)
         };
         self.left();
