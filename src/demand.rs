@@ -171,6 +171,32 @@ impl AtomicDemand {
         }
     }
 
+    /// Spend one unit of demand if there is any: `false` when there is none.
+    /// Unbounded demand stays unbounded. Used where producers reserve demand before
+    /// they hand an item over ([`create`](crate::create)'s emitter).
+    #[inline]
+    pub(crate) fn try_spend_one(&self) -> bool {
+        let mut current = self.value.load(Ordering::Relaxed);
+        loop {
+            if current == UNBOUNDED {
+                return true;
+            }
+            if current == 0 {
+                return false;
+            }
+            // AcqRel: an RMW on the same location as `add` (see `produced`).
+            match self.value.compare_exchange_weak(
+                current,
+                current - 1,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(actual) => current = actual,
+            }
+        }
+    }
+
     /// Take all outstanding demand, leaving zero (unbounded stays unbounded and is
     /// returned as [`UNBOUNDED`]). Used where requests are forwarded as credit.
     #[inline]

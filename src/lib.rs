@@ -61,7 +61,9 @@ pub use error::{DropReason, Error, ErrorKind, Overflow};
 pub use ext::PublisherExt;
 pub use operators::merge;
 pub use source::channel;
-pub use source::{defer, empty, error, from_iter, generate, just, never, range};
+pub use source::{
+    create, defer, empty, error, from_fn, from_iter, generate, just, never, range, unfold,
+};
 pub use source::{interval, timer};
 // bridges to futures::Stream / Sink and tokio receivers
 #[cfg(feature = "tokio")]

@@ -1,6 +1,6 @@
 //! Behaviour tests of the sources (`src/source`): the contract of each (`range` over
-//! every integer type, `from_iter`, `just`, `empty`, `error`, `never`, `generate`,
-//! `defer`), cold re-subscription, `request(0)`, and random demand schedules from the
+//! every integer type, `from_iter`, `just`, `empty`, `error`, `never`, `generate`
+//! with `Step::Last`, `from_fn`, `unfold`, `defer`), cold re-subscription, `request(0)`, and random demand schedules from the
 //! conformance kit.
 
 #[path = "support/mod.rs"]
@@ -307,6 +307,70 @@ fn generate_calls_its_closure_once_per_delivered_item() {
     probe.assert_items(&[0, 1, 2, 3, 4]);
     probe.request(10);
     assert_eq!(calls(), 6, "never called after the end");
+}
+
+#[test]
+fn generate_step_last_emits_and_completes_in_one_call() {
+    let calls = Arc::new(AtomicU64::new(0));
+    let counter = calls.clone();
+    let source = weir::generate(0u32, move |n| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        *n += 1;
+        if *n == 3 {
+            Step::Last(*n)
+        } else {
+            Step::Next(*n)
+        }
+    });
+    let probe = probe_of(source);
+    probe.request(2);
+    assert_eq!(shape(&probe), "SNN");
+    // The last item completes with it: no extra call, no extra demand needed.
+    probe.request(1);
+    assert_eq!(shape(&probe), "SNNNC");
+    probe.assert_items(&[1, 2, 3]);
+    probe.request(5);
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        3,
+        "never called after the last"
+    );
+}
+
+#[test]
+fn from_fn_is_called_once_per_request_until_none() {
+    let calls = Arc::new(AtomicU64::new(0));
+    let counter = calls.clone();
+    let source = weir::from_fn(move || {
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        (n < 3).then_some(n * 10)
+    });
+    let probe = probe_of(source);
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "not called without demand");
+    probe.request(2);
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    probe.request(5);
+    assert_eq!(shape(&probe), "SNNNC");
+    probe.assert_items(&[0, 10, 20]);
+    assert_eq!(calls.load(Ordering::SeqCst), 4, "None ended it");
+}
+
+#[test]
+fn unfold_threads_its_state_and_a_panic_fails_the_stream() {
+    let probe = probe_of(weir::unfold((0u64, 1u64), |(a, b)| {
+        (a < 20).then_some((a, (b, a + b)))
+    }));
+    probe.request(UNBOUNDED);
+    probe.assert_items(&[0, 1, 1, 2, 3, 5, 8, 13]);
+    probe.assert_completed();
+
+    let probe = probe_of(weir::unfold(0u32, |n| {
+        assert!(n < 2, "unfold blew up at {n}");
+        Some((n, n + 1))
+    }));
+    probe.request(10);
+    assert_eq!(shape(&probe), "SNNE");
+    assert_eq!(probe.assert_error().kind(), ErrorKind::Panicked);
 }
 
 #[test]

@@ -128,6 +128,80 @@ weir::publisher_tck!(
         })
     })
 );
+weir::publisher_tck!(
+    generate_last,
+    verify(|n| {
+        // n items, the last one with `Step::Last`; an empty stream for 0.
+        weir::generate(0u64, move |i| {
+            *i += 1;
+            match (*i).cmp(&n) {
+                std::cmp::Ordering::Less => Step::Next(*i - 1),
+                std::cmp::Ordering::Equal => Step::Last(*i - 1),
+                std::cmp::Ordering::Greater => Step::Complete,
+            }
+        })
+    })
+);
+weir::publisher_tck!(
+    from_fn,
+    verify(|n| {
+        let mut next = 0u64;
+        weir::from_fn(move || {
+            (next < n).then(|| {
+                next += 1;
+                next - 1
+            })
+        })
+    })
+);
+weir::publisher_tck!(
+    unfold,
+    verify(|n| weir::unfold(0u64, move |i| (i < n).then_some((i, i + 1))))
+);
+// Items emitted from the request hook, on the requesting thread: the emitter never
+// accepts an item beyond demand.
+weir::publisher_tck!(
+    create_on_request,
+    verify(|n| {
+        weir::create(move |emitter| {
+            let mut items = 0..n;
+            let e = emitter.clone();
+            emitter.on_request(move |_| {
+                while e.requested() > 0 {
+                    match items.next() {
+                        Some(i) => {
+                            if e.emit(i).is_err() {
+                                return;
+                            }
+                        }
+                        None => {
+                            e.complete();
+                            return;
+                        }
+                    }
+                }
+            });
+            if n == 0 {
+                emitter.complete();
+            }
+        })
+    })
+);
+// A producer thread that waits for demand.
+weir::publisher_tck!(
+    create_thread,
+    verify(|n| {
+        weir::create(move |emitter| {
+            std::thread::spawn(move || {
+                for i in 0..n {
+                    if emitter.send_blocking(i).is_err() {
+                        return;
+                    }
+                }
+            });
+        })
+    })
+);
 weir::publisher_tck!(defer, verify(|n| weir::defer(move || weir::range(0..n))));
 weir::publisher_tck!(
     buffer,

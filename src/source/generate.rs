@@ -1,7 +1,10 @@
-//! `generate`: a stateful generator called once per requested item.
+//! `generate`, `from_fn`, `unfold`: pull-style sources whose closure is called once
+//! per requested item.
 //!
 //! Demand contract: the closure runs exactly once per item delivered, only against
 //! outstanding demand, never ahead of it (unlike `from_iter`, there is no look-ahead).
+//! `from_fn` and `unfold` are `generate` with the shapes `std::iter::from_fn` and
+//! `futures::stream::unfold` users know; all three run on the emitter stage.
 
 use crate::guard::catch;
 use crate::stage::emitter::{self, Emitted, Emitter};
@@ -13,6 +16,10 @@ use crate::{Error, Publisher, Subscriber};
 pub enum Step<T> {
     /// Emit this item.
     Next(T),
+    /// Emit this item, then end the stream successfully (one call instead of a
+    /// `Next` followed by a `Complete`: the generator is not called again, so it
+    /// need not remember that it has finished).
+    Last(T),
     /// End the stream successfully.
     Complete,
     /// End the stream with this error.
@@ -41,6 +48,19 @@ pub struct Generate<St, F> {
 /// of kind [`Panicked`](crate::ErrorKind::Panicked).
 ///
 /// # Examples
+///
+/// [`Step::Last`] emits an item and completes in the same call:
+///
+/// ```
+/// use weir::prelude::*;
+/// use weir::source::Step;
+///
+/// let countdown = weir::generate(3u32, |n| {
+///     *n -= 1;
+///     if *n == 0 { Step::Last("lift-off") } else { Step::Next("tick") }
+/// });
+/// assert_eq!(countdown.collect().wait().unwrap(), ["tick", "tick", "lift-off"]);
+/// ```
 ///
 /// ```
 /// use weir::prelude::*;
@@ -93,6 +113,11 @@ where
         match catch(|| (source.f)(&mut source.state)) {
             Ok(Step::Next(item)) => {
                 self.left -= 1;
+                Some(item)
+            }
+            Ok(Step::Last(item)) => {
+                self.left -= 1;
+                *self.end = Some(Ok(()));
                 Some(item)
             }
             Ok(Step::Complete) => {
@@ -154,5 +179,131 @@ where
             },
             subscriber,
         )
+    }
+}
+
+/// Publisher for [`from_fn`]. Clone it (with a `Clone` closure) to subscribe again.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct FromFn<F> {
+    f: F,
+}
+
+/// A publisher that calls `f` once per requested item: `Some(item)` emits it, `None`
+/// completes the stream (`f` is not called again). The pull-style twin of
+/// [`std::iter::from_fn`], without its look-ahead: `f` runs only against demand.
+///
+/// # Backpressure
+///
+/// Full: `f` is only called while there is outstanding demand, once per item.
+///
+/// # Errors
+///
+/// None of its own; a panic in `f` becomes `on_error` of kind
+/// [`Panicked`](crate::ErrorKind::Panicked). Use [`generate`] to end with an error.
+///
+/// # Examples
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// let mut lines = "alpha\nbeta\ngamma".lines();
+/// let words = weir::from_fn(move || lines.next().map(str::to_uppercase));
+/// assert_eq!(words.collect().wait().unwrap(), ["ALPHA", "BETA", "GAMMA"]);
+/// ```
+pub fn from_fn<T, F>(f: F) -> FromFn<F>
+where
+    T: Send + 'static,
+    F: FnMut() -> Option<T> + Send + 'static,
+{
+    FromFn { f }
+}
+
+impl<T, F> Publisher for FromFn<F>
+where
+    T: Send + 'static,
+    F: FnMut() -> Option<T> + Send + 'static,
+{
+    type Item = T;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<T> + Send + 'static,
+    {
+        generate(self.f, |f| match f() {
+            Some(item) => Step::Next(item),
+            None => Step::Complete,
+        })
+        .subscribe(subscriber)
+    }
+}
+
+/// Publisher for [`unfold`]. Clone it (with a `Clone` state and closure) to subscribe
+/// again from the initial state.
+#[derive(Clone, Debug)]
+#[must_use = "publishers do nothing until subscribed"]
+pub struct Unfold<St, F> {
+    state: St,
+    f: F,
+}
+
+/// A publisher that threads a state through `f`, once per requested item:
+/// `f(state)` returns `Some((item, next_state))` to emit `item`, or `None` to complete.
+/// The synchronous shape of `futures::stream::unfold`.
+///
+/// # Backpressure
+///
+/// Full: `f` is only called while there is outstanding demand, once per item.
+///
+/// # Errors
+///
+/// None of its own; a panic in `f` becomes `on_error` of kind
+/// [`Panicked`](crate::ErrorKind::Panicked) (the state is dropped). Use [`generate`] to
+/// end with an error.
+///
+/// # Examples
+///
+/// ```
+/// use weir::prelude::*;
+///
+/// // Powers of two up to 100.
+/// let powers = weir::unfold(1u32, |n| (n <= 100).then(|| (n, n * 2)));
+/// assert_eq!(powers.collect().wait().unwrap(), [1, 2, 4, 8, 16, 32, 64]);
+/// ```
+pub fn unfold<St, T, F>(state: St, f: F) -> Unfold<St, F>
+where
+    St: Send + 'static,
+    T: Send + 'static,
+    F: FnMut(St) -> Option<(T, St)> + Send + 'static,
+{
+    Unfold { state, f }
+}
+
+impl<St, T, F> Publisher for Unfold<St, F>
+where
+    St: Send + 'static,
+    T: Send + 'static,
+    F: FnMut(St) -> Option<(T, St)> + Send + 'static,
+{
+    type Item = T;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<T> + Send + 'static,
+    {
+        let mut f = self.f;
+        // The state is `None` only after `f` returned `None` (the stream then ended:
+        // the generator is not called again) or panicked.
+        generate(
+            Some(self.state),
+            move |state: &mut Option<St>| match state.take().and_then(&mut f) {
+                Some((item, next)) => {
+                    *state = Some(next);
+                    Step::Next(item)
+                }
+                None => Step::Complete,
+            },
+        )
+        .subscribe(subscriber)
     }
 }

@@ -14,6 +14,9 @@
 //! | [`error()`] | nothing; fails at once |
 //! | [`never()`] | nothing, ever |
 //! | [`generate`](generate()) | what a stateful closure returns, once per requested item |
+//! | [`from_fn`](from_fn()) | what a closure returns (`Some`), once per requested item, until `None` |
+//! | [`unfold`](unfold()) | what a closure returns from a state it threads through, until `None` |
+//! | [`create`](create()) | what your code pushes through an [`Emitter`], refused beyond demand |
 //! | [`defer`](defer()) | whatever publisher a factory builds at subscribe time |
 //! | [`channel()`](fn@channel) | what producers push through a [`Sender`] (sockets, callbacks, other threads) |
 //! | [`interval`](interval()) | 0, 1, 2, … one per period on a scheduler; ticks without demand are held as a count |
@@ -23,6 +26,7 @@
 //! drain loop for upstream, downstream and timer signals, at most one timer per stage.
 
 pub mod channel;
+mod create;
 mod defer;
 mod generate;
 mod iter;
@@ -30,8 +34,9 @@ mod range;
 mod signal;
 
 pub use channel::{channel, Channel, ChannelBuilder, ChannelPolicy, Sender, TrySendError};
+pub use create::{create, Create, EmitError, Emitter, EmitterClosed, Ready};
 pub use defer::{defer, Defer};
-pub use generate::{generate, Generate, Step};
+pub use generate::{from_fn, generate, unfold, FromFn, Generate, Step, Unfold};
 pub use iter::{empty, from_iter, just, FromIter};
 pub use range::{range, Range, RangeInt};
 pub use signal::{error, never, Fail, Never};

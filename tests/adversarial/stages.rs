@@ -523,6 +523,39 @@ pub fn table() -> Vec<Stage> {
         )
         .timed(),
         Stage::new(
+            "create (a producer thread: emit, or send_blocking)",
+            Source,
+            EXACT,
+            |env| {
+                let (len, mut produce, pushy) = (env.len, env.produce(), env.pushy());
+                // The producer gets the emitter when the pipeline subscribes.
+                let (handoff, emitter) = std::sync::mpsc::channel::<weir::source::Emitter<Item>>();
+                env.spawn_producer(move || {
+                    let Ok(emitter) = emitter.recv() else { return };
+                    for value in 0..len {
+                        let item = produce(value);
+                        let sent = if pushy {
+                            emitter.emit(item)
+                        } else {
+                            emitter.send_blocking(item)
+                        };
+                        if let Err(refused) = sent {
+                            let closed = refused.is_closed();
+                            refused.into_inner().mark(Fate::HandedBack);
+                            if closed {
+                                return;
+                            }
+                        }
+                    }
+                });
+                let source = weir::create(move |emitter| {
+                    let _ = handoff.send(emitter);
+                });
+                env.tap("create", source).boxed()
+            },
+            identity,
+        ),
+        Stage::new(
             "channel(16, Backpressure)",
             Source,
             EXACT,

@@ -57,13 +57,13 @@ pub(super) fn lock<S>(m: &Mutex<S>) -> MutexGuard<'_, S> {
 /// re-polled future replaces its waker instead of adding one (bounded by the number
 /// of live futures) and a dropped future removes itself.
 #[derive(Default)]
-pub(super) struct Waiters {
+pub(crate) struct Waiters {
     next_key: u64,
     list: Vec<(u64, Waker)>,
 }
 
 impl Waiters {
-    pub(super) fn register(&mut self, key: &mut Option<u64>, waker: &Waker) {
+    pub(crate) fn register(&mut self, key: &mut Option<u64>, waker: &Waker) {
         if let Some(k) = *key {
             if let Some((_, w)) = self.list.iter_mut().find(|(id, _)| *id == k) {
                 if !w.will_wake(waker) {
@@ -78,13 +78,13 @@ impl Waiters {
         *key = Some(k);
     }
 
-    pub(super) fn remove(&mut self, key: Option<u64>) {
+    pub(crate) fn remove(&mut self, key: Option<u64>) {
         if let Some(k) = key {
             self.list.retain(|(id, _)| *id != k);
         }
     }
 
-    fn take_into(&mut self, out: &mut Vec<Waker>) {
+    pub(crate) fn take_into(&mut self, out: &mut Vec<Waker>) {
         out.extend(self.list.drain(..).map(|(_, w)| w));
     }
 }

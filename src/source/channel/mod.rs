@@ -109,6 +109,7 @@ pub use admission::Admission;
 pub use marks::{FlowState, WaterMarks};
 pub use sender::{RejectReason, Rejected, Resumed, SendFuture, Sender};
 
+pub(crate) use self::link::Waiters;
 #[cfg(all(test, not(weir_loom)))]
 use self::link::BATCH;
 use self::link::{Chan, Link};
