@@ -17,7 +17,8 @@
 //! ```
 //!
 //! Start with [`PublisherExt`] (every operator and sink), the [`source`] functions,
-//! and the contract in [`spec`]. Threads and time live in [`runtime`] (schedulers;
+//! and the contract in [`spec`]. To write a source of your own, read
+//! [`guide::writing_a_publisher`]. Threads and time live in [`runtime`] (schedulers;
 //! `publish_on` / `subscribe_on` are the async boundaries), producers you cannot slow
 //! down push through [`channel()`](fn@channel), and [`queue`] and [`metrics`] size
 //! queues from time and report their depth, age and lag. The bridges to `futures`
@@ -77,6 +78,12 @@ pub use spec::{BoxPublisher, Processor, Publisher, RawSubscription, Subscriber, 
 #[cfg(all(doctest, feature = "tokio", feature = "tck"))]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+/// Guides that span several modules (their examples are compiled and run as tests).
+pub mod guide {
+    #[doc = include_str!("../docs/writing_a_publisher.md")]
+    pub mod writing_a_publisher {}
+}
 
 /// The traits a pipeline needs: `use weir::prelude::*;`.
 pub mod prelude {

@@ -303,7 +303,41 @@ fn verdict<T>(
 
 /// Run [`check_publisher`] on `cases` random schedules; panic with the smallest
 /// failing schedule, if any. `PROPTEST_CASES` is ignored: `cases` is the count.
+///
+/// For synchronous publishers (every signal happens inside `subscribe`, `request` or
+/// `cancel`). A publisher that delivers from a thread or a task of its own wants
+/// [`run_publisher_with`] and [`PublisherCheck::asynchronous`].
 pub fn run_publisher<P, F>(factory: F, expected_len: u64, cases: u32)
+where
+    P: Publisher,
+    F: Fn(u64) -> P,
+{
+    run_publisher_with(factory, expected_len, cases, PublisherCheck::synchronous());
+}
+
+/// [`run_publisher`] with the waiting policy `check`: use
+/// [`PublisherCheck::asynchronous`] for a publisher that delivers from its own thread
+/// or task.
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::tck::proptest::{run_publisher_with, PublisherCheck};
+///
+/// let threaded = |n: u64| {
+///     weir::create(move |emitter| {
+///         std::thread::spawn(move || {
+///             for i in 0..n {
+///                 if emitter.send_blocking(i).is_err() {
+///                     return;
+///                 }
+///             }
+///         });
+///     })
+/// };
+/// let check = PublisherCheck::asynchronous(Duration::from_secs(5), Duration::from_millis(20));
+/// run_publisher_with(threaded, 100, 8, check);
+/// ```
+pub fn run_publisher_with<P, F>(factory: F, expected_len: u64, cases: u32, check: PublisherCheck)
 where
     P: Publisher,
     F: Fn(u64) -> P,
@@ -315,7 +349,7 @@ where
     };
     let mut runner = TestRunner::new(config);
     let result = runner.run(&demand_schedule(), |schedule| {
-        check_publisher(&factory, expected_len, &schedule)
+        check_publisher_with(&factory, expected_len, &schedule, check)
     });
     if let Err(error) = result {
         panic!("demand schedule check failed: {error}");
