@@ -565,6 +565,114 @@ mod awaiting {
     use super::*;
     use std::sync::atomic::AtomicBool;
 
+    /// The newcomer's hang: `.wait()` inside a current-thread runtime, on a stream
+    /// whose source needs that runtime. It panics at once, saying what to do.
+    #[test]
+    #[should_panic(expected = "`.await` instead")]
+    fn wait_inside_a_current_thread_runtime_panics_instead_of_hanging() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (_tx, rx) = tokio::sync::mpsc::channel::<u64>(4);
+            let _ = weir::from_receiver(rx).collect().wait();
+        });
+    }
+
+    /// The same inside a task of a multi-threaded runtime (tokio's `block_on` panics
+    /// there too: the worker would be taken from every other task).
+    #[test]
+    fn wait_inside_a_task_panics_and_names_the_call() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let task = rt.spawn(async {
+            let (_tx, rx) = tokio::sync::mpsc::channel::<u64>(4);
+            let _ = weir::from_receiver(rx).collect().wait();
+        });
+        let joined = rt.block_on(task);
+        let panic = joined.unwrap_err().into_panic();
+        let message = panic.downcast_ref::<String>().expect("a formatted message");
+        assert!(message.contains("SinkHandle::wait"), "{message}");
+        assert!(message.contains("`.await` instead"), "{message}");
+    }
+
+    /// Threads that may block still may: `spawn_blocking`, and a finished stream
+    /// (nothing to wait for) anywhere.
+    #[test]
+    fn wait_is_allowed_where_blocking_is() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let total = rt.block_on(async {
+            let (tx, rx) = tokio::sync::mpsc::channel::<u64>(4);
+            tokio::spawn(async move {
+                for i in 0..100 {
+                    tx.send(i).await.unwrap();
+                }
+            });
+            let sink = weir::from_receiver(rx).fold(0u64, |sum, x| sum + x);
+            tokio::task::spawn_blocking(move || sink.wait())
+                .await
+                .unwrap()
+        });
+        assert_eq!(total.unwrap(), 4_950);
+        let ready = rt.block_on(async { weir::range(0u64..10).collect().wait() });
+        assert_eq!(
+            ready.unwrap().len(),
+            10,
+            "a synchronous stream is done before wait"
+        );
+    }
+
+    #[test]
+    #[should_panic(expected = "the blocking iterator's next()")]
+    fn the_blocking_iterator_panics_inside_a_runtime_too() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (_tx, rx) = tokio::sync::mpsc::channel::<u64>(4);
+            let _ = weir::from_receiver(rx).blocking_iter(16).next();
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "Sender::send_blocking")]
+    fn a_blocking_send_panics_inside_a_runtime() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (tx, _rx) =
+                weir::channel::<u64>(1, weir::source::channel::ChannelPolicy::Backpressure);
+            tx.send_blocking(1).unwrap(); // room: no wait, no panic
+            let _ = tx.send_blocking(2); // full: would wait
+        });
+    }
+
+    #[test]
+    #[should_panic(expected = "Emitter::wait_ready")]
+    fn an_emitter_blocking_send_panics_inside_a_runtime() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (tx, rx) = std::sync::mpsc::channel();
+            let subscriber = weir::tck::TestSubscriber::new();
+            let _probe = subscriber.probe();
+            weir::create(move |emitter: weir::source::Emitter<u64>| {
+                tx.send(emitter).unwrap();
+            })
+            .subscribe(subscriber);
+            let emitter = rx.recv().unwrap();
+            let _ = emitter.send_blocking(1); // no demand: would wait
+        });
+    }
+
     /// On a current-thread runtime, a sink whose source runs on that same runtime can
     /// be awaited: the await yields the thread to the source (`.wait()` would block
     /// the only thread the source could run on).

@@ -20,6 +20,8 @@ enum Defect {
     None,
     /// Every `request(n)` is served with `n + 1` items (rule 1.1).
     OneTooMany,
+    /// A publisher of `n` items emits `n + 1` before it completes (rule 1.5).
+    OneTooFar,
     /// `on_complete` is signalled twice (rule 1.7).
     SignalsAfterComplete,
     /// `cancel` does nothing (rules 3.6, 3.13).
@@ -93,7 +95,12 @@ impl<S: Subscriber<u64> + Send> ToySubscription<S> {
             *guard = None;
             return;
         }
-        while *next < self.n && self.demand.load(Ordering::SeqCst) > 0 {
+        let len = if self.defect == Defect::OneTooFar {
+            self.n + 1
+        } else {
+            self.n
+        };
+        while *next < len && self.demand.load(Ordering::SeqCst) > 0 {
             if self.cancelled.load(Ordering::SeqCst) && self.defect != Defect::IgnoresCancel {
                 *guard = None;
                 return;
@@ -106,7 +113,7 @@ impl<S: Subscriber<u64> + Send> ToySubscription<S> {
                 subscriber.on_next(*next - 1);
             }
         }
-        if *next == self.n {
+        if *next == len {
             subscriber.on_complete();
             if self.defect == Defect::SignalsAfterComplete {
                 subscriber.on_complete();
@@ -191,6 +198,21 @@ fn the_correct_toy_passes_every_test() {
 fn one_more_item_than_requested_fails_rule_1_1() {
     let v = verification(Defect::OneTooMany);
     assert_fails_naming(v.spec_1_1_must_not_signal_more_than_requested(), "1.1");
+}
+
+#[test]
+fn an_item_beyond_the_publishers_length_fails_rule_1_5_not_1_1() {
+    // request(10) on a publisher of 3 that emits 4: within demand, past its end.
+    let v = verification(Defect::OneTooFar);
+    assert_fails_naming(
+        v.spec_1_2_may_signal_less_than_requested_and_terminate(),
+        "1.5",
+    );
+    // Past its end *and* past the demand: still reported as the item after the end.
+    let outcome = v.spec_1_1_must_not_signal_more_than_requested();
+    if let Outcome::Fail(message) = &outcome {
+        assert!(!message.contains("rule 1.1"), "{message}");
+    }
 }
 
 #[test]

@@ -176,6 +176,37 @@ pub(crate) fn deadline(at: Instant, delay: Duration) -> Option<Instant> {
     at.checked_add(delay)
 }
 
+/// Panic if the calling thread is driving a tokio runtime's async code (inside
+/// `Runtime::block_on` or a task): blocking there stalls the runtime, and on a
+/// current-thread runtime the stream that would wake us can never run, so the call
+/// would hang for good. `what` names the blocking call in the message. A no-op
+/// without the `tokio` feature, outside any runtime, and on threads that may block
+/// (`spawn_blocking`, a plain thread that entered a runtime's handle).
+///
+/// Called only where a wait is about to begin (not on calls that return at once).
+#[track_caller]
+pub(crate) fn forbid_blocking_in_async(what: &str) {
+    #[cfg(feature = "tokio")]
+    if let Ok(handle) = ::tokio::runtime::Handle::try_current() {
+        // tokio has no public query for "this thread drives async code", but its own
+        // `block_on` panics on exactly those threads and returns at once for a ready
+        // future elsewhere. (Its panic message is printed before ours.)
+        let driving = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            handle.block_on(std::future::ready(()))
+        }))
+        .is_err();
+        if driving {
+            panic!(
+                "weir: {what} would block a thread that drives a tokio runtime, which \
+                 stalls (on a current-thread runtime: hangs) the stream it waits for; \
+                 `.await` instead, or call it from `spawn_blocking` or a plain thread"
+            );
+        }
+    }
+    #[cfg(not(feature = "tokio"))]
+    let _ = what;
+}
+
 /// Run a scheduler's task, catching a panic so that the worker survives. Returns
 /// whether the task completed without panicking.
 fn run_task(task: Task) -> bool {

@@ -171,6 +171,7 @@ impl<T> Iterator for BlockingIter<T> {
             return None;
         }
         let mut state = self.shared.lock();
+        let mut checked = false;
         loop {
             if let Some(item) = state.queue.pop_released() {
                 drop(state);
@@ -182,6 +183,14 @@ impl<T> Iterator for BlockingIter<T> {
             if let Some(end) = state.end.take() {
                 self.done = true;
                 return end.err().map(Err);
+            }
+            if !checked {
+                // About to wait: not on a thread that drives a tokio runtime.
+                checked = true;
+                drop(state);
+                crate::runtime::forbid_blocking_in_async("the blocking iterator's next()");
+                state = self.shared.lock();
+                continue;
             }
             state = self
                 .shared

@@ -121,7 +121,28 @@ impl<R> SinkHandle<R> {
     ///
     /// # Panics
     ///
-    /// If the result was already taken by [`wait_timeout`](Self::wait_timeout).
+    /// If the result was already taken by [`wait_timeout`](Self::wait_timeout). With
+    /// the `tokio` feature, if it would have to wait on a thread that drives a tokio
+    /// runtime's async code (inside `block_on` or a task), as tokio's own `block_on`
+    /// does: the message says to `.await` instead. On a current-thread runtime that
+    /// wait would hang for good. `spawn_blocking` threads may wait.
+    ///
+    /// ```should_panic
+    /// # #[cfg(not(feature = "tokio"))] panic!("`.await` instead");
+    /// # #[cfg(feature = "tokio")] {
+    /// use weir::prelude::*;
+    ///
+    /// let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    /// runtime.block_on(async {
+    ///     let (tx, rx) = tokio::sync::mpsc::channel::<u32>(8);
+    ///     let all = weir::from_receiver(rx).collect();
+    ///     drop(tx);
+    ///     // panics: "… `.await` instead …" (the receiver's task cannot run meanwhile)
+    ///     let _ = all.wait();
+    /// });
+    /// # }
+    /// ```
+    #[track_caller]
     pub fn wait(self) -> Result<R, Error> {
         self.wait_until(None)
             .expect("waiting without a deadline ends with a result")
@@ -130,13 +151,24 @@ impl<R> SinkHandle<R> {
     /// Wait at most `timeout`; `None` if the stream is still running. A returned
     /// result is taken: a second call panics. A timeout that does not fit the clock
     /// (`Duration::MAX`) waits as long as [`wait`](Self::wait).
+    ///
+    /// # Panics
+    ///
+    /// As [`wait`](Self::wait), on a thread that drives a tokio runtime.
+    #[track_caller]
     pub fn wait_timeout(&mut self, timeout: Duration) -> Option<Result<R, Error>> {
         self.wait_until(crate::runtime::deadline(Instant::now(), timeout))
     }
 
     /// Wait until the stream terminates or `deadline` (`None`: no deadline) passes.
+    #[track_caller]
     fn wait_until(&self, deadline: Option<Instant>) -> Option<Result<R, Error>> {
         let mut slot = self.shared.lock();
+        if matches!(slot.completion, Completion::Running) {
+            drop(slot);
+            crate::runtime::forbid_blocking_in_async("SinkHandle::wait");
+            slot = self.shared.lock();
+        }
         while matches!(slot.completion, Completion::Running) {
             slot = match deadline {
                 None => self

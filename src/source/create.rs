@@ -325,10 +325,16 @@ impl<T: Send + 'static> Emitter<T> {
 
     /// Block this thread until there is demand, then emit `item`.
     ///
+    /// # Panics
+    ///
+    /// As [`wait_ready`](Self::wait_ready), on a thread that drives a tokio runtime:
+    /// use [`send`](Self::send) there.
+    ///
     /// # Errors
     ///
     /// [`EmitError::Closed`] (with the item) once the stream ended or downstream
     /// cancelled.
+    #[track_caller]
     pub fn send_blocking(&self, item: T) -> Result<(), EmitError<T>> {
         let mut item = item;
         loop {
@@ -373,9 +379,16 @@ impl<T: Send + 'static> Emitter<T> {
 
     /// Block this thread until there is demand (`Ok`) or the stream ended or
     /// downstream cancelled (`Err`). See [`ready`](Self::ready).
+    ///
+    /// # Panics
+    ///
+    /// With the `tokio` feature, if it would have to wait on a thread that drives a
+    /// tokio runtime's async code: use [`ready`](Self::ready) there.
+    #[track_caller]
     pub fn wait_ready(&self) -> Result<(), EmitterClosed> {
         let shared = &*self.shared;
         let mut state = shared.lock();
+        let mut checked = false;
         loop {
             if !state.open {
                 return Err(EmitterClosed);
@@ -384,6 +397,13 @@ impl<T: Send + 'static> Emitter<T> {
             // notify, so either we see the credit or it sees us blocked.
             if shared.credit.get() > 0 {
                 return Ok(());
+            }
+            if !checked {
+                checked = true;
+                drop(state);
+                crate::runtime::forbid_blocking_in_async("Emitter::wait_ready");
+                state = shared.lock();
+                continue;
             }
             state.blocked += 1;
             state = shared

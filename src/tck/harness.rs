@@ -59,12 +59,22 @@ impl Outcome {
         matches!(self, Outcome::Skip(_))
     }
 
-    /// For generated `#[test]`s: return on `Pass`, print `SKIPPED: reason` on `Skip`,
-    /// panic with the failure text on `Fail`.
+    /// For generated `#[test]`s: return on `Pass`; on `Skip`, write
+    /// `weir tck: SKIPPED {test}: {reason}` to the process's standard error (past the
+    /// test harness's capture, so a skip shows in `cargo test`'s output next to the
+    /// `ok` it would otherwise be); on `Fail`, panic with the failure text, located at
+    /// the caller (the test), not inside weir.
+    #[track_caller]
     pub fn assert_not_failed(&self) {
         match self {
             Outcome::Pass => {}
-            Outcome::Skip(reason) => println!("SKIPPED: {reason}"),
+            Outcome::Skip(reason) => {
+                use std::io::Write;
+                let current = std::thread::current();
+                let test = current.name().unwrap_or("a conformance test");
+                // Straight to the file descriptor: `eprintln!` would be captured.
+                let _ = writeln!(std::io::stderr(), "weir tck: SKIPPED {test}: {reason}");
+            }
             Outcome::Fail(message) => panic!("{message}"),
         }
     }
@@ -294,7 +304,20 @@ where
     if let Err(e) = spawned {
         return Outcome::Fail(format!("rule {rule}: could not start the test thread: {e}"));
     }
+    // A violation a probe recorded while the test failed is the cause, named by its
+    // own rule; the test's check saw the consequence (an item past the end of a
+    // publisher of 3 seen as "4 of 3 expected" by the rule 1.2 test, say).
+    let mut cause_named = false;
     let result = match rx.recv_timeout(budget) {
+        Ok(Ok(Err(Failure::Fail(message)))) => {
+            Err(Failure::Fail(match env.verify_no_async_failures_now() {
+                Err(cause) => {
+                    cause_named = true;
+                    format!("{cause} (the test then saw: {message})")
+                }
+                Ok(()) => message,
+            }))
+        }
         Ok(Ok(result)) => {
             result.and_then(|()| env.verify_no_async_failures_now().map_err(Failure::Fail))
         }
@@ -313,7 +336,7 @@ where
         (Err(Failure::Fail(message)), Kind::Required) => {
             // Violations recorded by probes already start with their rule.
             let prefix = format!("rule {rule}: ");
-            if message.starts_with(&prefix) {
+            if cause_named || message.starts_with(&prefix) {
                 Outcome::Fail(message)
             } else {
                 Outcome::Fail(prefix + &message)

@@ -1,5 +1,6 @@
 //! The `*_tck!` macros: one `#[test]` per conformance test, so `cargo test` prints each
-//! rule's test by name. Skips pass and print `SKIPPED: reason`.
+//! rule's test by name. Skips pass, and each writes `weir tck: SKIPPED {test}: {reason}`
+//! to standard error past the harness's capture, so it shows in `cargo test`'s output.
 //!
 //! Each suite's test list exists once, in a hidden `__tck_*_tests!` macro next to the
 //! suite (the two subscriber suites share one list, `__tck_subscriber_tests!`; the

@@ -20,7 +20,8 @@
 //! In a test file (with `weir = { features = ["tck"] }` as a dev-dependency):
 //!
 //! ```ignore
-//! // One #[test] per rule, printed by name; skips pass and print "SKIPPED: why".
+//! // One #[test] per rule, printed by name; a skip passes and writes
+//! // "weir tck: SKIPPED <test>: why" to standard error, visible in `cargo test`.
 //! weir::publisher_tck!(my_source_tck, |n| my_source(n));
 //!
 //! // Or configure the suite: a failing publisher, multi-subscribe, timeouts.

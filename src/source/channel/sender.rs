@@ -142,6 +142,12 @@ impl<T: Send + 'static> Sender<T> {
     /// Do not call it from the channel's own subscriber (the thread that must make
     /// room would be the one waiting).
     ///
+    /// # Panics
+    ///
+    /// With the `tokio` feature, if it would have to wait on a thread that drives a
+    /// tokio runtime's async code (inside `block_on` or a task): use
+    /// [`send`](Self::send) there.
+    ///
     /// ```
     /// use weir::prelude::*;
     /// use weir::source::channel::ChannelPolicy;
@@ -156,6 +162,7 @@ impl<T: Send + 'static> Sender<T> {
     /// producer.join().unwrap();
     /// assert_eq!(total, 499_500);
     /// ```
+    #[track_caller]
     pub fn send_blocking(&self, item: T) -> Result<(), TrySendError<T>> {
         let shared = &self.shared;
         let mut item = item;
@@ -171,7 +178,15 @@ impl<T: Send + 'static> Sender<T> {
                     ..
                 } if shared.stage().policy == ChannelPolicy::Backpressure => {
                     item = back;
-                    since.get_or_insert(now);
+                    if since.is_none() {
+                        // About to wait for the first time: not on a thread that
+                        // drives a tokio runtime (checked without the lock).
+                        drop(st);
+                        crate::runtime::forbid_blocking_in_async("Sender::send_blocking");
+                        st = lock(&shared.stage().state);
+                        since = Some(now);
+                        continue;
+                    }
                     st.blocked_threads += 1;
                     st = shared
                         .stage()
@@ -251,6 +266,11 @@ impl<T: Send + 'static> Sender<T> {
     /// Block this thread until the channel is not `Paused` (`Ok`) or closed (`Err`).
     /// See [`resumed`](Self::resumed).
     ///
+    /// # Panics
+    ///
+    /// With the `tokio` feature, if it would have to wait on a thread that drives a
+    /// tokio runtime's async code: use [`resumed`](Self::resumed) there.
+    ///
     /// ```
     /// use weir::prelude::*;
     /// use weir::source::channel::{ChannelBuilder, ChannelPolicy, FlowState, WaterMarks};
@@ -268,15 +288,24 @@ impl<T: Send + 'static> Sender<T> {
     /// drop(tx);
     /// assert_eq!(consumer.join().unwrap().len(), 1_000);
     /// ```
+    #[track_caller]
     pub fn wait_resumed(&self) -> Result<(), ChannelClosed> {
         let shared = &self.shared;
         let mut st = lock(&shared.stage().state);
+        let mut checked = false;
         loop {
             if !st.open {
                 return Err(ChannelClosed);
             }
             if !st.rungs.has(Rungs::PAUSE) {
                 return Ok(());
+            }
+            if !checked {
+                checked = true;
+                drop(st);
+                crate::runtime::forbid_blocking_in_async("Sender::wait_resumed");
+                st = lock(&shared.stage().state);
+                continue;
             }
             st.resume_threads += 1;
             st = shared

@@ -215,7 +215,8 @@ where
         complete: bool,
     ) -> Result<TestProbe<P::Item>, Failure> {
         self.active(n, complete)?;
-        Ok(attach_probe(env, (self.factory)(n))?)
+        let subscriber = probing_subscriber(env).expected_len(n);
+        Ok(attach(env, (self.factory)(n), subscriber)?)
     }
 }
 

@@ -162,6 +162,8 @@ struct RecordingState<T> {
     cancelled: bool,
     requested: u64,
     received: u64,
+    /// How many items the publisher under test was made to emit (`u64::MAX`: unknown).
+    expected_len: u64,
     terminal: Option<Terminal>,
     violations: Vec<Violation>,
 }
@@ -197,6 +199,7 @@ impl<T> TestSubscriber<T> {
                     cancelled: false,
                     requested: 0,
                     received: 0,
+                    expected_len: u64::MAX,
                     terminal: None,
                     violations: Vec::new(),
                 }),
@@ -220,6 +223,14 @@ impl<T> TestSubscriber<T> {
     /// Request `m` from inside every `on_next` (0, the default, requests nothing).
     pub fn request_on_next(mut self, m: u64) -> Self {
         self.request_on_next = m;
+        self
+    }
+
+    /// The publisher under test was made to emit `n` items: an item beyond the `n`th
+    /// is reported as a rule 1.5 violation (a finite publisher must complete after its
+    /// last item), not as a rule 1.1 one, even if it also exceeds the demand.
+    pub fn expected_len(self, n: u64) -> Self {
+        lock(&self.shared.state).expected_len = n;
         self
     }
 
@@ -320,7 +331,14 @@ impl<T> TestSubscriber<T> {
         let mut state = lock(&self.shared.state);
         self.shared.check_order(&mut state, "on_next");
         state.received += 1;
-        if state.received > state.requested {
+        if state.received > state.expected_len && state.terminal.is_none() {
+            let message = format!(
+                "on_next #{} arrived from a publisher of {} items: it must complete after \
+                 its last item and send nothing more",
+                state.received, state.expected_len
+            );
+            self.shared.violate(&mut state, "1.5", message);
+        } else if state.received > state.requested {
             let message = format!(
                 "on_next #{} arrived but only {} were requested in total",
                 state.received, state.requested
