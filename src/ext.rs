@@ -2638,6 +2638,155 @@ pub trait PublisherExt: Publisher + Sized {
         crate::bridge::subscribe_async(self, subscriber)
     }
 
+    /// Run the async closure `f` on every item, one item at a time, in a task on the
+    /// current tokio runtime; await the returned handle for the end of the stream.
+    /// The common case of [`subscribe_async`](Self::subscribe_async), without a type
+    /// and an `#[async_trait]` impl.
+    ///
+    /// # Backpressure
+    ///
+    /// One item at a time: `request(1)`, and the next `request(1)` only when the
+    /// future `f` returned for the item has completed. Use
+    /// [`for_each_async_with`](Self::for_each_async_with) to keep a window of items
+    /// requested ahead, and put [`map_async`](Self::map_async) before it to run
+    /// several calls at once.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// request : 1--------1--------1
+    /// source  : a--------b--------c
+    /// f       : [a......][b......][c......]
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// The handle resolves to the upstream error after every earlier item was
+    /// processed. A panic in `f` (or in its future) cancels upstream and ends with an
+    /// error of kind [`Panicked`](crate::ErrorKind::Panicked). To stop on an error of
+    /// your own, use [`subscribe_async`](Self::subscribe_async), whose `on_next`
+    /// returns a `Result`.
+    ///
+    /// # Cancellation
+    ///
+    /// [`AsyncHandle::abort`](crate::bridge::AsyncHandle::abort) cancels upstream and
+    /// drops the call in progress at its next `.await`. Dropping the handle detaches
+    /// the task, which runs on (as a tokio `JoinHandle` does).
+    ///
+    /// # Panics
+    ///
+    /// If called outside a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use weir::prelude::*;
+    ///
+    /// # fn main() {
+    /// let rt = tokio::runtime::Runtime::new().unwrap();
+    /// let stored = Arc::new(Mutex::new(Vec::new()));
+    /// let rows = stored.clone();
+    /// rt.block_on(async move {
+    ///     weir::range(0u32..5)
+    ///         .for_each_async(move |row| {
+    ///             let rows = rows.clone();
+    ///             async move {
+    ///                 tokio::task::yield_now().await; // an insert into a database, say
+    ///                 rows.lock().unwrap().push(row);
+    ///             }
+    ///         })
+    ///         .await
+    ///         .unwrap();
+    /// });
+    /// assert_eq!(*stored.lock().unwrap(), [0, 1, 2, 3, 4]);
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    fn for_each_async<F, Fut>(self, f: F) -> crate::bridge::AsyncHandle
+    where
+        F: FnMut(Self::Item) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.for_each_async_with(1, f)
+    }
+
+    /// [`for_each_async`](Self::for_each_async) with a window: up to `window` items
+    /// requested ahead of the one `f` is processing (they wait in a bounded buffer of
+    /// that size). Calls still run one at a time, in order.
+    ///
+    /// # Backpressure
+    ///
+    /// `window` requested up front, then (the 75% rule of
+    /// [`Replenish`](crate::demand::Replenish)) what was consumed each time
+    /// `window - window/4` calls completed. Outstanding demand plus waiting items
+    /// never exceed `window`.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// window 4
+    /// request : 4--------3-----------3
+    /// source  : abcd-----efg---------h…
+    /// f       : [a][b][c][d][e][f][g]…   (3 done → request 3)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`for_each_async`](Self::for_each_async).
+    ///
+    /// # Cancellation
+    ///
+    /// As [`for_each_async`](Self::for_each_async); `abort` also drops the items
+    /// waiting in the window.
+    ///
+    /// # Panics
+    ///
+    /// If `window` is 0 or above 2^30 ("for_each_async window must be in 1..=2^30
+    /// (got 0)"), or if called outside a tokio runtime.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU64, Ordering};
+    /// use std::sync::Arc;
+    /// use weir::prelude::*;
+    ///
+    /// # fn main() {
+    /// let rt = tokio::runtime::Runtime::new().unwrap();
+    /// let sum = Arc::new(AtomicU64::new(0));
+    /// let total = sum.clone();
+    /// rt.block_on(async move {
+    ///     weir::range(0u64..1_000)
+    ///         .for_each_async_with(64, move |x| {
+    ///             let total = total.clone();
+    ///             async move {
+    ///                 total.fetch_add(x, Ordering::Relaxed);
+    ///             }
+    ///         })
+    ///         .await
+    ///         .unwrap();
+    /// });
+    /// assert_eq!(sum.load(Ordering::Relaxed), 499_500);
+    /// # }
+    /// ```
+    #[cfg(feature = "tokio")]
+    fn for_each_async_with<F, Fut>(self, window: u64, f: F) -> crate::bridge::AsyncHandle
+    where
+        F: FnMut(Self::Item) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        // Checked here too, so the panic names this sink.
+        crate::stage::window::validate("for_each_async window", window);
+        crate::bridge::SubscribeAsync::new()
+            .window(window)
+            .subscribe_as(
+                "for_each_async",
+                self,
+                crate::bridge::async_subscriber::ForEachAsync { f },
+            )
+    }
+
     /// [`subscribe_async`](Self::subscribe_async) with options: a window of items
     /// requested ahead, and the runtime to spawn on.
     ///

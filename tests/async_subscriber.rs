@@ -419,6 +419,159 @@ fn subscribing_outside_a_runtime_panics_with_a_clear_message() {
     drop(weir::range(0u32..1).subscribe_async(Tracing::new(&Trace::default())));
 }
 
+// ---- for_each_async ---------------------------------------------------------------------
+
+/// `for_each_async(_with)` over `items` numbers: the requests the source saw, and for
+/// each call, how many items had been requested when it started and when it ended.
+fn for_each_checked(window: Option<u64>, items: u64) -> (Vec<u64>, Vec<(u64, u64)>) {
+    let rt = runtime();
+    let requests = Requests::default();
+    let requested = Arc::new(AtomicU64::new(0));
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let (counter, calls) = (requested.clone(), log.clone());
+    let source = weir::range(0..items)
+        .inspect_request(requests.record())
+        .inspect_request(move |n| {
+            counter.fetch_add(n, Ordering::SeqCst);
+        });
+    let step = move |_: u64| {
+        let (requested, calls) = (requested.clone(), calls.clone());
+        async move {
+            let entry = requested.load(Ordering::SeqCst);
+            tokio::task::yield_now().await;
+            let exit = requested.load(Ordering::SeqCst);
+            calls.lock().unwrap().push((entry, exit));
+        }
+    };
+    rt.block_on(async move {
+        match window {
+            None => source.for_each_async(step).await,
+            Some(w) => source.for_each_async_with(w, step).await,
+        }
+    })
+    .expect("the stream completes");
+    let log = log.lock().unwrap().clone();
+    (requests.list(), log)
+}
+
+#[test]
+fn for_each_async_runs_one_call_per_item_and_requests_after_each() {
+    let (requests, log) = for_each_checked(None, 30);
+    assert_eq!(log.len(), 30);
+    for (k, &(entry, exit)) in log.iter().enumerate() {
+        let k = k as u64;
+        assert_eq!(
+            (entry, exit),
+            (k + 1, k + 1),
+            "item {k}: nothing requested while it ran"
+        );
+    }
+    assert!(
+        requests.iter().all(|&n| n == 1),
+        "request(1) each time: {requests:?}"
+    );
+}
+
+#[test]
+fn for_each_async_with_keeps_a_window_and_replenishes_by_the_75_percent_rule() {
+    let (requests, log) = for_each_checked(Some(8), 100);
+    assert_eq!(log.len(), 100);
+    assert_eq!(requests[0], 8, "the window up front");
+    assert!(
+        requests[1..].iter().all(|&n| n == 6),
+        "8 - 8/4 = 6 at a time: {requests:?}"
+    );
+    for (k, &(entry, _)) in log.iter().enumerate() {
+        assert!(
+            entry <= k as u64 + 8,
+            "never more than the window ahead at item {k}"
+        );
+    }
+}
+
+#[test]
+fn for_each_async_ends_with_the_upstream_error_after_the_items() {
+    let rt = runtime();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let boom = Error::msg("upstream failed");
+    let source = weir::range(0u32..3).concat(weir::error(boom.clone()));
+    let result = rt.block_on(async move {
+        source
+            .for_each_async(move |x| {
+                let record = record.clone();
+                async move { record.lock().unwrap().push(x) }
+            })
+            .await
+    });
+    assert!(Error::ptr_eq(&result.unwrap_err(), &boom));
+    assert_eq!(*seen.lock().unwrap(), [0, 1, 2]);
+}
+
+#[test]
+fn a_panic_in_for_each_async_cancels_upstream_and_is_the_result() {
+    let rt = runtime();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let flag = cancelled.clone();
+    let source =
+        weir::range(0u32..1_000).inspect_cancel(move || flag.store(true, Ordering::SeqCst));
+    let result = rt.block_on(async move {
+        source
+            .for_each_async(|x| async move {
+                assert!(x < 5, "deliberate panic at item {x}");
+            })
+            .await
+    });
+    let error = result.unwrap_err();
+    assert_eq!(error.kind(), ErrorKind::Panicked);
+    assert!(
+        error.message().contains("deliberate panic at item 5"),
+        "{error}"
+    );
+    assert!(cancelled.load(Ordering::SeqCst));
+}
+
+#[test]
+fn aborting_for_each_async_cancels_upstream() {
+    let rt = runtime();
+    let cancelled = Arc::new(AtomicBool::new(false));
+    let flag = cancelled.clone();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let _entered = rt.enter();
+    let handle = weir::range(0u32..10)
+        .inspect_cancel(move || flag.store(true, Ordering::SeqCst))
+        .for_each_async(move |_| {
+            let _ = started_tx.send(());
+            std::future::pending::<()>()
+        });
+    started_rx
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap();
+    handle.abort();
+    assert!(
+        cancelled.load(Ordering::SeqCst),
+        "cancelled at once, on this thread"
+    );
+    assert_eq!(
+        rt.block_on(handle).unwrap_err().kind(),
+        ErrorKind::Cancelled
+    );
+}
+
+#[test]
+#[should_panic(expected = "for_each_async must be called inside a tokio runtime")]
+fn for_each_async_outside_a_runtime_names_itself() {
+    drop(weir::range(0u32..1).for_each_async(|_| async {}));
+}
+
+#[test]
+#[should_panic(expected = "for_each_async window must be in 1..=2^30 (got 0)")]
+fn a_zero_for_each_async_window_is_refused() {
+    let rt = runtime();
+    let _entered = rt.enter();
+    drop(weir::range(0u32..1).for_each_async_with(0, |_| async {}));
+}
+
 // ---- readiness for I/O producers ------------------------------------------------------
 
 /// Poll `future` once with a no-op waker.

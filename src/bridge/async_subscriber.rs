@@ -131,6 +131,26 @@ pub trait AsyncSubscriber<T: Send + 'static>: Send {
     }
 }
 
+/// The [`AsyncSubscriber`] behind
+/// [`PublisherExt::for_each_async`](crate::PublisherExt::for_each_async): one call of
+/// an async closure per item.
+pub(crate) struct ForEachAsync<F> {
+    pub(crate) f: F,
+}
+
+#[async_trait::async_trait]
+impl<T, F, Fut> AsyncSubscriber<T> for ForEachAsync<F>
+where
+    T: Send + 'static,
+    F: FnMut(T) -> Fut + Send,
+    Fut: Future<Output = ()> + Send,
+{
+    async fn on_next(&mut self, item: T) -> Result<(), Error> {
+        (self.f)(item).await;
+        Ok(())
+    }
+}
+
 /// How [`subscribe_async`] runs: the window and the runtime. Start from
 /// [`SubscribeAsync::new`] (window 1, the current runtime).
 ///
@@ -202,11 +222,20 @@ impl SubscribeAsync {
         P: Publisher,
         A: AsyncSubscriber<P::Item> + 'static,
     {
+        self.subscribe_as("subscribe_async", publisher, subscriber)
+    }
+
+    /// [`subscribe`](Self::subscribe) for the sink called `sink` (named in the panic).
+    pub(crate) fn subscribe_as<P, A>(self, sink: &str, publisher: P, subscriber: A) -> AsyncHandle
+    where
+        P: Publisher,
+        A: AsyncSubscriber<P::Item> + 'static,
+    {
         let runtime = match self.runtime {
             Some(handle) => handle,
             None => Handle::try_current().unwrap_or_else(|_| {
                 panic!(
-                    "subscribe_async must be called inside a tokio runtime \
+                    "{sink} must be called inside a tokio runtime \
                      (or given one with SubscribeAsync::runtime)"
                 )
             }),

@@ -38,7 +38,7 @@ pub use from_receiver::{from_receiver, from_receiver_on, FromReceiver};
 
 // Async subscribers (`subscribe_async`) and readiness for I/O producers (`send_or_pause`).
 #[cfg(feature = "tokio")]
-mod async_subscriber;
+pub(crate) mod async_subscriber;
 #[cfg(feature = "tokio")]
 mod readiness;
 #[cfg(feature = "tokio")]

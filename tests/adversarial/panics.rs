@@ -110,8 +110,8 @@ type SinkRun = fn(BoxPublisher<Item>, u64, &tokio::runtime::Handle) -> Result<()
 
 /// The sinks, each with user code that panics: the closure of `fold`/`for_each`, the
 /// consumer of `blocking_iter` and `into_stream`, the `futures::Sink` of `forward`, the
-/// `AsyncSubscriber` of `subscribe_async`. (`collect` runs no user code: it is `fold`.)
-pub const SINKS: [(&str, SinkRun); 9] = [
+/// `AsyncSubscriber` of `subscribe_async`, the async closure of `for_each_async`. (`collect` runs no user code: it is `fold`.)
+pub const SINKS: [(&str, SinkRun); 11] = [
     ("fold", |source, k, _| {
         expect_panicked(source.fold((), move |(), item| panic_at(item, k)).wait())
     }),
@@ -165,6 +165,16 @@ pub const SINKS: [(&str, SinkRun); 9] = [
     ("subscribe_async", |source, k, runtime| {
         let _entered = runtime.enter();
         let handle = source.subscribe_async(PanickingAsync { k });
+        expect_panicked(futures::executor::block_on(handle))
+    }),
+    ("for_each_async", |source, k, runtime| {
+        let _entered = runtime.enter();
+        let handle = source.for_each_async(move |item| async move { panic_at(item, k) });
+        expect_panicked(futures::executor::block_on(handle))
+    }),
+    ("for_each_async_with", |source, k, runtime| {
+        let _entered = runtime.enter();
+        let handle = source.for_each_async_with(4, move |item| async move { panic_at(item, k) });
         expect_panicked(futures::executor::block_on(handle))
     }),
     ("subscribe_async_with", |source, k, runtime| {
