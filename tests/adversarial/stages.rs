@@ -523,6 +523,36 @@ pub fn table() -> Vec<Stage> {
         )
         .timed(),
         Stage::new(
+            "from_fn",
+            Source,
+            EXACT,
+            |env| {
+                let (len, mut produce) = (env.len, env.produce());
+                let mut next = 0u64;
+                let source = weir::from_fn(move || {
+                    (next < len).then(|| {
+                        next += 1;
+                        produce(next - 1)
+                    })
+                });
+                env.tap("from_fn", source).boxed()
+            },
+            identity,
+        ),
+        Stage::new(
+            "unfold",
+            Source,
+            EXACT,
+            |env| {
+                let (len, mut produce) = (env.len, env.produce());
+                let source = weir::unfold(0u64, move |next| {
+                    (next < len).then(|| (produce(next), next + 1))
+                });
+                env.tap("unfold", source).boxed()
+            },
+            identity,
+        ),
+        Stage::new(
             "create (a producer thread: emit, or send_blocking)",
             Source,
             EXACT,
@@ -1322,8 +1352,22 @@ fn the_table_has_a_row_for_every_public_stage() {
             missing.push(format!("PublisherExt::{name}"));
         }
     }
-    // Sources and bridges re-exported at the crate root.
+    // Sources and bridges re-exported at the crate root; a `use` that rustfmt wrapped
+    // over several lines is joined first.
+    let mut statements = Vec::new();
+    let mut open: Option<String> = None;
     for line in lib.lines() {
+        let line = line.trim();
+        match open.as_mut() {
+            Some(statement) => statement.push_str(line),
+            None if line.starts_with("pub use ") => open = Some(line.to_owned()),
+            None => continue,
+        }
+        if line.ends_with(';') {
+            statements.extend(open.take());
+        }
+    }
+    for line in &statements {
         let Some(rest) = line
             .strip_prefix("pub use source::")
             .or_else(|| line.strip_prefix("pub use bridge::"))
