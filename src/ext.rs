@@ -15,7 +15,7 @@ use crate::{BoxPublisher, Overflow, Publisher};
 use crate::operators::{BufferTimeout, Debounce, Rate, Sample, Throttle, ThrottleMode, Timeout};
 use crate::operators::{PublishOn, SubscribeOn};
 use crate::queue::TimeBounds;
-use crate::runtime::Scheduler;
+use crate::runtime::{DefaultPool, Scheduler};
 use std::time::Duration;
 
 /// Identity function that checks, at zero cost, that `P` is a publisher of `T`.
@@ -1392,6 +1392,48 @@ pub trait PublisherExt: Publisher + Sized {
 
     // ---- time operators ----------------------------------------
 
+    /// Emit the most recent item once per `period`, on the shared [`DefaultPool`](crate::runtime::DefaultPool): [`sample_on`](Self::sample_on) with the scheduler chosen for you.
+    ///
+    /// # Backpressure
+    ///
+    /// As [`sample_on`](Self::sample_on).
+    ///
+    /// # Timing
+    ///
+    /// As [`sample_on`](Self::sample_on), on the wall clock of the shared pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`sample_on`](Self::sample_on).
+    ///
+    /// # Cancellation
+    ///
+    /// As [`sample_on`](Self::sample_on); the stage's timer is removed from the pool.
+    ///
+    /// # Panics
+    ///
+    /// As [`sample_on`](Self::sample_on) (invalid durations and sizes, with their values).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    ///
+    /// // Ticks every millisecond, sampled every 5 ms: roughly every fifth tick.
+    /// let sampled = weir::interval(Duration::from_millis(1))
+    ///     .sample(Duration::from_millis(5))
+    ///     .take(3)
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(sampled.len(), 3);
+    /// assert!(sampled.windows(2).all(|w| w[0] < w[1]), "newest each period");
+    /// ```
+    fn sample(self, period: Duration) -> Sample<Self, DefaultPool> {
+        self.sample_on(period, DefaultPool::get())
+    }
+
     /// Emit the newest item once per `period`, only when downstream has demand;
     /// otherwise hold it.
     ///
@@ -1447,20 +1489,59 @@ pub trait PublisherExt: Publisher + Sized {
     /// let drops = Drops::new();
     /// let ms = Duration::from_millis;
     /// // One item every 100 ms (0 at 100 ms, …, 9 at 1 s), sampled every 230 ms.
-    /// let sampled = weir::interval(ms(100), vt.clone())
+    /// let sampled = weir::interval_on(ms(100), vt.clone())
     ///     .take(10)
-    ///     .sample(ms(230), vt.clone())
+    ///     .sample_on(ms(230), vt.clone())
     ///     .on_dropped(DropHook::new(drops.clone()))
     ///     .collect();
     /// vt.advance(Duration::from_secs(2));
     /// assert_eq!(sampled.wait().unwrap(), vec![1, 3, 5, 8, 9]);
     /// assert_eq!(drops.count(DropReason::ReplacedByLatest), 5);
     /// ```
-    fn sample<C>(self, period: Duration, scheduler: C) -> Sample<Self, C>
+    fn sample_on<C>(self, period: Duration, scheduler: C) -> Sample<Self, C>
     where
         C: Scheduler + Clone,
     {
         assert_publisher::<Self::Item, _>(Sample::new(self, period, scheduler))
+    }
+
+    /// Collect items into batches of `size`, or fewer once `period` passed since a batch's first item, on the shared [`DefaultPool`](crate::runtime::DefaultPool): [`buffer_timeout_on`](Self::buffer_timeout_on) with the scheduler chosen for you.
+    ///
+    /// # Backpressure
+    ///
+    /// As [`buffer_timeout_on`](Self::buffer_timeout_on).
+    ///
+    /// # Timing
+    ///
+    /// As [`buffer_timeout_on`](Self::buffer_timeout_on), on the wall clock of the shared pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`buffer_timeout_on`](Self::buffer_timeout_on).
+    ///
+    /// # Cancellation
+    ///
+    /// As [`buffer_timeout_on`](Self::buffer_timeout_on); the stage's timer is removed from the pool.
+    ///
+    /// # Panics
+    ///
+    /// As [`buffer_timeout_on`](Self::buffer_timeout_on) (invalid durations and sizes, with their values).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    ///
+    /// let batches = weir::range(0u32..10)
+    ///     .buffer_timeout(4, Duration::from_secs(60))
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(batches, [vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
+    /// ```
+    fn buffer_timeout(self, size: usize, period: Duration) -> BufferTimeout<Self, DefaultPool> {
+        self.buffer_timeout_on(size, period, DefaultPool::get())
     }
 
     /// Gather items into `Vec`s of `size`; a batch also goes out, shorter, once
@@ -1513,14 +1594,14 @@ pub trait PublisherExt: Publisher + Sized {
     /// let vt = VirtualTime::new();
     /// let ms = Duration::from_millis;
     /// // Items at 300, 600 and 900 ms; batches of up to 5, or whatever 500 ms gathered.
-    /// let batches = weir::interval(ms(300), vt.clone())
+    /// let batches = weir::interval_on(ms(300), vt.clone())
     ///     .take(3)
-    ///     .buffer_timeout(5, ms(500), vt.clone())
+    ///     .buffer_timeout_on(5, ms(500), vt.clone())
     ///     .collect();
     /// vt.advance(Duration::from_secs(2));
     /// assert_eq!(batches.wait().unwrap(), vec![vec![0, 1], vec![2]]);
     /// ```
-    fn buffer_timeout<C>(
+    fn buffer_timeout_on<C>(
         self,
         size: usize,
         period: Duration,
@@ -1530,6 +1611,42 @@ pub trait PublisherExt: Publisher + Sized {
         C: Scheduler + Clone,
     {
         assert_publisher::<Vec<Self::Item>, _>(BufferTimeout::new(self, size, period, scheduler))
+    }
+
+    /// Fail with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) if no item arrives within `duration` while demand is outstanding, timed on the shared [`DefaultPool`](crate::runtime::DefaultPool): [`timeout_on`](Self::timeout_on) with the scheduler chosen for you.
+    ///
+    /// # Backpressure
+    ///
+    /// As [`timeout_on`](Self::timeout_on).
+    ///
+    /// # Timing
+    ///
+    /// As [`timeout_on`](Self::timeout_on), on the wall clock of the shared pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`timeout_on`](Self::timeout_on).
+    ///
+    /// # Cancellation
+    ///
+    /// As [`timeout_on`](Self::timeout_on); the stage's timer is removed from the pool.
+    ///
+    /// # Panics
+    ///
+    /// As [`timeout_on`](Self::timeout_on) (invalid durations and sizes, with their values).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    ///
+    /// let silent = weir::never::<u32>().timeout(Duration::from_millis(10));
+    /// let error = silent.collect().wait().unwrap_err();
+    /// assert_eq!(error.kind(), weir::ErrorKind::Timeout);
+    /// ```
+    fn timeout(self, duration: Duration) -> Timeout<Self, DefaultPool> {
+        self.timeout_on(duration, DefaultPool::get())
     }
 
     /// Fail with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) if no item arrives
@@ -1579,16 +1696,56 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// let vt = VirtualTime::new();
     /// let result = weir::never::<u32>()
-    ///     .timeout(Duration::from_secs(1), vt.clone())
+    ///     .timeout_on(Duration::from_secs(1), vt.clone())
     ///     .collect();
     /// vt.advance(Duration::from_secs(2));
     /// assert_eq!(result.wait().unwrap_err().kind(), ErrorKind::Timeout);
     /// ```
-    fn timeout<C>(self, duration: Duration, scheduler: C) -> Timeout<Self, C>
+    fn timeout_on<C>(self, duration: Duration, scheduler: C) -> Timeout<Self, C>
     where
         C: Scheduler + Clone,
     {
         assert_publisher::<Self::Item, _>(Timeout::new(self, duration, scheduler))
+    }
+
+    /// Limit the rate to `rate` with bursts of up to `burst` items, timed on the shared [`DefaultPool`](crate::runtime::DefaultPool): [`throttle_on`](Self::throttle_on) with the scheduler chosen for you.
+    ///
+    /// # Backpressure
+    ///
+    /// As [`throttle_on`](Self::throttle_on).
+    ///
+    /// # Timing
+    ///
+    /// As [`throttle_on`](Self::throttle_on), on the wall clock of the shared pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`throttle_on`](Self::throttle_on).
+    ///
+    /// # Cancellation
+    ///
+    /// As [`throttle_on`](Self::throttle_on); the stage's timer is removed from the pool.
+    ///
+    /// # Panics
+    ///
+    /// As [`throttle_on`](Self::throttle_on) (invalid durations and sizes, with their values).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::operators::{Rate, ThrottleMode};
+    /// use weir::prelude::*;
+    ///
+    /// // A burst of 5 goes through at once; the rest are paced at 1,000/s.
+    /// let paced = weir::range(0u32..8)
+    ///     .throttle(Rate::per_second(1_000), 5, ThrottleMode::Shaping)
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(paced, (0..8).collect::<Vec<_>>());
+    /// ```
+    fn throttle(self, rate: Rate, burst: u64, mode: ThrottleMode) -> Throttle<Self, DefaultPool> {
+        self.throttle_on(rate, burst, mode, DefaultPool::get())
     }
 
     /// Limit the rate of items with a token bucket of `burst` tokens refilled at
@@ -1649,7 +1806,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// let vt = VirtualTime::new();
     /// // Shaping: 2 items per second after a burst of 1; all 5 arrive, paced.
     /// let shaped = weir::range(0u32..5)
-    ///     .throttle(Rate::per_second(2), 1, ThrottleMode::Shaping, vt.clone())
+    ///     .throttle_on(Rate::per_second(2), 1, ThrottleMode::Shaping, vt.clone())
     ///     .collect();
     /// vt.advance(Duration::from_secs(1));
     /// assert!(!shaped.is_terminated()); // 0 at 0 s, 1 at 0.5 s, 2 at 1 s so far
@@ -1659,13 +1816,13 @@ pub trait PublisherExt: Publisher + Sized {
     /// // Enforcing: the burst passes, the rest is rejected and counted.
     /// let drops = Drops::new();
     /// let enforced = weir::range(0u32..10)
-    ///     .throttle(Rate::per_second(1), 3, ThrottleMode::Enforcing, vt.clone())
+    ///     .throttle_on(Rate::per_second(1), 3, ThrottleMode::Enforcing, vt.clone())
     ///     .on_dropped(DropHook::new(drops.clone()))
     ///     .collect();
     /// assert_eq!(enforced.wait().unwrap(), vec![0, 1, 2]);
     /// assert_eq!(drops.count(DropReason::Rejected), 7);
     /// ```
-    fn throttle<C>(
+    fn throttle_on<C>(
         self,
         rate: Rate,
         burst: u64,
@@ -1676,6 +1833,46 @@ pub trait PublisherExt: Publisher + Sized {
         C: Scheduler + Clone,
     {
         assert_publisher::<Self::Item, _>(Throttle::new(self, rate, burst, mode, scheduler))
+    }
+
+    /// Pass an item on only once `quiet` has passed with no newer item, timed on the shared [`DefaultPool`](crate::runtime::DefaultPool): [`debounce_on`](Self::debounce_on) with the scheduler chosen for you.
+    ///
+    /// # Backpressure
+    ///
+    /// As [`debounce_on`](Self::debounce_on).
+    ///
+    /// # Timing
+    ///
+    /// As [`debounce_on`](Self::debounce_on), on the wall clock of the shared pool.
+    ///
+    /// # Errors
+    ///
+    /// As [`debounce_on`](Self::debounce_on).
+    ///
+    /// # Cancellation
+    ///
+    /// As [`debounce_on`](Self::debounce_on); the stage's timer is removed from the pool.
+    ///
+    /// # Panics
+    ///
+    /// As [`debounce_on`](Self::debounce_on) (invalid durations and sizes, with their values).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use weir::prelude::*;
+    ///
+    /// // A burst of keystrokes settles into its last one.
+    /// let settled = weir::from_iter(["w", "we", "wei", "weir"])
+    ///     .debounce(Duration::from_millis(20))
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap();
+    /// assert_eq!(settled, ["weir"]);
+    /// ```
+    fn debounce(self, quiet: Duration) -> Debounce<Self, DefaultPool> {
+        self.debounce_on(quiet, DefaultPool::get())
     }
 
     /// Pass an item on only once `quiet` has passed with no newer item.
@@ -1726,14 +1923,14 @@ pub trait PublisherExt: Publisher + Sized {
     /// let vt = VirtualTime::new();
     /// let ms = Duration::from_millis;
     /// // Items every 100 ms: a 50 ms quiet period passes between them, 150 ms never.
-    /// let calm = weir::interval(ms(100), vt.clone()).take(5).debounce(ms(50), vt.clone());
-    /// let busy = weir::interval(ms(100), vt.clone()).take(5).debounce(ms(150), vt.clone());
+    /// let calm = weir::interval_on(ms(100), vt.clone()).take(5).debounce_on(ms(50), vt.clone());
+    /// let busy = weir::interval_on(ms(100), vt.clone()).take(5).debounce_on(ms(150), vt.clone());
     /// let (calm, busy) = (calm.collect(), busy.collect());
     /// vt.advance(Duration::from_secs(1));
     /// assert_eq!(calm.wait().unwrap(), vec![0, 1, 2, 3, 4]);
     /// assert_eq!(busy.wait().unwrap(), vec![4]); // only the last, at completion
     /// ```
-    fn debounce<C>(self, quiet: Duration, scheduler: C) -> Debounce<Self, C>
+    fn debounce_on<C>(self, quiet: Duration, scheduler: C) -> Debounce<Self, C>
     where
         C: Scheduler + Clone,
     {

@@ -65,7 +65,7 @@ pub use source::channel;
 pub use source::{
     create, defer, empty, error, from_fn, from_iter, generate, just, never, range, unfold,
 };
-pub use source::{interval, timer};
+pub use source::{interval, interval_on, timer, timer_on};
 // bridges to futures::Stream / Sink and tokio receivers
 #[cfg(feature = "tokio")]
 pub use bridge::{from_receiver, from_stream, try_from_stream};

@@ -271,3 +271,66 @@ fn schedulers_say_when_tasks_wait_for_a_thread() {
 
     assert!(!Immediate.has_waiting_tasks());
 }
+
+// ---- DefaultPool -------------------------------------------------------------------
+
+mod default_pool {
+    use super::*;
+    use weir::prelude::*;
+    use weir::runtime::DefaultPool;
+
+    #[test]
+    fn it_is_one_pool_for_the_process_with_named_workers() {
+        let pool = DefaultPool::get();
+        assert!(pool.threads() >= 2);
+        let (tx, rx) = mpsc::channel();
+        for _ in 0..4 {
+            let tx = tx.clone();
+            DefaultPool::get().schedule(Box::new(move || {
+                let _ = tx.send(std::thread::current().name().map(str::to_owned));
+            }));
+        }
+        for _ in 0..4 {
+            let name = rx.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+            assert!(name.starts_with("weir-default-"), "{name}");
+        }
+    }
+
+    #[test]
+    fn timers_run_there_after_their_delay() {
+        let (tx, rx) = mpsc::channel();
+        let pool = DefaultPool::get();
+        let armed = pool.now();
+        pool.schedule_after(
+            Duration::from_millis(5),
+            Box::new(move || {
+                let _ = tx.send(DefaultPool::get().now());
+            }),
+        );
+        let fired = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+        assert!(fired >= armed + Duration::from_millis(5));
+    }
+
+    /// The sharp edge: every time operator has a form that needs no
+    /// scheduler (`sample(period)` compiled to E0061 before), and they compose.
+    #[test]
+    fn every_time_operator_runs_without_a_scheduler() {
+        use weir::operators::{Rate, ThrottleMode};
+        let ms = Duration::from_millis;
+        let ticks = weir::interval(ms(1))
+            .sample(ms(2))
+            .timeout(Duration::from_secs(60))
+            .throttle(Rate::per_second(10_000), 4, ThrottleMode::Shaping)
+            .buffer_timeout(2, Duration::from_secs(60))
+            .take(3)
+            .collect()
+            .wait()
+            .unwrap();
+        assert_eq!(ticks.len(), 3);
+        assert!(ticks.iter().all(|batch| batch.len() == 2));
+        let flat: Vec<u64> = ticks.into_iter().flatten().collect();
+        assert!(flat.windows(2).all(|w| w[0] < w[1]), "{flat:?}");
+        let settled = weir::timer(ms(1)).debounce(ms(5)).collect().wait().unwrap();
+        assert_eq!(settled, [0]);
+    }
+}

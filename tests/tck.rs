@@ -290,49 +290,52 @@ mod time_tck {
 
     /// `source`, each item delayed by 10 ms on the driven clock, one at a time.
     pub(super) fn spaced(source: valve::ValveSource) -> impl Publisher<Item = u64> {
-        source.concat_map(|x| weir::timer(ms(10), driven_clock()).map(move |_| x), 1)
+        source.concat_map(
+            |x| weir::timer_on(ms(10), driven_clock()).map(move |_| x),
+            1,
+        )
     }
 
     pub(super) fn interval(n: u64) -> impl Publisher<Item = u64> + Clone {
-        weir::interval(ms(10), driven_clock()).take(n)
+        weir::interval_on(ms(10), driven_clock()).take(n)
     }
 
     pub(super) fn timer(n: u64) -> impl Publisher<Item = u64> + Clone {
-        weir::timer(ms(10), driven_clock()).take(n)
+        weir::timer_on(ms(10), driven_clock()).take(n)
     }
 
     pub(super) fn sample(n: u64) -> impl Publisher<Item = u64> + Clone {
-        valve::mirrored(n, |s| spaced(s).sample(ms(7), driven_clock()))
+        valve::mirrored(n, |s| spaced(s).sample_on(ms(7), driven_clock()))
     }
 
     pub(super) fn debounce(n: u64) -> impl Publisher<Item = u64> + Clone {
-        valve::mirrored(n, |s| spaced(s).debounce(ms(5), driven_clock()))
+        valve::mirrored(n, |s| spaced(s).debounce_on(ms(5), driven_clock()))
     }
 
     pub(super) fn timeout(n: u64) -> impl Publisher<Item = u64> + Clone {
-        weir::range(0..n).timeout(ms(10_000), driven_clock())
+        weir::range(0..n).timeout_on(ms(10_000), driven_clock())
     }
 
     pub(super) fn timeout_spaced(n: u64) -> impl Publisher<Item = u64> + Clone {
-        valve::mirrored(n, |s| spaced(s).timeout(ms(10_000), driven_clock()))
+        valve::mirrored(n, |s| spaced(s).timeout_on(ms(10_000), driven_clock()))
     }
 
     pub(super) fn buffer_timeout(n: u64) -> impl Publisher<Item = u64> + Clone {
         weir::range(0..n.saturating_mul(3))
-            .buffer_timeout(3, ms(10_000), driven_clock())
+            .buffer_timeout_on(3, ms(10_000), driven_clock())
             .map(|b| b[0])
     }
 
     pub(super) fn buffer_timeout_by_time(n: u64) -> impl Publisher<Item = u64> + Clone {
         valve::mirrored(n, |s| {
             spaced(s)
-                .buffer_timeout(100, ms(5), driven_clock())
+                .buffer_timeout_on(100, ms(5), driven_clock())
                 .map(|b| b[0])
         })
     }
 
     pub(super) fn throttle_shaping(n: u64) -> impl Publisher<Item = u64> + Clone {
-        weir::range(0..n).throttle(
+        weir::range(0..n).throttle_on(
             Rate::new(1, ms(2)),
             2,
             ThrottleMode::Shaping,
@@ -342,7 +345,7 @@ mod time_tck {
 
     pub(super) fn throttle_enforcing(n: u64) -> impl Publisher<Item = u64> + Clone {
         // A bucket larger than any stream the kit asks for: nothing is rejected.
-        weir::range(0..n).throttle(
+        weir::range(0..n).throttle_on(
             Rate::new(1, ms(1)),
             1 << 30,
             ThrottleMode::Enforcing,

@@ -19,7 +19,7 @@ use support::virtual_clock::ms;
 /// `interval(100 ms)` on a fresh clock; nothing requested yet.
 fn ticking() -> (VirtualTime, TestProbe<u64>) {
     let vt = VirtualTime::new();
-    let probe = probe_of(weir::interval(ms(100), vt.clone()));
+    let probe = probe_of(weir::interval_on(ms(100), vt.clone()));
     (vt, probe)
 }
 
@@ -103,7 +103,7 @@ fn interval_request_zero_is_the_rule_3_9_error() {
 #[test]
 #[should_panic(expected = "interval period must be greater than zero (got 0ns)")]
 fn interval_zero_period_panics() {
-    let _ = weir::interval(ms(0), VirtualTime::new());
+    let _ = weir::interval_on(ms(0), VirtualTime::new());
 }
 
 #[test]
@@ -111,7 +111,7 @@ fn timer_emits_one_zero_after_the_delay_then_completes() {
     // clock  : |------500------|
     // output : ----------------(0|)
     let vt = VirtualTime::new();
-    let probe = probe_of(weir::timer(ms(500), vt.clone()));
+    let probe = probe_of(weir::timer_on(ms(500), vt.clone()));
     probe.request(1);
     vt.advance_to(ms(499));
     probe.assert_items(&[]);
@@ -124,7 +124,7 @@ fn timer_emits_one_zero_after_the_delay_then_completes() {
 #[test]
 fn timer_holds_its_item_when_it_fires_without_demand() {
     let vt = VirtualTime::new();
-    let probe = probe_of(weir::timer(ms(500), vt.clone()));
+    let probe = probe_of(weir::timer_on(ms(500), vt.clone()));
     vt.advance_to(ms(5_000)); // fired, no demand: held, not failed, not lost
     probe.assert_items(&[]);
     probe.assert_no_terminal();
@@ -136,7 +136,7 @@ fn timer_holds_its_item_when_it_fires_without_demand() {
 #[test]
 fn timer_cancel_before_it_fires() {
     let vt = VirtualTime::new();
-    let probe = probe_of(weir::timer(ms(500), vt.clone()));
+    let probe = probe_of(weir::timer_on(ms(500), vt.clone()));
     probe.request(1);
     probe.cancel();
     vt.advance_to(ms(1_000));
@@ -148,13 +148,13 @@ fn timer_cancel_before_it_fires() {
 #[test]
 #[should_panic(expected = "timer delay must be greater than zero (got 0ns)")]
 fn timer_refuses_a_zero_delay() {
-    let _ = weir::timer(ms(0), VirtualTime::new());
+    let _ = weir::timer_on(ms(0), VirtualTime::new());
 }
 
 #[test]
 fn timer_with_the_shortest_delay_fires_after_it() {
     let vt = VirtualTime::new();
-    let probe = probe_of(weir::timer(Duration::from_nanos(1), vt.clone()));
+    let probe = probe_of(weir::timer_on(Duration::from_nanos(1), vt.clone()));
     probe.request(1);
     vt.run_ready();
     probe.assert_items(&[]);
@@ -167,13 +167,13 @@ fn timer_with_the_shortest_delay_fires_after_it() {
 fn time_sources_run_on_a_thread_pool_too() {
     // Wall clock, short periods; only counts and order are asserted.
     let pool = weir::runtime::ThreadPool::new(2);
-    let ticks = weir::interval(ms(1), pool.clone())
+    let ticks = weir::interval_on(ms(1), pool.clone())
         .take(5)
         .collect()
         .wait()
         .unwrap();
     assert_eq!(ticks, vec![0, 1, 2, 3, 4]);
-    let fired = weir::timer(ms(1), pool).collect().wait().unwrap();
+    let fired = weir::timer_on(ms(1), pool).collect().wait().unwrap();
     assert_eq!(fired, vec![0]);
 }
 
@@ -181,14 +181,14 @@ fn time_sources_run_on_a_thread_pool_too() {
 fn time_sources_run_on_the_immediate_scheduler() {
     // `Immediate` sleeps the caller for a delay and runs the timer on its stack.
     let immediate = weir::runtime::Immediate;
-    let ticks = weir::interval(ms(1), immediate)
+    let ticks = weir::interval_on(ms(1), immediate)
         .take(3)
         .collect()
         .wait()
         .unwrap();
     assert_eq!(ticks, vec![0, 1, 2]);
     assert_eq!(
-        weir::timer(ms(1), immediate).collect().wait().unwrap(),
+        weir::timer_on(ms(1), immediate).collect().wait().unwrap(),
         vec![0]
     );
 }
@@ -204,10 +204,10 @@ fn time_operators_run_on_tokio() {
         .build()
         .unwrap();
     let tokio = weir::runtime::Tokio::new(runtime.handle().clone());
-    let batches = weir::interval(ms(1), tokio.clone())
+    let batches = weir::interval_on(ms(1), tokio.clone())
         .take(20)
-        .throttle(Rate::new(1, ms(1)), 1, ThrottleMode::Shaping, tokio.clone())
-        .buffer_timeout(5, ms(2), tokio)
+        .throttle_on(Rate::new(1, ms(1)), 1, ThrottleMode::Shaping, tokio.clone())
+        .buffer_timeout_on(5, ms(2), tokio)
         .collect()
         .wait()
         .unwrap();

@@ -11,6 +11,7 @@
 //! |---|---|---|---|
 //! | [`Immediate`] | on the calling thread, at once (delays sleep the caller) | wall | tests, trivial pipelines |
 //! | [`ThreadPool`] | on named worker threads that park when idle | wall | CPU-bound stages, async boundaries |
+//! | [`DefaultPool`] | on the process's shared pool, started on first use | wall | time operators given no scheduler (`sample(period)`, …) |
 //! | `Tokio` (feature `tokio`) | as tasks on a tokio runtime | tokio's (pausable) | pipelines inside tokio applications |
 //! | [`VirtualTime`] | when the test advances the clock | manual | deterministic tests and doctests of time operators |
 //!
@@ -22,6 +23,7 @@
 //! the number of items flowing.
 
 pub(crate) mod backoff;
+mod default_pool;
 mod immediate;
 mod thread_pool;
 #[cfg(feature = "tokio")]
@@ -31,6 +33,7 @@ mod virtual_time;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use default_pool::DefaultPool;
 pub use immediate::Immediate;
 pub use thread_pool::{ThreadPool, ThreadPoolBuilder};
 #[cfg(feature = "tokio")]

@@ -189,7 +189,7 @@ impl ThreadPool {
     ///
     /// let pool = ThreadPool::new(1);
     /// pool.shutdown();
-    /// let ticks = weir::interval(Duration::from_millis(1), pool).take(3);
+    /// let ticks = weir::interval_on(Duration::from_millis(1), pool).take(3);
     /// let result = ticks.collect().wait();
     /// assert_eq!(result.unwrap_err().kind(), weir::ErrorKind::SchedulerShutdown);
     /// ```

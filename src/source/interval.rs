@@ -14,11 +14,11 @@
 
 use std::time::{Duration, Instant};
 
-use crate::runtime::Scheduler;
+use crate::runtime::{DefaultPool, Scheduler};
 use crate::stage::timed::{self, assert_positive, from_nanos, Action, Fx, Machine};
 use crate::{Publisher, Subscriber};
 
-/// Publisher for [`interval`]: emits 0, 1, 2, … once per `period`.
+/// Publisher for [`interval`] and [`interval_on`]: emits 0, 1, 2, … once per `period`.
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct Interval<C> {
@@ -68,13 +68,31 @@ pub struct Interval<C> {
 /// use weir::runtime::VirtualTime;
 ///
 /// let vt = VirtualTime::new();
-/// let ticks = weir::interval(Duration::from_secs(1), vt.clone()).take(3).collect();
+/// let ticks = weir::interval_on(Duration::from_secs(1), vt.clone()).take(3).collect();
 /// vt.advance(Duration::from_secs(3));
 /// assert_eq!(ticks.wait().unwrap(), vec![0, 1, 2]);
 /// ```
-pub fn interval<C: Scheduler + Clone>(period: Duration, scheduler: C) -> Interval<C> {
+pub fn interval_on<C: Scheduler + Clone>(period: Duration, scheduler: C) -> Interval<C> {
     assert_positive("interval period", period);
     Interval { period, scheduler }
+}
+
+/// Signal 0, 1, 2, … one per `period` on the shared [`DefaultPool`](crate::runtime::DefaultPool):
+/// [`interval_on`] with the scheduler chosen for you (the wall clock).
+///
+/// # Panics
+///
+/// As [`interval_on`].
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::prelude::*;
+///
+/// let first = weir::interval(Duration::from_millis(1)).take(3).collect().wait().unwrap();
+/// assert_eq!(first, [0, 1, 2]);
+/// ```
+pub fn interval(period: Duration) -> Interval<DefaultPool> {
+    interval_on(period, DefaultPool::get())
 }
 
 impl<C: Scheduler + Clone> Publisher for Interval<C> {

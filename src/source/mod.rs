@@ -19,8 +19,8 @@
 //! | [`create`](create()) | what your code pushes through an [`Emitter`], refused beyond demand |
 //! | [`defer`](defer()) | whatever publisher a factory builds at subscribe time |
 //! | [`channel()`](fn@channel) | what producers push through a [`Sender`] (sockets, callbacks, other threads) |
-//! | [`interval`](interval()) | 0, 1, 2, … one per period on a scheduler; ticks without demand are held as a count |
-//! | [`timer`](timer()) | one `0u64` after a delay on a scheduler, held until there is demand |
+//! | [`interval`](interval()) / [`interval_on`] | 0, 1, 2, … one per period (on the shared pool, or a scheduler of yours); ticks without demand are held as a count |
+//! | [`timer`](timer()) / [`timer_on`] | one `0u64` after a delay (on the shared pool, or a scheduler of yours), held until there is demand |
 //!
 //! The time sources, like the time operators, run on the engine room's timed stage: one
 //! drain loop for upstream, downstream and timer signals, at most one timer per stage.
@@ -43,5 +43,5 @@ pub use signal::{error, never, Fail, Never};
 
 mod interval;
 mod timer;
-pub use interval::{interval, Interval};
-pub use timer::{timer, Timer};
+pub use interval::{interval, interval_on, Interval};
+pub use timer::{timer, timer_on, Timer};

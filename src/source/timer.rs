@@ -7,11 +7,11 @@
 
 use std::time::Duration;
 
-use crate::runtime::Scheduler;
+use crate::runtime::{DefaultPool, Scheduler};
 use crate::stage::timed::{self, assert_positive, Action, Fx, Machine};
 use crate::{Publisher, Subscriber};
 
-/// Publisher for [`timer`]: one `0u64` after the delay.
+/// Publisher for [`timer`] and [`timer_on`]: one `0u64` after the delay.
 #[derive(Clone, Debug)]
 #[must_use = "publishers do nothing until subscribed"]
 pub struct Timer<C> {
@@ -57,15 +57,33 @@ pub struct Timer<C> {
 /// use weir::runtime::VirtualTime;
 ///
 /// let vt = VirtualTime::new();
-/// let fired = weir::timer(Duration::from_secs(5), vt.clone()).collect();
+/// let fired = weir::timer_on(Duration::from_secs(5), vt.clone()).collect();
 /// vt.advance(Duration::from_secs(4));
 /// assert!(!fired.is_terminated());
 /// vt.advance(Duration::from_secs(1));
 /// assert_eq!(fired.wait().unwrap(), vec![0]);
 /// ```
-pub fn timer<C: Scheduler + Clone>(delay: Duration, scheduler: C) -> Timer<C> {
+pub fn timer_on<C: Scheduler + Clone>(delay: Duration, scheduler: C) -> Timer<C> {
     assert_positive("timer delay", delay);
     Timer { delay, scheduler }
+}
+
+/// Signal one `0u64` after `delay` on the shared [`DefaultPool`](crate::runtime::DefaultPool):
+/// [`timer_on`] with the scheduler chosen for you (the wall clock).
+///
+/// # Panics
+///
+/// As [`timer_on`].
+///
+/// ```
+/// use std::time::Duration;
+/// use weir::prelude::*;
+///
+/// let fired = weir::timer(Duration::from_millis(1)).collect().wait().unwrap();
+/// assert_eq!(fired, [0]);
+/// ```
+pub fn timer(delay: Duration) -> Timer<DefaultPool> {
+    timer_on(delay, DefaultPool::get())
 }
 
 impl<C: Scheduler + Clone> Publisher for Timer<C> {

@@ -117,9 +117,11 @@ fn cancelled_stages_leave_no_timers_in_the_pool() {
     for i in 0..CANCELLED {
         // Each arms a one-hour timer as soon as it has demand, then is cancelled.
         let handle = match i % 3 {
-            0 => weir::never::<u64>().timeout(hour, pool.clone()).collect(),
-            1 => weir::timer(hour, pool.clone()).collect(),
-            _ => weir::interval(hour, pool.clone()).collect(),
+            0 => weir::never::<u64>()
+                .timeout_on(hour, pool.clone())
+                .collect(),
+            1 => weir::timer_on(hour, pool.clone()).collect(),
+            _ => weir::interval_on(hour, pool.clone()).collect(),
         };
         handle.cancel();
     }

@@ -637,23 +637,25 @@ fn regression_panicking_subscriber_never_cancels_upstream() {
     let us = Duration::from_micros;
     let rate = Rate::new(1, ms(1));
     let cases = vec![
-        panic_case("sample", true, |rx, pool| rx.sample(ms(1), pool)),
-        panic_case("debounce", true, move |rx, pool| rx.debounce(us(200), pool)),
+        panic_case("sample", true, |rx, pool| rx.sample_on(ms(1), pool)),
+        panic_case("debounce", true, move |rx, pool| {
+            rx.debounce_on(us(200), pool)
+        }),
         panic_case("interval (source)", false, |_rx, pool| {
-            weir::interval(ms(1), pool)
+            weir::interval_on(ms(1), pool)
         }),
         panic_case("timeout", true, |rx, pool| {
-            rx.timeout(Duration::from_secs(3_600), pool)
+            rx.timeout_on(Duration::from_secs(3_600), pool)
         }),
         panic_case("buffer_timeout", true, |rx, pool| {
-            rx.buffer_timeout(4, ms(1), pool)
+            rx.buffer_timeout_on(4, ms(1), pool)
         }),
         panic_case("subscribe_on", true, |rx, pool| rx.subscribe_on(pool)),
         panic_case("throttle(Shaping)", true, move |rx, pool| {
-            rx.throttle(rate, 1, ThrottleMode::Shaping, pool)
+            rx.throttle_on(rate, 1, ThrottleMode::Shaping, pool)
         }),
         panic_case("throttle(Enforcing)", true, move |rx, pool| {
-            rx.throttle(rate, 1, ThrottleMode::Enforcing, pool)
+            rx.throttle_on(rate, 1, ThrottleMode::Enforcing, pool)
         }),
         panic_case("on_backpressure_buffer", true, |rx, _pool| {
             rx.on_backpressure_buffer(16, Overflow::DropOldest)
@@ -673,15 +675,15 @@ fn regression_panicking_subscriber_never_cancels_upstream() {
 
 // ---- defect 4: Duration::MAX ---------------------------------------------------------
 
-/// `range(0..10).timeout(Duration::MAX, scheduler)` collected on a helper thread.
+/// `range(0..10).timeout_on(Duration::MAX, scheduler)` collected on a helper thread.
 fn timeout_max_case<C>(name: &'static str, scheduler: C) -> Watched<Option<String>>
 where
     C: Scheduler + Clone,
 {
-    let what = format!("range(0..10).timeout(Duration::MAX) {name}");
+    let what = format!("range(0..10).timeout_on(Duration::MAX) {name}");
     watch(what, WATCHDOG, move || {
         match weir::range(0u64..10)
-            .timeout(Duration::MAX, scheduler)
+            .timeout_on(Duration::MAX, scheduler)
             .collect()
             .wait()
         {
@@ -694,7 +696,7 @@ where
 
 /// Defect 4, `timeout`. Promise: "`Duration::MAX` is the common way to say
 /// 'never': saturate deadlines (it means 'never fires') on every scheduler ... Never a
-/// hang, never a panic later." `range(0..10).timeout(Duration::MAX, s)` must complete
+/// hang, never a panic later." `range(0..10).timeout_on(Duration::MAX, s)` must complete
 /// with its 10 items on a `ThreadPool` (and on a `VirtualTime` whose clock has moved,
 /// and on `Tokio`).
 #[test]
@@ -748,8 +750,8 @@ where
 }
 
 /// Defect 4, time sources. Promise: `Duration::MAX` means "never fires":
-/// "Never a hang, never a panic later". `weir::timer(Duration::MAX, pool)` and
-/// `weir::interval(Duration::MAX, pool)` must subscribe without panicking, deliver
+/// "Never a hang, never a panic later". `weir::timer_on(Duration::MAX, pool)` and
+/// `weir::interval_on(Duration::MAX, pool)` must subscribe without panicking, deliver
 /// nothing, and release the subscriber on cancel.
 #[test]
 fn regression_timer_and_interval_duration_max_panic_in_subscribe() {
@@ -757,11 +759,11 @@ fn regression_timer_and_interval_duration_max_panic_in_subscribe() {
     let failures: Vec<String> = [
         never_fires_case(
             "timer(Duration::MAX, pool)",
-            weir::timer(Duration::MAX, pool.clone()),
+            weir::timer_on(Duration::MAX, pool.clone()),
         ),
         never_fires_case(
             "interval(Duration::MAX, pool)",
-            weir::interval(Duration::MAX, pool),
+            weir::interval_on(Duration::MAX, pool),
         ),
     ]
     .into_iter()
@@ -785,7 +787,7 @@ fn no_panic(what: &str, step: impl FnOnce()) -> Option<String> {
 #[test]
 fn regression_virtual_time_advance_duration_max_panics() {
     let vt = VirtualTime::new();
-    let mut fired = weir::timer(Duration::from_secs(1), vt.clone()).collect();
+    let mut fired = weir::timer_on(Duration::from_secs(1), vt.clone()).collect();
     let mut failures = Vec::new();
     failures.extend(no_panic("advance(1 ms)", || vt.advance(ms(1))));
     failures.extend(no_panic("then advance(Duration::MAX)", || {
@@ -800,7 +802,7 @@ fn regression_virtual_time_advance_duration_max_panics() {
         let _ = vt.now();
     }));
     failures.extend(no_panic("then subscribe timer(1 s)", || {
-        let _late = weir::timer(Duration::from_secs(1), vt.clone()).collect();
+        let _late = weir::timer_on(Duration::from_secs(1), vt.clone()).collect();
     }));
     failures.extend(no_panic("then advance(Duration::MAX) again", || {
         vt.advance(Duration::MAX)

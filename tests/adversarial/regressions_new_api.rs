@@ -44,7 +44,7 @@ fn regression_cancelled_timeouts_stay_in_pool_timer_map() {
     let pool = ThreadPool::new(1);
     for _ in 0..SUBSCRIPTIONS {
         let handle = weir::never::<u64>()
-            .timeout(Duration::from_secs(3_600), pool.clone())
+            .timeout_on(Duration::from_secs(3_600), pool.clone())
             .collect();
         handle.cancel();
     }

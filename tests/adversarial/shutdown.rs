@@ -85,7 +85,7 @@ fn a_tokio_runtime_shut_down_mid_stream_ends_every_pipeline_on_it() {
 
 /// A paced, endless source of counted items on the env's pool.
 pub fn paced(env: &Env) -> BoxPublisher<Item> {
-    let ticks = weir::interval(Duration::from_micros(200), env.pool.clone());
+    let ticks = weir::interval_on(Duration::from_micros(200), env.pool.clone());
     env.tap("paced source", ticks).map(env.produce()).boxed()
 }
 
@@ -111,19 +111,19 @@ pub fn stage<C: weir::runtime::Scheduler + Clone>(
             paced(env).via(&mux, 0).expect("channel 0 is free").boxed()
         }
         Boundary::SubscribeOn => paced(env).subscribe_on(scheduler).boxed(),
-        Boundary::Sample => paced(env).sample(ms(1), scheduler).boxed(),
+        Boundary::Sample => paced(env).sample_on(ms(1), scheduler).boxed(),
         Boundary::Debounce => paced(env)
-            .debounce(Duration::from_micros(50), scheduler)
+            .debounce_on(Duration::from_micros(50), scheduler)
             .boxed(),
         Boundary::Timeout => paced(env)
-            .timeout(Duration::from_secs(60), scheduler)
+            .timeout_on(Duration::from_secs(60), scheduler)
             .boxed(),
         Boundary::BufferTimeout => paced(env)
-            .buffer_timeout(4, ms(1), scheduler)
+            .buffer_timeout_on(4, ms(1), scheduler)
             .map(gather)
             .boxed(),
         Boundary::ThrottleShaping => paced(env)
-            .throttle(
+            .throttle_on(
                 Rate::new(1, Duration::from_micros(100)),
                 4,
                 ThrottleMode::Shaping,
@@ -133,12 +133,15 @@ pub fn stage<C: weir::runtime::Scheduler + Clone>(
         Boundary::Interval => env
             .tap(
                 "interval",
-                weir::interval(Duration::from_micros(200), scheduler),
+                weir::interval_on(Duration::from_micros(200), scheduler),
             )
             .map(env.produce())
             .boxed(),
         Boundary::Timer => env
-            .tap("timer", weir::timer(Duration::from_secs(3_600), scheduler))
+            .tap(
+                "timer",
+                weir::timer_on(Duration::from_secs(3_600), scheduler),
+            )
             .map(env.produce())
             .boxed(),
         Boundary::FromStream => {

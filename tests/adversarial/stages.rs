@@ -497,11 +497,11 @@ pub fn table() -> Vec<Stage> {
             identity,
         ),
         Stage::new(
-            "interval(50µs, pool).take(min(len, 2000))",
+            "interval_on(50µs, pool).take(min(len, 2000))",
             Source,
             EXACT,
             |env| {
-                let ticks = weir::interval(US(50), env.pool.clone());
+                let ticks = weir::interval_on(US(50), env.pool.clone());
                 env.tap("interval", ticks)
                     .take(env.len.min(TICKS))
                     .map(env.produce())
@@ -511,11 +511,11 @@ pub fn table() -> Vec<Stage> {
         )
         .timed(),
         Stage::new(
-            "timer(1ms, pool)",
+            "timer_on(1ms, pool)",
             Source,
             EXACT,
             |env| {
-                env.tap("timer", weir::timer(MS(1), env.pool.clone()))
+                env.tap("timer", weir::timer_on(MS(1), env.pool.clone()))
                     .map(env.produce())
                     .boxed()
             },
@@ -1091,40 +1091,40 @@ pub fn table() -> Vec<Stage> {
         ),
         // ---- time operators ----
         Stage::new(
-            "sample(1ms, pool)",
+            "sample_on(1ms, pool)",
             Operator,
             lossy_by_design,
-            |env| env.source().sample(MS(1), env.pool.clone()).boxed(),
+            |env| env.source().sample_on(MS(1), env.pool.clone()).boxed(),
             identity,
         )
         .timed(),
         Stage::new(
-            "debounce(1ms, pool)",
+            "debounce_on(1ms, pool)",
             Operator,
             lossy_by_design,
-            |env| env.source().debounce(MS(1), env.pool.clone()).boxed(),
+            |env| env.source().debounce_on(MS(1), env.pool.clone()).boxed(),
             identity,
         )
         .timed(),
         Stage::new(
-            "timeout(60s, pool)",
+            "timeout_on(60s, pool)",
             Operator,
             EXACT,
             |env| {
                 env.source()
-                    .timeout(Duration::from_secs(60), env.pool.clone())
+                    .timeout_on(Duration::from_secs(60), env.pool.clone())
                     .boxed()
             },
             identity,
         )
         .timed(),
         Stage::new(
-            "buffer_timeout(7, 1ms, pool)",
+            "buffer_timeout_on(7, 1ms, pool)",
             Operator,
             EXACT,
             |env| {
                 env.source()
-                    .buffer_timeout(7, MS(1), env.pool.clone())
+                    .buffer_timeout_on(7, MS(1), env.pool.clone())
                     .map(gather(env))
                     .boxed()
             },
@@ -1133,12 +1133,12 @@ pub fn table() -> Vec<Stage> {
         .timed()
         .changes_type(),
         Stage::new(
-            "throttle(1/µs, 16, Shaping, pool)",
+            "throttle_on(1/µs, 16, Shaping, pool)",
             Operator,
             EXACT,
             |env| {
                 env.source()
-                    .throttle(
+                    .throttle_on(
                         Rate::new(1, US(1)),
                         16,
                         ThrottleMode::Shaping,
@@ -1150,12 +1150,12 @@ pub fn table() -> Vec<Stage> {
         )
         .timed(),
         Stage::new(
-            "throttle(1/µs, 16, Enforcing, pool)",
+            "throttle_on(1/µs, 16, Enforcing, pool)",
             Operator,
             lossy_by_design,
             |env| {
                 env.source()
-                    .throttle(
+                    .throttle_on(
                         Rate::new(1, US(1)),
                         16,
                         ThrottleMode::Enforcing,

@@ -180,29 +180,29 @@ fn build<C: Scheduler + Clone>(
     let d = span.duration();
     let ledger = env.ledger.clone();
     match stage {
-        TimeStage::Sample => env.source().sample(d, scheduler).boxed(),
-        TimeStage::Debounce => env.source().debounce(d, scheduler).boxed(),
-        TimeStage::Timeout => env.source().timeout(d, scheduler).boxed(),
+        TimeStage::Sample => env.source().sample_on(d, scheduler).boxed(),
+        TimeStage::Debounce => env.source().debounce_on(d, scheduler).boxed(),
+        TimeStage::Timeout => env.source().timeout_on(d, scheduler).boxed(),
         TimeStage::BufferTimeout => env
             .source()
-            .buffer_timeout(BATCH, d, scheduler)
+            .buffer_timeout_on(BATCH, d, scheduler)
             .map(move |batch| Item::gather(batch, &ledger))
             .boxed(),
         TimeStage::ThrottleShaping => env
             .source()
-            .throttle(Rate::new(1, d), BURST, ThrottleMode::Shaping, scheduler)
+            .throttle_on(Rate::new(1, d), BURST, ThrottleMode::Shaping, scheduler)
             .boxed(),
         TimeStage::ThrottleEnforcing => env
             .source()
-            .throttle(Rate::new(1, d), BURST, ThrottleMode::Enforcing, scheduler)
+            .throttle_on(Rate::new(1, d), BURST, ThrottleMode::Enforcing, scheduler)
             .boxed(),
         TimeStage::Interval => env
-            .tap("interval", weir::interval(d, scheduler))
+            .tap("interval", weir::interval_on(d, scheduler))
             .take(N)
             .map(env.produce())
             .boxed(),
         TimeStage::Timer => env
-            .tap("timer", weir::timer(d, scheduler))
+            .tap("timer", weir::timer_on(d, scheduler))
             .map(env.produce())
             .boxed(),
     }
@@ -415,7 +415,7 @@ fn compact(values: &[u64]) -> String {
 #[test]
 fn virtual_time_advances_by_duration_max_without_panicking() {
     let clock = VirtualTime::new();
-    let ticks = weir::interval(Duration::from_secs(1), clock.clone())
+    let ticks = weir::interval_on(Duration::from_secs(1), clock.clone())
         .take(3)
         .collect();
     clock.advance(Duration::from_millis(1_500));

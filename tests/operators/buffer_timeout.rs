@@ -18,7 +18,7 @@ use crate::support::timed_events::{run_timed, steps};
 use crate::support::valve::{valve, ValveHandle};
 use crate::support::virtual_clock::ms;
 
-/// `counted(valve(len)).buffer_timeout(3, 100 ms)`; nothing requested yet.
+/// `counted(valve(len)).buffer_timeout_on(3, 100 ms)`; nothing requested yet.
 fn batched(len: u64) -> (VirtualTime, ValveHandle, TestProbe<Vec<u64>>, Arc<Stats>) {
     let vt = VirtualTime::new();
     let (source, handle) = valve(len);
@@ -26,7 +26,7 @@ fn batched(len: u64) -> (VirtualTime, ValveHandle, TestProbe<Vec<u64>>, Arc<Stat
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
     source
-        .buffer_timeout(3, ms(100), vt.clone())
+        .buffer_timeout_on(3, ms(100), vt.clone())
         .subscribe(subscriber);
     (vt, handle, probe, stats)
 }
@@ -34,7 +34,7 @@ fn batched(len: u64) -> (VirtualTime, ValveHandle, TestProbe<Vec<u64>>, Arc<Stat
 #[test]
 fn smoke() {
     baseline::smoke(
-        weir::range(0u64..7).buffer_timeout(3, ms(100), VirtualTime::new()),
+        weir::range(0u64..7).buffer_timeout_on(3, ms(100), VirtualTime::new()),
         &[vec![0, 1, 2], vec![3, 4, 5], vec![6]],
     );
 }
@@ -98,8 +98,11 @@ fn upstream_never_owes_more_than_one_batch() {
 #[test]
 fn one_timer_however_many_batches() {
     let vt = VirtualTime::new();
-    let probe =
-        crate::support::probe_of(weir::range(0u64..3_000).buffer_timeout(3, ms(100), vt.clone()));
+    let probe = crate::support::probe_of(weir::range(0u64..3_000).buffer_timeout_on(
+        3,
+        ms(100),
+        vt.clone(),
+    ));
     probe.request(500);
     assert_eq!(probe.received_count(), 500);
     assert!(vt.pending() <= 1, "{} timers queued", vt.pending());
@@ -132,7 +135,7 @@ fn errors_are_delivered_at_once_and_release_the_partial_batch() {
     let probe = subscriber.probe();
     weir::just(7u32)
         .concat(weir::error(failure.clone()))
-        .buffer_timeout(3, ms(100), vt.clone())
+        .buffer_timeout_on(3, ms(100), vt.clone())
         .subscribe(subscriber);
     probe.request(1);
     assert!(Error::ptr_eq(&probe.error().unwrap(), &failure));
@@ -158,13 +161,13 @@ fn cancel_stops_upstream_and_the_timer() {
 #[test]
 #[should_panic(expected = "buffer_timeout size must be in 1..=2^30 (got 0)")]
 fn zero_size_panics() {
-    let _ = weir::range(0u64..1).buffer_timeout(0, ms(10), VirtualTime::new());
+    let _ = weir::range(0u64..1).buffer_timeout_on(0, ms(10), VirtualTime::new());
 }
 
 #[test]
 #[should_panic(expected = "buffer_timeout period must be greater than zero (got 0ns)")]
 fn zero_period_panics() {
-    let _ = weir::range(0u64..1).buffer_timeout(2, ms(0), VirtualTime::new());
+    let _ = weir::range(0u64..1).buffer_timeout_on(2, ms(0), VirtualTime::new());
 }
 
 proptest! {
@@ -175,7 +178,7 @@ proptest! {
     #[test]
     fn lossless_under_random_demand_and_time(steps in steps()) {
         let len = 30;
-        let run = run_timed(len, &steps, |source, vt| source.buffer_timeout(4, ms(100), vt))?;
+        let run = run_timed(len, &steps, |source, vt| source.buffer_timeout_on(4, ms(100), vt))?;
         prop_assert!(run.delivered.iter().all(|b| (1..=4).contains(&b.len())));
         let flat: Vec<u64> = run.delivered.concat();
         prop_assert_eq!(flat, (0..len).collect::<Vec<_>>());
@@ -190,7 +193,7 @@ fn the_drop_hook_is_forwarded_upstream() {
     let probe = crate::support::probe_of(
         weir::range(0u64..10)
             .on_backpressure_drop()
-            .buffer_timeout(2, ms(100), VirtualTime::new())
+            .buffer_timeout_on(2, ms(100), VirtualTime::new())
             .on_dropped(weir::metrics::DropHook::new(drops.clone())),
     );
     // The eager source meets no demand at subscribe time: all ten are dropped, and
@@ -210,7 +213,7 @@ fn timers_on_a_thread_pool_never_overlap_upstream_signals() {
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
     source
-        .buffer_timeout(7, std::time::Duration::from_micros(50), pool)
+        .buffer_timeout_on(7, std::time::Duration::from_micros(50), pool)
         .subscribe(subscriber);
     probe.request(UNBOUNDED);
     let producer = std::thread::spawn(move || {

@@ -16,12 +16,12 @@ use crate::support::timed_events::{run_timed, steps};
 use crate::support::valve::{valve, ValveHandle};
 use crate::support::virtual_clock::ms;
 
-/// `valve(len).debounce(50 ms)` with a drop hook; nothing requested yet.
+/// `valve(len).debounce_on(50 ms)` with a drop hook; nothing requested yet.
 fn debounced(len: u64) -> (VirtualTime, ValveHandle, TestProbe<u64>, Drops) {
     let vt = VirtualTime::new();
     let clock = vt.clone();
     let (probe, handle, drops) =
-        baseline::valve_probe(len, |source| source.debounce(ms(50), clock));
+        baseline::valve_probe(len, |source| source.debounce_on(ms(50), clock));
     (vt, handle, probe, drops)
 }
 
@@ -129,7 +129,7 @@ fn errors_are_delivered_at_once() {
     let probe = subscriber.probe();
     weir::just(7u32)
         .concat(weir::error(failure.clone()))
-        .debounce(ms(50), vt.clone())
+        .debounce_on(ms(50), vt.clone())
         .subscribe(subscriber);
     assert!(Error::ptr_eq(&probe.error().unwrap(), &failure));
     assert_eq!(probe.items(), Vec::<u32>::new());
@@ -141,7 +141,7 @@ fn errors_are_delivered_at_once() {
 fn requests_unbounded_and_cancel_stops_upstream_and_the_timer() {
     let vt = VirtualTime::new();
     let (source, stats) = counted(weir::never::<u64>());
-    let probe = crate::support::probe_of(source.debounce(ms(50), vt.clone()));
+    let probe = crate::support::probe_of(source.debounce_on(ms(50), vt.clone()));
     assert_eq!(stats.request_log(), vec![UNBOUNDED]);
     probe.cancel();
     assert_eq!(stats.cancels(), 1);
@@ -170,7 +170,7 @@ fn the_drop_hook_sees_each_superseded_item() {
         );
         assert!(d.peek::<u64>().is_some());
     });
-    let probe = crate::support::probe_of(source.debounce(ms(10), vt.clone()).on_dropped(hook));
+    let probe = crate::support::probe_of(source.debounce_on(ms(10), vt.clone()).on_dropped(hook));
     handle.release(4);
     assert_eq!(drops.count(DropReason::ReplacedByLatest), 3);
     probe.request(1);
@@ -181,7 +181,7 @@ fn the_drop_hook_sees_each_superseded_item() {
 #[test]
 #[should_panic(expected = "debounce quiet period must be greater than zero (got 0ns)")]
 fn zero_quiet_period_panics() {
-    let _ = weir::range(0u64..1).debounce(ms(0), VirtualTime::new());
+    let _ = weir::range(0u64..1).debounce_on(ms(0), VirtualTime::new());
 }
 
 proptest! {
@@ -191,7 +191,7 @@ proptest! {
     #[test]
     fn books_balance_under_random_demand_and_time(steps in steps()) {
         let len = 30;
-        let run = run_timed(len, &steps, |source, vt| source.debounce(ms(60), vt))?;
+        let run = run_timed(len, &steps, |source, vt| source.debounce_on(ms(60), vt))?;
         prop_assert_eq!(run.delivered.len() as u64 + run.drops.total(), len);
         prop_assert_eq!(run.drops.count(DropReason::ReplacedByLatest), run.drops.total());
         let mut all: Vec<u64> = run.delivered.iter().chain(&run.dropped).copied().collect();

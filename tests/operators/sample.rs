@@ -18,11 +18,12 @@ use crate::support::timed_events::{run_timed, steps};
 use crate::support::valve::{valve, ValveHandle};
 use crate::support::virtual_clock::ms;
 
-/// `valve(len).sample(100 ms)` with a drop hook; nothing requested yet.
+/// `valve(len).sample_on(100 ms)` with a drop hook; nothing requested yet.
 fn sampled(len: u64) -> (VirtualTime, ValveHandle, TestProbe<u64>, Drops) {
     let vt = VirtualTime::new();
     let clock = vt.clone();
-    let (probe, handle, drops) = baseline::valve_probe(len, |source| source.sample(ms(100), clock));
+    let (probe, handle, drops) =
+        baseline::valve_probe(len, |source| source.sample_on(ms(100), clock));
     (vt, handle, probe, drops)
 }
 
@@ -117,7 +118,7 @@ fn errors_are_delivered_at_once() {
     let probe = subscriber.probe();
     weir::just(7u32)
         .concat(weir::error(failure.clone()))
-        .sample(ms(100), vt.clone())
+        .sample_on(ms(100), vt.clone())
         .subscribe(subscriber);
     // 7 was held (no demand); the error does not wait for demand or the tick.
     let error = probe.error().expect("error delivered without demand");
@@ -131,7 +132,7 @@ fn errors_are_delivered_at_once() {
 fn requests_unbounded_and_cancel_stops_upstream_and_the_timer() {
     let vt = VirtualTime::new();
     let (source, stats) = counted(weir::never::<u64>());
-    let probe = crate::support::probe_of(source.sample(ms(100), vt.clone()));
+    let probe = crate::support::probe_of(source.sample_on(ms(100), vt.clone()));
     assert_eq!(stats.request_log(), vec![UNBOUNDED]);
     probe.cancel();
     assert_eq!(stats.cancels(), 1);
@@ -171,7 +172,7 @@ fn the_drop_hook_sees_each_replaced_item() {
         );
         log.lock().unwrap().push(d.take::<u64>().unwrap());
     });
-    let probe = crate::support::probe_of(source.sample(ms(10), vt.clone()).on_dropped(hook));
+    let probe = crate::support::probe_of(source.sample_on(ms(10), vt.clone()).on_dropped(hook));
     handle.release(5);
     assert_eq!(*seen.lock().unwrap(), vec![0, 1, 2, 3]);
     probe.request(1);
@@ -182,7 +183,7 @@ fn the_drop_hook_sees_each_replaced_item() {
 #[test]
 #[should_panic(expected = "sample period must be greater than zero (got 0ns)")]
 fn zero_period_panics() {
-    let _ = weir::range(0u64..1).sample(ms(0), VirtualTime::new());
+    let _ = weir::range(0u64..1).sample_on(ms(0), VirtualTime::new());
 }
 
 #[test]
@@ -205,7 +206,7 @@ proptest! {
     #[test]
     fn books_balance_under_random_demand_and_time(steps in steps()) {
         let len = 30;
-        let run = run_timed(len, &steps, |source, vt| source.sample(ms(100), vt))?;
+        let run = run_timed(len, &steps, |source, vt| source.sample_on(ms(100), vt))?;
         prop_assert_eq!(run.delivered.len() as u64 + run.drops.total(), len);
         prop_assert_eq!(run.drops.count(DropReason::ReplacedByLatest), run.drops.total());
         let mut all: Vec<u64> = run.delivered.iter().chain(&run.dropped).copied().collect();
@@ -226,7 +227,7 @@ fn timers_on_a_thread_pool_never_overlap_upstream_signals() {
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
     source
-        .sample(std::time::Duration::from_micros(100), pool)
+        .sample_on(std::time::Duration::from_micros(100), pool)
         .on_dropped(DropHook::new(drops.clone()))
         .subscribe(subscriber);
     let producer = std::thread::spawn(move || {
@@ -255,7 +256,7 @@ fn cancel_inside_on_subscribe_requests_nothing() {
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
     probe.cancel(); // before subscribing: the subscriber cancels in on_subscribe
-    source.sample(ms(100), vt).subscribe(subscriber);
+    source.sample_on(ms(100), vt).subscribe(subscriber);
     assert_eq!(stats.request_calls(), 0);
     assert_eq!(stats.cancels(), 1);
 }

@@ -19,7 +19,7 @@ use crate::support::timed_events::{run_timed, steps};
 use crate::support::valve::valve;
 use crate::support::virtual_clock::ms;
 
-/// `counted(range(0..len)).throttle(2 per second, burst, mode)`; nothing requested yet.
+/// `counted(range(0..len)).throttle_on(2 per second, burst, mode)`; nothing requested yet.
 fn throttled(
     len: u64,
     burst: u64,
@@ -31,7 +31,7 @@ fn throttled(
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
     source
-        .throttle(Rate::per_second(2), burst, mode, vt.clone())
+        .throttle_on(Rate::per_second(2), burst, mode, vt.clone())
         .on_dropped(DropHook::new(drops.clone()))
         .subscribe(subscriber);
     (vt, probe, stats, drops)
@@ -41,7 +41,7 @@ fn throttled(
 fn smoke() {
     for mode in [ThrottleMode::Shaping, ThrottleMode::Enforcing] {
         baseline::smoke(
-            weir::range(0u64..50).throttle(Rate::per_second(1), 100, mode, VirtualTime::new()),
+            weir::range(0u64..50).throttle_on(Rate::per_second(1), 100, mode, VirtualTime::new()),
             &(0..50).collect::<Vec<_>>(),
         );
     }
@@ -102,7 +102,7 @@ fn shaping_never_exceeds_burst_plus_rate_even_with_a_late_upstream() {
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
     source
-        .throttle(Rate::per_second(2), 3, ThrottleMode::Shaping, vt.clone())
+        .throttle_on(Rate::per_second(2), 3, ThrottleMode::Shaping, vt.clone())
         .subscribe(subscriber);
     probe.request(UNBOUNDED);
     vt.advance_to(ms(60_000)); // 3 requested at 0 and owed ever since
@@ -134,7 +134,7 @@ fn enforcing_refills_over_time() {
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
     source
-        .throttle(
+        .throttle_on(
             Rate::new(1, ms(100)),
             2,
             ThrottleMode::Enforcing,
@@ -169,7 +169,7 @@ fn errors_pass_through() {
         let probe = subscriber.probe();
         weir::just(7u32)
             .concat(weir::error(failure.clone()))
-            .throttle(Rate::per_second(1), 5, mode, vt.clone())
+            .throttle_on(Rate::per_second(1), 5, mode, vt.clone())
             .subscribe(subscriber);
         probe.request(5);
         probe.assert_items(&[7]);
@@ -199,7 +199,7 @@ fn cancel_stops_upstream_and_the_timer() {
 #[test]
 #[should_panic(expected = "throttle rate must add at least 1 token per period (got 0 per 1s)")]
 fn zero_rate_panics() {
-    let _ = weir::range(0u64..1).throttle(
+    let _ = weir::range(0u64..1).throttle_on(
         Rate::per_second(0),
         1,
         ThrottleMode::Shaping,
@@ -210,7 +210,7 @@ fn zero_rate_panics() {
 #[test]
 #[should_panic(expected = "throttle rate period must be greater than zero (got 5 per 0ns)")]
 fn zero_rate_period_panics() {
-    let _ = weir::range(0u64..1).throttle(
+    let _ = weir::range(0u64..1).throttle_on(
         Rate::new(5, ms(0)),
         1,
         ThrottleMode::Enforcing,
@@ -221,7 +221,7 @@ fn zero_rate_period_panics() {
 #[test]
 #[should_panic(expected = "throttle burst must be in 1..=2^30 (got 0)")]
 fn zero_burst_panics() {
-    let _ = weir::range(0u64..1).throttle(
+    let _ = weir::range(0u64..1).throttle_on(
         Rate::per_second(1),
         0,
         ThrottleMode::Shaping,
@@ -238,7 +238,7 @@ proptest! {
     fn shaping_is_lossless_under_random_demand_and_time(steps in steps()) {
         let len = 30;
         let run = run_timed(len, &steps, |source, vt| {
-            source.throttle(Rate::new(1, ms(50)), 3, ThrottleMode::Shaping, vt)
+            source.throttle_on(Rate::new(1, ms(50)), 3, ThrottleMode::Shaping, vt)
         })?;
         prop_assert_eq!(run.delivered, (0..len).collect::<Vec<_>>());
         prop_assert_eq!(run.drops.total(), 0);
@@ -249,7 +249,7 @@ proptest! {
     fn enforcing_books_balance_under_random_demand_and_time(steps in steps()) {
         let len = 30;
         let run = run_timed(len, &steps, |source, vt| {
-            source.throttle(Rate::new(1, ms(50)), 3, ThrottleMode::Enforcing, vt)
+            source.throttle_on(Rate::new(1, ms(50)), 3, ThrottleMode::Enforcing, vt)
         })?;
         prop_assert_eq!(run.delivered.len() as u64 + run.drops.total(), len);
         prop_assert_eq!(run.drops.count(DropReason::Rejected), run.drops.total());
@@ -266,7 +266,7 @@ fn the_drop_hook_is_forwarded_upstream_through_shaping() {
     let probe = crate::support::probe_of(
         weir::range(0u64..10)
             .on_backpressure_drop()
-            .throttle(
+            .throttle_on(
                 Rate::per_second(1),
                 5,
                 ThrottleMode::Shaping,

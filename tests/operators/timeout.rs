@@ -14,21 +14,21 @@ use crate::support::virtual_clock::ms;
 
 use std::sync::Arc;
 
-/// `counted(valve(len)).timeout(100 ms)`; nothing requested yet.
+/// `counted(valve(len)).timeout_on(100 ms)`; nothing requested yet.
 fn watched(len: u64) -> (VirtualTime, ValveHandle, TestProbe<u64>, Arc<Stats>) {
     let vt = VirtualTime::new();
     let (source, handle) = valve(len);
     let (source, stats) = counted(source);
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
-    source.timeout(ms(100), vt.clone()).subscribe(subscriber);
+    source.timeout_on(ms(100), vt.clone()).subscribe(subscriber);
     (vt, handle, probe, stats)
 }
 
 #[test]
 fn smoke() {
     baseline::smoke(
-        weir::range(0u64..100).timeout(ms(100), VirtualTime::new()),
+        weir::range(0u64..100).timeout_on(ms(100), VirtualTime::new()),
         &(0..100).collect::<Vec<_>>(),
     );
 }
@@ -116,7 +116,7 @@ fn requests_pass_through_unchanged() {
 #[test]
 fn completion_and_errors_pass_through() {
     let vt = VirtualTime::new();
-    let probe = crate::support::probe_of(weir::range(0u64..3).timeout(ms(100), vt.clone()));
+    let probe = crate::support::probe_of(weir::range(0u64..3).timeout_on(ms(100), vt.clone()));
     probe.request(10);
     probe.assert_items(&[0, 1, 2]);
     probe.assert_completed();
@@ -127,7 +127,7 @@ fn completion_and_errors_pass_through() {
     let subscriber = TestSubscriber::<u64>::new();
     let probe = subscriber.probe();
     weir::error::<u64>(failure.clone())
-        .timeout(ms(100), vt.clone())
+        .timeout_on(ms(100), vt.clone())
         .subscribe(subscriber);
     assert!(Error::ptr_eq(&probe.error().unwrap(), &failure));
     vt.advance(ms(1_000));
@@ -149,7 +149,7 @@ fn cancel_stops_upstream_and_the_timer() {
 #[test]
 #[should_panic(expected = "timeout duration must be greater than zero (got 0ns)")]
 fn zero_duration_panics() {
-    let _ = weir::range(0u64..1).timeout(ms(0), VirtualTime::new());
+    let _ = weir::range(0u64..1).timeout_on(ms(0), VirtualTime::new());
 }
 
 #[test]
@@ -158,7 +158,7 @@ fn the_drop_hook_is_forwarded_upstream() {
     let probe = crate::support::probe_of(
         weir::range(0u64..10)
             .on_backpressure_drop()
-            .timeout(ms(100), VirtualTime::new())
+            .timeout_on(ms(100), VirtualTime::new())
             .on_dropped(weir::metrics::DropHook::new(drops.clone())),
     );
     // The eager source meets no demand at subscribe time: all ten are dropped, and
@@ -176,7 +176,7 @@ fn one_timer_however_many_items() {
     let probe = crate::support::probe_of(
         weir::range(0u64..5_000)
             .concat(weir::never())
-            .timeout(ms(100), vt.clone()),
+            .timeout_on(ms(100), vt.clone()),
     );
     probe.request(5_001);
     assert_eq!(probe.received_count(), 5_000);
