@@ -24,7 +24,7 @@ use weir::prelude::*;
 
 const N: u64 = 1_000_000;
 const SLEEPS: u64 = 6_400;
-const CONCURRENCY: usize = 64;
+const CONCURRENCY: u64 = 64;
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -67,9 +67,12 @@ fn futures_buffered(rt: &tokio::runtime::Runtime, ordered: bool) -> u64 {
             let items = futures::stream::iter(0..black_box(N)).map(std::future::ready);
             let fold = |sum: u64, x: u64| std::future::ready(sum.wrapping_add(x));
             if ordered {
-                items.buffered(CONCURRENCY).fold(0u64, fold).await
+                items.buffered(CONCURRENCY as usize).fold(0u64, fold).await
             } else {
-                items.buffer_unordered(CONCURRENCY).fold(0u64, fold).await
+                items
+                    .buffer_unordered(CONCURRENCY as usize)
+                    .fold(0u64, fold)
+                    .await
             }
         })
         .await
@@ -97,7 +100,7 @@ fn futures_sleeps(rt: &tokio::runtime::Runtime) -> u64 {
                     tokio::time::sleep(Duration::from_millis(1)).await;
                     x
                 })
-                .buffered(CONCURRENCY)
+                .buffered(CONCURRENCY as usize)
                 .fold(0u64, |sum, x| std::future::ready(sum.wrapping_add(x)))
                 .await
         })

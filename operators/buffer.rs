@@ -36,8 +36,8 @@ pub struct Buffer<P> {
 }
 
 impl<P> Buffer<P> {
-    pub(crate) fn new(source: P, size: usize) -> Self {
-        window::validate("buffer size", size as u64);
+    pub(crate) fn new(source: P, size: u64) -> Self {
+        let size = window::validate("buffer size", size);
         Buffer { source, size }
     }
 }

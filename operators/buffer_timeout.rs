@@ -42,8 +42,8 @@ pub struct BufferTimeout<P, C> {
 }
 
 impl<P, C> BufferTimeout<P, C> {
-    pub(crate) fn new(source: P, size: usize, period: Duration, scheduler: C) -> Self {
-        window::validate("buffer_timeout size", size as u64);
+    pub(crate) fn new(source: P, size: u64, period: Duration, scheduler: C) -> Self {
+        let size = window::validate("buffer_timeout size", size);
         assert_positive("buffer_timeout period", period);
         BufferTimeout {
             source,

@@ -91,15 +91,17 @@ impl<P, F, C> MapAsync<P, F, C> {
     pub(crate) fn new(
         source: P,
         scheduler: C,
-        concurrency: usize,
+        concurrency: u64,
         f: F,
         ordered: bool,
         name: &str,
     ) -> Self {
         assert!(
-            (1..=MAX_CONCURRENCY).contains(&concurrency),
+            (1..=MAX_CONCURRENCY as u64).contains(&concurrency),
             "{name} concurrency must be in 1..=2^16 (got {concurrency})"
         );
+        // At most 2^16: fits.
+        let concurrency = concurrency as usize;
         MapAsync {
             source,
             f,

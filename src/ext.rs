@@ -1067,7 +1067,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// let batches = weir::range(1u32..6).buffer(2).collect().wait().unwrap();
     /// assert_eq!(batches, vec![vec![1, 2], vec![3, 4], vec![5]]);
     /// ```
-    fn buffer(self, size: usize) -> Buffer<Self> {
+    fn buffer(self, size: u64) -> Buffer<Self> {
         assert_publisher::<Vec<Self::Item>, _>(Buffer::new(self, size))
     }
 
@@ -1194,7 +1194,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// assert_eq!(items, vec![0, 1, 7, 8, 9]);
     /// assert_eq!(drops.count(DropReason::OverflowOldest), 5);
     /// ```
-    fn on_backpressure_buffer(self, capacity: usize, policy: Overflow) -> OnBackpressureBuffer<Self>
+    fn on_backpressure_buffer(self, capacity: u64, policy: Overflow) -> OnBackpressureBuffer<Self>
     where
         Self::Item: 'static,
     {
@@ -1540,7 +1540,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///     .unwrap();
     /// assert_eq!(batches, [vec![0, 1, 2, 3], vec![4, 5, 6, 7], vec![8, 9]]);
     /// ```
-    fn buffer_timeout(self, size: usize, period: Duration) -> BufferTimeout<Self, DefaultPool> {
+    fn buffer_timeout(self, size: u64, period: Duration) -> BufferTimeout<Self, DefaultPool> {
         self.buffer_timeout_on(size, period, DefaultPool::get())
     }
 
@@ -1603,7 +1603,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// ```
     fn buffer_timeout_on<C>(
         self,
-        size: usize,
+        size: u64,
         period: Duration,
         scheduler: C,
     ) -> BufferTimeout<Self, C>
@@ -2464,7 +2464,7 @@ pub trait PublisherExt: Publisher + Sized {
     #[cfg(feature = "tokio")]
     fn map_async<F, Fut>(
         self,
-        concurrency: usize,
+        concurrency: u64,
         f: F,
     ) -> crate::operators::MapAsync<Self, F, crate::runtime::Tokio>
     where
@@ -2530,7 +2530,7 @@ pub trait PublisherExt: Publisher + Sized {
     #[cfg(feature = "tokio")]
     fn map_async_unordered<F, Fut>(
         self,
-        concurrency: usize,
+        concurrency: u64,
         f: F,
     ) -> crate::operators::MapAsync<Self, F, crate::runtime::Tokio>
     where
@@ -2601,7 +2601,7 @@ pub trait PublisherExt: Publisher + Sized {
     fn map_async_on<C, F, Fut>(
         self,
         scheduler: C,
-        concurrency: usize,
+        concurrency: u64,
         ordered: bool,
         f: F,
     ) -> crate::operators::MapAsync<Self, F, C>

@@ -187,8 +187,8 @@ where
 }
 
 impl<P, O> OnBackpressureBuffer<P, O> {
-    pub(crate) fn new(source: P, capacity: usize, policy: O, stage: &'static str) -> Self {
-        window::validate(format_args!("{stage} capacity"), capacity as u64);
+    pub(crate) fn new(source: P, capacity: u64, policy: O, stage: &'static str) -> Self {
+        let capacity = window::validate(format_args!("{stage} capacity"), capacity);
         OnBackpressureBuffer {
             source,
             capacity,

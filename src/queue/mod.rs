@@ -89,22 +89,34 @@ impl From<usize> for Capacity {
     }
 }
 
-/// A queue's size as its builder takes it: a number of items, or a [`Capacity`]. A
-/// number is checked on the way in, and its panic names the queue it was for.
+/// A queue's size as its builder takes it: a number of items (of any integer type), or
+/// a [`Capacity`]. A number is checked on the way in, and its panic names the queue it
+/// was for.
 pub trait IntoCapacity {
     /// The capacity; a size out of range panics with "`{user}` capacity must be in
     /// 1..=2^30 (got …)".
     fn into_capacity(self, user: &str) -> Capacity;
 }
 
-impl IntoCapacity for usize {
-    fn into_capacity(self, user: &str) -> Capacity {
-        Capacity(crate::stage::window::validate(
-            format_args!("{user} capacity"),
-            self as u64,
-        ))
-    }
+/// Any integer type: a `usize` from a collection's length, a `u64` from the operator
+/// API's counts (`buffer(n)`, `take(n)`), or a plain literal.
+macro_rules! into_capacity_for_integers {
+    ($($int:ty),*) => {$(
+        impl IntoCapacity for $int {
+            fn into_capacity(self, user: &str) -> Capacity {
+                match u64::try_from(self) {
+                    Ok(n) => {
+                        Capacity(crate::stage::window::validate(format_args!("{user} capacity"), n))
+                    }
+                    // Negative.
+                    Err(_) => panic!("{user} capacity must be in 1..=2^30 (got {self})"),
+                }
+            }
+        }
+    )*};
 }
+
+into_capacity_for_integers!(usize, u64, u32, i32);
 
 impl IntoCapacity for Capacity {
     fn into_capacity(self, _user: &str) -> Capacity {

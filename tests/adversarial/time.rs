@@ -42,7 +42,7 @@ const N: u64 = 50;
 /// The throttles' burst.
 const BURST: u64 = 8;
 /// `buffer_timeout`'s batch size.
-const BATCH: usize = 8;
+const BATCH: u64 = 8;
 /// How far the `VirtualTime` driver moves the clock, at most (beyond the second it
 /// starts at).
 const HORIZON: Duration = Duration::from_secs(3_600);

@@ -9,7 +9,7 @@ use crate::measure;
 fn run(n: u64, size: usize, prefetch: u64) -> (u64, u64, u64) {
     let (allocations, (batches, items)) = measure(|| {
         weir::range(0..n)
-            .buffer(size)
+            .buffer(size as u64)
             .fold_with(prefetch, (0u64, 0u64), move |(b, i), batch| {
                 assert!(batch.len() <= size && batch.capacity() == size);
                 (b + 1, i + batch.len() as u64)

@@ -95,7 +95,7 @@ proptest! {
         schedule in schedule(),
     ) {
         let model: Vec<Vec<u16>> = input.chunks(size).map(<[u16]>::to_vec).collect();
-        let run = check_model(input, |_| model, |s| s.buffer(size), &schedule, Completion::AtLength)?;
+        let run = check_model(input, |_| model, |s| s.buffer(size as u64), &schedule, Completion::AtLength)?;
         prop_assert!(!run.stats.over_delivered());
         prop_assert_eq!(
             run.stats.requested(),
@@ -108,4 +108,33 @@ proptest! {
     fn obeys_any_demand_schedule(n in 0u64..30, schedule in demand_schedule()) {
         check_publisher(|n| weir::range(0..n * 3).buffer(3), n, &schedule)?;
     }
+}
+
+/// The sharp edge: counts are `u64` across the operator API, so one count feeds them
+/// all (`buffer(usize)` and `take(u64)` did not compose, E0308).
+#[test]
+fn one_count_feeds_every_operator() {
+    let batch: u64 = 4;
+    let (tx, rx) = weir::channel::<u64>(batch, weir::source::channel::ChannelPolicy::Backpressure);
+    for i in 0..20 {
+        if tx.try_send(i).is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    let batches = rx
+        .on_backpressure_buffer(batch, weir::Overflow::Error)
+        .buffer(batch)
+        .take(batch)
+        .limit_rate(batch, batch / 2)
+        .collect_with(batch)
+        .wait()
+        .unwrap();
+    assert_eq!(batches, [vec![0, 1, 2, 3]]);
+}
+
+#[test]
+#[should_panic(expected = "channel capacity must be in 1..=2^30 (got -1)")]
+fn a_negative_channel_capacity_is_refused_with_its_value() {
+    let _ = weir::channel::<u8>(-1, weir::source::channel::ChannelPolicy::Reject);
 }

@@ -343,7 +343,7 @@ proptest! {
     /// The conformance kit's demand schedules, ordered and unordered, at concurrency 1
     /// (capacity 1 everywhere) and 3.
     #[test]
-    fn obeys_any_demand_schedule(schedule in demand_schedule(), concurrency in prop_oneof![Just(1usize), Just(3)]) {
+    fn obeys_any_demand_schedule(schedule in demand_schedule(), concurrency in prop_oneof![Just(1u64), Just(3)]) {
         let pool = ThreadPool::builder().name("mac").threads(1).build();
         let check = PublisherCheck::asynchronous(PATIENCE, Duration::from_millis(10));
         check_publisher_with(

@@ -235,7 +235,7 @@ proptest! {
         ],
         events in events(),
     ) {
-        let run = run_lossy(len, &events, |s| s.on_backpressure_buffer(capacity, policy))?;
+        let run = run_lossy(len, &events, |s| s.on_backpressure_buffer(capacity as u64, policy))?;
         let full = match policy {
             Overflow::DropOldest => ModelFull::DropOldest(DropReason::OverflowOldest),
             Overflow::DropNewest => ModelFull::DropNewest,
@@ -577,7 +577,7 @@ mod time_bounds {
                 stage.boxed()
             } else {
                 let stage = jobs
-                    .on_backpressure_buffer(capacity, Overflow::DropOldest)
+                    .on_backpressure_buffer(capacity as u64, Overflow::DropOldest)
                     .deadlines()
                     .clock(vt.clone());
                 monitor = Some(stage.monitor());
