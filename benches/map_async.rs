@@ -115,10 +115,10 @@ fn joined_waves(rt: &tokio::runtime::Runtime) -> u64 {
     rt.block_on(async move {
         tokio::spawn(async move {
             let mut sum = 0u64;
-            for wave in 0..black_box(SLEEPS) / CONCURRENCY as u64 {
-                let calls = (0..CONCURRENCY as u64).map(|i| async move {
+            for wave in 0..black_box(SLEEPS) / CONCURRENCY {
+                let calls = (0..CONCURRENCY).map(|i| async move {
                     tokio::time::sleep(Duration::from_millis(1)).await;
-                    wave * CONCURRENCY as u64 + i
+                    wave * CONCURRENCY + i
                 });
                 sum += futures::future::join_all(calls).await.iter().sum::<u64>();
             }
