@@ -973,7 +973,9 @@ pub trait PublisherExt: Publisher + Sized {
 
     /// Report what the lossy stages upstream drop to `hook`: every dropped item with
     /// its reason (the hook may take the item to release resources) and per-reason
-    /// counters.
+    /// counters. The hook sees items type-erased, for metrics across a pipeline; to
+    /// handle a stage's dropped items as their own type, use
+    /// [`on_drop`](Self::on_drop).
     ///
     /// # Backpressure
     ///
@@ -1026,6 +1028,74 @@ pub trait PublisherExt: Publisher + Sized {
     /// ```
     fn on_dropped(self, hook: DropHook) -> OnDropped<Self> {
         assert_publisher::<Self::Item, _>(OnDropped::new(self, hook))
+    }
+
+    /// Hand the items the lossy stages above drop to `f`, typed: each arrives as a
+    /// [`DroppedItem<T>`](crate::metrics::DroppedItem) of this stage's item type,
+    /// with its reason and the dropping stage's name, and the item is `f`'s to keep,
+    /// reuse or drop. The typed twin of [`on_dropped`](Self::on_dropped), whose
+    /// erased hook suits global metrics.
+    ///
+    /// Drops are counted into the hook below this one, if there is one, and that hook
+    /// still sees every drop after `f` (with the item taken: its `take` gives `None`),
+    /// so an `on_dropped` further down keeps its global metrics. A dropped item of
+    /// another type (from a lossy stage above a `map` that changed the type) is not
+    /// lost: it goes on to the hook below, item and all.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: the stage changes no signal. Place it right after the lossy stage
+    /// it should hear from; the nearest hook below a lossy stage is the one it reports
+    /// to.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3|
+    /// output : 1-2-3|      (unchanged)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through.
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream. Items a lossy stage releases on cancel are not
+    /// drops (nothing was lost to overflow) and are not reported.
+    ///
+    /// # Panics
+    ///
+    /// Never itself. A panic in `f` unwinds into the lossy stage that reported the
+    /// drop, which treats it as its own; keep `f` short.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use weir::prelude::*;
+    /// use weir::DropReason;
+    ///
+    /// let lost = Arc::new(Mutex::new(Vec::new()));
+    /// let log = lost.clone();
+    /// let kept = weir::range(0u32..5)
+    ///     .on_backpressure_drop()
+    ///     .on_drop(move |dropped| {
+    ///         assert_eq!(dropped.reason(), DropReason::OverflowNewest);
+    ///         log.lock().unwrap().push(dropped.into_inner()); // a u32, no guessing
+    ///     })
+    ///     .blocking_iter(2) // a window of 2 items
+    ///     .collect::<Result<Vec<_>, _>>()
+    ///     .unwrap();
+    /// assert_eq!(kept, vec![0, 1]);
+    /// assert_eq!(*lost.lock().unwrap(), vec![2, 3, 4]);
+    /// ```
+    fn on_drop<F>(self, f: F) -> crate::operators::OnDrop<Self, F>
+    where
+        Self::Item: 'static,
+        F: Fn(crate::metrics::DroppedItem<Self::Item>) + Send + Sync + 'static,
+    {
+        assert_publisher::<Self::Item, _>(crate::operators::OnDrop::new(self, f))
     }
 
     // ---- more rate-decoupling operators --------

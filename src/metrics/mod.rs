@@ -103,7 +103,9 @@ impl<'a> Dropped<'a> {
     }
 
     /// Take the item out, if it is a `T` (and was not taken yet). Items the hook does
-    /// not take are dropped by the stage right after the hook returns.
+    /// not take are dropped by the stage right after the hook returns. A wrong `T`
+    /// gives `None`: to receive one stage's items with their type checked by the
+    /// compiler, use [`PublisherExt::on_drop`](crate::PublisherExt::on_drop).
     pub fn take<T: 'static>(&mut self) -> Option<T> {
         self.item.downcast_mut::<Option<T>>().and_then(Option::take)
     }
@@ -113,6 +115,46 @@ impl<'a> Dropped<'a> {
         self.item
             .downcast_ref::<Option<T>>()
             .and_then(Option::as_ref)
+    }
+}
+
+/// One dropped item of a known type, as the typed hook of
+/// [`PublisherExt::on_drop`](crate::PublisherExt::on_drop) receives it: the item
+/// itself (yours to keep, reuse or drop), why, and which stage dropped it.
+pub struct DroppedItem<T> {
+    reason: DropReason,
+    stage: &'static str,
+    item: T,
+}
+
+impl<T> fmt::Debug for DroppedItem<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DroppedItem")
+            .field("reason", &self.reason)
+            .field("stage", &self.stage)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T> DroppedItem<T> {
+    /// Why the item was dropped.
+    pub fn reason(&self) -> DropReason {
+        self.reason
+    }
+
+    /// The name of the stage that dropped it (e.g. `"on_backpressure_latest"`).
+    pub fn stage(&self) -> &'static str {
+        self.stage
+    }
+
+    /// The item.
+    pub fn item(&self) -> &T {
+        &self.item
+    }
+
+    /// The item, by value.
+    pub fn into_inner(self) -> T {
+        self.item
     }
 }
 
@@ -183,6 +225,30 @@ impl DropHook {
                 item: &mut slot,
             });
         }
+    }
+
+    /// A hook that hands every dropped `T` to `f` and counts into `drops`; then the
+    /// drop goes on to `next` (if any): with the item taken when it was a `T` (the
+    /// hook below still sees the drop, its `take` gives `None`), with the item when
+    /// it was not, so nothing is lost to a wrong type. What
+    /// [`PublisherExt::on_drop`](crate::PublisherExt::on_drop) installs.
+    pub(crate) fn typed<T, F>(drops: Drops, next: Option<DropHook>, f: F) -> Self
+    where
+        T: 'static,
+        F: Fn(DroppedItem<T>) + Send + Sync + 'static,
+    {
+        DropHook::new(drops).inspect(move |dropped| {
+            if let Some(item) = dropped.take::<T>() {
+                f(DroppedItem {
+                    reason: dropped.reason(),
+                    stage: dropped.stage(),
+                    item,
+                });
+            }
+            if let Some(inspect) = next.as_ref().and_then(|next| next.inspect.as_ref()) {
+                inspect(dropped);
+            }
+        })
     }
 
     /// Count and hand over one dropped item.

@@ -1083,6 +1083,27 @@ pub fn table() -> Vec<Stage> {
             identity,
         ),
         Stage::new(
+            "on_drop",
+            Operator,
+            EXACT,
+            |env| env.source().on_drop(drop).boxed(),
+            identity,
+        ),
+        Stage::new(
+            "on_backpressure_latest().on_drop(mark)",
+            Operator,
+            lossy,
+            |env| {
+                // The typed hook takes each dropped item (marked as hooked); the
+                // recorder's hook below still sees every drop, and counts it.
+                env.source()
+                    .on_backpressure_latest()
+                    .on_drop(|dropped| dropped.into_inner().mark(Fate::Hooked))
+                    .boxed()
+            },
+            identity,
+        ),
+        Stage::new(
             "on_dropped",
             Operator,
             EXACT,

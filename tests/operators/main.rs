@@ -33,6 +33,7 @@ mod merge;
 mod on_backpressure_buffer;
 mod on_backpressure_drop;
 mod on_backpressure_latest;
+mod on_drop;
 mod on_dropped;
 mod publish_on;
 mod reduce;
