@@ -39,6 +39,8 @@ pub struct BufferTimeout<P, C> {
     period: Duration,
     /// Where timers run and what time it is.
     scheduler: C,
+    /// An upstream error overtakes the held batch ([`errors_first`](Self::errors_first)).
+    errors_first: bool,
 }
 
 impl<P, C> BufferTimeout<P, C> {
@@ -50,7 +52,17 @@ impl<P, C> BufferTimeout<P, C> {
             size,
             period,
             scheduler,
+            errors_first: false,
         }
+    }
+
+    /// Deliver an upstream error at once, without demand, releasing the held
+    /// batch (not reported as a drop: the stream ended), instead of after it.
+    /// By default an error, like completion, waits behind what the stage holds.
+    /// See [`OnBackpressureBuffer::errors_first`](crate::operators::OnBackpressureBuffer::errors_first).
+    pub fn errors_first(mut self) -> Self {
+        self.errors_first = true;
+        self
     }
 }
 
@@ -62,6 +74,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for BufferTimeout<P, C> {
         S: Subscriber<Vec<P::Item>> + Send + 'static,
     {
         let machine = Batcher {
+            errors_first: self.errors_first,
             size: self.size,
             period: self.period,
             batch: Vec::new(),
@@ -88,6 +101,8 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for BufferTimeout<P, C> {
 
 /// The stage's state (behind the timed core's lock).
 struct Batcher<T> {
+    /// An error overtakes what is held.
+    errors_first: bool,
     /// Items per batch.
     size: usize,
     /// How long a batch may wait for more items.
@@ -127,7 +142,7 @@ impl<T: Send + 'static> Machine for Batcher<T> {
     }
 
     fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
-        if end.is_err() {
+        if end.is_err() && self.errors_first {
             self.batch = Vec::new();
         }
         self.end = Some(end);
@@ -149,7 +164,7 @@ impl<T: Send + 'static> Machine for Batcher<T> {
     }
 
     fn poll(&mut self, demand: u64, fx: &mut Fx<'_, T>) -> Option<Action<Vec<T>>> {
-        if matches!(self.end, Some(Err(_))) {
+        if self.errors_first && matches!(self.end, Some(Err(_))) {
             return self.end.take().map(Action::End);
         }
         if demand > 0

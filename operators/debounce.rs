@@ -35,6 +35,8 @@ pub struct Debounce<P, C> {
     quiet: Duration,
     /// Where timers run and what time it is.
     scheduler: C,
+    /// An upstream error overtakes the held item ([`errors_first`](Self::errors_first)).
+    errors_first: bool,
 }
 
 impl<P, C> Debounce<P, C> {
@@ -44,7 +46,17 @@ impl<P, C> Debounce<P, C> {
             source,
             quiet,
             scheduler,
+            errors_first: false,
         }
+    }
+
+    /// Deliver an upstream error at once, without demand, releasing the held
+    /// item (not reported as a drop: the stream ended), instead of after it.
+    /// By default an error, like completion, waits behind what the stage holds.
+    /// See [`OnBackpressureBuffer::errors_first`](crate::operators::OnBackpressureBuffer::errors_first).
+    pub fn errors_first(mut self) -> Self {
+        self.errors_first = true;
+        self
     }
 }
 
@@ -56,6 +68,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Debounce<P, C> {
         S: Subscriber<P::Item> + Send + 'static,
     {
         let machine = Debouncer {
+            errors_first: self.errors_first,
             quiet: self.quiet,
             slot: DebounceSlot::Empty,
             armed: false,
@@ -91,6 +104,8 @@ enum DebounceSlot<T> {
 
 /// The stage's state (behind the timed core's lock).
 struct Debouncer<T> {
+    /// An error overtakes what is held.
+    errors_first: bool,
     /// The quiet period.
     quiet: Duration,
     /// The newest item not yet delivered, if any.
@@ -128,7 +143,7 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
     }
 
     fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
-        if end.is_err() {
+        if end.is_err() && self.errors_first {
             self.slot = DebounceSlot::Empty;
         }
         self.end = Some(end);
@@ -153,7 +168,7 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
     }
 
     fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Action<T>> {
-        if matches!(self.end, Some(Err(_))) {
+        if self.errors_first && matches!(self.end, Some(Err(_))) {
             return self.end.take().map(Action::End);
         }
         match std::mem::replace(&mut self.slot, DebounceSlot::Empty) {

@@ -36,6 +36,8 @@ pub struct Sample<P, C> {
     period: Duration,
     /// Where timers run and what time it is.
     scheduler: C,
+    /// An upstream error overtakes the held item ([`errors_first`](Self::errors_first)).
+    errors_first: bool,
 }
 
 impl<P, C> Sample<P, C> {
@@ -45,7 +47,17 @@ impl<P, C> Sample<P, C> {
             source,
             period,
             scheduler,
+            errors_first: false,
         }
+    }
+
+    /// Deliver an upstream error at once, without demand, releasing the held
+    /// item (not reported as a drop: the stream ended), instead of after it.
+    /// By default an error, like completion, waits behind what the stage holds.
+    /// See [`OnBackpressureBuffer::errors_first`](crate::operators::OnBackpressureBuffer::errors_first).
+    pub fn errors_first(mut self) -> Self {
+        self.errors_first = true;
+        self
     }
 }
 
@@ -57,6 +69,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Sample<P, C> {
         S: Subscriber<P::Item> + Send + 'static,
     {
         let machine = Sampler {
+            errors_first: self.errors_first,
             period: self.period,
             origin: None,
             slot: SampleSlot::Empty,
@@ -87,6 +100,8 @@ enum SampleSlot<T> {
 
 /// The stage's state (behind the timed core's lock).
 struct Sampler<T> {
+    /// An error overtakes what is held.
+    errors_first: bool,
     /// The sampling period.
     period: Duration,
     /// The grid's origin (subscription time).
@@ -127,7 +142,7 @@ impl<T: Send + 'static> Machine for Sampler<T> {
     }
 
     fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
-        if end.is_err() {
+        if end.is_err() && self.errors_first {
             self.slot = SampleSlot::Empty;
         }
         self.end = Some(end);
@@ -140,7 +155,7 @@ impl<T: Send + 'static> Machine for Sampler<T> {
     }
 
     fn poll(&mut self, demand: u64, _fx: &mut Fx<'_, T>) -> Option<Action<T>> {
-        if matches!(self.end, Some(Err(_))) {
+        if self.errors_first && matches!(self.end, Some(Err(_))) {
             return self.end.take().map(Action::End);
         }
         match std::mem::replace(&mut self.slot, SampleSlot::Empty) {

@@ -1233,7 +1233,9 @@ pub trait PublisherExt: Publisher + Sized {
     /// refused (reported as `OverflowNewest`), upstream is cancelled at once, and
     /// downstream receives `on_error` of kind [`Overflow`](crate::ErrorKind::Overflow)
     /// **after** the held items were delivered: nothing the buffer accepted is lost.
-    /// Upstream errors, like completion, are delivered after the held items.
+    /// Upstream errors, like completion, are delivered after the held items
+    /// ([`errors_first`](crate::operators::OnBackpressureBuffer::errors_first): at
+    /// once, releasing them).
     ///
     /// # Cancellation
     ///
@@ -1300,7 +1302,9 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Errors
     ///
-    /// Upstream errors are delivered after the held item, like completion.
+    /// Upstream errors are delivered after the held item, like completion
+    /// ([`errors_first`](crate::operators::OnBackpressureBuffer::errors_first):
+    /// at once, releasing it).
     ///
     /// # Cancellation
     ///
@@ -1362,7 +1366,9 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Errors
     ///
-    /// Upstream errors are delivered after the held item, like completion.
+    /// Upstream errors are delivered after the held item, like completion
+    /// ([`errors_first`](crate::operators::OnBackpressureBuffer::errors_first):
+    /// at once, releasing it).
     ///
     /// # Cancellation
     ///
@@ -1425,7 +1431,9 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Errors
     ///
-    /// Upstream errors are delivered after the held item, like completion.
+    /// Upstream errors are delivered after the held item, like completion
+    /// ([`errors_first`](crate::operators::OnBackpressureBuffer::errors_first):
+    /// at once, releasing it).
     ///
     /// # Cancellation
     ///
@@ -1462,7 +1470,8 @@ pub trait PublisherExt: Publisher + Sized {
 
     // ---- time operators ----------------------------------------
 
-    /// Emit the most recent item once per `period`, on the shared [`DefaultPool`](crate::runtime::DefaultPool): [`sample_on`](Self::sample_on) with the scheduler chosen for you.
+    /// Emit the most recent item once per `period`, on the shared [`DefaultPool`]:
+    /// [`sample_on`](Self::sample_on) with the scheduler chosen for you.
     ///
     /// # Backpressure
     ///
@@ -1533,9 +1542,11 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Errors
     ///
-    /// Upstream completion: the held item (sampled or not) goes out as soon as demand
-    /// allows, then `on_complete`. Upstream errors are delivered at once; the held
-    /// item is released without a drop report.
+    /// Upstream completion or error: the held item (sampled or not) goes out as soon
+    /// as demand allows, then `on_complete` or `on_error`. With
+    /// [`Sample::errors_first`](crate::operators::Sample::errors_first) an error is
+    /// delivered at once instead, and the held item is released without a drop
+    /// report.
     ///
     /// # Cancellation
     ///
@@ -1575,7 +1586,9 @@ pub trait PublisherExt: Publisher + Sized {
         assert_publisher::<Self::Item, _>(Sample::new(self, period, scheduler))
     }
 
-    /// Collect items into batches of `size`, or fewer once `period` passed since a batch's first item, on the shared [`DefaultPool`](crate::runtime::DefaultPool): [`buffer_timeout_on`](Self::buffer_timeout_on) with the scheduler chosen for you.
+    /// Collect items into batches of `size`, or fewer once `period` passed since a batch's
+    /// first item, on the shared [`DefaultPool`]:
+    /// [`buffer_timeout_on`](Self::buffer_timeout_on) with the scheduler chosen for you.
     ///
     /// # Backpressure
     ///
@@ -1639,9 +1652,10 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Errors
     ///
-    /// Upstream completion: the partial batch goes out when demand allows, then
-    /// `on_complete`. Upstream errors are delivered at once; the partial batch is
-    /// released.
+    /// Upstream completion or error: the partial batch goes out when demand allows,
+    /// then `on_complete` or `on_error`. With
+    /// [`BufferTimeout::errors_first`](crate::operators::BufferTimeout::errors_first)
+    /// an error is delivered at once instead, and the partial batch is released.
     ///
     /// # Cancellation
     ///
@@ -1683,7 +1697,9 @@ pub trait PublisherExt: Publisher + Sized {
         assert_publisher::<Vec<Self::Item>, _>(BufferTimeout::new(self, size, period, scheduler))
     }
 
-    /// Fail with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) if no item arrives within `duration` while demand is outstanding, timed on the shared [`DefaultPool`](crate::runtime::DefaultPool): [`timeout_on`](Self::timeout_on) with the scheduler chosen for you.
+    /// Fail with [`ErrorKind::Timeout`](crate::ErrorKind::Timeout) if no item arrives
+    /// within `duration` while demand is outstanding, timed on the shared [`DefaultPool`]:
+    /// [`timeout_on`](Self::timeout_on) with the scheduler chosen for you.
     ///
     /// # Backpressure
     ///
@@ -1778,7 +1794,9 @@ pub trait PublisherExt: Publisher + Sized {
         assert_publisher::<Self::Item, _>(Timeout::new(self, duration, scheduler))
     }
 
-    /// Limit the rate to `rate` with bursts of up to `burst` items, timed on the shared [`DefaultPool`](crate::runtime::DefaultPool): [`throttle_on`](Self::throttle_on) with the scheduler chosen for you.
+    /// Limit the rate to `rate` with bursts of up to `burst` items, timed on the shared
+    /// [`DefaultPool`]: [`throttle_on`](Self::throttle_on) with the scheduler chosen for
+    /// you.
     ///
     /// # Backpressure
     ///
@@ -1905,7 +1923,9 @@ pub trait PublisherExt: Publisher + Sized {
         assert_publisher::<Self::Item, _>(Throttle::new(self, rate, burst, mode, scheduler))
     }
 
-    /// Pass an item on only once `quiet` has passed with no newer item, timed on the shared [`DefaultPool`](crate::runtime::DefaultPool): [`debounce_on`](Self::debounce_on) with the scheduler chosen for you.
+    /// Pass an item on only once `quiet` has passed with no newer item, timed on the shared
+    /// [`DefaultPool`]: [`debounce_on`](Self::debounce_on) with the scheduler chosen for
+    /// you.
     ///
     /// # Backpressure
     ///
@@ -1970,9 +1990,11 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Errors
     ///
-    /// Upstream completion: the held item goes out at once (when demand allows,
-    /// without waiting out its quiet period), then `on_complete`. Upstream errors are
-    /// delivered at once; the held item is released without a drop report.
+    /// Upstream completion or error: the held item goes out at once (when demand
+    /// allows, without waiting out its quiet period), then `on_complete` or
+    /// `on_error`. With [`Debounce::errors_first`](crate::operators::Debounce::errors_first)
+    /// an error is delivered at once instead, and the held item is released without
+    /// a drop report.
     ///
     /// # Cancellation
     ///

@@ -49,6 +49,9 @@ pub(super) struct Hold<T> {
     name: &'static str,
     /// Downstream's drop hook, for the items a sweep takes out.
     hook: Option<DropHook>,
+    /// An error overtakes the held items (released, as on cancel) instead of waiting
+    /// behind them.
+    errors_first: bool,
 }
 
 /// What only the drain owner touches.
@@ -95,6 +98,7 @@ impl<T: Send + 'static> Hold<T> {
         upstream: SharedUpstream,
         name: &'static str,
         hook: Option<DropHook>,
+        errors_first: bool,
     ) -> Self {
         Hold {
             held: Mutex::new(Held {
@@ -108,6 +112,7 @@ impl<T: Send + 'static> Hold<T> {
             owner: AtomicUsize::new(0),
             name,
             hook,
+            errors_first,
         }
     }
 
@@ -209,10 +214,13 @@ impl<T: Send + 'static> Hold<T> {
         self.made_room(&lock(&self.held));
     }
 
-    /// The end parked behind the held items, once they are all delivered.
+    /// The end parked behind the held items, once they are all delivered; or, with
+    /// `errors_first`, a parked error at once (the stop that follows releases the
+    /// held items).
     pub(super) fn due_end(&self) -> Option<Result<(), Error>> {
         let mut held = lock(&self.held);
-        if held.queue.is_empty() {
+        let overtakes = self.errors_first && matches!(held.end, Some(Err(_)));
+        if held.queue.is_empty() || overtakes {
             held.end.take()
         } else {
             None
@@ -242,6 +250,12 @@ impl<T: Send + 'static> Stage for Hold<T> {
         downstream: &mut S,
     ) -> Pass {
         self.owning(|| {
+            if self.errors_first {
+                // An error overtakes what is held, demand or not.
+                if let Some(end) = self.due_end() {
+                    return cx.terminate(downstream, end);
+                }
+            }
             self.deliver_held(cx, drain, downstream);
             match self.due_end() {
                 Some(end) => cx.terminate(downstream, end),

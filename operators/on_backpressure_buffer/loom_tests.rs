@@ -60,6 +60,7 @@ fn stage<O: OnFull<u64>>(policy: O, capacity: usize, initial: u64) -> Fixture<O>
         bounds: TimeBounds::none(),
         gauge: QueueGauge::new(capacity, Arc::new(Immediate)),
         deadline_of: None,
+        errors_first: false,
         upstream: Upstream::Idle,
     };
     stage.on_subscribe(Subscription::noop());

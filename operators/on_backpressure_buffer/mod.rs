@@ -134,6 +134,8 @@ pub struct OnBackpressureBuffer<P, O = Overflow> {
     /// Reads an item's deadline ([`deadlines`](Self::deadlines)): a
     /// `fn(&P::Item) -> Option<Instant>`, typed again at subscribe time.
     deadline_of: Option<Arc<dyn Any + Send + Sync>>,
+    /// [`errors_first`](Self::errors_first).
+    errors_first: bool,
 }
 
 /// How a holding stage reads a held item's deadline.
@@ -197,7 +199,39 @@ impl<P, O> OnBackpressureBuffer<P, O> {
             bounds: TimeBounds::none(),
             gauge: QueueGauge::new(capacity, Arc::new(Immediate)),
             deadline_of: None,
+            errors_first: false,
         }
+    }
+
+    /// Deliver an upstream error (or the stage's own, such as `Overflow::Error`'s) at
+    /// once, without demand, releasing the held items, instead of after them. The
+    /// released items are not reported as drops: as on cancel, the stream ended;
+    /// nothing was lost for lack of room. Reactor's `onBackpressure*` operators
+    /// behave this way.
+    ///
+    /// By default the error waits behind the held items, as completion does, so a
+    /// subscriber that requests gets every item upstream produced before it failed;
+    /// one that never requests again never hears of the failure. Choose this when
+    /// an error must reach the subscriber at once (a health check, a supervisor
+    /// that restarts the pipeline).
+    ///
+    /// ```
+    /// # #[cfg(feature = "tck")] {
+    /// use weir::prelude::*;
+    /// use weir::tck::TestSubscriber;
+    ///
+    /// let failing = weir::range(0u32..5).concat(weir::error(weir::Error::msg("sensor lost")));
+    /// let subscriber = TestSubscriber::new().request_on_subscribe(1);
+    /// let probe = subscriber.probe();
+    /// failing.on_backpressure_latest().errors_first().subscribe(subscriber);
+    /// // Item 0 was delivered; 4 was held when the error came, and is released.
+    /// probe.assert_items(&[0]);
+    /// assert_eq!(probe.assert_error().message(), "sensor lost");
+    /// # }
+    /// ```
+    pub fn errors_first(mut self) -> Self {
+        self.errors_first = true;
+        self
     }
 
     /// Bound the held items in time: maximum age, CoDel and adaptive LIFO
@@ -255,6 +289,7 @@ impl<P: Publisher, O: OnFull<P::Item>> Publisher for OnBackpressureBuffer<P, O> 
             deadline_of: self
                 .deadline_of
                 .and_then(|read| read.downcast_ref::<DeadlineOf<P::Item>>().copied()),
+            errors_first: self.errors_first,
             upstream: Upstream::Idle,
         })
     }
@@ -293,6 +328,8 @@ struct HoldSubscriber<T: Send + 'static, S, O> {
     gauge: Arc<QueueGauge>,
     /// Reads a held item's deadline, when the stage honours them.
     deadline_of: Option<DeadlineOf<T>>,
+    /// An error overtakes the held items.
+    errors_first: bool,
     /// Life-cycle state.
     upstream: Upstream,
 }
@@ -478,6 +515,7 @@ where
             SharedUpstream::new(subscription.clone()),
             self.stage,
             self.hook.clone(),
+            self.errors_first,
         ));
         if self.bounds.get_max_age().is_some() {
             let sweeper: Arc<dyn Sweep> = core.clone();

@@ -91,8 +91,13 @@ impl<T, F> fmt::Debug for Create<T, F> {
 /// [`EmitError::NoDemand`] (the item comes back), [`send`](Emitter::send) /
 /// [`send_blocking`](Emitter::send_blocking) wait for demand first, and
 /// [`ready`](Emitter::ready) / [`wait_ready`](Emitter::wait_ready) /
-/// [`on_request`](Emitter::on_request) tell a producer when to produce. See the
-/// [module docs](self) for the algorithm.
+/// [`on_request`](Emitter::on_request) tell a producer when to produce.
+///
+/// How it works: a request adds credit; `emit` takes one unit of credit with a
+/// compare-and-swap *before* it queues the item (so emitters on any number of threads
+/// never get ahead of demand), queues it under a short lock and signals the one drain
+/// loop, which delivers on whichever thread owns it (rules 1.3 and 3.3). Batch credit a
+/// synchronous subscriber hands back counts as a request.
 ///
 /// Use it to wrap a callback API or a producer that can be told to wait. A producer
 /// that cannot wait (a socket that keeps pushing) wants [`channel`](fn@crate::channel)

@@ -77,7 +77,7 @@ pub fn interval_on<C: Scheduler + Clone>(period: Duration, scheduler: C) -> Inte
     Interval { period, scheduler }
 }
 
-/// Signal 0, 1, 2, … one per `period` on the shared [`DefaultPool`](crate::runtime::DefaultPool):
+/// Signal 0, 1, 2, … one per `period` on the shared [`DefaultPool`]:
 /// [`interval_on`] with the scheduler chosen for you (the wall clock).
 ///
 /// # Panics

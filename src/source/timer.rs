@@ -68,7 +68,7 @@ pub fn timer_on<C: Scheduler + Clone>(delay: Duration, scheduler: C) -> Timer<C>
     Timer { delay, scheduler }
 }
 
-/// Signal one `0u64` after `delay` on the shared [`DefaultPool`](crate::runtime::DefaultPool):
+/// Signal one `0u64` after `delay` on the shared [`DefaultPool`]:
 /// [`timer_on`] with the scheduler chosen for you (the wall clock).
 ///
 /// # Panics

@@ -128,7 +128,7 @@ fn completion_flushes_the_partial_batch_when_demand_allows() {
 }
 
 #[test]
-fn errors_are_delivered_at_once_and_release_the_partial_batch() {
+fn an_error_waits_behind_the_partial_batch_like_completion() {
     let vt = VirtualTime::new();
     let failure = Error::msg("boom");
     let subscriber = TestSubscriber::<Vec<u32>>::new();
@@ -136,6 +136,27 @@ fn errors_are_delivered_at_once_and_release_the_partial_batch() {
     weir::just(7u32)
         .concat(weir::error(failure.clone()))
         .buffer_timeout_on(3, ms(100), vt.clone())
+        .subscribe(subscriber);
+    assert!(
+        probe.error().is_none(),
+        "nothing requested: the batch and the error wait"
+    );
+    probe.request(1);
+    probe.assert_items(&[vec![7]]);
+    assert!(Error::ptr_eq(&probe.assert_error(), &failure));
+    probe.assert_no_violations();
+}
+
+#[test]
+fn errors_first_delivers_the_error_at_once_and_releases_the_partial_batch() {
+    let vt = VirtualTime::new();
+    let failure = Error::msg("boom");
+    let subscriber = TestSubscriber::<Vec<u32>>::new();
+    let probe = subscriber.probe();
+    weir::just(7u32)
+        .concat(weir::error(failure.clone()))
+        .buffer_timeout_on(3, ms(100), vt.clone())
+        .errors_first()
         .subscribe(subscriber);
     probe.request(1);
     assert!(Error::ptr_eq(&probe.error().unwrap(), &failure));

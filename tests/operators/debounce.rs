@@ -122,7 +122,7 @@ fn completion_flushes_the_held_item_at_once_then_completes() {
 }
 
 #[test]
-fn errors_are_delivered_at_once() {
+fn an_error_waits_behind_the_held_item_like_completion() {
     let vt = VirtualTime::new();
     let failure = Error::msg("boom");
     let subscriber = TestSubscriber::<u32>::new();
@@ -130,6 +130,24 @@ fn errors_are_delivered_at_once() {
     weir::just(7u32)
         .concat(weir::error(failure.clone()))
         .debounce_on(ms(50), vt.clone())
+        .subscribe(subscriber);
+    assert!(probe.error().is_none(), "the error waits behind the held 7");
+    probe.request(1);
+    probe.assert_items(&[7]);
+    assert!(Error::ptr_eq(&probe.assert_error(), &failure));
+    probe.assert_no_violations();
+}
+
+#[test]
+fn errors_first_delivers_the_error_at_once() {
+    let vt = VirtualTime::new();
+    let failure = Error::msg("boom");
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    weir::just(7u32)
+        .concat(weir::error(failure.clone()))
+        .debounce_on(ms(50), vt.clone())
+        .errors_first()
         .subscribe(subscriber);
     assert!(Error::ptr_eq(&probe.error().unwrap(), &failure));
     assert_eq!(probe.items(), Vec::<u32>::new());

@@ -129,3 +129,74 @@ proptest! {
         check_prediction(&run, &holding_model(len, &events, 1, full))?;
     }
 }
+
+/// The default: an upstream error waits behind the held item, as completion does.
+#[test]
+fn an_error_waits_behind_the_held_item_by_default() {
+    let failing = weir::range(0u32..5).concat(weir::error(weir::Error::msg("sensor lost")));
+    let subscriber = TestSubscriber::new().request_on_subscribe(1);
+    let probe = subscriber.probe();
+    failing.on_backpressure_latest().subscribe(subscriber);
+    assert_eq!(shape(&probe), "SN", "the error waits behind the held 4");
+    probe.request(1);
+    assert_eq!(shape(&probe), "SNNE");
+    probe.assert_items(&[0, 4]);
+}
+
+/// `errors_first`: the error overtakes, without demand; the held item is released,
+/// not reported as a drop.
+#[test]
+fn errors_first_delivers_the_error_at_once_and_releases_the_held_item() {
+    let (source, stats) =
+        counted(weir::range(0u32..5).concat(weir::error(weir::Error::msg("lost"))));
+    let drops = Drops::new();
+    let subscriber = TestSubscriber::new().request_on_subscribe(1);
+    let probe = subscriber.probe();
+    source
+        .on_backpressure_latest()
+        .errors_first()
+        .on_dropped(DropHook::new(drops.clone()))
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "SNE");
+    probe.assert_items(&[0]);
+    assert_eq!(probe.assert_error().message(), "lost");
+    assert_eq!(
+        drops.count(DropReason::ReplacedByLatest),
+        3,
+        "1, 2, 3 replaced"
+    );
+    assert_eq!(drops.total(), 3, "the held 4 was released, not dropped");
+    assert_eq!(
+        (stats.errors(), stats.cancels()),
+        (1, 0),
+        "upstream failed on its own: no cancel"
+    );
+}
+
+/// With demand outstanding, `errors_first` changes nothing: held items go out as
+/// they arrive, and the error follows the last one.
+#[test]
+fn errors_first_with_demand_loses_nothing() {
+    let failing = weir::range(0u32..5).concat(weir::error(weir::Error::msg("lost")));
+    let subscriber = TestSubscriber::new().request_on_subscribe(UNBOUNDED);
+    let probe = subscriber.probe();
+    failing
+        .on_backpressure_latest()
+        .errors_first()
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "SNNNNNE");
+}
+
+/// Completion is not an error: it still waits behind the held item.
+#[test]
+fn errors_first_leaves_completion_behind_the_held_item() {
+    let subscriber = TestSubscriber::new().request_on_subscribe(1);
+    let probe = subscriber.probe();
+    weir::range(0u32..5)
+        .on_backpressure_latest()
+        .errors_first()
+        .subscribe(subscriber);
+    assert_eq!(shape(&probe), "SN");
+    probe.request(1);
+    assert_eq!(shape(&probe), "SNNC");
+}

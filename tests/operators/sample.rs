@@ -111,7 +111,7 @@ fn completion_delivers_the_held_item_when_demand_arrives_then_completes() {
 }
 
 #[test]
-fn errors_are_delivered_at_once() {
+fn an_error_waits_behind_the_held_item_like_completion() {
     let vt = VirtualTime::new();
     let failure = Error::msg("boom");
     let subscriber = TestSubscriber::<u32>::new();
@@ -119,6 +119,25 @@ fn errors_are_delivered_at_once() {
     weir::just(7u32)
         .concat(weir::error(failure.clone()))
         .sample_on(ms(100), vt.clone())
+        .subscribe(subscriber);
+    // 7 is held (no demand); the error waits behind it.
+    assert!(probe.error().is_none());
+    probe.request(1);
+    probe.assert_items(&[7]);
+    assert!(Error::ptr_eq(&probe.assert_error(), &failure));
+    probe.assert_no_violations();
+}
+
+#[test]
+fn errors_first_delivers_the_error_at_once() {
+    let vt = VirtualTime::new();
+    let failure = Error::msg("boom");
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    weir::just(7u32)
+        .concat(weir::error(failure.clone()))
+        .sample_on(ms(100), vt.clone())
+        .errors_first()
         .subscribe(subscriber);
     // 7 was held (no demand); the error does not wait for demand or the tick.
     let error = probe.error().expect("error delivered without demand");
