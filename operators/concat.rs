@@ -252,9 +252,8 @@ impl<T, S: Subscriber<T>, Q> Drop for Leg<T, S, Q> {
         }
         if let Some(downstream) = self.downstream.as_mut() {
             let error = if std::thread::panicking() {
-                Error::panicked(Box::new(
-                    "concat: the second publisher panicked in subscribe",
-                ))
+                Error::panicked(Box::new("the second publisher panicked in subscribe"))
+                    .in_stage("concat")
             } else {
                 Error::spec_violation(
                     "1.9",

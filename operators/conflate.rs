@@ -15,7 +15,7 @@ use std::fmt;
 
 use super::on_backpressure_buffer::{Lost, OnFull};
 use super::OnBackpressureBuffer;
-use crate::guard::catch;
+use crate::guard::catch_in;
 
 /// The policy "merge the arriving item into the held one" (capacity 1).
 #[derive(Clone)]
@@ -34,7 +34,7 @@ where
 {
     fn on_full(&mut self, held: &mut VecDeque<T>, item: T) -> Lost<T> {
         let old = held.pop_back().expect("a full slot holds an item");
-        match catch(|| (self.0)(old, item)) {
+        match catch_in("conflate", || (self.0)(old, item)) {
             Ok(merged) => {
                 held.push_back(merged);
                 Lost::Merged

@@ -20,7 +20,7 @@
 //! signals `on_error(Panicked)` and returns no credit.
 
 use crate::drain::Upstream;
-use crate::guard::{catch, BatchOutcome, Guarded};
+use crate::guard::{catch_in, BatchOutcome, Guarded};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -95,7 +95,7 @@ where
         if !self.upstream.is_active() {
             return;
         }
-        match catch(|| (self.predicate)(&item)) {
+        match catch_in("filter", || (self.predicate)(&item)) {
             Ok(true) => self.downstream.on_next(item),
             Ok(false) => self.replenish(1),
             Err(error) => self.upstream.fail(&mut self.downstream, error),
@@ -107,7 +107,7 @@ where
         if !self.upstream.is_active() {
             return 0;
         }
-        let mut outcome = BatchOutcome::default();
+        let mut outcome = BatchOutcome::of("filter");
         let predicate = &mut self.predicate;
         let batch = Guarded::new(items, |x: T| predicate(&x).then_some(x), &mut outcome);
         let credit = self.downstream.on_next_batch(batch);

@@ -14,7 +14,7 @@
 
 use crate::demand;
 use crate::drain::Upstream;
-use crate::guard::{catch, BatchOutcome, Guarded};
+use crate::guard::{catch_in, BatchOutcome, Guarded};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -81,7 +81,7 @@ where
         if !self.upstream.is_active() {
             return;
         }
-        match catch(|| (self.f)(item)) {
+        match catch_in("filter_map", || (self.f)(item)) {
             Ok(Some(out)) => self.downstream.on_next(out),
             Ok(None) => {
                 // The swallowed item is owed to downstream again.
@@ -98,7 +98,7 @@ where
         if !self.upstream.is_active() {
             return 0;
         }
-        let mut outcome = BatchOutcome::default();
+        let mut outcome = BatchOutcome::of("filter_map");
         let batch = Guarded::new(items, &mut self.f, &mut outcome);
         let credit = self.downstream.on_next_batch(batch);
         match outcome.panic {

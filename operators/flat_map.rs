@@ -68,7 +68,7 @@ use std::time::{Duration, Instant};
 
 use super::merge::{connect, start};
 use crate::drain::{SubscriptionSlot, Upstream};
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::limit::{maker, LimitMonitor, Limiter, MakeLimiter};
 use crate::metrics::DropHook;
 use crate::stage::core::CoreHandle;
@@ -278,7 +278,7 @@ where
         if !self.upstream.is_active() {
             return;
         }
-        match catch(|| (self.f)(item)) {
+        match catch_in("flat_map", || (self.f)(item)) {
             Ok(inner) => {
                 if !connect(&self.set, inner, &self.core) && !self.set.is_closed() {
                     self.fail(over_delivered());
@@ -393,7 +393,7 @@ where
     /// The most places now: the limiter's limit within the concurrency. `Err`: the
     /// limiter panicked (the gate is closed).
     fn cap(&self, state: &mut GateState<T>) -> Result<usize, Error> {
-        match catch(|| state.limiter.limit()) {
+        match catch_in("flat_map", || state.limiter.limit()) {
             Ok(limit) => Ok(limit.clamp(1, self.concurrency)),
             Err(error) => {
                 state.closed = true;
@@ -456,7 +456,7 @@ where
                 return Ok(());
             }
             let f = &mut mapper.f;
-            match catch(move || f(item)) {
+            match catch_in("flat_map", move || f(item)) {
                 Ok(inner) => inner,
                 Err(error) => {
                     mapper.panicked = true;
@@ -520,7 +520,7 @@ where
             }
             let in_flight = state.places;
             let limiter = &mut state.limiter;
-            if let Err(error) = catch(|| limiter.on_sample(rtt, in_flight)) {
+            if let Err(error) = catch_in("flat_map", || limiter.on_sample(rtt, in_flight)) {
                 state.closed = true;
                 return Err(error);
             }

@@ -12,7 +12,7 @@
 //! returns no credit.
 
 use crate::drain::Upstream;
-use crate::guard::{catch, BatchOutcome, Guarded};
+use crate::guard::{catch_in, BatchOutcome, Guarded};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -78,7 +78,7 @@ where
         if !self.upstream.is_active() {
             return;
         }
-        match catch(|| (self.f)(&item)) {
+        match catch_in("inspect", || (self.f)(&item)) {
             Ok(()) => self.downstream.on_next(item),
             Err(error) => self.upstream.fail(&mut self.downstream, error),
         }
@@ -89,7 +89,7 @@ where
         if !self.upstream.is_active() {
             return 0;
         }
-        let mut outcome = BatchOutcome::default();
+        let mut outcome = BatchOutcome::of("inspect");
         let f = &mut self.f;
         let tapped = |x: T| {
             f(&x);

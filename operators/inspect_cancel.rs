@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use crate::drain::Upstream;
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::loom::Mutex;
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
@@ -71,7 +71,7 @@ impl<F: FnOnce() + Send> RawSubscription for CancelTap<F> {
 
     fn cancel(&self) {
         let f = self.f.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(Err(error)) = f.map(catch) {
+        if let Some(Err(error)) = f.map(|f| catch_in("inspect_cancel", f)) {
             // Downstream cancelled and expects no more signals: log, do not signal.
             tracing::error!("inspect_cancel tap panicked: {error}");
         }

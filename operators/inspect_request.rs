@@ -20,7 +20,7 @@
 use std::sync::{Arc, OnceLock};
 
 use crate::drain::Upstream;
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
@@ -77,7 +77,7 @@ impl<F: Fn(u64) + Send + Sync> RawSubscription for RequestTap<F> {
         if self.panicked.get().is_some() {
             return;
         }
-        match catch(|| (self.f)(n)) {
+        match catch_in("inspect_request", || (self.f)(n)) {
             Ok(()) => self.upstream.request(n),
             Err(error) => {
                 let _ = self.panicked.set(error);
@@ -138,7 +138,7 @@ where
         let Some(tap) = self.tap.as_ref().filter(|_| credit > 0) else {
             return credit;
         };
-        match catch(|| (tap.f)(credit)) {
+        match catch_in("inspect_request", || (tap.f)(credit)) {
             Ok(()) => credit,
             Err(error) => {
                 let _ = tap.panicked.set(error.clone());

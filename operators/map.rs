@@ -14,7 +14,7 @@
 //! returns no credit. Signals after `Done` are ignored.
 
 use crate::drain::Upstream;
-use crate::guard::{catch, BatchOutcome, Guarded};
+use crate::guard::{catch_in, BatchOutcome, Guarded};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -81,7 +81,7 @@ where
         if !self.upstream.is_active() {
             return;
         }
-        match catch(|| (self.f)(item)) {
+        match catch_in("map", || (self.f)(item)) {
             Ok(out) => self.downstream.on_next(out),
             Err(error) => self.upstream.fail(&mut self.downstream, error),
         }
@@ -92,7 +92,7 @@ where
         if !self.upstream.is_active() {
             return 0;
         }
-        let mut outcome = BatchOutcome::default();
+        let mut outcome = BatchOutcome::of("map");
         let f = &mut self.f;
         // Downstream holds our upstream's subscription, so its credit passes as is.
         let credit =

@@ -49,7 +49,7 @@ use std::time::Instant;
 
 use crate::demand::Replenish;
 use crate::drain::Upstream;
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::limit::{maker, LimitMonitor, Limiter, MakeLimiter};
 use crate::runtime::Scheduler;
 use crate::stage::core::{Drive, SharedUpstream};
@@ -312,7 +312,7 @@ where
     fn start(&mut self, item: T, clock: Option<&dyn Fn() -> Instant>) -> Result<(), Error> {
         let slot = self.take_slot();
         let f = &mut self.f;
-        let future = catch(move || f(item))?;
+        let future = catch_in("map_async", move || f(item))?;
         let entry = &mut self.slots[slot];
         debug_assert!(
             entry.future.is_none() && entry.result.is_none(),
@@ -335,7 +335,7 @@ where
             return Ok(());
         };
         let mut context = Context::from_waker(&entry.waker);
-        if let Poll::Ready(result) = catch(|| future.as_mut().poll(&mut context))? {
+        if let Poll::Ready(result) = catch_in("map_async", || future.as_mut().poll(&mut context))? {
             entry.future.set(None);
             entry.result = Some(result);
             if !self.ordered {
@@ -344,7 +344,7 @@ where
             if let (Some(limiter), Some(clock)) = (self.limiter.as_mut(), clock) {
                 let rtt = clock().saturating_duration_since(self.started[slot]);
                 let in_flight = self.running;
-                catch(|| limiter.on_sample(rtt, in_flight))?;
+                catch_in("map_async", || limiter.on_sample(rtt, in_flight))?;
                 self.monitor.record_sample(rtt);
             }
             self.running -= 1;
@@ -356,7 +356,9 @@ where
     /// every slot without one. `Err`: the limiter panicked.
     fn cap(&self) -> Result<usize, Error> {
         match self.limiter.as_ref() {
-            Some(limiter) => Ok(catch(|| limiter.limit())?.clamp(1, self.slots.len())),
+            Some(limiter) => {
+                Ok(catch_in("map_async", || limiter.limit())?.clamp(1, self.slots.len()))
+            }
             None => Ok(self.slots.len()),
         }
     }
@@ -645,7 +647,9 @@ where
         let replenish = Replenish::new(n as u64);
         let first = match &limiter {
             // A limiter that panics here starts the stage at one call.
-            Some(limiter) => catch(|| limiter.limit()).unwrap_or(1).clamp(1, n),
+            Some(limiter) => catch_in("map_async", || limiter.limit())
+                .unwrap_or(1)
+                .clamp(1, n),
             None => n,
         };
         monitor.record_limit(first, 0);

@@ -1,19 +1,19 @@
 //! `on_drop`: implementation notes. The user contract is on
 //! [`PublisherExt::on_drop`](crate::PublisherExt::on_drop).
 //!
-//! A transparent subscriber, like `on_dropped`, that answers
-//! [`Subscriber::drop_hook`] for the lossy stages above it. The hook it answers with is
+//! `on_dropped`'s transparent subscriber, which answers [`Subscriber::drop_hook`]
+//! for the lossy stages above it. The hook it answers with is
 //! built once, when it is subscribed, from the closure and the hook found below it
 //! (`DropHook::typed`): a dropped item of the stage's own type goes to the closure;
 //! one of another type (from a lossy stage above a `map`) goes on to the hook below;
 //! counts go to the counters below, when there are any, so an erased `on_dropped`
 //! further down still counts every drop.
 
-use std::marker::PhantomData;
 use std::sync::Arc;
 
+use super::on_dropped::OnDroppedSubscriber;
 use crate::metrics::{DropHook, DroppedItem, Drops};
-use crate::{Error, Publisher, Subscriber, Subscription};
+use crate::{Publisher, Subscriber};
 
 /// Publisher for the [`on_drop`](crate::PublisherExt::on_drop) method.
 #[must_use = "publishers do nothing until subscribed"]
@@ -66,54 +66,11 @@ where
             .map_or_else(Drops::new, |hook| hook.drops().clone());
         let f = self.f;
         let hook = DropHook::typed(drops, next, move |dropped| f(dropped));
-        self.source.subscribe(OnDropSubscriber {
-            downstream: subscriber,
-            hook,
-            _item: PhantomData,
-        })
+        self.source
+            .subscribe(OnDroppedSubscriber::new(subscriber, hook))
     }
 
     fn in_flight_bound(&self) -> u64 {
         self.source.in_flight_bound()
-    }
-}
-
-struct OnDropSubscriber<S, T> {
-    /// The next stage; every signal goes straight to it.
-    downstream: S,
-    /// The answer to `drop_hook`.
-    hook: DropHook,
-    _item: PhantomData<fn(T)>,
-}
-
-impl<T, S: Subscriber<T>> Subscriber<T> for OnDropSubscriber<S, T> {
-    fn on_subscribe(&mut self, subscription: Subscription) {
-        self.downstream.on_subscribe(subscription);
-    }
-
-    #[inline]
-    fn on_next(&mut self, item: T) {
-        self.downstream.on_next(item);
-    }
-
-    #[inline]
-    fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
-        self.downstream.on_next_batch(items)
-    }
-
-    fn drop_hook(&self) -> Option<DropHook> {
-        Some(self.hook.clone())
-    }
-
-    fn stops_batches_itself(&self) -> bool {
-        self.downstream.stops_batches_itself()
-    }
-
-    fn on_error(&mut self, error: Error) {
-        self.downstream.on_error(error);
-    }
-
-    fn on_complete(&mut self) {
-        self.downstream.on_complete();
     }
 }

@@ -30,10 +30,8 @@ impl<P: Publisher> Publisher for OnDropped<P> {
     where
         S: Subscriber<P::Item> + Send + 'static,
     {
-        self.source.subscribe(OnDroppedSubscriber {
-            downstream: subscriber,
-            hook: self.hook,
-        })
+        self.source
+            .subscribe(OnDroppedSubscriber::new(subscriber, self.hook))
     }
 
     fn in_flight_bound(&self) -> u64 {
@@ -41,11 +39,19 @@ impl<P: Publisher> Publisher for OnDropped<P> {
     }
 }
 
-struct OnDroppedSubscriber<S> {
+/// The pass-through subscriber that answers `drop_hook` with `hook` (also behind
+/// [`on_drop`](crate::PublisherExt::on_drop), with a typed hook).
+pub(crate) struct OnDroppedSubscriber<S> {
     /// The next stage; every signal goes straight to it.
     downstream: S,
     /// The answer to `drop_hook`.
     hook: DropHook,
+}
+
+impl<S> OnDroppedSubscriber<S> {
+    pub(crate) fn new(downstream: S, hook: DropHook) -> Self {
+        OnDroppedSubscriber { downstream, hook }
+    }
 }
 
 impl<T, S: Subscriber<T>> Subscriber<T> for OnDroppedSubscriber<S> {

@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use crate::demand::{self, Replenish};
 use crate::drain::Upstream;
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::loom::{Mutex, MutexGuardOf};
 use crate::metrics::DropHook;
 use crate::sink::DEFAULT_PREFETCH;
@@ -254,7 +254,7 @@ where
             return;
         }
         let (acc, f) = (self.acc.take(), &mut self.f);
-        match catch(|| match acc {
+        match catch_in("reduce", || match acc {
             Some(acc) => f(acc, item),
             None => item,
         }) {
@@ -279,7 +279,7 @@ where
         let mut count = 0u64;
         // One guard around the whole batch, as in the fold sink: the accumulator stays
         // a plain value and the chain compiles to one loop.
-        let folded = catch(|| {
+        let folded = catch_in("reduce", || {
             items.fold(acc, |acc, item| {
                 count += 1;
                 Some(match acc {

@@ -12,7 +12,7 @@
 //! downstream `on_error(Panicked)`).
 
 use crate::drain::Upstream;
-use crate::guard::{catch, BatchOutcome, Guarded};
+use crate::guard::{catch_in, BatchOutcome, Guarded};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -95,7 +95,7 @@ where
         if !self.upstream.is_active() {
             return;
         }
-        match catch(|| step(&mut self.acc, &mut self.f, item)) {
+        match catch_in("scan", || step(&mut self.acc, &mut self.f, item)) {
             Ok(Some(state)) => self.downstream.on_next(state),
             Ok(None) => {}
             Err(error) => self.upstream.fail(&mut self.downstream, error),
@@ -107,7 +107,7 @@ where
         if !self.upstream.is_active() {
             return 0;
         }
-        let mut outcome = BatchOutcome::default();
+        let mut outcome = BatchOutcome::of("scan");
         // The state lives in a local for the batch (a local the compiler can keep in a
         // register through the fused loop, where a field behind `&mut self` is stored
         // back on every item), and goes back to the stage after it.

@@ -17,7 +17,7 @@
 
 use crate::demand;
 use crate::drain::Upstream;
-use crate::guard::{catch, BatchOutcome, Guarded};
+use crate::guard::{catch_in, BatchOutcome, Guarded};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -90,7 +90,7 @@ where
             self.downstream.on_next(item);
             return;
         }
-        match catch(|| (self.predicate)(&item)) {
+        match catch_in("skip_while", || (self.predicate)(&item)) {
             Ok(true) => {
                 // The skipped item is owed to downstream again.
                 if let Some(upstream) = self.upstream.get() {
@@ -114,7 +114,7 @@ where
             // Downstream holds our upstream's subscription: its credit passes as is.
             return self.downstream.on_next_batch(items);
         }
-        let mut outcome = BatchOutcome::default();
+        let mut outcome = BatchOutcome::of("skip_while");
         let (predicate, skipping) = (&mut self.predicate, &mut self.skipping);
         let step = |x: T| {
             if *skipping && predicate(&x) {

@@ -18,7 +18,7 @@
 use std::ops::ControlFlow;
 
 use crate::drain::Upstream;
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -88,7 +88,7 @@ where
             return None;
         }
         let item = self.items.next()?;
-        match catch(|| (self.predicate)(&item)) {
+        match catch_in("take_while", || (self.predicate)(&item)) {
             Ok(true) => Some(item),
             Ok(false) => {
                 *self.stop = Some(Cutoff::Rejected);
@@ -119,15 +119,17 @@ where
         if stop.is_some() {
             return init;
         }
-        let flow = items.try_fold(init, |acc, item| match catch(|| predicate(&item)) {
-            Ok(true) => ControlFlow::Continue(g(acc, item)),
-            Ok(false) => {
-                *stop = Some(Cutoff::Rejected);
-                ControlFlow::Break(acc)
-            }
-            Err(error) => {
-                *stop = Some(Cutoff::Panicked(error));
-                ControlFlow::Break(acc)
+        let flow = items.try_fold(init, |acc, item| {
+            match catch_in("take_while", || predicate(&item)) {
+                Ok(true) => ControlFlow::Continue(g(acc, item)),
+                Ok(false) => {
+                    *stop = Some(Cutoff::Rejected);
+                    ControlFlow::Break(acc)
+                }
+                Err(error) => {
+                    *stop = Some(Cutoff::Panicked(error));
+                    ControlFlow::Break(acc)
+                }
             }
         });
         match flow {
@@ -176,7 +178,7 @@ where
         if !self.upstream.is_active() {
             return;
         }
-        match catch(|| (self.predicate)(&item)) {
+        match catch_in("take_while", || (self.predicate)(&item)) {
             Ok(true) => self.downstream.on_next(item),
             Ok(false) => self.stop(Cutoff::Rejected),
             Err(error) => self.stop(Cutoff::Panicked(error)),

@@ -135,7 +135,7 @@ where
         self.first.pop_into(&mut pairing.scratch.0, n);
         self.second.pop_into(&mut pairing.scratch.1, n);
         let pairs = pairing.scratch.0.drain(..).zip(pairing.scratch.1.drain(..));
-        let mut outcome = BatchOutcome::default();
+        let mut outcome = BatchOutcome::of("zip");
         let f = &mut pairing.f;
         let combined = Guarded::new(pairs, |(a, b)| Some(f(a, b)), &mut outcome);
         let (count, rest) = cx.deliver(downstream, combined);

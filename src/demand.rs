@@ -343,9 +343,12 @@ impl Replenish {
     ///
     /// # Panics
     ///
-    /// If `prefetch` is 0: "prefetch must be at least 1 (got 0)".
+    /// If `prefetch` is 0: "Replenish prefetch must be at least 1 (got 0)".
     pub fn new(prefetch: u64) -> Self {
-        assert!(prefetch >= 1, "prefetch must be at least 1 (got 0)");
+        assert!(
+            prefetch >= 1,
+            "Replenish prefetch must be at least 1 (got 0)"
+        );
         let limit = if prefetch == UNBOUNDED {
             UNBOUNDED
         } else {
@@ -510,7 +513,7 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "prefetch must be at least 1 (got 0)")]
+    #[should_panic(expected = "Replenish prefetch must be at least 1 (got 0)")]
     fn replenish_rejects_zero() {
         let _ = Replenish::new(0);
     }

@@ -61,6 +61,8 @@ struct ErrorRepr {
     kind: ErrorKind,
     message: Cow<'static, str>,
     source: Option<Box<dyn std::error::Error + Send + Sync + 'static>>,
+    /// The stage whose user code panicked (kind `Panicked`), when known.
+    stage: Option<&'static str>,
 }
 
 impl Error {
@@ -74,6 +76,7 @@ impl Error {
                 kind,
                 message: message.into(),
                 source,
+                stage: None,
             }),
         }
     }
@@ -104,6 +107,39 @@ impl Error {
             Cow::Borrowed("panic with a non-string payload")
         };
         Self::build(ErrorKind::Panicked, message, None)
+    }
+
+    /// Name the stage whose user code panicked, on a [`Panicked`](ErrorKind::Panicked)
+    /// error that names none yet (and was not cloned yet). Anything else is returned
+    /// unchanged.
+    pub(crate) fn in_stage(mut self, stage: &'static str) -> Self {
+        if self.inner.kind == ErrorKind::Panicked && !stage.is_empty() {
+            if let Some(repr) = Arc::get_mut(&mut self.inner) {
+                repr.stage.get_or_insert(stage);
+            }
+        }
+        self
+    }
+
+    /// The stage whose user code panicked, for an error of kind
+    /// [`Panicked`](ErrorKind::Panicked): `"map"` when `map`'s closure panicked,
+    /// `"create"` for `create`'s closure, and so on. `None` for other kinds, and for
+    /// panics weir could not attribute to a stage.
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    ///
+    /// let error = weir::range(0u32..3)
+    ///     .map(|x| if x == 1 { panic!("bad reading") } else { x })
+    ///     .collect()
+    ///     .wait()
+    ///     .unwrap_err();
+    /// assert_eq!(error.kind(), weir::ErrorKind::Panicked);
+    /// assert_eq!(error.stage(), Some("map"));
+    /// assert_eq!(error.to_string(), "user code panicked in map: bad reading");
+    /// ```
+    pub fn stage(&self) -> Option<&'static str> {
+        self.inner.stage
     }
 
     /// The data source failed with `source`.
@@ -166,13 +202,17 @@ impl fmt::Debug for Error {
             .field("kind", &self.inner.kind)
             .field("message", &self.inner.message)
             .field("source", &self.inner.source)
+            .field("stage", &self.inner.stage)
             .finish()
     }
 }
 
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.inner.kind, self.inner.message)
+        match self.inner.stage {
+            Some(stage) => write!(f, "{} in {stage}: {}", self.inner.kind, self.inner.message),
+            None => write!(f, "{}: {}", self.inner.kind, self.inner.message),
+        }
     }
 }
 

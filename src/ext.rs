@@ -2371,7 +2371,7 @@ pub trait PublisherExt: Publisher + Sized {
         F: FnMut(A, Self::Item) -> A + Send + 'static,
     {
         sink_prefetch("fold_with", prefetch);
-        let (subscriber, handle) = sink::fold(prefetch, init, f);
+        let (subscriber, handle) = sink::fold("fold", prefetch, init, f);
         self.subscribe(subscriber);
         handle
     }
@@ -2415,7 +2415,9 @@ pub trait PublisherExt: Publisher + Sized {
         F: FnMut(Self::Item) + Send + 'static,
     {
         sink_prefetch("for_each_with", prefetch);
-        self.fold_with(prefetch, (), move |(), item| f(item))
+        let (subscriber, handle) = sink::fold("for_each", prefetch, (), move |(), item| f(item));
+        self.subscribe(subscriber);
+        handle
     }
 
     /// Subscribe a sink that collects every item into a `Vec`, requesting

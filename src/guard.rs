@@ -18,13 +18,31 @@ pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> Result<R, Error> {
     catch_unwind(AssertUnwindSafe(f)).map_err(Error::panicked)
 }
 
+/// Run `f`, turning a panic into an `Error` of kind `Panicked` that names `stage`.
+#[inline(always)]
+pub(crate) fn catch_in<R>(stage: &'static str, f: impl FnOnce() -> R) -> Result<R, Error> {
+    catch(f).map_err(|error| error.in_stage(stage))
+}
+
 /// What a [`Guarded`] batch reports back to its stage.
 #[derive(Default)]
 pub(crate) struct BatchOutcome {
-    /// The first panic of the user closure, if any.
+    /// The first panic of the user closure, if any (naming `stage`).
     pub(crate) panic: Option<Error>,
     /// Items for which the closure returned `None`.
     pub(crate) swallowed: u64,
+    /// The stage whose closure the batch runs, named in a panic's error.
+    stage: &'static str,
+}
+
+impl BatchOutcome {
+    /// The outcome of a batch of `stage`'s closure.
+    pub(crate) fn of(stage: &'static str) -> Self {
+        BatchOutcome {
+            stage,
+            ..BatchOutcome::default()
+        }
+    }
 }
 
 /// An iterator adaptor that applies a user closure `f: T -> Option<U>` to each item
@@ -70,7 +88,7 @@ where
                 Ok(Some(out)) => return Some(out),
                 Ok(None) => self.outcome.swallowed += 1,
                 Err(e) => {
-                    self.outcome.panic = Some(e);
+                    self.outcome.panic = Some(e.in_stage(self.outcome.stage));
                     return None;
                 }
             }
@@ -103,7 +121,7 @@ where
                 Ok(Some(out)) => (g(acc, out), swallowed),
                 Ok(None) => (acc, swallowed + 1),
                 Err(e) => {
-                    outcome.panic = Some(e);
+                    outcome.panic = Some(e.in_stage(outcome.stage));
                     (acc, swallowed)
                 }
             }

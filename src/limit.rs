@@ -59,9 +59,9 @@ impl Fixed {
     ///
     /// # Panics
     ///
-    /// If `limit` is 0: "Fixed limit must be at least 1".
+    /// If `limit` is 0: "Fixed limit must be at least 1 (got 0)".
     pub fn new(limit: usize) -> Self {
-        assert!(limit >= 1, "Fixed limit must be at least 1");
+        assert!(limit >= 1, "Fixed limit must be at least 1 (got 0)");
         Fixed(limit)
     }
 }
@@ -98,7 +98,10 @@ impl Aimd {
             "Aimd limits must satisfy 1 <= min <= initial <= max (got min {min}, initial \
              {initial}, max {max})"
         );
-        assert!(!slow.is_zero(), "Aimd slow must be greater than zero");
+        assert!(
+            !slow.is_zero(),
+            "Aimd slow must be greater than zero (got 0ns)"
+        );
         assert!(
             backoff > 0.0 && backoff < 1.0,
             "Aimd backoff must be in (0, 1) (got {backoff})"
@@ -192,9 +195,12 @@ impl Gradient {
     ///
     /// # Panics
     ///
-    /// If `samples` is 0: "Gradient probe_every must be at least 1".
+    /// If `samples` is 0: "Gradient probe_every must be at least 1 (got 0)".
     pub fn probe_every(mut self, samples: u64) -> Self {
-        assert!(samples >= 1, "Gradient probe_every must be at least 1");
+        assert!(
+            samples >= 1,
+            "Gradient probe_every must be at least 1 (got 0)"
+        );
         self.probe_every = samples;
         self
     }
@@ -373,7 +379,7 @@ mod tests {
             message(|| {
                 Fixed::new(0);
             }),
-            "Fixed limit must be at least 1"
+            "Fixed limit must be at least 1 (got 0)"
         );
         let aimd = message(|| {
             Aimd::new(5, 1, 4, ms(1), 0.5);

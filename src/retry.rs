@@ -226,10 +226,13 @@ impl Backoff {
     ///
     /// # Panics
     ///
-    /// If `base` is zero: "Backoff base must be greater than zero"; if `max` is below
+    /// If `base` is zero: "Backoff base must be greater than zero (got 0ns)"; if `max` is below
     /// `base`: "Backoff max must be at least base (got base 100ms, max 10ms)".
     pub fn exponential(base: Duration, max: Duration) -> Self {
-        assert!(!base.is_zero(), "Backoff base must be greater than zero");
+        assert!(
+            !base.is_zero(),
+            "Backoff base must be greater than zero (got 0ns)"
+        );
         assert!(
             max >= base,
             "Backoff max must be at least base (got base {base:?}, max {max:?})"
@@ -1756,7 +1759,7 @@ mod tests {
             message(|| {
                 Backoff::exponential(Duration::ZERO, ms(1));
             }),
-            "Backoff base must be greater than zero"
+            "Backoff base must be greater than zero (got 0ns)"
         );
         assert_eq!(
             message(|| {

@@ -1289,13 +1289,13 @@ mod admission {
     }
 
     #[test]
-    #[should_panic(expected = "Admission::reduce_at: factor must be in (0, 1), got 1")]
+    #[should_panic(expected = "Admission::reduce_at factor must be in (0, 1) (got 1)")]
     fn a_reduction_to_the_full_rate_is_refused() {
         let _ = Admission::<u8>::new().reduce_at(WaterMarks::new(5, 1), 1.0);
     }
 
     #[test]
-    #[should_panic(expected = "Admission::reduce_at: factor must be in (0, 1), got NaN")]
+    #[should_panic(expected = "Admission::reduce_at factor must be in (0, 1) (got NaN)")]
     fn a_reduction_by_nan_is_refused() {
         let _ = Admission::<u8>::new().reduce_at(WaterMarks::new(5, 1), f64::NAN);
     }

@@ -180,7 +180,7 @@ fn dropping_the_last_pool_handle_stops_its_workers() {
 }
 
 #[test]
-#[should_panic(expected = "ThreadPool: threads must be at least 1, got 0")]
+#[should_panic(expected = "ThreadPool threads must be at least 1 (got 0)")]
 fn a_pool_without_threads_is_refused() {
     let _ = ThreadPool::new(0);
 }

@@ -55,7 +55,7 @@ use std::time::Instant;
 use crate::deadline::Deadline;
 use crate::demand::UNBOUNDED;
 use crate::drain::Upstream;
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::metrics::{DropHook, DropReporter, QueueGauge, QueueMonitor, Sweep};
 use crate::queue::timed::TimedQueue;
 use crate::queue::{Capacity, TimeBounds};
@@ -355,7 +355,7 @@ where
     /// code) is caught and fails the stage like a panicking merge.
     fn deadline(&self, item: &T) -> Result<Option<Instant>, Error> {
         match self.deadline_of {
-            Some(read) => catch(|| read(item)),
+            Some(read) => catch_in(self.stage, || read(item)),
             None => Ok(None),
         }
     }
@@ -384,7 +384,7 @@ where
                 // The merged value keeps its stamp (it holds data that old) but is
                 // worth what its own deadline says.
                 let merged = match (self.deadline_of, held.queue.items_mut().back()) {
-                    (Some(read), Some(newest)) => catch(|| read(newest)),
+                    (Some(read), Some(newest)) => catch_in(self.stage, || read(newest)),
                     _ => Ok(None),
                 };
                 match merged {

@@ -226,7 +226,12 @@ impl SubscribeAsync {
     }
 
     /// [`subscribe`](Self::subscribe) for the sink called `sink` (named in the panic).
-    pub(crate) fn subscribe_as<P, A>(self, sink: &str, publisher: P, subscriber: A) -> AsyncHandle
+    pub(crate) fn subscribe_as<P, A>(
+        self,
+        sink: &'static str,
+        publisher: P,
+        subscriber: A,
+    ) -> AsyncHandle
     where
         P: Publisher,
         A: AsyncSubscriber<P::Item> + 'static,
@@ -241,7 +246,7 @@ impl SubscribeAsync {
             }),
         };
         let shared = Arc::new(Mailbox::new(self.window));
-        let join = runtime.spawn(drive(shared.clone(), subscriber, self.window));
+        let join = runtime.spawn(drive(shared.clone(), subscriber, self.window, sink));
         publisher.subscribe(Inlet {
             shared: shared.clone(),
         });
@@ -519,18 +524,24 @@ async fn next<T>(shared: &Mailbox<T>) -> Next<T> {
     }
 }
 
-/// Run a hook's future, turning a panic into an error of kind `Panicked`.
-async fn guarded<R>(future: impl Future<Output = R>) -> Result<R, Error> {
+/// Run a hook's future, turning a panic into an error of kind `Panicked` that names
+/// the sink.
+async fn guarded<R>(sink: &'static str, future: impl Future<Output = R>) -> Result<R, Error> {
     // AssertUnwindSafe: after a panic the subscriber is never called again (the task
     // ends and drops it), so no broken invariant is observed.
     AssertUnwindSafe(future)
         .catch_unwind()
         .await
-        .map_err(Error::panicked)
+        .map_err(|payload| Error::panicked(payload).in_stage(sink))
 }
 
 /// The task: see the module docs.
-async fn drive<T, A>(shared: Arc<Mailbox<T>>, mut subscriber: A, window: u64) -> Result<(), Error>
+async fn drive<T, A>(
+    shared: Arc<Mailbox<T>>,
+    mut subscriber: A,
+    window: u64,
+    sink: &'static str,
+) -> Result<(), Error>
 where
     T: Send + 'static,
     A: AsyncSubscriber<T>,
@@ -541,7 +552,7 @@ where
     }
     // Requests go through the slot: once it is cancelled they are dropped.
     let subscription = &shared.slot;
-    guarded(async { subscriber.on_subscribe().await }).await??;
+    guarded(sink, async { subscriber.on_subscribe().await }).await??;
     let mut replenish = Replenish::new(window);
     if !shared.terminated() {
         subscription.request(replenish.initial());
@@ -549,7 +560,7 @@ where
     loop {
         match next(&shared).await {
             Next::Item(item) => {
-                guarded(async { subscriber.on_next(item).await }).await??;
+                guarded(sink, async { subscriber.on_next(item).await }).await??;
                 if let Some(n) = replenish.on_consumed(1) {
                     if !shared.terminated() {
                         subscription.request(n);
@@ -557,13 +568,13 @@ where
                 }
             }
             Next::End(Ok(())) => {
-                return guarded(async { subscriber.on_complete().await }).await?;
+                return guarded(sink, async { subscriber.on_complete().await }).await?;
             }
             Next::End(Err(error)) => {
                 if shared.lock().closed {
                     return Err(error); // aborted: no hook runs
                 }
-                guarded(async { subscriber.on_error(error.clone()).await }).await?;
+                guarded(sink, async { subscriber.on_error(error.clone()).await }).await?;
                 return Err(error);
             }
         }

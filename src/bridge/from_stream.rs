@@ -41,7 +41,7 @@ use std::task::{Context, Poll};
 use futures::stream::Stream;
 
 use super::handoff::into_error;
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::runtime::Scheduler;
 use crate::stage::emitter::{self, Emitted, Emitter};
 use crate::stage::Cx;
@@ -332,7 +332,7 @@ impl<B: StreamSource> Iterator for Polled<'_, '_, B> {
         if self.left == 0 || !matches!(self.stop, Stop::No) {
             return None;
         }
-        match catch(|| B::poll_pinned(self.pinned, self.cx)) {
+        match catch_in("from_stream", || B::poll_pinned(self.pinned, self.cx)) {
             Ok(Poll::Ready(Some(Ok(item)))) => {
                 self.left -= 1;
                 self.count += 1;

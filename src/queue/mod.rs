@@ -61,7 +61,7 @@ impl Capacity {
     pub fn for_wait(drain_rate: f64, budget: Duration) -> Result<Self, SizingError> {
         if !(drain_rate.is_finite() && drain_rate > 0.0) {
             return Err(SizingError::new(format!(
-                "drain_rate must be a positive, finite number of items per second, got {drain_rate}"
+                "drain_rate must be a positive, finite number of items per second (got {drain_rate})"
             )));
         }
         if budget.is_zero() {
@@ -154,7 +154,7 @@ impl TimeBounds {
     pub fn max_age(mut self, max_age: Duration) -> Self {
         assert!(
             !max_age.is_zero(),
-            "TimeBounds::max_age must be greater than zero"
+            "TimeBounds::max_age must be greater than zero (got 0ns)"
         );
         self.max_age = Some(max_age);
         self
@@ -169,7 +169,7 @@ impl TimeBounds {
     pub fn adaptive_lifo(mut self, interval: Duration) -> Self {
         assert!(
             !interval.is_zero(),
-            "TimeBounds::adaptive_lifo interval must be greater than zero"
+            "TimeBounds::adaptive_lifo interval must be greater than zero (got 0ns)"
         );
         self.lifo_after = Some(interval);
         self
@@ -196,7 +196,7 @@ impl TimeBounds {
     pub fn codel(mut self, target: Duration, interval: Duration) -> Self {
         assert!(
             !target.is_zero() && !interval.is_zero(),
-            "TimeBounds::codel target and interval must be greater than zero, got {target:?} and {interval:?}"
+            "TimeBounds::codel target and interval must be greater than zero (got {target:?} and {interval:?})"
         );
         assert!(
             target < interval,

@@ -200,7 +200,7 @@ impl Config {
     pub fn max_payload(mut self, bytes: usize) -> Self {
         assert!(
             bytes >= 1,
-            "rsocket Config::max_payload: must be at least 1 byte"
+            "rsocket Config::max_payload must be at least 1 byte (got 0)"
         );
         self.max_payload = bytes;
         self
@@ -211,7 +211,7 @@ impl Config {
     pub fn max_streams(mut self, streams: usize) -> Self {
         assert!(
             streams >= 1,
-            "rsocket Config::max_streams: must be at least 1"
+            "rsocket Config::max_streams must be at least 1 (got 0)"
         );
         self.max_streams = streams;
         self
@@ -222,7 +222,7 @@ impl Config {
     pub fn quantum(mut self, bytes: usize) -> Self {
         assert!(
             bytes >= 1,
-            "rsocket Config::quantum: must be at least 1 byte"
+            "rsocket Config::quantum must be at least 1 byte (got 0)"
         );
         self.quantum = bytes;
         self

@@ -124,7 +124,7 @@ impl ThreadPoolBuilder {
     ///
     /// If `threads` is 0.
     pub fn threads(mut self, threads: usize) -> Self {
-        assert!(threads > 0, "ThreadPool: threads must be at least 1, got 0");
+        assert!(threads > 0, "ThreadPool threads must be at least 1 (got 0)");
         self.threads = threads;
         self
     }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::handle::{SinkHandle, SinkState};
 use crate::demand::Replenish;
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::{Error, Subscriber, Subscription};
 
 /// The subscriber behind `fold`, `for_each` and `collect`.
@@ -25,10 +25,17 @@ pub(crate) struct FoldSubscriber<A, F> {
     upstream: Option<Subscription>,
     /// Shared with the handle.
     shared: Arc<SinkState<A>>,
+    /// The sink's name (`fold`, `for_each`), in a panic's error.
+    stage: &'static str,
 }
 
 /// Build a fold subscriber and its handle.
-pub(crate) fn fold<A, F>(prefetch: u64, init: A, f: F) -> (FoldSubscriber<A, F>, SinkHandle<A>) {
+pub(crate) fn fold<A, F>(
+    stage: &'static str,
+    prefetch: u64,
+    init: A,
+    f: F,
+) -> (FoldSubscriber<A, F>, SinkHandle<A>) {
     let shared = SinkState::new();
     let subscriber = FoldSubscriber {
         acc: Some(init),
@@ -36,6 +43,7 @@ pub(crate) fn fold<A, F>(prefetch: u64, init: A, f: F) -> (FoldSubscriber<A, F>,
         replenish: Replenish::new(prefetch),
         upstream: None,
         shared: shared.clone(),
+        stage,
     };
     (subscriber, SinkHandle::new(shared))
 }
@@ -77,7 +85,7 @@ where
     #[inline]
     fn on_next(&mut self, item: T) {
         let Some(acc) = self.acc.take() else { return };
-        match catch(|| (self.f)(acc, item)) {
+        match catch_in(self.stage, || (self.f)(acc, item)) {
             Ok(acc) => {
                 self.acc = Some(acc);
                 let more = self.consumed(1);
@@ -98,7 +106,7 @@ where
         // the chain compiles to one loop. A panic in `f` unwinds only through the
         // iterator adaptors of this batch (they hold nothing but local counters) and
         // stops here.
-        let folded = catch(|| {
+        let folded = catch_in(self.stage, || {
             items.fold(acc, |acc, item| {
                 count += 1;
                 f(acc, item)

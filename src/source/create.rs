@@ -46,7 +46,7 @@ use std::task::{Context, Poll, Waker};
 
 use super::channel::Waiters;
 use crate::demand::{AtomicDemand, LocalDemand};
-use crate::guard::catch;
+use crate::guard::{catch, catch_in};
 use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
 use crate::{Error, Publisher, Subscriber};
 
@@ -211,7 +211,7 @@ where
             shared: shared.clone(),
             core: core.clone(),
         };
-        if let Err(error) = catch(|| (self.f)(emitter)) {
+        if let Err(error) = catch_in("create", || (self.f)(emitter)) {
             tracing::error!(target: "weir::create", "create's closure panicked: {error}");
             shared.end(Err(error));
         }
@@ -765,7 +765,7 @@ impl<T: Send + 'static> Shared<T> {
                     }
                 }
             };
-            let called = catch(|| {
+            let called = catch_in("create", || {
                 let mut hook = hook.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
                 (*hook)(granted)
             });

@@ -1,6 +1,6 @@
 //! `defer`: build the publisher at subscribe time.
 
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::{Publisher, Subscriber};
 
 /// Publisher for [`defer`].
@@ -46,7 +46,7 @@ where
     where
         S: Subscriber<P::Item> + Send + 'static,
     {
-        match catch(self.factory) {
+        match catch_in("defer", self.factory) {
             Ok(publisher) => publisher.subscribe(subscriber),
             Err(error) => super::error(error).subscribe(subscriber),
         }

@@ -6,7 +6,7 @@
 //! `from_fn` and `unfold` are `generate` with the shapes `std::iter::from_fn` and
 //! `futures::stream::unfold` users know; all three run on the emitter stage.
 
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::stage::emitter::{self, Emitted, Emitter};
 use crate::stage::Cx;
 use crate::{Error, Publisher, Subscriber};
@@ -110,7 +110,7 @@ where
             return None;
         }
         let source = &mut *self.source;
-        match catch(|| (source.f)(&mut source.state)) {
+        match catch_in("generate", || (source.f)(&mut source.state)) {
             Ok(Step::Next(item)) => {
                 self.left -= 1;
                 Some(item)

@@ -7,7 +7,7 @@
 
 use std::iter::Peekable;
 
-use crate::guard::catch;
+use crate::guard::catch_in;
 use crate::stage::emitter::{self, Emitted, Emitter};
 use crate::stage::Cx;
 use crate::{Error, Publisher, Subscriber};
@@ -103,7 +103,7 @@ impl<I: Iterator> Iterator for Catching<'_, I> {
         if self.left == 0 || self.panic.is_some() {
             return None;
         }
-        match catch(|| self.iter.next()) {
+        match catch_in("from_iter", || self.iter.next()) {
             Ok(Some(item)) => {
                 self.left -= 1;
                 Some(item)
@@ -144,7 +144,7 @@ where
         let outcome = if let Some(error) = panic {
             Emitted::fail(emitted, error)
         } else {
-            match catch(|| self.iter.peek().is_none()) {
+            match catch_in("from_iter", || self.iter.peek().is_none()) {
                 Ok(true) => Emitted::complete(emitted),
                 Ok(false) => Emitted::more(emitted),
                 Err(error) => Emitted::fail(emitted, error),

@@ -392,27 +392,39 @@ pub(crate) const EXACT: Nature = Nature::Lossless(Order::Exact);
 const US: fn(u64) -> Duration = Duration::from_micros;
 const MS: fn(u64) -> Duration = Duration::from_millis;
 
-/// A producer thread offering the env's items to a channel: `try_send` when the feed
-/// is pushy, `send_blocking` otherwise; refused items are marked handed back, and a
-/// closed channel stops it.
-fn feed(env: &Env, tx: weir::source::channel::Sender<Item>) {
+/// A producer thread offering the env's items through `offer(item, pushy)`, which
+/// hands a refused item back with whether the source is closed: refused items are
+/// marked handed back, and a closed source stops the producer.
+fn produce_with<O>(env: &Env, mut offer: O)
+where
+    O: FnMut(Item, bool) -> Option<(Item, bool)> + Send + 'static,
+{
     let (len, mut produce, pushy) = (env.len, env.produce(), env.pushy());
     env.spawn_producer(move || {
         for value in 0..len {
-            let item = produce(value);
-            let sent = if pushy {
-                tx.try_send(item)
-            } else {
-                tx.send_blocking(item)
-            };
-            if let Err(refused) = sent {
-                let closed = refused.is_closed();
-                refused.into_inner().mark(Fate::HandedBack);
+            if let Some((mut refused, closed)) = offer(produce(value), pushy) {
+                refused.mark(Fate::HandedBack);
                 if closed {
                     return;
                 }
             }
         }
+    });
+}
+
+/// A producer thread offering the env's items to a channel: `try_send` when the feed
+/// is pushy, `send_blocking` otherwise.
+fn feed(env: &Env, tx: weir::source::channel::Sender<Item>) {
+    produce_with(env, move |item, pushy| {
+        let sent = if pushy {
+            tx.try_send(item)
+        } else {
+            tx.send_blocking(item)
+        };
+        sent.err().map(|refused| {
+            let closed = refused.is_closed();
+            (refused.into_inner(), closed)
+        })
     });
 }
 
@@ -557,26 +569,27 @@ pub fn table() -> Vec<Stage> {
             Source,
             EXACT,
             |env| {
-                let (len, mut produce, pushy) = (env.len, env.produce(), env.pushy());
-                // The producer gets the emitter when the pipeline subscribes.
-                let (handoff, emitter) = std::sync::mpsc::channel::<weir::source::Emitter<Item>>();
-                env.spawn_producer(move || {
-                    let Ok(emitter) = emitter.recv() else { return };
-                    for value in 0..len {
-                        let item = produce(value);
-                        let sent = if pushy {
-                            emitter.emit(item)
-                        } else {
-                            emitter.send_blocking(item)
-                        };
-                        if let Err(refused) = sent {
-                            let closed = refused.is_closed();
-                            refused.into_inner().mark(Fate::HandedBack);
-                            if closed {
-                                return;
-                            }
+                // The producer gets the emitter when the pipeline subscribes: `emit`
+                // when the feed is pushy, `send_blocking` otherwise.
+                let (handoff, arrives) = std::sync::mpsc::channel::<weir::source::Emitter<Item>>();
+                let mut emitter = None;
+                produce_with(env, move |item, pushy| {
+                    if emitter.is_none() {
+                        match arrives.recv() {
+                            Ok(arrived) => emitter = Some(arrived),
+                            Err(_) => return Some((item, true)), // never subscribed
                         }
                     }
+                    let emitter = emitter.as_ref().expect("arrived above");
+                    let sent = if pushy {
+                        emitter.emit(item)
+                    } else {
+                        emitter.send_blocking(item)
+                    };
+                    sent.err().map(|refused| {
+                        let closed = refused.is_closed();
+                        (refused.into_inner(), closed)
+                    })
                 });
                 let source = weir::create(move |emitter| {
                     let _ = handoff.send(emitter);

@@ -127,19 +127,30 @@ fn completion_flushes_the_partial_batch_when_demand_allows() {
     probe.assert_completed();
 }
 
-#[test]
-fn an_error_waits_behind_the_partial_batch_like_completion() {
+/// `just(7)` then an error, through the stage (`errors_first` or not), with nothing
+/// requested yet.
+fn failing(errors_first: bool) -> (VirtualTime, Error, TestProbe<Vec<u32>>) {
     let vt = VirtualTime::new();
     let failure = Error::msg("boom");
     let subscriber = TestSubscriber::<Vec<u32>>::new();
     let probe = subscriber.probe();
-    weir::just(7u32)
+    let stage = weir::just(7u32)
         .concat(weir::error(failure.clone()))
-        .buffer_timeout_on(3, ms(100), vt.clone())
-        .subscribe(subscriber);
+        .buffer_timeout_on(3, ms(100), vt.clone());
+    if errors_first {
+        stage.errors_first().subscribe(subscriber);
+    } else {
+        stage.subscribe(subscriber);
+    }
+    (vt, failure, probe)
+}
+
+#[test]
+fn an_error_waits_behind_the_partial_batch_like_completion() {
+    let (_vt, failure, probe) = failing(false);
     assert!(
         probe.error().is_none(),
-        "nothing requested: the batch and the error wait"
+        "the error waits behind what is held"
     );
     probe.request(1);
     probe.assert_items(&[vec![7]]);
@@ -149,17 +160,10 @@ fn an_error_waits_behind_the_partial_batch_like_completion() {
 
 #[test]
 fn errors_first_delivers_the_error_at_once_and_releases_the_partial_batch() {
-    let vt = VirtualTime::new();
-    let failure = Error::msg("boom");
-    let subscriber = TestSubscriber::<Vec<u32>>::new();
-    let probe = subscriber.probe();
-    weir::just(7u32)
-        .concat(weir::error(failure.clone()))
-        .buffer_timeout_on(3, ms(100), vt.clone())
-        .errors_first()
-        .subscribe(subscriber);
+    let (vt, failure, probe) = failing(true);
     probe.request(1);
-    assert!(Error::ptr_eq(&probe.error().unwrap(), &failure));
+    let error = probe.error().expect("error delivered at once");
+    assert!(Error::ptr_eq(&error, &failure));
     assert_eq!(probe.received_count(), 0);
     vt.advance(ms(1_000));
     probe.assert_no_violations();

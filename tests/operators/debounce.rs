@@ -121,17 +121,31 @@ fn completion_flushes_the_held_item_at_once_then_completes() {
     probe.assert_completed();
 }
 
-#[test]
-fn an_error_waits_behind_the_held_item_like_completion() {
+/// `just(7)` then an error, through the stage (`errors_first` or not), with nothing
+/// requested yet.
+fn failing(errors_first: bool) -> (VirtualTime, Error, TestProbe<u32>) {
     let vt = VirtualTime::new();
     let failure = Error::msg("boom");
     let subscriber = TestSubscriber::<u32>::new();
     let probe = subscriber.probe();
-    weir::just(7u32)
+    let stage = weir::just(7u32)
         .concat(weir::error(failure.clone()))
-        .debounce_on(ms(50), vt.clone())
-        .subscribe(subscriber);
-    assert!(probe.error().is_none(), "the error waits behind the held 7");
+        .debounce_on(ms(50), vt.clone());
+    if errors_first {
+        stage.errors_first().subscribe(subscriber);
+    } else {
+        stage.subscribe(subscriber);
+    }
+    (vt, failure, probe)
+}
+
+#[test]
+fn an_error_waits_behind_the_held_item_like_completion() {
+    let (_vt, failure, probe) = failing(false);
+    assert!(
+        probe.error().is_none(),
+        "the error waits behind what is held"
+    );
     probe.request(1);
     probe.assert_items(&[7]);
     assert!(Error::ptr_eq(&probe.assert_error(), &failure));
@@ -140,18 +154,11 @@ fn an_error_waits_behind_the_held_item_like_completion() {
 
 #[test]
 fn errors_first_delivers_the_error_at_once() {
-    let vt = VirtualTime::new();
-    let failure = Error::msg("boom");
-    let subscriber = TestSubscriber::<u32>::new();
-    let probe = subscriber.probe();
-    weir::just(7u32)
-        .concat(weir::error(failure.clone()))
-        .debounce_on(ms(50), vt.clone())
-        .errors_first()
-        .subscribe(subscriber);
-    assert!(Error::ptr_eq(&probe.error().unwrap(), &failure));
-    assert_eq!(probe.items(), Vec::<u32>::new());
-    vt.advance(ms(100));
+    let (vt, failure, probe) = failing(true);
+    let error = probe.error().expect("error delivered at once");
+    assert!(Error::ptr_eq(&error, &failure));
+    assert_eq!(probe.received_count(), 0);
+    vt.advance(ms(1_000));
     probe.assert_no_violations();
 }
 

@@ -147,11 +147,11 @@ impl<T: 'static> Admission<T> {
     /// # Panics
     ///
     /// If `factor` is not in `0.0 < factor < 1.0` (a factor of 0 is a pause, of 1 no
-    /// reduction): "Admission::reduce_at: factor must be in (0, 1), got {factor}".
+    /// reduction): "Admission::reduce_at factor must be in (0, 1) (got {factor})".
     pub fn reduce_at(mut self, marks: WaterMarks, factor: f64) -> Self {
         assert!(
             factor > 0.0 && factor < 1.0,
-            "Admission::reduce_at: factor must be in (0, 1), got {factor}"
+            "Admission::reduce_at factor must be in (0, 1) (got {factor})"
         );
         self.reduce = Some((marks, factor));
         self

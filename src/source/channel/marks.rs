@@ -118,13 +118,10 @@ impl WaterMarks {
     ///
     /// If `high` is 0 or `low` is not below `high`.
     pub fn new(high: usize, low: usize) -> Self {
-        assert!(
-            high >= 1,
-            "WaterMarks: high must be at least 1 (and at most the channel's capacity), got 0"
-        );
+        assert!(high >= 1, "WaterMarks high must be at least 1 (got 0)");
         assert!(
             low < high,
-            "WaterMarks: low must be in 0..high (got low {low}, high {high})"
+            "WaterMarks low must be in 0..high (got low {low}, high {high})"
         );
         WaterMarks { high, low }
     }
@@ -138,7 +135,7 @@ impl WaterMarks {
     pub fn single(mark: usize) -> Self {
         assert!(
             mark >= 1,
-            "WaterMarks::single: mark must be at least 1, got 0"
+            "WaterMarks::single mark must be at least 1 (got 0)"
         );
         WaterMarks::new(mark, mark - 1)
     }
@@ -212,12 +209,12 @@ impl WaterMarks {
         let capacity = capacity.into_capacity("WaterMarks::derive").get();
         if !(max_arrival_rate.is_finite() && max_arrival_rate >= 0.0) {
             return Err(SizingError::new(format!(
-                "max_arrival_rate must be a finite, non-negative number of items per second, got {max_arrival_rate}"
+                "max_arrival_rate must be a finite, non-negative number of items per second (got {max_arrival_rate})"
             )));
         }
         if !(drain_rate.is_finite() && drain_rate > 0.0) {
             return Err(SizingError::new(format!(
-                "drain_rate must be a positive, finite number of items per second, got {drain_rate}"
+                "drain_rate must be a positive, finite number of items per second (got {drain_rate})"
             )));
         }
         let in_flight = (max_arrival_rate * reaction_time.as_secs_f64()).ceil();
@@ -282,13 +279,13 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "WaterMarks: low must be in 0..high (got low 5, high 5)")]
+    #[should_panic(expected = "WaterMarks low must be in 0..high (got low 5, high 5)")]
     fn equal_marks_are_refused() {
         let _ = WaterMarks::new(5, 5);
     }
 
     #[test]
-    #[should_panic(expected = "WaterMarks: high must be at least 1")]
+    #[should_panic(expected = "WaterMarks high must be at least 1")]
     fn zero_high_is_refused() {
         let _ = WaterMarks::new(0, 0);
     }

@@ -400,7 +400,7 @@ impl ChannelBuilder {
     /// ```should_panic
     /// use weir::source::channel::{ChannelBuilder, ChannelPolicy, WaterMarks};
     ///
-    /// // panics: "channel: water mark high must be in 1..=capacity (got high 20, capacity 10)"
+    /// // panics: "channel water mark high must be in 1..=capacity (got high 20, capacity 10)"
     /// let _ = ChannelBuilder::new(10, ChannelPolicy::Reject)
     ///     .water_marks(WaterMarks::new(20, 5))
     ///     .build::<u8>();
@@ -436,7 +436,7 @@ impl ChannelBuilder {
             .unwrap_or_else(|| WaterMarks::default_for(capacity));
         assert!(
             marks.high() <= capacity,
-            "channel: water mark high must be in 1..=capacity (got high {}, capacity {capacity})",
+            "channel water mark high must be in 1..=capacity (got high {}, capacity {capacity})",
             marks.high()
         );
         let gauge = QueueGauge::new(capacity, self.clock.clone());
@@ -536,7 +536,7 @@ mod tests {
 
     #[test]
     #[should_panic(
-        expected = "channel: water mark high must be in 1..=capacity (got high 20, capacity 10)"
+        expected = "channel water mark high must be in 1..=capacity (got high 20, capacity 10)"
     )]
     fn marks_above_capacity_are_refused() {
         let _ = ChannelBuilder::new(10, ChannelPolicy::Reject)
