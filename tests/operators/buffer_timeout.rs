@@ -10,7 +10,6 @@ use weir::demand::UNBOUNDED;
 use weir::prelude::*;
 use weir::runtime::VirtualTime;
 use weir::tck::{TestProbe, TestSubscriber};
-use weir::Error;
 
 use crate::baseline;
 use crate::support::counting::{counted, Stats};
@@ -127,46 +126,21 @@ fn completion_flushes_the_partial_batch_when_demand_allows() {
     probe.assert_completed();
 }
 
-/// `just(7)` then an error, through the stage (`errors_first` or not), with nothing
-/// requested yet.
-fn failing(errors_first: bool) -> (VirtualTime, Error, TestProbe<Vec<u32>>) {
-    let vt = VirtualTime::new();
-    let failure = Error::msg("boom");
-    let subscriber = TestSubscriber::<Vec<u32>>::new();
-    let probe = subscriber.probe();
-    let stage = weir::just(7u32)
-        .concat(weir::error(failure.clone()))
-        .buffer_timeout_on(3, ms(100), vt.clone());
-    if errors_first {
-        stage.errors_first().subscribe(subscriber);
-    } else {
-        stage.subscribe(subscriber);
-    }
-    (vt, failure, probe)
-}
-
+/// An error waits behind the held item, like completion; `errors_first` delivers it
+/// at once and releases the item.
 #[test]
-fn an_error_waits_behind_the_partial_batch_like_completion() {
-    let (_vt, failure, probe) = failing(false);
-    assert!(
-        probe.error().is_none(),
-        "the error waits behind what is held"
+fn errors_wait_behind_the_held_item_unless_errors_first() {
+    crate::support::error_order::check(
+        |source, vt, errors_first| {
+            let stage = source.buffer_timeout_on(3, ms(100), vt);
+            if errors_first {
+                stage.errors_first().boxed()
+            } else {
+                stage.boxed()
+            }
+        },
+        vec![7],
     );
-    probe.request(1);
-    probe.assert_items(&[vec![7]]);
-    assert!(Error::ptr_eq(&probe.assert_error(), &failure));
-    probe.assert_no_violations();
-}
-
-#[test]
-fn errors_first_delivers_the_error_at_once_and_releases_the_partial_batch() {
-    let (vt, failure, probe) = failing(true);
-    probe.request(1);
-    let error = probe.error().expect("error delivered at once");
-    assert!(Error::ptr_eq(&error, &failure));
-    assert_eq!(probe.received_count(), 0);
-    vt.advance(ms(1_000));
-    probe.assert_no_violations();
 }
 
 #[test]

@@ -7,8 +7,8 @@ use weir::demand::UNBOUNDED;
 use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::runtime::VirtualTime;
-use weir::tck::{TestProbe, TestSubscriber};
-use weir::{DropReason, Error};
+use weir::tck::TestProbe;
+use weir::DropReason;
 
 use crate::baseline;
 use crate::support::counting::counted;
@@ -121,45 +121,21 @@ fn completion_flushes_the_held_item_at_once_then_completes() {
     probe.assert_completed();
 }
 
-/// `just(7)` then an error, through the stage (`errors_first` or not), with nothing
-/// requested yet.
-fn failing(errors_first: bool) -> (VirtualTime, Error, TestProbe<u32>) {
-    let vt = VirtualTime::new();
-    let failure = Error::msg("boom");
-    let subscriber = TestSubscriber::<u32>::new();
-    let probe = subscriber.probe();
-    let stage = weir::just(7u32)
-        .concat(weir::error(failure.clone()))
-        .debounce_on(ms(50), vt.clone());
-    if errors_first {
-        stage.errors_first().subscribe(subscriber);
-    } else {
-        stage.subscribe(subscriber);
-    }
-    (vt, failure, probe)
-}
-
+/// An error waits behind the held item, like completion; `errors_first` delivers it
+/// at once and releases the item.
 #[test]
-fn an_error_waits_behind_the_held_item_like_completion() {
-    let (_vt, failure, probe) = failing(false);
-    assert!(
-        probe.error().is_none(),
-        "the error waits behind what is held"
+fn errors_wait_behind_the_held_item_unless_errors_first() {
+    crate::support::error_order::check(
+        |source, vt, errors_first| {
+            let stage = source.debounce_on(ms(50), vt);
+            if errors_first {
+                stage.errors_first().boxed()
+            } else {
+                stage.boxed()
+            }
+        },
+        7,
     );
-    probe.request(1);
-    probe.assert_items(&[7]);
-    assert!(Error::ptr_eq(&probe.assert_error(), &failure));
-    probe.assert_no_violations();
-}
-
-#[test]
-fn errors_first_delivers_the_error_at_once() {
-    let (vt, failure, probe) = failing(true);
-    let error = probe.error().expect("error delivered at once");
-    assert!(Error::ptr_eq(&error, &failure));
-    assert_eq!(probe.received_count(), 0);
-    vt.advance(ms(1_000));
-    probe.assert_no_violations();
 }
 
 #[test]

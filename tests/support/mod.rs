@@ -2,6 +2,7 @@
 //! `tests/sinks.rs`), pulled in with `#[path]`.
 
 pub mod counting;
+pub mod error_order;
 pub mod failing;
 pub mod lossy;
 pub mod model;
