@@ -565,15 +565,31 @@ mod awaiting {
     use super::*;
     use std::sync::atomic::AtomicBool;
 
+    /// A current-thread tokio runtime with its drivers on.
+    fn current_thread() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// A receiver of `0..n`, fed by a task on the current runtime.
+    fn spawned_numbers(n: u64) -> tokio::sync::mpsc::Receiver<u64> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<u64>(4);
+        tokio::spawn(async move {
+            for i in 0..n {
+                tx.send(i).await.unwrap();
+            }
+        });
+        rx
+    }
+
     /// The newcomer's hang: `.wait()` inside a current-thread runtime, on a stream
     /// whose source needs that runtime. It panics at once, saying what to do.
     #[test]
     #[should_panic(expected = "`.await` instead")]
     fn wait_inside_a_current_thread_runtime_panics_instead_of_hanging() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         rt.block_on(async {
             let (_tx, rx) = tokio::sync::mpsc::channel::<u64>(4);
             let _ = weir::from_receiver(rx).collect().wait();
@@ -603,17 +619,9 @@ mod awaiting {
     /// (nothing to wait for) anywhere.
     #[test]
     fn wait_is_allowed_where_blocking_is() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         let total = rt.block_on(async {
-            let (tx, rx) = tokio::sync::mpsc::channel::<u64>(4);
-            tokio::spawn(async move {
-                for i in 0..100 {
-                    tx.send(i).await.unwrap();
-                }
-            });
+            let rx = spawned_numbers(100);
             let sink = weir::from_receiver(rx).fold(0u64, |sum, x| sum + x);
             tokio::task::spawn_blocking(move || sink.wait())
                 .await
@@ -631,9 +639,7 @@ mod awaiting {
     #[test]
     #[should_panic(expected = "the blocking iterator's next()")]
     fn the_blocking_iterator_panics_inside_a_runtime_too() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         rt.block_on(async {
             let (_tx, rx) = tokio::sync::mpsc::channel::<u64>(4);
             let _ = weir::from_receiver(rx).blocking_iter(16).next();
@@ -643,9 +649,7 @@ mod awaiting {
     #[test]
     #[should_panic(expected = "Sender::send_blocking")]
     fn a_blocking_send_panics_inside_a_runtime() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         rt.block_on(async {
             let (tx, _rx) =
                 weir::channel::<u64>(1, weir::source::channel::ChannelPolicy::Backpressure);
@@ -657,9 +661,7 @@ mod awaiting {
     #[test]
     #[should_panic(expected = "Emitter::wait_ready")]
     fn an_emitter_blocking_send_panics_inside_a_runtime() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         rt.block_on(async {
             let (tx, rx) = std::sync::mpsc::channel();
             let subscriber = weir::tck::TestSubscriber::new();
@@ -678,17 +680,9 @@ mod awaiting {
     /// the only thread the source could run on).
     #[test]
     fn a_sink_is_awaited_on_the_runtime_its_source_runs_on() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
+        let rt = current_thread();
         let total = rt.block_on(async {
-            let (tx, rx) = tokio::sync::mpsc::channel::<u64>(4);
-            tokio::spawn(async move {
-                for i in 0..1_000 {
-                    tx.send(i).await.unwrap();
-                }
-            });
+            let rx = spawned_numbers(1_000);
             weir::from_receiver(rx).fold(0u64, |sum, x| sum + x).await
         });
         assert_eq!(total.unwrap(), 499_500);
