@@ -2123,10 +2123,12 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Errors
     ///
-    /// Upstream's error, like completion, is delivered after the queued items. An
-    /// upstream that delivers more than it was asked for (a full ring: rule 1.1) is
-    /// cancelled and the stream fails with a spec-violation error naming rule 1.1,
-    /// after the queued items; the refused items are reported as `OverflowNewest`.
+    /// Upstream's error, like completion, is delivered after the queued items
+    /// ([`errors_first`](crate::operators::PublishOn::errors_first): at once, without
+    /// demand, dropping them). An upstream that delivers more than it was asked for
+    /// (a full ring: rule 1.1) is cancelled and the stream fails with a
+    /// spec-violation error naming rule 1.1, after the queued items; the refused
+    /// items are reported as `OverflowNewest`.
     /// `request(0)` fails the stream with the rule 3.9 error.
     ///
     /// # Cancellation

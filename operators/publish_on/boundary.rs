@@ -40,6 +40,8 @@ pub(super) struct Boundary<T, C> {
     /// but publishes it in runs. `None` when every batch fits one run (see the
     /// parent module).
     watch: Option<Watch<T>>,
+    /// An upstream error overtakes the queued items instead of waiting behind them.
+    errors_first: bool,
 }
 
 /// The consumer's side of the ring: what only the drain owner touches.
@@ -86,6 +88,7 @@ impl<T, C> Boundary<T, C> {
         gauge: Arc<QueueGauge>,
         max_age: Option<Duration>,
         watch: Option<Watch<T>>,
+        errors_first: bool,
     ) -> Self {
         Boundary {
             end: Mutex::new(None),
@@ -95,6 +98,7 @@ impl<T, C> Boundary<T, C> {
             gauge,
             max_age,
             watch,
+            errors_first,
         }
     }
 
@@ -110,6 +114,22 @@ impl<T, C> Boundary<T, C> {
         // Release: pairs with the drain's Acquire load; the items published before
         // (and the end just stored) are visible once it is seen.
         self.ended.store(true, StdOrdering::Release);
+    }
+
+    /// With `errors_first`, a parked error, taken: it is delivered before the queued
+    /// items (the stop that follows drops them). `None` otherwise.
+    fn overtaking_error(&self) -> Option<Error> {
+        if !self.errors_first {
+            return None;
+        }
+        let mut slot = self.end.lock().unwrap_or_else(|p| p.into_inner());
+        match slot.take() {
+            Some(Err(error)) => Some(error),
+            other => {
+                *slot = other;
+                None
+            }
+        }
     }
 
     fn take_end(&self) -> Result<(), Error> {
@@ -151,7 +171,8 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
         self.gauge.level(depth, oldest);
     }
 
-    /// Deliver while there are items and demand; the end once the ring is empty.
+    /// Deliver while there are items and demand; the end once the ring is empty (an
+    /// error at once, with `errors_first`).
     fn deliver<D: Subscriber<T>>(
         &self,
         cx: &Cx<'_>,
@@ -169,6 +190,11 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
             }
             // Acquire: pairs with the Release in `finish`.
             let ended = self.ended.load(StdOrdering::Acquire);
+            if ended {
+                if let Some(error) = self.overtaking_error() {
+                    return cx.terminate(subscriber, Err(error));
+                }
+            }
             let mut available = queue.items.available();
             if let (Some(max_age), Some(now), Some(stamps)) =
                 (self.max_age, now, queue.stamps.as_mut())

@@ -94,6 +94,8 @@ pub struct PublishOn<P, S> {
     /// `Some` for `publish_on_with`: stamp batches, apply the bounds.
     bounds: Option<TimeBounds>,
     gauge: Arc<QueueGauge>,
+    /// An upstream error overtakes the queued items ([`errors_first`](Self::errors_first)).
+    errors_first: bool,
 }
 
 impl<P, S> std::fmt::Debug for PublishOn<P, S> {
@@ -101,6 +103,7 @@ impl<P, S> std::fmt::Debug for PublishOn<P, S> {
         f.debug_struct("PublishOn")
             .field("prefetch", &self.prefetch)
             .field("bounds", &self.bounds)
+            .field("errors_first", &self.errors_first)
             .finish_non_exhaustive()
     }
 }
@@ -123,7 +126,40 @@ impl<P, S: Scheduler + Clone> PublishOn<P, S> {
             prefetch,
             bounds,
             gauge,
+            errors_first: false,
         }
+    }
+
+    /// Deliver an upstream error (or the rule 1.1 error of an upstream that overfills
+    /// the ring) at once, without demand, dropping the queued items, instead of after
+    /// them. The dropped items are not reported as drops: as on cancel, the stream
+    /// ended; nothing was lost for lack of room.
+    ///
+    /// By default the error waits behind the queued items, as completion does, so a
+    /// subscriber that requests gets every item upstream produced before it failed;
+    /// one that never requests again never hears of the failure. Choose this when an
+    /// error must reach the subscriber at once. This is the same choice, with the same
+    /// default, as every other stage that holds items
+    /// ([`OnBackpressureBuffer::errors_first`](crate::operators::OnBackpressureBuffer::errors_first)).
+    ///
+    /// ```
+    /// # #[cfg(feature = "tck")] {
+    /// use weir::prelude::*;
+    /// use weir::runtime::Immediate;
+    /// use weir::tck::TestSubscriber;
+    ///
+    /// let failing = weir::range(0u32..5).concat(weir::error(weir::Error::msg("link down")));
+    /// let subscriber = TestSubscriber::new().request_on_subscribe(1);
+    /// let probe = subscriber.probe();
+    /// failing.publish_on(Immediate, 8).errors_first().subscribe(subscriber);
+    /// // Item 0 was delivered; 1..5 were queued when the error came, and are dropped.
+    /// probe.assert_items(&[0]);
+    /// assert_eq!(probe.assert_error().message(), "link down");
+    /// # }
+    /// ```
+    pub fn errors_first(mut self) -> Self {
+        self.errors_first = true;
+        self
     }
 
     /// Statistics of the boundary's queue (depth, enqueued, dequeued, expired drops,
@@ -154,6 +190,7 @@ where
             prefetch: self.prefetch,
             bounds: self.bounds,
             gauge: self.gauge,
+            errors_first: self.errors_first,
             hook: None,
             drops: DropReporter::new(STAGE, None),
             upstream: Upstream::Idle,
@@ -177,6 +214,7 @@ struct Producing<T: Send + 'static, D, C: Scheduler> {
     prefetch: usize,
     bounds: Option<TimeBounds>,
     gauge: Arc<QueueGauge>,
+    errors_first: bool,
     /// Downstream's drop hook, asked for once at subscribe time.
     hook: Option<DropHook>,
     /// Reports items refused by a full ring (upstream broke rule 1.1).
@@ -275,6 +313,7 @@ where
             self.gauge.clone(),
             self.bounds.and_then(|b| b.get_max_age()),
             (self.prefetch > PUBLISH_RUN).then(|| items.watch()),
+            self.errors_first,
         ));
         let queue = Queue::new(
             items,

@@ -1253,6 +1253,19 @@ pub fn table() -> Vec<Stage> {
         )
         .scheduled(),
         Stage::new(
+            "publish_on(pool, 16).errors_first()",
+            Boundary,
+            EXACT,
+            |env| {
+                env.source()
+                    .publish_on(env.pool.clone(), 16)
+                    .errors_first()
+                    .boxed()
+            },
+            identity,
+        )
+        .scheduled(),
+        Stage::new(
             "publish_on_with(pool, 16, max_age 60s)",
             Boundary,
             EXACT,

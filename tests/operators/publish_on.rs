@@ -142,6 +142,86 @@ fn error_after_items_across_threads() {
     probe.assert_no_violations();
 }
 
+/// An error waits behind the queued items, like completion; with `errors_first` it
+/// arrives at once, without demand, and the queued items are dropped unreported.
+#[test]
+fn errors_wait_behind_the_queued_items_unless_errors_first() {
+    for errors_first in [false, true] {
+        let boom = Error::msg("link down");
+        let drops = Drops::new();
+        let stage = weir::range(0u64..5)
+            .concat(weir::error(boom.clone()))
+            .publish_on(Immediate, 8);
+        let stage = if errors_first {
+            stage.errors_first()
+        } else {
+            stage
+        };
+        let probe = probe_of(stage.on_dropped(DropHook::new(drops.clone())));
+        if errors_first {
+            let error = probe.error().expect("the error overtakes, without demand");
+            assert!(Error::ptr_eq(&error, &boom));
+            probe.request(5);
+            assert_eq!(probe.received_count(), 0, "the queued items are dropped");
+        } else {
+            assert!(probe.error().is_none(), "the error waits behind the items");
+            probe.request(5);
+            probe.assert_items(&[0, 1, 2, 3, 4]);
+            assert!(Error::ptr_eq(&probe.assert_error(), &boom));
+        }
+        assert_eq!(drops.total(), 0, "an ended stream reports no drops");
+        probe.assert_no_violations();
+    }
+}
+
+/// `errors_first` across threads: a subscriber that never requests still hears of
+/// the failure.
+#[test]
+fn errors_first_reaches_a_subscriber_that_never_requests() {
+    let boom = Error::msg("source failed");
+    let probe = probe_of(
+        fails_after(10, boom.clone())
+            .publish_on(pool(), 16)
+            .errors_first(),
+    );
+    let error = probe.await_error(PATIENCE).unwrap();
+    assert!(Error::ptr_eq(&error, &boom));
+    assert_eq!(probe.received_count(), 0);
+    probe.assert_no_violations();
+}
+
+/// `errors_first` is about errors only: completion still waits behind the items.
+#[test]
+fn errors_first_leaves_completion_behind_the_queued_items() {
+    let probe = probe_of(weir::range(0u64..3).publish_on(Immediate, 4).errors_first());
+    assert!(!probe.is_completed());
+    probe.request(2);
+    probe.assert_items(&[0, 1]);
+    assert!(!probe.is_completed());
+    probe.request(1);
+    probe.assert_items(&[0, 1, 2]);
+    probe.assert_completed();
+}
+
+/// With demand outstanding, `errors_first` drops only what is queued when the error
+/// lands: the items delivered are a prefix of upstream's, in order, short of it by at
+/// most one window (`prefetch`).
+#[test]
+fn errors_first_drops_at_most_the_queued_window() {
+    let boom = Error::msg("late");
+    let probe = probe_of(
+        fails_after(100, boom.clone())
+            .publish_on(Immediate, 16)
+            .errors_first(),
+    );
+    probe.request(UNBOUNDED);
+    let items = probe.items();
+    assert!(items.len() >= 100 - 16, "{} items", items.len());
+    assert_eq!(items, (1..=items.len() as u64).collect::<Vec<u64>>());
+    assert!(Error::ptr_eq(&probe.assert_error(), &boom));
+    probe.assert_no_violations();
+}
+
 /// At most `prefetch` items are ever outstanding upstream, and after the first window
 /// upstream is asked in batches of at least 75% of it, however downstream requests.
 #[test]
@@ -243,6 +323,24 @@ fn a_full_ring_is_a_rule_1_1_error() {
     probe.assert_items(&[0, 1, 2, 3]);
     probe.assert_error_rule("1.1");
     assert_eq!(drops.count(DropReason::OverflowNewest), 6);
+}
+
+/// With `errors_first` the rule 1.1 error of an overfilled ring overtakes the items
+/// that fitted.
+#[test]
+fn errors_first_a_full_ring_fails_at_once() {
+    struct Flood;
+    impl Publisher for Flood {
+        type Item = u64;
+        fn subscribe<S: Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
+            subscriber.on_subscribe(Subscription::noop());
+            let _ = subscriber.on_next_batch(0..10);
+        }
+    }
+    let probe = probe_of(Flood.publish_on(Immediate, 4).errors_first());
+    probe.assert_error_rule("1.1");
+    probe.request(100);
+    assert_eq!(probe.received_count(), 0);
 }
 
 #[test]
