@@ -13,7 +13,19 @@
 //!   yield), the producer a socket reader would be.
 //! * `crossbeam`: `crossbeam_channel::bounded(1024)`, `send`/`recv` per item.
 //!
-//! Run: `cargo bench --bench channel` (about a minute).
+//! A second group, `channel_try`, measures what a producer that must never block
+//! pays (a socket reader): queues of 4,096, the producer spinning on `Full` with a
+//! yield, the bench thread summing.
+//!
+//! * `crossbeam_try_send`: `crossbeam_channel::bounded(4096)`, `try_send` per item,
+//!   `recv` per item.
+//! * `weir_try_send`: `channel(4096, Backpressure)`, `try_send` per item.
+//! * `weir_try_send_all_64` / `_1024`: the same channel, `try_send_all` over ranges of
+//!   64 or 1,024 items, resuming after the refused item on `Full`.
+//! * `weir_try_send_all_vec_64`: `try_send_all` of 64-item `Vec`s (items moved out of
+//!   a buffer the producer fills, as a frame decoder would).
+//!
+//! Run: `cargo bench --bench channel` (about two minutes).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -24,6 +36,7 @@ use weir::source::channel::{Admission, ChannelBuilder, ChannelPolicy, Sender, Wa
 
 const N: u64 = 1_000_000;
 const CAPACITY: usize = 1_024;
+const TRY_CAPACITY: usize = 4_096;
 
 fn ladder() -> Admission<u64> {
     Admission::new()
@@ -66,6 +79,79 @@ fn spinning(tx: &Sender<u64>, mut item: u64) {
     }
 }
 
+/// `try_send_all` over ranges of `BATCH` items, resuming after the refused one.
+fn ranges<const BATCH: u64>(tx: Sender<u64>) {
+    let mut next = 0;
+    while next < N {
+        let end = (next + BATCH).min(N);
+        match tx.try_send_all(next..end) {
+            Ok(_) => next = end,
+            Err(refused) if refused.error.is_full() => {
+                next += refused.sent as u64;
+                std::thread::yield_now();
+            }
+            Err(_) => panic!("closed"),
+        }
+    }
+}
+
+/// `try_send_all` of 64-item `Vec`s filled by the producer.
+fn vecs(tx: Sender<u64>) {
+    let mut pending: Vec<u64> = Vec::with_capacity(64);
+    let mut next = 0;
+    while next < N || !pending.is_empty() {
+        while pending.len() < 64 && next < N {
+            pending.push(next);
+            next += 1;
+        }
+        let back = match tx.try_send_all(pending.drain(..)) {
+            Ok(_) => continue,
+            Err(refused) if refused.error.is_full() => {
+                let mut back = vec![refused.error.into_inner()];
+                back.extend(refused.unsent);
+                back
+            }
+            Err(_) => panic!("closed"),
+        };
+        pending = back;
+        std::thread::yield_now();
+    }
+}
+
+/// A producer thread running `produce` into a fresh `channel(4096)`, summed here.
+fn weir_try(produce: fn(Sender<u64>)) -> u64 {
+    let (tx, rx) = ChannelBuilder::new(TRY_CAPACITY, ChannelPolicy::Backpressure).build();
+    let producer = std::thread::spawn(move || produce(tx));
+    let sum = rx
+        .fold(0u64, |sum, x| sum.wrapping_add(x))
+        .wait()
+        .expect("no errors");
+    producer.join().expect("the producer ran");
+    sum
+}
+
+fn crossbeam_try() -> u64 {
+    let (tx, rx) = crossbeam_channel::bounded::<u64>(TRY_CAPACITY);
+    let producer = std::thread::spawn(move || {
+        for i in 0..black_box(N) {
+            let mut item = i;
+            loop {
+                match tx.try_send(item) {
+                    Ok(()) => break,
+                    Err(crossbeam_channel::TrySendError::Full(back)) => {
+                        item = back;
+                        std::thread::yield_now();
+                    }
+                    Err(_) => panic!("closed"),
+                }
+            }
+        }
+    });
+    let sum = rx.iter().fold(0u64, |sum, x| sum.wrapping_add(x));
+    producer.join().expect("the producer ran");
+    sum
+}
+
 fn crossbeam() -> u64 {
     let (tx, rx) = crossbeam_channel::bounded::<u64>(CAPACITY);
     let producer = std::thread::spawn(move || {
@@ -105,6 +191,31 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("crossbeam", |b| {
         b.iter(|| assert_eq!(crossbeam(), expected))
+    });
+    group.finish();
+
+    let mut group = c.benchmark_group("channel_try");
+    group.throughput(Throughput::Elements(N));
+    group.sample_size(10);
+    group.bench_function("crossbeam_try_send", |b| {
+        b.iter(|| assert_eq!(crossbeam_try(), expected))
+    });
+    group.bench_function("weir_try_send", |b| {
+        b.iter(|| {
+            assert_eq!(
+                weir_try(|tx| (0..N).for_each(|i| spinning(&tx, i))),
+                expected
+            )
+        })
+    });
+    group.bench_function("weir_try_send_all_64", |b| {
+        b.iter(|| assert_eq!(weir_try(ranges::<64>), expected))
+    });
+    group.bench_function("weir_try_send_all_1024", |b| {
+        b.iter(|| assert_eq!(weir_try(ranges::<1024>), expected))
+    });
+    group.bench_function("weir_try_send_all_vec_64", |b| {
+        b.iter(|| assert_eq!(weir_try(vecs), expected))
     });
     group.finish();
 }

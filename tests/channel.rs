@@ -96,6 +96,140 @@ fn try_send_full_and_closed_hand_the_item_back() {
     probe.assert_completed();
 }
 
+// ---- try_send_all --------------------------------------------------------------
+
+#[test]
+fn try_send_all_takes_every_item_in_order() {
+    let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+    let monitor = rx.monitor();
+    assert_eq!(tx.try_send_all(0..1_000).unwrap(), 1_000);
+    assert_eq!(tx.try_send_all(Vec::new()).unwrap(), 0);
+    let stats = monitor.snapshot();
+    assert_eq!(
+        (stats.enqueued, stats.depth, stats.rejected),
+        (1_000, 1_000, 0)
+    );
+    drop(tx);
+    assert_eq!(rx.collect().wait().unwrap(), (0..1_000).collect::<Vec<_>>());
+}
+
+/// Full across a step boundary (steps are 256 items): what went in, the refused
+/// item, and the items never offered (from the step and from the iterator) are the
+/// batch, in order; only the refused item counts as a rejection.
+#[test]
+fn try_send_all_stops_at_full_and_hands_back_the_rest_in_order() {
+    let (tx, rx) = weir::channel::<u64>(600, ChannelPolicy::Backpressure);
+    let monitor = rx.monitor();
+    let refused = tx.try_send_all(0..1_000).unwrap_err();
+    assert_eq!(refused.sent, 600);
+    assert_eq!(refused.error, TrySendError::Full(600));
+    assert_eq!(
+        refused.unsent.collect::<Vec<_>>(),
+        (601..1_000).collect::<Vec<_>>()
+    );
+    assert_eq!(monitor.snapshot().rejected, 1);
+    assert_eq!(monitor.snapshot().depth, 600);
+    drop(tx);
+    assert_eq!(rx.collect().wait().unwrap(), (0..600).collect::<Vec<_>>());
+}
+
+#[test]
+fn try_send_all_on_a_closed_channel_hands_everything_back() {
+    let (tx, rx) = weir::channel::<u64>(8, ChannelPolicy::Backpressure);
+    tx.close();
+    let refused = tx.try_send_all([1, 2, 3]).unwrap_err();
+    assert_eq!(
+        refused.to_string(),
+        "channel closed: item handed back (after 0 sent)"
+    );
+    assert_eq!(refused.sent, 0);
+    assert_eq!(refused.error, TrySendError::Closed(1));
+    assert_eq!(refused.unsent.collect::<Vec<_>>(), vec![2, 3]);
+    drop(rx);
+}
+
+/// Under the lossy policies a batch never stops: every item counts as sent, and each
+/// one the policy drops reaches the hook with its reason, counted once.
+#[test]
+fn try_send_all_under_lossy_policies_reports_every_drop_once() {
+    let cases = [
+        (
+            ChannelPolicy::DropOldest,
+            DropReason::OverflowOldest,
+            vec![7, 8, 9],
+        ),
+        (
+            ChannelPolicy::DropNewest,
+            DropReason::OverflowNewest,
+            vec![0, 1, 2],
+        ),
+        (
+            ChannelPolicy::KeepLatest,
+            DropReason::ReplacedByLatest,
+            vec![0, 1, 9],
+        ),
+    ];
+    for (policy, reason, kept) in cases {
+        let (hook, drops, seen) = recording_hook();
+        let (tx, rx) = ChannelBuilder::new(3, policy).drop_hook(hook).build();
+        let monitor = rx.monitor();
+        assert_eq!(tx.try_send_all(0..10u64).unwrap(), 10, "{policy:?}");
+        assert_eq!(drops.count(reason), 7, "{policy:?}");
+        assert_eq!(monitor.snapshot().dropped(reason), 7, "{policy:?}");
+        let mut dropped: Vec<u64> = seen.lock().unwrap().iter().map(|(_, x)| *x).collect();
+        dropped.extend(kept.iter().copied());
+        dropped.sort_unstable();
+        assert_eq!(
+            dropped,
+            (0..10).collect::<Vec<_>>(),
+            "{policy:?}: every item once"
+        );
+        drop(tx);
+        assert_eq!(rx.collect().wait().unwrap(), kept, "{policy:?}");
+    }
+}
+
+/// With demand waiting, the batch is delivered on the sender's thread before
+/// `try_send_all` returns, like `try_send`.
+#[test]
+fn try_send_all_delivers_to_waiting_demand_before_returning() {
+    let (tx, rx) = weir::channel::<u64>(4, ChannelPolicy::Backpressure);
+    let probe = probe_of(rx);
+    probe.request(3);
+    assert_eq!(tx.try_send_all(0..3).unwrap(), 3);
+    probe.assert_items(&[0, 1, 2]);
+    // The channel holds 4 more with no demand; the fifth is refused.
+    let refused = tx.try_send_all(3..10).unwrap_err();
+    assert_eq!((refused.sent, refused.error), (4, TrySendError::Full(7)));
+    probe.request(10);
+    probe.assert_items(&[0, 1, 2, 3, 4, 5, 6]);
+}
+
+/// The iterator runs outside the channel's lock: it may send on the same channel
+/// (no deadlock), and a panic in it leaves the channel working, with the steps
+/// before it delivered.
+#[test]
+fn try_send_all_runs_the_iterator_outside_the_lock() {
+    let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+    let inner = tx.clone();
+    let sent = tx
+        .try_send_all((0..3u64).inspect(move |x| inner.try_send(100 + x).unwrap()))
+        .unwrap();
+    assert_eq!(sent, 3);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        tx.try_send_all((0..300u64).map(|x| if x == 299 { panic!("bad frame") } else { x }))
+    }));
+    assert!(panicked.is_err());
+    assert_eq!(tx.try_send(7), Ok(()));
+    drop(tx);
+    let items = rx.collect().wait().unwrap();
+    assert_eq!(&items[..6], &[100, 101, 102, 0, 1, 2]);
+    assert_eq!(
+        &items[6..],
+        [(0..256).collect::<Vec<_>>(), vec![7]].concat().as_slice()
+    );
+}
+
 #[test]
 fn cancel_closes_the_senders_and_releases_queued_items() {
     let live = Arc::new(AtomicUsize::new(0));

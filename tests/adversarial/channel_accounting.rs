@@ -1,6 +1,6 @@
 //! `weir::channel` accounting: 1–4 producers, each using one of the send methods
-//! (`try_send`, `send_blocking`, `send().await` and `send_or_pause().await` on a tokio
-//! runtime), racing the end of the stream (every sender dropped, `close`, `fail`, or a
+//! (`try_send`, `try_send_all` in batches of 1–37, `send_blocking`, `send().await` and
+//! `send_or_pause().await` on a tokio runtime), racing the end of the stream (every sender dropped, `close`, `fail`, or a
 //! consumer that cancels), under every `ChannelPolicy`, into a slow consumer.
 //!
 //! Every produced item must be accounted for, exactly:
@@ -49,13 +49,15 @@ const POLICIES: [ChannelPolicy; 5] = [
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Method {
     TrySend,
+    TrySendAll,
     SendBlocking,
     SendAwait,
     SendOrPause,
 }
 
-const METHODS: [Method; 4] = [
+const METHODS: [Method; 5] = [
     Method::TrySend,
+    Method::TrySendAll,
     Method::SendBlocking,
     Method::SendAwait,
     Method::SendOrPause,
@@ -144,7 +146,7 @@ fn every_channel_item_is_accounted_for_under_every_policy_and_ending() {
 
 fn methods(case: Case) -> Vec<Method> {
     (0..case.producers)
-        .map(|p| METHODS[((p + case.index) % 4) as usize])
+        .map(|p| METHODS[((p + case.index) % METHODS.len() as u64) as usize])
         .collect()
 }
 
@@ -178,6 +180,12 @@ fn check(case: Case, runtime: &tokio::runtime::Handle) -> Vec<String> {
         };
         let done = done_tx.clone();
         match method {
+            Method::TrySendAll => {
+                std::thread::spawn(move || {
+                    producer.run_batches(case.index);
+                    let _ = done.send(());
+                });
+            }
             Method::TrySend | Method::SendBlocking => {
                 std::thread::spawn(move || {
                     producer.run_blocking(method);
@@ -310,6 +318,53 @@ impl Producer {
         }
     }
 
+    /// `try_send_all` in batches of 1–37: what a refused batch did not offer goes
+    /// first into the next one; on `Closed` the unsent items are handed back too.
+    fn run_batches(self, seed: u64) {
+        let mut rng = Rng::new(seed);
+        let mut pending: std::collections::VecDeque<Item> = Default::default();
+        let mut next = 0;
+        while next < PER_PRODUCER || !pending.is_empty() {
+            let fresh = (rng.below(37) + 1).min(PER_PRODUCER - next);
+            for i in next..next + fresh {
+                pending.push_back(self.ledger.produce(self.base + i));
+                self.sends.offered.fetch_add(1, Ordering::SeqCst);
+            }
+            next += fresh;
+            let batch = std::mem::take(&mut pending);
+            let size = batch.len() as u64;
+            match self.tx.try_send_all(batch) {
+                Ok(sent) => {
+                    assert_eq!(sent as u64, size, "Ok means every item went in");
+                    self.sends.ok.fetch_add(size, Ordering::SeqCst);
+                }
+                Err(refused) => {
+                    self.sends
+                        .ok
+                        .fetch_add(refused.sent as u64, Ordering::SeqCst);
+                    let closed = refused.error.is_closed();
+                    let unsent: Vec<Item> = refused.unsent.collect();
+                    assert_eq!(
+                        refused.sent as u64 + 1 + unsent.len() as u64,
+                        size,
+                        "sent, refused and unsent are the batch"
+                    );
+                    self.answered(Err(refused.error));
+                    if closed {
+                        for mut item in unsent {
+                            self.sends.closed.fetch_add(1, Ordering::SeqCst);
+                            item.mark(Fate::HandedBack);
+                        }
+                        // What was never produced is not counted.
+                        return;
+                    }
+                    pending.extend(unsent);
+                    std::thread::yield_now();
+                }
+            }
+        }
+    }
+
     async fn run_async(self, method: Method) {
         for i in 0..PER_PRODUCER {
             let item = self.ledger.produce(self.base + i);
@@ -377,7 +432,10 @@ fn accounting(
         _ => {}
     }
     let may_be_full = case.policy == ChannelPolicy::Reject
-        || (case.policy == ChannelPolicy::Backpressure && methods(case).contains(&Method::TrySend));
+        || (case.policy == ChannelPolicy::Backpressure
+            && methods(case)
+                .iter()
+                .any(|m| matches!(m, Method::TrySend | Method::TrySendAll)));
     if full > 0 && !may_be_full {
         failures.push(format!(
             "{full} sends answered Full under {:?} with {:?}",

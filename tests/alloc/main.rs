@@ -12,6 +12,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 mod buffer;
+mod channel;
 mod multi_source;
 mod rate;
 mod sync_pipeline;

@@ -16,6 +16,7 @@
 //!   push, any request not yet seen is ordered after the push by the state lock, and
 //!   the pass that request triggers finds the item.
 
+use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 use std::task::Waker;
@@ -283,8 +284,22 @@ impl<T: Send + 'static> Chan<T> {
 
     /// Offer `item` under the lock, applying the policy. With `will_wait` (a waiting
     /// sender under `Backpressure`) a full queue answers `Full` without counting a
-    /// rejection. Publishes this call's stats to the gauge (one batch = one call).
+    /// rejection. Publishes this call's stats to the gauge.
     pub(super) fn offer(
+        &self,
+        st: &mut ChannelState<T>,
+        offered: (T, Assessed),
+        now: Instant,
+        will_wait: bool,
+    ) -> Offered<T> {
+        let outcome = self.offer_unflushed(st, offered, now, will_wait);
+        st.queue.flush(now);
+        outcome
+    }
+
+    /// [`offer`](Self::offer) without publishing the stats: a batch offer calls
+    /// `flush` once after its last item.
+    pub(super) fn offer_unflushed(
         &self,
         st: &mut ChannelState<T>,
         (item, assessed): (T, Assessed),
@@ -311,7 +326,6 @@ impl<T: Send + 'static> Chan<T> {
                 Refusal::Shed => self.gauge.shed(1),
                 Refusal::Late => self.gauge.late(1),
             }
-            st.queue.flush(now);
             return Offered {
                 outcome: Offer::Refused(refusal, item),
                 swept,
@@ -360,7 +374,6 @@ impl<T: Send + 'static> Chan<T> {
             self.gauge.dropped(*reason, 1);
         }
         self.climb(st);
-        st.queue.flush(now);
         Offered {
             outcome,
             swept,
@@ -518,7 +531,7 @@ impl<T: Send + 'static> Chan<T> {
             if let Some(wake) = wake {
                 wake.run();
             }
-            self.report_expired(&mut c.expired);
+            self.report_drops(&mut c.expired);
             if c.expired.capacity() > self.batch_size {
                 // An expiry storm took many items out at once: give the memory back.
                 c.expired.shrink_to(self.batch_size);
@@ -536,9 +549,9 @@ impl<T: Send + 'static> Chan<T> {
         }
     }
 
-    /// Hand the items that waited too long (max age, CoDel) to the drop hook, each
-    /// with its reason, counted per reason.
-    fn report_expired(&self, expired: &mut Vec<(DropReason, T)>) {
+    /// Hand dropped items (expired, or dropped by the policy in a batch offer) to the
+    /// drop hook, each with its reason, counted per reason.
+    fn report_drops(&self, expired: &mut Vec<(DropReason, T)>) {
         if expired.is_empty() {
             return;
         }
@@ -620,7 +633,7 @@ impl<T: Send + 'static> Link<T> {
         if let Some(wake) = wake {
             wake.run();
         }
-        self.stage().report_expired(&mut swept);
+        self.stage().report_drops(&mut swept);
         match outcome {
             Offer::Accepted => {
                 self.kick();
@@ -635,6 +648,61 @@ impl<T: Send + 'static> Link<T> {
             Offer::Refused(Refusal::Shed, item) => Err(super::TrySendError::Shed(item)),
             Offer::Refused(Refusal::Late, item) => Err(super::TrySendError::Late(item)),
             Offer::Closed(item) => Err(super::TrySendError::Closed(item)),
+        }
+    }
+
+    /// Offer the items of `chunk` in order under one lock (one clock read, one stats
+    /// flush), then settle once: wake waiters, report what expired and what the policy
+    /// dropped, run the drain if there is demand. Stops at the first item the channel
+    /// does not take and returns its error; the items after it stay in `chunk`, in
+    /// order, never offered.
+    pub(super) fn offer_all(
+        &self,
+        chunk: &mut VecDeque<(T, Assessed)>,
+    ) -> Result<(), super::TrySendError<T>> {
+        let chan = self.stage();
+        let now = chan.gauge.now();
+        let mut dropped = Vec::new();
+        let mut wakes = Vec::new();
+        let mut refused = None;
+        let mut accepted = false;
+        {
+            let mut st = lock(&chan.state);
+            while let Some(entry) = chunk.pop_front() {
+                let Offered {
+                    outcome,
+                    mut swept,
+                    wake,
+                } = chan.offer_unflushed(&mut st, entry, now, false);
+                dropped.append(&mut swept);
+                wakes.extend(wake);
+                match outcome {
+                    Offer::Accepted => accepted = true,
+                    Offer::Dropped(reason, item) => {
+                        accepted = true;
+                        dropped.push((reason, item));
+                    }
+                    other => {
+                        refused = Some(other);
+                        break;
+                    }
+                }
+            }
+            st.queue.flush(now);
+        }
+        wakes.into_iter().for_each(Wake::run);
+        // Counted in the gauge by the offers; the hook counts them here.
+        chan.report_drops(&mut dropped);
+        if accepted {
+            self.kick();
+        }
+        match refused {
+            None => Ok(()),
+            Some(Offer::Full(item)) => Err(super::TrySendError::Full(item)),
+            Some(Offer::Refused(Refusal::Shed, item)) => Err(super::TrySendError::Shed(item)),
+            Some(Offer::Refused(Refusal::Late, item)) => Err(super::TrySendError::Late(item)),
+            Some(Offer::Closed(item)) => Err(super::TrySendError::Closed(item)),
+            Some(Offer::Accepted | Offer::Dropped(..)) => unreachable!("taken above"),
         }
     }
 }
@@ -660,7 +728,7 @@ impl<T: Send + 'static> Sweep for Link<T> {
             (chan.after_removal(&mut st), end_due)
         };
         wake.run();
-        chan.report_expired(&mut swept);
+        chan.report_drops(&mut swept);
         if end_due {
             self.signal();
         }

@@ -11,7 +11,8 @@
 //! budget, optional max age and adaptive LIFO) sits between the senders and the
 //! subscriber, under one short lock.
 //!
-//! * **Offer** (`try_send`, `send`, `send_blocking`): under the lock, the item is
+//! * **Offer** (`try_send`, `send`, `send_blocking`; `try_send_all` offers up to 256
+//!   items per locked step, taken from its iterator before the lock): under the lock, the item is
 //!   stamped and appended if there is room. If the queue is full the [`ChannelPolicy`]
 //!   decides: `Backpressure` hands the item back (`try_send`) or waits for room
 //!   (`send`, `send_blocking`); `Reject` hands it back and counts a rejection;
@@ -240,6 +241,87 @@ impl<T> fmt::Display for TrySendError<T> {
 }
 
 impl<T> std::error::Error for TrySendError<T> {}
+
+/// What [`Sender::try_send_all`] hands back when the channel does not take an item:
+/// how many went in before it, why it was refused (with the item), and the items
+/// after it, never offered. Nothing is lost: `sent`, the refused item and `unsent`
+/// are together exactly the items given.
+///
+/// ```
+/// use weir::source::channel::{ChannelPolicy, TrySendError};
+///
+/// let (tx, _rx) = weir::channel::<u32>(3, ChannelPolicy::Backpressure);
+/// let refused = tx.try_send_all(1..=5).unwrap_err();
+/// assert_eq!(refused.sent, 3);
+/// assert_eq!(refused.error, TrySendError::Full(4));
+/// assert_eq!(refused.unsent.collect::<Vec<_>>(), vec![5]);
+/// ```
+pub struct SendAllError<T, I> {
+    /// Items the channel took (accepted, or dropped by its policy) before the refusal.
+    pub sent: usize,
+    /// Why the channel refused the next item, with that item.
+    pub error: TrySendError<T>,
+    /// The items after the refused one, in order, never offered.
+    pub unsent: Unsent<T, I>,
+}
+
+impl<T, I> fmt::Debug for SendAllError<T, I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SendAllError")
+            .field("sent", &self.sent)
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T, I> fmt::Display for SendAllError<T, I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (after {} sent)", self.error, self.sent)
+    }
+}
+
+impl<T, I> std::error::Error for SendAllError<T, I> {}
+
+/// The items a [`Sender::try_send_all`] did not offer, in order: those it had taken
+/// from the iterator for its last locked step, then the rest of the iterator.
+pub struct Unsent<T, I> {
+    taken: std::collections::vec_deque::IntoIter<T>,
+    rest: I,
+}
+
+impl<T, I> Unsent<T, I> {
+    pub(crate) fn new(taken: std::collections::VecDeque<T>, rest: I) -> Self {
+        Unsent {
+            taken: taken.into_iter(),
+            rest,
+        }
+    }
+}
+
+impl<T, I: Iterator<Item = T>> Iterator for Unsent<T, I> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        self.taken.next().or_else(|| self.rest.next())
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let (low, high) = self.rest.size_hint();
+        let taken = self.taken.len();
+        (
+            low.saturating_add(taken),
+            high.and_then(|h| h.checked_add(taken)),
+        )
+    }
+}
+
+impl<T, I> fmt::Debug for Unsent<T, I> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Unsent")
+            .field("taken", &self.taken.len())
+            .finish_non_exhaustive()
+    }
+}
 
 /// The channel closed while waiting for it to resume ([`Sender::resumed`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
