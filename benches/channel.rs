@@ -45,21 +45,27 @@ fn ladder() -> Admission<u64> {
         .deadlines_by(Duration::from_millis(1), |_: &u64| None)
 }
 
+/// A producer thread running `produce` into the channel `(tx, rx)`, summed here.
 fn sum_through(
     (tx, rx): (Sender<u64>, weir::source::Channel<u64>),
-    offer: fn(&Sender<u64>, u64),
+    produce: impl FnOnce(Sender<u64>) + Send + 'static,
 ) -> u64 {
-    let producer = std::thread::spawn(move || {
-        for i in 0..black_box(N) {
-            offer(&tx, i);
-        }
-    });
+    let producer = std::thread::spawn(move || produce(tx));
     let sum = rx
         .fold(0u64, |sum, x| sum.wrapping_add(x))
         .wait()
         .expect("no errors");
     producer.join().expect("the producer ran");
     sum
+}
+
+/// Every item of `0..N`, one `offer` each.
+fn each(offer: fn(&Sender<u64>, u64)) -> impl FnOnce(Sender<u64>) + Send + 'static {
+    move |tx| {
+        for i in 0..black_box(N) {
+            offer(&tx, i);
+        }
+    }
 }
 
 fn blocking(tx: &Sender<u64>, item: u64) {
@@ -118,50 +124,41 @@ fn vecs(tx: Sender<u64>) {
     }
 }
 
-/// A producer thread running `produce` into a fresh `channel(4096)`, summed here.
-fn weir_try(produce: fn(Sender<u64>)) -> u64 {
-    let (tx, rx) = ChannelBuilder::new(TRY_CAPACITY, ChannelPolicy::Backpressure).build();
-    let producer = std::thread::spawn(move || produce(tx));
-    let sum = rx
-        .fold(0u64, |sum, x| sum.wrapping_add(x))
-        .wait()
-        .expect("no errors");
+/// A fresh `channel(4096, Backpressure)`.
+fn try_channel() -> (Sender<u64>, weir::source::Channel<u64>) {
+    ChannelBuilder::new(TRY_CAPACITY, ChannelPolicy::Backpressure).build()
+}
+
+/// A producer thread offering `0..N` with `offer` into `crossbeam_channel::bounded(capacity)`,
+/// summed here.
+fn crossbeam(capacity: usize, offer: fn(&crossbeam_channel::Sender<u64>, u64)) -> u64 {
+    let (tx, rx) = crossbeam_channel::bounded::<u64>(capacity);
+    let producer = std::thread::spawn(move || {
+        for i in 0..black_box(N) {
+            offer(&tx, i);
+        }
+    });
+    let sum = rx.iter().fold(0u64, |sum, x| sum.wrapping_add(x));
     producer.join().expect("the producer ran");
     sum
 }
 
-fn crossbeam_try() -> u64 {
-    let (tx, rx) = crossbeam_channel::bounded::<u64>(TRY_CAPACITY);
-    let producer = std::thread::spawn(move || {
-        for i in 0..black_box(N) {
-            let mut item = i;
-            loop {
-                match tx.try_send(item) {
-                    Ok(()) => break,
-                    Err(crossbeam_channel::TrySendError::Full(back)) => {
-                        item = back;
-                        std::thread::yield_now();
-                    }
-                    Err(_) => panic!("closed"),
-                }
+fn crossbeam_send(tx: &crossbeam_channel::Sender<u64>, item: u64) {
+    tx.send(item).expect("open");
+}
+
+/// `try_send`, spinning on `Full` with a yield.
+fn crossbeam_spin(tx: &crossbeam_channel::Sender<u64>, mut item: u64) {
+    loop {
+        match tx.try_send(item) {
+            Ok(()) => return,
+            Err(crossbeam_channel::TrySendError::Full(back)) => {
+                item = back;
+                std::thread::yield_now();
             }
+            Err(_) => panic!("closed"),
         }
-    });
-    let sum = rx.iter().fold(0u64, |sum, x| sum.wrapping_add(x));
-    producer.join().expect("the producer ran");
-    sum
-}
-
-fn crossbeam() -> u64 {
-    let (tx, rx) = crossbeam_channel::bounded::<u64>(CAPACITY);
-    let producer = std::thread::spawn(move || {
-        for i in 0..black_box(N) {
-            tx.send(i).expect("open");
-        }
-    });
-    let sum = rx.iter().fold(0u64, |sum, x| sum.wrapping_add(x));
-    producer.join().expect("the producer ran");
-    sum
+    }
 }
 
 fn bench(c: &mut Criterion) {
@@ -172,25 +169,25 @@ fn bench(c: &mut Criterion) {
     group.bench_function("weir_plain", |b| {
         b.iter(|| {
             let pair = ChannelBuilder::new(CAPACITY, ChannelPolicy::Backpressure).build();
-            assert_eq!(sum_through(pair, blocking), expected);
+            assert_eq!(sum_through(pair, each(blocking)), expected);
         })
     });
     group.bench_function("weir_ladder", |b| {
         b.iter(|| {
             let pair =
                 ChannelBuilder::new(CAPACITY, ChannelPolicy::Backpressure).build_with(ladder());
-            assert_eq!(sum_through(pair, blocking), expected);
+            assert_eq!(sum_through(pair, each(blocking)), expected);
         })
     });
     group.bench_function("weir_ladder_try", |b| {
         b.iter(|| {
             let pair =
                 ChannelBuilder::new(CAPACITY, ChannelPolicy::Backpressure).build_with(ladder());
-            assert_eq!(sum_through(pair, spinning), expected);
+            assert_eq!(sum_through(pair, each(spinning)), expected);
         })
     });
     group.bench_function("crossbeam", |b| {
-        b.iter(|| assert_eq!(crossbeam(), expected))
+        b.iter(|| assert_eq!(crossbeam(CAPACITY, crossbeam_send), expected))
     });
     group.finish();
 
@@ -198,24 +195,19 @@ fn bench(c: &mut Criterion) {
     group.throughput(Throughput::Elements(N));
     group.sample_size(10);
     group.bench_function("crossbeam_try_send", |b| {
-        b.iter(|| assert_eq!(crossbeam_try(), expected))
+        b.iter(|| assert_eq!(crossbeam(TRY_CAPACITY, crossbeam_spin), expected))
     });
     group.bench_function("weir_try_send", |b| {
-        b.iter(|| {
-            assert_eq!(
-                weir_try(|tx| (0..N).for_each(|i| spinning(&tx, i))),
-                expected
-            )
-        })
+        b.iter(|| assert_eq!(sum_through(try_channel(), each(spinning)), expected))
     });
     group.bench_function("weir_try_send_all_64", |b| {
-        b.iter(|| assert_eq!(weir_try(ranges::<64>), expected))
+        b.iter(|| assert_eq!(sum_through(try_channel(), ranges::<64>), expected))
     });
     group.bench_function("weir_try_send_all_1024", |b| {
-        b.iter(|| assert_eq!(weir_try(ranges::<1024>), expected))
+        b.iter(|| assert_eq!(sum_through(try_channel(), ranges::<1024>), expected))
     });
     group.bench_function("weir_try_send_all_vec_64", |b| {
-        b.iter(|| assert_eq!(weir_try(vecs), expected))
+        b.iter(|| assert_eq!(sum_through(try_channel(), vecs), expected))
     });
     group.finish();
 }

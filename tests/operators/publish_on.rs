@@ -174,16 +174,26 @@ fn errors_wait_behind_the_queued_items_unless_errors_first() {
     }
 }
 
+/// `1..=n` then an error, through `publish_on(scheduler, 16).errors_first()`, into a
+/// probe that has requested nothing; the error, to compare with what arrives.
+fn failing_errors_first<C: weir::runtime::Scheduler + Clone>(
+    n: u64,
+    scheduler: C,
+) -> (Error, weir::tck::TestProbe<u64>) {
+    let boom = Error::msg("source failed");
+    let probe = probe_of(
+        fails_after(n, boom.clone())
+            .publish_on(scheduler, 16)
+            .errors_first(),
+    );
+    (boom, probe)
+}
+
 /// `errors_first` across threads: a subscriber that never requests still hears of
 /// the failure.
 #[test]
 fn errors_first_reaches_a_subscriber_that_never_requests() {
-    let boom = Error::msg("source failed");
-    let probe = probe_of(
-        fails_after(10, boom.clone())
-            .publish_on(pool(), 16)
-            .errors_first(),
-    );
+    let (boom, probe) = failing_errors_first(10, pool());
     let error = probe.await_error(PATIENCE).unwrap();
     assert!(Error::ptr_eq(&error, &boom));
     assert_eq!(probe.received_count(), 0);
@@ -208,12 +218,7 @@ fn errors_first_leaves_completion_behind_the_queued_items() {
 /// most one window (`prefetch`).
 #[test]
 fn errors_first_drops_at_most_the_queued_window() {
-    let boom = Error::msg("late");
-    let probe = probe_of(
-        fails_after(100, boom.clone())
-            .publish_on(Immediate, 16)
-            .errors_first(),
-    );
+    let (boom, probe) = failing_errors_first(100, Immediate);
     probe.request(UNBOUNDED);
     let items = probe.items();
     assert!(items.len() >= 100 - 16, "{} items", items.len());
@@ -300,19 +305,23 @@ fn request_zero_fails_with_rule_3_9() {
     assert_eq!(stats.cancels(), 1);
 }
 
+/// An upstream that ignores demand: ten items at once, whatever was requested, then
+/// completion.
+struct Flood;
+
+impl Publisher for Flood {
+    type Item = u64;
+    fn subscribe<S: Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
+        subscriber.on_subscribe(Subscription::noop());
+        let _ = subscriber.on_next_batch(0..10);
+        subscriber.on_complete();
+    }
+}
+
 /// An upstream that ignores demand fills the ring: the boundary fails with an error
 /// naming rule 1.1, after the items that fitted, and reports the rest as dropped.
 #[test]
 fn a_full_ring_is_a_rule_1_1_error() {
-    struct Flood;
-    impl Publisher for Flood {
-        type Item = u64;
-        fn subscribe<S: Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
-            subscriber.on_subscribe(Subscription::noop());
-            let _ = subscriber.on_next_batch(0..10);
-            subscriber.on_complete();
-        }
-    }
     let drops = Drops::new();
     let probe = probe_of(
         Flood
@@ -329,14 +338,6 @@ fn a_full_ring_is_a_rule_1_1_error() {
 /// that fitted.
 #[test]
 fn errors_first_a_full_ring_fails_at_once() {
-    struct Flood;
-    impl Publisher for Flood {
-        type Item = u64;
-        fn subscribe<S: Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
-            subscriber.on_subscribe(Subscription::noop());
-            let _ = subscriber.on_next_batch(0..10);
-        }
-    }
     let probe = probe_of(Flood.publish_on(Immediate, 4).errors_first());
     probe.assert_error_rule("1.1");
     probe.request(100);
