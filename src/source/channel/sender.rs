@@ -121,7 +121,8 @@ impl<T: Send + 'static> Sender<T> {
     /// [`SendAllError`] holds how many went in, the error with that item, and the
     /// items after it, never offered. Nothing is lost and nothing is offered twice.
     ///
-    /// Allocates once per call (the step's buffer), never per item.
+    /// Nothing is allocated per item: one step buffer per call, and in a step where
+    /// the policy drops items (or items expire), one list to hand them to the hook.
     ///
     /// ```
     /// use weir::prelude::*;
