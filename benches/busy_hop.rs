@@ -20,9 +20,6 @@
 //! weir's rate ÷ crossbeam's rate within the round (above 1: weir faster), with the
 //! range.
 
-use std::hint::black_box;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput};
@@ -35,40 +32,10 @@ const PREFETCHES: [u64; 2] = [16, 256];
 const SPINNERS: [usize; 3] = [0, 2, 8];
 const ROUNDS: usize = 7;
 
-/// `n` threads burning CPU until dropped.
-struct Spinners {
-    stop: Arc<AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
+#[path = "../tests/adversarial/harness/spinners.rs"]
+mod spinners;
 
-impl Spinners {
-    fn start(n: usize) -> Self {
-        let stop = Arc::new(AtomicBool::new(false));
-        let threads = (0..n)
-            .map(|_| {
-                let stop = stop.clone();
-                std::thread::spawn(move || {
-                    let mut x = 0u64;
-                    // Relaxed: a stop flag read in a loop; nothing else is published.
-                    while !stop.load(Ordering::Relaxed) {
-                        x = black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
-                    }
-                })
-            })
-            .collect();
-        Spinners { stop, threads }
-    }
-}
-
-impl Drop for Spinners {
-    fn drop(&mut self) {
-        // Relaxed: see `start`.
-        self.stop.store(true, Ordering::Relaxed);
-        for thread in self.threads.drain(..) {
-            thread.join().expect("a spinner panicked");
-        }
-    }
-}
+use spinners::Spinners;
 
 fn weir(pool_a: &ThreadPool, pool_b: &ThreadPool, prefetch: u64) -> u64 {
     weir::range(0..ITEMS)

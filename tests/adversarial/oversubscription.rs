@@ -25,6 +25,7 @@ use weir::BoxPublisher;
 
 use crate::harness::item::{Fate, Item, Ledger};
 use crate::harness::rng::{seed, Rng};
+use crate::harness::spinners::Spinners;
 use crate::harness::watch::{assert_no_failures, wait_until, PATIENCE};
 
 /// Pipelines run at once.
@@ -237,39 +238,6 @@ fn run(
         Ok(())
     } else {
         Err(format!("completed after {seen} of {ITEMS} items"))
-    }
-}
-
-/// Busy threads that keep both cores occupied (a loaded machine) until dropped.
-struct Spinners {
-    stop: Arc<std::sync::atomic::AtomicBool>,
-    threads: Vec<std::thread::JoinHandle<()>>,
-}
-
-impl Spinners {
-    fn start(n: usize) -> Self {
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let threads = (0..n)
-            .map(|_| {
-                let stop = stop.clone();
-                std::thread::spawn(move || {
-                    let mut x = 0u64;
-                    while !stop.load(Ordering::Relaxed) {
-                        x = std::hint::black_box(x.wrapping_add(1));
-                    }
-                })
-            })
-            .collect();
-        Spinners { stop, threads }
-    }
-}
-
-impl Drop for Spinners {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
     }
 }
 

@@ -121,6 +121,21 @@ pub(super) enum Offer<T> {
     Closed(T),
 }
 
+impl<T> Offer<T> {
+    /// The sender's side of the outcome: taken (with the item the policy dropped to
+    /// make room, if any, to report), or refused with the item handed back.
+    fn into_answer(self) -> Result<Option<(DropReason, T)>, super::TrySendError<T>> {
+        match self {
+            Offer::Accepted => Ok(None),
+            Offer::Dropped(reason, item) => Ok(Some((reason, item))),
+            Offer::Full(item) => Err(super::TrySendError::Full(item)),
+            Offer::Refused(Refusal::Shed, item) => Err(super::TrySendError::Shed(item)),
+            Offer::Refused(Refusal::Late, item) => Err(super::TrySendError::Late(item)),
+            Offer::Closed(item) => Err(super::TrySendError::Closed(item)),
+        }
+    }
+}
+
 /// An offer's outcome, and what it did first: items past the maximum age taken out
 /// (the queue may be unread), with the wake-ups their room brings. Settled after the
 /// lock is let go ([`Link::settle`]).
@@ -634,38 +649,28 @@ impl<T: Send + 'static> Link<T> {
             wake.run();
         }
         self.stage().report_drops(&mut swept);
-        match outcome {
-            Offer::Accepted => {
-                self.kick();
-                Ok(())
-            }
-            Offer::Dropped(reason, item) => {
-                self.stage().report_drop(reason, item);
-                self.kick();
-                Ok(())
-            }
-            Offer::Full(item) => Err(super::TrySendError::Full(item)),
-            Offer::Refused(Refusal::Shed, item) => Err(super::TrySendError::Shed(item)),
-            Offer::Refused(Refusal::Late, item) => Err(super::TrySendError::Late(item)),
-            Offer::Closed(item) => Err(super::TrySendError::Closed(item)),
+        if let Some((reason, item)) = outcome.into_answer()? {
+            self.stage().report_drop(reason, item);
         }
+        self.kick();
+        Ok(())
     }
 
     /// Offer the items of `chunk` in order under one lock (one clock read, one stats
     /// flush), then settle once: wake waiters, report what expired and what the policy
     /// dropped, run the drain if there is demand. Stops at the first item the channel
-    /// does not take and returns its error; the items after it stay in `chunk`, in
-    /// order, never offered.
+    /// does not take. Returns how many it took and, if it stopped, the refusal; the
+    /// items after the refused one stay in `chunk`, in order, never offered.
     pub(super) fn offer_all(
         &self,
         chunk: &mut VecDeque<(T, Assessed)>,
-    ) -> Result<(), super::TrySendError<T>> {
+    ) -> (usize, Option<super::TrySendError<T>>) {
         let chan = self.stage();
         let now = chan.gauge.now();
         let mut dropped = Vec::new();
         let mut wakes = Vec::new();
         let mut refused = None;
-        let mut accepted = false;
+        let mut taken = 0;
         {
             let mut st = lock(&chan.state);
             while let Some(entry) = chunk.pop_front() {
@@ -676,14 +681,13 @@ impl<T: Send + 'static> Link<T> {
                 } = chan.offer_unflushed(&mut st, entry, now, false);
                 dropped.append(&mut swept);
                 wakes.extend(wake);
-                match outcome {
-                    Offer::Accepted => accepted = true,
-                    Offer::Dropped(reason, item) => {
-                        accepted = true;
-                        dropped.push((reason, item));
+                match outcome.into_answer() {
+                    Ok(drop) => {
+                        taken += 1;
+                        dropped.extend(drop);
                     }
-                    other => {
-                        refused = Some(other);
+                    Err(error) => {
+                        refused = Some(error);
                         break;
                     }
                 }
@@ -693,17 +697,10 @@ impl<T: Send + 'static> Link<T> {
         wakes.into_iter().for_each(Wake::run);
         // Counted in the gauge by the offers; the hook counts them here.
         chan.report_drops(&mut dropped);
-        if accepted {
+        if taken > 0 {
             self.kick();
         }
-        match refused {
-            None => Ok(()),
-            Some(Offer::Full(item)) => Err(super::TrySendError::Full(item)),
-            Some(Offer::Refused(Refusal::Shed, item)) => Err(super::TrySendError::Shed(item)),
-            Some(Offer::Refused(Refusal::Late, item)) => Err(super::TrySendError::Late(item)),
-            Some(Offer::Closed(item)) => Err(super::TrySendError::Closed(item)),
-            Some(Offer::Accepted | Offer::Dropped(..)) => unreachable!("taken above"),
-        }
+        (taken, refused)
     }
 }
 

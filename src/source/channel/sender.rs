@@ -150,20 +150,17 @@ impl<T: Send + 'static> Sender<T> {
                 let assessed = chan.admission.assess(&item);
                 (item, assessed)
             }));
-            let step = chunk.len();
-            if step == 0 {
+            if chunk.is_empty() {
                 return Ok(sent);
             }
-            let outcome = self.shared.offer_all(&mut chunk);
-            sent += step - chunk.len();
-            if let Err(error) = outcome {
-                // The refused item was taken out of the step too.
-                sent -= 1;
-                let taken = chunk.into_iter().map(|(item, _)| item).collect();
+            let (taken, refused) = self.shared.offer_all(&mut chunk);
+            sent += taken;
+            if let Some(error) = refused {
+                let left = chunk.into_iter().map(|(item, _)| item).collect();
                 return Err(SendAllError {
                     sent,
                     error,
-                    unsent: Unsent::new(taken, items),
+                    unsent: Unsent::new(left, items),
                 });
             }
         }

@@ -5,5 +5,6 @@ pub mod item;
 pub mod recorder;
 pub mod rng;
 pub mod run;
+pub mod spinners;
 pub mod tap;
 pub mod watch;
