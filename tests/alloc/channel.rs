@@ -10,7 +10,7 @@ use crate::assert_flat;
 fn try_send_all_allocates_nothing_per_item() {
     assert_flat(
         "channel try_send_all",
-        48,
+        16,
         |n| {
             let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
             let sum = rx.fold(0u64, |sum, x| sum.wrapping_add(x));
