@@ -22,7 +22,6 @@
 //! Sources deliver on any thread into their own lane and only ask the core for a
 //! pass; every downstream signal comes from the pass.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::stage::lanes::{LaneSet, LaneStatus};
@@ -93,8 +92,10 @@ pub(crate) struct Cursor<T> {
     /// The lane the next pass starts at.
     next: usize,
     /// Items taken out of a lane under one lock, on their way downstream as one batch.
-    /// Capacity `prefetch`, allocated once; empty between deliveries.
-    scratch: VecDeque<T>,
+    /// Room for a lane's window (`prefetch`), allocated once; it trades buffers with
+    /// the lanes it empties (see `Lane::pop_into`), so no buffer is ever copied or
+    /// grown. Empty between deliveries.
+    scratch: Vec<T>,
 }
 
 /// The merging stage's core, serving `S`.
@@ -118,7 +119,7 @@ pub(crate) fn start<T, S>(
     let core = Core::new(Merging { set: set.clone() });
     let cursor = Cursor {
         next: 0,
-        scratch: VecDeque::with_capacity(prefetch),
+        scratch: Vec::with_capacity(prefetch),
     };
     core.attach_then(cursor, subscriber, |core| connect(&set, core));
 }

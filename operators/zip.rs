@@ -14,7 +14,6 @@
 //! closure, is signalled at once; when the stage ends, both sides are cancelled and
 //! their lanes released.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::guard::{BatchOutcome, Guarded};
@@ -64,10 +63,7 @@ where
         });
         let pairing = Pairing {
             f: self.f,
-            scratch: (
-                VecDeque::with_capacity(prefetch),
-                VecDeque::with_capacity(prefetch),
-            ),
+            scratch: (Vec::with_capacity(prefetch), Vec::with_capacity(prefetch)),
         };
         let (a, b) = (self.first, self.second);
         core.attach_then(pairing, subscriber, move |core| {
@@ -99,9 +95,11 @@ struct Pairing<A, B, F> {
     /// The user's combining closure.
     f: F,
     /// Items taken out of each lane under one lock, paired from here as one batch.
-    /// Capacity `ZIP_PREFETCH` each, allocated once; they hold items the lanes already
-    /// counted in their windows (moved, not added) and are empty between deliveries.
-    scratch: (VecDeque<A>, VecDeque<B>),
+    /// Room for `ZIP_PREFETCH` each, allocated once; a lane emptied whole trades
+    /// buffers with its scratch (see `Lane::pop_into`) instead of copying. They hold
+    /// items the lanes already counted in their windows (moved, not added) and are
+    /// empty between deliveries.
+    scratch: (Vec<A>, Vec<B>),
 }
 
 impl<A, B, F, U> Zipping<A, B, F, U>

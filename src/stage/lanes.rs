@@ -95,9 +95,10 @@ impl<T> Lane<T> {
         lock(&self.state).end.get_or_insert(end);
     }
 
-    /// Move up to `max` of the oldest queued items to `out` under one lock (drain
-    /// owner only); returns how many moved.
-    pub(crate) fn pop_into(&self, out: &mut std::collections::VecDeque<T>, max: usize) -> usize {
+    /// Move up to `max` of the oldest queued items to the empty `out` under one lock
+    /// (drain owner only; see [`Window::pop_into`]: `out` has room for a whole window,
+    /// so taking everything trades buffers instead of copying); returns how many moved.
+    pub(crate) fn pop_into(&self, out: &mut Vec<T>, max: usize) -> usize {
         lock(&self.state).window.pop_into(out, max)
     }
 

@@ -124,11 +124,24 @@ impl<T> Window<T> {
         Some(item)
     }
 
-    /// Move up to `max` of the oldest queued items to `out`, releasing them; returns
-    /// how many moved.
-    pub(crate) fn pop_into(&mut self, out: &mut VecDeque<T>, max: usize) -> usize {
+    /// Move up to `max` of the oldest queued items to the empty `out`, releasing
+    /// them; returns how many moved.
+    ///
+    /// Taking everything queued (the usual case of a drain that keeps up) costs no
+    /// copy: the queue and `out` trade buffers, so `out` needs room for the whole
+    /// window (the caller allocates it once with the window's size, and the buffers
+    /// only ever change places). A part is moved item by item.
+    pub(crate) fn pop_into(&mut self, out: &mut Vec<T>, max: usize) -> usize {
+        debug_assert!(out.is_empty(), "pop_into: the spare buffer must be empty");
         let n = max.min(self.items.len());
-        out.extend(self.items.drain(..n));
+        if n == self.items.len() && out.capacity() >= self.size {
+            // O(1) both ways (`Vec::from` moves the items to the buffer's front when
+            // the ring wrapped, in place); neither conversion allocates.
+            let spare = VecDeque::from(std::mem::take(out));
+            *out = Vec::from(std::mem::replace(&mut self.items, spare));
+        } else {
+            out.extend(self.items.drain(..n));
+        }
         self.held -= n;
         n
     }
@@ -181,11 +194,37 @@ mod tests {
         window.release(1);
         assert_eq!(window.push(10..11), Ok(1));
         assert_eq!(window.pop_released(), Some(1));
-        let mut out = VecDeque::new();
+        let mut out = Vec::new();
         assert_eq!(window.pop_into(&mut out, 5), 2);
         assert_eq!(out, [2, 10]);
         assert!(window.is_empty());
         assert_eq!(window.push(0..3), Ok(3));
+    }
+
+    #[test]
+    fn pop_into_trades_buffers_when_taking_everything_and_keeps_the_order() {
+        let mut window = Window::new(4);
+        assert_eq!(window.push(0..4), Ok(4));
+        assert_eq!(window.pop_released(), Some(0));
+        assert_eq!(window.pop_released(), Some(1));
+        // The ring wraps: 4 and 5 go to the front of the buffer.
+        assert_eq!(window.push(4..6), Ok(2));
+        let mut out = Vec::with_capacity(4);
+        let spare = out.as_ptr();
+        assert_eq!(window.pop_into(&mut out, usize::MAX), 4);
+        assert_eq!(out, [2, 3, 4, 5]);
+        assert_ne!(out.as_ptr(), spare, "the window's buffer came out whole");
+        assert!(out.capacity() >= 4);
+        assert!(window.is_empty());
+        // The spare went in: the window takes a whole window again.
+        assert_eq!(window.push(6..11), Err(10));
+        out.clear();
+        // A part is moved, the rest stays queued in order.
+        assert_eq!(window.pop_into(&mut out, 3), 3);
+        assert_eq!(out, [6, 7, 8]);
+        out.clear();
+        assert_eq!(window.pop_into(&mut out, 3), 1);
+        assert_eq!(out, [9]);
     }
 
     #[test]
