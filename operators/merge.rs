@@ -125,25 +125,25 @@ pub(crate) fn start<T, S>(
 }
 
 impl<T: Send + 'static> Merging<T> {
-    /// Deliver what the lane in slot `i` holds, up to the demand; returns how many.
+    /// Deliver what `lane` holds, up to the demand; returns how many, and where the
+    /// lane stood after the items were taken out (one lock for both).
     fn deliver<S: Subscriber<T>>(
         &self,
         cx: &Cx<'_>,
         lane: &crate::stage::lanes::Lane<T>,
         cursor: &mut Cursor<T>,
         downstream: &mut S,
-    ) -> u64 {
+    ) -> (u64, LaneStatus) {
         let budget = usize::try_from(cx.demand().get()).unwrap_or(usize::MAX);
-        // One lock for the whole batch; the scratch never grows past its capacity.
+        // The scratch never grows past its capacity.
         let room = cursor.scratch.capacity() - cursor.scratch.len();
-        let count = lane.pop_into(&mut cursor.scratch, budget.min(room)) as u64;
-        if count == 0 {
-            return 0;
+        let taken = lane.take(&mut cursor.scratch, budget.min(room));
+        if taken.count > 0 {
+            // Items a cancelling downstream leaves in the scratch are dropped with it.
+            cx.deliver(downstream, cursor.scratch.drain(..));
+            lane.replenish(taken.refill);
         }
-        // Items a cancelling downstream leaves in the scratch are dropped with it.
-        cx.deliver(downstream, cursor.scratch.drain(..));
-        lane.consumed(count);
-        count
+        (taken.count as u64, taken.status)
     }
 }
 
@@ -171,9 +171,8 @@ impl<T: Send + 'static> Stage for Merging<T> {
                 let Some(lane) = self.set.get(i) else {
                     continue;
                 };
-                let mut status = lane.status();
-                if matches!(status, LaneStatus::Items) && cx.demand().get() > 0 {
-                    let served = self.deliver(cx, &lane, cursor, downstream);
+                let status = if cx.demand().get() > 0 {
+                    let (served, status) = self.deliver(cx, &lane, cursor, downstream);
                     if served > 0 {
                         delivered += served;
                         last_served = Some(i);
@@ -181,8 +180,10 @@ impl<T: Send + 'static> Stage for Merging<T> {
                     if cx.stopped() {
                         return Pass::Idle;
                     }
-                    status = lane.status();
-                }
+                    status
+                } else {
+                    lane.status()
+                };
                 match status {
                     LaneStatus::Failed(error) => return cx.terminate(downstream, Err(error)),
                     LaneStatus::Finished => {

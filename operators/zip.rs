@@ -109,29 +109,18 @@ where
     F: FnMut(A, B) -> U + Send + 'static,
     U: Send + 'static,
 {
-    /// Emit pairs up to the demand; returns how many went out, or the closure's panic.
+    /// Emit up to `n` pairs (both lanes hold at least `n` items; only the pass takes
+    /// them); returns how many went out and where the lanes stand after the take, or
+    /// the closure's panic.
     fn deliver<S: Subscriber<U>>(
         &self,
         cx: &Cx<'_>,
         pairing: &mut Pairing<A, B, F>,
         downstream: &mut S,
-    ) -> Result<u64, Error> {
-        let budget = usize::try_from(cx.demand().get()).unwrap_or(usize::MAX);
-        // Only the pass takes items, so both lanes still hold `n` after measuring.
-        let room = pairing
-            .scratch
-            .0
-            .capacity()
-            .min(pairing.scratch.1.capacity());
-        let n = budget
-            .min(room)
-            .min(self.first.len())
-            .min(self.second.len());
-        if n == 0 {
-            return Ok(0);
-        }
-        self.first.pop_into(&mut pairing.scratch.0, n);
-        self.second.pop_into(&mut pairing.scratch.1, n);
+        n: usize,
+    ) -> Result<(u64, [LaneStatus; 2]), Error> {
+        let first = self.first.take(&mut pairing.scratch.0, n);
+        let second = self.second.take(&mut pairing.scratch.1, n);
         let pairs = pairing.scratch.0.drain(..).zip(pairing.scratch.1.drain(..));
         let mut outcome = BatchOutcome::of("zip");
         let f = &mut pairing.f;
@@ -141,11 +130,19 @@ where
         if let Some(panic) = outcome.panic {
             return Err(panic);
         }
-        // The lanes gave up `n` items each, whatever downstream took of them.
-        self.first.consumed(n as u64);
-        self.second.consumed(n as u64);
-        Ok(count)
+        // The lanes gave up their items, whatever downstream took of them.
+        self.first.replenish(first.refill);
+        self.second.replenish(second.refill);
+        Ok((count, [first.status, second.status]))
     }
+}
+
+/// The first lane's error, if either failed.
+fn failure(statuses: &[LaneStatus; 2]) -> Option<Error> {
+    statuses.iter().find_map(|status| match status {
+        LaneStatus::Failed(e) => Some(e.clone()),
+        _ => None,
+    })
 }
 
 impl<A, B, F, U> Stage for Zipping<A, B, F, U>
@@ -167,29 +164,34 @@ where
         downstream: &mut S,
     ) -> Pass {
         loop {
-            let failure = [self.first.status(), self.second.status()]
-                .into_iter()
-                .find_map(|status| match status {
-                    LaneStatus::Failed(e) => Some(e),
-                    _ => None,
-                });
-            if let Some(error) = failure {
+            let ((first_len, first), (second_len, second)) =
+                (self.first.peek(), self.second.peek());
+            let mut statuses = [first, second];
+            if let Some(error) = failure(&statuses) {
                 return cx.terminate(downstream, Err(error));
             }
+            let budget = usize::try_from(cx.demand().get()).unwrap_or(usize::MAX);
+            let room = pairing
+                .scratch
+                .0
+                .capacity()
+                .min(pairing.scratch.1.capacity());
+            let n = budget.min(room).min(first_len).min(second_len);
             let mut count = 0;
-            if cx.demand().get() > 0 {
-                match self.deliver(cx, pairing, downstream) {
-                    Ok(n) => count = n,
+            if n > 0 {
+                match self.deliver(cx, pairing, downstream, n) {
+                    Ok((delivered, after)) => (count, statuses) = (delivered, after),
                     Err(panic) => return cx.terminate(downstream, Err(panic)),
                 }
                 if cx.stopped() {
                     return Pass::Idle;
                 }
+                if let Some(error) = failure(&statuses) {
+                    return cx.terminate(downstream, Err(error));
+                }
             }
             // No pair can follow once one side completed and its lane is empty.
-            let ended = matches!(self.first.status(), LaneStatus::Finished)
-                || matches!(self.second.status(), LaneStatus::Finished);
-            if ended {
+            if statuses.iter().any(|s| matches!(s, LaneStatus::Finished)) {
                 return cx.terminate(downstream, Ok(()));
             }
             if count == 0 || cx.demand().get() == 0 {

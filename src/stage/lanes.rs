@@ -68,6 +68,28 @@ pub(crate) enum LaneStatus {
     Failed(Error),
 }
 
+/// What [`Lane::take`] did.
+pub(crate) struct Taken {
+    /// Items moved out.
+    pub(crate) count: usize,
+    /// What to request from the source once they are delivered (the 75% rule).
+    pub(crate) refill: Option<u64>,
+    /// Where the lane stands after the take.
+    pub(crate) status: LaneStatus,
+}
+
+impl<T> LaneState<T> {
+    /// Where the lane stands. An error wins over queued items.
+    fn status(&self) -> LaneStatus {
+        match (&self.end, self.window.is_empty()) {
+            (Some(Err(e)), _) => LaneStatus::Failed(e.clone()),
+            (_, false) => LaneStatus::Items,
+            (Some(Ok(())), true) => LaneStatus::Finished,
+            (None, true) => LaneStatus::Empty,
+        }
+    }
+}
+
 impl<T> Lane<T> {
     /// A lane with a window of `prefetch` items (validated by the stage).
     pub(crate) fn new(stage: &'static str, prefetch: usize, hook: Option<DropHook>) -> Arc<Self> {
@@ -95,42 +117,50 @@ impl<T> Lane<T> {
         lock(&self.state).end.get_or_insert(end);
     }
 
-    /// Move up to `max` of the oldest queued items to the empty `out` under one lock
-    /// (drain owner only; see [`Window::pop_into`]: `out` has room for a whole window,
-    /// so taking everything trades buffers instead of copying); returns how many moved.
-    pub(crate) fn pop_into(&self, out: &mut Vec<T>, max: usize) -> usize {
-        lock(&self.state).window.pop_into(out, max)
+    /// Under one lock (drain owner only): move up to `max` of the oldest queued items
+    /// to the empty `out` (see [`Window::pop_into`]: `out` has room for a whole
+    /// window, so taking everything trades buffers instead of copying), count what
+    /// the 75% rule requests for them, and say where the lane stands afterwards. A
+    /// failed lane gives nothing. Hand `refill` to [`replenish`](Self::replenish)
+    /// once the items are delivered.
+    pub(crate) fn take(&self, out: &mut Vec<T>, max: usize) -> Taken {
+        let mut state = lock(&self.state);
+        if let Some(Err(e)) = &state.end {
+            return Taken {
+                count: 0,
+                refill: None,
+                status: LaneStatus::Failed(e.clone()),
+            };
+        }
+        let count = state.window.pop_into(out, max);
+        let refill = match state.end {
+            Some(_) => None,
+            None if count > 0 => state.credit.on_consumed(count as u64),
+            None => None,
+        };
+        Taken {
+            count,
+            refill,
+            status: state.status(),
+        }
     }
 
-    /// How many items are queued.
-    pub(crate) fn len(&self) -> usize {
-        lock(&self.state).window.len()
+    /// Request what [`take`](Self::take) said to, if anything.
+    pub(crate) fn replenish(&self, refill: Option<u64>) {
+        if let Some(more) = refill {
+            self.subscription.request(more);
+        }
     }
 
     /// Where this lane stands. An error wins over queued items.
     pub(crate) fn status(&self) -> LaneStatus {
-        let state = lock(&self.state);
-        match (&state.end, state.window.is_empty()) {
-            (Some(Err(e)), _) => LaneStatus::Failed(e.clone()),
-            (_, false) => LaneStatus::Items,
-            (Some(Ok(())), true) => LaneStatus::Finished,
-            (None, true) => LaneStatus::Empty,
-        }
+        lock(&self.state).status()
     }
 
-    /// The drain consumed `n` items: replenish the source by the 75% rule.
-    pub(crate) fn consumed(&self, n: u64) {
-        let more = {
-            let mut state = lock(&self.state);
-            if state.end.is_some() {
-                None
-            } else {
-                state.credit.on_consumed(n)
-            }
-        };
-        if let Some(more) = more {
-            self.subscription.request(more);
-        }
+    /// How many items are queued and where the lane stands, under one lock.
+    pub(crate) fn peek(&self) -> (usize, LaneStatus) {
+        let state = lock(&self.state);
+        (state.window.len(), state.status())
     }
 
     /// Cancel the source and release what is queued.

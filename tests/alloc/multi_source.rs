@@ -11,6 +11,58 @@ fn sum<P: Publisher<Item = u64>>(p: P) -> u64 {
         .expect("these pipelines do not fail")
 }
 
+/// With unbounded demand a lane is emptied whole: the drain trades buffers with it.
+fn sum_unbounded<P: Publisher<Item = u64>>(p: P) -> u64 {
+    p.fold_with(weir::demand::UNBOUNDED, 0u64, |acc, x| acc.wrapping_add(x))
+        .wait()
+        .expect("these pipelines do not fail")
+}
+
+#[test]
+fn lanes_emptied_whole_trade_buffers_without_allocating() {
+    assert_flat(
+        "merge, unbounded demand",
+        24,
+        |n| {
+            sum_unbounded(weir::merge(
+                (0..4).map(move |i| weir::range(i * n / 4..(i + 1) * n / 4)),
+            ))
+        },
+        |n| (0..n / 4 * 4).sum(),
+    );
+    assert_flat(
+        "zip, unbounded demand",
+        24,
+        |n| sum_unbounded(weir::range(0..n).zip(weir::range(0..n), |a, b| a ^ b)),
+        |_| 0,
+    );
+    // Uneven sources: one lane is emptied whole, the other in part, alternately.
+    assert_flat(
+        "zip of a range and a filtered range, unbounded demand",
+        24,
+        |n| {
+            sum_unbounded(
+                weir::range(0..n).zip(weir::range(0..2 * n).filter(|x| x % 2 == 0), |a, b| {
+                    b - 2 * a
+                }),
+            )
+        },
+        |_| 0,
+    );
+    assert_flat(
+        "flat_map, unbounded demand",
+        200,
+        |n| {
+            sum_unbounded(weir::range(0..10u64).flat_map(
+                move |i| weir::range(i * (n / 10)..(i + 1) * (n / 10)),
+                3,
+                32,
+            ))
+        },
+        |n| (0..n / 10 * 10).sum(),
+    );
+}
+
 #[test]
 fn merge_concat_and_zip_allocate_nothing_per_item() {
     assert_flat(
