@@ -202,3 +202,21 @@ proptest! {
         prop_assert_eq!(run.delivered.last().copied(), Some(len - 1));
     }
 }
+
+/// A batch of 1,000 from `range` crosses the stage's chunks of 256: every superseded
+/// item is counted, and the newest comes out at completion.
+#[test]
+fn a_large_batch_counts_every_superseded_item() {
+    let vt = VirtualTime::new();
+    let drops = Drops::new();
+    let probe = crate::support::probe_of(
+        weir::range(0u64..1_000)
+            .debounce_on(ms(10), vt.clone())
+            .on_dropped(DropHook::new(drops.clone())),
+    );
+    assert_eq!(drops.count(DropReason::ReplacedByLatest), 999);
+    probe.request(5);
+    probe.assert_items(&[999]);
+    probe.assert_completed();
+    probe.assert_no_violations();
+}

@@ -259,3 +259,26 @@ fn cancel_inside_on_subscribe_requests_nothing() {
     assert_eq!(stats.request_calls(), 0);
     assert_eq!(stats.cancels(), 1);
 }
+
+/// A batch of 1,000 from `range` crosses the stage's chunks of 256 (one lock each):
+/// every replaced item reaches the drop hook, in order, and the newest is sampled.
+#[test]
+fn a_large_batch_reports_every_replaced_item_in_order() {
+    let vt = VirtualTime::new();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let log = seen.clone();
+    let hook = DropHook::new(Drops::new()).inspect(move |d| {
+        assert_eq!(d.reason(), DropReason::ReplacedByLatest);
+        log.lock().unwrap().push(d.take::<u64>().unwrap());
+    });
+    let probe = crate::support::probe_of(
+        weir::range(0u64..1_000)
+            .sample_on(ms(10), vt.clone())
+            .on_dropped(hook),
+    );
+    assert_eq!(*seen.lock().unwrap(), (0..999).collect::<Vec<_>>());
+    probe.request(1);
+    probe.assert_items(&[999]);
+    probe.assert_completed();
+    probe.assert_no_violations();
+}

@@ -186,3 +186,34 @@ fn one_timer_however_many_items() {
     vt.advance(ms(1));
     assert_eq!(probe.error().unwrap().kind(), ErrorKind::Timeout);
 }
+
+/// Batch credit (a subscriber that replenishes by returning credit from
+/// `on_next_batch`, as `fold_with` does) is a request like any other: it is forwarded
+/// upstream, so the stream runs to its end instead of timing out.
+#[test]
+fn batch_credit_is_forwarded_upstream() {
+    let vt = VirtualTime::new();
+    let (source, stats) = counted(weir::range(0u64..1_000));
+    let subscriber = TestSubscriber::new()
+        .request_on_subscribe(1)
+        .request_on_next(1);
+    let probe = subscriber.probe();
+    source.timeout_on(ms(100), vt.clone()).subscribe(subscriber);
+    probe.assert_completed();
+    assert_eq!(probe.items(), (0..1_000).collect::<Vec<_>>());
+    assert_eq!(stats.request_log().iter().sum::<u64>(), 1_001);
+    probe.assert_no_violations();
+}
+
+/// Large batches pass in chunks, never beyond the demand (rule 1.1), in order.
+#[test]
+fn large_batches_pass_within_the_demand_in_order() {
+    let vt = VirtualTime::new();
+    let probe = crate::support::probe_of(weir::range(0u64..5_000).timeout_on(ms(100), vt.clone()));
+    probe.request(700);
+    assert_eq!(probe.items(), (0..700).collect::<Vec<_>>());
+    probe.request(4_300);
+    probe.assert_completed();
+    assert_eq!(probe.items(), (0..5_000).collect::<Vec<_>>());
+    probe.assert_no_violations();
+}

@@ -23,6 +23,18 @@
 // outstanding timer (so the scheduler holds nothing of a stage that is gone) and
 // cancels upstream.
 //
+// # Batches
+//
+// Items come and go in chunks of up to [`CHUNK`], one lock each: a batch from
+// upstream (`on_next_batch`) is fed to the machine's `on_item` a chunk at a time, and
+// the pass collects up to a chunk of `poll` answers (never more than the demand)
+// before it hands them downstream as one batch. The callbacks of a chunk share one
+// [`Fx`], so the clock is read at most once per chunk: the items of one chunk count
+// as arriving (or leaving) at the same instant. A chunk ends early at an effect
+// that must be carried out before the machine goes on (a timer to arm, upstream to
+// cancel); requests add up. What the machine drops during a chunk is handed to the
+// drop hook after the lock is released, in order.
+//
 // # Effects
 //
 // Every machine callback gets an [`Fx`]: it may ask to arm a timer, to request or
@@ -56,6 +68,9 @@ pub(crate) use subscriber::TimedSubscriber;
 
 mod clock;
 mod subscriber;
+
+/// The most items fed to a machine, or collected from it, under one lock.
+pub(crate) const CHUNK: usize = 256;
 
 /// What a machine's `poll` asks the drain owner to signal downstream.
 #[derive(Debug)]
@@ -95,9 +110,16 @@ impl<'a, D> Fx<'a, D> {
         }
     }
 
-    /// The scheduler's clock (read once per callback).
+    /// The scheduler's clock (read once per callback, or per chunk of callbacks).
     pub(crate) fn now(&mut self) -> Instant {
         *self.now.get_or_insert_with(|| self.clock.now())
+    }
+
+    /// True when an effect is pending that must be carried out before the machine is
+    /// called again (a timer to arm: machines arm one at a time; a cancel). Requests
+    /// add up and drops are taken out after each callback, so neither ends a chunk.
+    fn must_apply(&self) -> bool {
+        self.arm.is_some() || self.cancel_upstream
     }
 }
 
@@ -177,7 +199,7 @@ where
         me: OnceLock::new(),
         timer: Mutex::new(None),
     });
-    core.attach_then((), downstream, |core| {
+    core.attach_then(Vec::new(), downstream, |core| {
         if !core.is_stopping() {
             let _starts_drop_nothing = core.stage().call(|m, fx| m.on_start(fx));
         }
@@ -222,6 +244,41 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
     /// drop reporter. The caller then asks the core for a pass.
     pub(crate) fn item(&self, item: M::In) -> Option<(DropReason, M::In)> {
         self.call(|m, fx| m.on_item(item, fx))
+    }
+
+    /// Feed the machine up to a chunk of `items` under one lock (see the file header),
+    /// pushing what it drops to `dropped` for the caller's drop reporter. Returns how
+    /// many items it took, or `None` when the stage is over (the caller stops: what
+    /// is left of the batch is released). The caller then asks the core for a pass.
+    pub(crate) fn items<I: Iterator<Item = M::In>>(
+        &self,
+        items: &mut I,
+        dropped: &mut Vec<(DropReason, M::In)>,
+    ) -> Option<usize> {
+        let mut fx = Fx::new(&self.scheduler);
+        let mut taken = 0;
+        {
+            let mut machine = lock(&self.machine);
+            let machine = machine.as_mut()?;
+            while taken < CHUNK {
+                let Some(item) = items.next() else {
+                    break;
+                };
+                machine.on_item(item, &mut fx);
+                taken += 1;
+                if let Some(drop) = fx.dropped.take() {
+                    if dropped.capacity() == 0 {
+                        dropped.reserve_exact(CHUNK);
+                    }
+                    dropped.push(drop);
+                }
+                if fx.must_apply() {
+                    break;
+                }
+            }
+        }
+        let _taken_out_above = self.apply(fx);
+        Some(taken)
     }
 
     /// Upstream terminated. The caller then asks the core for a pass.
@@ -273,13 +330,15 @@ impl Drop for TimerTask {
 impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
     const NAME: &'static str = M::NAME;
     type Item = M::Out;
-    type Owned = ();
+    /// Items polled under the lock, on their way downstream as one batch: room for a
+    /// chunk, reserved at the first item; empty between passes.
+    type Owned = Vec<M::Out>;
     type Padding = ();
 
     fn pass<S: Subscriber<M::Out>>(
         &self,
         cx: &Cx<'_>,
-        _owned: &mut (),
+        out: &mut Vec<M::Out>,
         downstream: &mut S,
     ) -> Pass {
         loop {
@@ -288,28 +347,65 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
             }
             let demand = cx.demand().get();
             let mut fx = Fx::new(&self.scheduler);
-            let signal = {
+            let mut end = None;
+            {
                 let mut machine = lock(&self.machine);
                 let Some(machine) = machine.as_mut() else {
                     return Pass::Idle;
                 };
-                machine.poll(demand, &mut fx)
-            };
-            let _polls_drop_nothing = self.apply(fx);
-            match signal {
-                None => return Pass::Idle,
-                Some(Action::Item(item)) => {
-                    debug_assert!(demand > 0, "a machine emitted without demand");
-                    cx.demand().produced(1);
-                    downstream.on_next(item);
+                // Never more than the demand: the machine is told what is left of it.
+                let mut left = demand;
+                while out.len() < CHUNK {
+                    match machine.poll(left, &mut fx) {
+                        None => break,
+                        Some(Action::Item(item)) => {
+                            debug_assert!(left > 0, "a machine emitted without demand");
+                            if out.capacity() == 0 {
+                                out.reserve_exact(CHUNK);
+                            }
+                            out.push(item);
+                            left -= 1;
+                        }
+                        Some(Action::End(signal)) => {
+                            end = Some(signal);
+                            break;
+                        }
+                    }
+                    if fx.must_apply() {
+                        break;
+                    }
                 }
-                Some(Action::End(end)) => return cx.terminate(downstream, end),
+            }
+            let _polls_drop_nothing = self.apply(fx);
+            let emitted = out.len();
+            if emitted > 0 {
+                // One batch, within the demand the machine was told of. Items a
+                // cancelling downstream leaves behind are released with the drain.
+                let mut passed = 0u64;
+                let credit = cx.hand_over(downstream, out.drain(..).inspect(|_| passed += 1));
+                cx.demand().produced(passed);
+                if cx.stopped() {
+                    return Pass::Idle;
+                }
+                // Batch credit is a request made at the end of the batch: the machine
+                // hears of it as of any other (`timeout` forwards it upstream).
+                if credit > 0 {
+                    cx.demand().add(credit);
+                    self.on_request(credit, cx.demand());
+                }
+            }
+            if let Some(end) = end {
+                return cx.terminate(downstream, end);
+            }
+            if emitted == 0 {
+                return Pass::Idle;
             }
         }
     }
 
     /// Drop the machine (and what it holds), cancel the timer and upstream.
-    fn stop(&self, _owned: &mut ()) {
+    fn stop(&self, out: &mut Vec<M::Out>) {
+        out.clear();
         let machine = lock(&self.machine).take();
         let timer = lock(&self.timer).take();
         if let Some(timer) = timer {

@@ -6,7 +6,7 @@ use super::{start, Machine, TimedCore};
 use crate::drain::Upstream;
 use crate::metrics::{DropHook, DropReporter};
 use crate::runtime::Scheduler;
-use crate::{Error, Subscriber, Subscription};
+use crate::{DropReason, Error, Subscriber, Subscription};
 
 /// A time operator's subscriber to its upstream: builds the core at
 /// `on_subscribe`, feeds it items and the end, and reports what the machine drops to
@@ -20,6 +20,10 @@ pub(crate) struct TimedSubscriber<M: Machine, S, C: Scheduler + Clone> {
     hook: Option<DropHook>,
     /// Reports drops (producer side only), counted once per item.
     drops: DropReporter,
+    /// What the machine dropped during a chunk of a batch, reported after its lock
+    /// is released: room for a chunk, reserved at the first drop; empty between
+    /// chunks.
+    dropped: Vec<(DropReason, M::In)>,
     /// The stage's name in drop reports.
     stage: &'static str,
     /// Life-cycle state (rules 2.5, 1.7).
@@ -33,6 +37,7 @@ impl<M: Machine, S, C: Scheduler + Clone> TimedSubscriber<M, S, C> {
             core: None,
             hook: None,
             drops: DropReporter::new(stage, None),
+            dropped: Vec::new(),
             stage,
             upstream: Upstream::Idle,
         }
@@ -69,7 +74,31 @@ where
         }
     }
 
-    /// Consumes every batch it is handed (it never cancels from inside one).
+    /// A chunk at a time (see the timed core's header): one lock, one clock read and
+    /// one pass per chunk instead of per item.
+    fn on_next_batch<I: Iterator<Item = M::In>>(&mut self, mut items: I) -> u64 {
+        let (Some(core), true) = (&self.core, self.upstream.is_active()) else {
+            return 0;
+        };
+        loop {
+            let taken = core.stage().items(&mut items, &mut self.dropped);
+            if taken.is_some_and(|n| n > 0) {
+                core.signal();
+            }
+            if !self.dropped.is_empty() {
+                for (reason, item) in self.dropped.drain(..) {
+                    self.drops.drop_item(reason, item);
+                }
+                self.drops.flush();
+            }
+            // The batch is over, or the stage is (the rest of the batch is released).
+            if !matches!(taken, Some(n) if n > 0) {
+                return 0;
+            }
+        }
+    }
+
+    /// Consumes every batch it is handed, and stops early once the stage is over.
     fn stops_batches_itself(&self) -> bool {
         true
     }
