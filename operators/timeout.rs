@@ -27,7 +27,9 @@ use std::time::{Duration, Instant};
 
 use crate::runtime::deadline;
 use crate::runtime::Scheduler;
-use crate::stage::timed::{assert_positive, Action, Fx, Machine, TimedSubscriber};
+use crate::stage::timed::{
+    assert_positive, move_run, poll_each, Action, Fx, Machine, TimedSubscriber,
+};
 use crate::{Error, Publisher, Subscriber};
 
 /// Publisher for the [`timeout`](crate::PublisherExt::timeout) method.
@@ -168,5 +170,18 @@ impl<T: Send + 'static> Machine for Watchdog<T> {
             }
         }
         None
+    }
+
+    /// The items in transit that the demand covers move as one run (`poll` would
+    /// hand them out one by one with nothing else to do); `poll` then decides the
+    /// rest (the end, the timeout, the deadline).
+    fn poll_into(
+        &mut self,
+        demand: u64,
+        out: &mut Vec<T>,
+        fx: &mut Fx<'_, T>,
+    ) -> Option<Result<(), Error>> {
+        let moved = move_run(&mut self.transit, demand, out);
+        poll_each(self, demand - moved, out, fx)
     }
 }

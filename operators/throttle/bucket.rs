@@ -18,6 +18,8 @@ pub(super) struct Bucket {
     pub(super) burst: u64,
     /// Current level in units; starts full.
     level: u128,
+    /// `level / unit`: the whole tokens in the bucket, kept with the level.
+    tokens: u64,
     /// The last refill; `None` until first used.
     last: Option<Instant>,
 }
@@ -30,12 +32,26 @@ impl Bucket {
             refill: u128::from(rate.tokens),
             burst,
             level: unit * u128::from(burst),
+            tokens: burst,
             last: None,
         }
     }
 
     /// Refill up to `burst − reserved` tokens; return the whole tokens available.
+    #[inline]
     pub(super) fn refill(&mut self, now: Instant, reserved: u64) -> u64 {
+        // No time passed (a chunk of items shares one clock reading): nothing accrues,
+        // and with fewer whole tokens than the cap the level is below it, so the cap
+        // cannot bind either.
+        if self.last == Some(now) && self.tokens < self.burst.saturating_sub(reserved) {
+            return self.tokens;
+        }
+        self.refill_at(now, reserved)
+    }
+
+    /// [`refill`](Self::refill) when time passed or the cap may bind.
+    #[inline(never)]
+    fn refill_at(&mut self, now: Instant, reserved: u64) -> u64 {
         let last = *self.last.get_or_insert(now);
         let elapsed = now.saturating_duration_since(last).as_nanos();
         let cap = self.unit * u128::from(self.burst.saturating_sub(reserved));
@@ -44,12 +60,14 @@ impl Bucket {
             .saturating_add(elapsed.saturating_mul(self.refill))
             .min(cap);
         self.last = Some(now.max(last));
-        u64::try_from(self.level / self.unit).unwrap_or(u64::MAX)
+        self.tokens = u64::try_from(self.level / self.unit).unwrap_or(u64::MAX);
+        self.tokens
     }
 
     /// Spend `n` whole tokens (available per the last `refill`).
     pub(super) fn spend(&mut self, n: u64) {
         self.level -= self.unit * u128::from(n);
+        self.tokens -= n;
     }
 
     /// How long until the next whole token, from the last refill.
@@ -80,6 +98,21 @@ mod tests {
         assert_eq!(bucket.refill(t0 + ms(5_000), 1), 1);
         bucket.spend(1);
         assert_eq!(bucket.refill(t0 + ms(9_000), 2), 0, "fully reserved");
+    }
+
+    #[test]
+    fn a_refill_at_the_same_instant_changes_nothing_but_the_cap_still_binds() {
+        let t0 = Instant::now();
+        let mut bucket = Bucket::new(Rate::new(1, Duration::from_millis(10)), 4);
+        assert_eq!(bucket.refill(t0, 0), 4);
+        bucket.spend(1);
+        assert_eq!(bucket.refill(t0, 0), 3, "no time passed: no token accrued");
+        assert_eq!(bucket.refill(t0, 2), 2, "two reserved: capped at burst - 2");
+        bucket.spend(2);
+        assert_eq!(bucket.refill(t0, 0), 0);
+        // 15 ms: one token and a half accrue; the half is kept for the next one.
+        assert_eq!(bucket.refill(t0 + Duration::from_millis(15), 0), 1);
+        assert_eq!(bucket.refill(t0 + Duration::from_millis(20), 0), 2);
     }
 
     #[test]

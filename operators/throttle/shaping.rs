@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use super::Bucket;
-use crate::stage::timed::{Action, Fx, Machine};
+use crate::stage::timed::{move_run, poll_each, Action, Fx, Machine};
 use crate::Error;
 
 /// The shaping stage's state (behind the timed core's lock).
@@ -77,5 +77,20 @@ impl<T: Send + 'static> Machine for Shaper<T> {
             self.armed = true;
         }
         None
+    }
+
+    /// The items in transit that the demand covers move as one run, after the
+    /// refill `poll` makes first; `poll` then decides the rest (the end, a request, a
+    /// timer).
+    fn poll_into(
+        &mut self,
+        demand: u64,
+        out: &mut Vec<T>,
+        fx: &mut Fx<'_, T>,
+    ) -> Option<Result<(), Error>> {
+        self.bucket
+            .refill(fx.now(), self.owed + self.transit.len() as u64);
+        let moved = move_run(&mut self.transit, demand, out);
+        poll_each(self, demand - moved, out, fx)
     }
 }

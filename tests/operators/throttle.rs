@@ -280,3 +280,50 @@ fn the_drop_hook_is_forwarded_upstream_through_shaping() {
     probe.request(1);
     probe.assert_completed();
 }
+
+/// Large batches through both modes (chunks of 256, one clock reading each): a burst
+/// of 1,000 tokens lets exactly 1,000 of 5,000 eager items through at one instant;
+/// shaping holds the rest back (asking for nothing more), enforcing rejects and counts
+/// them, and each mode refills exactly with virtual time.
+#[test]
+fn large_batches_spend_exactly_the_burst_then_the_rate() {
+    // Shaping: 1,000 at once, then 1,000 per second.
+    let vt = VirtualTime::new();
+    let (source, stats) = counted(weir::range(0u64..5_000));
+    let probe = crate::support::probe_of(source.throttle_on(
+        Rate::per_second(1_000),
+        1_000,
+        ThrottleMode::Shaping,
+        vt.clone(),
+    ));
+    probe.request(UNBOUNDED);
+    assert_eq!(probe.items(), (0..1_000).collect::<Vec<_>>());
+    assert_eq!(stats.requested(), 1_000, "no token, no request");
+    vt.advance_to(ms(1_000));
+    assert_eq!(probe.items(), (0..2_000).collect::<Vec<_>>());
+    vt.advance_to(ms(3_999));
+    assert_eq!(probe.items(), (0..4_999).collect::<Vec<_>>());
+    vt.advance_to(ms(4_000));
+    probe.assert_completed();
+    assert_eq!(probe.items(), (0..5_000).collect::<Vec<_>>());
+    probe.assert_no_violations();
+
+    // Enforcing: the same bucket against an eager source of 5,000.
+    let vt = VirtualTime::new();
+    let drops = Drops::new();
+    let probe = crate::support::probe_of(
+        weir::range(0u64..5_000)
+            .throttle_on(
+                Rate::per_second(1_000),
+                1_000,
+                ThrottleMode::Enforcing,
+                vt.clone(),
+            )
+            .on_dropped(DropHook::new(drops.clone())),
+    );
+    probe.request(UNBOUNDED);
+    probe.assert_completed();
+    assert_eq!(probe.items(), (0..1_000).collect::<Vec<_>>());
+    assert_eq!(drops.count(DropReason::Rejected), 4_000);
+    probe.assert_no_violations();
+}

@@ -55,6 +55,7 @@
 // whose deadline does not fit the clock (`Duration::MAX`) means "never": no timer is
 // armed, and the machine, which believes one is, never re-arms.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -92,6 +93,8 @@ pub(crate) struct Fx<'a, D> {
     pub(crate) arm: Option<Duration>,
     /// Request this many more items upstream (0: none).
     pub(crate) request: u64,
+    /// The requests of earlier callbacks of the same chunk, added up.
+    requested: u64,
     /// Cancel upstream (the stage ends on its own).
     pub(crate) cancel_upstream: bool,
     /// An item the machine discarded, for the drop hook.
@@ -105,6 +108,7 @@ impl<'a, D> Fx<'a, D> {
             now: None,
             arm: None,
             request: 0,
+            requested: 0,
             cancel_upstream: false,
             dropped: None,
         }
@@ -113,6 +117,19 @@ impl<'a, D> Fx<'a, D> {
     /// The scheduler's clock (read once per callback, or per chunk of callbacks).
     pub(crate) fn now(&mut self) -> Instant {
         *self.now.get_or_insert_with(|| self.clock.now())
+    }
+
+    /// Set aside the request of the callback that just ran (machines assign
+    /// `request`), so that the next callback of the chunk cannot overwrite it.
+    fn add_up_requests(&mut self) {
+        self.requested = self
+            .requested
+            .saturating_add(std::mem::take(&mut self.request));
+    }
+
+    /// The chunk is over: its requests, added up, are the one to carry out.
+    fn settle_requests(&mut self) {
+        self.request = std::mem::take(&mut self.requested);
     }
 
     /// True when an effect is pending that must be carried out before the machine is
@@ -153,6 +170,62 @@ pub(crate) trait Machine: Send + 'static {
     /// The next signal for downstream, given the outstanding `demand` (an item only
     /// when `demand > 0`), or `None` when there is nothing to signal now.
     fn poll(&mut self, demand: u64, fx: &mut Fx<'_, Self::In>) -> Option<Action<Self::Out>>;
+
+    /// A chunk of signals at once: push items to `out` (never more than `demand`, and
+    /// not past [`CHUNK`] in `out`) and return the end of the stream if it comes. The
+    /// default calls [`poll`](Self::poll) until it has nothing more or an effect must
+    /// be carried out ([`poll_each`]); machines that queue items move a run of them
+    /// first, then finish with `poll_each`.
+    fn poll_into(
+        &mut self,
+        demand: u64,
+        out: &mut Vec<Self::Out>,
+        fx: &mut Fx<'_, Self::In>,
+    ) -> Option<Result<(), Error>> {
+        poll_each(self, demand, out, fx)
+    }
+}
+
+/// [`Machine::poll_into`] one [`poll`](Machine::poll) at a time, each told what is left
+/// of the demand; stops when the machine has nothing more, `out` holds [`CHUNK`]
+/// items, or an effect must be carried out (see [`Fx::must_apply`]).
+pub(crate) fn poll_each<M: Machine + ?Sized>(
+    machine: &mut M,
+    demand: u64,
+    out: &mut Vec<M::Out>,
+    fx: &mut Fx<'_, M::In>,
+) -> Option<Result<(), Error>> {
+    let mut left = demand;
+    while out.len() < CHUNK {
+        let signal = machine.poll(left, fx);
+        fx.add_up_requests();
+        match signal {
+            None => return None,
+            Some(Action::Item(item)) => {
+                debug_assert!(left > 0, "a machine emitted without demand");
+                out.push(item);
+                left -= 1;
+            }
+            Some(Action::End(end)) => return Some(end),
+        }
+        if fx.must_apply() {
+            return None;
+        }
+    }
+    None
+}
+
+/// Move up to `demand` queued items (and no more than fit in a chunk) from `queue`
+/// to `out`; returns how many. For machines whose `poll` would hand out these items
+/// one by one with nothing else to do in between.
+pub(crate) fn move_run<T>(queue: &mut VecDeque<T>, demand: u64, out: &mut Vec<T>) -> u64 {
+    let room = CHUNK.saturating_sub(out.len());
+    let n = usize::try_from(demand)
+        .unwrap_or(usize::MAX)
+        .min(room)
+        .min(queue.len());
+    out.extend(queue.drain(..n));
+    n as u64
 }
 
 fn lock<X>(mutex: &Mutex<X>) -> MutexGuard<'_, X> {
@@ -265,6 +338,7 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
                     break;
                 };
                 machine.on_item(item, &mut fx);
+                fx.add_up_requests();
                 taken += 1;
                 if let Some(drop) = fx.dropped.take() {
                     if dropped.capacity() == 0 {
@@ -277,6 +351,7 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
                 }
             }
         }
+        fx.settle_requests();
         let _taken_out_above = self.apply(fx);
         Some(taken)
     }
@@ -347,35 +422,17 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
             }
             let demand = cx.demand().get();
             let mut fx = Fx::new(&self.scheduler);
-            let mut end = None;
-            {
+            let end = {
                 let mut machine = lock(&self.machine);
                 let Some(machine) = machine.as_mut() else {
                     return Pass::Idle;
                 };
-                // Never more than the demand: the machine is told what is left of it.
-                let mut left = demand;
-                while out.len() < CHUNK {
-                    match machine.poll(left, &mut fx) {
-                        None => break,
-                        Some(Action::Item(item)) => {
-                            debug_assert!(left > 0, "a machine emitted without demand");
-                            if out.capacity() == 0 {
-                                out.reserve_exact(CHUNK);
-                            }
-                            out.push(item);
-                            left -= 1;
-                        }
-                        Some(Action::End(signal)) => {
-                            end = Some(signal);
-                            break;
-                        }
-                    }
-                    if fx.must_apply() {
-                        break;
-                    }
+                if out.capacity() == 0 {
+                    out.reserve_exact(CHUNK);
                 }
-            }
+                machine.poll_into(demand, out, &mut fx)
+            };
+            fx.settle_requests();
             let _polls_drop_nothing = self.apply(fx);
             let emitted = out.len();
             if emitted > 0 {
