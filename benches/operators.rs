@@ -36,7 +36,7 @@ fn operators(c: &mut Criterion) {
 
     // Each case: (name, weir pipeline, Iterator twin). Both must agree.
     type Case = (&'static str, fn() -> u64, fn() -> u64);
-    let cases: [Case; 20] = [
+    let cases: [Case; 21] = [
         (
             "map",
             || sum(weir::range(0..black_box(N)).map(|x| x ^ 0x5a)),
@@ -75,6 +75,17 @@ fn operators(c: &mut Criterion) {
             "take_while",
             || sum(weir::range(0..black_box(N) * 2).take_while(|x| *x < N)),
             || (0..black_box(N) * 2).take_while(|x| *x < N).fold(0u64, mix),
+        ),
+        (
+            // The same with a start the compiler cannot see (as a source's position
+            // is at run time): the twin's loop is then not unrolled either.
+            "take_while_runtime_start",
+            || sum(weir::range(black_box(0)..black_box(N) * 2).take_while(|x| *x < N)),
+            || {
+                (black_box(0)..black_box(N) * 2)
+                    .take_while(|x| *x < N)
+                    .fold(0u64, mix)
+            },
         ),
         (
             "skip_while",
