@@ -9,11 +9,15 @@
 //!
 //! Run: `cargo bench --bench operators`.
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;
 use weir::Overflow;
+
+#[path = "support/twins.rs"]
+mod twins;
+use twins::{bench_twins, Case};
 
 const N: u64 = 1_000_000;
 
@@ -35,7 +39,6 @@ fn operators(c: &mut Criterion) {
     group.throughput(Throughput::Elements(N));
 
     // Each case: (name, weir pipeline, Iterator twin). Both must agree.
-    type Case = (&'static str, fn() -> u64, fn() -> u64);
     let cases: [Case; 21] = [
         (
             "map",
@@ -202,17 +205,7 @@ fn operators(c: &mut Criterion) {
             },
         ),
     ];
-    for (name, weir_case, iterator_case) in cases {
-        assert_eq!(
-            weir_case(),
-            iterator_case(),
-            "{name}: weir and the Iterator twin disagree"
-        );
-        group.bench_function(BenchmarkId::new("weir", name), |b| b.iter(weir_case));
-        group.bench_function(BenchmarkId::new("iterator", name), |b| {
-            b.iter(iterator_case)
-        });
-    }
+    bench_twins(&mut group, &cases);
     group.finish();
 }
 

@@ -19,10 +19,14 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use weir::demand::UNBOUNDED;
 use weir::operators::{Rate, ThrottleMode};
 use weir::prelude::*;
+
+#[path = "support/twins.rs"]
+mod twins;
+use twins::{bench_twins, Case};
 
 const N: u64 = 1_000_000;
 const HOUR: Duration = Duration::from_secs(3_600);
@@ -48,7 +52,6 @@ fn time_operators(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(2));
 
     // Each case: (name, weir pipeline, Iterator twin). Both must agree.
-    type Case = (&'static str, fn() -> u64, fn() -> u64);
     let last = || (0..black_box(N)).last().map_or(0, |x| mix(0, x));
     let cases: [Case; 6] = [
         (
@@ -102,17 +105,7 @@ fn time_operators(c: &mut Criterion) {
             || (0..black_box(N)).fold(0, mix),
         ),
     ];
-    for (name, weir_case, iterator_case) in cases {
-        assert_eq!(
-            weir_case(),
-            iterator_case(),
-            "{name}: weir and the Iterator twin disagree"
-        );
-        group.bench_function(BenchmarkId::new("weir", name), |b| b.iter(weir_case));
-        group.bench_function(BenchmarkId::new("iterator", name), |b| {
-            b.iter(iterator_case)
-        });
-    }
+    bench_twins(&mut group, &cases);
     group.finish();
 }
 

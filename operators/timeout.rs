@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 use crate::runtime::deadline;
 use crate::runtime::Scheduler;
 use crate::stage::timed::{
-    assert_positive, move_run, poll_each, Action, Fx, Machine, TimedSubscriber,
+    assert_positive, poll_queued_first, Action, Fx, Machine, TimedSubscriber,
 };
 use crate::{Error, Publisher, Subscriber};
 
@@ -181,7 +181,6 @@ impl<T: Send + 'static> Machine for Watchdog<T> {
         out: &mut Vec<T>,
         fx: &mut Fx<'_, T>,
     ) -> Option<Result<(), Error>> {
-        let moved = move_run(&mut self.transit, demand, out);
-        poll_each(self, demand - moved, out, fx)
+        poll_queued_first(self, |m| &mut m.transit, demand, out, fx)
     }
 }

@@ -3,7 +3,7 @@
 use std::collections::VecDeque;
 
 use super::Bucket;
-use crate::stage::timed::{move_run, poll_each, Action, Fx, Machine};
+use crate::stage::timed::{poll_queued_first, Action, Fx, Machine};
 use crate::Error;
 
 /// The shaping stage's state (behind the timed core's lock).
@@ -90,7 +90,6 @@ impl<T: Send + 'static> Machine for Shaper<T> {
     ) -> Option<Result<(), Error>> {
         self.bucket
             .refill(fx.now(), self.owed + self.transit.len() as u64);
-        let moved = move_run(&mut self.transit, demand, out);
-        poll_each(self, demand - moved, out, fx)
+        poll_queued_first(self, |m| &mut m.transit, demand, out, fx)
     }
 }

@@ -175,7 +175,7 @@ pub(crate) trait Machine: Send + 'static {
     /// not past [`CHUNK`] in `out`) and return the end of the stream if it comes. The
     /// default calls [`poll`](Self::poll) until it has nothing more or an effect must
     /// be carried out ([`poll_each`]); machines that queue items move a run of them
-    /// first, then finish with `poll_each`.
+    /// first ([`poll_queued_first`]).
     fn poll_into(
         &mut self,
         demand: u64,
@@ -215,17 +215,25 @@ pub(crate) fn poll_each<M: Machine + ?Sized>(
     None
 }
 
-/// Move up to `demand` queued items (and no more than fit in a chunk) from `queue`
-/// to `out`; returns how many. For machines whose `poll` would hand out these items
-/// one by one with nothing else to do in between.
-pub(crate) fn move_run<T>(queue: &mut VecDeque<T>, demand: u64, out: &mut Vec<T>) -> u64 {
+/// [`Machine::poll_into`] for machines that queue items their `poll` would hand out
+/// one by one with nothing else to do in between: up to `demand` of them (and no
+/// more than fit in the chunk) move from the machine's `queue` to `out` as one run,
+/// then [`poll_each`] decides the rest.
+pub(crate) fn poll_queued_first<M: Machine>(
+    machine: &mut M,
+    queue: impl FnOnce(&mut M) -> &mut VecDeque<M::Out>,
+    demand: u64,
+    out: &mut Vec<M::Out>,
+    fx: &mut Fx<'_, M::In>,
+) -> Option<Result<(), Error>> {
+    let queue = queue(machine);
     let room = CHUNK.saturating_sub(out.len());
     let n = usize::try_from(demand)
         .unwrap_or(usize::MAX)
         .min(room)
         .min(queue.len());
     out.extend(queue.drain(..n));
-    n as u64
+    poll_each(machine, demand - n as u64, out, fx)
 }
 
 fn lock<X>(mutex: &Mutex<X>) -> MutexGuard<'_, X> {
