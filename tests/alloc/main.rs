@@ -16,6 +16,7 @@ mod channel;
 mod multi_source;
 mod rate;
 mod sync_pipeline;
+mod time;
 mod transform;
 
 struct Counting;
