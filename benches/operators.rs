@@ -11,28 +11,14 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
-use weir::demand::UNBOUNDED;
 use weir::prelude::*;
 use weir::Overflow;
 
 #[path = "support/twins.rs"]
 mod twins;
-use twins::{bench_twins, Case};
+use twins::{bench_twins, mix, sum, Case};
 
 const N: u64 = 1_000_000;
-
-/// The checksum step: an xor of scrambled items (no closed form, still vectorisable).
-#[inline(always)]
-fn mix(acc: u64, x: u64) -> u64 {
-    acc ^ x.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-fn sum<P: Publisher<Item = u64>>(publisher: P) -> u64 {
-    publisher
-        .fold_with(UNBOUNDED, 0u64, mix)
-        .wait()
-        .expect("the pipelines here do not fail")
-}
 
 fn operators(c: &mut Criterion) {
     let mut group = c.benchmark_group("operators/1M");

@@ -26,23 +26,10 @@ use weir::prelude::*;
 
 #[path = "support/twins.rs"]
 mod twins;
-use twins::{bench_twins, Case};
+use twins::{bench_twins, mix, sum, Case};
 
 const N: u64 = 1_000_000;
 const HOUR: Duration = Duration::from_secs(3_600);
-
-/// The checksum step: an xor of scrambled items.
-#[inline(always)]
-fn mix(acc: u64, x: u64) -> u64 {
-    acc ^ x.wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-fn sum<P: Publisher<Item = u64>>(publisher: P) -> u64 {
-    publisher
-        .fold_with(UNBOUNDED, 0u64, mix)
-        .wait()
-        .expect("no errors")
-}
 
 fn time_operators(c: &mut Criterion) {
     let mut group = c.benchmark_group("time_operators/1M");

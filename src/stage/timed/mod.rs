@@ -321,28 +321,25 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
         fx.dropped
     }
 
-    /// An item from upstream; returns the item the machine dropped, for the caller's
-    /// drop reporter. The caller then asks the core for a pass.
-    pub(crate) fn item(&self, item: M::In) -> Option<(DropReason, M::In)> {
-        self.call(|m, fx| m.on_item(item, fx))
-    }
-
     /// Feed the machine up to a chunk of `items` under one lock (see the file header),
     /// pushing what it drops to `dropped` for the caller's drop reporter. Returns how
-    /// many items it took, or `None` when the stage is over (the caller stops: what
-    /// is left of the batch is released). The caller then asks the core for a pass.
+    /// many items it took and whether `items` may have more, or `None` when the stage
+    /// is over (the caller stops: what is left of the batch is released). The caller
+    /// then asks the core for a pass.
     pub(crate) fn items<I: Iterator<Item = M::In>>(
         &self,
         items: &mut I,
         dropped: &mut Vec<(DropReason, M::In)>,
-    ) -> Option<usize> {
+    ) -> Option<(usize, bool)> {
         let mut fx = Fx::new(&self.scheduler);
         let mut taken = 0;
+        let mut more = true;
         {
             let mut machine = lock(&self.machine);
             let machine = machine.as_mut()?;
             while taken < CHUNK {
                 let Some(item) = items.next() else {
+                    more = false;
                     break;
                 };
                 machine.on_item(item, &mut fx);
@@ -361,7 +358,7 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
         }
         fx.settle_requests();
         let _taken_out_above = self.apply(fx);
-        Some(taken)
+        Some((taken, more))
     }
 
     /// Upstream terminated. The caller then asks the core for a pass.

@@ -63,15 +63,7 @@ where
     }
 
     fn on_next(&mut self, item: M::In) {
-        let (Some(core), true) = (&self.core, self.upstream.is_active()) else {
-            return;
-        };
-        let dropped = core.stage().item(item);
-        core.signal();
-        if let Some((reason, dropped)) = dropped {
-            self.drops.drop_item(reason, dropped);
-            self.drops.flush();
-        }
+        let _no_credit = self.on_next_batch(std::iter::once(item));
     }
 
     /// A chunk at a time (see the timed core's header): one lock, one clock read and
@@ -81,8 +73,11 @@ where
             return 0;
         };
         loop {
-            let taken = core.stage().items(&mut items, &mut self.dropped);
-            if taken.is_some_and(|n| n > 0) {
+            // `None`: the stage is over (the rest of the batch is released).
+            let Some((taken, more)) = core.stage().items(&mut items, &mut self.dropped) else {
+                return 0;
+            };
+            if taken > 0 {
                 core.signal();
             }
             if !self.dropped.is_empty() {
@@ -91,8 +86,7 @@ where
                 }
                 self.drops.flush();
             }
-            // The batch is over, or the stage is (the rest of the batch is released).
-            if !matches!(taken, Some(n) if n > 0) {
+            if !more {
                 return 0;
             }
         }
