@@ -198,7 +198,15 @@ impl Inbox {
 
     /// Bring the grant up to what `demand` and the window allow (see the module
     /// docs); opens the stream on the first grant.
-    fn grant(self: &Arc<Self>, demand: u64) {
+    ///
+    /// `demand` is read under the inbox's lock, never before it: a pass settles a
+    /// batch (downstream's demand drops by it) and only then clears `delivering`
+    /// under this lock, so a read made here sees the batch in both, or in
+    /// `delivering` alone (an under-grant, which the pass's own grant after
+    /// settling makes up), never in the demand alone. A value read before taking
+    /// the lock could predate the settling while `delivering` no longer counted the
+    /// batch: the batch was granted again, beyond what downstream asked for.
+    fn grant(self: &Arc<Self>, demand: &AtomicDemand) {
         let mut channel = None;
         let failed = {
             let mut state = self.lock();
@@ -208,6 +216,7 @@ impl Inbox {
             if state.granted_total >= u64::from(MAX_U31) {
                 return;
             }
+            let demand = demand.get();
             let window = u64::from(self.conn.config.window);
             let ahead = state.granted + state.items.len() as u64 + state.delivering;
             let unmet = demand.saturating_sub(ahead);
@@ -460,12 +469,12 @@ impl Stage for StreamReceive {
             let _ = cx.deliver(downstream, batch.drain(..));
             // Settled: downstream's demand no longer counts the batch.
             self.inbox.lock().delivering = 0;
-            self.inbox.grant(cx.demand().get());
+            self.inbox.grant(cx.demand());
         }
     }
 
     fn on_request(&self, _n: u64, demand: &AtomicDemand) {
-        self.inbox.grant(demand.get());
+        self.inbox.grant(demand);
     }
 
     fn stop(&self, batch: &mut Vec<Payload>) {

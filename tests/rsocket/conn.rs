@@ -531,3 +531,57 @@ fn requests_from_inside_on_next_are_granted_once() {
         assert!(credit <= 201, "granted {credit} for 201 requests");
     });
 }
+
+/// Requests made on another thread while the stream's passes deliver batches (the
+/// way `into_stream` and any consumer on its own task request): each is granted
+/// once. The peer's credit therefore never runs ahead of what the subscriber asked
+/// for; a grant that read the subscriber's demand before a batch was settled, and
+/// counted the batch no longer in flight, once granted it twice (it left a
+/// stalled-consumer stream with 384 items ahead of a window of 256).
+#[test]
+fn requests_from_another_thread_during_delivery_are_granted_once() {
+    const TOTAL: u64 = 6_000;
+    const AHEAD: u64 = 64;
+    const STEP: u64 = 8;
+    let rt = runtime();
+    rt.block_on(async {
+        let (_server, client, log) = served_through_proxy(Config::default().window(64)).await;
+        let probe = subscribe_probe(client.request_stream(Payload::data("infinite")));
+        let consumer = probe.clone();
+        tokio::task::spawn_blocking(move || {
+            consumer.request(AHEAD);
+            let mut requested = AHEAD;
+            while requested < TOTAL {
+                // Ask again as soon as the window is part-used: these requests race
+                // the passes that deliver what came before.
+                consumer
+                    .await_items(requested - AHEAD + STEP, PATIENCE)
+                    .expect("the window's items");
+                consumer.request(STEP);
+                requested += STEP;
+            }
+            consumer
+                .await_items(TOTAL, PATIENCE)
+                .expect("every requested item");
+        })
+        .await
+        .unwrap();
+        probe.cancel();
+        wait_until(|| {
+            log.lock()
+                .unwrap()
+                .iter()
+                .any(|(d, f)| *d == Dir::Up && f.stream == 1 && f.body == Body::Cancel)
+        })
+        .await;
+        probe.assert_no_violations();
+        assert_eq!(probe.received_count(), TOTAL);
+        let log = log.lock().unwrap().clone();
+        let (items, credit, _) = credit_check(&log, 1, Dir::Down);
+        assert!(items >= TOTAL, "{items} items on the wire");
+        assert!(
+            credit <= TOTAL,
+            "granted {credit} to the peer for {TOTAL} requested"
+        );
+    });
+}
