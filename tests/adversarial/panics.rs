@@ -1,10 +1,19 @@
 //! Every stage × a subscriber that panics in `on_next`, at the first or the third item.
 //!
 //! Rule 2.13 as weir documents it: a subscriber that panics is treated as cancelled.
-//! So after the panic: upstream stops (a source that had not terminated when the
-//! subscriber panicked must not complete afterwards, and must not produce more than a
-//! chunk or two after it), every source releases its subscriber, every item is
-//! dropped, and the subscriber itself is dropped: all within a generous watchdog.
+//! So after the panic: upstream is cancelled (a source that had not terminated when
+//! the subscriber panicked must not complete afterwards, and must not produce more
+//! than a chunk or two once the cancel reached it), every source releases its
+//! subscriber, every item is dropped, and the subscriber itself is dropped: all
+//! within a generous watchdog.
+//!
+//! How many items a source makes between the panic and the cancel is not bounded
+//! here: a source on another thread runs on while the panic unwinds on the
+//! subscriber's thread, and how far it gets depends on how fast it is and on when
+//! the scheduler runs the unwinding thread (a few thousand items in tens of
+//! microseconds for a fast source; any number on a busy machine). What is checked
+//! is what does not depend on timing: the cancel happens, before the source could
+//! run out, and the source honours it.
 //!
 //! The sinks get the same treatment (`every_sink_survives_user_code_that_panics`): the
 //! closure of `fold`/`for_each`, the consumer of `blocking_iter`/`into_stream`, the
@@ -36,10 +45,11 @@ use crate::harness::watch::{
 };
 use crate::stages::{Feed, Stage};
 
-/// Items per source.
-const BIG: u64 = 200_000;
-/// Items a source may still produce after the panic (it observes a cancel between
-/// chunks of at most 1,024 items; a few chunks of slack).
+/// Items per source: a fast source makes about 200,000 items a millisecond, so this
+/// leaves a panic's unwinding and the cancel after it ample time on a busy machine.
+const BIG: u64 = 2_000_000;
+/// Items a source may still emit once the cancel reached it (it observes a cancel
+/// between chunks of at most 1,024 items; a few chunks of slack).
 const SLACK: u64 = 4_096;
 
 #[test]
@@ -88,11 +98,15 @@ fn check(row: &Stage, k: u64, schedulers: &Schedulers) -> Vec<String> {
             ));
         }
     }
-    let after = started.env.ledger.produced().saturating_sub(point.produced);
-    if after > SLACK {
-        failures.push(format!(
-            "upstream kept producing: {after} items after the panic (at most {SLACK} expected)"
-        ));
+    for probe in started.env.probes() {
+        if let Some(after) = probe.emitted_after_cancel().filter(|after| *after > SLACK) {
+            failures.push(format!(
+                "{} emitted {after} items after it was cancelled (at most {SLACK} expected; \
+                 the sources had made {} items when the subscriber panicked)",
+                probe.name(),
+                point.produced
+            ));
+        }
     }
     if record.terminated() {
         failures.push(format!(

@@ -17,6 +17,8 @@ pub struct SourceProbe {
     name: String,
     requested: AtomicU64,
     emitted: AtomicU64,
+    /// `emitted` when the first cancel reached the source (`u64::MAX`: none yet).
+    emitted_at_cancel: AtomicU64,
     cancels: AtomicU64,
     subscribed: AtomicBool,
     completed: AtomicBool,
@@ -32,6 +34,7 @@ impl SourceProbe {
     pub fn new(name: impl Into<String>) -> Arc<SourceProbe> {
         Arc::new(SourceProbe {
             name: name.into(),
+            emitted_at_cancel: AtomicU64::new(u64::MAX),
             ..SourceProbe::default()
         })
     }
@@ -44,6 +47,14 @@ impl SourceProbe {
     /// Items the source emitted.
     pub fn emitted(&self) -> u64 {
         self.emitted.load(Ordering::SeqCst)
+    }
+
+    /// Items the source emitted after the first cancel reached it; `None` before one did.
+    pub fn emitted_after_cancel(&self) -> Option<u64> {
+        match self.emitted_at_cancel.load(Ordering::SeqCst) {
+            u64::MAX => None,
+            at => Some(self.emitted().saturating_sub(at)),
+        }
     }
 
     /// `cancel` calls that reached the source.
@@ -169,7 +180,12 @@ impl RawSubscription for TapSubscription {
     }
 
     fn cancel(&self) {
-        self.probe.cancels.fetch_add(1, Ordering::SeqCst);
+        if self.probe.cancels.fetch_add(1, Ordering::SeqCst) == 0 {
+            let emitted = self.probe.emitted();
+            self.probe
+                .emitted_at_cancel
+                .store(emitted, Ordering::SeqCst);
+        }
         self.upstream.cancel();
     }
 }
