@@ -24,7 +24,7 @@
 
 use std::sync::Arc;
 
-use crate::stage::lanes::{LaneSet, LaneStatus};
+use crate::stage::lanes::{LaneSet, LaneStatus, LaneView, OuterEnd, Visit};
 use crate::stage::{Core, Cx, Pass, Stage};
 use crate::{Publisher, Subscriber};
 
@@ -89,6 +89,8 @@ pub(crate) struct Merging<T> {
 /// What only the pass touches: where the next pass starts, and the run of items on
 /// its way downstream.
 pub(crate) struct Cursor<T> {
+    /// The pass's copy of the lane set, refreshed when the set changed.
+    view: LaneView<T>,
     /// The lane the next pass starts at.
     next: usize,
     /// Items taken out of a lane under one lock, on their way downstream as one batch.
@@ -118,33 +120,32 @@ pub(crate) fn start<T, S>(
     let set = LaneSet::new(stage, concurrency, prefetch, outer, subscriber.drop_hook());
     let core = Core::new(Merging { set: set.clone() });
     let cursor = Cursor {
+        view: LaneView::new(),
         next: 0,
         scratch: Vec::with_capacity(prefetch),
     };
     core.attach_then(cursor, subscriber, |core| connect(&set, core));
 }
 
-impl<T: Send + 'static> Merging<T> {
-    /// Deliver what `lane` holds, up to the demand; returns how many, and where the
-    /// lane stood after the items were taken out (one lock for both).
-    fn deliver<S: Subscriber<T>>(
-        &self,
-        cx: &Cx<'_>,
-        lane: &crate::stage::lanes::Lane<T>,
-        cursor: &mut Cursor<T>,
-        downstream: &mut S,
-    ) -> (u64, LaneStatus) {
-        let budget = usize::try_from(cx.demand().get()).unwrap_or(usize::MAX);
-        // The scratch never grows past its capacity.
-        let room = cursor.scratch.capacity() - cursor.scratch.len();
-        let taken = lane.take(&mut cursor.scratch, budget.min(room));
-        if taken.count > 0 {
-            // Items a cancelling downstream leaves in the scratch are dropped with it.
-            cx.deliver(downstream, cursor.scratch.drain(..));
-            lane.replenish(taken.refill);
-        }
-        (taken.count as u64, taken.status)
+/// Deliver what `visit`'s lane holds, up to the demand, through `scratch`; returns
+/// how many, and where the lane stood after the items were taken out (one lock for
+/// both).
+fn deliver<T, S: Subscriber<T>>(
+    cx: &Cx<'_>,
+    visit: &mut Visit<T>,
+    scratch: &mut Vec<T>,
+    downstream: &mut S,
+) -> (u64, LaneStatus) {
+    let budget = usize::try_from(cx.demand().get()).unwrap_or(usize::MAX);
+    // The scratch never grows past its capacity.
+    let room = scratch.capacity() - scratch.len();
+    let taken = visit.lane.take(scratch, budget.min(room));
+    if taken.count > 0 {
+        // Items a cancelling downstream leaves in the scratch are dropped with it.
+        cx.deliver(downstream, scratch.drain(..));
+        visit.replenish(taken.refill);
     }
+    (taken.count as u64, taken.status)
 }
 
 impl<T: Send + 'static> Stage for Merging<T> {
@@ -159,20 +160,21 @@ impl<T: Send + 'static> Stage for Merging<T> {
         cursor: &mut Cursor<T>,
         downstream: &mut S,
     ) -> Pass {
-        let n = self.set.slots();
         loop {
-            if let Some(error) = self.set.outer_failure() {
-                return cx.terminate(downstream, Err(error));
+            self.set.refresh(&mut cursor.view);
+            if let OuterEnd::Failed(error) = &cursor.view.outer {
+                return cx.terminate(downstream, Err(error.clone()));
             }
+            let n = cursor.view.lanes.len();
             let mut delivered = 0u64;
             let mut last_served = None;
             for k in 0..n {
                 let i = (cursor.next + k) % n;
-                let Some(lane) = self.set.get(i) else {
+                let Some(visit) = &mut cursor.view.lanes[i] else {
                     continue;
                 };
                 let status = if cx.demand().get() > 0 {
-                    let (served, status) = self.deliver(cx, &lane, cursor, downstream);
+                    let (served, status) = deliver(cx, visit, &mut cursor.scratch, downstream);
                     if served > 0 {
                         delivered += served;
                         last_served = Some(i);
@@ -182,12 +184,12 @@ impl<T: Send + 'static> Stage for Merging<T> {
                     }
                     status
                 } else {
-                    lane.status()
+                    visit.lane.status()
                 };
                 match status {
                     LaneStatus::Failed(error) => return cx.terminate(downstream, Err(error)),
                     LaneStatus::Finished => {
-                        self.set.retire(i);
+                        self.set.retire(&mut cursor.view, i);
                         // One more inner may start (flat_map); a no-op for merge.
                         self.set.outer.request(1);
                     }
@@ -199,7 +201,9 @@ impl<T: Send + 'static> Stage for Merging<T> {
             if let Some(i) = last_served {
                 cursor.next = (i + 1) % n;
             }
-            if self.set.is_finished() {
+            // Fresh: retiring a lane may have started another inner (flat_map).
+            self.set.refresh(&mut cursor.view);
+            if cursor.view.is_finished() {
                 return cx.terminate(downstream, Ok(()));
             }
             if delivered == 0 || cx.demand().get() == 0 {
@@ -211,6 +215,7 @@ impl<T: Send + 'static> Stage for Merging<T> {
     /// Close the lane set: cancel every source and the outer one, release the lanes.
     fn stop(&self, cursor: &mut Cursor<T>) {
         self.set.close();
+        cursor.view.clear();
         cursor.scratch.clear();
     }
 }

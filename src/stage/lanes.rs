@@ -12,6 +12,11 @@
 //! * A [`LaneSet`] is a fixed number of lane slots (the concurrency), plus the end of
 //!   the outer source that adds lanes (`flat_map`) and a closed flag set when the
 //!   stage ends, so that a lane added afterwards is refused.
+//! * A [`LaneView`] is the drain's own copy of the set: the live lanes (with their
+//!   sources' subscriptions, once known) and the outer end, taken under the set's
+//!   lock only when the set's version moved. A pass visits lanes through it, so a
+//!   visit costs no lock on the set, no reference count and no lock on a
+//!   subscription slot; only the lane's own lock.
 //! * [`connect`] subscribes a source into a new lane. A source whose `subscribe`
 //!   panics fails its lane with a `Panicked` error (the drain then fails the stage)
 //!   instead of unwinding into whoever connected it.
@@ -20,6 +25,7 @@
 //! calling out of a lane or the lane set. Lane contents are published by the lane's
 //! mutex; wake-ups go through the core's `Wip`.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::core::CoreHandle;
@@ -250,6 +256,9 @@ impl<T, N: CoreHandle + ?Sized> Subscriber<T> for LaneSubscriber<T, N> {
 pub(crate) struct LaneSet<T> {
     /// Slots and the outer end; never locked while calling out.
     slots: Mutex<Slots<T>>,
+    /// Bumped, under the `slots` lock, by every change of the slots or the outer end:
+    /// a [`LaneView`] copies the set again only when it moved.
+    version: AtomicU64,
     /// The outer source's subscription (`flat_map`); empty for a plain merge.
     pub(crate) outer: SubscriptionSlot,
     /// Window of every lane.
@@ -285,6 +294,7 @@ impl<T> LaneSet<T> {
                 outer_end: if outer { None } else { Some(Ok(())) },
                 closed: false,
             }),
+            version: AtomicU64::new(0),
             outer: SubscriptionSlot::new(),
             prefetch,
             hook,
@@ -292,9 +302,17 @@ impl<T> LaneSet<T> {
         })
     }
 
+    /// Lock the slots to change them; the version moves when the guard is dropped.
+    fn change(&self) -> Change<'_, T> {
+        Change {
+            slots: lock(&self.slots),
+            version: &self.version,
+        }
+    }
+
     /// A new lane in a free slot; `None` when all slots are live or the stage ended.
     fn add(&self) -> Option<Arc<Lane<T>>> {
-        let mut slots = lock(&self.slots);
+        let mut slots = self.change();
         if slots.closed {
             return None;
         }
@@ -306,15 +324,7 @@ impl<T> LaneSet<T> {
 
     /// Record the outer source's end (the first one wins).
     pub(crate) fn end_outer(&self, end: Result<(), Error>) {
-        lock(&self.slots).outer_end.get_or_insert(end);
-    }
-
-    /// The outer source's failure, if it failed.
-    pub(crate) fn outer_failure(&self) -> Option<Error> {
-        match &lock(&self.slots).outer_end {
-            Some(Err(error)) => Some(error.clone()),
-            _ => None,
-        }
+        self.change().outer_end.get_or_insert(end);
     }
 
     /// True once the stage ended.
@@ -322,25 +332,44 @@ impl<T> LaneSet<T> {
         lock(&self.slots).closed
     }
 
-    /// The number of slots.
-    pub(crate) fn slots(&self) -> usize {
-        lock(&self.slots).lanes.len()
-    }
-
-    /// The lane in slot `i`, if live.
-    pub(crate) fn get(&self, i: usize) -> Option<Arc<Lane<T>>> {
-        lock(&self.slots).lanes[i].clone()
-    }
-
-    /// Free slot `i` (its lane finished).
-    pub(crate) fn retire(&self, i: usize) {
-        lock(&self.slots).lanes[i] = None;
-    }
-
-    /// True when the outer source completed and every lane finished.
-    pub(crate) fn is_finished(&self) -> bool {
+    /// Bring `view` up to date with the set, if the set changed since it was copied.
+    pub(crate) fn refresh(&self, view: &mut LaneView<T>) {
+        // Acquire pairs with the Release bump in `Change::drop`: a view that sees the
+        // new version copies under the lock anyway; one that sees an older version is
+        // behind only changes whose makers signal the core afterwards (a new lane's
+        // source delivers or ends, an outer end signals), so a later pass sees them.
+        if self.version.load(Ordering::Acquire) == view.version {
+            return;
+        }
         let slots = lock(&self.slots);
-        matches!(slots.outer_end, Some(Ok(()))) && slots.lanes.iter().all(Option::is_none)
+        // Read under the lock: every bump happens under it, so this is the version of
+        // exactly what is copied.
+        view.version = self.version.load(Ordering::Relaxed);
+        view.lanes.resize_with(slots.lanes.len(), || None);
+        for (seen, live) in view.lanes.iter_mut().zip(&slots.lanes) {
+            let same = match (&*seen, live) {
+                (Some(visit), Some(lane)) => Arc::ptr_eq(&visit.lane, lane),
+                (None, None) => true,
+                _ => false,
+            };
+            if !same {
+                *seen = live.clone().map(|lane| Visit {
+                    lane,
+                    subscription: None,
+                });
+            }
+        }
+        view.outer = match &slots.outer_end {
+            None => OuterEnd::Running,
+            Some(Ok(())) => OuterEnd::Completed,
+            Some(Err(error)) => OuterEnd::Failed(error.clone()),
+        };
+    }
+
+    /// Free slot `i` of the set and of `view` (its lane finished).
+    pub(crate) fn retire(&self, view: &mut LaneView<T>, i: usize) {
+        self.change().lanes[i] = None;
+        view.lanes[i] = None;
     }
 
     /// The stage ended: refuse new lanes, cancel the outer source and every lane, and
@@ -349,7 +378,7 @@ impl<T> LaneSet<T> {
         // Closed first: a lane added after this point is refused, one added before is
         // cancelled below.
         let lanes: Vec<Arc<Lane<T>>> = {
-            let mut slots = lock(&self.slots);
+            let mut slots = self.change();
             slots.closed = true;
             slots.lanes.iter_mut().filter_map(Option::take).collect()
         };
@@ -357,6 +386,98 @@ impl<T> LaneSet<T> {
         for lane in lanes {
             lane.cancel();
         }
+    }
+}
+
+/// The slots, locked for a change; dropping it moves the set's version.
+struct Change<'a, T> {
+    slots: MutexGuard<'a, Slots<T>>,
+    version: &'a AtomicU64,
+}
+
+impl<T> std::ops::Deref for Change<'_, T> {
+    type Target = Slots<T>;
+    fn deref(&self) -> &Slots<T> {
+        &self.slots
+    }
+}
+
+impl<T> std::ops::DerefMut for Change<'_, T> {
+    fn deref_mut(&mut self) -> &mut Slots<T> {
+        &mut self.slots
+    }
+}
+
+impl<T> Drop for Change<'_, T> {
+    fn drop(&mut self) {
+        // Still under the lock (the guard field drops after this body). Release pairs
+        // with the Acquire load in `LaneSet::refresh`.
+        self.version.fetch_add(1, Ordering::Release);
+    }
+}
+
+/// How the outer source stands, as a [`LaneView`] last saw it.
+pub(crate) enum OuterEnd {
+    /// Still adding lanes (`flat_map`).
+    Running,
+    /// Completed (from the start for a plain merge).
+    Completed,
+    /// Failed.
+    Failed(Error),
+}
+
+/// One live lane as the drain sees it.
+pub(crate) struct Visit<T> {
+    /// The lane.
+    pub(crate) lane: Arc<Lane<T>>,
+    /// Its source's subscription, once the source subscribed (kept so a replenish
+    /// locks nothing; a request on it after a cancel is a no-op, rule 3.6).
+    subscription: Option<Subscription>,
+}
+
+impl<T> Visit<T> {
+    /// [`Lane::replenish`] through the kept subscription.
+    pub(crate) fn replenish(&mut self, refill: Option<u64>) {
+        let Some(more) = refill else {
+            return;
+        };
+        if self.subscription.is_none() {
+            self.subscription = self.lane.subscription.get();
+        }
+        if let Some(subscription) = &self.subscription {
+            subscription.request(more);
+        }
+    }
+}
+
+/// The drain's copy of a [`LaneSet`] (see the module docs); only the pass owns it.
+pub(crate) struct LaneView<T> {
+    /// The set's version this copy was taken at (`u64::MAX`: never).
+    version: u64,
+    /// Slot by slot, the live lanes.
+    pub(crate) lanes: Vec<Option<Visit<T>>>,
+    /// The outer source's end.
+    pub(crate) outer: OuterEnd,
+}
+
+impl<T> LaneView<T> {
+    /// A view that copies the set on its first refresh.
+    pub(crate) fn new() -> Self {
+        LaneView {
+            version: u64::MAX,
+            lanes: Vec::new(),
+            outer: OuterEnd::Running,
+        }
+    }
+
+    /// True when the outer source completed and every lane finished.
+    pub(crate) fn is_finished(&self) -> bool {
+        matches!(self.outer, OuterEnd::Completed) && self.lanes.iter().all(Option::is_none)
+    }
+
+    /// Let go of every lane (the stage ended).
+    pub(crate) fn clear(&mut self) {
+        self.lanes.clear();
     }
 }
 
