@@ -26,6 +26,7 @@
 //!  |          attempts == max_attempts ------> Exhausted { attempts, last: e }
 //!  |          the budget refuses a retry ----> BudgetExhausted(e)
 //!  +------- sleep max(backoff(attempts), hint) on the scheduler's timer
+//!           (a retry the breaker then refuses is given back to the budget)
 //! ```
 //!
 //! An error classified [`Verdict::Fail`] is taken as the caller's problem (a bad
@@ -54,6 +55,14 @@
 //! each operation costs a lock and ten additions, and the memory is fixed. The
 //! comparison allows for the rounding of `ratio × first attempts` (one part in
 //! 10^12), so a ratio of 0.1 over 1,000 first attempts grants exactly 100 retries.
+//!
+//! A [`RetryFuture`] asks the budget when an attempt failed, before it waits out the
+//! backoff (so a refused retry ends the call at once instead of after the wait). A
+//! retry granted then and not made after all (the breaker refuses the attempt when
+//! the wait is over, or the call is dropped while it waits) is given back: uncounted
+//! from its bucket, if that bucket is still in the window, and from
+//! [`BudgetStats::retries`]. Retries that never reach the dependency do not use up
+//! the budget of those that would.
 //!
 //! # The circuit breaker
 //!
@@ -439,7 +448,8 @@ struct BudgetState {
 pub struct BudgetStats {
     /// First attempts recorded.
     pub first_attempts: u64,
-    /// Retries granted.
+    /// Retries granted (less those a [`RetryFuture`] gave back because the retry was
+    /// not made: see the [module docs](self#the-retry-budget)).
     pub retries: u64,
     /// Retries refused.
     pub refused: u64,
@@ -521,18 +531,37 @@ impl RetryBudget {
     /// Take a retry from the budget: true if the window allows one more (it is
     /// counted), false if not (the refusal is counted).
     pub fn try_retry(&self) -> bool {
+        self.take_retry().is_some()
+    }
+
+    /// [`try_retry`](Self::try_retry), returning the index of the bucket the retry
+    /// was counted in: the receipt [`give_back`](Self::give_back) takes.
+    fn take_retry(&self) -> Option<u128> {
         let now = self.inner.clock.now();
         let mut state = lock(&self.inner.state);
         let (first, retries) = state.counts.sums(now);
         if retries.saturating_add(1) as f64 <= state.allowance(first) {
             let bucket = state.counts.bucket(now);
             bucket.b = bucket.b.saturating_add(1);
+            let receipt = bucket.index;
             state.stats.retries += 1;
-            true
+            Some(receipt)
         } else {
             state.stats.refused += 1;
-            false
+            None
         }
+    }
+
+    /// A retry taken with receipt `receipt` was not made after all (its call was
+    /// refused by the breaker, or dropped while it waited): uncount it, unless its
+    /// bucket has already left the window.
+    fn give_back(&self, receipt: u128) {
+        let mut state = lock(&self.inner.state);
+        let bucket = &mut state.counts.buckets[(receipt % BUCKETS as u128) as usize];
+        if bucket.index == receipt && bucket.b > 0 {
+            bucket.b -= 1;
+        }
+        state.stats.retries = state.stats.retries.saturating_sub(1);
     }
 
     /// How many retries the window allows now.
@@ -1339,6 +1368,9 @@ pub struct RetryFuture<T, Fut, E> {
     /// The running attempt is a half-open probe of this period (see
     /// `CircuitBreaker::acquire`) whose outcome the breaker has not had.
     probe: Option<u64>,
+    /// The budget's receipt for the retry this call waits to make: given back if the
+    /// retry is not made (the breaker refuses it, or the call is dropped first).
+    reserved: Option<u128>,
 }
 
 // The future never pins `T` (the item is only cloned and moved) and keeps the
@@ -1370,6 +1402,7 @@ impl<T, Fut, E> RetryFuture<T, Fut, E> {
             attempts: 0,
             step: Step::Start,
             probe: None,
+            reserved: None,
         }
     }
 
@@ -1389,10 +1422,11 @@ impl<T, Fut, E> RetryFuture<T, Fut, E> {
             });
         }
         if let Some(budget) = &policy.budget {
-            if !budget.try_retry() {
+            let Some(receipt) = budget.take_retry() else {
                 RetryMonitor::add(&self.counters().refused_by_budget);
                 return Some(RetryError::BudgetExhausted(error));
-            }
+            };
+            self.reserved = Some(receipt);
         }
         let delay = policy
             .backoff
@@ -1404,6 +1438,13 @@ impl<T, Fut, E> RetryFuture<T, Fut, E> {
             Step::Sleeping(Sleep::new(&*self.wrapped.scheduler, delay))
         };
         None
+    }
+
+    /// The retry this call reserved is not made: give it back to the budget.
+    fn unreserve(&mut self) {
+        if let (Some(receipt), Some(budget)) = (self.reserved.take(), &self.wrapped.policy.budget) {
+            budget.give_back(receipt);
+        }
     }
 
     /// Report the running attempt's outcome to the breaker.
@@ -1442,6 +1483,7 @@ where
                         match breaker.acquire() {
                             Ok(probe) => this.probe = probe,
                             Err(open) => {
+                                this.unreserve();
                                 RetryMonitor::add(&this.counters().rejected_by_breaker);
                                 return Poll::Ready(Err(RetryError::CircuitOpen {
                                     retry_after: open.retry_after(),
@@ -1449,6 +1491,8 @@ where
                             }
                         }
                     }
+                    // The reserved retry (if any) is made now.
+                    this.reserved = None;
                     let item = if this.attempts + 1 >= policy.max_attempts {
                         this.item.take()
                     } else {
@@ -1520,6 +1564,7 @@ where
 
 impl<T, Fut, E> Drop for RetryFuture<T, Fut, E> {
     fn drop(&mut self) {
+        self.unreserve();
         if let (Some(period), Some(breaker)) = (self.probe, &self.wrapped.policy.breaker) {
             breaker.cancel(period);
         }

@@ -454,6 +454,74 @@ fn the_budget_keeps_retries_from_amplifying_an_overload() {
     );
 }
 
+/// A retry is taken from the budget when the attempt fails, before the backoff; if
+/// the breaker then refuses the attempt, the retry was not made and goes back to the
+/// budget, so refusals by an open breaker do not use up the retries of other calls.
+#[test]
+fn a_retry_the_breaker_refuses_is_given_back_to_the_budget() {
+    let vt = VirtualTime::new();
+    // One retry per window, whatever the traffic.
+    let budget = RetryBudget::new(0.0, secs(10), vt.clone()).min_retries_per_sec(0.1);
+    // Opens at the first failure.
+    let breaker = CircuitBreaker::new(1.0, 1, secs(10), secs(30), vt.clone());
+    let policy = RetryPolicy::new(3, no_jitter(ms(100), secs(1)))
+        .budget(budget.clone())
+        .breaker(breaker.clone());
+    let (log, f) = scripted(&vt, |_, _| Err::<u32, _>("down"));
+    let mut answer = policy.wrap(vt.clone(), f)(1);
+    assert!(poll(&mut answer).is_pending(), "waiting for its retry");
+    assert_eq!(breaker.state(), BreakerState::Open);
+    assert_eq!(budget.available(), 0, "the retry is taken while it waits");
+    assert_eq!(
+        drive(&vt, &mut answer),
+        Err(RetryError::CircuitOpen {
+            retry_after: secs(30) - ms(100)
+        })
+    );
+    assert_eq!(starts(&log).len(), 1, "the retry was not made");
+    assert_eq!(budget.available(), 1, "and the budget has it back");
+    assert_eq!(
+        budget.stats(),
+        BudgetStats {
+            first_attempts: 1,
+            retries: 0,
+            refused: 0
+        }
+    );
+}
+
+/// A call dropped while it waits for its retry gives the retry back to the budget.
+#[test]
+fn a_call_dropped_while_it_waits_gives_its_retry_back() {
+    let vt = VirtualTime::new();
+    let budget = RetryBudget::new(0.0, secs(10), vt.clone()).min_retries_per_sec(0.1);
+    let policy = RetryPolicy::new(3, no_jitter(ms(100), secs(1))).budget(budget.clone());
+    let (log, f) = scripted(&vt, |_, _| Err::<u32, _>("down"));
+    let call = policy.wrap(vt.clone(), f);
+    let mut answer = call(1);
+    assert!(poll(&mut answer).is_pending());
+    assert_eq!(budget.available(), 0);
+    drop(answer);
+    assert_eq!(budget.available(), 1);
+    assert_eq!(budget.stats().retries, 0);
+    // A retry that is made stays counted.
+    let mut answer = call(2);
+    assert_eq!(
+        drive(&vt, &mut answer),
+        Err(RetryError::BudgetExhausted("down")),
+        "one retry made, the second refused"
+    );
+    assert_eq!(starts(&log).len(), 3);
+    assert_eq!(
+        budget.stats(),
+        BudgetStats {
+            first_attempts: 2,
+            retries: 1,
+            refused: 1
+        }
+    );
+}
+
 /// Failures reported by the wrapper open the breaker; then a call is refused with
 /// `CircuitOpen` and the time left, without calling `f`.
 #[test]
