@@ -1,0 +1,174 @@
+//! weir's synchronous pipeline from a separate crate (a path dependency, the default
+//! release profile of a user's crate), in several formulations, each next to the same
+//! computation with `Iterator` and with rxRust (1.0.0-rc.6, `Local::from_iter`, which
+//! enforces no demand). Run with `tools/formulations/run.sh`.
+//!
+//! Formulations of "triple, keep the even ones, add up" over `0..1_000_000`:
+//!
+//! * `mod`: closures, `x % 2 == 0`, `+` (the README's formulation);
+//! * `and`: closures, `x & 1 == 0`, `wrapping_mul` and `wrapping_add`;
+//! * `fn`: the `and` steps as `fn` items instead of closures;
+//!
+//! and for weir each of them ended by `fold_with(UNBOUNDED, ..)` and by `fold(..)`
+//! (batched demand, the default), for `Iterator` by `fold` and by `sum`.
+
+use std::cell::Cell;
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use rxrust::prelude::*;
+use weir::demand::UNBOUNDED;
+use weir::prelude::*;
+
+const N: u64 = 1_000_000;
+
+fn triple(x: u64) -> u64 {
+    x.wrapping_mul(3)
+}
+
+fn even(x: &u64) -> bool {
+    *x & 1 == 0
+}
+
+fn add(acc: u64, x: u64) -> u64 {
+    acc.wrapping_add(x)
+}
+
+fn expected() -> u64 {
+    (0..N).map(|x| x * 3).filter(|x| x % 2 == 0).sum()
+}
+
+fn formulations(c: &mut Criterion) {
+    let cases: Vec<(&str, Box<dyn Fn() -> u64>)> = vec![
+        (
+            "mod/iterator_fold",
+            Box::new(|| {
+                (0..black_box(N))
+                    .map(|x| x * 3)
+                    .filter(|x| x % 2 == 0)
+                    .fold(0u64, |a, x| a + x)
+            }),
+        ),
+        (
+            "mod/iterator_sum",
+            Box::new(|| {
+                (0..black_box(N))
+                    .map(|x| x * 3)
+                    .filter(|x| x % 2 == 0)
+                    .sum::<u64>()
+            }),
+        ),
+        (
+            "mod/weir_fold_with_unbounded",
+            Box::new(|| {
+                weir::range(0..black_box(N))
+                    .map(|x| x * 3)
+                    .filter(|x| x % 2 == 0)
+                    .fold_with(UNBOUNDED, 0u64, |a, x| a + x)
+                    .wait()
+                    .unwrap()
+            }),
+        ),
+        (
+            "mod/weir_fold",
+            Box::new(|| {
+                weir::range(0..black_box(N))
+                    .map(|x| x * 3)
+                    .filter(|x| x % 2 == 0)
+                    .fold(0u64, |a, x| a + x)
+                    .wait()
+                    .unwrap()
+            }),
+        ),
+        (
+            "mod/rxrust",
+            Box::new(|| {
+                let total = Cell::new(0u64);
+                Local::from_iter(0..black_box(N))
+                    .map(|x| x * 3)
+                    .filter(|x| x % 2 == 0)
+                    .subscribe(|x| total.set(total.get() + x));
+                total.get()
+            }),
+        ),
+        (
+            "and/iterator_fold",
+            Box::new(|| {
+                (0..black_box(N))
+                    .map(|x| x.wrapping_mul(3))
+                    .filter(|x| *x & 1 == 0)
+                    .fold(0u64, |a, x| a.wrapping_add(x))
+            }),
+        ),
+        (
+            "and/weir_fold_with_unbounded",
+            Box::new(|| {
+                weir::range(0..black_box(N))
+                    .map(|x| x.wrapping_mul(3))
+                    .filter(|x| *x & 1 == 0)
+                    .fold_with(UNBOUNDED, 0u64, |a, x| a.wrapping_add(x))
+                    .wait()
+                    .unwrap()
+            }),
+        ),
+        (
+            "and/weir_fold",
+            Box::new(|| {
+                weir::range(0..black_box(N))
+                    .map(|x| x.wrapping_mul(3))
+                    .filter(|x| *x & 1 == 0)
+                    .fold(0u64, |a, x| a.wrapping_add(x))
+                    .wait()
+                    .unwrap()
+            }),
+        ),
+        (
+            "and/rxrust",
+            Box::new(|| {
+                let total = Cell::new(0u64);
+                Local::from_iter(0..black_box(N))
+                    .map(|x| x.wrapping_mul(3))
+                    .filter(|x| *x & 1 == 0)
+                    .subscribe(|x| total.set(total.get().wrapping_add(x)));
+                total.get()
+            }),
+        ),
+        (
+            "fn/iterator_fold",
+            Box::new(|| (0..black_box(N)).map(triple).filter(even).fold(0u64, add)),
+        ),
+        (
+            "fn/weir_fold_with_unbounded",
+            Box::new(|| {
+                weir::range(0..black_box(N))
+                    .map(triple)
+                    .filter(even)
+                    .fold_with(UNBOUNDED, 0u64, add)
+                    .wait()
+                    .unwrap()
+            }),
+        ),
+        (
+            "fn/weir_fold",
+            Box::new(|| {
+                weir::range(0..black_box(N))
+                    .map(triple)
+                    .filter(even)
+                    .fold(0u64, add)
+                    .wait()
+                    .unwrap()
+            }),
+        ),
+    ];
+    let expected = expected();
+    let mut group = c.benchmark_group("formulations");
+    group.throughput(Throughput::Elements(N));
+    for (name, case) in &cases {
+        assert_eq!(case(), expected, "{name}");
+        group.bench_function(*name, |b| b.iter(case));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, formulations);
+criterion_main!(benches);
