@@ -35,6 +35,17 @@ async fn served_through_proxy(config: Config) -> (Server, Client, Log) {
     (server, client, log)
 }
 
+/// Waits until the proxy has logged this side's CANCEL of `stream`.
+async fn cancel_logged(log: &Log, stream: u32) {
+    wait_until(|| {
+        log.lock()
+            .unwrap()
+            .iter()
+            .any(|(d, f)| *d == Dir::Up && f.stream == stream && f.body == Body::Cancel)
+    })
+    .await;
+}
+
 fn texts(items: Vec<Payload>) -> Vec<String> {
     items.iter().map(text).collect()
 }
@@ -138,13 +149,7 @@ fn cancel_mid_stream_sends_cancel_and_frees_both_ends() {
         await_probe(&probe, move |p| p.await_items(10, PATIENCE)).await;
         probe.cancel();
         wait_until(|| client.open_streams() == 0).await;
-        wait_until(|| {
-            log.lock()
-                .unwrap()
-                .iter()
-                .any(|(d, f)| *d == Dir::Up && f.stream == 1 && f.body == Body::Cancel)
-        })
-        .await;
+        cancel_logged(&log, 1).await;
         assert_eq!(probe.received_count(), 10);
         probe.assert_no_terminal();
         // The connection lives on.
@@ -567,13 +572,7 @@ fn requests_from_another_thread_during_delivery_are_granted_once() {
         .await
         .unwrap();
         probe.cancel();
-        wait_until(|| {
-            log.lock()
-                .unwrap()
-                .iter()
-                .any(|(d, f)| *d == Dir::Up && f.stream == 1 && f.body == Body::Cancel)
-        })
-        .await;
+        cancel_logged(&log, 1).await;
         probe.assert_no_violations();
         assert_eq!(probe.received_count(), TOTAL);
         let log = log.lock().unwrap().clone();
