@@ -109,8 +109,18 @@ where
         }
         let mut outcome = BatchOutcome::of("filter");
         let predicate = &mut self.predicate;
-        let batch = Guarded::new(items, |x: T| predicate(&x).then_some(x), &mut outcome);
-        let credit = self.downstream.on_next_batch(batch);
+        let keep = |x: T| predicate(&x).then_some(x);
+        // Under unbounded demand the swallowed items are owed nothing: not counted.
+        let credit = if self
+            .downstream
+            .demand_is_unbounded(crate::spec::Sealed::NEW)
+        {
+            let batch = Guarded::uncounted(items, keep, &mut outcome);
+            self.downstream.on_next_batch(batch)
+        } else {
+            let batch = Guarded::new(items, keep, &mut outcome);
+            self.downstream.on_next_batch(batch)
+        };
         match outcome.panic {
             Some(error) => {
                 self.upstream.fail(&mut self.downstream, error);
@@ -128,6 +138,10 @@ where
 
     fn stops_batches_itself(&self) -> bool {
         self.downstream.stops_batches_itself()
+    }
+
+    fn demand_is_unbounded(&self, sealed: crate::spec::Sealed) -> bool {
+        self.downstream.demand_is_unbounded(sealed)
     }
 
     fn on_error(&mut self, error: Error) {

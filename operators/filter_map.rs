@@ -99,8 +99,17 @@ where
             return 0;
         }
         let mut outcome = BatchOutcome::of("filter_map");
-        let batch = Guarded::new(items, &mut self.f, &mut outcome);
-        let credit = self.downstream.on_next_batch(batch);
+        // Under unbounded demand the swallowed items are owed nothing: not counted.
+        let credit = if self
+            .downstream
+            .demand_is_unbounded(crate::spec::Sealed::NEW)
+        {
+            let batch = Guarded::uncounted(items, &mut self.f, &mut outcome);
+            self.downstream.on_next_batch(batch)
+        } else {
+            let batch = Guarded::new(items, &mut self.f, &mut outcome);
+            self.downstream.on_next_batch(batch)
+        };
         match outcome.panic {
             Some(error) => {
                 self.upstream.fail(&mut self.downstream, error);
@@ -118,6 +127,10 @@ where
 
     fn stops_batches_itself(&self) -> bool {
         self.downstream.stops_batches_itself()
+    }
+
+    fn demand_is_unbounded(&self, sealed: crate::spec::Sealed) -> bool {
+        self.downstream.demand_is_unbounded(sealed)
     }
 
     fn on_error(&mut self, error: Error) {

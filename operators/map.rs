@@ -115,6 +115,10 @@ where
         self.downstream.stops_batches_itself()
     }
 
+    fn demand_is_unbounded(&self, sealed: crate::spec::Sealed) -> bool {
+        self.downstream.demand_is_unbounded(sealed)
+    }
+
     fn on_error(&mut self, error: Error) {
         self.upstream.forward_error(&mut self.downstream, error);
     }

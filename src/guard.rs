@@ -58,19 +58,28 @@ impl BatchOutcome {
 /// cannot stop early, items after a panic are still pulled from the inner iterator
 /// but dropped without calling `f`; the stage that owns `panic` cancels upstream
 /// right after the batch.
-pub(crate) struct Guarded<'a, I, F> {
+pub(crate) struct Guarded<'a, I, F, const COUNT: bool = true> {
     items: I,
     f: F,
     outcome: &'a mut BatchOutcome,
 }
 
-impl<'a, I, F> Guarded<'a, I, F> {
+impl<'a, I, F> Guarded<'a, I, F, true> {
+    /// Items mapped by `f`; what `f` swallows is counted in `outcome.swallowed`.
     pub(crate) fn new(items: I, f: F, outcome: &'a mut BatchOutcome) -> Self {
         Guarded { items, f, outcome }
     }
 }
 
-impl<I, F, U> Iterator for Guarded<'_, I, F>
+impl<'a, I, F> Guarded<'a, I, F, false> {
+    /// As [`new`](Guarded::new), without counting what `f` swallows (nobody needs the
+    /// count: downstream's demand is unbounded): the loop then carries no counter.
+    pub(crate) fn uncounted(items: I, f: F, outcome: &'a mut BatchOutcome) -> Self {
+        Guarded { items, f, outcome }
+    }
+}
+
+impl<I, F, U, const COUNT: bool> Iterator for Guarded<'_, I, F, COUNT>
 where
     I: Iterator,
     F: FnMut(I::Item) -> Option<U>,
@@ -86,7 +95,7 @@ where
             let item = self.items.next()?;
             match catch(|| (self.f)(item)) {
                 Ok(Some(out)) => return Some(out),
-                Ok(None) => self.outcome.swallowed += 1,
+                Ok(None) => self.outcome.swallowed += u64::from(COUNT),
                 Err(e) => {
                     self.outcome.panic = Some(e.in_stage(self.outcome.stage));
                     return None;
@@ -119,7 +128,7 @@ where
             }
             match catch(|| f(item)) {
                 Ok(Some(out)) => (g(acc, out), swallowed),
-                Ok(None) => (acc, swallowed + 1),
+                Ok(None) => (acc, swallowed + u64::from(COUNT)),
                 Err(e) => {
                     outcome.panic = Some(e.in_stage(outcome.stage));
                     (acc, swallowed)

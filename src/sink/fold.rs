@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use super::handle::{SinkHandle, SinkState};
-use crate::demand::Replenish;
+use crate::demand::{Replenish, UNBOUNDED};
 use crate::guard::catch_in;
 use crate::{Error, Subscriber, Subscription};
 
@@ -49,6 +49,11 @@ pub(crate) fn fold<A, F>(
 }
 
 impl<A, F> FoldSubscriber<A, F> {
+    /// Asked for everything at once (`prefetch == UNBOUNDED`): never replenishes.
+    fn unbounded(&self) -> bool {
+        self.replenish.prefetch() == UNBOUNDED
+    }
+
     /// Record `n` consumed items; returns the demand to add now (0: none).
     fn consumed(&mut self, n: u64) -> u64 {
         match (self.replenish.on_consumed(n), &self.upstream) {
@@ -100,6 +105,15 @@ where
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
         let Some(acc) = self.acc.take() else { return 0 };
+        if self.unbounded() {
+            // Nothing to replenish: no count, so the chain's loop carries none.
+            let f = &mut self.f;
+            match catch_in(self.stage, || items.fold(acc, f)) {
+                Ok(acc) => self.acc = Some(acc),
+                Err(error) => self.fail(error),
+            }
+            return 0;
+        }
         let f = &mut self.f;
         let mut count = 0u64;
         // One guard around the whole batch: the accumulator stays a plain value, so
@@ -128,6 +142,11 @@ where
     /// Consumes every batch it is handed (it never cancels from inside one).
     fn stops_batches_itself(&self) -> bool {
         true
+    }
+
+    /// `fold_with(UNBOUNDED, ..)` asks once for everything.
+    fn demand_is_unbounded(&self, _sealed: crate::spec::Sealed) -> bool {
+        self.unbounded()
     }
 
     fn on_error(&mut self, error: Error) {

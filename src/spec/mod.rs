@@ -54,5 +54,6 @@ mod subscription;
 
 pub use processor::Processor;
 pub use publisher::{BoxPublisher, Publisher};
+pub(crate) use subscriber::sealed::Sealed;
 pub use subscriber::Subscriber;
 pub use subscription::{RawSubscription, Subscription};

@@ -52,6 +52,19 @@ pub trait Subscriber<T> {
         false
     }
 
+    /// weir's own stages only (the argument cannot be named outside the crate, so this
+    /// cannot be overridden elsewhere): true when this subscriber asked for unbounded
+    /// demand and passes on no bounded demand of its own, so that batch credit returned
+    /// through it changes nothing. A stage that returns credit for items it swallows
+    /// (`filter`, `filter_map`) then skips counting them, which leaves a synchronous
+    /// chain's fused loop free of per-item bookkeeping. Sealed because a wrong `true`
+    /// would withhold credit a bounded subscriber needs, and stall its stream; the
+    /// default, false, is always correct.
+    #[doc(hidden)]
+    fn demand_is_unbounded(&self, _sealed: sealed::Sealed) -> bool {
+        false
+    }
+
     /// Several items at once, never more than the outstanding demand. Each item counts
     /// as one `on_next` for rule 1.1.
     ///
@@ -79,6 +92,20 @@ pub trait Subscriber<T> {
     }
 }
 
+/// The sealed argument of `Subscriber::demand_is_unbounded`: its type is public but
+/// cannot be named outside the crate.
+pub(crate) mod sealed {
+    /// The argument of [`Subscriber::demand_is_unbounded`](super::Subscriber): only
+    /// weir can make one, so only weir's stages answer that question.
+    #[derive(Clone, Copy, Debug)]
+    pub struct Sealed(());
+
+    impl Sealed {
+        /// The one way to make one (crate-private).
+        pub(crate) const NEW: Sealed = Sealed(());
+    }
+}
+
 impl<T, S: Subscriber<T> + ?Sized> Subscriber<T> for Box<S> {
     fn on_subscribe(&mut self, subscription: Subscription) {
         (**self).on_subscribe(subscription)
@@ -94,5 +121,8 @@ impl<T, S: Subscriber<T> + ?Sized> Subscriber<T> for Box<S> {
     }
     fn drop_hook(&self) -> Option<DropHook> {
         (**self).drop_hook()
+    }
+    fn demand_is_unbounded(&self, sealed: sealed::Sealed) -> bool {
+        (**self).demand_is_unbounded(sealed)
     }
 }

@@ -230,3 +230,42 @@ proptest! {
         check_publisher(|n| weir::range(0..3 * n).filter(|x| x % 3 == 2), n, &schedule)?;
     }
 }
+
+/// Under unbounded demand `filter` does not count what it swallows (nobody is owed
+/// credit); under bounded demand it gives every swallowed item back as credit. Both
+/// ways every kept item arrives, in order, and the stream completes: a sink whose
+/// window is 1 stalls at the first swallowed item if its credit is lost.
+#[test]
+fn swallowed_items_are_given_back_under_bounded_demand_and_not_counted_under_unbounded() {
+    const N: u64 = 100_000;
+    const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
+    fn kept(x: &u64) -> bool {
+        x % 7 == 0
+    }
+    let model: (u64, u64) = (0..N)
+        .filter(kept)
+        .fold((0, 0), |(n, s), x| (n + 1, s.wrapping_add(x)));
+    for prefetch in [UNBOUNDED, 1, 2, 64, 1_024] {
+        let got = weir::range(0..N)
+            .map(|x| x ^ 1)
+            .filter(|x| kept(&(x ^ 1)))
+            .map(|x| x ^ 1)
+            .inspect(|_| {})
+            .fold_with(prefetch, (0u64, 0u64), |(n, s), x| {
+                (n + 1, s.wrapping_add(x))
+            })
+            .wait_timeout(PATIENCE)
+            .expect("the stream completes (a lost credit stalls it)")
+            .unwrap();
+        assert_eq!(got, model, "prefetch {prefetch}");
+        let got = weir::range(0..N)
+            .filter_map(|x| kept(&x).then_some(x))
+            .fold_with(prefetch, (0u64, 0u64), |(n, s), x| {
+                (n + 1, s.wrapping_add(x))
+            })
+            .wait_timeout(PATIENCE)
+            .expect("the stream completes (a lost credit stalls it)")
+            .unwrap();
+        assert_eq!(got, model, "filter_map, prefetch {prefetch}");
+    }
+}
