@@ -20,7 +20,7 @@
 //! signals `on_error(Panicked)` and returns no credit.
 
 use crate::drain::Upstream;
-use crate::guard::{catch_in, BatchOutcome, Guarded};
+use crate::guard::{catch_in, swallowing_batch, BatchOutcome};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -110,17 +110,7 @@ where
         let mut outcome = BatchOutcome::of("filter");
         let predicate = &mut self.predicate;
         let keep = |x: T| predicate(&x).then_some(x);
-        // Under unbounded demand the swallowed items are owed nothing: not counted.
-        let credit = if self
-            .downstream
-            .demand_is_unbounded(crate::spec::Sealed::NEW)
-        {
-            let batch = Guarded::uncounted(items, keep, &mut outcome);
-            self.downstream.on_next_batch(batch)
-        } else {
-            let batch = Guarded::new(items, keep, &mut outcome);
-            self.downstream.on_next_batch(batch)
-        };
+        let credit = swallowing_batch(&mut self.downstream, items, keep, &mut outcome);
         match outcome.panic {
             Some(error) => {
                 self.upstream.fail(&mut self.downstream, error);

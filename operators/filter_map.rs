@@ -14,7 +14,7 @@
 
 use crate::demand;
 use crate::drain::Upstream;
-use crate::guard::{catch_in, BatchOutcome, Guarded};
+use crate::guard::{catch_in, swallowing_batch, BatchOutcome};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -99,17 +99,7 @@ where
             return 0;
         }
         let mut outcome = BatchOutcome::of("filter_map");
-        // Under unbounded demand the swallowed items are owed nothing: not counted.
-        let credit = if self
-            .downstream
-            .demand_is_unbounded(crate::spec::Sealed::NEW)
-        {
-            let batch = Guarded::uncounted(items, &mut self.f, &mut outcome);
-            self.downstream.on_next_batch(batch)
-        } else {
-            let batch = Guarded::new(items, &mut self.f, &mut outcome);
-            self.downstream.on_next_batch(batch)
-        };
+        let credit = swallowing_batch(&mut self.downstream, items, &mut self.f, &mut outcome);
         match outcome.panic {
             Some(error) => {
                 self.upstream.fail(&mut self.downstream, error);

@@ -79,6 +79,28 @@ impl<'a, I, F> Guarded<'a, I, F, false> {
     }
 }
 
+/// `downstream.on_next_batch` over `items` mapped by `f` under a panic guard, counting
+/// what `f` swallows in `outcome` only when downstream's demand is bounded (under
+/// unbounded demand nobody is owed credit for it, and the loop carries no counter).
+/// The one place a swallowing stage (`filter`, `filter_map`) makes that choice.
+pub(crate) fn swallowing_batch<T, U, S, I, F>(
+    downstream: &mut S,
+    items: I,
+    f: F,
+    outcome: &mut BatchOutcome,
+) -> u64
+where
+    S: crate::Subscriber<U>,
+    I: Iterator<Item = T>,
+    F: FnMut(T) -> Option<U>,
+{
+    if downstream.demand_is_unbounded(crate::spec::Sealed::NEW) {
+        downstream.on_next_batch(Guarded::uncounted(items, f, outcome))
+    } else {
+        downstream.on_next_batch(Guarded::new(items, f, outcome))
+    }
+}
+
 impl<I, F, U, const COUNT: bool> Iterator for Guarded<'_, I, F, COUNT>
 where
     I: Iterator,
