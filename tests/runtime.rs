@@ -334,3 +334,183 @@ mod default_pool {
         assert_eq!(settled, [0]);
     }
 }
+
+/// What a test subscriber saw: items, the terminal, and its subscription.
+#[derive(Default)]
+struct Seen {
+    items: Vec<u64>,
+    end: Option<Result<(), weir::ErrorKind>>,
+    subscription: Option<weir::Subscription>,
+}
+
+/// A subscriber that records into `Seen` and requests nothing by itself; `on_item`
+/// runs for each item on the delivering thread.
+struct Recorder<F> {
+    seen: Arc<Mutex<Seen>>,
+    on_item: F,
+}
+
+impl<F: FnMut(u64) + Send> weir::Subscriber<u64> for Recorder<F> {
+    fn on_subscribe(&mut self, subscription: weir::Subscription) {
+        self.seen.lock().unwrap().subscription = Some(subscription);
+    }
+    fn on_next(&mut self, item: u64) {
+        self.seen.lock().unwrap().items.push(item);
+        (self.on_item)(item);
+    }
+    fn on_error(&mut self, error: weir::Error) {
+        self.seen.lock().unwrap().end = Some(Err(error.kind()));
+    }
+    fn on_complete(&mut self) {
+        self.seen.lock().unwrap().end = Some(Ok(()));
+    }
+}
+
+fn request(seen: &Mutex<Seen>, n: u64) {
+    let subscription = seen
+        .lock()
+        .unwrap()
+        .subscription
+        .clone()
+        .expect("subscribed");
+    subscription.request(n);
+}
+
+/// A scheduled stage on `Tokio` runs on one long-lived tokio task per subscription
+/// (its lane): at most one task of it is alive while it runs, and none once it ended,
+/// whether it completed or was cancelled.
+#[test]
+fn a_stage_on_tokio_runs_on_one_task_that_ends_with_the_subscription() {
+    use futures::StreamExt as _;
+    use weir::prelude::*;
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let alive = || {
+        tokio::runtime::Handle::current()
+            .metrics()
+            .num_alive_tasks()
+    };
+    let (sum, most_alive) = rt.block_on(async move {
+        let mut stream =
+            weir::bridge::from_stream_on(futures::stream::iter(0..10_000u64), Tokio::current())
+                .into_stream(16);
+        let (mut sum, mut most_alive) = (0u64, 0);
+        while let Some(item) = stream.next().await {
+            sum += item.unwrap();
+            most_alive = most_alive.max(alive());
+        }
+        (sum, most_alive)
+    });
+    assert_eq!(sum, (0..10_000u64).sum::<u64>());
+    assert_eq!(
+        most_alive, 1,
+        "one lane task per subscription while it runs"
+    );
+    // The lane's task ends with its subscription (it completed above).
+    rt.block_on(async { tokio::task::yield_now().await });
+    assert_eq!(rt.block_on(async move { alive() }), 0);
+
+    // Cancelled half-way: the task ends too.
+    rt.block_on(async move {
+        let mut stream =
+            weir::bridge::from_stream_on(futures::stream::iter(0..10_000u64), Tokio::current())
+                .into_stream(16);
+        for expected in 0..100 {
+            assert_eq!(stream.next().await.unwrap().unwrap(), expected);
+        }
+        assert_eq!(alive(), 1);
+        drop(stream);
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(alive(), 0, "the cancelled subscription's lane task ended");
+    });
+}
+
+/// A stage that always has work gives its worker back between turns: on a
+/// current-thread runtime, a task spawned while it delivers runs long before the
+/// stream ends.
+#[test]
+fn a_busy_stage_on_a_tokio_lane_lets_the_runtimes_other_tasks_run() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let delivered_when_ticked = Arc::new(Mutex::new(None));
+    let (delivered, ticked) = (Arc::new(AtomicUsize::new(0)), delivered_when_ticked.clone());
+    let counter = delivered.clone();
+    const N: u64 = 200_000;
+    rt.block_on(async {
+        let on_item = move |item: u64| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            if item == 0 {
+                let (delivered, ticked) = (counter.clone(), ticked.clone());
+                // Queued behind the stage's current turn.
+                tokio::spawn(async move {
+                    *ticked.lock().unwrap() = Some(delivered.load(Ordering::Relaxed));
+                });
+            }
+        };
+        use weir::Publisher as _;
+        weir::bridge::from_stream_on(futures::stream::iter(0..N), Tokio::current()).subscribe(
+            Recorder {
+                seen: seen.clone(),
+                on_item,
+            },
+        );
+        request(&seen, u64::MAX);
+        while seen.lock().unwrap().end.is_none() {
+            tokio::task::yield_now().await;
+        }
+    });
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.end, Some(Ok(())));
+    assert_eq!(seen.items.len() as u64, N);
+    let ticked = delivered_when_ticked
+        .lock()
+        .unwrap()
+        .expect("the spawned task ran");
+    assert!(
+        (ticked as u64) < N,
+        "the other task ran only after all {N} items ({ticked} delivered by then)"
+    );
+    assert_eq!(delivered.load(Ordering::Relaxed) as u64, N);
+}
+
+/// A runtime shut down while a stage's lane task waits: the next request finds the
+/// lane gone, and the subscription ends with a `SchedulerShutdown` error on the
+/// requesting thread, nothing hangs.
+#[test]
+fn a_request_after_the_runtime_shut_down_ends_the_stream_with_scheduler_shutdown() {
+    use weir::Publisher as _;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .build()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    weir::bridge::from_stream_on(
+        futures::stream::iter(0..1_000u64),
+        Tokio::new(rt.handle().clone()),
+    )
+    .subscribe(Recorder {
+        seen: seen.clone(),
+        on_item: |_| {},
+    });
+    request(&seen, 3);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while seen.lock().unwrap().items.len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first items arrive"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    rt.shutdown_timeout(Duration::from_secs(5));
+    request(&seen, 3);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.items, vec![0, 1, 2], "nothing after the shutdown");
+    assert_eq!(seen.end, Some(Err(weir::ErrorKind::SchedulerShutdown)));
+}

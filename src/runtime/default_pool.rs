@@ -90,4 +90,8 @@ impl Scheduler for DefaultPool {
     fn current_thread_is_sole_worker(&self) -> bool {
         self.pool.current_thread_is_sole_worker()
     }
+
+    fn lane(&self) -> Box<dyn super::Lane> {
+        self.pool.lane()
+    }
 }

@@ -25,6 +25,7 @@
 pub(crate) mod backoff;
 mod default_pool;
 mod immediate;
+pub mod lane;
 mod thread_pool;
 #[cfg(feature = "tokio")]
 mod tokio;
@@ -35,6 +36,7 @@ use std::time::{Duration, Instant};
 
 pub use default_pool::DefaultPool;
 pub use immediate::Immediate;
+pub use lane::{Lane, Recurring};
 pub use thread_pool::{ThreadPool, ThreadPoolBuilder};
 #[cfg(feature = "tokio")]
 pub use tokio::Tokio;
@@ -105,6 +107,15 @@ pub trait Scheduler: Send + Sync + 'static {
     fn current_thread_is_sole_worker(&self) -> bool {
         false
     }
+
+    /// A [`Lane`] for one stage's recurring task, asked for once per subscription (see
+    /// the [`lane`] module). The default queues each run as a boxed task through
+    /// [`schedule`](Self::schedule) (one allocation per run); a scheduler that can
+    /// keep one long-lived task per lane, as `Tokio` does, overrides it and runs
+    /// scheduled stages without allocating per pass.
+    fn lane(&self) -> Box<dyn Lane> {
+        Box::new(lane::TaskPerRun)
+    }
 }
 
 impl<S: Scheduler + ?Sized> Scheduler for Arc<S> {
@@ -130,6 +141,10 @@ impl<S: Scheduler + ?Sized> Scheduler for Arc<S> {
 
     fn current_thread_is_sole_worker(&self) -> bool {
         (**self).current_thread_is_sole_worker()
+    }
+
+    fn lane(&self) -> Box<dyn Lane> {
+        (**self).lane()
     }
 }
 
@@ -213,6 +228,11 @@ pub(crate) fn forbid_blocking_in_async(what: &str) {
 /// Run a scheduler's task, catching a panic so that the worker survives. Returns
 /// whether the task completed without panicking.
 fn run_task(task: Task) -> bool {
+    run_caught(task)
+}
+
+/// [`run_task`] for any closure (no box needed).
+fn run_caught(task: impl FnOnce()) -> bool {
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(task)) {
         Ok(()) => true,
         Err(_) => {

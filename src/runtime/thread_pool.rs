@@ -27,7 +27,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::backoff::Backoff;
-use super::{deadline, run_task, Scheduler, Task, TimerHandle};
+use super::lane::Once;
+use super::{deadline, run_task, Lane, Recurring, Scheduler, Task, TimerHandle};
 
 /// A fixed set of named worker threads that run scheduled tasks and park when idle.
 ///
@@ -80,7 +81,7 @@ thread_local! {
 }
 
 struct PoolState {
-    ready: VecDeque<Task>,
+    ready: VecDeque<Ready>,
     /// Timers by (due, sequence number): the map's order is the firing order.
     timers: BTreeMap<(Instant, u64), Task>,
     /// Timers whose deadline does not fit the clock ("never"), by sequence number:
@@ -241,7 +242,7 @@ impl Workers {
         drop(never);
     }
 
-    fn push_ready(&self, task: Task) {
+    fn push_ready(&self, task: Ready) {
         let mut state = self.lock();
         if state.shutdown {
             drop(state);
@@ -298,7 +299,7 @@ impl Workers {
     }
 
     /// Take the next task, parking while there is none. `None`: shut down.
-    fn next(&self) -> Option<Task> {
+    fn next(&self) -> Option<Ready> {
         let mut spun = false;
         let mut state = self.lock();
         loop {
@@ -311,7 +312,7 @@ impl Workers {
                     break;
                 }
                 let task = state.timers.remove(&(due, seq)).expect("key just read");
-                state.ready.push_back(task);
+                state.ready.push_back(Ready::Task(task));
                 self.queued.fetch_add(1, Ordering::Relaxed);
             }
             if let Some(task) = state.ready.pop_front() {
@@ -351,15 +352,20 @@ impl Workers {
 
     fn work(&self) {
         WORKER_OF.with(|pool| pool.set(self as *const Workers));
-        while let Some(task) = self.next() {
-            run_task(task);
+        while let Some(ready) = self.next() {
+            match ready {
+                Ready::Task(task) => {
+                    run_task(task);
+                }
+                Ready::Again(run) => run.run(),
+            }
         }
     }
 }
 
 impl Scheduler for ThreadPool {
     fn schedule(&self, task: Task) {
-        self.owner.shared.push_ready(task)
+        self.owner.shared.push_ready(Ready::Task(task))
     }
 
     fn schedule_after(&self, delay: Duration, task: Task) {
@@ -399,5 +405,27 @@ impl Scheduler for ThreadPool {
     fn current_thread_is_sole_worker(&self) -> bool {
         let workers: &Workers = &self.owner.shared;
         workers.threads == 1 && WORKER_OF.with(|pool| std::ptr::eq(pool.get(), workers))
+    }
+
+    /// A lane that queues the stage's recurring task itself, not a boxed task per run.
+    fn lane(&self) -> Box<dyn Lane> {
+        Box::new(PoolLane(self.owner.shared.clone()))
+    }
+}
+
+/// A ready entry: a task, or one run of a stage's recurring task (dropped unrun, as
+/// at shutdown, it is abandoned: its pipeline ends).
+enum Ready {
+    Task(Task),
+    Again(Once),
+}
+
+/// [`ThreadPool`]'s lane: runs queued on the ready queue as they are, without boxing.
+struct PoolLane(Arc<Workers>);
+
+impl Lane for PoolLane {
+    fn queue(&self, _on: &dyn Scheduler, task: Arc<dyn Recurring>) {
+        // Refused after shutdown: dropped outside the lock, which abandons the run.
+        self.0.push_ready(Ready::Again(Once(Some(task))));
     }
 }

@@ -77,15 +77,15 @@
 // early-exit reads in `request`/`cancel` are hints: a stale read costs one more pass
 // that finds the slot empty.
 
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Wake, Waker};
 
 use crate::demand::{self, AtomicDemand};
 use crate::drain::Wip;
 use crate::guard::catch;
-use crate::loom::{Aligned, AtomicU8, Mutex, MutexGuardOf, Ordering};
+use crate::loom::{Aligned, AtomicU8, AtomicUsize, Mutex, MutexGuardOf, Ordering};
 use crate::runtime::backoff::Backoff;
-use crate::runtime::Scheduler;
+use crate::runtime::{Lane, Recurring, Scheduler};
 use crate::{Error, RawSubscription, Subscriber, Subscription};
 
 /// Flag: downstream cancelled.
@@ -396,6 +396,11 @@ pub(crate) struct Core<G: Stage, S> {
     stage: G,
     /// Ourselves, for tasks and wakers (`request` only has `&self`).
     me: Weak<Self>,
+    /// Where a scheduled stage queues its task (the core itself, see
+    /// [`Recurring`]): asked of the scheduler when the first task is queued.
+    lane: OnceLock<Box<dyn Lane>>,
+    /// The reasons the queued task owes the `Wip` (meaningful while one is queued).
+    owed: AtomicUsize,
 }
 
 impl<G: Stage, S> std::fmt::Debug for Core<G, S> {
@@ -421,6 +426,8 @@ where
             slot: Aligned::new(Mutex::new(None)),
             stage,
             me: me.clone(),
+            lane: OnceLock::new(),
+            owed: AtomicUsize::new(0),
         });
         let me: Weak<dyn CoreHandle> = core.me.clone();
         core.stage.bind(me);
@@ -501,7 +508,7 @@ where
                     self.own(missed);
                 }
             }
-            _ => self.run(1, None),
+            _ => self.run_loop(1, None),
         }
     }
 
@@ -523,12 +530,12 @@ where
             if on.current_thread_is_sole_worker() {
                 if !G::USES_WAKER {
                     // `&self` keeps the core alive through the run.
-                    self.run(1, Some((false, None)));
+                    self.run_loop(1, Some((false, None)));
                     return;
                 }
                 if let Some(core) = self.me.upgrade() {
                     let waker = Waker::from(core);
-                    self.run(1, Some((false, Some(&waker))));
+                    self.run_loop(1, Some((false, Some(&waker))));
                     return;
                 }
             }
@@ -539,43 +546,43 @@ where
     /// This call owns the loop with `missed` reasons to account for.
     fn own(&self, missed: usize) {
         match self.stage.drive() {
-            Drive::Inline => self.run(missed, None),
-            Drive::Scheduled { on, linger } => {
+            Drive::Inline => self.run_loop(missed, None),
+            Drive::Scheduled { on, .. } => {
                 // Relaxed: our own `Wip::enter` ordered us after the write.
                 if self.flags.load(Ordering::Relaxed) & CANCELLED != 0 {
                     // A cancel only releases: do it here, now.
-                    self.run(missed, None);
+                    self.run_loop(missed, None);
                 } else {
-                    self.schedule(on, linger, missed);
+                    self.schedule(on, missed);
                 }
             }
         }
     }
 
-    /// Give our ownership (with `missed` reasons) to a new task on `on`.
-    fn schedule(&self, on: &dyn Scheduler, linger: bool, missed: usize) {
+    /// Give our ownership (with `missed` reasons) to a new task on `on`: queue
+    /// ourselves on our lane (see [`Recurring`]).
+    fn schedule(&self, on: &dyn Scheduler, missed: usize) {
         let Some(core) = self.me.upgrade() else {
             // The last handle is going away: nobody is left to serve.
             let _ = self.wip.leave(missed);
             return;
         };
-        let task = OwnedLoop {
-            core: Some(core),
-            missed,
-            linger,
-        };
-        on.schedule(Box::new(move || task.run()));
+        // Relaxed: the lane's hand-off orders this write before the run that reads it
+        // (the lane contract), as a boxed task's captures would be.
+        self.owed.store(missed, Ordering::Relaxed);
+        let lane = self.lane.get_or_init(|| on.lane());
+        lane.queue(on, core);
     }
 
     /// The owner's loop: passes until no reason is left. `task` is `Some((linger,
     /// waker))` on a scheduled task (the waker `None` on a pass run in place for a
     /// stage that does not use one: see [`Stage::USES_WAKER`]).
-    fn run(&self, mut missed: usize, task: Option<(bool, Option<&Waker>)>) {
+    fn run_loop(&self, mut missed: usize, task: Option<(bool, Option<&Waker>)>) {
         let mut passes = 0u32;
         loop {
             let pass = self.pass(task.and_then(|(_, waker)| waker));
-            if let (Pass::Yield, Some((linger, _))) = (pass, task) {
-                self.reschedule(linger, missed);
+            if let (Pass::Yield, Some(_)) = (pass, task) {
+                self.reschedule(missed);
                 return;
             }
             let mut unsignalled = false;
@@ -605,11 +612,9 @@ where
                 }
             }
             passes += 1;
-            if let Some((linger, _)) = task {
-                if crowded || passes >= TASK_PASSES {
-                    self.reschedule(linger, missed);
-                    return;
-                }
+            if task.is_some() && (crowded || passes >= TASK_PASSES) {
+                self.reschedule(missed);
+                return;
             }
         }
     }
@@ -623,10 +628,10 @@ where
     }
 
     /// Continue the loop in a new task (keeping ownership and the owed reasons).
-    fn reschedule(&self, linger: bool, missed: usize) {
+    fn reschedule(&self, missed: usize) {
         match self.stage.drive() {
-            Drive::Scheduled { on, .. } => self.schedule(on, linger, missed),
-            Drive::Inline => self.run(missed, None),
+            Drive::Scheduled { on, .. } => self.schedule(on, missed),
+            Drive::Inline => self.run_loop(missed, None),
         }
     }
 
@@ -732,37 +737,29 @@ enum Ending {
     Panicked,
 }
 
-/// A scheduled task that owns a core's loop. Dropped without running (its scheduler
-/// shut down), it ends the subscription with a `SchedulerShutdown` error.
-struct OwnedLoop<G: Stage, S: Subscriber<G::Item> + Send + 'static> {
-    core: Option<Arc<Core<G, S>>>,
-    missed: usize,
-    linger: bool,
-}
-
-impl<G, S> OwnedLoop<G, S>
+/// A scheduled stage's task: the core itself, queued on its lane while it owns the
+/// loop (with `owed` reasons). Abandoned (its scheduler shut down), it ends the
+/// subscription with a `SchedulerShutdown` error on the abandoning thread, so the
+/// pipeline ends instead of hanging and the `Wip` is released.
+impl<G, S> Recurring for Core<G, S>
 where
     G: Stage,
     S: Subscriber<G::Item> + Send + 'static,
 {
-    fn run(mut self) {
-        let core = self.core.take().expect("a task runs once");
-        let waker = Waker::from(core.clone());
-        core.run(self.missed, Some((self.linger, Some(&waker))));
+    fn run(self: Arc<Self>) {
+        // Relaxed: see `schedule`.
+        let missed = self.owed.load(Ordering::Relaxed);
+        let linger = matches!(self.stage.drive(), Drive::Scheduled { linger: true, .. });
+        let waker = Waker::from(self.clone());
+        self.run_loop(missed, Some((linger, Some(&waker))));
     }
-}
 
-impl<G, S> Drop for OwnedLoop<G, S>
-where
-    G: Stage,
-    S: Subscriber<G::Item> + Send + 'static,
-{
-    fn drop(&mut self) {
-        if let Some(core) = self.core.take() {
-            // Relaxed: this thread owns the loop (the task carried the ownership).
-            core.flags.fetch_or(SHUTDOWN, Ordering::Relaxed);
-            core.run(self.missed, None);
-        }
+    fn abandon(self: Arc<Self>) {
+        // Relaxed: this thread owns the loop (the task carried the ownership).
+        self.flags.fetch_or(SHUTDOWN, Ordering::Relaxed);
+        // Relaxed: see `schedule`.
+        let missed = self.owed.load(Ordering::Relaxed);
+        self.run_loop(missed, None);
     }
 }
 

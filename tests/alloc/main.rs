@@ -11,6 +11,8 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+#[cfg(feature = "tokio")]
+mod bridge;
 mod buffer;
 mod channel;
 mod multi_source;
