@@ -281,8 +281,9 @@ impl<T: Send + 'static> Stage for Hold<T> {
     }
 }
 
-/// Items that die in the held queue (past the maximum age) while nobody reads leave
-/// before its statistics are read: reported as `Expired`, room made for a waiting
+/// Before the statistics are read, the held queue's counts waiting for their grain
+/// are published, and items that died in it (past the maximum age) while nobody
+/// reads leave: reported as `Expired`, room made for a waiting
 /// producer, and the end parked behind them delivered if they were the last.
 impl<T: Send + 'static, S: Subscriber<T> + Send + 'static> Sweep for Core<Hold<T>, S> {
     fn sweep(&self) {
@@ -294,6 +295,7 @@ impl<T: Send + 'static, S: Subscriber<T> + Send + 'static> Sweep for Core<Hold<T
             let Ok(mut held) = hold.held.try_lock() else {
                 return;
             };
+            held.queue.publish();
             let now = held.queue.gauge().now();
             if held.queue.expire_stale(now, &mut stale) == 0 {
                 return;

@@ -517,10 +517,10 @@ where
             self.hook.clone(),
             self.errors_first,
         ));
-        if self.bounds.get_max_age().is_some() {
-            let sweeper: Arc<dyn Sweep> = core.clone();
-            self.gauge.set_sweeper(Arc::downgrade(&sweeper));
-        }
+        // Before the stats are read: the counts the queue holds back are published,
+        // and items that died while nobody reads leave.
+        let sweeper: Arc<dyn Sweep> = core.clone();
+        self.gauge.set_sweeper(Arc::downgrade(&sweeper));
         self.core = Some(core.clone());
         let drain = Delivery::new(
             self.capacity,

@@ -153,13 +153,7 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
         }
         queue.counted_tail = tail;
         let now = now.unwrap_or_else(|| self.gauge.now());
-        if arrived > 0 {
-            self.gauge.offered(arrived, now);
-            self.gauge.enqueued(arrived);
-        }
-        if delivered > 0 {
-            self.gauge.dequeued(delivered, now);
-        }
+        self.gauge.moved(arrived, arrived, delivered, now);
         if expired > 0 {
             self.gauge.dropped(DropReason::Expired, expired);
         }

@@ -198,26 +198,29 @@ pub(crate) struct QueueGauge {
     /// Enqueue instant of the oldest item, as nanoseconds since `origin` plus one;
     /// 0 = empty.
     oldest: AtomicU64,
-    enqueued: AtomicU64,
-    dequeued: AtomicU64,
     rejected: AtomicU64,
     blocked_nanos: AtomicU64,
     pauses: AtomicU64,
     shed: AtomicU64,
     late: AtomicU64,
     drops: Drops,
-    arrival: Mutex<WindowedRate>,
-    drain: Mutex<WindowedRate>,
+    /// Items in and out and the arrival and drain rates, under one lock: a queue
+    /// that offers and takes items out in one step (a sender that delivers its own
+    /// item) records all of them at once.
+    rates: Mutex<Rates>,
     /// The queue's owner (the latest subscription's), asked to take its dead items
     /// out before a snapshot.
     sweeper: Mutex<Option<Weak<dyn Sweep>>>,
 }
 
-/// A queue that can take out the items that died in it (past their maximum age)
-/// without a reader, so that its statistics describe live work.
+/// A queue that can publish the counts it holds back and take out the items that
+/// died in it (past their maximum age) without a reader, so that its statistics
+/// describe live work.
 pub(crate) trait Sweep: Send + Sync {
-    /// Take the dead items out now (reporting them as dropped), unless the queue's
-    /// lock is taken (then the snapshot reads the figures as they are).
+    /// Publish the counts the queue holds back (they reach the gauge at most once a
+    /// millisecond otherwise) and take the dead items out now (reporting them as
+    /// dropped), unless the queue's lock is taken (then the snapshot reads the
+    /// figures as they are).
     fn sweep(&self);
 }
 
@@ -238,16 +241,18 @@ impl QueueGauge {
             origin,
             depth: AtomicUsize::new(0),
             oldest: AtomicU64::new(0),
-            enqueued: AtomicU64::new(0),
-            dequeued: AtomicU64::new(0),
             rejected: AtomicU64::new(0),
             blocked_nanos: AtomicU64::new(0),
             pauses: AtomicU64::new(0),
             shed: AtomicU64::new(0),
             late: AtomicU64::new(0),
             drops: Drops::new(),
-            arrival: Mutex::new(WindowedRate::new(origin)),
-            drain: Mutex::new(WindowedRate::new(origin)),
+            rates: Mutex::new(Rates {
+                enqueued: 0,
+                dequeued: 0,
+                arrival: WindowedRate::new(origin),
+                drain: WindowedRate::new(origin),
+            }),
             sweeper: Mutex::new(None),
             clock,
         })
@@ -265,21 +270,18 @@ impl QueueGauge {
         self.clock.now()
     }
 
-    /// `n` items were offered to the queue at `now` (accepted, dropped or refused):
-    /// feeds the arrival rate.
-    pub(crate) fn offered(&self, n: u64, now: Instant) {
-        lock(&self.arrival).record(n, now);
-    }
-
-    /// `n` items were accepted into the queue.
-    pub(crate) fn enqueued(&self, n: u64) {
-        self.enqueued.fetch_add(n, Ordering::Relaxed);
-    }
-
-    /// `n` items were taken out for delivery at `now`: feeds the drain rate.
-    pub(crate) fn dequeued(&self, n: u64, now: Instant) {
-        self.dequeued.fetch_add(n, Ordering::Relaxed);
-        lock(&self.drain).record(n, now);
+    /// Since the last call, `offered` items were offered to the queue (accepted,
+    /// dropped or refused; feeds the arrival rate), `enqueued` accepted, and
+    /// `dequeued` taken out for delivery (feeds the drain rate), all at `now`. One
+    /// lock, none when nothing moved.
+    pub(crate) fn moved(&self, offered: u64, enqueued: u64, dequeued: u64, now: Instant) {
+        if offered > 0 || dequeued > 0 {
+            let mut rates = lock(&self.rates);
+            rates.enqueued += enqueued;
+            rates.dequeued += dequeued;
+            rates.arrival.record(offered, now);
+            rates.drain.record(dequeued, now);
+        }
     }
 
     /// `n` items were dropped for `reason`.
@@ -329,6 +331,7 @@ impl QueueGauge {
             sweeper.sweep();
         }
         let now = self.clock.now();
+        let rates = lock(&self.rates);
         let oldest = self.oldest.load(Ordering::Relaxed);
         let oldest_age = (oldest != 0).then(|| {
             let enqueued_at = self.origin + Duration::from_nanos(oldest - 1);
@@ -338,18 +341,27 @@ impl QueueGauge {
             depth: self.depth.load(Ordering::Relaxed),
             capacity: self.capacity,
             oldest_age,
-            enqueued: self.enqueued.load(Ordering::Relaxed),
-            dequeued: self.dequeued.load(Ordering::Relaxed),
+            enqueued: rates.enqueued,
+            dequeued: rates.dequeued,
             dropped_by_reason: DropReason::ALL.map(|r| self.drops.count(r)),
             rejected: self.rejected.load(Ordering::Relaxed),
             blocked: Duration::from_nanos(self.blocked_nanos.load(Ordering::Relaxed)),
             pauses: self.pauses.load(Ordering::Relaxed),
             shed: self.shed.load(Ordering::Relaxed),
             late: self.late.load(Ordering::Relaxed),
-            arrival_rate: lock(&self.arrival).rate(now, window),
-            drain_rate: lock(&self.drain).rate(now, window),
+            arrival_rate: rates.arrival.rate(now, window),
+            drain_rate: rates.drain.rate(now, window),
         }
     }
+}
+
+/// A queue's counts of items in and out, and its arrival and drain rates: what
+/// every offer and every take updates, under one lock.
+struct Rates {
+    enqueued: u64,
+    dequeued: u64,
+    arrival: WindowedRate,
+    drain: WindowedRate,
 }
 
 fn lock<X>(mutex: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
@@ -373,9 +385,7 @@ mod tests {
         for _ in 0..100 {
             vt.advance(Duration::from_millis(10));
             let now = vt.now();
-            gauge.offered(12, now);
-            gauge.enqueued(12);
-            gauge.dequeued(10, now);
+            gauge.moved(12, 12, 10, now);
         }
         let start = vt.now() - Duration::from_secs(1);
         gauge.level(200, Some(start));
@@ -395,7 +405,7 @@ mod tests {
         let vt = VirtualTime::new();
         let gauge = QueueGauge::new(100, Arc::new(vt.clone()));
         vt.advance(Duration::from_millis(100));
-        gauge.dequeued(100, vt.now());
+        gauge.moved(0, 0, 100, vt.now());
         assert_eq!(gauge.snapshot(RATE_WINDOW).drain_rate, 1_000.0);
         vt.advance(Duration::from_secs(10));
         gauge.level(5, Some(vt.now()));

@@ -18,7 +18,16 @@
 //! count dead items as depth.
 //!
 //! Statistics are gathered in plain fields and published to the [`QueueGauge`] by
-//! [`flush`](TimedQueue::flush), which the owner calls once per batch.
+//! [`flush`](TimedQueue::flush), which the owner calls once per batch. The depth and
+//! the oldest stamp go out at every flush (two plain stores); the counts in and out,
+//! which feed the rates under the gauge's lock, go out at most once per [`GRAIN`]: a
+//! flush within a grain of the last one that published only adds its counts to the
+//! pending ones and notes its instant. The pending counts are published at that
+//! instant by the next flush a grain later, by [`publish`](TimedQueue::publish) (the
+//! queue's owner calls it before a snapshot reads the gauge, so a snapshot sees every
+//! count) and when the queue is dropped. A producer offering one item at a time
+//! therefore takes the gauge's lock once a millisecond, not once an item, and no
+//! count is ever attributed to an instant later than the flush that counted it.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -27,6 +36,30 @@ use std::time::{Duration, Instant};
 use super::{Capacity, TimeBounds};
 use crate::metrics::QueueGauge;
 use crate::DropReason;
+
+/// The longest a count waits in a queue before it reaches the gauge's rates (unless a
+/// snapshot asks for it first): see the module docs.
+const GRAIN: Duration = Duration::from_millis(1);
+
+/// Items in and out since a flush.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counts {
+    offered: u64,
+    enqueued: u64,
+    dequeued: u64,
+}
+
+impl Counts {
+    fn add(&mut self, other: Counts) {
+        self.offered += other.offered;
+        self.enqueued += other.enqueued;
+        self.dequeued += other.dequeued;
+    }
+
+    fn publish(self, gauge: &QueueGauge, at: Instant) {
+        gauge.moved(self.offered, self.enqueued, self.dequeued, at);
+    }
+}
 
 pub(crate) struct TimedQueue<T> {
     /// Oldest first. Kept apart from the stamps so that holding policies can work on
@@ -46,6 +79,11 @@ pub(crate) struct TimedQueue<T> {
     offered: u64,
     enqueued: u64,
     dequeued: u64,
+    /// Counts flushed but not yet published, and the instant of the latest flush
+    /// that counted them (see the module docs).
+    pending: Option<(Counts, Instant)>,
+    /// When counts were last published.
+    published_at: Option<Instant>,
 }
 
 /// What [`TimedQueue::pop_or_expired`] found at the head.
@@ -84,6 +122,8 @@ impl<T> TimedQueue<T> {
             offered: 0,
             enqueued: 0,
             dequeued: 0,
+            pending: None,
+            published_at: None,
         }
     }
 
@@ -401,19 +441,47 @@ impl<T> TimedQueue<T> {
         self.items.drain(..)
     }
 
-    /// Publish this batch's counters, depth and oldest stamp to the gauge.
+    /// Publish this batch's depth and oldest stamp to the gauge, and its counts
+    /// unless the last publication was less than a [`GRAIN`] before `now` (then they
+    /// wait; see the module docs).
     pub(crate) fn flush(&mut self, now: Instant) {
-        if self.offered > 0 {
-            self.gauge.offered(std::mem::take(&mut self.offered), now);
-        }
-        if self.enqueued > 0 {
-            self.gauge.enqueued(std::mem::take(&mut self.enqueued));
-        }
-        if self.dequeued > 0 {
-            self.gauge.dequeued(std::mem::take(&mut self.dequeued), now);
-        }
         self.gauge
             .level(self.items.len(), self.stamps.front().copied());
+        let batch = Counts {
+            offered: std::mem::take(&mut self.offered),
+            enqueued: std::mem::take(&mut self.enqueued),
+            dequeued: std::mem::take(&mut self.dequeued),
+        };
+        if batch == Counts::default() {
+            return;
+        }
+        let recent = self
+            .published_at
+            .is_some_and(|at| now.saturating_duration_since(at) < GRAIN);
+        if recent {
+            let (counts, at) = self.pending.get_or_insert((Counts::default(), now));
+            counts.add(batch);
+            *at = (*at).max(now);
+            return;
+        }
+        self.publish();
+        batch.publish(&self.gauge, now);
+        self.published_at = Some(now);
+    }
+
+    /// Publish the counts that wait for their grain (see the module docs), at the
+    /// instant of the flush that counted them last.
+    pub(crate) fn publish(&mut self) {
+        if let Some((counts, at)) = self.pending.take() {
+            counts.publish(&self.gauge, at);
+        }
+    }
+}
+
+impl<T> Drop for TimedQueue<T> {
+    /// The counts still waiting reach the gauge, which may outlive the queue.
+    fn drop(&mut self) {
+        self.publish();
     }
 }
 
@@ -434,6 +502,83 @@ mod tests {
             TimedQueue::new(Capacity::items(capacity), bounds, gauge),
             monitor,
         )
+    }
+
+    /// Depth goes out at every flush; counts at most once per grain, then at the
+    /// next flush a grain later, on `publish` (before a snapshot) or on drop.
+    #[test]
+    fn counts_reach_the_gauge_once_per_grain_and_never_get_lost() {
+        let (vt, mut q, monitor) = queue(16, TimeBounds::none());
+        let counts = |m: &QueueMonitor| {
+            let s = m.snapshot();
+            (s.enqueued, s.dequeued, s.depth)
+        };
+        q.push(1, vt.now(), None).unwrap();
+        q.flush(vt.now());
+        assert_eq!(counts(&monitor), (1, 0, 1), "the first flush publishes");
+        vt.advance(GRAIN / 4);
+        q.push(2, vt.now(), None).unwrap();
+        q.push(3, vt.now(), None).unwrap();
+        q.flush(vt.now());
+        vt.advance(GRAIN / 4);
+        let mut out = Vec::new();
+        q.pop_batch(vt.now(), 1, &mut out, &mut Vec::new());
+        q.flush(vt.now());
+        assert_eq!(counts(&monitor), (1, 0, 2), "within the grain: depth only");
+        q.publish();
+        assert_eq!(counts(&monitor), (3, 1, 2), "published on request");
+        q.publish();
+        assert_eq!(counts(&monitor), (3, 1, 2), "nothing is published twice");
+        vt.advance(GRAIN);
+        q.push(4, vt.now(), None).unwrap();
+        q.flush(vt.now());
+        assert_eq!(
+            counts(&monitor),
+            (4, 1, 3),
+            "a grain later: published at once"
+        );
+        vt.advance(GRAIN / 2);
+        q.push(5, vt.now(), None).unwrap();
+        q.flush(vt.now());
+        vt.advance(GRAIN);
+        q.push(6, vt.now(), None).unwrap();
+        q.flush(vt.now());
+        assert_eq!(
+            counts(&monitor),
+            (6, 1, 5),
+            "the held count goes out with the next"
+        );
+        vt.advance(GRAIN / 2);
+        q.push(7, vt.now(), None).unwrap();
+        q.flush(vt.now());
+        assert_eq!(counts(&monitor).0, 6);
+        drop(q);
+        assert_eq!(
+            counts(&monitor).0,
+            7,
+            "a dropped queue publishes what it held"
+        );
+    }
+
+    /// Counts held back are recorded at the instant of the flush that counted them,
+    /// not at the later one that publishes them: a burst followed by a long silence
+    /// does not read as a burst at the end of the silence.
+    #[test]
+    fn held_counts_keep_their_instant() {
+        let (vt, mut q, monitor) = queue(4_096, TimeBounds::none());
+        q.push(0, vt.now(), None).unwrap();
+        q.flush(vt.now());
+        for i in 1..1_000 {
+            q.push(i, vt.now(), None).unwrap();
+            q.flush(vt.now());
+        }
+        // A 10 s window ending 30 s later holds none of the 1,000 arrivals.
+        vt.advance(Duration::from_secs(30));
+        q.push(1_000, vt.now(), None).unwrap();
+        q.flush(vt.now());
+        let stats = monitor.snapshot_over(Duration::from_secs(10));
+        assert_eq!(stats.enqueued, 1_001);
+        assert!(stats.arrival_rate < 1.0, "{stats:?}");
     }
 
     #[test]
@@ -472,6 +617,8 @@ mod tests {
         assert_eq!(q.pop(vt.now(), &mut |r, i| expired.push((r, i))), Some(3));
         assert_eq!(expired, [0, 1, 2].map(|i| (DropReason::Expired, i)));
         q.flush(vt.now());
+        // Within a grain of the first flush: the owner publishes before a snapshot.
+        q.publish();
         let stats = monitor.snapshot();
         assert_eq!(stats.dropped(DropReason::Expired), 3);
         assert_eq!(

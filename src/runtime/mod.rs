@@ -7,13 +7,13 @@
 //! the clock. Time operators read time only through [`Scheduler::now`], so the same
 //! operator runs on the wall clock in production and on a manual clock in tests.
 //!
-//! | scheduler | runs tasks | clock | use it for |
-//! |---|---|---|---|
-//! | [`Immediate`] | on the calling thread, at once (delays sleep the caller) | wall | tests, trivial pipelines |
-//! | [`ThreadPool`] | on named worker threads that park when idle | wall | CPU-bound stages, async boundaries |
-//! | [`DefaultPool`] | on the process's shared pool, started on first use | wall | time operators given no scheduler (`sample(period)`, …) |
-//! | `Tokio` (feature `tokio`) | as tasks on a tokio runtime | tokio's (pausable) | pipelines inside tokio applications |
-//! | [`VirtualTime`] | when the test advances the clock | manual | deterministic tests and doctests of time operators |
+//! | scheduler | runs tasks | a stage's [`lane`] | clock | use it for |
+//! |---|---|---|---|---|
+//! | [`Immediate`] | on the calling thread, at once (delays sleep the caller) | a task per run | wall | tests, trivial pipelines |
+//! | [`ThreadPool`] | on named worker threads that park when idle | the stage's task queued unboxed | wall | CPU-bound stages, async boundaries |
+//! | [`DefaultPool`] | on the process's shared pool, started on first use | as `ThreadPool` | wall | time operators given no scheduler (`sample(period)`, …) |
+//! | `Tokio` (feature `tokio`) | as tasks on a tokio runtime | one long-lived task per subscription | tokio's (pausable) | pipelines inside tokio applications |
+//! | [`VirtualTime`] | when the test advances the clock | a task per run | manual | deterministic tests and doctests of time operators |
 //!
 //! # Boundedness
 //!

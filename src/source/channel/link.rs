@@ -145,6 +145,16 @@ pub(super) struct Offered<T> {
     pub(super) wake: Option<Wake>,
 }
 
+/// A sender's item offered inside a drain pass ([`Link::offer_now`]): taken out of
+/// `entry` under the state lock, at the sender's clock reading `now`, the outcome left
+/// in `answer`.
+struct SendersOffer<'a, T> {
+    entry: &'a mut Option<(T, Assessed)>,
+    now: Instant,
+    will_wait: bool,
+    answer: &'a mut Option<Offered<T>>,
+}
+
 /// Wakers collected under the lock, woken after it.
 #[must_use]
 pub(super) struct Wake(Vec<Waker>);
@@ -513,6 +523,21 @@ impl<T: Send + 'static> Chan<T> {
 
     /// Deliver batches while there is demand; see the module docs.
     fn deliver<S: Subscriber<T>>(&self, cx: &Cx<'_>, c: &mut Buffers<T>, sink: &mut S) -> Pass {
+        self.deliver_offering(cx, c, sink, None)
+    }
+
+    /// [`deliver`](Self::deliver), run by a sender that owns the drain loop
+    /// ([`Link::offer_now`]) when `offer` is given: the first step offers the sender's
+    /// item under the same lock, at the sender's clock reading, before it takes the
+    /// batch out, and leaves the outcome for the sender to settle. The item stays
+    /// where it is (not offered) if the subscription is stopping.
+    fn deliver_offering<S: Subscriber<T>>(
+        &self,
+        cx: &Cx<'_>,
+        c: &mut Buffers<T>,
+        sink: &mut S,
+        mut offer: Option<SendersOffer<'_, T>>,
+    ) -> Pass {
         loop {
             if cx.stopped() {
                 return Pass::Idle;
@@ -521,9 +546,18 @@ impl<T: Send + 'static> Chan<T> {
             let budget = usize::try_from(wanted)
                 .unwrap_or(usize::MAX)
                 .min(self.batch_size);
-            let now = self.gauge.now();
+            let now = match &offer {
+                Some(offer) => offer.now,
+                None => self.gauge.now(),
+            };
             let (taken, end, wake) = {
                 let mut st = lock(&self.state);
+                if let Some(offer) = offer.take() {
+                    if let Some(entry) = offer.entry.take() {
+                        *offer.answer =
+                            Some(self.offer_unflushed(&mut st, entry, now, offer.will_wait));
+                    }
+                }
                 let taken = if budget > 0 {
                     st.queue
                         .pop_batch(now, budget, &mut c.batch, &mut c.expired)
@@ -535,12 +569,8 @@ impl<T: Send + 'static> Chan<T> {
                 } else {
                     None
                 };
-                let wake = if taken > 0 {
-                    st.queue.flush(now);
-                    Some(self.after_removal(&mut st))
-                } else {
-                    None
-                };
+                st.queue.flush(now);
+                let wake = (taken > 0).then(|| self.after_removal(&mut st));
                 (taken, end, wake)
             };
             if let Some(wake) = wake {
@@ -636,10 +666,10 @@ impl<T: Send + 'static> Stage for Chan<T> {
 }
 
 impl<T: Send + 'static> Link<T> {
-    /// Settle an offer after the lock is released: wake who the swept items' room
-    /// concerns, report them and a drop, run the drain loop
-    /// if the subscriber has demand, and turn the outcome into the sender's answer.
-    pub(super) fn settle(&self, offered: Offered<T>) -> Result<(), super::TrySendError<T>> {
+    /// Answer an offer after the lock is released: wake who the swept items' room
+    /// concerns, report them and a drop, and turn the outcome into the sender's
+    /// answer.
+    pub(super) fn answer(&self, offered: Offered<T>) -> Result<(), super::TrySendError<T>> {
         let Offered {
             outcome,
             mut swept,
@@ -652,8 +682,71 @@ impl<T: Send + 'static> Link<T> {
         if let Some((reason, item)) = outcome.into_answer()? {
             self.stage().report_drop(reason, item);
         }
-        self.kick();
         Ok(())
+    }
+
+    /// Settle an offer (see [`answer`](Self::answer)) and run the drain loop if the
+    /// subscriber has demand.
+    pub(super) fn settle(&self, offered: Offered<T>) -> Result<(), super::TrySendError<T>> {
+        let answer = self.answer(offered);
+        if answer.is_ok() {
+            self.kick();
+        }
+        answer
+    }
+
+    /// `try_send`'s offer: in a pass of its own when it can ([`offer_in_pass`]),
+    /// else under its own lock, then signalling the drain loop.
+    ///
+    /// [`offer_in_pass`]: Self::offer_in_pass
+    pub(super) fn offer_now(&self, entry: (T, Assessed)) -> Result<(), super::TrySendError<T>> {
+        let chan = self.stage();
+        let now = chan.gauge.now();
+        match self.offer_in_pass(entry, now, false) {
+            Ok(offered) => self.answer(offered),
+            Err(entry) => {
+                let offered = {
+                    let mut st = lock(&chan.state);
+                    chan.offer(&mut st, entry, now, false)
+                };
+                self.settle(offered)
+            }
+        }
+    }
+
+    /// When the subscriber has demand and no other thread runs the drain loop, take
+    /// the loop and offer `entry` (at `now`, waiting for room if `will_wait`: see
+    /// [`Chan::offer`]) inside its first pass, under the lock that takes the batch
+    /// out: one lock, one clock reading and one statistics update for the offer and
+    /// its delivery, instead of one each for the offer and then for the pass. The
+    /// passes for whatever arrived meanwhile run before this returns, so nothing is
+    /// left to signal. Returns the outcome to settle with [`answer`](Self::answer),
+    /// or the entry, not offered, when there is no demand, the loop is busy elsewhere
+    /// (its owner then runs another pass) or the subscription is ending.
+    pub(super) fn offer_in_pass(
+        &self,
+        entry: (T, Assessed),
+        now: Instant,
+        will_wait: bool,
+    ) -> Result<Offered<T>, (T, Assessed)> {
+        let mut entry = Some(entry);
+        if self.demand().get() > 0 {
+            let chan = self.stage();
+            let mut answer = None;
+            let _owned = self.try_pass(|cx, c, sink| {
+                let offer = SendersOffer {
+                    entry: &mut entry,
+                    now,
+                    will_wait,
+                    answer: &mut answer,
+                };
+                chan.deliver_offering(cx, c, sink, Some(offer))
+            });
+            if let Some(offered) = answer {
+                return Ok(offered);
+            }
+        }
+        Err(entry.expect("not offered: no answer"))
     }
 
     /// Offer the items of `chunk` in order under one lock (one clock read, one stats
@@ -704,8 +797,9 @@ impl<T: Send + 'static> Link<T> {
     }
 }
 
-/// Take the items past the maximum age out of the queue now; the end parked behind
-/// them goes out if they were the last.
+/// Publish the counts waiting for their grain, and take the items past the maximum
+/// age out of the queue now; the end parked behind them goes out if they were the
+/// last.
 impl<T: Send + 'static> Sweep for Link<T> {
     fn sweep(&self) {
         let chan = self.stage();
@@ -717,6 +811,7 @@ impl<T: Send + 'static> Sweep for Link<T> {
             let Ok(mut st) = chan.state.try_lock() else {
                 return;
             };
+            st.queue.publish();
             if st.queue.expire_stale(now, &mut swept) == 0 {
                 return;
             }

@@ -526,11 +526,10 @@ impl ChannelBuilder {
         let queue = TimedQueue::new(self.capacity, self.bounds, gauge.clone())
             .with_deadlines(admission.keeps_deadlines());
         let shared = Link::new(Chan::new(self.policy, marks, queue, self.hook, admission));
-        if self.bounds.get_max_age().is_some() {
-            // Items that die while nobody reads leave before the stats are read.
-            let sweeper: Arc<dyn crate::metrics::Sweep> = shared.clone();
-            gauge.set_sweeper(Arc::downgrade(&sweeper));
-        }
+        // Before the stats are read: the counts the queue holds back are published,
+        // and items that died while nobody reads leave.
+        let sweeper: Arc<dyn crate::metrics::Sweep> = shared.clone();
+        gauge.set_sweeper(Arc::downgrade(&sweeper));
         (
             Sender {
                 shared: shared.clone(),

@@ -98,14 +98,7 @@ impl<T: Send + 'static> Sender<T> {
     /// ```
     pub fn try_send(&self, item: T) -> Result<(), TrySendError<T>> {
         let assessed = self.shared.stage().admission.assess(&item);
-        let now = self.shared.stage().gauge.now();
-        let outcome = {
-            let mut st = lock(&self.shared.stage().state);
-            self.shared
-                .stage()
-                .offer(&mut st, (item, assessed), now, false)
-        };
-        self.shared.settle(outcome)
+        self.shared.offer_now((item, assessed))
     }
 
     /// Offer the items of `items` in order, as [`try_send`](Self::try_send) would one
@@ -227,8 +220,17 @@ impl<T: Send + 'static> Sender<T> {
     #[track_caller]
     pub fn send_blocking(&self, item: T) -> Result<(), TrySendError<T>> {
         let shared = &self.shared;
-        let mut item = item;
         let assessed = shared.stage().admission.assess(&item);
+        // With demand waiting, in a pass of this thread's own (see `try_send`).
+        let now = shared.stage().gauge.now();
+        let mut item = match shared.offer_in_pass((item, assessed), now, true) {
+            Ok(Offered {
+                outcome: Offer::Full(back),
+                ..
+            }) if shared.stage().policy == ChannelPolicy::Backpressure => back,
+            Ok(offered) => return shared.answer(offered),
+            Err((back, _)) => back,
+        };
         let mut since: Option<Instant> = None;
         let mut st = lock(&shared.stage().state);
         let outcome = loop {
