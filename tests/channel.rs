@@ -230,6 +230,60 @@ fn try_send_all_runs_the_iterator_outside_the_lock() {
     );
 }
 
+/// A subscriber that takes everything and panics on its `nth` item.
+struct PanicsOn {
+    nth: u64,
+    seen: Arc<Mutex<Vec<u64>>>,
+}
+
+impl Subscriber<u64> for PanicsOn {
+    fn on_subscribe(&mut self, subscription: weir::Subscription) {
+        subscription.request(u64::MAX);
+    }
+    fn on_next(&mut self, item: u64) {
+        let mut seen = self.seen.lock().unwrap();
+        seen.push(item);
+        if seen.len() as u64 == self.nth {
+            drop(seen);
+            panic!("subscriber broke on item {item}");
+        }
+    }
+    fn on_error(&mut self, _: weir::Error) {}
+    fn on_complete(&mut self) {}
+}
+
+/// With demand waiting, a sender delivers its item on its own thread (inside a pass
+/// of the drain loop). A subscriber that panics there is contained (rule 2.13: it
+/// counts as cancelled): the send that delivered the item answers `Ok` (the channel
+/// took it), the panic never reaches the sender, and every later send, by
+/// `try_send`, `send_blocking` or `try_send_all`, answers `Closed` with the item back.
+#[test]
+fn a_subscriber_panicking_inside_a_senders_pass_closes_the_channel_without_hurting_the_sender() {
+    for capacity in [1, 4, 1_024] {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = weir::channel::<u64>(capacity, ChannelPolicy::Backpressure);
+        let monitor = rx.monitor();
+        rx.subscribe(PanicsOn {
+            nth: 3,
+            seen: seen.clone(),
+        });
+        assert_eq!(tx.try_send(0), Ok(()));
+        assert_eq!(tx.send_blocking(1), Ok(()));
+        assert_eq!(tx.try_send(2), Ok(()), "the item the subscriber broke on");
+        assert_eq!(*seen.lock().unwrap(), [0, 1, 2]);
+        assert_eq!(tx.try_send(3), Err(TrySendError::Closed(3)));
+        assert_eq!(tx.send_blocking(4), Err(TrySendError::Closed(4)));
+        let refused = tx.try_send_all(5..8).unwrap_err();
+        assert_eq!((refused.sent, refused.error), (0, TrySendError::Closed(5)));
+        let stats = monitor.snapshot();
+        assert_eq!(
+            (stats.enqueued, stats.dequeued, stats.depth),
+            (3, 3, 0),
+            "capacity {capacity}"
+        );
+    }
+}
+
 #[test]
 fn cancel_closes_the_senders_and_releases_queued_items() {
     let live = Arc::new(AtomicUsize::new(0));
