@@ -256,7 +256,8 @@ impl Subscriber<u64> for PanicsOn {
 /// of the drain loop). A subscriber that panics there is contained (rule 2.13: it
 /// counts as cancelled): the send that delivered the item answers `Ok` (the channel
 /// took it), the panic never reaches the sender, and every later send, by
-/// `try_send`, `send_blocking` or `try_send_all`, answers `Closed` with the item back.
+/// `try_send`, `send_blocking`, `send().await` or `try_send_all`, answers `Closed`
+/// with the item back.
 #[test]
 fn a_subscriber_panicking_inside_a_senders_pass_closes_the_channel_without_hurting_the_sender() {
     for capacity in [1, 4, 1_024] {
@@ -264,21 +265,26 @@ fn a_subscriber_panicking_inside_a_senders_pass_closes_the_channel_without_hurti
         let (tx, rx) = weir::channel::<u64>(capacity, ChannelPolicy::Backpressure);
         let monitor = rx.monitor();
         rx.subscribe(PanicsOn {
-            nth: 3,
+            nth: 4,
             seen: seen.clone(),
         });
         assert_eq!(tx.try_send(0), Ok(()));
         assert_eq!(tx.send_blocking(1), Ok(()));
-        assert_eq!(tx.try_send(2), Ok(()), "the item the subscriber broke on");
-        assert_eq!(*seen.lock().unwrap(), [0, 1, 2]);
-        assert_eq!(tx.try_send(3), Err(TrySendError::Closed(3)));
-        assert_eq!(tx.send_blocking(4), Err(TrySendError::Closed(4)));
-        let refused = tx.try_send_all(5..8).unwrap_err();
-        assert_eq!((refused.sent, refused.error), (0, TrySendError::Closed(5)));
+        assert_eq!(futures::executor::block_on(tx.send(2)), Ok(()));
+        assert_eq!(tx.try_send(3), Ok(()), "the item the subscriber broke on");
+        assert_eq!(*seen.lock().unwrap(), [0, 1, 2, 3]);
+        assert_eq!(tx.try_send(4), Err(TrySendError::Closed(4)));
+        assert_eq!(tx.send_blocking(5), Err(TrySendError::Closed(5)));
+        assert_eq!(
+            futures::executor::block_on(tx.send(6)),
+            Err(TrySendError::Closed(6))
+        );
+        let refused = tx.try_send_all(7..9).unwrap_err();
+        assert_eq!((refused.sent, refused.error), (0, TrySendError::Closed(7)));
         let stats = monitor.snapshot();
         assert_eq!(
             (stats.enqueued, stats.dequeued, stats.depth),
-            (3, 3, 0),
+            (4, 4, 0),
             "capacity {capacity}"
         );
     }

@@ -714,6 +714,27 @@ impl<T: Send + 'static> Link<T> {
         }
     }
 
+    /// A waiting sender's first try (`send_blocking`, `send().await`):
+    /// [`offer_in_pass`](Self::offer_in_pass), settled, unless the queue is full under
+    /// `Backpressure` or the item was not offered: then the entry comes back for the
+    /// sender's own waiting loop (which offers again under the lock).
+    pub(super) fn offer_first(
+        &self,
+        entry: (T, Assessed),
+        now: Instant,
+    ) -> Result<Result<(), super::TrySendError<T>>, (T, Assessed)> {
+        let assessed = entry.1;
+        match self.offer_in_pass(entry, now, true) {
+            // (Nothing was swept: a sweep leaves room.)
+            Ok(Offered {
+                outcome: Offer::Full(back),
+                ..
+            }) if self.stage().policy == ChannelPolicy::Backpressure => Err((back, assessed)),
+            Ok(offered) => Ok(self.answer(offered)),
+            Err(entry) => Err(entry),
+        }
+    }
+
     /// When the subscriber has demand and no other thread runs the drain loop, take
     /// the loop and offer `entry` (at `now`, waiting for room if `will_wait`: see
     /// [`Chan::offer`]) inside its first pass, under the lock that takes the batch

@@ -39,7 +39,12 @@
 //! **Which thread delivers**: whichever thread runs the drain loop: the subscriber's
 //! thread when it calls `request`, or a producer's thread when its `send` finds
 //! demand waiting. A sender runs the loop only when the subscriber has demand (or,
-//! when it closes the channel, to deliver the end).
+//! when it closes the channel, to deliver the end). A single send (`try_send`,
+//! `send_blocking`, the first poll of `send`) that finds demand waiting and the loop
+//! free takes the loop and offers its item inside the first pass, under the lock that
+//! takes the batch out (one lock and one clock reading for both); when another thread
+//! owns the loop, the sender offers under its own lock and that owner runs one more
+//! pass.
 //! Put [`publish_on`](crate::PublisherExt::publish_on) after the channel to deliver on
 //! a scheduler of your choice instead.
 //!

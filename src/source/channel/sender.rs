@@ -223,12 +223,8 @@ impl<T: Send + 'static> Sender<T> {
         let assessed = shared.stage().admission.assess(&item);
         // With demand waiting, in a pass of this thread's own (see `try_send`).
         let now = shared.stage().gauge.now();
-        let mut item = match shared.offer_in_pass((item, assessed), now, true) {
-            Ok(Offered {
-                outcome: Offer::Full(back),
-                ..
-            }) if shared.stage().policy == ChannelPolicy::Backpressure => back,
-            Ok(offered) => return shared.answer(offered),
+        let mut item = match shared.offer_first((item, assessed), now) {
+            Ok(answer) => return answer,
             Err((back, _)) => back,
         };
         let mut since: Option<Instant> = None;
@@ -637,6 +633,16 @@ impl<T: Send + 'static> Future for SendFuture<'_, T> {
             .assessed
             .get_or_insert_with(|| shared.stage().admission.assess(&item));
         let now = shared.stage().gauge.now();
+        // The first poll, with demand waiting: in a pass of this thread's own (see
+        // `try_send`). Later polls (a waker registered) offer under the lock.
+        let item = if this.key.is_none() {
+            match shared.offer_first((item, assessed), now) {
+                Ok(answer) => return Poll::Ready(answer),
+                Err((back, _)) => back,
+            }
+        } else {
+            item
+        };
         let outcome = {
             let mut st = lock(&shared.stage().state);
             match shared.stage().offer(&mut st, (item, assessed), now, true) {
