@@ -1,8 +1,9 @@
-//! The push source's batch offer: one allocation per `try_send_all` call (its step
-//! buffer), none per item, delivered on the sender's thread to waiting demand.
+//! The push source: one allocation per `try_send_all` call (its step buffer), none
+//! per item, and none per item for single sends either, each delivered on the
+//! sender's thread to waiting demand.
 
 use weir::prelude::*;
-use weir::source::channel::ChannelPolicy;
+use weir::source::channel::{ChannelPolicy, Sender};
 
 use crate::assert_flat;
 
@@ -20,4 +21,37 @@ fn try_send_all_allocates_nothing_per_item() {
         },
         |n| (0..n).fold(0u64, |sum, x| sum.wrapping_add(x)),
     );
+}
+
+/// One item at a time, with demand waiting: each send hands its item over inside a
+/// pass of the sender's own (`try_send`, `send_blocking`, `send().await`'s first poll),
+/// allocating nothing per item.
+#[test]
+fn single_sends_allocate_nothing_per_item() {
+    type Send = fn(&Sender<u64>, u64);
+    let sends: [(&str, Send); 3] = [
+        ("channel try_send", |tx, x| tx.try_send(x).unwrap()),
+        ("channel send_blocking", |tx, x| {
+            tx.send_blocking(x).unwrap()
+        }),
+        ("channel send().await", |tx, x| {
+            futures::executor::block_on(tx.send(x)).unwrap()
+        }),
+    ];
+    for (label, send) in sends {
+        assert_flat(
+            label,
+            16,
+            |n| {
+                let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+                let sum = rx.fold(0u64, |sum, x| sum.wrapping_add(x));
+                for x in 0..n {
+                    send(&tx, x);
+                }
+                drop(tx);
+                sum.wait().expect("the channel completes")
+            },
+            |n| (0..n).fold(0u64, |sum, x| sum.wrapping_add(x)),
+        );
+    }
 }
