@@ -15,7 +15,71 @@
 //! * `Tokio`'s lane keeps one long-lived tokio task per lane: queuing stores the
 //!   recurring task in the lane and wakes that tokio task, which runs it once per
 //!   wake-up and yields back to the runtime in between (so a busy stage still shares
-//!   its worker), with no allocation per run.
+//!   its worker), with no allocation per run;
+//! * [`ThreadPool`](super::ThreadPool)'s (and [`DefaultPool`](super::DefaultPool)'s)
+//!   lane puts the recurring task itself in the pool's ready queue, next to the boxed
+//!   tasks, with no allocation per run; a pool that shut down abandons it.
+//!
+//! A scheduler of your own gets the default lane, which is correct; override
+//! [`Scheduler::lane`] to save the box per run, or to watch a stage's runs:
+//!
+//! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//! use std::time::{Duration, Instant};
+//!
+//! use weir::prelude::*;
+//! use weir::runtime::{Lane, Recurring, Scheduler, Task, ThreadPool};
+//!
+//! /// A pool that counts the runs its stages queue.
+//! struct Counted {
+//!     pool: ThreadPool,
+//!     runs: Arc<AtomicUsize>,
+//! }
+//!
+//! struct CountingLane {
+//!     inner: Box<dyn Lane>,
+//!     runs: Arc<AtomicUsize>,
+//! }
+//!
+//! impl Lane for CountingLane {
+//!     fn queue(&self, on: &dyn Scheduler, task: Arc<dyn Recurring>) {
+//!         self.runs.fetch_add(1, Ordering::Relaxed);
+//!         self.inner.queue(on, task);
+//!     }
+//! }
+//!
+//! impl Scheduler for Counted {
+//!     fn schedule(&self, task: Task) {
+//!         self.pool.schedule(task)
+//!     }
+//!     fn schedule_after(&self, delay: Duration, task: Task) {
+//!         self.pool.schedule_after(delay, task)
+//!     }
+//!     fn now(&self) -> Instant {
+//!         self.pool.now()
+//!     }
+//!     fn lane(&self) -> Box<dyn Lane> {
+//!         Box::new(CountingLane {
+//!             inner: self.pool.lane(),
+//!             runs: self.runs.clone(),
+//!         })
+//!     }
+//! }
+//!
+//! let runs = Arc::new(AtomicUsize::new(0));
+//! let scheduler = Arc::new(Counted {
+//!     pool: ThreadPool::new(1),
+//!     runs: runs.clone(),
+//! });
+//! let total = weir::range(0u64..10_000)
+//!     .publish_on(scheduler, 64)
+//!     .fold(0u64, |sum, x| sum + x)
+//!     .wait()
+//!     .unwrap();
+//! assert_eq!(total, 49_995_000);
+//! assert!(runs.load(Ordering::Relaxed) >= 1, "the boundary's drain ran on the lane");
+//! ```
 //!
 //! # Contract
 //!
