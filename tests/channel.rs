@@ -230,6 +230,94 @@ fn try_send_all_runs_the_iterator_outside_the_lock() {
     );
 }
 
+/// A subscriber that asks for one item at a time, re-requesting from inside
+/// `on_next`, and reports its items when the stream completes.
+struct OneAtATime {
+    subscription: Option<weir::Subscription>,
+    seen: Vec<u64>,
+    done: std::sync::mpsc::Sender<Vec<u64>>,
+}
+
+impl Subscriber<u64> for OneAtATime {
+    fn on_subscribe(&mut self, subscription: weir::Subscription) {
+        subscription.request(1);
+        self.subscription = Some(subscription);
+    }
+    fn on_next(&mut self, item: u64) {
+        self.seen.push(item);
+        if let Some(subscription) = &self.subscription {
+            subscription.request(1);
+        }
+    }
+    fn on_error(&mut self, error: weir::Error) {
+        panic!("unexpected error {error}");
+    }
+    fn on_complete(&mut self) {
+        let _ = self.done.send(std::mem::take(&mut self.seen));
+    }
+}
+
+/// Capacity 1, demand of one at a time re-requested from inside `on_next`, four
+/// producers on their own threads each sending 2,000 items by one of the single
+/// sends (`try_send` spinning on `Full`, `send_blocking`, `send().await`): every
+/// producer's items arrive once each and in its order, whichever thread delivers
+/// them (a sender's own pass or another's), and the counts agree.
+#[test]
+fn single_sends_from_four_threads_into_capacity_one_lose_and_reorder_nothing() {
+    const PER: u64 = 2_000;
+    let (tx, rx) = weir::channel::<u64>(1, ChannelPolicy::Backpressure);
+    let monitor = rx.monitor();
+    let (done, finished) = std::sync::mpsc::channel();
+    rx.subscribe(OneAtATime {
+        subscription: None,
+        seen: Vec::new(),
+        done,
+    });
+    let producers: Vec<_> = (0..4u64)
+        .map(|p| {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for i in 0..PER {
+                    let item = p * 1_000_000 + i;
+                    match (p + i) % 3 {
+                        0 => loop {
+                            match tx.try_send(item) {
+                                Ok(()) => break,
+                                Err(TrySendError::Full(_)) => std::hint::spin_loop(),
+                                Err(other) => panic!("{other:?}"),
+                            }
+                        },
+                        1 => tx.send_blocking(item).unwrap(),
+                        _ => futures::executor::block_on(tx.send(item)).unwrap(),
+                    }
+                }
+            })
+        })
+        .collect();
+    drop(tx);
+    for producer in producers {
+        producer.join().unwrap();
+    }
+    let seen = finished
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the stream completes");
+    assert_eq!(seen.len() as u64, 4 * PER);
+    for p in 0..4u64 {
+        let mine: Vec<u64> = seen
+            .iter()
+            .copied()
+            .filter(|x| x / 1_000_000 == p)
+            .collect();
+        let expected: Vec<u64> = (0..PER).map(|i| p * 1_000_000 + i).collect();
+        assert_eq!(mine, expected, "producer {p}");
+    }
+    let stats = monitor.snapshot();
+    assert_eq!(
+        (stats.enqueued, stats.dequeued, stats.depth),
+        (4 * PER, 4 * PER, 0)
+    );
+}
+
 /// A subscriber that takes everything and panics on its `nth` item.
 struct PanicsOn {
     nth: u64,
