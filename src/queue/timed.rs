@@ -513,13 +513,17 @@ mod tests {
             let s = m.snapshot();
             (s.enqueued, s.dequeued, s.depth)
         };
-        q.push(1, vt.now(), None).unwrap();
-        q.flush(vt.now());
+        // `after` from now, push `items` and flush.
+        let arrive = |q: &mut TimedQueue<u32>, after: Duration, items: &[u32]| {
+            vt.advance(after);
+            for &item in items {
+                q.push(item, vt.now(), None).unwrap();
+            }
+            q.flush(vt.now());
+        };
+        arrive(&mut q, Duration::ZERO, &[1]);
         assert_eq!(counts(&monitor), (1, 0, 1), "the first flush publishes");
-        vt.advance(GRAIN / 4);
-        q.push(2, vt.now(), None).unwrap();
-        q.push(3, vt.now(), None).unwrap();
-        q.flush(vt.now());
+        arrive(&mut q, GRAIN / 4, &[2, 3]);
         vt.advance(GRAIN / 4);
         let mut out = Vec::new();
         q.pop_batch(vt.now(), 1, &mut out, &mut Vec::new());
@@ -529,35 +533,18 @@ mod tests {
         assert_eq!(counts(&monitor), (3, 1, 2), "published on request");
         q.publish();
         assert_eq!(counts(&monitor), (3, 1, 2), "nothing is published twice");
-        vt.advance(GRAIN);
-        q.push(4, vt.now(), None).unwrap();
-        q.flush(vt.now());
-        assert_eq!(
-            counts(&monitor),
-            (4, 1, 3),
-            "a grain later: published at once"
-        );
-        vt.advance(GRAIN / 2);
-        q.push(5, vt.now(), None).unwrap();
-        q.flush(vt.now());
-        vt.advance(GRAIN);
-        q.push(6, vt.now(), None).unwrap();
-        q.flush(vt.now());
-        assert_eq!(
-            counts(&monitor),
-            (6, 1, 5),
-            "the held count goes out with the next"
-        );
-        vt.advance(GRAIN / 2);
-        q.push(7, vt.now(), None).unwrap();
-        q.flush(vt.now());
+        arrive(&mut q, GRAIN, &[4]);
+        let published_at_once = counts(&monitor);
+        assert_eq!(published_at_once, (4, 1, 3), "a grain later: at once");
+        arrive(&mut q, GRAIN / 2, &[5]);
+        arrive(&mut q, GRAIN, &[6]);
+        let held = counts(&monitor);
+        assert_eq!(held, (6, 1, 5), "the held count goes out with the next");
+        arrive(&mut q, GRAIN / 2, &[7]);
         assert_eq!(counts(&monitor).0, 6);
         drop(q);
-        assert_eq!(
-            counts(&monitor).0,
-            7,
-            "a dropped queue publishes what it held"
-        );
+        let dropped = counts(&monitor).0;
+        assert_eq!(dropped, 7, "a dropped queue publishes what it held");
     }
 
     /// Counts held back are recorded at the instant of the flush that counted them,

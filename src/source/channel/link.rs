@@ -552,10 +552,12 @@ impl<T: Send + 'static> Chan<T> {
             };
             let (taken, end, wake) = {
                 let mut st = lock(&self.state);
+                let mut offered = false;
                 if let Some(offer) = offer.take() {
                     if let Some(entry) = offer.entry.take() {
                         *offer.answer =
                             Some(self.offer_unflushed(&mut st, entry, now, offer.will_wait));
+                        offered = true;
                     }
                 }
                 let taken = if budget > 0 {
@@ -569,7 +571,9 @@ impl<T: Send + 'static> Chan<T> {
                 } else {
                     None
                 };
-                st.queue.flush(now);
+                if offered || taken > 0 {
+                    st.queue.flush(now);
+                }
                 let wake = (taken > 0).then(|| self.after_removal(&mut st));
                 (taken, end, wake)
             };
