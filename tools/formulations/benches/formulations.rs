@@ -10,7 +10,10 @@
 //! * `fn`: the `and` steps as `fn` items instead of closures;
 //!
 //! and for weir each of them ended by `fold_with(UNBOUNDED, ..)` and by `fold(..)`
-//! (batched demand, the default), for `Iterator` by `fold` and by `sum`.
+//! (batched demand, the default), for `Iterator` by `fold` and by `sum`, and by `fold`
+//! over `black_box(0)..black_box(N)`: with a constant start LLVM knows every item's
+//! parity and folds four items into four adds; weir's range keeps its start in the
+//! stage's state, so its loop is the one emitted for an unknown start.
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -59,6 +62,15 @@ fn formulations(c: &mut Criterion) {
             }),
         ),
         (
+            "mod/iterator_fold_opaque_start",
+            Box::new(|| {
+                (black_box(0)..black_box(N))
+                    .map(|x| x * 3)
+                    .filter(|x| x % 2 == 0)
+                    .fold(0u64, |a, x| a + x)
+            }),
+        ),
+        (
             "mod/weir_fold_with_unbounded",
             Box::new(|| {
                 weir::range(0..black_box(N))
@@ -101,6 +113,15 @@ fn formulations(c: &mut Criterion) {
             }),
         ),
         (
+            "and/iterator_fold_opaque_start",
+            Box::new(|| {
+                (black_box(0)..black_box(N))
+                    .map(|x| x.wrapping_mul(3))
+                    .filter(|x| *x & 1 == 0)
+                    .fold(0u64, |a, x| a.wrapping_add(x))
+            }),
+        ),
+        (
             "and/weir_fold_with_unbounded",
             Box::new(|| {
                 weir::range(0..black_box(N))
@@ -136,6 +157,15 @@ fn formulations(c: &mut Criterion) {
         (
             "fn/iterator_fold",
             Box::new(|| (0..black_box(N)).map(triple).filter(even).fold(0u64, add)),
+        ),
+        (
+            "fn/iterator_fold_opaque_start",
+            Box::new(|| {
+                (black_box(0)..black_box(N))
+                    .map(triple)
+                    .filter(even)
+                    .fold(0u64, add)
+            }),
         ),
         (
             "fn/weir_fold_with_unbounded",
