@@ -32,7 +32,25 @@
 //!     busy-machine test (eight spinning threads on two cores) up to 4 s per
 //!     boundary instead of 0.05–1.4 s: the stage spins on the CPU its producer needs,
 //!     while an idle worker only spins when it has nothing to do.
+//!
+//! # Why a thread that keeps missing stops spinning for a while
+//!
+//! When runnable threads outnumber cores, the kernel may put both sides of a
+//! boundary on one core. Then the side we wait for cannot run while we poll: every
+//! wait polls to its bound and fails, and every hand-off pays that bound on top of the
+//! switch (measured: `range → subscribe_on → publish_on(256) → fold` beside two
+//! spinning threads settled, for a whole run of rounds, at 3.3–3.5 M items/s where
+//! crossbeam's bounded channel moved 20 M, about 55 µs per hand-off). A wait that
+//! polled and missed is a sign of that. So each thread counts its consecutive misses
+//! (waits that polled to the end without the event); after [`MISSES_BEFORE_SKIPPING`]
+//! of them it stops polling (a wait checks once, and an idle worker parks at once),
+//! except one wait in [`PROBE_EVERY`], which still polls: when the other side runs
+//! on another core again, the probe catches an event, the count resets and polling
+//! resumes. A wait that finds its event at the first check says nothing either way
+//! and is not counted. Where polling pays (the sides on different cores), waits hit
+//! and nothing changes; an idle pool stops spinning after a few misses.
 
+use std::cell::Cell;
 use std::time::{Duration, Instant};
 
 /// The waits (see the module docs).
@@ -48,9 +66,39 @@ const IDLE_SPIN: Duration = Duration::from_micros(20);
 /// Polls between two reads of the clock in [`Backoff::wait_idle`].
 const POLLS_PER_CLOCK_READ: u32 = 32;
 
+/// Consecutive missed waits after which a thread stops polling (see the module docs).
+const MISSES_BEFORE_SKIPPING: u32 = 4;
+
+/// While a thread skips, one wait in this many still polls (the probe).
+const PROBE_EVERY: u32 = 8;
+
+thread_local! {
+    /// This thread's consecutive missed waits (see the module docs).
+    static MISSES: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Whether this thread's next wait may poll: it has not missed too often in a row,
+/// or this wait is a probe.
+fn may_poll() -> bool {
+    let misses = MISSES.with(Cell::get);
+    misses < MISSES_BEFORE_SKIPPING || (misses - MISSES_BEFORE_SKIPPING) % PROBE_EVERY == 0
+}
+
+/// Record how a wait that did not see its event at the first check ended.
+fn record(hit: bool) {
+    MISSES.with(|misses| {
+        misses.set(if hit {
+            0
+        } else {
+            misses.get().saturating_add(1)
+        })
+    });
+}
+
 impl Backoff {
     /// Poll `ready` [`POLLS`] times, one pause apart; true as soon as it holds, false
     /// once the polls are used up (the caller stops waiting). Never yields the CPU.
+    /// A thread that keeps missing checks once instead (see the module docs).
     ///
     /// Loom models do not wait (a spin is an unbounded schedule for loom): one poll.
     #[inline]
@@ -58,35 +106,54 @@ impl Backoff {
         if cfg!(weir_loom) {
             return ready();
         }
+        if ready() {
+            return true;
+        }
+        let hit = may_poll() && Self::poll(&mut ready);
+        record(hit);
+        hit
+    }
+
+    /// The polls of [`wait`](Self::wait), after a first check that missed.
+    #[inline]
+    fn poll(ready: &mut impl FnMut() -> bool) -> bool {
         for _ in 0..POLLS {
+            std::hint::spin_loop();
             if ready() {
                 return true;
             }
-            std::hint::spin_loop();
         }
-        ready()
+        false
     }
 
     /// [`wait`](Self::wait), then keep polling (a pause between polls, the clock read
     /// every [`POLLS_PER_CLOCK_READ`] polls) until [`IDLE_SPIN`] has passed. A worker
-    /// about to park waits this long; see the module docs.
+    /// about to park waits this long; see the module docs. A thread that keeps missing
+    /// checks once instead, and the worker parks at once.
     #[inline]
     pub(crate) fn wait_idle(mut ready: impl FnMut() -> bool) -> bool {
         if cfg!(weir_loom) {
-            return Self::wait(ready);
+            return ready();
         }
-        if Self::wait(&mut ready) {
+        if ready() {
             return true;
         }
+        let hit = may_poll() && (Self::poll(&mut ready) || Self::poll_for(IDLE_SPIN, &mut ready));
+        record(hit);
+        hit
+    }
+
+    /// Poll until `ready` holds (true) or `spin` has passed (false).
+    fn poll_for(spin: Duration, ready: &mut impl FnMut() -> bool) -> bool {
         let start = Instant::now();
         loop {
             for _ in 0..POLLS_PER_CLOCK_READ {
+                std::hint::spin_loop();
                 if ready() {
                     return true;
                 }
-                std::hint::spin_loop();
             }
-            if start.elapsed() >= IDLE_SPIN {
+            if start.elapsed() >= spin {
                 return ready();
             }
         }
@@ -116,6 +183,77 @@ mod tests {
             polls == 7
         }));
         assert_eq!(polls, 7, "an even pace: the wait checks after every pause");
+    }
+
+    /// Runs `f` on a thread of its own: the miss count is per thread.
+    fn on_fresh_thread(f: impl FnOnce() + Send) {
+        std::thread::scope(|scope| {
+            scope.spawn(f);
+        });
+    }
+
+    /// Checks one missing `wait` makes.
+    fn checks_of_a_missed_wait() -> u32 {
+        let mut polls = 0;
+        assert!(!Backoff::wait(|| {
+            polls += 1;
+            false
+        }));
+        polls
+    }
+
+    #[test]
+    fn a_thread_that_keeps_missing_checks_once_and_probes_one_wait_in_eight() {
+        on_fresh_thread(|| {
+            for _ in 0..MISSES_BEFORE_SKIPPING {
+                assert_eq!(checks_of_a_missed_wait(), POLLS + 1, "before skipping");
+            }
+            // The first wait after the limit is a probe; the next seven check once.
+            for round in 0..3 {
+                assert_eq!(checks_of_a_missed_wait(), POLLS + 1, "probe {round}");
+                for _ in 1..PROBE_EVERY {
+                    assert_eq!(checks_of_a_missed_wait(), 1, "skipping, round {round}");
+                }
+            }
+            // After the next probe, an idle worker parks at once.
+            assert_eq!(checks_of_a_missed_wait(), POLLS + 1, "the fourth probe");
+            let mut polls = 0;
+            assert!(!Backoff::wait_idle(|| {
+                polls += 1;
+                false
+            }));
+            assert_eq!(polls, 1, "an idle wait while skipping checks once");
+        });
+    }
+
+    #[test]
+    fn a_hit_on_a_probe_resumes_polling() {
+        on_fresh_thread(|| {
+            for _ in 0..MISSES_BEFORE_SKIPPING {
+                checks_of_a_missed_wait();
+            }
+            // The probe sees its event at the third check.
+            let mut polls = 0;
+            assert!(Backoff::wait(|| {
+                polls += 1;
+                polls == 3
+            }));
+            assert_eq!(checks_of_a_missed_wait(), POLLS + 1, "polling again");
+        });
+    }
+
+    #[test]
+    fn an_event_at_the_first_check_leaves_the_miss_count_alone() {
+        on_fresh_thread(|| {
+            for _ in 0..MISSES_BEFORE_SKIPPING {
+                checks_of_a_missed_wait();
+            }
+            assert!(Backoff::wait(|| true));
+            assert!(Backoff::wait_idle(|| true));
+            // Still skipping: the probe comes first, then a wait that checks once.
+            assert_eq!(checks_of_a_missed_wait(), POLLS + 1, "probe");
+            assert_eq!(checks_of_a_missed_wait(), 1, "skipping");
+        });
     }
 
     #[test]
