@@ -133,6 +133,60 @@ fn try_send_all_stops_at_full_and_hands_back_the_rest_in_order() {
     assert_eq!(rx.collect().wait().unwrap(), (0..600).collect::<Vec<_>>());
 }
 
+/// A step's items go in as one run when nothing but room can refuse them: the stale
+/// items ahead of them leave first (each reported once as `Expired`), the run fills
+/// what is free, and the item after it is refused as `Full`, the rest handed back.
+#[test]
+fn try_send_all_makes_room_of_stale_items_before_its_run() {
+    let clock = VirtualTime::new();
+    let (tx, rx) = aging(ChannelBuilder::new(4, ChannelPolicy::Backpressure), &clock);
+    let monitor = rx.monitor();
+    let (hook, drops, seen) = recording_hook();
+    let probe = probe_of(rx.on_dropped(hook));
+    assert_eq!(tx.try_send_all(0..4).unwrap(), 4);
+    clock.advance(Duration::from_secs(2));
+    let refused = tx.try_send_all(4..10).unwrap_err();
+    assert_eq!(refused.sent, 4);
+    assert_eq!(refused.error, TrySendError::Full(8));
+    assert_eq!(refused.unsent.collect::<Vec<_>>(), vec![9]);
+    let expired = DropReason::Expired;
+    assert_eq!(
+        *seen.lock().unwrap(),
+        [(expired, 0), (expired, 1), (expired, 2), (expired, 3)]
+    );
+    assert_eq!(drops.count(expired), 4);
+    let stats = monitor.snapshot();
+    assert_eq!(
+        (stats.depth, stats.enqueued, stats.rejected, stats.dropped(expired)),
+        (4, 8, 1, 4)
+    );
+    // The run's items are stamped with the step's instant.
+    assert_eq!(stats.oldest_age, Some(Duration::ZERO));
+    probe.request(8);
+    probe.assert_items(&[4, 5, 6, 7]);
+}
+
+/// A run that crosses the high water mark pauses the channel once, as the same items
+/// offered one by one would; a second run while paused adds no pause.
+#[test]
+fn try_send_all_across_the_high_mark_pauses_once() {
+    let (tx, rx) = ChannelBuilder::new(16, ChannelPolicy::Backpressure)
+        .water_marks(WaterMarks::new(6, 2))
+        .build::<u64>();
+    let monitor = rx.monitor();
+    let probe = probe_of(rx);
+    assert_eq!(tx.try_send_all(0..5).unwrap(), 5);
+    assert_eq!(tx.state(), FlowState::Flowing, "depth 5 is under the mark");
+    assert_eq!(tx.try_send_all(5..9).unwrap(), 4);
+    assert_eq!(tx.state(), FlowState::Paused, "depth 9 passed the mark at 6");
+    assert_eq!(tx.try_send_all(9..12).unwrap(), 3);
+    probe.request(10);
+    assert_eq!(tx.state(), FlowState::Flowing, "depth 2 is the low mark");
+    assert_eq!(monitor.snapshot().pauses, 1);
+    probe.request(2);
+    probe.assert_items(&(0..12).collect::<Vec<_>>());
+}
+
 #[test]
 fn try_send_all_on_a_closed_channel_hands_everything_back() {
     let (tx, rx) = weir::channel::<u64>(8, ChannelPolicy::Backpressure);

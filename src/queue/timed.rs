@@ -254,12 +254,7 @@ impl<T> TimedQueue<T> {
             self.busy_since = Some(now);
         }
         if self.items.len() == self.items.capacity() {
-            // Grow by doubling, but never past `capacity`: the buffer's memory stays
-            // within `capacity` slots whatever the capacity (no power-of-two rounding).
-            let len = self.items.len();
-            let more = len.max(1).min(self.capacity.saturating_sub(len).max(1));
-            self.items.reserve_exact(more);
-            self.stamps.reserve_exact(more);
+            self.grow(1);
         }
         self.items.push_back(item);
         self.stamps.push_back(now);
@@ -267,6 +262,46 @@ impl<T> TimedQueue<T> {
             deadlines.push_back(deadline);
         }
         self.enqueued += 1;
+    }
+
+    /// Make room in the buffers for `n` more items: grow by doubling, but never past
+    /// `capacity`, so the buffer's memory stays within `capacity` slots whatever the
+    /// capacity (no power-of-two rounding).
+    fn grow(&mut self, n: usize) {
+        let len = self.items.len();
+        let doubled = len.max(1).min(self.capacity.saturating_sub(len).max(1));
+        let more = doubled.max(n);
+        self.items.reserve_exact(more);
+        self.stamps.reserve_exact(more);
+    }
+
+    /// Append every item of `items`, all stamped `now` and without a deadline (as
+    /// [`push`](Self::push) would one by one with the same `now`); returns how many.
+    /// The caller checked that they fit: at most the room left.
+    pub(crate) fn push_run(
+        &mut self,
+        items: impl ExactSizeIterator<Item = T>,
+        now: Instant,
+    ) -> usize {
+        let n = items.len();
+        debug_assert!(n <= self.capacity - self.items.len(), "a run past capacity");
+        if n == 0 {
+            return 0;
+        }
+        if self.busy_since.is_none() {
+            self.busy_since = Some(now);
+        }
+        if self.items.capacity() - self.items.len() < n {
+            self.grow(n);
+        }
+        self.items.extend(items);
+        self.stamps.extend(std::iter::repeat(now).take(n));
+        if let Some(deadlines) = &mut self.deadlines {
+            deadlines.extend(std::iter::repeat(None).take(n));
+        }
+        self.offered += n as u64;
+        self.enqueued += n as u64;
+        n
     }
 
     /// The items, oldest first, for a holding policy that rearranges a full queue.

@@ -406,6 +406,45 @@ impl<T: Send + 'static> Chan<T> {
         }
     }
 
+    /// The run of a batch offer that one step can take at once: under `Backpressure`
+    /// or `Reject`, with no shed rung and no deadlines (so no item can be refused but
+    /// for room), the items that fit go in together, stamped with the step's `now`.
+    /// The same as offering them one by one with that `now`: the first item's sweep
+    /// of stale items is the only one that can find any (an item stamped `now` is not
+    /// stale at `now`), and the rungs, which only rise while items go in, end where
+    /// the last item's climb would leave them (a flow-state event reports the depth
+    /// after the run rather than the depth where a mark was crossed). Returns how
+    /// many went in; what is left of `chunk` takes the item-by-item path.
+    fn offer_run(
+        &self,
+        st: &mut ChannelState<T>,
+        chunk: &mut VecDeque<(T, Assessed)>,
+        now: Instant,
+        dropped: &mut Vec<(DropReason, T)>,
+        wakes: &mut Vec<Wake>,
+    ) -> usize {
+        let plain = matches!(
+            self.policy,
+            ChannelPolicy::Backpressure | ChannelPolicy::Reject
+        ) && self.admission.shed.is_none()
+            && !self.admission.keeps_deadlines();
+        if !plain || !st.open || chunk.is_empty() {
+            return 0;
+        }
+        if st.queue.expire_stale(now, dropped) > 0 {
+            wakes.push(self.after_removal(st));
+        }
+        let room = st.queue.capacity().saturating_sub(st.queue.len());
+        let n = room.min(chunk.len());
+        if n == 0 {
+            return 0;
+        }
+        st.queue
+            .push_run(chunk.drain(..n).map(|(item, _)| item), now);
+        self.climb(st);
+        n
+    }
+
     fn report_drop(&self, reason: DropReason, item: T) {
         match self.hook.get() {
             Some(hook) => hook.report(STAGE, reason, item),
@@ -791,6 +830,7 @@ impl<T: Send + 'static> Link<T> {
         let mut taken = 0;
         {
             let mut st = lock(&chan.state);
+            taken += chan.offer_run(&mut st, chunk, now, &mut dropped, &mut wakes);
             while let Some(entry) = chunk.pop_front() {
                 let Offered {
                     outcome,
