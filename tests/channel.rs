@@ -157,7 +157,12 @@ fn try_send_all_makes_room_of_stale_items_before_its_run() {
     assert_eq!(drops.count(expired), 4);
     let stats = monitor.snapshot();
     assert_eq!(
-        (stats.depth, stats.enqueued, stats.rejected, stats.dropped(expired)),
+        (
+            stats.depth,
+            stats.enqueued,
+            stats.rejected,
+            stats.dropped(expired)
+        ),
         (4, 8, 1, 4)
     );
     // The run's items are stamped with the step's instant.
@@ -178,7 +183,11 @@ fn try_send_all_across_the_high_mark_pauses_once() {
     assert_eq!(tx.try_send_all(0..5).unwrap(), 5);
     assert_eq!(tx.state(), FlowState::Flowing, "depth 5 is under the mark");
     assert_eq!(tx.try_send_all(5..9).unwrap(), 4);
-    assert_eq!(tx.state(), FlowState::Paused, "depth 9 passed the mark at 6");
+    assert_eq!(
+        tx.state(),
+        FlowState::Paused,
+        "depth 9 passed the mark at 6"
+    );
     assert_eq!(tx.try_send_all(9..12).unwrap(), 3);
     probe.request(10);
     assert_eq!(tx.state(), FlowState::Flowing, "depth 2 is the low mark");

@@ -1,6 +1,7 @@
 //! The holding stage on the signal core: the held queue, the parked end, and the pass
 //! that delivers them (see the parent module for the algorithm).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering as StdOrdering};
 use std::time::Instant;
 
@@ -57,7 +58,7 @@ pub(super) struct Hold<T> {
 /// What only the drain owner touches.
 pub(super) struct Delivery<T> {
     /// The run of held items on its way downstream (capacity `min(capacity, RUN)`).
-    run: Vec<T>,
+    run: VecDeque<T>,
     /// Items that waited too long in the queue (max age, CoDel), with the reason, on
     /// their way to the drop hook.
     expired: Vec<(DropReason, T)>,
@@ -68,7 +69,7 @@ pub(super) struct Delivery<T> {
 impl<T> Delivery<T> {
     pub(super) fn new(capacity: usize, reporter: DropReporter) -> Self {
         Delivery {
-            run: Vec::with_capacity(capacity.min(RUN)),
+            run: VecDeque::with_capacity(capacity.min(RUN)),
             expired: Vec::new(),
             reporter,
         }

@@ -443,14 +443,21 @@ impl<T> TimedQueue<T> {
         &mut self,
         now: Instant,
         max: usize,
-        out: &mut Vec<T>,
+        out: &mut VecDeque<T>,
         expired: &mut Vec<(DropReason, T)>,
     ) -> usize {
         if self.is_plain() {
-            // Nothing can expire or be served out of order: move a run in bulk.
+            // Nothing can expire or be served out of order: move a run in bulk. The
+            // whole queue (a drain that keeps up) moves as the ring's one or two
+            // slices, copied at once; the queue keeps its buffer.
             let n = max.min(self.items.len());
-            out.extend(self.items.drain(..n));
-            self.stamps.drain(..n);
+            if n == self.items.len() {
+                out.append(&mut self.items);
+                self.stamps.clear();
+            } else {
+                out.extend(self.items.drain(..n));
+                self.stamps.drain(..n);
+            }
             self.dequeued += n as u64;
             self.left();
             return n;
@@ -458,7 +465,7 @@ impl<T> TimedQueue<T> {
         let (out_before, expired_before) = (out.len(), expired.len());
         while out.len() - out_before < max {
             match self.pop(now, &mut |reason, item| expired.push((reason, item))) {
-                Some(item) => out.push(item),
+                Some(item) => out.push_back(item),
                 None => break,
             }
         }
@@ -560,7 +567,7 @@ mod tests {
         assert_eq!(counts(&monitor), (1, 0, 1), "the first flush publishes");
         arrive(&mut q, GRAIN / 4, &[2, 3]);
         vt.advance(GRAIN / 4);
-        let mut out = Vec::new();
+        let mut out = VecDeque::new();
         q.pop_batch(vt.now(), 1, &mut out, &mut Vec::new());
         q.flush(vt.now());
         assert_eq!(counts(&monitor), (1, 0, 2), "within the grain: depth only");
@@ -820,6 +827,46 @@ mod tests {
         assert_eq!(q.pop(now, &mut none), Some(3));
     }
 
+    /// A plain queue moves a part item by item and the whole queue at once (its one
+    /// or two slices, across the ring's wrap); either way in order, the stamps going
+    /// with the items.
+    #[test]
+    fn pop_batch_of_a_plain_queue_moves_parts_and_wholes_in_order() {
+        let (vt, mut q, monitor) = queue(8, TimeBounds::none());
+        let mut out = VecDeque::new();
+        for i in 0..6 {
+            q.push(i, vt.now(), None).unwrap();
+        }
+        assert_eq!(q.pop_batch(vt.now(), 4, &mut out, &mut Vec::new()), 4);
+        assert_eq!(out.drain(..).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        vt.advance(Duration::from_millis(5));
+        for i in 6..12 {
+            q.push(i, vt.now(), None).unwrap();
+        }
+        assert_eq!(q.len(), 8);
+        assert_eq!(q.pop_batch(vt.now(), 100, &mut out, &mut Vec::new()), 8);
+        assert_eq!(
+            out.drain(..).collect::<Vec<_>>(),
+            (4..12).collect::<Vec<_>>()
+        );
+        assert!(q.is_empty());
+        q.flush(vt.now());
+        let stats = monitor.snapshot();
+        assert_eq!(
+            (stats.depth, stats.oldest_age, stats.dequeued),
+            (0, None, 12)
+        );
+        // Refilled to capacity after moving whole, it serves in order again.
+        for i in 0..8 {
+            q.push(i, vt.now(), None).unwrap();
+        }
+        assert_eq!(q.pop_batch(vt.now(), 8, &mut out, &mut Vec::new()), 8);
+        assert_eq!(
+            out.into_iter().collect::<Vec<_>>(),
+            (0..8).collect::<Vec<_>>()
+        );
+    }
+
     #[test]
     fn pop_batch_takes_at_most_max_and_hands_out_expired_items() {
         let (vt, mut q, monitor) = queue(16, TimeBounds::none().max_age(Duration::from_secs(1)));
@@ -830,7 +877,7 @@ mod tests {
         for i in 4..10 {
             q.push(i, vt.now(), None).unwrap();
         }
-        let (mut out, mut expired) = (Vec::new(), Vec::new());
+        let (mut out, mut expired) = (VecDeque::new(), Vec::new());
         assert_eq!(q.pop_batch(vt.now(), 3, &mut out, &mut expired), 7);
         assert_eq!(out, [4, 5, 6]);
         assert_eq!(expired, [0, 1, 2, 3].map(|i| (DropReason::Expired, i)));
@@ -880,7 +927,7 @@ mod tests {
         *q.items_mut().back_mut().unwrap() = 7;
         q.refreshed_newest(t0, soon); // 3, 5 (soon), 7 (soon)
         vt.advance(Duration::from_millis(20));
-        let (mut out, mut dropped) = (Vec::new(), Vec::new());
+        let (mut out, mut dropped) = (VecDeque::new(), Vec::new());
         q.pop_batch(vt.now(), 10, &mut out, &mut dropped);
         assert_eq!(out, [3]);
         assert_eq!(dropped, [5, 7].map(|i| (DropReason::DeadlineExceeded, i)));

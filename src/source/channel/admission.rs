@@ -28,6 +28,7 @@
 //! [`DeadlineExceeded`](crate::DropReason::DeadlineExceeded). See
 //! [`weir::deadline`](crate::deadline).
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -278,6 +279,13 @@ impl<T: 'static> Admission<T> {
         self.deadlines.is_some()
     }
 
+    /// True when admission reads anything of an item (a shed rung or deadlines):
+    /// otherwise [`assess`](Self::assess) says the same of every item and
+    /// [`refuses`](Self::refuses) refuses none.
+    pub(super) fn reads_items(&self) -> bool {
+        self.shed.is_some() || self.deadlines.is_some()
+    }
+
     /// The flow state the senders read for the rungs that are on.
     pub(super) fn flow(&self, rungs: Rungs) -> FlowState {
         let factor = self.reduce.map_or(1.0, |(_, factor)| factor);
@@ -298,6 +306,91 @@ impl<T: 'static> Admission<T> {
 pub(super) struct Assessed {
     pub(super) deadline: Option<Instant>,
     pub(super) sheddable: bool,
+}
+
+impl Assessed {
+    /// What an admission that reads nothing of items (no shed rung, no deadlines)
+    /// says of every item.
+    const UNREAD: Assessed = Assessed {
+        deadline: None,
+        sheddable: false,
+    };
+}
+
+/// The items of one step of a batch offer, taken from the sender's iterator (and
+/// assessed) before the lock is taken. What admission read of each item is kept
+/// beside it only when admission reads items at all; otherwise a step is just its
+/// items, and nothing but room can refuse them.
+pub(super) struct Step<T> {
+    items: VecDeque<T>,
+    /// `assessed[i]` is what admission read of `items[i]`; empty when it reads nothing.
+    assessed: VecDeque<Assessed>,
+    /// Whether admission reads items (a shed rung or deadlines).
+    reads: bool,
+}
+
+impl<T: 'static> Step<T> {
+    /// An empty step with room for `room` items, for `admission`.
+    pub(super) fn new(room: usize, admission: &Admission<T>) -> Self {
+        let reads = admission.reads_items();
+        Step {
+            items: VecDeque::with_capacity(room),
+            assessed: VecDeque::with_capacity(if reads { room } else { 0 }),
+            reads,
+        }
+    }
+
+    /// Take up to `n` items from `items`, assessing each if admission reads items.
+    /// Runs the user's iterator and classifiers: the caller holds no lock.
+    pub(super) fn fill(
+        &mut self,
+        items: impl Iterator<Item = T>,
+        n: usize,
+        admission: &Admission<T>,
+    ) {
+        if self.reads {
+            for item in items.take(n) {
+                self.assessed.push_back(admission.assess(&item));
+                self.items.push_back(item);
+            }
+        } else {
+            self.items.extend(items.take(n));
+        }
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub(super) fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Whether only room can refuse these items (admission reads nothing of them).
+    pub(super) fn unread(&self) -> bool {
+        !self.reads
+    }
+
+    /// The oldest item and what admission read of it.
+    pub(super) fn pop_front(&mut self) -> Option<(T, Assessed)> {
+        let item = self.items.pop_front()?;
+        let assessed = match self.reads {
+            true => self.assessed.pop_front().expect("one assessment per item"),
+            false => Assessed::UNREAD,
+        };
+        Some((item, assessed))
+    }
+
+    /// The `n` oldest items of a step admission did not read, in order.
+    pub(super) fn run(&mut self, n: usize) -> std::collections::vec_deque::Drain<'_, T> {
+        debug_assert!(!self.reads, "a run skips what admission read");
+        self.items.drain(..n)
+    }
+
+    /// The items left, in order.
+    pub(super) fn into_items(self) -> VecDeque<T> {
+        self.items
+    }
 }
 
 /// Why admission refused an item.

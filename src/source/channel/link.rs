@@ -22,7 +22,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::Waker;
 use std::time::Instant;
 
-use super::admission::{Admission, Assessed, Refusal, Rungs};
+use super::admission::{Admission, Assessed, Refusal, Rungs, Step};
 use super::marks::{FlowState, WaterMarks};
 use super::ChannelPolicy;
 use crate::metrics::{DropHook, QueueGauge, Sweep};
@@ -167,7 +167,7 @@ impl Wake {
 
 /// The pass's reusable buffers, owned by the drain loop.
 pub(super) struct Buffers<T> {
-    batch: Vec<T>,
+    batch: VecDeque<T>,
     /// Items that waited too long, with the reason, on their way to the drop hook.
     expired: Vec<(DropReason, T)>,
 }
@@ -407,8 +407,9 @@ impl<T: Send + 'static> Chan<T> {
     }
 
     /// The run of a batch offer that one step can take at once: under `Backpressure`
-    /// or `Reject`, with no shed rung and no deadlines (so no item can be refused but
-    /// for room), the items that fit go in together, stamped with the step's `now`.
+    /// or `Reject`, with no shed rung and no deadlines (admission reads nothing, so no
+    /// item can be refused but for room), the items that fit go in together, stamped
+    /// with the step's `now`.
     /// The same as offering them one by one with that `now`: the first item's sweep
     /// of stale items is the only one that can find any (an item stamped `now` is not
     /// stale at `now`), and the rungs, which only rise while items go in, end where
@@ -418,7 +419,7 @@ impl<T: Send + 'static> Chan<T> {
     fn offer_run(
         &self,
         st: &mut ChannelState<T>,
-        chunk: &mut VecDeque<(T, Assessed)>,
+        chunk: &mut Step<T>,
         now: Instant,
         dropped: &mut Vec<(DropReason, T)>,
         wakes: &mut Vec<Wake>,
@@ -426,8 +427,7 @@ impl<T: Send + 'static> Chan<T> {
         let plain = matches!(
             self.policy,
             ChannelPolicy::Backpressure | ChannelPolicy::Reject
-        ) && self.admission.shed.is_none()
-            && !self.admission.keeps_deadlines();
+        ) && chunk.unread();
         if !plain || !st.open || chunk.is_empty() {
             return 0;
         }
@@ -439,8 +439,7 @@ impl<T: Send + 'static> Chan<T> {
         if n == 0 {
             return 0;
         }
-        st.queue
-            .push_run(chunk.drain(..n).map(|(item, _)| item), now);
+        st.queue.push_run(chunk.run(n), now);
         self.climb(st);
         n
     }
@@ -818,10 +817,7 @@ impl<T: Send + 'static> Link<T> {
     /// dropped, run the drain if there is demand. Stops at the first item the channel
     /// does not take. Returns how many it took and, if it stopped, the refusal; the
     /// items after the refused one stay in `chunk`, in order, never offered.
-    pub(super) fn offer_all(
-        &self,
-        chunk: &mut VecDeque<(T, Assessed)>,
-    ) -> (usize, Option<super::TrySendError<T>>) {
+    pub(super) fn offer_all(&self, chunk: &mut Step<T>) -> (usize, Option<super::TrySendError<T>>) {
         let chan = self.stage();
         let now = chan.gauge.now();
         let mut dropped = Vec::new();
@@ -929,7 +925,7 @@ impl<T: Send + 'static> Link<T> {
             let _ = self.stage().hook.set(hook);
         }
         let buffers = Buffers {
-            batch: Vec::with_capacity(self.stage().batch_size),
+            batch: VecDeque::with_capacity(self.stage().batch_size),
             expired: Vec::new(),
         };
         self.attach(buffers, ErasedSink(Box::new(subscriber)));

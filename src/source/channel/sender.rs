@@ -1,6 +1,5 @@
 //! [`Sender`]: the producer's handle on a channel, and its two futures.
 
-use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -8,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use super::admission::{Assessed, Rungs};
+use super::admission::{Assessed, Rungs, Step};
 use super::link::{lock, Link, Offer, Offered};
 use super::marks::FlowState;
 use super::{ChannelClosed, ChannelPolicy, SendAllError, TrySendError, Unsent};
@@ -135,21 +134,18 @@ impl<T: Send + 'static> Sender<T> {
         let mut items = items.into_iter();
         // One allocation, of what the iterator says it holds, up to a step.
         let room = items.size_hint().1.unwrap_or(SEND_STEP).min(SEND_STEP);
-        let mut chunk = VecDeque::with_capacity(room);
+        let mut chunk = Step::new(room, &chan.admission);
         let mut sent = 0;
         loop {
             // User code (the iterator, the classifier) runs here, outside the lock.
-            chunk.extend(items.by_ref().take(SEND_STEP).map(|item| {
-                let assessed = chan.admission.assess(&item);
-                (item, assessed)
-            }));
+            chunk.fill(items.by_ref(), SEND_STEP, &chan.admission);
             if chunk.is_empty() {
                 return Ok(sent);
             }
             let (taken, refused) = self.shared.offer_all(&mut chunk);
             sent += taken;
             if let Some(error) = refused {
-                let left = chunk.into_iter().map(|(item, _)| item).collect();
+                let left = chunk.into_items();
                 return Err(SendAllError {
                     sent,
                     error,
