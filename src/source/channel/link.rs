@@ -410,6 +410,7 @@ impl<T: Send + 'static> Chan<T> {
     /// or `Reject`, with no shed rung and no deadlines (admission reads nothing, so no
     /// item can be refused but for room), the items that fit go in together, stamped
     /// with the step's `now`.
+    ///
     /// The same as offering them one by one with that `now`: the first item's sweep
     /// of stale items is the only one that can find any (an item stamped `now` is not
     /// stale at `now`), and the rungs, which only rise while items go in, end where
