@@ -22,6 +22,7 @@
 use crate::drain::Upstream;
 use crate::guard::{catch_in, swallowing_batch, BatchOutcome};
 use crate::metrics::DropHook;
+use crate::spec::Sealed;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
 /// Publisher for the [`filter`](crate::PublisherExt::filter) method.
@@ -79,6 +80,37 @@ impl<S, F> FilterSubscriber<S, F> {
     }
 }
 
+impl<S, F> FilterSubscriber<S, F> {
+    /// One batch (of exactly `exact` items, when the source knows): the kept items
+    /// go downstream as one batch, the swallowed ones come back as credit unless
+    /// downstream already credits the whole batch.
+    #[inline]
+    fn batch<T, I>(&mut self, items: I, exact: Option<u64>) -> u64
+    where
+        S: Subscriber<T>,
+        F: FnMut(&T) -> bool,
+        I: Iterator<Item = T>,
+    {
+        if !self.upstream.is_active() {
+            return 0;
+        }
+        let mut outcome = BatchOutcome::of("filter");
+        let predicate = &mut self.predicate;
+        let keep = |x: T| predicate(&x).then_some(x);
+        let credit = swallowing_batch(&mut self.downstream, items, exact, keep, &mut outcome);
+        match outcome.panic {
+            Some(error) => {
+                self.upstream.fail(&mut self.downstream, error);
+                0
+            }
+            // Downstream holds our upstream's subscription: its credit passes as is,
+            // plus the swallowed items, which are owed to downstream again (none are
+            // counted when downstream credited the whole batch).
+            None => credit.saturating_add(outcome.swallowed),
+        }
+    }
+}
+
 impl<T, S, F> Subscriber<T> for FilterSubscriber<S, F>
 where
     S: Subscriber<T>,
@@ -104,22 +136,16 @@ where
 
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
-        if !self.upstream.is_active() {
-            return 0;
-        }
-        let mut outcome = BatchOutcome::of("filter");
-        let predicate = &mut self.predicate;
-        let keep = |x: T| predicate(&x).then_some(x);
-        let credit = swallowing_batch(&mut self.downstream, items, keep, &mut outcome);
-        match outcome.panic {
-            Some(error) => {
-                self.upstream.fail(&mut self.downstream, error);
-                0
-            }
-            // Downstream holds our upstream's subscription: its credit passes as is,
-            // plus the swallowed items, which are owed to downstream again.
-            None => credit.saturating_add(outcome.swallowed),
-        }
+        self.batch(items, None)
+    }
+
+    #[inline]
+    fn on_next_batch_of<I: Iterator<Item = T>>(&mut self, items: I, n: u64, _: Sealed) -> u64 {
+        self.batch(items, Some(n))
+    }
+
+    fn credits_by_count(&self, sealed: Sealed) -> bool {
+        self.downstream.credits_by_count(sealed)
     }
 
     fn drop_hook(&self) -> Option<DropHook> {
@@ -140,5 +166,83 @@ where
 
     fn on_complete(&mut self) {
         self.upstream.forward_complete(&mut self.downstream);
+    }
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+
+    /// A downstream that records what reaches it and, when `by_count`, credits a batch
+    /// of exactly `n` items with `n` (as `fold` does); otherwise it credits what it got.
+    #[derive(Default)]
+    struct Sink {
+        items: Vec<u64>,
+        by_count: bool,
+    }
+
+    impl Subscriber<u64> for Sink {
+        fn on_subscribe(&mut self, _: Subscription) {}
+        fn on_next(&mut self, item: u64) {
+            self.items.push(item);
+        }
+        fn on_error(&mut self, _: Error) {}
+        fn on_complete(&mut self) {}
+        fn on_next_batch<I: Iterator<Item = u64>>(&mut self, items: I) -> u64 {
+            let before = self.items.len();
+            self.items.extend(items);
+            (self.items.len() - before) as u64
+        }
+        fn credits_by_count(&self, _: Sealed) -> bool {
+            self.by_count
+        }
+        fn on_next_batch_of<I: Iterator<Item = u64>>(
+            &mut self,
+            items: I,
+            n: u64,
+            _: Sealed,
+        ) -> u64 {
+            assert!(
+                self.by_count,
+                "an exact batch only to a by-count downstream"
+            );
+            self.items.extend(items);
+            n
+        }
+    }
+
+    fn multiples_of_three(by_count: bool) -> FilterSubscriber<Sink, impl FnMut(&u64) -> bool> {
+        let mut filter = FilterSubscriber {
+            downstream: Sink {
+                by_count,
+                ..Sink::default()
+            },
+            predicate: |x: &u64| x % 3 == 0,
+            upstream: Upstream::Idle,
+        };
+        filter.on_subscribe(Subscription::noop());
+        filter
+    }
+
+    #[test]
+    fn an_exact_batch_to_a_by_count_downstream_is_credited_once() {
+        let mut filter = multiples_of_three(true);
+        assert!(filter.credits_by_count(Sealed::NEW));
+        // Ten items, four kept: the downstream's credit for ten, nothing added for the
+        // six swallowed ones.
+        assert_eq!(filter.on_next_batch_of(0..10, 10, Sealed::NEW), 10);
+        assert_eq!(filter.downstream.items, [0, 3, 6, 9]);
+    }
+
+    #[test]
+    fn otherwise_swallowed_items_come_back_as_credit() {
+        // An exact batch to a downstream that counts what it gets.
+        let mut filter = multiples_of_three(false);
+        assert!(!filter.credits_by_count(Sealed::NEW));
+        assert_eq!(filter.on_next_batch_of(0..10, 10, Sealed::NEW), 4 + 6);
+        // A batch of unknown length to a by-count downstream.
+        let mut filter = multiples_of_three(true);
+        assert_eq!(filter.on_next_batch(0..10), 4 + 6);
+        assert_eq!(filter.downstream.items, [0, 3, 6, 9]);
     }
 }

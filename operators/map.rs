@@ -16,6 +16,7 @@
 use crate::drain::Upstream;
 use crate::guard::{catch_in, BatchOutcome, Guarded};
 use crate::metrics::DropHook;
+use crate::spec::Sealed;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
 /// Publisher for the [`map`](crate::PublisherExt::map) method.
@@ -65,6 +66,37 @@ struct MapSubscriber<S, F> {
     upstream: Upstream,
 }
 
+impl<S, F> MapSubscriber<S, F> {
+    /// One batch, mapped under a panic guard (of exactly `exact` items, passed on as
+    /// such, when the source knows).
+    #[inline]
+    fn batch<T, U, I>(&mut self, items: I, exact: Option<u64>) -> u64
+    where
+        S: Subscriber<U>,
+        F: FnMut(T) -> U,
+        I: Iterator<Item = T>,
+    {
+        if !self.upstream.is_active() {
+            return 0;
+        }
+        let mut outcome = BatchOutcome::of("map");
+        let f = &mut self.f;
+        let mapped = Guarded::new(items, |x| Some(f(x)), &mut outcome);
+        // Downstream holds our upstream's subscription, so its credit passes as is.
+        let credit = match exact {
+            Some(n) => self.downstream.on_next_batch_of(mapped, n, Sealed::NEW),
+            None => self.downstream.on_next_batch(mapped),
+        };
+        match outcome.panic {
+            Some(error) => {
+                self.upstream.fail(&mut self.downstream, error);
+                0
+            }
+            None => credit,
+        }
+    }
+}
+
 impl<T, U, S, F> Subscriber<T> for MapSubscriber<S, F>
 where
     S: Subscriber<U>,
@@ -89,22 +121,17 @@ where
 
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
-        if !self.upstream.is_active() {
-            return 0;
-        }
-        let mut outcome = BatchOutcome::of("map");
-        let f = &mut self.f;
-        // Downstream holds our upstream's subscription, so its credit passes as is.
-        let credit =
-            self.downstream
-                .on_next_batch(Guarded::new(items, |x| Some(f(x)), &mut outcome));
-        match outcome.panic {
-            Some(error) => {
-                self.upstream.fail(&mut self.downstream, error);
-                0
-            }
-            None => credit,
-        }
+        self.batch(items, None)
+    }
+
+    /// One item out for each in: the batch stays exactly `n` items.
+    #[inline]
+    fn on_next_batch_of<I: Iterator<Item = T>>(&mut self, items: I, n: u64, _: Sealed) -> u64 {
+        self.batch(items, Some(n))
+    }
+
+    fn credits_by_count(&self, sealed: Sealed) -> bool {
+        self.downstream.credits_by_count(sealed)
     }
 
     fn drop_hook(&self) -> Option<DropHook> {

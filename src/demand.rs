@@ -377,6 +377,13 @@ impl Replenish {
         self.limit
     }
 
+    /// What the window still expects from upstream: the prefetch less what was
+    /// consumed since the last replenish (never negative for a consumer that is
+    /// handed no more than it asked for).
+    pub(crate) fn outstanding(&self) -> u64 {
+        self.prefetch - self.consumed
+    }
+
     /// Record `n` consumed items; returns how many to request now, if any.
     #[inline]
     pub fn on_consumed(&mut self, n: u64) -> Option<u64> {

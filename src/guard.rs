@@ -80,12 +80,17 @@ impl<'a, I, F> Guarded<'a, I, F, false> {
 }
 
 /// `downstream.on_next_batch` over `items` mapped by `f` under a panic guard, counting
-/// what `f` swallows in `outcome` only when downstream's demand is bounded (under
-/// unbounded demand nobody is owed credit for it, and the loop carries no counter).
-/// The one place a swallowing stage (`filter`, `filter_map`) makes that choice.
+/// what `f` swallows in `outcome` only when someone is owed credit for it: not under
+/// unbounded demand, and not when the batch is exactly `exact` items and downstream
+/// returns the credit for all of them ([`credits_by_count`]); then the loop carries no
+/// counter. The one place a swallowing stage (`filter`, `filter_map`) makes that
+/// choice.
+///
+/// [`credits_by_count`]: crate::Subscriber::credits_by_count
 pub(crate) fn swallowing_batch<T, U, S, I, F>(
     downstream: &mut S,
     items: I,
+    exact: Option<u64>,
     f: F,
     outcome: &mut BatchOutcome,
 ) -> u64
@@ -94,10 +99,15 @@ where
     I: Iterator<Item = T>,
     F: FnMut(T) -> Option<U>,
 {
-    if downstream.demand_is_unbounded(crate::spec::Sealed::NEW) {
-        downstream.on_next_batch(Guarded::uncounted(items, f, outcome))
-    } else {
-        downstream.on_next_batch(Guarded::new(items, f, outcome))
+    let sealed = crate::spec::Sealed::NEW;
+    match exact {
+        Some(n) if downstream.credits_by_count(sealed) => {
+            downstream.on_next_batch_of(Guarded::uncounted(items, f, outcome), n, sealed)
+        }
+        _ if downstream.demand_is_unbounded(sealed) => {
+            downstream.on_next_batch(Guarded::uncounted(items, f, outcome))
+        }
+        _ => downstream.on_next_batch(Guarded::new(items, f, outcome)),
     }
 }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use super::handle::{SinkHandle, SinkState};
 use crate::demand::{Replenish, UNBOUNDED};
 use crate::guard::catch_in;
+use crate::spec::Sealed;
 use crate::{Error, Subscriber, Subscription};
 
 /// The subscriber behind `fold`, `for_each` and `collect`.
@@ -104,16 +105,11 @@ where
 
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
-        let Some(acc) = self.acc.take() else { return 0 };
         if self.unbounded() {
             // Nothing to replenish: no count, so the chain's loop carries none.
-            let f = &mut self.f;
-            match catch_in(self.stage, || items.fold(acc, f)) {
-                Ok(acc) => self.acc = Some(acc),
-                Err(error) => self.fail(error),
-            }
-            return 0;
+            return self.on_next_batch_of(items, 0, Sealed::NEW);
         }
+        let Some(acc) = self.acc.take() else { return 0 };
         let f = &mut self.f;
         let mut count = 0u64;
         // One guard around the whole batch: the accumulator stays a plain value, so
@@ -137,6 +133,43 @@ where
                 0
             }
         }
+    }
+
+    /// A batch of exactly `n` items (some of them maybe swallowed on the way): folded
+    /// without a count, credited as `n` consumed.
+    #[inline]
+    fn on_next_batch_of<I: Iterator<Item = T>>(&mut self, items: I, n: u64, _: Sealed) -> u64 {
+        let Some(acc) = self.acc.take() else { return 0 };
+        let f = &mut self.f;
+        match catch_in(self.stage, || items.fold(acc, f)) {
+            Ok(acc) => {
+                self.acc = Some(acc);
+                // Replenish as batch credit: no call back into the publisher (none
+                // under unbounded demand).
+                if self.unbounded() {
+                    0
+                } else {
+                    // Swallowed items count as consumed, so upstream's outstanding
+                    // demand is the window's: a batch beyond it broke rule 1.1.
+                    debug_assert!(
+                        n <= self.replenish.outstanding(),
+                        "rule 1.1: a batch of {n} against {} outstanding",
+                        self.replenish.outstanding()
+                    );
+                    self.consumed(n)
+                }
+            }
+            Err(error) => {
+                self.fail(error);
+                0
+            }
+        }
+    }
+
+    /// It consumes every item of every batch (or fails), and its credit depends only
+    /// on how many items a batch held.
+    fn credits_by_count(&self, _: Sealed) -> bool {
+        true
     }
 
     /// Consumes every batch it is handed (it never cancels from inside one).

@@ -65,6 +65,37 @@ pub trait Subscriber<T> {
         false
     }
 
+    /// weir's own stages only (sealed, as above): true when this subscriber, handed a
+    /// batch through [`on_next_batch_of`](Subscriber::on_next_batch_of), returns the
+    /// batch credit for all of the batch's items, whether or not each reaches it
+    /// (stages between that swallow items then hand them on without counting them).
+    /// It must consume every item it is handed, or end the stream. A wrong `true`
+    /// would return credit twice for swallowed items (a rule 1.1 breach upstream);
+    /// the default, false, is always correct.
+    #[doc(hidden)]
+    fn credits_by_count(&self, _sealed: sealed::Sealed) -> bool {
+        false
+    }
+
+    /// weir's own stages only (sealed, as above): [`on_next_batch`] of exactly `n`
+    /// items. A subscriber that [`credits_by_count`](Subscriber::credits_by_count)
+    /// returns the credit for `n` items without counting them one by one; a 1:1 stage
+    /// passes `n` on, and a swallowing one passes it on only to a subscriber that
+    /// credits by count (and then does not count what it swallows). The default hands
+    /// the items to [`on_next_batch`] and ignores `n`.
+    ///
+    /// [`on_next_batch`]: Subscriber::on_next_batch
+    #[doc(hidden)]
+    #[must_use = "the returned batch credit is demand: a publisher must add it as if requested"]
+    fn on_next_batch_of<I>(&mut self, items: I, n: u64, _sealed: sealed::Sealed) -> u64
+    where
+        I: Iterator<Item = T>,
+        Self: Sized,
+    {
+        let _ = n;
+        self.on_next_batch(items)
+    }
+
     /// Several items at once, never more than the outstanding demand. Each item counts
     /// as one `on_next` for rule 1.1.
     ///

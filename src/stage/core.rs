@@ -86,6 +86,7 @@ use crate::guard::catch;
 use crate::loom::{Aligned, AtomicU8, AtomicUsize, Mutex, MutexGuardOf, Ordering};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::{Lane, Recurring, Scheduler};
+use crate::spec::Sealed;
 use crate::{Error, RawSubscription, Subscriber, Subscription};
 
 /// Flag: downstream cancelled.
@@ -303,7 +304,13 @@ impl<'a> Cx<'a> {
         I: Iterator<Item = T>,
     {
         if downstream.stops_batches_itself() {
-            batch(downstream, items)
+            match items.size_hint() {
+                // An exact batch to a chain that credits by count: no per-item count.
+                (n, Some(upper)) if n == upper && downstream.credits_by_count(Sealed::NEW) => {
+                    batch_of(downstream, items, n as u64)
+                }
+                _ => batch(downstream, items),
+            }
         } else {
             batch(
                 downstream,
@@ -346,6 +353,17 @@ impl<'a> Cx<'a> {
 #[inline(never)]
 fn batch<T, S: Subscriber<T>, I: Iterator<Item = T>>(downstream: &mut S, items: I) -> u64 {
     downstream.on_next_batch(items)
+}
+
+/// [`batch`] of exactly `n` items, to a chain that credits by count
+/// ([`Subscriber::credits_by_count`]); out of line for the same reason.
+#[inline(never)]
+fn batch_of<T, S: Subscriber<T>, I: Iterator<Item = T>>(
+    downstream: &mut S,
+    items: I,
+    n: u64,
+) -> u64 {
+    downstream.on_next_batch_of(items, n, Sealed::NEW)
 }
 
 /// A batch that ends once its stage is cancelled (see [`Cx::hand_over`]): `next`

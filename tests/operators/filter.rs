@@ -83,6 +83,38 @@ fn completes() {
     );
 }
 
+/// `range → map → filter → fold_with(p)`: the range knows each batch's length, and
+/// the fold credits a whole batch by it (swallowed items included, none counted one by
+/// one). Every window, from one item up, with filters that keep everything, nothing
+/// and a tenth: the right sum, and no stall. (In debug builds the fold also asserts
+/// that no batch exceeds its outstanding window, so credit given twice would fail
+/// here.)
+#[test]
+fn exact_batches_into_a_batched_fold_credit_each_item_once() {
+    const ITEMS: u64 = 10_000;
+    type Keep = fn(&u64) -> bool;
+    let keeps: [(&str, Keep); 3] = [
+        ("all", |_| true),
+        ("none", |_| false),
+        ("a tenth", |x| x % 10 == 0),
+    ];
+    for prefetch in [1, 2, 3, 4, 7, 64, 1_000, 20_000] {
+        for (name, keep) in keeps {
+            let sum = weir::range(0..ITEMS)
+                .map(|x| x.wrapping_mul(3))
+                .filter(keep)
+                .fold_with(prefetch, 0u64, |acc, x| acc.wrapping_add(x))
+                .wait()
+                .unwrap();
+            let expected = (0..ITEMS)
+                .map(|x| x.wrapping_mul(3))
+                .filter(keep)
+                .fold(0u64, |acc, x| acc.wrapping_add(x));
+            assert_eq!(sum, expected, "prefetch {prefetch}, keeping {name}");
+        }
+    }
+}
+
 /// Credit batching under a batch-requesting sink.
 ///
 /// 1,000,000 items, 10% kept (`x % 10 == 0`: 100,000), into `fold_with(64, ..)`.
