@@ -20,7 +20,7 @@
 //! signals `on_error(Panicked)` and returns no credit.
 
 use crate::drain::Upstream;
-use crate::guard::{catch_in, swallowing_batch, BatchOutcome};
+use crate::guard::{catch_in, swallowing_batch};
 use crate::metrics::DropHook;
 use crate::spec::Sealed;
 use crate::{Error, Publisher, Subscriber, Subscription};
@@ -80,37 +80,6 @@ impl<S, F> FilterSubscriber<S, F> {
     }
 }
 
-impl<S, F> FilterSubscriber<S, F> {
-    /// One batch (of exactly `exact` items, when the source knows): the kept items
-    /// go downstream as one batch, the swallowed ones come back as credit unless
-    /// downstream already credits the whole batch.
-    #[inline]
-    fn batch<T, I>(&mut self, items: I, exact: Option<u64>) -> u64
-    where
-        S: Subscriber<T>,
-        F: FnMut(&T) -> bool,
-        I: Iterator<Item = T>,
-    {
-        if !self.upstream.is_active() {
-            return 0;
-        }
-        let mut outcome = BatchOutcome::of("filter");
-        let predicate = &mut self.predicate;
-        let keep = |x: T| predicate(&x).then_some(x);
-        let credit = swallowing_batch(&mut self.downstream, items, exact, keep, &mut outcome);
-        match outcome.panic {
-            Some(error) => {
-                self.upstream.fail(&mut self.downstream, error);
-                0
-            }
-            // Downstream holds our upstream's subscription: its credit passes as is,
-            // plus the swallowed items, which are owed to downstream again (none are
-            // counted when downstream credited the whole batch).
-            None => credit.saturating_add(outcome.swallowed),
-        }
-    }
-}
-
 impl<T, S, F> Subscriber<T> for FilterSubscriber<S, F>
 where
     S: Subscriber<T>,
@@ -136,12 +105,18 @@ where
 
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
-        self.batch(items, None)
+        let predicate = &mut self.predicate;
+        let keep = |x: T| predicate(&x).then_some(x);
+        let (upstream, downstream) = (&mut self.upstream, &mut self.downstream);
+        swallowing_batch("filter", upstream, downstream, items, None, keep)
     }
 
     #[inline]
     fn on_next_batch_of<I: Iterator<Item = T>>(&mut self, items: I, n: u64, _: Sealed) -> u64 {
-        self.batch(items, Some(n))
+        let predicate = &mut self.predicate;
+        let keep = |x: T| predicate(&x).then_some(x);
+        let (upstream, downstream) = (&mut self.upstream, &mut self.downstream);
+        swallowing_batch("filter", upstream, downstream, items, Some(n), keep)
     }
 
     fn credits_by_count(&self, sealed: Sealed) -> bool {

@@ -12,9 +12,8 @@
 //! in the batch's `BatchOutcome`; after the batch the stage cancels upstream, signals
 //! `on_error(Panicked)` and returns no credit.
 
-use crate::demand;
 use crate::drain::Upstream;
-use crate::guard::{catch_in, swallowing_batch, BatchOutcome};
+use crate::guard::{catch_in, swallowing_batch};
 use crate::metrics::DropHook;
 use crate::spec::Sealed;
 use crate::{Error, Publisher, Subscriber, Subscription};
@@ -66,41 +65,6 @@ struct FilterMapSubscriber<S, F> {
     upstream: Upstream,
 }
 
-impl<S, F> FilterMapSubscriber<S, F> {
-    /// One batch (of exactly `exact` items, when the source knows): what `f` keeps
-    /// goes downstream as one batch, what it swallows comes back as credit unless
-    /// downstream already credits the whole batch.
-    #[inline]
-    fn batch<T, U, I>(&mut self, items: I, exact: Option<u64>) -> u64
-    where
-        S: Subscriber<U>,
-        F: FnMut(T) -> Option<U>,
-        I: Iterator<Item = T>,
-    {
-        if !self.upstream.is_active() {
-            return 0;
-        }
-        let mut outcome = BatchOutcome::of("filter_map");
-        let credit = swallowing_batch(
-            &mut self.downstream,
-            items,
-            exact,
-            &mut self.f,
-            &mut outcome,
-        );
-        match outcome.panic {
-            Some(error) => {
-                self.upstream.fail(&mut self.downstream, error);
-                0
-            }
-            // Downstream holds our upstream's subscription: its credit passes as is,
-            // plus the swallowed items, which are owed to downstream again (none are
-            // counted when downstream credited the whole batch).
-            None => demand::sum(credit, outcome.swallowed),
-        }
-    }
-}
-
 impl<T, U, S, F> Subscriber<T> for FilterMapSubscriber<S, F>
 where
     S: Subscriber<U>,
@@ -131,12 +95,21 @@ where
 
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
-        self.batch(items, None)
+        let (upstream, downstream) = (&mut self.upstream, &mut self.downstream);
+        swallowing_batch("filter_map", upstream, downstream, items, None, &mut self.f)
     }
 
     #[inline]
     fn on_next_batch_of<I: Iterator<Item = T>>(&mut self, items: I, n: u64, _: Sealed) -> u64 {
-        self.batch(items, Some(n))
+        let (upstream, downstream) = (&mut self.upstream, &mut self.downstream);
+        swallowing_batch(
+            "filter_map",
+            upstream,
+            downstream,
+            items,
+            Some(n),
+            &mut self.f,
+        )
     }
 
     fn credits_by_count(&self, sealed: Sealed) -> bool {

@@ -8,6 +8,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use crate::drain::Upstream;
 use crate::Error;
 
 /// Run `f`, turning a panic into an `Error` of kind `Panicked`.
@@ -79,35 +80,51 @@ impl<'a, I, F> Guarded<'a, I, F, false> {
     }
 }
 
-/// `downstream.on_next_batch` over `items` mapped by `f` under a panic guard, counting
-/// what `f` swallows in `outcome` only when someone is owed credit for it: not under
-/// unbounded demand, and not when the batch is exactly `exact` items and downstream
-/// returns the credit for all of them ([`credits_by_count`]); then the loop carries no
-/// counter. The one place a swallowing stage (`filter`, `filter_map`) makes that
-/// choice.
+/// One batch of a swallowing stage (`filter`, `filter_map`: `f` returns `None` for an
+/// item it swallows), the one place such a stage handles a batch: the kept items go
+/// to `downstream.on_next_batch` under a panic guard, and the credit to return is
+/// downstream's plus the swallowed items, which are owed to downstream again. They
+/// are counted only when someone is owed credit for them: not under unbounded demand,
+/// and not when the batch is exactly `exact` items and downstream returns the credit
+/// for all of them ([`credits_by_count`]); then the loop carries no counter. A panic
+/// in `f` fails the stage (upstream cancelled, `on_error` downstream) and returns 0.
 ///
 /// [`credits_by_count`]: crate::Subscriber::credits_by_count
 pub(crate) fn swallowing_batch<T, U, S, I, F>(
+    stage: &'static str,
+    upstream: &mut Upstream,
     downstream: &mut S,
     items: I,
     exact: Option<u64>,
     f: F,
-    outcome: &mut BatchOutcome,
 ) -> u64
 where
     S: crate::Subscriber<U>,
     I: Iterator<Item = T>,
     F: FnMut(T) -> Option<U>,
 {
+    if !upstream.is_active() {
+        return 0;
+    }
+    let mut outcome = BatchOutcome::of(stage);
     let sealed = crate::spec::Sealed::NEW;
-    match exact {
+    let credit = match exact {
         Some(n) if downstream.credits_by_count(sealed) => {
-            downstream.on_next_batch_of(Guarded::uncounted(items, f, outcome), n, sealed)
+            downstream.on_next_batch_of(Guarded::uncounted(items, f, &mut outcome), n, sealed)
         }
         _ if downstream.demand_is_unbounded(sealed) => {
-            downstream.on_next_batch(Guarded::uncounted(items, f, outcome))
+            downstream.on_next_batch(Guarded::uncounted(items, f, &mut outcome))
         }
-        _ => downstream.on_next_batch(Guarded::new(items, f, outcome)),
+        _ => downstream.on_next_batch(Guarded::new(items, f, &mut outcome)),
+    };
+    match outcome.panic {
+        Some(error) => {
+            upstream.fail(downstream, error);
+            0
+        }
+        // Downstream holds our upstream's subscription: its credit passes as is, plus
+        // the swallowed items (none counted when downstream credited the whole batch).
+        None => crate::demand::sum(credit, outcome.swallowed),
     }
 }
 
