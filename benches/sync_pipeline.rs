@@ -11,9 +11,17 @@
 //! for an unknown start: the same loop as the second row's, instruction for
 //! instruction. The second row is what the hand-over itself costs against.
 //!
-//! Targets: weir with unbounded demand ≥ 0.5× the `Iterator` chain; weir
-//! requesting batches of 64 ≥ 0.8× weir unbounded; weir unbounded ≥ 3× `futures::stream`.
-//! Run: `cargo bench --bench sync_pipeline`.
+//! Fusion: a fold at the end of `range` and closure stages subscribes nothing; the
+//! chain runs as one loop nested like the `Iterator` chain's, in the caller, so the
+//! compiler sees the range's start again (rows `weir_unbounded`, `weir_batch64`).
+//! The `weir_subscribed_*` rows put the range behind a wrapper publisher that only
+//! forwards `subscribe` (as a user's own publisher would): that chain runs through
+//! subscriptions, demand and batch hand-over, the path of every chain that does not
+//! fuse.
+//!
+//! Targets: weir ≥ 0.8× the `Iterator` chain; subscribed with unbounded demand ≥ 0.5×
+//! it; subscribed batches of 64 ≥ 0.8× subscribed unbounded; weir ≥ 3×
+//! `futures::stream`. Run: `cargo bench --bench sync_pipeline`.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use std::hint::black_box;
@@ -22,8 +30,31 @@ use weir::prelude::*;
 
 const N: u64 = 1_000_000;
 
+/// A publisher that forwards `subscribe` and nothing else (so it does not fuse).
+struct Subscribed<P>(P);
+
+impl<P: Publisher> Publisher for Subscribed<P> {
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        self.0.subscribe(subscriber)
+    }
+}
+
 fn weir_sum(prefetch: u64) -> u64 {
     weir::range(0..black_box(N))
+        .map(|x| x * 3)
+        .filter(|x| x % 2 == 0)
+        .fold_with(prefetch, 0u64, |acc, x| acc + x)
+        .wait()
+        .expect("range does not fail")
+}
+
+fn weir_subscribed_sum(prefetch: u64) -> u64 {
+    Subscribed(weir::range(0..black_box(N)))
         .map(|x| x * 3)
         .filter(|x| x % 2 == 0)
         .fold_with(prefetch, 0u64, |acc, x| acc + x)
@@ -58,6 +89,7 @@ fn futures_sum() -> u64 {
 fn sync_pipeline(c: &mut Criterion) {
     let expected = iterator_sum();
     assert_eq!(weir_sum(UNBOUNDED), expected);
+    assert_eq!(weir_subscribed_sum(64), expected);
     assert_eq!(weir_sum(64), expected);
     assert_eq!(iterator_opaque_start_sum(), expected);
     assert_eq!(futures_sum(), expected);
@@ -70,6 +102,12 @@ fn sync_pipeline(c: &mut Criterion) {
     });
     group.bench_function("weir_unbounded", |b| b.iter(|| weir_sum(UNBOUNDED)));
     group.bench_function("weir_batch64", |b| b.iter(|| weir_sum(64)));
+    group.bench_function("weir_subscribed_unbounded", |b| {
+        b.iter(|| weir_subscribed_sum(UNBOUNDED))
+    });
+    group.bench_function("weir_subscribed_batch64", |b| {
+        b.iter(|| weir_subscribed_sum(64))
+    });
     group.bench_function("futures_stream", |b| b.iter(futures_sum));
     group.finish();
 }

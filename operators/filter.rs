@@ -20,7 +20,7 @@
 //! signals `on_error(Panicked)` and returns no credit.
 
 use crate::drain::Upstream;
-use crate::guard::{catch_in, swallowing_batch};
+use crate::guard::{blamed, catch_in, swallowing_batch};
 use crate::metrics::DropHook;
 use crate::spec::Sealed;
 use crate::{Error, Publisher, Subscriber, Subscription};
@@ -59,6 +59,30 @@ where
 
     fn in_flight_bound(&self) -> u64 {
         self.source.in_flight_bound()
+    }
+
+    fn fuses(&self, sealed: Sealed) -> bool {
+        self.source.fuses(sealed)
+    }
+
+    #[inline]
+    fn fold_fused<A, G>(self, init: A, mut downstream: G, sealed: Sealed) -> Result<A, Error>
+    where
+        A: Send + 'static,
+        G: FnMut(A, P::Item) -> A + Send + 'static,
+    {
+        let mut predicate = self.predicate;
+        self.source.fold_fused(
+            init,
+            move |acc, item| {
+                if blamed("filter", || predicate(&item)) {
+                    downstream(acc, item)
+                } else {
+                    acc
+                }
+            },
+            sealed,
+        )
     }
 }
 

@@ -13,7 +13,7 @@
 //! `on_error(Panicked)` and returns no credit.
 
 use crate::drain::Upstream;
-use crate::guard::{catch_in, swallowing_batch};
+use crate::guard::{blamed, catch_in, swallowing_batch};
 use crate::metrics::DropHook;
 use crate::spec::Sealed;
 use crate::{Error, Publisher, Subscriber, Subscription};
@@ -53,6 +53,27 @@ where
 
     fn in_flight_bound(&self) -> u64 {
         self.source.in_flight_bound()
+    }
+
+    fn fuses(&self, sealed: Sealed) -> bool {
+        self.source.fuses(sealed)
+    }
+
+    #[inline]
+    fn fold_fused<A, G>(self, init: A, mut downstream: G, sealed: Sealed) -> Result<A, Error>
+    where
+        A: Send + 'static,
+        G: FnMut(A, U) -> A + Send + 'static,
+    {
+        let mut f = self.f;
+        self.source.fold_fused(
+            init,
+            move |acc, item| match blamed("filter_map", || f(item)) {
+                Some(item) => downstream(acc, item),
+                None => acc,
+            },
+            sealed,
+        )
     }
 }
 

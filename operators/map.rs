@@ -14,7 +14,7 @@
 //! returns no credit. Signals after `Done` are ignored.
 
 use crate::drain::Upstream;
-use crate::guard::{catch_in, BatchOutcome, Guarded};
+use crate::guard::{blamed, catch_in, BatchOutcome, Guarded};
 use crate::metrics::DropHook;
 use crate::spec::Sealed;
 use crate::{Error, Publisher, Subscriber, Subscription};
@@ -54,6 +54,24 @@ where
 
     fn in_flight_bound(&self) -> u64 {
         self.source.in_flight_bound()
+    }
+
+    fn fuses(&self, sealed: Sealed) -> bool {
+        self.source.fuses(sealed)
+    }
+
+    #[inline]
+    fn fold_fused<A, G>(self, init: A, mut downstream: G, sealed: Sealed) -> Result<A, Error>
+    where
+        A: Send + 'static,
+        G: FnMut(A, U) -> A + Send + 'static,
+    {
+        let mut f = self.f;
+        self.source.fold_fused(
+            init,
+            move |acc, item| downstream(acc, blamed("map", || f(item))),
+            sealed,
+        )
     }
 }
 

@@ -2355,6 +2355,19 @@ pub trait PublisherExt: Publisher + Sized {
     /// [`fold`](Self::fold) with an explicit prefetch window
     /// ([`UNBOUNDED`](crate::demand::UNBOUNDED) requests everything at once).
     ///
+    /// # Fusion
+    ///
+    /// When the chain is a synchronous source ([`range`](crate::range),
+    /// [`from_iter`](crate::from_iter), [`just`](crate::just), [`empty`](crate::empty))
+    /// followed only by [`map`](Self::map), [`filter`](Self::filter),
+    /// [`filter_map`](Self::filter_map) and [`inspect`](Self::inspect), the fold (and
+    /// [`for_each`](Self::for_each), [`collect`](Self::collect), which are folds) runs
+    /// as one loop in the calling thread, compiled like the same `Iterator` chain, and
+    /// returns a finished handle. No subscription is made and the window is not used:
+    /// nothing in such a chain could observe demand, and the fold takes every item.
+    /// Items, order, result and errors (a panic names its stage) are those of the
+    /// subscribed path.
+    ///
     /// # Panics
     ///
     /// If `prefetch` is 0: "fold_with prefetch must be at least 1 (got 0)".
@@ -2373,9 +2386,7 @@ pub trait PublisherExt: Publisher + Sized {
         F: FnMut(A, Self::Item) -> A + Send + 'static,
     {
         sink_prefetch("fold_with", prefetch);
-        let (subscriber, handle) = sink::fold("fold", prefetch, init, f);
-        self.subscribe(subscriber);
-        handle
+        sink::fold(self, "fold", prefetch, init, f)
     }
 
     /// Subscribe a sink that calls `f` for every item, requesting
@@ -2417,9 +2428,7 @@ pub trait PublisherExt: Publisher + Sized {
         F: FnMut(Self::Item) + Send + 'static,
     {
         sink_prefetch("for_each_with", prefetch);
-        let (subscriber, handle) = sink::fold("for_each", prefetch, (), move |(), item| f(item));
-        self.subscribe(subscriber);
-        handle
+        sink::fold(self, "for_each", prefetch, (), move |(), item| f(item))
     }
 
     /// Subscribe a sink that collects every item into a `Vec`, requesting

@@ -202,3 +202,60 @@ where
     tracing::error!("subscriber panicked in on_subscribe (rule 2.13); treated as cancelled");
     false
 }
+
+// ---- fused folds ---------------------------------------------------------------------
+//
+// A fused fold (see `sink::fold::run`) runs a synchronous chain's closures nested in
+// one loop in the caller, under one `catch_unwind` at the top. Which stage's closure
+// panicked is recorded on the way out: each closure runs inside `blamed`, whose guard
+// is forgotten when the closure returns (no cost on that path, and none at all for a
+// closure that cannot unwind) and, when the closure unwinds, names its stage in a
+// thread-local slot unless a closure further in named one first.
+
+std::thread_local! {
+    /// The stage whose closure a fused fold's panic came from, innermost first.
+    static BLAME: std::cell::Cell<Option<&'static str>> = const { std::cell::Cell::new(None) };
+}
+
+/// Names its stage in [`BLAME`] when dropped, which only happens while unwinding.
+struct Blame(&'static str);
+
+impl Drop for Blame {
+    fn drop(&mut self) {
+        // The innermost guard drops first: it names the stage, the outer ones keep it.
+        // `try_with`: a thread being torn down has no slot left, and loses only the name.
+        let _ = BLAME.try_with(|blame| {
+            if blame.get().is_none() {
+                blame.set(Some(self.0));
+            }
+        });
+    }
+}
+
+/// Run `f`, one of `stage`'s closures inside a fused fold: if it unwinds, the fold's
+/// error names `stage` (unless a closure it called named its own first).
+#[inline(always)]
+pub(crate) fn blamed<R>(stage: &'static str, f: impl FnOnce() -> R) -> R {
+    let guard = Blame(stage);
+    let result = f();
+    std::mem::forget(guard);
+    result
+}
+
+/// Run a fused fold, turning a panic into an `Error` of kind `Panicked` that names the
+/// stage whose closure panicked (see [`blamed`]).
+pub(crate) fn fused<A>(run: impl FnOnce() -> Result<A, Error>) -> Result<A, Error> {
+    // A fold run from inside another one's closure keeps the outer one's slot intact.
+    let outer = BLAME.with(|blame| blame.take());
+    // AssertUnwindSafe: after a panic the fold's closures and accumulator are dropped
+    // during the unwind; nothing of them is observed again.
+    let result = catch_unwind(AssertUnwindSafe(run));
+    let stage = BLAME.with(|blame| blame.replace(outer));
+    result.unwrap_or_else(|payload| {
+        let error = Error::panicked(payload);
+        Err(match stage {
+            Some(stage) => error.in_stage(stage),
+            None => error,
+        })
+    })
+}

@@ -4,7 +4,7 @@
 
 use weir::prelude::*;
 use weir::source::Step;
-use weir::{Error, ErrorKind};
+use weir::{BoxPublisher, Error, ErrorKind};
 
 /// Panics at the third call: the error carries `"boom"` as its message.
 fn boom(x: u32) -> u32 {
@@ -75,6 +75,45 @@ fn operators_name_themselves() {
     for (name, result) in cases {
         assert_eq!(stage_of(result), Some(name), "{name}");
     }
+}
+
+/// The closure stages fuse into one loop when a fold ends a synchronous chain (the
+/// cases above); behind a `BoxPublisher` (which does not fuse) they run subscribed,
+/// and name themselves the same way.
+#[test]
+fn closure_stages_name_themselves_when_subscribed() {
+    let range = || BoxPublisher::new(weir::range(0u32..10));
+    let cases: Vec<(&str, Result<Vec<u32>, Error>)> = vec![
+        ("map", range().map(boom).collect().wait()),
+        (
+            "filter",
+            range().filter(|x| boom(*x) < 100).collect().wait(),
+        ),
+        (
+            "filter_map",
+            range().filter_map(|x| Some(boom(x))).collect().wait(),
+        ),
+        (
+            "inspect",
+            range()
+                .inspect(|x| {
+                    boom(*x);
+                })
+                .collect()
+                .wait(),
+        ),
+    ];
+    for (name, result) in cases {
+        assert_eq!(stage_of(result), Some(name), "{name}");
+    }
+    let folded = range().fold(0, |a, x| a + boom(x)).wait();
+    assert_eq!(stage_of(folded), Some("fold"));
+    let each = range()
+        .for_each(|x| {
+            boom(x);
+        })
+        .wait();
+    assert_eq!(stage_of(each), Some("for_each"));
 }
 
 #[test]

@@ -414,6 +414,196 @@ fn panics_in_the_closure_become_panicked_and_cancel_upstream() {
     assert_eq!(stats.delivered(), 10, "upstream stops at the panic");
 }
 
+// ---- fused folds -------------------------------------------------------------------
+//
+// A fold at the end of a synchronous source and closure stages (`map`, `filter`,
+// `filter_map`, `inspect`) runs as one loop in the caller. These tests check that it
+// gives what the subscribed path gives (the same chain behind an unfused source) and
+// what the `Iterator` chain gives, and that a panic's error names the right stage.
+
+/// `source → map → filter → filter_map → inspect → fold_with(prefetch)`, with the
+/// inspect's calls counted: the fold's (count, wrapping sum, order digest) and the
+/// number of items inspected.
+fn chain<P: Publisher<Item = u64>>(
+    source: P,
+    prefetch: u64,
+    (mul, modulus, keep, shift): (u64, u64, u64, u32),
+) -> ((u64, u64, u64), u64) {
+    let inspected = Arc::new(AtomicU64::new(0));
+    let counter = inspected.clone();
+    let folded = source
+        .map(move |x| x.wrapping_mul(mul))
+        .filter(move |x| x % modulus != keep)
+        .filter_map(move |x| (x & 3 != 1).then_some(x >> shift))
+        .inspect(move |_| {
+            counter.fetch_add(1, Ordering::Relaxed);
+        })
+        .fold_with(prefetch, (0u64, 0u64, 0u64), |(n, sum, digest), x| {
+            (
+                n + 1,
+                sum.wrapping_add(x),
+                digest.wrapping_mul(31).wrapping_add(x),
+            )
+        })
+        .wait_timeout(PATIENCE)
+        .expect("a synchronous chain completes")
+        .expect("no stage fails");
+    (folded, inspected.load(Ordering::Relaxed))
+}
+
+proptest! {
+    /// Over `range` and `from_iter`, fused and subscribed, any window: the same
+    /// count, sum, order and inspections as the `Iterator` chain.
+    #[test]
+    fn fused_folds_equal_the_subscribed_path_and_the_iterator_chain(
+        start in 0u64..1_000,
+        len in 0u64..3_000,
+        prefetch in prop_oneof![Just(UNBOUNDED), 1u64..300],
+        params in (1u64..50, 1u64..9, 0u64..9, 0u32..4),
+    ) {
+        let (mul, modulus, keep, shift) = params;
+        let items = start..start + len;
+        let model = items
+            .clone()
+            .map(|x| x.wrapping_mul(mul))
+            .filter(|x| x % modulus != keep)
+            .filter_map(|x| (x & 3 != 1).then_some(x >> shift))
+            .fold((0u64, 0u64, 0u64), |(n, sum, digest), x| {
+                (n + 1, sum.wrapping_add(x), digest.wrapping_mul(31).wrapping_add(x))
+            });
+        let expected = (model, model.0);
+        let vec: Vec<u64> = items.clone().collect();
+        prop_assert_eq!(chain(weir::range(items.clone()), prefetch, params), expected);
+        prop_assert_eq!(chain(weir::from_iter(vec.clone()), prefetch, params), expected);
+        prop_assert_eq!(
+            chain(support::unfused::unfused(weir::range(items)), prefetch, params),
+            expected
+        );
+        prop_assert_eq!(
+            chain(support::unfused::unfused(weir::from_iter(vec)), prefetch, params),
+            expected
+        );
+    }
+}
+
+/// A fused fold has finished when `fold` returns: its handle is terminated, `cancel`
+/// keeps the result, and awaiting it (where the features allow) is immediate; an
+/// empty source gives the initial value; `collect` keeps the order.
+#[test]
+fn a_fused_fold_returns_a_finished_handle() {
+    let handle = weir::range(0u64..1_000)
+        .map(|x| x * 2)
+        .fold(0, |a, x| a + x);
+    assert!(handle.is_terminated());
+    handle.cancel();
+    assert_eq!(handle.wait().unwrap(), 999_000);
+    assert_eq!(
+        weir::range(5u8..5).fold(7u8, |a, x| a + x).wait().unwrap(),
+        7
+    );
+    assert_eq!(
+        weir::range(9i32..std::hint::black_box(3))
+            .collect()
+            .wait()
+            .unwrap(),
+        Vec::<i32>::new()
+    );
+    let words = weir::from_iter(["c", "a", "b"])
+        .filter(|w| *w != "a")
+        .collect()
+        .wait()
+        .unwrap();
+    assert_eq!(words, vec!["c", "b"]);
+    let mut seen = Vec::new();
+    let (tx, rx) = mpsc::channel();
+    weir::range(u64::MAX - 3..u64::MAX)
+        .for_each_with(1, move |x| tx.send(x).unwrap())
+        .wait()
+        .unwrap();
+    seen.extend(rx.try_iter());
+    assert_eq!(seen, vec![u64::MAX - 3, u64::MAX - 2, u64::MAX - 1]);
+}
+
+/// The stage a fused fold's panic names: the closure that panicked, also when a
+/// closure runs a fused fold of its own whose panic it handles, and never a stage
+/// left over from an earlier panic on the same thread.
+#[test]
+fn a_fused_folds_panic_names_the_stage_whose_closure_panicked() {
+    fn stage(result: Result<u64, Error>) -> Option<&'static str> {
+        let error = result.expect_err("a closure panicked");
+        assert_eq!(error.kind(), ErrorKind::Panicked, "{error}");
+        assert!(error.message().contains("boom"), "{error}");
+        error.stage()
+    }
+    fn boom_at(n: u64) -> impl Fn(u64) -> u64 + Copy {
+        move |x| {
+            assert!(x != n, "boom");
+            x
+        }
+    }
+    // The innermost closure wins over the closures around it and over the source.
+    let vec: Vec<u64> = (0..10).collect();
+    assert_eq!(
+        stage(
+            weir::from_iter(vec.clone())
+                .map(boom_at(4))
+                .fold(0, |a, x| a + x)
+                .wait()
+        ),
+        Some("map")
+    );
+    assert_eq!(
+        stage(
+            weir::from_iter(vec)
+                .map(|x| x)
+                .fold(0, |a, x| a + boom_at(4)(x))
+                .wait()
+        ),
+        Some("fold")
+    );
+    let panicking_iter = (0u64..10).map(boom_at(6));
+    assert_eq!(
+        stage(
+            weir::from_iter(panicking_iter)
+                .map(|x| x + 1)
+                .fold(0, |a, x| a + x)
+                .wait()
+        ),
+        Some("from_iter")
+    );
+    // A closure that runs a fused fold which panics, and handles its error: the outer
+    // fold goes on, and the outer panic (in `filter`) names `filter`.
+    let outer = weir::range(0u64..10)
+        .map(|x| {
+            let inner = weir::range(0..x)
+                .map(boom_at(3))
+                .fold(0, |a, x| a + x)
+                .wait();
+            assert_eq!(inner.is_err(), x > 3, "the inner fold at {x}");
+            x
+        })
+        .filter(|x| boom_at(8)(*x) % 2 == 0)
+        .fold(0, |a, x| a + x)
+        .wait();
+    assert_eq!(stage(outer), Some("filter"));
+    // And the next fold on this thread starts with no name left over.
+    assert_eq!(
+        stage(
+            weir::range(0u64..10)
+                .inspect(|x| {
+                    boom_at(2)(*x);
+                })
+                .fold(0, |a, x| a + x)
+                .wait()
+        ),
+        Some("inspect")
+    );
+    assert_eq!(
+        weir::range(0u64..10).fold(0, |a, x| a + x).wait().unwrap(),
+        45
+    );
+}
+
 // ---- blocking_iter ----------------------------------------------------------------
 
 #[test]

@@ -5,14 +5,56 @@
 //! batch credit `on_next_batch` returns, or a `request` on the item-by-item path);
 //! `prefetch == UNBOUNDED` requests once. The accumulator lives in the subscriber
 //! and is handed to the [`SinkHandle`] on completion.
+//!
+//! Fusion: when the publisher [`fuses`](Publisher::fuses) (a synchronous source and
+//! only closure stages after it), [`fold`] subscribes nothing. It calls
+//! [`Publisher::fold_fused`], which nests each stage's closure into the source's own
+//! loop, the way an `Iterator` chain's `fold` does, and runs it in the caller under
+//! one `catch_unwind` (`guard::fused`; each closure runs in `guard::blamed`, so a
+//! panic's error still names its stage). The handle comes back finished. Nothing
+//! between the source and the fold could observe a subscription or its requests, and
+//! the fold takes every item, so the result, the order and the errors are those of
+//! the subscribed path; the generic chain inlines into the caller, where the compiler
+//! can see the source's bounds as constants.
 
 use std::sync::Arc;
 
 use super::handle::{SinkHandle, SinkState};
 use crate::demand::{Replenish, UNBOUNDED};
-use crate::guard::catch_in;
+use crate::guard::{self, catch_in};
 use crate::spec::Sealed;
-use crate::{Error, Subscriber, Subscription};
+use crate::{Error, Publisher, Subscriber, Subscription};
+
+/// Fold `publisher` into `init` with `f` (the sink named `stage`): fused into one loop
+/// in the caller when the publisher fuses, else through a subscriber requesting
+/// `prefetch` at a time (`prefetch` already checked by the caller).
+#[inline]
+pub(crate) fn fold<P, A, F>(
+    publisher: P,
+    stage: &'static str,
+    prefetch: u64,
+    init: A,
+    mut f: F,
+) -> SinkHandle<A>
+where
+    P: Publisher,
+    A: Send + 'static,
+    F: FnMut(A, P::Item) -> A + Send + 'static,
+{
+    if publisher.fuses(Sealed::NEW) {
+        let folded = guard::fused(|| {
+            publisher.fold_fused(
+                init,
+                move |acc, item| guard::blamed(stage, || f(acc, item)),
+                Sealed::NEW,
+            )
+        });
+        return SinkHandle::ended(folded);
+    }
+    let (subscriber, handle) = fold_subscriber(stage, prefetch, init, f);
+    publisher.subscribe(subscriber);
+    handle
+}
 
 /// The subscriber behind `fold`, `for_each` and `collect`.
 pub(crate) struct FoldSubscriber<A, F> {
@@ -31,7 +73,7 @@ pub(crate) struct FoldSubscriber<A, F> {
 }
 
 /// Build a fold subscriber and its handle.
-pub(crate) fn fold<A, F>(
+pub(crate) fn fold_subscriber<A, F>(
     stage: &'static str,
     prefetch: u64,
     init: A,

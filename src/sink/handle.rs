@@ -99,6 +99,13 @@ impl<R> std::fmt::Debug for SinkHandle<R> {
 }
 
 impl<R> SinkHandle<R> {
+    /// A handle whose sink has already ended with `result` (a fused fold).
+    pub(crate) fn ended(result: Result<R, Error>) -> Self {
+        let shared = SinkState::new();
+        shared.finish(result);
+        SinkHandle::new(shared)
+    }
+
     pub(crate) fn new(shared: Arc<SinkState<R>>) -> Self {
         SinkHandle { shared }
     }

@@ -11,7 +11,7 @@ mod handle;
 
 pub(crate) use blocking_iter::blocking_iter;
 pub use blocking_iter::BlockingIter;
-pub(crate) use fold::fold;
+pub(crate) use fold::{fold, fold_subscriber};
 pub use handle::{SinkFuture, SinkHandle};
 
 /// The prefetch window sinks use unless told otherwise.

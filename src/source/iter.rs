@@ -7,7 +7,8 @@
 
 use std::iter::Peekable;
 
-use crate::guard::catch_in;
+use crate::guard::{blamed, catch_in};
+use crate::spec::Sealed;
 use crate::stage::emitter::{self, Emitted, Emitter};
 use crate::stage::Cx;
 use crate::{Error, Publisher, Subscriber};
@@ -171,5 +172,21 @@ where
             },
             subscriber,
         )
+    }
+
+    /// Synchronous; its only user code is the iterator's: always fuses.
+    fn fuses(&self, _sealed: Sealed) -> bool {
+        true
+    }
+
+    /// The iterator's own `fold`; a panic in its `next` names `from_iter` (a panic
+    /// in a closure downstream names that closure's stage first).
+    #[inline]
+    fn fold_fused<A, F>(self, init: A, f: F, _sealed: Sealed) -> Result<A, Error>
+    where
+        A: Send + 'static,
+        F: FnMut(A, I::Item) -> A + Send + 'static,
+    {
+        Ok(blamed("from_iter", || self.iter.fold(init, f)))
     }
 }

@@ -5,9 +5,10 @@
 
 use std::ops::Range as StdRange;
 
+use crate::spec::Sealed;
 use crate::stage::emitter::{self, Emitted, Emitter};
 use crate::stage::Cx;
-use crate::{Publisher, Subscriber};
+use crate::{Error, Publisher, Subscriber};
 
 /// The integer types [`range`] can count in.
 pub trait RangeInt: Copy + PartialOrd + Send + 'static + sealed::Sealed {
@@ -109,5 +110,19 @@ where
         S: Subscriber<T> + Send + 'static,
     {
         emitter::subscribe(self.range, subscriber)
+    }
+
+    /// Synchronous, with no user code: always fuses.
+    fn fuses(&self, _sealed: Sealed) -> bool {
+        true
+    }
+
+    #[inline]
+    fn fold_fused<A, F>(self, init: A, f: F, _sealed: Sealed) -> Result<A, Error>
+    where
+        A: Send + 'static,
+        F: FnMut(A, T) -> A + Send + 'static,
+    {
+        Ok(self.range.fold(init, f))
     }
 }

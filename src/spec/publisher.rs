@@ -1,6 +1,7 @@
 //! The `Publisher` trait and its boxed, object-safe form.
 
-use super::{Subscriber, Subscription};
+use super::{Sealed, Subscriber, Subscription};
+use crate::demand::UNBOUNDED;
 use crate::metrics::DropHook;
 use crate::Error;
 
@@ -36,6 +37,37 @@ pub trait Publisher {
     /// The default is 0: override it if your publisher buffers.
     fn in_flight_bound(&self) -> u64 {
         0
+    }
+
+    /// weir's own stages only (the argument cannot be named outside the crate): true
+    /// when this publisher and every stage upstream of it can run as one loop in the
+    /// caller's thread ([`fold_fused`](Publisher::fold_fused)): a synchronous source
+    /// (`range`, `from_iter`) and stages that run nothing between the source and their
+    /// downstream but the user's closures (`map`, `filter`, `filter_map`, `inspect`).
+    /// The default, false, is always correct.
+    #[doc(hidden)]
+    fn fuses(&self, _sealed: Sealed) -> bool {
+        false
+    }
+
+    /// weir's own stages only (sealed, as above): fold every item into `init` with
+    /// `f`, in the caller's thread, when [`fuses`](Publisher::fuses) said so. The chain
+    /// then compiles like an `Iterator` chain: the source's loop with each stage's
+    /// closure nested in it. No subscription is made and no demand exchanged: between
+    /// the source and the fold nothing runs that could observe either, and the fold
+    /// takes every item. Panics unwind to the caller of this method (`sink::fold`
+    /// catches them). The default subscribes an unbounded fold and waits for it, which
+    /// is correct for any publisher.
+    #[doc(hidden)]
+    fn fold_fused<A, F>(self, init: A, f: F, _sealed: Sealed) -> Result<A, Error>
+    where
+        Self: Sized,
+        A: Send + 'static,
+        F: FnMut(A, Self::Item) -> A + Send + 'static,
+    {
+        let (subscriber, handle) = crate::sink::fold_subscriber("fold", UNBOUNDED, init, f);
+        self.subscribe(subscriber);
+        handle.wait()
     }
 }
 

@@ -12,6 +12,7 @@ use crate::baseline::{self, request, Spy};
 use crate::support::counting::{counted, counted_with, Delivery};
 use crate::support::model::{check_model, schedule, Completion};
 use crate::support::probe_of;
+use crate::support::unfused::unfused;
 
 /// `filter` whose predicate (keeps the odd items) reports each call to `spy`, for the
 /// baseline checks that count its calls or make it panic. It would keep the item
@@ -83,8 +84,8 @@ fn completes() {
     );
 }
 
-/// `range → map → filter → fold_with(p)`: the range knows each batch's length, and
-/// the fold credits a whole batch by it (swallowed items included, none counted one by
+/// `range → map → filter → fold_with(p)`, subscribed (not fused): the range knows each
+/// batch's length, and the fold credits a whole batch by it (swallowed items included, none counted one by
 /// one). Every window, from one item up, with filters that keep everything, nothing
 /// and a tenth: the right sum, and no stall. (In debug builds the fold also asserts
 /// that no batch exceeds its outstanding window, so credit given twice would fail
@@ -100,7 +101,7 @@ fn exact_batches_into_a_batched_fold_credit_each_item_once() {
     ];
     for prefetch in [1, 2, 3, 4, 7, 64, 1_000, 20_000] {
         for (name, keep) in keeps {
-            let sum = weir::range(0..ITEMS)
+            let sum = unfused(weir::range(0..ITEMS))
                 .map(|x| x.wrapping_mul(3))
                 .filter(keep)
                 .fold_with(prefetch, 0u64, |acc, x| acc.wrapping_add(x))
@@ -266,7 +267,8 @@ proptest! {
 /// Under unbounded demand `filter` does not count what it swallows (nobody is owed
 /// credit); under bounded demand it gives every swallowed item back as credit. Both
 /// ways every kept item arrives, in order, and the stream completes: a sink whose
-/// window is 1 stalls at the first swallowed item if its credit is lost.
+/// window is 1 stalls at the first swallowed item if its credit is lost. The chains
+/// are subscribed (an unfused source), then fused: both give the model's result.
 #[test]
 fn swallowed_items_are_given_back_under_bounded_demand_and_not_counted_under_unbounded() {
     const N: u64 = 100_000;
@@ -274,11 +276,10 @@ fn swallowed_items_are_given_back_under_bounded_demand_and_not_counted_under_unb
     fn kept(x: &u64) -> bool {
         x % 7 == 0
     }
-    let model: (u64, u64) = (0..N)
-        .filter(kept)
-        .fold((0, 0), |(n, s), x| (n + 1, s.wrapping_add(x)));
-    for prefetch in [UNBOUNDED, 1, 2, 64, 1_024] {
-        let got = weir::range(0..N)
+    /// Count and sum what `range → map → filter → map → inspect` and `range →
+    /// filter_map` deliver to a fold with window `prefetch`.
+    fn run<P: Publisher<Item = u64>>(range: impl Fn() -> P, prefetch: u64) -> [(u64, u64); 2] {
+        let filtered = range()
             .map(|x| x ^ 1)
             .filter(|x| kept(&(x ^ 1)))
             .map(|x| x ^ 1)
@@ -289,8 +290,7 @@ fn swallowed_items_are_given_back_under_bounded_demand_and_not_counted_under_unb
             .wait_timeout(PATIENCE)
             .expect("the stream completes (a lost credit stalls it)")
             .unwrap();
-        assert_eq!(got, model, "prefetch {prefetch}");
-        let got = weir::range(0..N)
+        let filter_mapped = range()
             .filter_map(|x| kept(&x).then_some(x))
             .fold_with(prefetch, (0u64, 0u64), |(n, s), x| {
                 (n + 1, s.wrapping_add(x))
@@ -298,6 +298,15 @@ fn swallowed_items_are_given_back_under_bounded_demand_and_not_counted_under_unb
             .wait_timeout(PATIENCE)
             .expect("the stream completes (a lost credit stalls it)")
             .unwrap();
-        assert_eq!(got, model, "filter_map, prefetch {prefetch}");
+        [filtered, filter_mapped]
+    }
+    let model: (u64, u64) = (0..N)
+        .filter(kept)
+        .fold((0, 0), |(n, s), x| (n + 1, s.wrapping_add(x)));
+    for prefetch in [UNBOUNDED, 1, 2, 64, 1_024] {
+        let subscribed = run(|| unfused(weir::range(0..N)), prefetch);
+        assert_eq!(subscribed, [model; 2], "subscribed, prefetch {prefetch}");
+        let fused = run(|| weir::range(0..N), prefetch);
+        assert_eq!(fused, [model; 2], "fused, prefetch {prefetch}");
     }
 }

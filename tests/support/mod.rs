@@ -8,6 +8,7 @@ pub mod lossy;
 pub mod model;
 pub mod stepper;
 pub mod threaded;
+pub mod unfused;
 pub mod unruly;
 pub mod valve;
 // fixtures of the time operators
