@@ -2344,6 +2344,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// let sum = weir::range(1u64..101).fold(0, |acc, x| acc + x).wait().unwrap();
     /// assert_eq!(sum, 5050);
     /// ```
+    #[inline]
     fn fold<A, F>(self, init: A, f: F) -> SinkHandle<A>
     where
         A: Send + 'static,
@@ -2380,6 +2381,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// let sum = weir::range(0u64..1000).fold_with(64, 0, |acc, x| acc + x).wait().unwrap();
     /// assert_eq!(sum, 499_500);
     /// ```
+    #[inline]
     fn fold_with<A, F>(self, prefetch: u64, init: A, f: F) -> SinkHandle<A>
     where
         A: Send + 'static,
@@ -2399,6 +2401,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// weir::range(0u32..3).for_each(|x| println!("{x}")).wait().unwrap();
     /// ```
+    #[inline]
     fn for_each<F>(self, f: F) -> SinkHandle<()>
     where
         F: FnMut(Self::Item) + Send + 'static,
@@ -2423,6 +2426,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// seen.extend(rx.try_iter());
     /// assert_eq!(seen, vec![0, 1, 2, 3, 4]);
     /// ```
+    #[inline]
     fn for_each_with<F>(self, prefetch: u64, mut f: F) -> SinkHandle<()>
     where
         F: FnMut(Self::Item) + Send + 'static,
@@ -2442,6 +2446,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// assert_eq!(weir::range(0u8..3).collect().wait().unwrap(), vec![0, 1, 2]);
     /// ```
+    #[inline]
     fn collect(self) -> SinkHandle<Vec<Self::Item>> {
         self.collect_with(DEFAULT_PREFETCH)
     }
@@ -2459,6 +2464,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// assert_eq!(weir::range(0u8..4).collect_with(2).wait().unwrap(), vec![0, 1, 2, 3]);
     /// ```
+    #[inline]
     fn collect_with(self, prefetch: u64) -> SinkHandle<Vec<Self::Item>> {
         sink_prefetch("collect_with", prefetch);
         self.fold_with(prefetch, Vec::new(), |mut v, item| {

@@ -244,6 +244,7 @@ pub(crate) fn blamed<R>(stage: &'static str, f: impl FnOnce() -> R) -> R {
 
 /// Run a fused fold, turning a panic into an `Error` of kind `Panicked` that names the
 /// stage whose closure panicked (see [`blamed`]).
+#[inline]
 pub(crate) fn fused<A>(run: impl FnOnce() -> Result<A, Error>) -> Result<A, Error> {
     // A fold run from inside another one's closure keeps the outer one's slot intact.
     let outer = BLAME.with(|blame| blame.take());
