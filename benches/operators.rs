@@ -3,7 +3,10 @@
 //! Every case pushes 1,000,000 `u64`s from `range` through one operator into a
 //! checksum (`fold_with(UNBOUNDED, ..)` with [`mix`], which the compiler cannot turn
 //! into a closed form), and the `Iterator` twin does the same work, so the
-//! ratio `weir / iterator` is the cost of the operator's demand machinery. Target:
+//! ratio `weir / iterator` is the cost of the operator's demand machinery. `map`,
+//! `filter`, `filter_map` and `inspect` after `range` fuse into one loop with the fold
+//! (no demand machinery at all); their `*_subscribed` rows put the range behind a
+//! publisher that does not fuse, to measure them subscribed as well. Target:
 //! report the ratio (the README keeps the latest table); no stage may allocate per
 //! item (checked by the tests in `tests/alloc/`, not here).
 //!
@@ -20,12 +23,27 @@ use twins::{bench_twins, mix, sum, Case};
 
 const N: u64 = 1_000_000;
 
+/// A publisher that forwards `subscribe` and nothing else, as a user's own wrapper
+/// would: a fold after it does not fuse, so the stages between run subscribed.
+pub struct Subscribed<P>(pub P);
+
+impl<P: Publisher> Publisher for Subscribed<P> {
+    type Item = P::Item;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<P::Item> + Send + 'static,
+    {
+        self.0.subscribe(subscriber)
+    }
+}
+
 fn operators(c: &mut Criterion) {
     let mut group = c.benchmark_group("operators/1M");
     group.throughput(Throughput::Elements(N));
 
     // Each case: (name, weir pipeline, Iterator twin). Both must agree.
-    let cases: [Case; 21] = [
+    let cases: [Case; 25] = [
         (
             "map",
             || sum(weir::range(0..black_box(N)).map(|x| x ^ 0x5a)),
@@ -187,6 +205,37 @@ fn operators(c: &mut Criterion) {
                 (0..black_box(N))
                     .zip(0..N)
                     .map(|(a, b)| a ^ (b << 1))
+                    .fold(0u64, mix)
+            },
+        ),
+        (
+            "map_subscribed",
+            || sum(Subscribed(weir::range(0..black_box(N))).map(|x| x ^ 0x5a)),
+            || (0..black_box(N)).map(|x| x ^ 0x5a).fold(0u64, mix),
+        ),
+        (
+            "filter_subscribed",
+            || sum(Subscribed(weir::range(0..black_box(N))).filter(|x| x % 3 != 0)),
+            || (0..black_box(N)).filter(|x| x % 3 != 0).fold(0u64, mix),
+        ),
+        (
+            "filter_map_subscribed",
+            || {
+                sum(Subscribed(weir::range(0..black_box(N)))
+                    .filter_map(|x| (x % 3 != 0).then_some(x ^ 1)))
+            },
+            || {
+                (0..black_box(N))
+                    .filter_map(|x| (x % 3 != 0).then_some(x ^ 1))
+                    .fold(0u64, mix)
+            },
+        ),
+        (
+            "inspect_subscribed",
+            || sum(Subscribed(weir::range(0..black_box(N))).inspect(|x| assert!(*x < u64::MAX))),
+            || {
+                (0..black_box(N))
+                    .inspect(|x| assert!(*x < u64::MAX))
                     .fold(0u64, mix)
             },
         ),
