@@ -10,7 +10,7 @@
 //! |---|---|
 //! | `stages` | the table has a row for every `PublisherExt` method and every source and bridge the crate exports (read from `src/ext.rs` and `src/lib.rs`) |
 //! | `forgetful` | a subscriber that cancels at the first or third item and leaks the rest of the batch's iterator with `mem::forget`: sources let go, the subscriber is dropped, no item is dropped twice |
-//! | `panics` | a subscriber that panics in `on_next` (first or third item): upstream cancelled, every item and the subscriber dropped; the same for the user code of every sink |
+//! | `panics` | a subscriber that panics in `on_next` (first or third item): upstream cancelled, every item and the subscriber dropped; the same for the user code of every sink; a fused fold (`from_iter` → `map` → `filter` → `filter_map` → `inspect` → `fold`) with a panic in each closure: the stage named, nothing pulled beyond it, every item dropped |
 //! | `storms` | request storms from 4 threads, cancel storms, `request(u64::MAX)` twice, requests from inside `on_complete`/`on_error`: each item once and in order, nothing beyond demand, one terminal signal, nothing alive afterwards |
 //! | `oversubscription` | 64 pipelines across small pools on two cores, random prefetch and consumer delays, under a hang watchdog |
 //! | `channel_accounting` | `weir::channel` with 1–4 producers using every send method, racing `close`/`fail` and a cancelling consumer, under every policy: every item accounted for |

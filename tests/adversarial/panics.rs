@@ -21,6 +21,9 @@
 //! at the first or third item; the sink reports it as documented (an error of kind
 //! `Panicked`, or the consumer's own unwinding), upstream is cancelled, nothing stays
 //! alive.
+//! A fold fused with its chain (`a_fused_fold_releases_everything_when_any_of_its_closures_panics`)
+//! has no subscription to cancel: a panic in any of its closures must name that
+//! stage, stop the iterator at once and drop every item.
 //!
 //! The sources hold [`BIG`] items, far more than any stage consumes between a panic and
 //! the cancel it must cause, so "the source completed after the panic" means nobody
@@ -318,4 +321,73 @@ fn sink_check(
     }
     env.stop_sources();
     failures
+}
+
+/// A fold at the end of `from_iter` and closure stages runs fused, as one loop in the
+/// caller, with no subscription to cancel: a panic in any closure of the chain, at
+/// the first or the third item, must still end as documented (an error of kind
+/// `Panicked` naming that stage), stop pulling from the iterator, and drop every
+/// item (the one in hand, and those the iterator still holds).
+#[test]
+fn a_fused_fold_releases_everything_when_any_of_its_closures_panics() {
+    silence_deliberate_panics();
+    const STAGES: [&str; 5] = ["map", "filter", "filter_map", "inspect", "fold"];
+    let mut failures = Vec::new();
+    for k in [1u64, 3] {
+        for stage in STAGES {
+            let ledger = crate::harness::item::Ledger::new();
+            let held: Vec<Item> = (0..16).map(|v| ledger.produce(1_000 + v)).collect();
+            let source = ledger.clone();
+            // Lazily made items first, then a vector's worth the iterator still holds.
+            let items = (0..BIG).map(move |v| source.produce(v)).take(8).chain(held);
+            let boom = move |here: &str, item: &Item| {
+                if here == stage && item.value + 1 == k {
+                    panic!("{DELIBERATE} panic in {here} at item {k}");
+                }
+            };
+            let result = weir::from_iter(items)
+                .map(move |item| {
+                    boom("map", &item);
+                    item
+                })
+                .filter(move |item| {
+                    boom("filter", item);
+                    true
+                })
+                .filter_map(move |item| {
+                    boom("filter_map", &item);
+                    Some(item)
+                })
+                .inspect(move |item| boom("inspect", item))
+                .fold(0u64, move |n, mut item| {
+                    boom("fold", &item);
+                    item.mark(Fate::Delivered);
+                    n + 1
+                })
+                .wait();
+            let case = format!("{stage} (panic at item {k})");
+            match result {
+                Err(error) if error.kind() == ErrorKind::Panicked => {
+                    if error.stage() != Some(stage) {
+                        failures.push(format!("{case}: the error names {:?}", error.stage()));
+                    }
+                }
+                other => failures.push(format!("{case}: expected Panicked, got {other:?}")),
+            }
+            if ledger.live() != 0 {
+                failures.push(format!("{case}: {} items alive", ledger.live()));
+            }
+            // 16 items made up front, then one per item pulled: none beyond the panic.
+            if ledger.produced() != 16 + k {
+                failures.push(format!("{case}: {} items made", ledger.produced() - 16));
+            }
+            if ledger.ended(Fate::Delivered) != k - 1 {
+                failures.push(format!(
+                    "{case}: {} items folded",
+                    ledger.ended(Fate::Delivered)
+                ));
+            }
+        }
+    }
+    assert_no_failures("panicking fused fold", 2 * STAGES.len(), &failures);
 }
