@@ -275,15 +275,12 @@ impl<T> TimedQueue<T> {
         self.stamps.reserve_exact(more);
     }
 
-    /// Append every item of `items`, all stamped `now` and without a deadline (as
-    /// [`push`](Self::push) would one by one with the same `now`); returns how many.
-    /// The caller checked that they fit: at most the room left.
-    pub(crate) fn push_run(
-        &mut self,
-        items: impl ExactSizeIterator<Item = T>,
-        now: Instant,
-    ) -> usize {
-        let n = items.len();
+    /// Move the `n` oldest items of `from` to the back, all stamped `now` and without
+    /// a deadline (as [`push`](Self::push) would one by one with the same `now`);
+    /// returns `n`. The caller checked that they fit: at most the room left. All of
+    /// `from` moves as a block copy (`VecDeque::append`).
+    pub(crate) fn push_run(&mut self, from: &mut VecDeque<T>, n: usize, now: Instant) -> usize {
+        debug_assert!(n <= from.len(), "a run of {n} from {}", from.len());
         debug_assert!(n <= self.capacity - self.items.len(), "a run past capacity");
         if n == 0 {
             return 0;
@@ -294,7 +291,11 @@ impl<T> TimedQueue<T> {
         if self.items.capacity() - self.items.len() < n {
             self.grow(n);
         }
-        self.items.extend(items);
+        if n == from.len() {
+            self.items.append(from);
+        } else {
+            self.items.extend(from.drain(..n));
+        }
         self.stamps.extend(std::iter::repeat(now).take(n));
         if let Some(deadlines) = &mut self.deadlines {
             deadlines.extend(std::iter::repeat(None).take(n));
@@ -865,6 +866,39 @@ mod tests {
             out.into_iter().collect::<Vec<_>>(),
             (0..8).collect::<Vec<_>>()
         );
+    }
+
+    /// A run comes in as a part (the oldest `n` of a step, the rest left behind) or as
+    /// the whole step (moved as a block), across the ring's wrap, stamped with its
+    /// instant, counted as offered and enqueued, and served in order.
+    #[test]
+    fn push_run_moves_parts_and_wholes_in_order_with_their_stamp() {
+        let (vt, mut q, monitor) = queue(8, TimeBounds::none());
+        let mut out = VecDeque::new();
+        for i in 0..5 {
+            q.push(i, vt.now(), None).unwrap();
+        }
+        assert_eq!(q.pop_batch(vt.now(), 5, &mut out, &mut Vec::new()), 5);
+        out.clear();
+        // The ring's head is now past its middle: the runs wrap.
+        let mut step: VecDeque<u32> = (100..106).collect();
+        assert_eq!(q.push_run(&mut step, 2, vt.now()), 2);
+        assert_eq!(step, [102, 103, 104, 105], "the part left behind");
+        vt.advance(Duration::from_millis(7));
+        assert_eq!(q.push_run(&mut step, 4, vt.now()), 4);
+        assert!(step.is_empty(), "the whole step moved");
+        assert_eq!(q.push_run(&mut step, 0, vt.now()), 0);
+        assert_eq!(q.len(), 6);
+        q.flush(vt.now());
+        let stats = monitor.snapshot();
+        assert_eq!(stats.depth, 6);
+        assert_eq!(stats.oldest_age, Some(Duration::from_millis(7)));
+        assert_eq!(q.pop_batch(vt.now(), 8, &mut out, &mut Vec::new()), 6);
+        assert_eq!(out, [100, 101, 102, 103, 104, 105]);
+        q.flush(vt.now());
+        q.publish();
+        let stats = monitor.snapshot();
+        assert_eq!((stats.enqueued, stats.dequeued), (11, 11));
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! The `Subscriber` trait.
 
+use std::collections::VecDeque;
+
 use super::Subscription;
 use crate::metrics::DropHook;
 use crate::Error;
@@ -94,6 +96,25 @@ pub trait Subscriber<T> {
     {
         let _ = n;
         self.on_next_batch(items)
+    }
+
+    /// weir's own stages only (sealed, as above): every item of `queue` as one batch
+    /// (the caller checked that they fit the outstanding demand); returns how many the
+    /// subscriber took and the batch credit. Items it leaves are dropped. The default
+    /// is [`on_next_batch`] over the queue's drain, counting what it takes; a
+    /// type-erased subscriber (the channel's) overrides it so that the loop runs
+    /// monomorphised behind one virtual call per batch instead of one per item.
+    ///
+    /// [`on_next_batch`]: Subscriber::on_next_batch
+    #[doc(hidden)]
+    #[must_use = "the returned batch credit is demand: a publisher must add it as if requested"]
+    fn on_next_queue(&mut self, queue: &mut VecDeque<T>, _sealed: sealed::Sealed) -> (u64, u64)
+    where
+        Self: Sized,
+    {
+        let mut taken = 0u64;
+        let credit = self.on_next_batch(queue.drain(..).inspect(|_| taken += 1));
+        (taken, credit)
     }
 
     /// Several items at once, never more than the outstanding demand. Each item counts

@@ -77,6 +77,7 @@
 // early-exit reads in `request`/`cancel` are hints: a stale read costs one more pass
 // that finds the slot empty.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Wake, Waker};
 
@@ -341,6 +342,30 @@ impl<'a> Cx<'a> {
         };
         let (count, rest) = demand::deliver(self.demand, downstream, items, || self.stopped());
         (count, rest.map(|rest| rest.items))
+    }
+
+    /// Deliver every item of `queue` (emptied) against the demand: when they all fit
+    /// it and `downstream` stops batches itself, as one
+    /// [`on_next_queue`](Subscriber::on_next_queue) settled once (one virtual call per
+    /// batch through a type-erased subscriber, not one per item); otherwise as
+    /// [`deliver`](Self::deliver) does, the items without demand dropped. Returns how
+    /// many went out.
+    #[inline]
+    pub(crate) fn deliver_queue<T, S>(&self, downstream: &mut S, queue: &mut VecDeque<T>) -> u64
+    where
+        S: Subscriber<T>,
+    {
+        if downstream.stops_batches_itself()
+            && !queue.is_empty()
+            && !self.stopped()
+            && queue.len() as u64 <= self.demand.get()
+        {
+            let (taken, credit) = downstream.on_next_queue(queue, Sealed::NEW);
+            queue.clear();
+            self.demand.settle(taken, credit);
+            return taken;
+        }
+        self.deliver(downstream, queue.drain(..)).0
     }
 }
 

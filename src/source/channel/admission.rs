@@ -381,10 +381,10 @@ impl<T: 'static> Step<T> {
         Some((item, assessed))
     }
 
-    /// The `n` oldest items of a step admission did not read, in order.
-    pub(super) fn run(&mut self, n: usize) -> std::collections::vec_deque::Drain<'_, T> {
+    /// The items of a step admission did not read, in order, to take a run from.
+    pub(super) fn unread_items(&mut self) -> &mut VecDeque<T> {
         debug_assert!(!self.reads, "a run skips what admission read");
-        self.items.drain(..n)
+        &mut self.items
     }
 
     /// The items left, in order.

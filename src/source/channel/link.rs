@@ -27,6 +27,7 @@ use super::marks::{FlowState, WaterMarks};
 use super::ChannelPolicy;
 use crate::metrics::{DropHook, QueueGauge, Sweep};
 use crate::queue::timed::TimedQueue;
+use crate::spec::Sealed;
 use crate::stage::{Core, Cx, Pass, Stage};
 use crate::{DropReason, Error, Subscriber};
 
@@ -182,6 +183,7 @@ trait Sink<T>: Send {
     fn subscribed(&mut self, subscription: crate::Subscription);
     fn stops_batches_itself(&self) -> bool;
     fn next_batch(&mut self, items: &mut dyn Iterator<Item = T>) -> u64;
+    fn next_queue(&mut self, queue: &mut VecDeque<T>) -> (u64, u64);
     fn error(&mut self, error: Error);
     fn complete(&mut self);
 }
@@ -195,6 +197,9 @@ impl<T, S: Subscriber<T> + Send> Sink<T> for S {
     }
     fn next_batch(&mut self, items: &mut dyn Iterator<Item = T>) -> u64 {
         self.on_next_batch(items)
+    }
+    fn next_queue(&mut self, queue: &mut VecDeque<T>) -> (u64, u64) {
+        self.on_next_queue(queue, Sealed::NEW)
     }
     fn error(&mut self, error: Error) {
         self.on_error(error)
@@ -216,6 +221,11 @@ impl<T> Subscriber<T> for ErasedSink<T> {
     }
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, mut items: I) -> u64 {
         self.0.next_batch(&mut items)
+    }
+    /// The whole queue behind one virtual call: the subscriber's loop over it is
+    /// monomorphised (a `dyn Iterator` would cost a virtual call per item).
+    fn on_next_queue(&mut self, queue: &mut VecDeque<T>, _: Sealed) -> (u64, u64) {
+        self.0.next_queue(queue)
     }
     fn on_error(&mut self, error: Error) {
         self.0.error(error)
@@ -440,7 +450,7 @@ impl<T: Send + 'static> Chan<T> {
         if n == 0 {
             return 0;
         }
-        st.queue.push_run(chunk.run(n), now);
+        st.queue.push_run(chunk.unread_items(), n, now);
         self.climb(st);
         n
     }
@@ -626,7 +636,7 @@ impl<T: Send + 'static> Chan<T> {
             }
             if !c.batch.is_empty() {
                 // Items a cancelling subscriber leaves in the batch are released.
-                cx.deliver(sink, c.batch.drain(..));
+                cx.deliver_queue(sink, &mut c.batch);
             }
             if let Some(end) = end {
                 return cx.terminate(sink, end);
