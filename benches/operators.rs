@@ -21,22 +21,11 @@ use weir::Overflow;
 mod twins;
 use twins::{bench_twins, mix, sum, Case};
 
+#[path = "../tests/support/unfused.rs"]
+mod unfused;
+use unfused::unfused;
+
 const N: u64 = 1_000_000;
-
-/// A publisher that forwards `subscribe` and nothing else, as a user's own wrapper
-/// would: a fold after it does not fuse, so the stages between run subscribed.
-pub struct Subscribed<P>(pub P);
-
-impl<P: Publisher> Publisher for Subscribed<P> {
-    type Item = P::Item;
-
-    fn subscribe<S>(self, subscriber: S)
-    where
-        S: Subscriber<P::Item> + Send + 'static,
-    {
-        self.0.subscribe(subscriber)
-    }
-}
 
 fn operators(c: &mut Criterion) {
     let mut group = c.benchmark_group("operators/1M");
@@ -210,18 +199,18 @@ fn operators(c: &mut Criterion) {
         ),
         (
             "map_subscribed",
-            || sum(Subscribed(weir::range(0..black_box(N))).map(|x| x ^ 0x5a)),
+            || sum(unfused(weir::range(0..black_box(N))).map(|x| x ^ 0x5a)),
             || (0..black_box(N)).map(|x| x ^ 0x5a).fold(0u64, mix),
         ),
         (
             "filter_subscribed",
-            || sum(Subscribed(weir::range(0..black_box(N))).filter(|x| x % 3 != 0)),
+            || sum(unfused(weir::range(0..black_box(N))).filter(|x| x % 3 != 0)),
             || (0..black_box(N)).filter(|x| x % 3 != 0).fold(0u64, mix),
         ),
         (
             "filter_map_subscribed",
             || {
-                sum(Subscribed(weir::range(0..black_box(N)))
+                sum(unfused(weir::range(0..black_box(N)))
                     .filter_map(|x| (x % 3 != 0).then_some(x ^ 1)))
             },
             || {
@@ -232,7 +221,7 @@ fn operators(c: &mut Criterion) {
         ),
         (
             "inspect_subscribed",
-            || sum(Subscribed(weir::range(0..black_box(N))).inspect(|x| assert!(*x < u64::MAX))),
+            || sum(unfused(weir::range(0..black_box(N))).inspect(|x| assert!(*x < u64::MAX))),
             || {
                 (0..black_box(N))
                     .inspect(|x| assert!(*x < u64::MAX))

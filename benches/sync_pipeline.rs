@@ -28,21 +28,11 @@ use std::hint::black_box;
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;
 
+#[path = "../tests/support/unfused.rs"]
+mod unfused;
+use unfused::unfused;
+
 const N: u64 = 1_000_000;
-
-/// A publisher that forwards `subscribe` and nothing else (so it does not fuse).
-struct Subscribed<P>(P);
-
-impl<P: Publisher> Publisher for Subscribed<P> {
-    type Item = P::Item;
-
-    fn subscribe<S>(self, subscriber: S)
-    where
-        S: Subscriber<P::Item> + Send + 'static,
-    {
-        self.0.subscribe(subscriber)
-    }
-}
 
 fn weir_sum(prefetch: u64) -> u64 {
     weir::range(0..black_box(N))
@@ -54,7 +44,7 @@ fn weir_sum(prefetch: u64) -> u64 {
 }
 
 fn weir_subscribed_sum(prefetch: u64) -> u64 {
-    Subscribed(weir::range(0..black_box(N)))
+    unfused(weir::range(0..black_box(N)))
         .map(|x| x * 3)
         .filter(|x| x % 2 == 0)
         .fold_with(prefetch, 0u64, |acc, x| acc + x)

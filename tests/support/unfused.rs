@@ -1,6 +1,7 @@
 //! [`Unfused`]: a publisher that forwards `subscribe` and nothing else, so a fold at
 //! the end of its chain runs through subscriptions and demand rather than fused into
-//! one loop (tests of the credit paths of `map`, `filter`, `filter_map` and the sinks).
+//! one loop (tests of the credit paths of `map`, `filter`, `filter_map` and the sinks;
+//! the benches' rows of the subscribed path).
 
 use weir::{Publisher, Subscriber};
 
