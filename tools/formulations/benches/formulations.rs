@@ -12,8 +12,13 @@
 //! and for weir each of them ended by `fold_with(UNBOUNDED, ..)` and by `fold(..)`
 //! (batched demand, the default), for `Iterator` by `fold` and by `sum`, and by `fold`
 //! over `black_box(0)..black_box(N)`: with a constant start LLVM knows every item's
-//! parity and folds four items into four adds; weir's range keeps its start in the
-//! stage's state, so its loop is the one emitted for an unknown start.
+//! parity and folds four items into four adds. weir's fold fuses with `range`, `map`
+//! and `filter` into one loop inlined here, so it gets the same closed form.
+//!
+//! `PAIRED=<rounds> tools/formulations/run.sh` runs paired rounds instead of criterion:
+//! every case once per round (20 calls each, timed together), in a rotating order, and
+//! prints each case's median per-round ratio to the `Iterator` fold and to rxRust of
+//! its formulation (throughput ratios: above 1, faster).
 
 use std::cell::Cell;
 use std::hint::black_box;
@@ -41,8 +46,9 @@ fn expected() -> u64 {
     (0..N).map(|x| x * 3).filter(|x| x % 2 == 0).sum()
 }
 
-fn formulations(c: &mut Criterion) {
-    let cases: Vec<(&str, Box<dyn Fn() -> u64>)> = vec![
+/// Every case: `<formulation>/<implementation>` and the pipeline.
+fn cases() -> Vec<(&'static str, Box<dyn Fn() -> u64>)> {
+    vec![
         (
             "mod/iterator_fold",
             Box::new(|| {
@@ -189,7 +195,53 @@ fn formulations(c: &mut Criterion) {
                     .unwrap()
             }),
         ),
-    ];
+    ]
+}
+
+/// Paired rounds (see the module docs): per case, the median over rounds of
+/// `time(peer) / time(case)` for the peers `<formulation>/iterator_fold` and
+/// `<formulation>/rxrust`.
+fn paired(rounds: usize) {
+    const CALLS: usize = 20;
+    let cases = cases();
+    let mut times = vec![Vec::with_capacity(rounds); cases.len()];
+    for round in 0..rounds {
+        for k in 0..cases.len() {
+            let i = (round + k) % cases.len();
+            let start = std::time::Instant::now();
+            for _ in 0..CALLS {
+                black_box(cases[i].1());
+            }
+            times[i].push(start.elapsed().as_secs_f64());
+        }
+    }
+    let index = |name: &str| cases.iter().position(|(n, _)| *n == name);
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(|a, b| a.total_cmp(b));
+        v[v.len() / 2]
+    };
+    println!("paired rounds: {rounds} x {CALLS} calls of 1M items per case");
+    for (i, (name, _)) in cases.iter().enumerate() {
+        let formulation = name.split('/').next().unwrap_or_default();
+        let mut line = format!("{name:40} {:6.2} G items/s", {
+            let t = median(times[i].clone());
+            (CALLS as f64 * N as f64) / t / 1e9
+        });
+        for peer in ["iterator_fold", "rxrust"] {
+            if let Some(j) = index(&format!("{formulation}/{peer}")) {
+                let ratios = (0..rounds).map(|r| times[j][r] / times[i][r]).collect();
+                line += &format!("   vs {peer} {:.3}", median(ratios));
+            }
+        }
+        println!("{line}");
+    }
+}
+
+fn formulations(c: &mut Criterion) {
+    if let Some(rounds) = std::env::var("PAIRED").ok().and_then(|r| r.parse().ok()) {
+        return paired(rounds);
+    }
+    let cases = cases();
     let expected = expected();
     let mut group = c.benchmark_group("formulations");
     group.throughput(Throughput::Elements(N));
