@@ -23,7 +23,10 @@
 //! location, which are totally ordered, and the CAS retries on interference.
 //! Nothing here needs `SeqCst`.
 
+use std::collections::VecDeque;
+
 use crate::loom::{AtomicU64, Ordering};
+use crate::spec::Sealed;
 use crate::Error;
 
 /// Demand at or above this total means "unbounded" (rule 3.17). Totals saturate here.
@@ -309,6 +312,29 @@ where
             return (total, Some(items));
         }
     }
+}
+
+/// [`deliver`] of every item of `queue` (emptied): when they all fit the demand, as
+/// one [`on_next_queue`](crate::Subscriber::on_next_queue) settled once (a type-erased
+/// subscriber takes the whole queue in one virtual call); otherwise item runs as
+/// `deliver` makes them, the items without demand dropped. Returns how many went out.
+#[inline]
+pub(crate) fn deliver_queue<T, S>(
+    demand: &AtomicDemand,
+    downstream: &mut S,
+    queue: &mut VecDeque<T>,
+    stop: impl Fn() -> bool,
+) -> u64
+where
+    S: crate::Subscriber<T>,
+{
+    if !queue.is_empty() && !stop() && queue.len() as u64 <= demand.get() {
+        let (taken, credit) = downstream.on_next_queue(queue, Sealed::NEW);
+        queue.clear();
+        demand.settle(taken, credit);
+        return taken;
+    }
+    deliver(demand, downstream, queue.drain(..), stop).0
 }
 
 /// Hand `items` (never more than the demand: the caller checked) to `downstream` with

@@ -205,7 +205,7 @@ where
 
 // ---- fused folds ---------------------------------------------------------------------
 //
-// A fused fold (see `sink::fold::run`) runs a synchronous chain's closures nested in
+// A fused fold (see `sink::fold::fold`) runs a synchronous chain's closures nested in
 // one loop in the caller, under one `catch_unwind` at the top. Which stage's closure
 // panicked is recorded on the way out: each closure runs inside `blamed`, whose guard
 // is forgotten when the closure returns (no cost on that path, and none at all for a

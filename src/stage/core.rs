@@ -344,26 +344,18 @@ impl<'a> Cx<'a> {
         (count, rest.map(|rest| rest.items))
     }
 
-    /// Deliver every item of `queue` (emptied) against the demand: when they all fit
-    /// it and `downstream` stops batches itself, as one
-    /// [`on_next_queue`](Subscriber::on_next_queue) settled once (one virtual call per
-    /// batch through a type-erased subscriber, not one per item); otherwise as
-    /// [`deliver`](Self::deliver) does, the items without demand dropped. Returns how
-    /// many went out.
+    /// [`deliver`](Self::deliver) of every item of `queue` (emptied), for a subscriber
+    /// that stops batches itself through [`demand::deliver_queue`] (when they all fit
+    /// the demand: one [`on_next_queue`](Subscriber::on_next_queue), one virtual call
+    /// per batch through a type-erased subscriber instead of one per item); items
+    /// without demand are dropped. Returns how many went out.
     #[inline]
     pub(crate) fn deliver_queue<T, S>(&self, downstream: &mut S, queue: &mut VecDeque<T>) -> u64
     where
         S: Subscriber<T>,
     {
-        if downstream.stops_batches_itself()
-            && !queue.is_empty()
-            && !self.stopped()
-            && queue.len() as u64 <= self.demand.get()
-        {
-            let (taken, credit) = downstream.on_next_queue(queue, Sealed::NEW);
-            queue.clear();
-            self.demand.settle(taken, credit);
-            return taken;
+        if downstream.stops_batches_itself() {
+            return demand::deliver_queue(self.demand, downstream, queue, || self.stopped());
         }
         self.deliver(downstream, queue.drain(..)).0
     }
