@@ -180,6 +180,11 @@ pub(crate) mod model {
         pub(crate) fn items(&self) -> Vec<u32> {
             self.0.lock().unwrap().1.clone()
         }
+
+        /// True once `on_complete` arrived.
+        pub(crate) fn completed(&self) -> bool {
+            self.0.lock().unwrap().2
+        }
     }
 
     impl Subscriber<u32> for Recorder {
@@ -187,7 +192,9 @@ pub(crate) mod model {
             self.0.lock().unwrap().0 = Some(subscription);
         }
         fn on_next(&mut self, item: u32) {
-            self.0.lock().unwrap().1.push(item);
+            let mut seen = self.0.lock().unwrap();
+            assert!(!seen.2, "rule 1.7: on_next({item}) after on_complete");
+            seen.1.push(item);
         }
         fn on_error(&mut self, error: Error) {
             panic!("unexpected error {error}");

@@ -2,7 +2,9 @@
 //! answers of `try_send`/`send`/`send_blocking`, every policy's drops (reason, hook,
 //! counters), ending (close, fail, cancel, a second subscriber), water marks with
 //! hysteresis (including the flapping example under `VirtualTime`), max-age expiry,
-//! adaptive LIFO, the queue stats, and random demand schedules (proptest). The
+//! adaptive LIFO, the queue stats, the direct hand-off (counts, rates, every policy
+//! against a model under random sends and requests), and random demand schedules
+//! (proptest). The
 //! conformance kit runs on the publisher side in `tests/tck.rs` (`channel_*`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -1304,6 +1306,166 @@ fn lag_holds_for_consumers_that_poll_in_batches() {
 mod batch_lag;
 #[path = "../examples/overload_stories/consumer.rs"]
 mod consumer;
+
+// ---- the direct hand-off -----------------------------------------------------------
+
+/// With demand waiting and nothing queued, a sent item goes straight to the
+/// subscriber, and the queue's counts still see it pass through: 10,000 items (many
+/// runs of hand-offs between the locked offers that stamp them) read as enqueued and
+/// dequeued, depth 0, nothing old; and the rates, stamped only every few dozen items
+/// and at the snapshot, read the true 100/s of a sender that sends every 10 ms.
+#[test]
+fn hand_offs_count_as_passing_through_the_queue_and_keep_the_rates() {
+    let clock = VirtualTime::new();
+    let (tx, rx) = ChannelBuilder::new(16, ChannelPolicy::Backpressure)
+        .clock(clock.clone())
+        .build::<u64>();
+    let monitor = tx.monitor();
+    let probe = probe_of(rx);
+    probe.request(u64::MAX);
+    for i in 0..10_000 {
+        clock.advance(Duration::from_millis(10));
+        assert_eq!(tx.try_send(i), Ok(()));
+        assert_eq!(
+            probe.received_count(),
+            i + 1,
+            "delivered before try_send returned"
+        );
+    }
+    let stats = monitor.snapshot();
+    assert_eq!(
+        (
+            stats.enqueued,
+            stats.dequeued,
+            stats.depth,
+            stats.oldest_age
+        ),
+        (10_000, 10_000, 0, None)
+    );
+    assert!((stats.arrival_rate - 100.0).abs() < 0.5, "{stats:?}");
+    assert!((stats.drain_rate - 100.0).abs() < 0.5, "{stats:?}");
+    // The counts the snapshot stamped are not counted twice.
+    assert_eq!(monitor.snapshot().enqueued, 10_000);
+    drop(tx);
+    probe.assert_completed();
+    assert_eq!(probe.items(), (0..10_000).collect::<Vec<_>>());
+}
+
+/// A send with demand waiting whose item has a deadline goes through the queue (its
+/// deadline is checked against the clock), and is delivered all the same.
+#[test]
+fn an_item_with_a_deadline_is_checked_not_handed_over_blind() {
+    let admission = weir::source::channel::Admission::new()
+        .deadlines_by(Duration::from_millis(5), |item: &u64| {
+            Some(std::time::Instant::now() + Duration::from_millis(*item))
+        });
+    let (tx, rx) = ChannelBuilder::new(4, ChannelPolicy::Backpressure).build_with(admission);
+    let probe = probe_of(rx);
+    probe.request(10);
+    assert_eq!(tx.try_send(1_000), Ok(()), "a second to live");
+    assert_eq!(tx.try_send(0), Err(TrySendError::Late(0)), "no time left");
+    assert_eq!(probe.items(), [1_000]);
+}
+
+/// The five policies against a single-threaded model, under any interleaving of
+/// sends and requests on a small channel: every `try_send` answers as the model says,
+/// the subscriber has exactly the model's items after every step (so an item handed
+/// straight over never overtakes a queued one, and none arrives without demand), and
+/// the counters and the drop hook agree with the model at the end.
+fn policies_match_their_model(
+    policy: ChannelPolicy,
+    capacity: usize,
+    steps: &[Option<u64>],
+) -> Result<(), TestCaseError> {
+    use std::collections::VecDeque;
+    let (tx, rx) = weir::channel::<u64>(capacity, policy);
+    let monitor = rx.monitor();
+    let (hook, _, seen) = recording_hook();
+    let probe = probe_of(rx.on_dropped(hook));
+    let mut queue = VecDeque::new();
+    let (mut demand, mut delivered, mut dropped) = (0u64, Vec::new(), Vec::new());
+    let (mut enqueued, mut rejected) = (0u64, 0u64);
+    let deliver = |queue: &mut VecDeque<u64>, demand: &mut u64, delivered: &mut Vec<u64>| {
+        while *demand > 0 {
+            let Some(item) = queue.pop_front() else { break };
+            *demand -= 1;
+            delivered.push(item);
+        }
+    };
+    for (i, step) in steps.iter().enumerate() {
+        let item = i as u64;
+        match *step {
+            Some(n) => {
+                probe.request(n);
+                demand += n;
+                deliver(&mut queue, &mut demand, &mut delivered);
+            }
+            None => {
+                let answer = tx.try_send(item);
+                let expected = if queue.len() < capacity {
+                    queue.push_back(item);
+                    enqueued += 1;
+                    Ok(())
+                } else {
+                    match policy {
+                        ChannelPolicy::Backpressure | ChannelPolicy::Reject => {
+                            rejected += 1;
+                            Err(TrySendError::Full(item))
+                        }
+                        ChannelPolicy::DropNewest => {
+                            dropped.push((DropReason::OverflowNewest, item));
+                            Ok(())
+                        }
+                        ChannelPolicy::DropOldest => {
+                            let old = queue.pop_front().expect("full");
+                            dropped.push((DropReason::OverflowOldest, old));
+                            queue.push_back(item);
+                            enqueued += 1;
+                            Ok(())
+                        }
+                        ChannelPolicy::KeepLatest => {
+                            let old = std::mem::replace(queue.back_mut().expect("full"), item);
+                            dropped.push((DropReason::ReplacedByLatest, old));
+                            enqueued += 1;
+                            Ok(())
+                        }
+                    }
+                };
+                deliver(&mut queue, &mut demand, &mut delivered);
+                prop_assert_eq!(answer, expected, "step {}", i);
+            }
+        }
+        prop_assert_eq!(probe.items(), delivered.clone(), "after step {}", i);
+    }
+    let stats = monitor.snapshot();
+    prop_assert_eq!(
+        (stats.enqueued, stats.dequeued, stats.depth, stats.rejected),
+        (enqueued, delivered.len() as u64, queue.len(), rejected)
+    );
+    prop_assert_eq!(seen.lock().unwrap().clone(), dropped);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(96))]
+
+    /// See [`policies_match_their_model`]: `None` sends the step's number, `Some(n)`
+    /// requests `n`.
+    #[test]
+    fn every_policy_matches_its_model_across_hand_offs_and_queued_sends(
+        policy in prop::sample::select(vec![
+            ChannelPolicy::Backpressure,
+            ChannelPolicy::Reject,
+            ChannelPolicy::DropNewest,
+            ChannelPolicy::DropOldest,
+            ChannelPolicy::KeepLatest,
+        ]),
+        capacity in 1usize..4,
+        steps in prop::collection::vec(prop::option::weighted(0.3, 1u64..5), 0..120),
+    ) {
+        policies_match_their_model(policy, capacity, &steps)?;
+    }
+}
 
 // ---- random demand ------------------------------------------------------------------
 

@@ -196,6 +196,14 @@ impl<T> TimedQueue<T> {
         self.offered += n;
     }
 
+    /// `n` items passed through the queue without waiting in it (handed straight to
+    /// the consumer while the queue was empty): offered, enqueued and dequeued.
+    pub(crate) fn passed_through(&mut self, n: u64) {
+        self.offered += n;
+        self.enqueued += n;
+        self.dequeued += n;
+    }
+
     /// Replace the newest queued item with `item` (stamped `now`, worthless after
     /// `deadline`) and return the one it replaced (the caller reports it as
     /// `ReplacedByLatest`); on an empty queue this is a plain append and returns `None`.

@@ -1,7 +1,9 @@
 //! `weir::channel` accounting: 1–4 producers, each using one of the send methods
 //! (`try_send`, `try_send_all` in batches of 1–37, `send_blocking`, `send().await` and
 //! `send_or_pause().await` on a tokio runtime), racing the end of the stream (every sender dropped, `close`, `fail`, or a
-//! consumer that cancels), under every `ChannelPolicy`, into a slow consumer.
+//! consumer that cancels), under every `ChannelPolicy`, into a slow consumer (one
+//! item requested at a time, pausing) or an eager one (unbounded demand, no pause:
+//! nearly every single send then races the others for the direct hand-off).
 //!
 //! Every produced item must be accounted for, exactly:
 //!
@@ -87,12 +89,23 @@ const CAPACITY: usize = 8;
 const PER_PRODUCER: u64 = 1_000;
 const FAILURE: &str = "adversarial: failed by a sender";
 
+/// How the consumer asks for items.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Consumer {
+    /// One at a time, pausing every 16 items: items queue.
+    Slow,
+    /// Unbounded demand from `on_subscribe`, no pause: single sends hand their items
+    /// straight over whenever nothing is queued.
+    Eager,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Case {
     index: u64,
     policy: ChannelPolicy,
     producers: u64,
     ending: Ending,
+    consumer: Consumer,
 }
 
 /// What the producers saw.
@@ -110,13 +123,16 @@ fn every_channel_item_is_accounted_for_under_every_policy_and_ending() {
     for policy in POLICIES {
         for producers in 1..=4 {
             for ending in ENDINGS {
-                let index = cases.len() as u64;
-                cases.push(Case {
-                    index,
-                    policy,
-                    producers,
-                    ending,
-                });
+                for consumer in [Consumer::Slow, Consumer::Eager] {
+                    let index = cases.len() as u64;
+                    cases.push(Case {
+                        index,
+                        policy,
+                        producers,
+                        ending,
+                        consumer,
+                    });
+                }
             }
         }
     }
@@ -132,11 +148,12 @@ fn every_channel_item_is_accounted_for_under_every_policy_and_ending() {
         .into_iter()
         .map(|f| {
             format!(
-                "{:?}, {} producers ({:?}), {:?}: {f}",
+                "{:?}, {} producers ({:?}), {:?}, {:?} consumer: {f}",
                 case.policy,
                 case.producers,
                 methods(case),
-                case.ending
+                case.ending,
+                case.consumer
             )
         })
         .collect()
@@ -158,13 +175,22 @@ fn check(case: Case, runtime: &tokio::runtime::Handle) -> Vec<String> {
     let bound = rx.in_flight_bound();
     let monitor = rx.monitor();
     let probe = SourceProbe::new("channel");
-    let plan = Plan {
-        initial: 1,
-        per_item: 1,
-        cancel_at: (case.ending == Ending::ConsumerCancels).then(|| rng.below(total / 2) + 1),
-        pause: Some((16, Duration::from_micros(50))),
-        record_drops: true,
-        ..Plan::default()
+    let cancel_at = (case.ending == Ending::ConsumerCancels).then(|| rng.below(total / 2) + 1);
+    let plan = match case.consumer {
+        Consumer::Slow => Plan {
+            initial: 1,
+            per_item: 1,
+            cancel_at,
+            pause: Some((16, Duration::from_micros(50))),
+            record_drops: true,
+            ..Plan::default()
+        },
+        Consumer::Eager => Plan {
+            initial: u64::MAX,
+            cancel_at,
+            record_drops: true,
+            ..Plan::default()
+        },
     };
     let (recorder, record) = Recorder::new(plan, ledger.clone(), vec![probe.clone()]);
     Tap::new(rx, probe.clone()).subscribe(recorder);

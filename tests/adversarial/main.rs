@@ -13,7 +13,7 @@
 //! | `panics` | a subscriber that panics in `on_next` (first or third item): upstream cancelled, every item and the subscriber dropped; the same for the user code of every sink; a fused fold (`from_iter` → `map` → `filter` → `filter_map` → `inspect` → `fold`) with a panic in each closure: the stage named, nothing pulled beyond it, every item dropped |
 //! | `storms` | request storms from 4 threads, cancel storms, `request(u64::MAX)` twice, requests from inside `on_complete`/`on_error`: each item once and in order, nothing beyond demand, one terminal signal, nothing alive afterwards |
 //! | `oversubscription` | 64 pipelines across small pools on two cores, random prefetch and consumer delays, under a hang watchdog |
-//! | `channel_accounting` | `weir::channel` with 1–4 producers using every send method, racing `close`/`fail` and a cancelling consumer, under every policy: every item accounted for |
+//! | `channel_accounting` | `weir::channel` with 1–4 producers using every send method, racing `close`/`fail` and a cancelling consumer, slow (items queue) or eager (single sends race for the direct hand-off), under every policy: every item accounted for |
 //! | `channel_hook` | drops made before a subscriber is attached reach the channel's own hook |
 //! | `time` | every time operator and time source × every scheduler × 1 ns, zero and `Duration::MAX` |
 //! | `shutdown`, `pool_shutdown` | a tokio runtime or a `ThreadPool` shut down under every boundary, bridge and time stage: the pipeline ends with `SchedulerShutdown`, nothing leaks, and cancelled stages leave no timer in the pool |

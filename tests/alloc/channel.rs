@@ -23,9 +23,10 @@ fn try_send_all_allocates_nothing_per_item() {
     );
 }
 
-/// One item at a time, with demand waiting: each send hands its item over inside a
-/// pass of the sender's own (`try_send`, `send_blocking`, `send().await`'s first poll),
-/// allocating nothing per item.
+/// One item at a time, with demand waiting and nothing queued: each send hands its
+/// item straight to the subscriber in a pass of the sender's own (the direct hand-off
+/// of `try_send`, `send_blocking`, `send().await`'s first poll; every 64th item takes
+/// the locked path), allocating nothing per item on either path.
 #[test]
 fn single_sends_allocate_nothing_per_item() {
     type Send = fn(&Sender<u64>, u64);

@@ -45,14 +45,72 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 /// The stage name drops are reported under.
 pub(super) const STAGE: &str = "channel";
 
+/// Direct hand-offs in a row after which one item takes the locked path, to stamp
+/// their counts with a clock reading ([`Link::hand_off`]).
+const UNSTAMPED: u32 = 64;
+
 /// Largest batch one drain step takes out of the queue (and the size of the pass's
 /// reusable buffer, for channels at least this large).
 pub(super) const BATCH: usize = 256;
 
 /// Lock a mutex, recovering from poisoning: no user code runs under these locks, so a
 /// poisoned lock can only come from a bug in this module's own arithmetic.
-pub(super) fn lock<S>(m: &Mutex<S>) -> MutexGuard<'_, S> {
+fn lock<S>(m: &Mutex<S>) -> MutexGuard<'_, S> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The state lock, held. On release (and before a wait on a condition variable) it
+/// publishes whether the channel is *vacant* (open, its queue empty, no admission
+/// rung on: see [`Chan::vacant`]), so that a sender can tell without the lock whether
+/// its item may skip the queue. The flag is written only under the lock, so its
+/// order of writes is the order of the lock's holders, each writing the state it
+/// leaves behind.
+pub(super) struct StateGuard<'a, T> {
+    chan: &'a Chan<T>,
+    guard: Option<MutexGuard<'a, ChannelState<T>>>,
+}
+
+impl<T> StateGuard<'_, T> {
+    fn publish(&self) {
+        if let Some(st) = &self.guard {
+            let vacant = st.open && st.queue.is_empty() && st.rungs == Rungs::default();
+            // Relaxed: a hint read by the direct hand-off, which re-reads it as the
+            // drain loop's owner; see `Chan::vacant` for why a stale read is safe.
+            self.chan.vacant.store(vacant, Ordering::Relaxed);
+        }
+    }
+
+    /// Wait on `condvar` (which releases the lock) after publishing the state.
+    pub(super) fn wait(mut self, condvar: &Condvar) -> Self {
+        self.publish();
+        let guard = self.guard.take().expect("held until dropped");
+        let guard = condvar
+            .wait(guard)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        StateGuard {
+            chan: self.chan,
+            guard: Some(guard),
+        }
+    }
+}
+
+impl<T> std::ops::Deref for StateGuard<'_, T> {
+    type Target = ChannelState<T>;
+    fn deref(&self) -> &ChannelState<T> {
+        self.guard.as_ref().expect("held until dropped")
+    }
+}
+
+impl<T> std::ops::DerefMut for StateGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut ChannelState<T> {
+        self.guard.as_mut().expect("held until dropped")
+    }
+}
+
+impl<T> Drop for StateGuard<'_, T> {
+    fn drop(&mut self) {
+        self.publish();
+    }
 }
 
 /// Async tasks waiting for a condition, each under a key its future remembers, so a
@@ -108,6 +166,8 @@ pub(super) struct ChannelState<T> {
     pub(super) resume_wakers: Waiters,
     /// Items refused so far, for rate-limited logging.
     refused: u64,
+    /// How much of `Chan::passed` the queue's counts already hold.
+    passed_seen: u64,
 }
 
 /// What an offer did, decided under the state lock and settled after it.
@@ -171,6 +231,8 @@ pub(super) struct Buffers<T> {
     batch: VecDeque<T>,
     /// Items that waited too long, with the reason, on their way to the drop hook.
     expired: Vec<(DropReason, T)>,
+    /// Direct hand-offs since the last pass that read the clock ([`Link::hand_off`]).
+    unstamped: u32,
 }
 
 /// The one subscriber, with its type erased: senders exist before it does, so the
@@ -184,6 +246,7 @@ trait Sink<T>: Send {
     fn stops_batches_itself(&self) -> bool;
     fn next_batch(&mut self, items: &mut dyn Iterator<Item = T>) -> u64;
     fn next_queue(&mut self, queue: &mut VecDeque<T>) -> (u64, u64);
+    fn next_one(&mut self, item: T) -> u64;
     fn error(&mut self, error: Error);
     fn complete(&mut self);
 }
@@ -201,6 +264,9 @@ impl<T, S: Subscriber<T> + Send> Sink<T> for S {
     fn next_queue(&mut self, queue: &mut VecDeque<T>) -> (u64, u64) {
         self.on_next_queue(queue, Sealed::NEW)
     }
+    fn next_one(&mut self, item: T) -> u64 {
+        self.on_next_batch(std::iter::once(item))
+    }
     fn error(&mut self, error: Error) {
         self.on_error(error)
     }
@@ -217,7 +283,7 @@ impl<T> Subscriber<T> for ErasedSink<T> {
         self.0.stops_batches_itself()
     }
     fn on_next(&mut self, item: T) {
-        let _credit = self.0.next_batch(&mut std::iter::once(item));
+        let _credit = self.0.next_one(item);
     }
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, mut items: I) -> u64 {
         self.0.next_batch(&mut items)
@@ -256,6 +322,13 @@ pub(super) struct Chan<T> {
     pub(super) senders: AtomicUsize,
     /// Set by the first `subscribe`.
     pub(super) subscribed: AtomicBool,
+    /// Open, the queue empty, no rung on, as the last holder of the state lock left
+    /// it ([`StateGuard`]): a sender's item may skip the queue ([`Link::hand_off`]).
+    vacant: AtomicBool,
+    /// Items handed straight to the subscriber ([`Link::hand_off`]) so far, written
+    /// only by the drain loop's owner; folded into the queue's counts at its next
+    /// flush ([`Chan::flush`]).
+    passed: AtomicU64,
     /// Where drops are reported: the hook given to the builder, or else the
     /// subscriber's (set when it attaches).
     hook: OnceLock<DropHook>,
@@ -293,6 +366,7 @@ impl<T: Send + 'static> Chan<T> {
                 send_wakers: Waiters::default(),
                 resume_wakers: Waiters::default(),
                 refused: 0,
+                passed_seen: 0,
             }),
             room: Condvar::new(),
             resume: Condvar::new(),
@@ -300,6 +374,8 @@ impl<T: Send + 'static> Chan<T> {
             rungs: AtomicU8::new(0),
             senders: AtomicUsize::new(1),
             subscribed: AtomicBool::new(false),
+            vacant: AtomicBool::new(true),
+            passed: AtomicU64::new(0),
             hook: cell,
             unhooked: AtomicU64::new(0),
             capacity: queue_capacity,
@@ -309,6 +385,47 @@ impl<T: Send + 'static> Chan<T> {
 
     pub(super) fn capacity(&self) -> usize {
         self.capacity
+    }
+
+    /// Lock the state (see [`StateGuard`]).
+    pub(super) fn lock_state(&self) -> StateGuard<'_, T> {
+        StateGuard {
+            chan: self,
+            guard: Some(lock(&self.state)),
+        }
+    }
+
+    /// Lock the state if nobody holds it.
+    fn try_lock_state(&self) -> Option<StateGuard<'_, T>> {
+        let guard = self.state.try_lock().ok()?;
+        Some(StateGuard {
+            chan: self,
+            guard: Some(guard),
+        })
+    }
+
+    /// Whether the channel was vacant (open, its queue empty, no rung on) when the
+    /// state lock was last let go. A hint: the direct hand-off reads it again as the
+    /// drain loop's owner, and only the owner takes items out of the queue, so a
+    /// queue the flag calls empty holds nothing a previous pass took out and has not
+    /// delivered. A sender reads its own last write, or a later one: so its previous
+    /// item, if queued, is seen (unless a pass took it out, and so delivered it, since).
+    fn vacant(&self) -> bool {
+        // Relaxed: see above; the flag guards no other memory.
+        self.vacant.load(Ordering::Relaxed)
+    }
+
+    /// Publish the queue's statistics at `now` ([`TimedQueue::flush`]), the items
+    /// handed over directly since the last flush counted as passing through it.
+    fn flush(&self, st: &mut ChannelState<T>, now: Instant) {
+        // Relaxed: a statistic, written only by the drain loop's owner; a stale read
+        // leaves the rest for the next flush.
+        let passed = self.passed.load(Ordering::Relaxed);
+        if passed > st.passed_seen {
+            st.queue.passed_through(passed - st.passed_seen);
+            st.passed_seen = passed;
+        }
+        st.queue.flush(now);
     }
 
     pub(super) fn batch_size(&self) -> usize {
@@ -328,7 +445,7 @@ impl<T: Send + 'static> Chan<T> {
         will_wait: bool,
     ) -> Offered<T> {
         let outcome = self.offer_unflushed(st, offered, now, will_wait);
-        st.queue.flush(now);
+        self.flush(st, now);
         outcome
     }
 
@@ -600,7 +717,7 @@ impl<T: Send + 'static> Chan<T> {
                 None => self.gauge.now(),
             };
             let (taken, end, wake) = {
-                let mut st = lock(&self.state);
+                let mut st = self.lock_state();
                 let mut offered = false;
                 if let Some(offer) = offer.take() {
                     if let Some(entry) = offer.entry.take() {
@@ -621,7 +738,8 @@ impl<T: Send + 'static> Chan<T> {
                     None
                 };
                 if offered || taken > 0 {
-                    st.queue.flush(now);
+                    self.flush(&mut st, now);
+                    c.unstamped = 0;
                 }
                 let wake = (taken > 0).then(|| self.after_removal(&mut st));
                 (taken, end, wake)
@@ -685,12 +803,12 @@ impl<T: Send + 'static> Chan<T> {
     /// (outside the lock: an item's `Drop` is user code).
     pub(super) fn shut(&self) {
         let (released, wake) = {
-            let mut st = lock(&self.state);
+            let mut st = self.lock_state();
             st.open = false;
             st.end = None;
             let released: Vec<T> = st.queue.take_all().collect();
             let now = self.gauge.now();
-            st.queue.flush(now);
+            self.flush(&mut st, now);
             let before = std::mem::take(&mut st.rungs);
             self.publish_rungs(before, st.rungs, 0);
             (released, self.wake_all(&mut st))
@@ -753,13 +871,17 @@ impl<T: Send + 'static> Link<T> {
     ///
     /// [`offer_in_pass`]: Self::offer_in_pass
     pub(super) fn offer_now(&self, entry: (T, Assessed)) -> Result<(), super::TrySendError<T>> {
+        let entry = match self.hand_off(entry) {
+            Ok(()) => return Ok(()),
+            Err(entry) => entry,
+        };
         let chan = self.stage();
         let now = chan.gauge.now();
         match self.offer_in_pass(entry, now, false) {
             Ok(offered) => self.answer(offered),
             Err(entry) => {
                 let offered = {
-                    let mut st = lock(&chan.state);
+                    let mut st = chan.lock_state();
                     chan.offer(&mut st, entry, now, false)
                 };
                 self.settle(offered)
@@ -774,9 +896,13 @@ impl<T: Send + 'static> Link<T> {
     pub(super) fn offer_first(
         &self,
         entry: (T, Assessed),
-        now: Instant,
     ) -> Result<Result<(), super::TrySendError<T>>, (T, Assessed)> {
+        let entry = match self.hand_off(entry) {
+            Ok(()) => return Ok(Ok(())),
+            Err(entry) => entry,
+        };
         let assessed = entry.1;
+        let now = self.stage().gauge.now();
         match self.offer_in_pass(entry, now, true) {
             // (Nothing was swept: a sweep leaves room.)
             Ok(Offered {
@@ -785,6 +911,57 @@ impl<T: Send + 'static> Link<T> {
             }) if self.stage().policy == ChannelPolicy::Backpressure => Err((back, assessed)),
             Ok(offered) => Ok(self.answer(offered)),
             Err(entry) => Err(entry),
+        }
+    }
+
+    /// The direct hand-off: when the channel is vacant (open, nothing queued, no
+    /// rung on), the item has no deadline and the subscriber has demand, a sender that
+    /// takes the drain loop hands its item straight to the subscriber: no state lock,
+    /// no clock reading, no queue. Any policy takes an item into an empty queue and
+    /// the pass would deliver it at once, so the outcome is the queued path's; the
+    /// item counts as passing through the queue (offered, enqueued, dequeued) at the
+    /// next flush ([`Chan::flush`]: the next locked offer or pass, a snapshot's sweep,
+    /// the end). So that the counts reach the rates with a fresh instant, every
+    /// [`UNSTAMPED`]th item in a row takes the locked path, which reads the clock.
+    ///
+    /// Returns the entry, untouched, when the item must take the queued path.
+    fn hand_off(&self, entry: (T, Assessed)) -> Result<(), (T, Assessed)> {
+        if entry.1.deadline.is_some() || !self.stage().vacant() || self.demand().get() == 0 {
+            return Err(entry);
+        }
+        let (item, assessed) = entry;
+        self.hand_off_item(item).map_err(|item| (item, assessed))
+    }
+
+    /// [`hand_off`](Self::hand_off) of an item the channel may take: the item alone
+    /// goes in (in a register, for a small one), out of line.
+    #[inline(never)]
+    fn hand_off_item(&self, item: T) -> Result<(), T> {
+        let chan = self.stage();
+        let mut entry = Some(item);
+        self.try_pass(|cx, c, sink| {
+            // As the owner: nobody else takes items out or delivers meanwhile.
+            if cx.stopped() || !chan.vacant() || c.unstamped >= UNSTAMPED {
+                return Pass::Idle;
+            }
+            if cx.demand().get() == 0 {
+                return Pass::Idle;
+            }
+            // Counted before the subscriber runs, as a dequeue is: an item it panics
+            // on was taken too.
+            c.unstamped += 1;
+            // Relaxed: written only by the loop's owner (owners are ordered by the
+            // `Wip`); read by flushes as a statistic.
+            let passed = chan.passed.load(Ordering::Relaxed);
+            chan.passed.store(passed + 1, Ordering::Relaxed);
+            let item = entry.take().expect("offered once");
+            let credit = sink.0.next_one(item);
+            cx.demand().settle(1, credit);
+            Pass::Idle
+        });
+        match entry {
+            None => Ok(()),
+            Some(item) => Err(item),
         }
     }
 
@@ -836,7 +1013,7 @@ impl<T: Send + 'static> Link<T> {
         let mut refused = None;
         let mut taken = 0;
         {
-            let mut st = lock(&chan.state);
+            let mut st = chan.lock_state();
             taken += chan.offer_run(&mut st, chunk, now, &mut dropped, &mut wakes);
             while let Some(entry) = chunk.pop_front() {
                 let Offered {
@@ -857,7 +1034,7 @@ impl<T: Send + 'static> Link<T> {
                     }
                 }
             }
-            st.queue.flush(now);
+            chan.flush(&mut st, now);
         }
         wakes.into_iter().for_each(Wake::run);
         // Counted in the gauge by the offers; the hook counts them here.
@@ -880,14 +1057,16 @@ impl<T: Send + 'static> Sweep for Link<T> {
         let (wake, end_due) = {
             // Never waits: a snapshot taken while this thread holds the lock (no user
             // code runs under it, but a cheap guarantee) skips the sweep.
-            let Ok(mut st) = chan.state.try_lock() else {
+            let Some(mut st) = chan.try_lock_state() else {
                 return;
             };
+            // The items handed over directly since the last flush, counted now.
+            chan.flush(&mut st, now);
             st.queue.publish();
             if st.queue.expire_stale(now, &mut swept) == 0 {
                 return;
             }
-            st.queue.flush(now);
+            chan.flush(&mut st, now);
             let end_due = st.queue.is_empty() && st.end.is_some();
             (chan.after_removal(&mut st), end_due)
         };
@@ -913,7 +1092,7 @@ impl<T: Send + 'static> Link<T> {
     pub(super) fn close(&self, end: Result<(), Error>) -> bool {
         let chan = self.stage();
         let wake = {
-            let mut st = lock(&chan.state);
+            let mut st = chan.lock_state();
             if !st.open {
                 return false;
             }
@@ -938,6 +1117,7 @@ impl<T: Send + 'static> Link<T> {
         let buffers = Buffers {
             batch: VecDeque::with_capacity(self.stage().batch_size),
             expired: Vec::new(),
+            unstamped: 0,
         };
         self.attach(buffers, ErasedSink(Box::new(subscriber)));
     }
@@ -979,6 +1159,54 @@ mod loom_tests {
             let tx = producer.join().unwrap();
             assert_eq!(recorder.items(), [1, 2]);
             drop(tx);
+        });
+    }
+
+    /// Direct hand-offs (demand waiting, nothing queued) from two senders, one of
+    /// them sending twice, racing each other for the drain loop: whichever path each
+    /// item takes (straight to the subscriber or through the queue), every item is
+    /// delivered once and the first sender's two arrive in its order.
+    #[test]
+    fn loom_hand_offs_from_two_senders_keep_each_senders_order() {
+        loom::model(|| {
+            let (tx, recorder, subscription) = subscribed();
+            subscription.request(3);
+            let other = tx.clone();
+            let producer = thread::spawn(move || {
+                other.try_send(3).unwrap();
+                other
+            });
+            tx.try_send(1).unwrap();
+            tx.try_send(2).unwrap();
+            let other = producer.join().unwrap();
+            let items = recorder.items();
+            let mut sorted = items.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, [1, 2, 3], "each item once: {items:?}");
+            let first = |x| items.iter().position(|&i| i == x).unwrap();
+            assert!(first(1) < first(2), "one sender's order: {items:?}");
+            drop((tx, other));
+        });
+    }
+
+    /// A hand-off racing `close`: the item is delivered before the completion or
+    /// handed back `Closed`, never after `on_complete` (the recorder fails the model
+    /// on that); once both returned, the subscriber has completed.
+    #[test]
+    fn loom_a_hand_off_racing_close_never_follows_the_completion() {
+        loom::model(|| {
+            let (tx, recorder, subscription) = subscribed();
+            subscription.request(2);
+            let other = tx.clone();
+            let producer = thread::spawn(move || other.try_send(1));
+            tx.close();
+            let sent = producer.join().unwrap();
+            match sent {
+                Ok(()) => assert_eq!(recorder.items(), [1]),
+                Err(TrySendError::Closed(1)) => assert!(recorder.items().is_empty()),
+                other => panic!("unexpected {other:?}"),
+            }
+            assert!(recorder.completed());
         });
     }
 

@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use super::admission::{Assessed, Rungs, Step};
-use super::link::{lock, Link, Offer, Offered};
+use super::link::{Link, Offer, Offered};
 use super::marks::FlowState;
 use super::{ChannelClosed, ChannelPolicy, SendAllError, TrySendError, Unsent};
 use crate::metrics::QueueMonitor;
@@ -218,13 +218,12 @@ impl<T: Send + 'static> Sender<T> {
         let shared = &self.shared;
         let assessed = shared.stage().admission.assess(&item);
         // With demand waiting, in a pass of this thread's own (see `try_send`).
-        let now = shared.stage().gauge.now();
-        let mut item = match shared.offer_first((item, assessed), now) {
+        let mut item = match shared.offer_first((item, assessed)) {
             Ok(answer) => return answer,
             Err((back, _)) => back,
         };
         let mut since: Option<Instant> = None;
-        let mut st = lock(&shared.stage().state);
+        let mut st = shared.stage().lock_state();
         let outcome = loop {
             let now = shared.stage().gauge.now();
             match shared.stage().offer(&mut st, (item, assessed), now, true) {
@@ -239,16 +238,12 @@ impl<T: Send + 'static> Sender<T> {
                         // drives a tokio runtime (checked without the lock).
                         drop(st);
                         crate::runtime::forbid_blocking_in_async("Sender::send_blocking");
-                        st = lock(&shared.stage().state);
+                        st = shared.stage().lock_state();
                         since = Some(now);
                         continue;
                     }
                     st.blocked_threads += 1;
-                    st = shared
-                        .stage()
-                        .room
-                        .wait(st)
-                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    st = st.wait(&shared.stage().room);
                     st.blocked_threads -= 1;
                 }
                 other => break other,
@@ -347,7 +342,7 @@ impl<T: Send + 'static> Sender<T> {
     #[track_caller]
     pub fn wait_resumed(&self) -> Result<(), ChannelClosed> {
         let shared = &self.shared;
-        let mut st = lock(&shared.stage().state);
+        let mut st = shared.stage().lock_state();
         let mut checked = false;
         loop {
             if !st.open {
@@ -360,15 +355,11 @@ impl<T: Send + 'static> Sender<T> {
                 checked = true;
                 drop(st);
                 crate::runtime::forbid_blocking_in_async("Sender::wait_resumed");
-                st = lock(&shared.stage().state);
+                st = shared.stage().lock_state();
                 continue;
             }
             st.resume_threads += 1;
-            st = shared
-                .stage()
-                .resume
-                .wait(st)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            st = st.wait(&shared.stage().resume);
             st.resume_threads -= 1;
         }
     }
@@ -415,7 +406,7 @@ impl<T: Send + 'static> Sender<T> {
 
     /// True once the channel no longer accepts items.
     pub fn is_closed(&self) -> bool {
-        !lock(&self.shared.stage().state).open
+        !self.shared.stage().lock_state().open
     }
 
     /// The channel's capacity in items.
@@ -628,19 +619,19 @@ impl<T: Send + 'static> Future for SendFuture<'_, T> {
         let assessed = *this
             .assessed
             .get_or_insert_with(|| shared.stage().admission.assess(&item));
-        let now = shared.stage().gauge.now();
         // The first poll, with demand waiting: in a pass of this thread's own (see
         // `try_send`). Later polls (a waker registered) offer under the lock.
         let item = if this.key.is_none() {
-            match shared.offer_first((item, assessed), now) {
+            match shared.offer_first((item, assessed)) {
                 Ok(answer) => return Poll::Ready(answer),
                 Err((back, _)) => back,
             }
         } else {
             item
         };
+        let now = shared.stage().gauge.now();
         let outcome = {
-            let mut st = lock(&shared.stage().state);
+            let mut st = shared.stage().lock_state();
             match shared.stage().offer(&mut st, (item, assessed), now, true) {
                 // (Nothing was swept: a sweep leaves room.)
                 Offered {
@@ -672,7 +663,9 @@ impl<T: Send + 'static> Drop for SendFuture<'_, T> {
     fn drop(&mut self) {
         let shared = &self.sender.shared;
         if self.key.is_some() {
-            lock(&shared.stage().state)
+            shared
+                .stage()
+                .lock_state()
                 .send_wakers
                 .remove(self.key.take());
         }
@@ -703,7 +696,7 @@ impl<T: Send + 'static> Future for Resumed<'_, T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        let mut st = lock(&this.sender.shared.stage().state);
+        let mut st = this.sender.shared.stage().lock_state();
         if !st.open {
             st.resume_wakers.remove(this.key.take());
             return Poll::Ready(Err(ChannelClosed));
@@ -720,7 +713,10 @@ impl<T: Send + 'static> Future for Resumed<'_, T> {
 impl<T: Send + 'static> Drop for Resumed<'_, T> {
     fn drop(&mut self) {
         if self.key.is_some() {
-            lock(&self.sender.shared.stage().state)
+            self.sender
+                .shared
+                .stage()
+                .lock_state()
                 .resume_wakers
                 .remove(self.key.take());
         }
