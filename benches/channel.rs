@@ -19,7 +19,13 @@
 //!
 //! * `crossbeam_try_send`: `crossbeam_channel::bounded(4096)`, `try_send` per item,
 //!   `recv` per item.
-//! * `weir_try_send`: `channel(4096, Backpressure)`, `try_send` per item.
+//! * `weir_try_send`: `channel(4096, Backpressure)`, `try_send` per item, summed by
+//!   `fold` (unbounded demand: with nothing queued, each item is handed straight to
+//!   the fold on the producer's thread).
+//! * `weir_try_send_fold_with_64`: the same, summed by `fold_with(64, ..)`: demand
+//!   of 64, replenished in batches of 48 from inside the fold.
+//! * `weir_try_send_publish_on`: the same, the sum taken on another thread, as
+//!   crossbeam's is: `publish_on(pool of 1, 256)` in front of the fold.
 //! * `weir_try_send_all_64` / `_1024`: the same channel, `try_send_all` over ranges of
 //!   64 or 1,024 items, resuming after the refused item on `Full`.
 //! * `weir_try_send_all_vec_64`: `try_send_all` of 64-item `Vec`s (items moved out of
@@ -32,6 +38,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use weir::prelude::*;
+use weir::runtime::ThreadPool;
 use weir::source::channel::{Admission, ChannelBuilder, ChannelPolicy, Sender, WaterMarks};
 
 const N: u64 = 1_000_000;
@@ -83,6 +90,38 @@ fn spinning(tx: &Sender<u64>, mut item: u64) {
             Err(_) => panic!("closed"),
         }
     }
+}
+
+/// A producer thread running `produce` into the channel `(tx, rx)`, summed by
+/// `fold_with(64, ..)` here.
+fn sum_through_64(
+    (tx, rx): (Sender<u64>, weir::source::Channel<u64>),
+    produce: impl FnOnce(Sender<u64>) + Send + 'static,
+) -> u64 {
+    let producer = std::thread::spawn(move || produce(tx));
+    let sum = rx
+        .fold_with(64, 0u64, |sum, x| sum.wrapping_add(x))
+        .wait()
+        .expect("no errors");
+    producer.join().expect("the producer ran");
+    sum
+}
+
+/// A producer thread running `produce` into the channel `(tx, rx)`, summed on `pool`'s
+/// thread behind `publish_on(pool, 256)`.
+fn sum_across(
+    (tx, rx): (Sender<u64>, weir::source::Channel<u64>),
+    pool: &ThreadPool,
+    produce: impl FnOnce(Sender<u64>) + Send + 'static,
+) -> u64 {
+    let producer = std::thread::spawn(move || produce(tx));
+    let sum = rx
+        .publish_on(pool.clone(), 256)
+        .fold(0u64, |sum, x| sum.wrapping_add(x))
+        .wait()
+        .expect("no errors");
+    producer.join().expect("the producer ran");
+    sum
 }
 
 /// `try_send_all` over ranges of `BATCH` items, resuming after the refused one.
@@ -199,6 +238,13 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("weir_try_send", |b| {
         b.iter(|| assert_eq!(sum_through(try_channel(), each(spinning)), expected))
+    });
+    group.bench_function("weir_try_send_fold_with_64", |b| {
+        b.iter(|| assert_eq!(sum_through_64(try_channel(), each(spinning)), expected))
+    });
+    let pool = ThreadPool::builder().name("bench-sum").threads(1).build();
+    group.bench_function("weir_try_send_publish_on", |b| {
+        b.iter(|| assert_eq!(sum_across(try_channel(), &pool, each(spinning)), expected))
     });
     group.bench_function("weir_try_send_all_64", |b| {
         b.iter(|| assert_eq!(sum_through(try_channel(), ranges::<64>), expected))
