@@ -40,11 +40,15 @@
 //! thread when it calls `request`, or a producer's thread when its `send` finds
 //! demand waiting. A sender runs the loop only when the subscriber has demand (or,
 //! when it closes the channel, to deliver the end). A single send (`try_send`,
-//! `send_blocking`, the first poll of `send`) that finds demand waiting and the loop
-//! free takes the loop and offers its item inside the first pass, under the lock that
-//! takes the batch out (one lock and one clock reading for both); when another thread
-//! owns the loop, the sender offers under its own lock and that owner runs one more
-//! pass.
+//! `send_blocking`, the first poll of `send`) that finds demand waiting, nothing
+//! queued, no admission rung on and the loop free hands its item straight to the
+//! subscriber (the *direct hand-off*: no lock, no clock reading; an item with a
+//! deadline is checked under the lock instead). The item counts as passing through
+//! the queue at the next locked step, which at least every 64th item takes. With
+//! items queued, it takes the loop and offers its item inside the first pass, under
+//! the lock that takes the batch out (one lock and one clock reading for both); when
+//! another thread owns the loop, the sender offers under its own lock and that owner
+//! runs one more pass.
 //! Put [`publish_on`](crate::PublisherExt::publish_on) after the channel to deliver on
 //! a scheduler of your choice instead.
 //!
