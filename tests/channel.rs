@@ -1351,6 +1351,85 @@ fn hand_offs_count_as_passing_through_the_queue_and_keep_the_rates() {
     assert_eq!(probe.items(), (0..10_000).collect::<Vec<_>>());
 }
 
+/// A subscriber of `Tracked` items that takes everything and panics on its `nth`.
+struct PanicsOnTracked {
+    nth: usize,
+    seen: usize,
+}
+
+impl Subscriber<Tracked> for PanicsOnTracked {
+    fn on_subscribe(&mut self, subscription: weir::Subscription) {
+        subscription.request(u64::MAX);
+    }
+    fn on_next(&mut self, item: Tracked) {
+        self.seen += 1;
+        if self.seen == self.nth {
+            drop(item);
+            panic!("subscriber broke on item {}", self.nth);
+        }
+    }
+    fn on_error(&mut self, _: weir::Error) {}
+    fn on_complete(&mut self) {}
+}
+
+/// A `try_send_all` step handed straight to a subscriber that panics on its third
+/// item: the step counts as sent (as a step that went through the queue would), the
+/// seven items the subscriber never saw are released at once (nothing stays alive),
+/// the counts say ten in and ten out, and the channel is closed for what follows.
+#[test]
+fn a_subscriber_panicking_inside_a_handed_over_step_releases_the_rest() {
+    let live = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = weir::channel::<Tracked>(64, ChannelPolicy::Backpressure);
+    let monitor = rx.monitor();
+    rx.subscribe(PanicsOnTracked { nth: 3, seen: 0 });
+    let items: Vec<Tracked> = (0..10).map(|_| Tracked::new(&live)).collect();
+    assert_eq!(tx.try_send_all(items).ok(), Some(10));
+    assert_eq!(live.load(Ordering::SeqCst), 0, "every item released");
+    let stats = monitor.snapshot();
+    assert_eq!((stats.enqueued, stats.dequeued, stats.depth), (10, 10, 0));
+    assert!(tx.try_send(Tracked::new(&live)).unwrap_err().is_closed());
+    assert_eq!(live.load(Ordering::SeqCst), 0);
+}
+
+/// A subscriber that takes everything, counts what it saw, and cancels on its first
+/// item.
+struct CancelsOnFirst(Arc<AtomicUsize>, Option<weir::Subscription>);
+
+impl Subscriber<Tracked> for CancelsOnFirst {
+    fn on_subscribe(&mut self, subscription: weir::Subscription) {
+        subscription.request(u64::MAX);
+        self.1 = Some(subscription);
+    }
+    fn on_next(&mut self, _: Tracked) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        self.1.as_ref().expect("subscribed").cancel();
+    }
+    fn on_error(&mut self, _: weir::Error) {}
+    fn on_complete(&mut self) {}
+}
+
+/// A step larger than a drain's batch on a small channel is not handed over whole:
+/// a subscriber that cancels inside it leaves at most the channel's in-flight bound
+/// released, and the rest of the step comes back unsent.
+#[test]
+fn a_step_beyond_a_drain_batch_keeps_the_in_flight_bound() {
+    let live = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = weir::channel::<Tracked>(4, ChannelPolicy::Backpressure);
+    let bound = rx.in_flight_bound() as usize;
+    rx.subscribe(CancelsOnFirst(seen.clone(), None));
+    let items: Vec<Tracked> = (0..40).map(|_| Tracked::new(&live)).collect();
+    let refused = tx.try_send_all(items).unwrap_err();
+    let (sent, error, unsent) = (refused.sent, refused.error, refused.unsent);
+    assert!(error.is_closed());
+    drop(error);
+    let handed_back = 1 + unsent.count();
+    let released = 40 - seen.load(Ordering::SeqCst) - handed_back;
+    assert!(released <= bound, "{released} released, bound {bound}");
+    assert_eq!(sent, 40 - handed_back);
+    assert_eq!(live.load(Ordering::SeqCst), 0);
+}
+
 /// A send with demand waiting whose item has a deadline goes through the queue (its
 /// deadline is checked against the clock), and is delivered all the same.
 #[test]
@@ -1375,7 +1454,7 @@ fn an_item_with_a_deadline_is_checked_not_handed_over_blind() {
 fn policies_match_their_model(
     policy: ChannelPolicy,
     capacity: usize,
-    steps: &[Option<u64>],
+    steps: &[Move],
 ) -> Result<(), TestCaseError> {
     use std::collections::VecDeque;
     let (tx, rx) = weir::channel::<u64>(capacity, policy);
@@ -1392,47 +1471,87 @@ fn policies_match_their_model(
             delivered.push(item);
         }
     };
+    // One send of `item` in the model: the answer it must get.
+    let mut offer =
+        |item: u64, queue: &mut VecDeque<u64>, demand: &mut u64, delivered: &mut Vec<u64>| {
+            let expected = if queue.len() < capacity {
+                queue.push_back(item);
+                enqueued += 1;
+                Ok(())
+            } else {
+                match policy {
+                    ChannelPolicy::Backpressure | ChannelPolicy::Reject => {
+                        rejected += 1;
+                        Err(TrySendError::Full(item))
+                    }
+                    ChannelPolicy::DropNewest => {
+                        dropped.push((DropReason::OverflowNewest, item));
+                        Ok(())
+                    }
+                    ChannelPolicy::DropOldest => {
+                        let old = queue.pop_front().expect("full");
+                        dropped.push((DropReason::OverflowOldest, old));
+                        queue.push_back(item);
+                        enqueued += 1;
+                        Ok(())
+                    }
+                    ChannelPolicy::KeepLatest => {
+                        let old = std::mem::replace(queue.back_mut().expect("full"), item);
+                        dropped.push((DropReason::ReplacedByLatest, old));
+                        enqueued += 1;
+                        Ok(())
+                    }
+                }
+            };
+            deliver(queue, demand, delivered);
+            expected
+        };
     for (i, step) in steps.iter().enumerate() {
-        let item = i as u64;
+        // Items are numbered by step, 8 per step, so every item is distinct.
+        let first = i as u64 * 8;
         match *step {
-            Some(n) => {
+            Move::Request(n) => {
                 probe.request(n);
                 demand += n;
                 deliver(&mut queue, &mut demand, &mut delivered);
             }
-            None => {
-                let answer = tx.try_send(item);
-                let expected = if queue.len() < capacity {
-                    queue.push_back(item);
-                    enqueued += 1;
-                    Ok(())
-                } else {
-                    match policy {
-                        ChannelPolicy::Backpressure | ChannelPolicy::Reject => {
-                            rejected += 1;
-                            Err(TrySendError::Full(item))
-                        }
-                        ChannelPolicy::DropNewest => {
-                            dropped.push((DropReason::OverflowNewest, item));
-                            Ok(())
-                        }
-                        ChannelPolicy::DropOldest => {
-                            let old = queue.pop_front().expect("full");
-                            dropped.push((DropReason::OverflowOldest, old));
-                            queue.push_back(item);
-                            enqueued += 1;
-                            Ok(())
-                        }
-                        ChannelPolicy::KeepLatest => {
-                            let old = std::mem::replace(queue.back_mut().expect("full"), item);
-                            dropped.push((DropReason::ReplacedByLatest, old));
-                            enqueued += 1;
-                            Ok(())
+            Move::Send => {
+                let answer = tx.try_send(first);
+                let expected = offer(first, &mut queue, &mut demand, &mut delivered);
+                prop_assert_eq!(answer, expected, "step {}", i);
+            }
+            Move::SendAll(k) => {
+                let answer = tx.try_send_all(first..first + k);
+                // As sends one by one, stopping at the first refusal.
+                let mut sent = 0;
+                let mut refusal = None;
+                for item in first..first + k {
+                    match offer(item, &mut queue, &mut demand, &mut delivered) {
+                        Ok(()) => sent += 1,
+                        Err(error) => {
+                            refusal = Some(error);
+                            break;
                         }
                     }
-                };
-                deliver(&mut queue, &mut demand, &mut delivered);
-                prop_assert_eq!(answer, expected, "step {}", i);
+                }
+                match (answer, refusal) {
+                    (Ok(n), None) => prop_assert_eq!(n, sent, "step {}", i),
+                    (Err(e), Some(refused)) => {
+                        prop_assert_eq!((e.sent, e.error), (sent, refused), "step {}", i);
+                        let unsent: Vec<u64> = e.unsent.collect();
+                        let after = first + sent as u64 + 1;
+                        prop_assert_eq!(unsent, (after..first + k).collect::<Vec<_>>());
+                    }
+                    (answer, refusal) => {
+                        prop_assert!(
+                            false,
+                            "step {}: {:?} where the model says {:?}",
+                            i,
+                            answer.map_err(|e| e.error),
+                            refusal
+                        );
+                    }
+                }
             }
         }
         prop_assert_eq!(probe.items(), delivered.clone(), "after step {}", i);
@@ -1446,11 +1565,29 @@ fn policies_match_their_model(
     Ok(())
 }
 
+/// One step of [`policies_match_their_model`].
+#[derive(Clone, Copy, Debug)]
+enum Move {
+    /// `try_send` of one item.
+    Send,
+    /// `try_send_all` of this many items.
+    SendAll(u64),
+    /// `request(n)`.
+    Request(u64),
+}
+
+fn moves() -> impl Strategy<Value = Move> {
+    prop_oneof![
+        4 => Just(Move::Send),
+        2 => (1u64..7).prop_map(Move::SendAll),
+        3 => (1u64..7).prop_map(Move::Request),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(96))]
 
-    /// See [`policies_match_their_model`]: `None` sends the step's number, `Some(n)`
-    /// requests `n`.
+    /// See [`policies_match_their_model`].
     #[test]
     fn every_policy_matches_its_model_across_hand_offs_and_queued_sends(
         policy in prop::sample::select(vec![
@@ -1461,7 +1598,7 @@ proptest! {
             ChannelPolicy::KeepLatest,
         ]),
         capacity in 1usize..4,
-        steps in prop::collection::vec(prop::option::weighted(0.3, 1u64..5), 0..120),
+        steps in prop::collection::vec(moves(), 0..120),
     ) {
         policies_match_their_model(policy, capacity, &steps)?;
     }

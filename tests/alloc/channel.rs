@@ -25,8 +25,8 @@ fn try_send_all_allocates_nothing_per_item() {
 
 /// One item at a time, with demand waiting and nothing queued: each send hands its
 /// item straight to the subscriber in a pass of the sender's own (the direct hand-off
-/// of `try_send`, `send_blocking`, `send().await`'s first poll; every 64th item takes
-/// the locked path), allocating nothing per item on either path.
+/// of `try_send`, `send_blocking`, `send().await`'s first poll; every 64 items a
+/// flush under the lock stamps their counts), allocating nothing per item.
 #[test]
 fn single_sends_allocate_nothing_per_item() {
     type Send = fn(&Sender<u64>, u64);

@@ -45,9 +45,9 @@ use std::sync::{Condvar, Mutex, MutexGuard};
 /// The stage name drops are reported under.
 pub(super) const STAGE: &str = "channel";
 
-/// Direct hand-offs in a row after which one item takes the locked path, to stamp
-/// their counts with a clock reading ([`Link::hand_off`]).
-const UNSTAMPED: u32 = 64;
+/// Items handed over directly after which the loop's owner reads the clock and
+/// flushes, to stamp their counts ([`Link::hand_off`]).
+const UNSTAMPED: usize = 64;
 
 /// Largest batch one drain step takes out of the queue (and the size of the pass's
 /// reusable buffer, for channels at least this large).
@@ -231,8 +231,8 @@ pub(super) struct Buffers<T> {
     batch: VecDeque<T>,
     /// Items that waited too long, with the reason, on their way to the drop hook.
     expired: Vec<(DropReason, T)>,
-    /// Direct hand-offs since the last pass that read the clock ([`Link::hand_off`]).
-    unstamped: u32,
+    /// Items handed over directly since the last flush ([`Link::hand_off`]).
+    unstamped: usize,
 }
 
 /// The one subscriber, with its type erased: senders exist before it does, so the
@@ -447,6 +447,28 @@ impl<T: Send + 'static> Chan<T> {
         let outcome = self.offer_unflushed(st, offered, now, will_wait);
         self.flush(st, now);
         outcome
+    }
+
+    /// `n` items handed straight to the subscriber by the loop's owner (`c` is its):
+    /// counted as passing through the queue, before the subscriber runs (as a dequeue
+    /// is: an item it panics on was taken too).
+    fn passed_over(&self, c: &mut Buffers<T>, n: usize) {
+        c.unstamped += n;
+        // Relaxed: written only by the loop's owner (owners are ordered by the
+        // `Wip`); read by flushes as a statistic.
+        let passed = self.passed.load(Ordering::Relaxed);
+        self.passed.store(passed + n as u64, Ordering::Relaxed);
+    }
+
+    /// Once [`UNSTAMPED`] items were handed over since the last clock reading, read
+    /// the clock and flush (which folds them into the queue's counts at that instant).
+    fn stamp_if_due(&self, c: &mut Buffers<T>) {
+        if c.unstamped >= UNSTAMPED {
+            let now = self.gauge.now();
+            let mut st = self.lock_state();
+            self.flush(&mut st, now);
+            c.unstamped = 0;
+        }
     }
 
     /// [`offer`](Self::offer) without publishing the stats: a batch offer calls
@@ -921,8 +943,9 @@ impl<T: Send + 'static> Link<T> {
     /// the pass would deliver it at once, so the outcome is the queued path's; the
     /// item counts as passing through the queue (offered, enqueued, dequeued) at the
     /// next flush ([`Chan::flush`]: the next locked offer or pass, a snapshot's sweep,
-    /// the end). So that the counts reach the rates with a fresh instant, every
-    /// [`UNSTAMPED`]th item in a row takes the locked path, which reads the clock.
+    /// the end). So that the counts reach the rates with a fresh instant, the loop's
+    /// owner reads the clock and flushes once [`UNSTAMPED`] items went over since the
+    /// last flush ([`Chan::stamp_if_due`]).
     ///
     /// Returns the entry, untouched, when the item must take the queued path.
     fn hand_off(&self, entry: (T, Assessed)) -> Result<(), (T, Assessed)> {
@@ -941,28 +964,60 @@ impl<T: Send + 'static> Link<T> {
         let mut entry = Some(item);
         self.try_pass(|cx, c, sink| {
             // As the owner: nobody else takes items out or delivers meanwhile.
-            if cx.stopped() || !chan.vacant() || c.unstamped >= UNSTAMPED {
+            if cx.stopped() || !chan.vacant() || cx.demand().get() == 0 {
                 return Pass::Idle;
             }
-            if cx.demand().get() == 0 {
-                return Pass::Idle;
-            }
-            // Counted before the subscriber runs, as a dequeue is: an item it panics
-            // on was taken too.
-            c.unstamped += 1;
-            // Relaxed: written only by the loop's owner (owners are ordered by the
-            // `Wip`); read by flushes as a statistic.
-            let passed = chan.passed.load(Ordering::Relaxed);
-            chan.passed.store(passed + 1, Ordering::Relaxed);
+            chan.passed_over(c, 1);
             let item = entry.take().expect("offered once");
             let credit = sink.0.next_one(item);
             cx.demand().settle(1, credit);
+            chan.stamp_if_due(c);
             Pass::Idle
         });
         match entry {
             None => Ok(()),
             Some(item) => Err(item),
         }
+    }
+
+    /// The direct hand-off of a whole step of `try_send_all`: when admission read
+    /// nothing of its items (so only room could refuse them), the channel is vacant,
+    /// the demand covers the step and the step is no larger than a drain's batch (so
+    /// the items in flight stay within the channel's bound: nothing is queued), its
+    /// items go to the subscriber in one
+    /// `on_next_queue`, without the state lock, the clock or the queue (see
+    /// [`hand_off`](Self::hand_off)). Returns how many it handed over: all of the
+    /// step, or none. Items a subscriber that cancels or panics inside the batch does
+    /// not take are released, as a batch taken out of the queue would be.
+    fn hand_off_step(&self, chunk: &mut Step<T>) -> usize {
+        let n = chunk.len();
+        let wanted = n as u64;
+        let chan = self.stage();
+        if n == 0
+            || n > chan.batch_size()
+            || !chunk.unread()
+            || !chan.vacant()
+            || self.demand().get() < wanted
+        {
+            return 0;
+        }
+        let mut handed = 0;
+        self.try_pass(|cx, c, sink| {
+            // As the owner: the demand only grows, and nobody else takes items out.
+            if cx.stopped() || !chan.vacant() || cx.demand().get() < wanted {
+                return Pass::Idle;
+            }
+            chan.passed_over(c, n);
+            handed = n;
+            cx.deliver_queue(sink, chunk.unread_items());
+            chan.stamp_if_due(c);
+            Pass::Idle
+        });
+        if handed > 0 {
+            // Left by a subscriber that broke off inside the batch: released.
+            chunk.unread_items().clear();
+        }
+        handed
     }
 
     /// When the subscriber has demand and no other thread runs the drain loop, take
@@ -1000,22 +1055,65 @@ impl<T: Send + 'static> Link<T> {
         Err(entry.expect("not offered: no answer"))
     }
 
-    /// Offer the items of `chunk` in order under one lock (one clock read, one stats
+    /// Offer the items of `chunk` in order, as single sends would one by one, in
+    /// locked steps ([`offer_locked`](Self::offer_locked)), or handed straight over
+    /// when the channel is vacant ([`hand_off_step`](Self::hand_off_step)). A single
+    /// send that finds the queue full with demand waiting would first have seen the
+    /// queue drain (the items before it delivered on its own thread), so a step that
+    /// reaches a full queue while demand waits stops there, runs the drain loop
+    /// itself if it is free, and goes on with the rest: only a full queue that no
+    /// drain here can empty refuses (or, under a lossy policy, drops). Stops at the
+    /// first item the channel does not take. Returns how many it took and, if it
+    /// stopped, the refusal; the items after the refused one stay in `chunk`, in
+    /// order, never offered.
+    pub(super) fn offer_all(&self, chunk: &mut Step<T>) -> (usize, Option<super::TrySendError<T>>) {
+        let chan = self.stage();
+        let mut taken = 0;
+        let mut may_drain = true;
+        loop {
+            let handed = self.hand_off_step(chunk);
+            if handed > 0 {
+                return (taken + handed, None);
+            }
+            let (took, refused, stalled) = self.offer_locked(chunk, may_drain);
+            taken += took;
+            if !stalled {
+                return (taken, refused);
+            }
+            // Deliver what demand allows on this thread, as the sends of the items
+            // before would have; if another thread runs the loop, offer the rest as a
+            // single send would find the queue then.
+            may_drain = self.try_pass(|cx, c, sink| chan.deliver(cx, c, sink));
+        }
+    }
+
+    /// One locked step of [`offer_all`](Self::offer_all) (one clock read, one stats
     /// flush), then settle once: wake waiters, report what expired and what the policy
     /// dropped, run the drain if there is demand. Stops at the first item the channel
-    /// does not take. Returns how many it took and, if it stopped, the refusal; the
-    /// items after the refused one stay in `chunk`, in order, never offered.
-    pub(super) fn offer_all(&self, chunk: &mut Step<T>) -> (usize, Option<super::TrySendError<T>>) {
+    /// does not take, and (with `may_drain`) before an item that finds the queue full
+    /// while demand waits: then `stalled` is true and that item and the rest stay in
+    /// `chunk`. Returns how many it took, the refusal if any, and `stalled`.
+    fn offer_locked(
+        &self,
+        chunk: &mut Step<T>,
+        may_drain: bool,
+    ) -> (usize, Option<super::TrySendError<T>>, bool) {
         let chan = self.stage();
         let now = chan.gauge.now();
         let mut dropped = Vec::new();
         let mut wakes = Vec::new();
         let mut refused = None;
+        let mut stalled = false;
         let mut taken = 0;
         {
             let mut st = chan.lock_state();
             taken += chan.offer_run(&mut st, chunk, now, &mut dropped, &mut wakes);
-            while let Some(entry) = chunk.pop_front() {
+            while !chunk.is_empty() {
+                if may_drain && st.open && st.queue.is_full() && self.demand().get() > 0 {
+                    stalled = true;
+                    break;
+                }
+                let entry = chunk.pop_front().expect("not empty");
                 let Offered {
                     outcome,
                     mut swept,
@@ -1039,10 +1137,10 @@ impl<T: Send + 'static> Link<T> {
         wakes.into_iter().for_each(Wake::run);
         // Counted in the gauge by the offers; the hook counts them here.
         chan.report_drops(&mut dropped);
-        if taken > 0 {
+        if taken > 0 && !stalled {
             self.kick();
         }
-        (taken, refused)
+        (taken, refused, stalled)
     }
 }
 
@@ -1185,6 +1283,31 @@ mod loom_tests {
             assert_eq!(sorted, [1, 2, 3], "each item once: {items:?}");
             let first = |x| items.iter().position(|&i| i == x).unwrap();
             assert!(first(1) < first(2), "one sender's order: {items:?}");
+            drop((tx, other));
+        });
+    }
+
+    /// A whole `try_send_all` step racing a single send for the drain loop, with
+    /// demand for all three items: handed over at once or queued, each item arrives
+    /// once, the step's two in order.
+    #[test]
+    fn loom_a_step_racing_a_send_keeps_the_steps_order() {
+        loom::model(|| {
+            let (tx, recorder, subscription) = subscribed();
+            subscription.request(3);
+            let other = tx.clone();
+            let producer = thread::spawn(move || {
+                other.try_send(3).unwrap();
+                other
+            });
+            assert_eq!(tx.try_send_all([1, 2]).ok(), Some(2));
+            let other = producer.join().unwrap();
+            let items = recorder.items();
+            let mut sorted = items.clone();
+            sorted.sort_unstable();
+            assert_eq!(sorted, [1, 2, 3], "each item once: {items:?}");
+            let first = |x| items.iter().position(|&i| i == x).unwrap();
+            assert!(first(1) < first(2), "the step's order: {items:?}");
             drop((tx, other));
         });
     }

@@ -44,7 +44,9 @@
 //! queued, no admission rung on and the loop free hands its item straight to the
 //! subscriber (the *direct hand-off*: no lock, no clock reading; an item with a
 //! deadline is checked under the lock instead). The item counts as passing through
-//! the queue at the next locked step, which at least every 64th item takes. With
+//! the queue when the loop's owner next flushes (at the latest after 64 items: it
+//! then reads the clock). A `try_send_all` step whose items admission does not read
+//! is handed over the same way, whole, when the demand covers it. With
 //! items queued, it takes the loop and offers its item inside the first pass, under
 //! the lock that takes the batch out (one lock and one clock reading for both); when
 //! another thread owns the loop, the sender offers under its own lock and that owner

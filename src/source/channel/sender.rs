@@ -102,10 +102,13 @@ impl<T: Send + 'static> Sender<T> {
 
     /// Offer the items of `items` in order, as [`try_send`](Self::try_send) would one
     /// by one, but in locked steps of up to 256: one lock, one clock read, one stats
-    /// update and at most one drain run per step instead of per item. The items of a
-    /// step are taken from the iterator (and classified by the admission ladder)
-    /// before the lock is taken, so the iterator may do anything, even send on this
-    /// channel.
+    /// update and at most one drain run per step instead of per item. When nothing is
+    /// queued, the demand covers the step and admission reads nothing of the items
+    /// (no shed rung, no deadlines), the step goes straight to the subscriber in one
+    /// batch, without the lock (as [`try_send`](Self::try_send) hands over one item).
+    /// The items of a step are taken from the iterator (and classified by the
+    /// admission ladder) before the lock is taken or the subscriber runs, so the
+    /// iterator may do anything, even send on this channel.
     ///
     /// Returns how many items the channel took (accepted, or dropped by its policy and
     /// reported, as `try_send` counts them). It stops at the first item the channel
