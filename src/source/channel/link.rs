@@ -1260,13 +1260,12 @@ mod loom_tests {
         });
     }
 
-    /// Direct hand-offs (demand waiting, nothing queued) from two senders, one of
-    /// them sending twice, racing each other for the drain loop: whichever path each
-    /// item takes (straight to the subscriber or through the queue), every item is
-    /// delivered once and the first sender's two arrive in its order.
-    #[test]
-    fn loom_hand_offs_from_two_senders_keep_each_senders_order() {
-        loom::model(|| {
+    /// Demand for three items; a second sender sends 3 on its own thread while this
+    /// one sends 1 and 2 with `send_both`: whichever path each item takes (straight
+    /// to the subscriber or through the queue), every item is delivered once and 1
+    /// arrives before 2.
+    fn two_senders_race(send_both: fn(&Sender<u32>)) {
+        loom::model(move || {
             let (tx, recorder, subscription) = subscribed();
             subscription.request(3);
             let other = tx.clone();
@@ -1274,8 +1273,7 @@ mod loom_tests {
                 other.try_send(3).unwrap();
                 other
             });
-            tx.try_send(1).unwrap();
-            tx.try_send(2).unwrap();
+            send_both(&tx);
             let other = producer.join().unwrap();
             let items = recorder.items();
             let mut sorted = items.clone();
@@ -1287,29 +1285,19 @@ mod loom_tests {
         });
     }
 
-    /// A whole `try_send_all` step racing a single send for the drain loop, with
-    /// demand for all three items: handed over at once or queued, each item arrives
-    /// once, the step's two in order.
+    /// Direct hand-offs from two senders racing each other for the drain loop.
+    #[test]
+    fn loom_hand_offs_from_two_senders_keep_each_senders_order() {
+        two_senders_race(|tx| {
+            tx.try_send(1).unwrap();
+            tx.try_send(2).unwrap();
+        });
+    }
+
+    /// A whole `try_send_all` step (handed over at once or queued) racing a send.
     #[test]
     fn loom_a_step_racing_a_send_keeps_the_steps_order() {
-        loom::model(|| {
-            let (tx, recorder, subscription) = subscribed();
-            subscription.request(3);
-            let other = tx.clone();
-            let producer = thread::spawn(move || {
-                other.try_send(3).unwrap();
-                other
-            });
-            assert_eq!(tx.try_send_all([1, 2]).ok(), Some(2));
-            let other = producer.join().unwrap();
-            let items = recorder.items();
-            let mut sorted = items.clone();
-            sorted.sort_unstable();
-            assert_eq!(sorted, [1, 2, 3], "each item once: {items:?}");
-            let first = |x| items.iter().position(|&i| i == x).unwrap();
-            assert!(first(1) < first(2), "the step's order: {items:?}");
-            drop((tx, other));
-        });
+        two_senders_race(|tx| assert_eq!(tx.try_send_all([1, 2]).ok(), Some(2)));
     }
 
     /// A hand-off racing `close`: the item is delivered before the completion or
