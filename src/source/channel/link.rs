@@ -984,11 +984,11 @@ impl<T: Send + 'static> Link<T> {
     /// nothing of its items (so only room could refuse them), the channel is vacant,
     /// the demand covers the step and the step is no larger than a drain's batch (so
     /// the items in flight stay within the channel's bound: nothing is queued), its
-    /// items go to the subscriber in one
-    /// `on_next_queue`, without the state lock, the clock or the queue (see
-    /// [`hand_off`](Self::hand_off)). Returns how many it handed over: all of the
-    /// step, or none. Items a subscriber that cancels or panics inside the batch does
-    /// not take are released, as a batch taken out of the queue would be.
+    /// items go to the subscriber in one `on_next_queue`, without the state lock, the
+    /// clock or the queue (see [`hand_off`](Self::hand_off)). Returns how many it
+    /// handed over: all of the step, or none. Items a subscriber that cancels or
+    /// panics inside the batch does not take are released, as a batch taken out of
+    /// the queue would be.
     fn hand_off_step(&self, chunk: &mut Step<T>) -> usize {
         let n = chunk.len();
         let wanted = n as u64;
