@@ -1,17 +1,18 @@
 //! The consumer side of the boundary: the stage on the signal core that drains the
 //! ring on the scheduler (see the parent module for the algorithm).
 
-use std::sync::atomic::{AtomicBool, Ordering as StdOrdering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as StdOrdering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::demand::{AtomicDemand, Replenish};
 use crate::loom::Mutex;
-use crate::metrics::{DropReporter, QueueGauge};
+use crate::metrics::{DropReporter, QueueGauge, Sweep};
 use crate::queue::spsc::{Consumer, Watch};
 use crate::runtime::Scheduler;
 use crate::stage::core::Drive;
 use crate::stage::core::SharedUpstream;
+use crate::stage::Core;
 use crate::stage::{Cx, Pass, Stage};
 use crate::{DropReason, Error, Subscriber};
 
@@ -20,6 +21,10 @@ use crate::{DropReason, Error, Subscriber};
 /// pass's own replenish would otherwise keep one task running for ever, deaf to a
 /// scheduler shutting down).
 const PASS_BUDGET: u64 = 16 * 1024;
+
+/// Items in and out a drain of an unstamped ring holds back before it reads the clock
+/// and publishes them to the gauge's rates (see [`Boundary::record`]).
+const HOLD: u64 = 64;
 
 /// A batch stamp: the position one past the batch's last item, and when it arrived.
 pub(super) type Stamp = (usize, Instant);
@@ -42,6 +47,11 @@ pub(super) struct Boundary<T, C> {
     watch: Option<Watch<T>>,
     /// An upstream error overtakes the queued items instead of waiting behind them.
     errors_first: bool,
+    /// Items arrived and delivered that the drain has not yet published to the
+    /// gauge's rates ([`record`](Self::record)); taken by whoever publishes them: the
+    /// drain, or a snapshot's sweep.
+    held_arrived: AtomicU64,
+    held_delivered: AtomicU64,
 }
 
 /// The consumer's side of the ring: what only the drain owner touches.
@@ -60,6 +70,9 @@ pub(super) struct Queue<T> {
     delivered: u64,
     /// Items expired in this pass.
     expired: u64,
+    /// Items in and out held back since the drain last published (see
+    /// [`Boundary::record`]).
+    held: u64,
 }
 
 impl<T> Queue<T> {
@@ -77,6 +90,7 @@ impl<T> Queue<T> {
             counted_tail: 0,
             delivered: 0,
             expired: 0,
+            held: 0,
         }
     }
 }
@@ -99,6 +113,8 @@ impl<T, C> Boundary<T, C> {
             max_age,
             watch,
             errors_first,
+            held_arrived: AtomicU64::new(0),
+            held_delivered: AtomicU64::new(0),
         }
     }
 
@@ -141,8 +157,49 @@ impl<T, C> Boundary<T, C> {
     }
 }
 
+impl<T, C> Boundary<T, C> {
+    /// Take the counts the drain held back.
+    fn take_held(&self) -> (u64, u64) {
+        // Relaxed: statistics (see `record`).
+        (
+            self.held_arrived.swap(0, StdOrdering::Relaxed),
+            self.held_delivered.swap(0, StdOrdering::Relaxed),
+        )
+    }
+
+    /// Publish the counts the drain held back, at the gauge's clock now.
+    pub(super) fn publish_held(&self) {
+        let (arrived, delivered) = self.take_held();
+        if arrived > 0 || delivered > 0 {
+            self.gauge
+                .moved(arrived, arrived, delivered, self.gauge.now());
+        }
+    }
+}
+
+/// A snapshot of the boundary's queue first publishes the counts its drain holds
+/// back (see [`Boundary::record`]).
+impl<T, C, D> Sweep for Core<Boundary<T, C>, D>
+where
+    T: Send + 'static,
+    C: Scheduler,
+    D: Subscriber<T> + Send + 'static,
+{
+    fn sweep(&self) {
+        self.stage().publish_held();
+    }
+}
+
 impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
-    /// Publish the pass's statistics to the gauge, from the ring's own positions.
+    /// Publish the pass's statistics to the gauge, from the ring's own positions. The
+    /// depth goes out at every pass (two stores). The counts in and out, which feed
+    /// the rates under the gauge's lock at a clock reading, go out with them when the
+    /// pass read the clock anyway (a stamped ring) or expired items; otherwise they
+    /// are held back in two atomics until [`HOLD`] items moved, so a drain that
+    /// delivers an item or two per pass (a producer sending one item at a time) does
+    /// not read the clock and take the lock per item. A snapshot's sweep publishes
+    /// what is held first ([`publish_held`](Self::publish_held)), so snapshots stay
+    /// exact; the held counts take the instant of whoever publishes them.
     fn record(&self, queue: &mut Queue<T>, now: Option<Instant>) {
         let tail = queue.items.seen_tail();
         let arrived = tail.wrapping_sub(queue.counted_tail) as u64;
@@ -152,12 +209,24 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
             return;
         }
         queue.counted_tail = tail;
+        let depth = queue.items.cached();
+        if now.is_none() && expired == 0 && queue.held + arrived + delivered < HOLD {
+            // Relaxed: statistics; the sweep takes them with `swap`.
+            self.held_arrived.fetch_add(arrived, StdOrdering::Relaxed);
+            self.held_delivered
+                .fetch_add(delivered, StdOrdering::Relaxed);
+            queue.held += arrived + delivered;
+            self.gauge.level(depth, None);
+            return;
+        }
+        queue.held = 0;
+        let (held_in, held_out) = self.take_held();
+        let (arrived, delivered) = (arrived + held_in, delivered + held_out);
         let now = now.unwrap_or_else(|| self.gauge.now());
         self.gauge.moved(arrived, arrived, delivered, now);
         if expired > 0 {
             self.gauge.dropped(DropReason::Expired, expired);
         }
-        let depth = queue.items.cached();
         let oldest = match (depth, queue.stamps.as_mut()) {
             (0, _) | (_, None) => None,
             (_, Some(stamps)) => stamps.peek().map(|(_, at)| at),
@@ -263,6 +332,7 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
         self.upstream.cancel();
         clear(&mut queue.items, &mut queue.stamps);
         self.record(queue, None);
+        self.publish_held();
     }
 
     fn on_cancel(&self) {

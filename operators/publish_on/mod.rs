@@ -56,7 +56,12 @@
 //!
 //! The drain derives the queue statistics from the ring's own positions (no extra
 //! shared counter): enqueued = published tail, dequeued = head, depth = their
-//! difference, updated once per pass.
+//! difference. The depth goes out once per pass; the counts in and out (which feed
+//! the rates under the gauge's lock, at a clock reading) go out with it when the
+//! pass read the clock anyway, and otherwise once 64 items moved: a drain that
+//! delivers one item per pass (a producer sending one at a time) would pay a clock
+//! reading and a lock per item. A snapshot publishes what the drain holds back first
+//! (the core is the gauge's sweeper), so it stays exact.
 
 use std::sync::Arc;
 
@@ -315,6 +320,9 @@ where
             (self.prefetch > PUBLISH_RUN).then(|| items.watch()),
             self.errors_first,
         ));
+        // A snapshot publishes the counts the drain holds back first.
+        let sweeper = Arc::downgrade(&core);
+        self.gauge.set_sweeper(sweeper);
         let queue = Queue::new(
             items,
             stamp_reader,

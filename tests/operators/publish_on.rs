@@ -378,6 +378,38 @@ fn codel_is_refused() {
 
 // ---- max_age, under VirtualTime -----------------------------------------------------
 
+/// A producer that sends one item at a time: the drain holds the counts of its
+/// one-item passes back (no clock reading or lock per pass) and publishes them every
+/// 64 items; a snapshot publishes what is held first, so its counts are exact at any
+/// moment and the rates read the true 100/s of an item every 10 ms.
+#[test]
+fn counts_held_back_by_the_drain_reach_every_snapshot() {
+    let time = VirtualTime::new();
+    let (source, handle) = valve(u64::MAX);
+    let boundary = source.publish_on(time.clone(), 8);
+    let monitor = boundary.monitor();
+    let probe = probe_of(boundary);
+    probe.request(u64::MAX);
+    for i in 1..=1_000u64 {
+        time.advance(Duration::from_millis(10));
+        handle.release(1);
+        time.run_ready();
+        assert_eq!(probe.received_count(), i);
+        if i % 97 == 0 {
+            let stats = monitor.snapshot();
+            assert_eq!(
+                (stats.enqueued, stats.dequeued, stats.depth),
+                (i, i, 0),
+                "after item {i}"
+            );
+        }
+    }
+    let stats = monitor.snapshot();
+    assert_eq!((stats.enqueued, stats.dequeued), (1_000, 1_000));
+    assert!((stats.arrival_rate - 100.0).abs() < 1.0, "{stats:?}");
+    assert!((stats.drain_rate - 100.0).abs() < 1.0, "{stats:?}");
+}
+
 /// Items stamped per batch: the first release waits 1.3 s, the second 0.7 s; with a
 /// maximum age of 1 s only the second is delivered. The expired items go to the drop
 /// hook (which may take them), are counted there and in the monitor, and their slots
