@@ -52,18 +52,32 @@ fn ladder() -> Admission<u64> {
         .deadlines_by(Duration::from_millis(1), |_: &u64| None)
 }
 
-/// A producer thread running `produce` into the channel `(tx, rx)`, summed here.
-fn sum_through(
+/// A producer thread running `produce` into the channel `(tx, rx)`, while `consume`
+/// takes the sum of `rx` here.
+fn consumed_through(
     (tx, rx): (Sender<u64>, weir::source::Channel<u64>),
     produce: impl FnOnce(Sender<u64>) + Send + 'static,
+    consume: impl FnOnce(weir::source::Channel<u64>) -> u64,
 ) -> u64 {
     let producer = std::thread::spawn(move || produce(tx));
-    let sum = rx
-        .fold(0u64, |sum, x| sum.wrapping_add(x))
-        .wait()
-        .expect("no errors");
+    let sum = consume(rx);
     producer.join().expect("the producer ran");
     sum
+}
+
+fn add(sum: u64, x: u64) -> u64 {
+    sum.wrapping_add(x)
+}
+
+/// A producer thread running `produce` into the channel `(tx, rx)`, summed here by
+/// `fold`.
+fn sum_through(
+    channel: (Sender<u64>, weir::source::Channel<u64>),
+    produce: impl FnOnce(Sender<u64>) + Send + 'static,
+) -> u64 {
+    consumed_through(channel, produce, |rx| {
+        rx.fold(0u64, add).wait().expect("no errors")
+    })
 }
 
 /// Every item of `0..N`, one `offer` each.
@@ -95,33 +109,27 @@ fn spinning(tx: &Sender<u64>, mut item: u64) {
 /// A producer thread running `produce` into the channel `(tx, rx)`, summed by
 /// `fold_with(64, ..)` here.
 fn sum_through_64(
-    (tx, rx): (Sender<u64>, weir::source::Channel<u64>),
+    channel: (Sender<u64>, weir::source::Channel<u64>),
     produce: impl FnOnce(Sender<u64>) + Send + 'static,
 ) -> u64 {
-    let producer = std::thread::spawn(move || produce(tx));
-    let sum = rx
-        .fold_with(64, 0u64, |sum, x| sum.wrapping_add(x))
-        .wait()
-        .expect("no errors");
-    producer.join().expect("the producer ran");
-    sum
+    consumed_through(channel, produce, |rx| {
+        rx.fold_with(64, 0u64, add).wait().expect("no errors")
+    })
 }
 
 /// A producer thread running `produce` into the channel `(tx, rx)`, summed on `pool`'s
 /// thread behind `publish_on(pool, 256)`.
 fn sum_across(
-    (tx, rx): (Sender<u64>, weir::source::Channel<u64>),
+    channel: (Sender<u64>, weir::source::Channel<u64>),
     pool: &ThreadPool,
     produce: impl FnOnce(Sender<u64>) + Send + 'static,
 ) -> u64 {
-    let producer = std::thread::spawn(move || produce(tx));
-    let sum = rx
-        .publish_on(pool.clone(), 256)
-        .fold(0u64, |sum, x| sum.wrapping_add(x))
-        .wait()
-        .expect("no errors");
-    producer.join().expect("the producer ran");
-    sum
+    consumed_through(channel, produce, |rx| {
+        rx.publish_on(pool.clone(), 256)
+            .fold(0u64, add)
+            .wait()
+            .expect("no errors")
+    })
 }
 
 /// `try_send_all` over ranges of `BATCH` items, resuming after the refused one.
@@ -177,7 +185,7 @@ fn crossbeam(capacity: usize, offer: fn(&crossbeam_channel::Sender<u64>, u64)) -
             offer(&tx, i);
         }
     });
-    let sum = rx.iter().fold(0u64, |sum, x| sum.wrapping_add(x));
+    let sum = rx.iter().fold(0u64, add);
     producer.join().expect("the producer ran");
     sum
 }
@@ -204,7 +212,7 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("channel");
     group.throughput(Throughput::Elements(N));
     group.sample_size(10);
-    let expected = (0..N).fold(0u64, |sum, x| sum.wrapping_add(x));
+    let expected = (0..N).fold(0u64, add);
     group.bench_function("weir_plain", |b| {
         b.iter(|| {
             let pair = ChannelBuilder::new(CAPACITY, ChannelPolicy::Backpressure).build();

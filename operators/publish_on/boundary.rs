@@ -155,9 +155,7 @@ impl<T, C> Boundary<T, C> {
             .take()
             .unwrap_or(Ok(()))
     }
-}
 
-impl<T, C> Boundary<T, C> {
     /// Take the counts the drain held back.
     fn take_held(&self) -> (u64, u64) {
         // Relaxed: statistics (see `record`).

@@ -949,7 +949,7 @@ impl<T: Send + 'static> Link<T> {
     ///
     /// Returns the entry, untouched, when the item must take the queued path.
     fn hand_off(&self, entry: (T, Assessed)) -> Result<(), (T, Assessed)> {
-        if entry.1.deadline.is_some() || !self.stage().vacant() || self.demand().get() == 0 {
+        if entry.1.deadline.is_some() {
             return Err(entry);
         }
         let (item, assessed) = entry;
@@ -960,19 +960,11 @@ impl<T: Send + 'static> Link<T> {
     /// goes in (in a register, for a small one), out of line.
     #[inline(never)]
     fn hand_off_item(&self, item: T) -> Result<(), T> {
-        let chan = self.stage();
         let mut entry = Some(item);
-        self.try_pass(|cx, c, sink| {
-            // As the owner: nobody else takes items out or delivers meanwhile.
-            if cx.stopped() || !chan.vacant() || cx.demand().get() == 0 {
-                return Pass::Idle;
-            }
-            chan.passed_over(c, 1);
+        self.hand_over(1, |cx, sink| {
             let item = entry.take().expect("offered once");
             let credit = sink.0.next_one(item);
             cx.demand().settle(1, credit);
-            chan.stamp_if_due(c);
-            Pass::Idle
         });
         match entry {
             None => Ok(()),
@@ -991,32 +983,43 @@ impl<T: Send + 'static> Link<T> {
     /// the queue would be.
     fn hand_off_step(&self, chunk: &mut Step<T>) -> usize {
         let n = chunk.len();
-        let wanted = n as u64;
-        let chan = self.stage();
-        if n == 0
-            || n > chan.batch_size()
-            || !chunk.unread()
-            || !chan.vacant()
-            || self.demand().get() < wanted
-        {
+        if n == 0 || n > self.stage().batch_size() || !chunk.unread() {
             return 0;
         }
-        let mut handed = 0;
+        let handed = self.hand_over(n, |cx, sink| {
+            cx.deliver_queue(sink, chunk.unread_items());
+        });
+        if !handed {
+            return 0;
+        }
+        // Left by a subscriber that broke off inside the batch: released.
+        chunk.unread_items().clear();
+        n
+    }
+
+    /// The one hand-off: when the channel is vacant and the demand covers `n` items,
+    /// take the drain loop, check both again as its owner (nobody else takes items
+    /// out meanwhile, and the demand only grows), count the `n` items as passing
+    /// through (before the subscriber runs), let `deliver` hand them over, and stamp
+    /// the counts when due. Returns whether `deliver` ran.
+    #[inline(always)]
+    fn hand_over(&self, n: usize, deliver: impl FnOnce(&Cx<'_>, &mut ErasedSink<T>)) -> bool {
+        let chan = self.stage();
+        let wanted = n as u64;
+        if !chan.vacant() || self.demand().get() < wanted {
+            return false;
+        }
+        let mut handed = false;
         self.try_pass(|cx, c, sink| {
-            // As the owner: the demand only grows, and nobody else takes items out.
             if cx.stopped() || !chan.vacant() || cx.demand().get() < wanted {
                 return Pass::Idle;
             }
             chan.passed_over(c, n);
-            handed = n;
-            cx.deliver_queue(sink, chunk.unread_items());
+            handed = true;
+            deliver(cx, sink);
             chan.stamp_if_due(c);
             Pass::Idle
         });
-        if handed > 0 {
-            // Left by a subscriber that broke off inside the batch: released.
-            chunk.unread_items().clear();
-        }
         handed
     }
 
