@@ -47,6 +47,32 @@ impl Wip {
         self.count.fetch_add(1, Ordering::AcqRel) == 0
     }
 
+    /// Take the loop only if nobody owns it: true when the caller now owns it (with
+    /// one reason, as after [`enter`](Self::enter)); false, registering nothing, when
+    /// someone else does. For a caller that has another way to get its work done
+    /// and would rather not make a busy owner run one more pass for it.
+    ///
+    /// ```
+    /// use weir::drain::Wip;
+    ///
+    /// let wip = Wip::new();
+    /// assert!(wip.try_enter(), "idle: the caller owns the loop");
+    /// assert!(!wip.try_enter(), "owned: refused");
+    /// assert_eq!(wip.pending(), 1, "and nothing registered for the owner");
+    /// assert!(!wip.enter(), "`enter` registers a reason instead");
+    /// assert_eq!(wip.leave(1), 1, "so the owner runs one more pass");
+    /// assert_eq!(wip.leave(1), 0, "released");
+    /// assert!(wip.try_enter());
+    /// ```
+    #[inline]
+    pub fn try_enter(&self) -> bool {
+        // AcqRel on success: as `enter` (pairs with `leave`). Relaxed on failure:
+        // nothing was registered, nothing is read.
+        self.count
+            .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+    }
+
     /// Account for `missed` reasons; returns how many arrived meanwhile (0: the loop is
     /// released).
     #[inline]

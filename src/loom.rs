@@ -5,12 +5,12 @@
 //! type-erased handles (`Subscription`) keep using `std::sync::Arc`.
 
 #[cfg(weir_loom)]
-pub(crate) use loom::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
+pub(crate) use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(weir_loom)]
 pub(crate) use loom::sync::Mutex;
 
 #[cfg(not(weir_loom))]
-pub(crate) use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize};
+pub(crate) use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicU8, AtomicUsize};
 #[cfg(not(weir_loom))]
 pub(crate) use std::sync::Mutex;
 

@@ -1,12 +1,11 @@
 //! The consumer side of the boundary: the stage on the signal core that drains the
 //! ring on the scheduler (see the parent module for the algorithm).
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as StdOrdering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::demand::{AtomicDemand, Replenish};
-use crate::loom::Mutex;
+use crate::loom::{AtomicBool, AtomicU64, Mutex, Ordering, Padded};
 use crate::metrics::{DropReporter, QueueGauge, Sweep};
 use crate::queue::spsc::{Consumer, Watch};
 use crate::runtime::Scheduler;
@@ -50,8 +49,15 @@ pub(super) struct Boundary<T, C> {
     /// Items arrived and delivered that the drain has not yet published to the
     /// gauge's rates ([`record`](Self::record)); taken by whoever publishes them: the
     /// drain, or a snapshot's sweep.
-    held_arrived: AtomicU64,
-    held_delivered: AtomicU64,
+    /// On a block of its own: the drain writes it at every pass, and the producer
+    /// reads the fields around it at every batch.
+    held: Padded<Held>,
+}
+
+/// Items arrived and delivered held back by the drain.
+struct Held {
+    arrived: AtomicU64,
+    delivered: AtomicU64,
 }
 
 /// The consumer's side of the ring: what only the drain owner touches.
@@ -113,8 +119,10 @@ impl<T, C> Boundary<T, C> {
             max_age,
             watch,
             errors_first,
-            held_arrived: AtomicU64::new(0),
-            held_delivered: AtomicU64::new(0),
+            held: Padded::new(Held {
+                arrived: AtomicU64::new(0),
+                delivered: AtomicU64::new(0),
+            }),
         }
     }
 
@@ -129,7 +137,7 @@ impl<T, C> Boundary<T, C> {
         }
         // Release: pairs with the drain's Acquire load; the items published before
         // (and the end just stored) are visible once it is seen.
-        self.ended.store(true, StdOrdering::Release);
+        self.ended.store(true, Ordering::Release);
     }
 
     /// With `errors_first`, a parked error, taken: it is delivered before the queued
@@ -160,8 +168,8 @@ impl<T, C> Boundary<T, C> {
     fn take_held(&self) -> (u64, u64) {
         // Relaxed: statistics (see `record`).
         (
-            self.held_arrived.swap(0, StdOrdering::Relaxed),
-            self.held_delivered.swap(0, StdOrdering::Relaxed),
+            self.held.arrived.swap(0, Ordering::Relaxed),
+            self.held.delivered.swap(0, Ordering::Relaxed),
         )
     }
 
@@ -210,9 +218,8 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
         let depth = queue.items.cached();
         if now.is_none() && expired == 0 && queue.held + arrived + delivered < HOLD {
             // Relaxed: statistics; the sweep takes them with `swap`.
-            self.held_arrived.fetch_add(arrived, StdOrdering::Relaxed);
-            self.held_delivered
-                .fetch_add(delivered, StdOrdering::Relaxed);
+            self.held.arrived.fetch_add(arrived, Ordering::Relaxed);
+            self.held.delivered.fetch_add(delivered, Ordering::Relaxed);
             queue.held += arrived + delivered;
             self.gauge.level(depth, None);
             return;
@@ -250,7 +257,7 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
                 return Pass::Yield;
             }
             // Acquire: pairs with the Release in `finish`.
-            let ended = self.ended.load(StdOrdering::Acquire);
+            let ended = self.ended.load(Ordering::Acquire);
             if ended {
                 if let Some(error) = self.overtaking_error() {
                     return cx.terminate(subscriber, Err(error));
@@ -345,6 +352,8 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
     fn has_work(&self, demand: &AtomicDemand) -> bool {
         self.watch.as_ref().is_some_and(|w| w.has_items()) && demand.get() > 0
     }
+
+    const WATCHED: bool = true;
 }
 
 /// `a <= b` for wrapping ring positions less than half the range apart.

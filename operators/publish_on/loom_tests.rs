@@ -54,3 +54,36 @@ fn loom_publish_on_drain_and_credit() {
         );
     });
 }
+
+/// A window above one published run: the producer does not signal while a task
+/// owns the drain (it only fences and reads the mark, `Core::notify`), and the task
+/// looks for work once more after it stops watching (`unwatch`). The producer sends
+/// two items while downstream requests from another thread; the drain runs on
+/// whichever thread wins it. Once both threads are done (nothing else will ever
+/// signal the drain), both items have arrived, in order: a producer that skipped its
+/// signal never strands an item behind a task that was leaving. Fails with the fence
+/// in either `notify` or `unwatch` removed.
+#[test]
+fn loom_a_watched_drain_strands_no_unsignalled_item() {
+    const WINDOW: u64 = super::PUBLISH_RUN as u64 + 1;
+    loom::model(|| {
+        let (publisher, stash, credit) = Stash::new();
+        let recorder = Recorder::default();
+        publisher
+            .publish_on(Immediate, WINDOW)
+            .subscribe(recorder.clone());
+        let mut upstream = stash.lock().unwrap().take().expect("subscribed");
+        assert_eq!(credit.requested(), WINDOW, "the window asked for at once");
+        let producer = thread::spawn(move || {
+            upstream.on_next(0);
+            upstream.on_next(1);
+            upstream
+        });
+        recorder.subscription().request(2);
+        let upstream = producer.join().unwrap();
+        assert_eq!(recorder.items(), vec![0, 1], "every item once, in order");
+        // Ends the subscription (no leak of the core through the recorder).
+        recorder.subscription().cancel();
+        drop(upstream);
+    });
+}

@@ -52,6 +52,27 @@
 // per batch of frames for every channel the batch gave items. The caller must hold
 // no lock a pass could take.
 //
+// # Watched stages
+//
+// A boundary's producer that signals after every batch pays a locked increment of the
+// `Wip` per batch, on a line the owner writes at every pass; when batches are single
+// items (a producer sending one at a time) that line travels between the two cores
+// twice per item, and it was most of the producer's time. A stage that can see
+// unsignalled work itself (`Stage::has_work`) says `WATCHED`, and its producers call
+// `notify` instead of `signal`. A lingering task marks itself *watching* while it
+// owns the loop (it already looks for such work between passes); `notify` signals
+// only when the mark is clear. The mark is cleared when the task releases the loop,
+// and that is the race to close: a producer that read the mark just before it was
+// cleared did not signal, and the task may have looked for the last time before the
+// work was published. So both sides fence (`SeqCst`) between their write and their
+// read: the producer between publishing its work and reading the mark, the task
+// between clearing the mark and looking for work once more (`unwatch`). Of two
+// `SeqCst` fences one comes first: either the producer's read follows the clear and
+// it signals, or the task's look follows the publication and it sees the work (and
+// takes the loop again, or leaves it to the thread that took it meanwhile, which
+// then owes a pass for the reason `unwatch` registered). A task that hands the loop
+// to a new task (budget, yield) stays marked: the new task runs a pass first.
+//
 // # Layout
 //
 // On a boundary two threads use one core: the producer reads the flags and enters the
@@ -84,7 +105,9 @@ use std::task::{Wake, Waker};
 use crate::demand::{self, AtomicDemand};
 use crate::drain::Wip;
 use crate::guard::catch;
-use crate::loom::{Aligned, AtomicU8, AtomicUsize, Mutex, MutexGuardOf, Ordering};
+use crate::loom::{
+    fence, Aligned, AtomicBool, AtomicU8, AtomicUsize, Mutex, MutexGuardOf, Ordering,
+};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::{Lane, Recurring, Scheduler};
 use crate::spec::Sealed;
@@ -199,6 +222,12 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
     fn has_work(&self, _demand: &AtomicDemand) -> bool {
         false
     }
+
+    /// True for a stage whose producers publish work that [`has_work`](Self::has_work)
+    /// sees and then call [`Core::notify`] instead of [`Core::signal`]: while a
+    /// lingering task owns the loop it is marked *watching*, and a producer that sees
+    /// the mark skips the signal (see the file header's *Watched stages*).
+    const WATCHED: bool = false;
 
     /// One of the stage's timers fired (any thread); the core runs a pass after it.
     fn on_timer(&self) {}
@@ -424,7 +453,7 @@ type Cell<G, T> = Aligned<<G as Stage>::Padding, T>;
 /// The signal core: one subscription. See the file header.
 pub(crate) struct Core<G: Stage, S> {
     demand: Cell<G, AtomicDemand>,
-    wip: Wip,
+    wip: Cell<G, Wip>,
     flags: AtomicU8,
     /// The owner-only state and downstream; `None` before `attach` and once over.
     slot: Cell<G, OwnerSlot<G, S>>,
@@ -436,6 +465,9 @@ pub(crate) struct Core<G: Stage, S> {
     lane: OnceLock<Box<dyn Lane>>,
     /// The reasons the queued task owes the `Wip` (meaningful while one is queued).
     owed: AtomicUsize,
+    /// A lingering task owns the loop and looks for work itself ([`Stage::WATCHED`]
+    /// stages only; see the file header).
+    watching: AtomicBool,
 }
 
 impl<G: Stage, S> std::fmt::Debug for Core<G, S> {
@@ -456,13 +488,14 @@ where
     pub(crate) fn new(stage: G) -> Arc<Self> {
         let core = Arc::new_cyclic(|me| Core {
             demand: Aligned::new(AtomicDemand::new()),
-            wip: Wip::new(),
+            wip: Aligned::new(Wip::new()),
             flags: AtomicU8::new(0),
             slot: Aligned::new(Mutex::new(None)),
             stage,
             me: me.clone(),
             lane: OnceLock::new(),
             owed: AtomicUsize::new(0),
+            watching: AtomicBool::new(false),
         });
         let me: Weak<dyn CoreHandle> = core.me.clone();
         core.stage.bind(me);
@@ -555,6 +588,41 @@ where
         }
     }
 
+    /// A producer of a [`Stage::WATCHED`] stage published work that
+    /// [`Stage::has_work`] sees: signal, unless a task watches (see the file header).
+    #[inline]
+    pub(crate) fn notify(&self) {
+        debug_assert!(G::WATCHED, "notify is for watched stages");
+        // SeqCst: pairs with the fence in `unwatch`. Either this load sees the task
+        // still watching, and then the task's look after its fence sees the work
+        // published before this one; or it sees the mark cleared (or never set) and
+        // signals.
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fences.
+        if !self.watching.load(Ordering::Relaxed) {
+            self.signal();
+        }
+    }
+
+    /// A watching task released the loop: stop watching, then look once more for
+    /// work published by a producer that saw the mark (and so did not signal).
+    /// Returns true when there is some and this thread owns the loop again (watching
+    /// again); false when there is none, or when another thread owns the loop now
+    /// (the reason this call registered makes that owner run another pass, which
+    /// finds the work).
+    fn unwatch(&self) -> bool {
+        // Relaxed: ordered by the fence.
+        self.watching.store(false, Ordering::Relaxed);
+        // SeqCst: pairs with the fence in `notify` (see there).
+        fence(Ordering::SeqCst);
+        if self.is_stopping() || !self.stage.has_work(&self.demand) || !self.wip.enter() {
+            return false;
+        }
+        // Relaxed: a producer that misses it signals (one more pass, nothing lost).
+        self.watching.store(true, Ordering::Relaxed);
+        true
+    }
+
     /// `signal`, running the loop on this thread when it is the only thread of the
     /// stage's scheduler (see the module header).
     fn signal_in_place(&self) {
@@ -614,6 +682,12 @@ where
     /// stage that does not use one: see [`Stage::USES_WAKER`]).
     fn run_loop(&self, mut missed: usize, task: Option<(bool, Option<&Waker>)>) {
         let mut passes = 0u32;
+        let watch = G::WATCHED && matches!(task, Some((true, _)));
+        if watch {
+            // Relaxed: a producer that misses it signals (one more pass, nothing
+            // lost); one that sees it is covered by `unwatch`.
+            self.watching.store(true, Ordering::Relaxed);
+        }
         loop {
             let pass = self.pass(task.and_then(|(_, waker)| waker));
             if let (Pass::Yield, Some(_)) = (pass, task) {
@@ -643,7 +717,10 @@ where
             if !unsignalled {
                 missed = self.wip.leave(missed);
                 if missed == 0 {
-                    return;
+                    if !(watch && self.unwatch()) {
+                        return;
+                    }
+                    missed = 1;
                 }
             }
             passes += 1;
@@ -683,12 +760,40 @@ where
         if !self.wip.enter() {
             return false;
         }
+        self.first_pass(first);
+        true
+    }
+
+    /// [`try_pass`](Self::try_pass) only when nobody owns the loop. When another
+    /// thread owns it, waits a moment (the crate's one backoff) for it to let go, and
+    /// returns false without registering a reason to run if it does not (the caller
+    /// then gets its work done another way, and signals if it must). For a producer
+    /// that would hand its item over itself: the loop is typically busy only briefly
+    /// (a requester's pass on another thread), and the alternative, queueing the item
+    /// and signalling that owner, keeps it serving one item per pass for as long as
+    /// the producer keeps sending one at a time (see the channel's direct hand-off).
+    pub(crate) fn try_pass_if_idle(
+        &self,
+        first: impl FnOnce(&Cx<'_>, &mut G::Owned, &mut S) -> Pass,
+    ) -> bool {
+        let owned = self.wip.try_enter()
+            || (Backoff::wait(|| self.wip.pending() == 0) && self.wip.try_enter());
+        if !owned {
+            return false;
+        }
+        self.first_pass(first);
+        true
+    }
+
+    /// Run `first` as the owner's first pass, then drive the loop for what arrived
+    /// meanwhile.
+    #[inline(always)]
+    fn first_pass(&self, first: impl FnOnce(&Cx<'_>, &mut G::Owned, &mut S) -> Pass) {
         let _ = self.pass_with(None, first);
         let missed = self.wip.leave(1);
         if missed > 0 {
             self.own(missed);
         }
-        true
     }
 
     /// One pass (owner only) with the stage's body. Kept out of line: the pass body

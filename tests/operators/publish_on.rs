@@ -15,6 +15,7 @@ use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::queue::TimeBounds;
 use weir::runtime::{Immediate, ThreadPool, VirtualTime};
+use weir::source::channel::ChannelPolicy;
 use weir::tck::proptest::{check_publisher_with, demand_schedule, PublisherCheck};
 use weir::tck::TestSubscriber;
 use weir::{DropReason, Error, ErrorKind};
@@ -561,4 +562,54 @@ fn the_drain_task_leaves_once_the_subscription_ended() {
     assert!(ran >= 1, "the drain ran");
     probe.assert_items(&(0..100).collect::<Vec<u64>>());
     probe.assert_completed();
+}
+
+/// Items sent one at a time from a producer thread through a channel into a window
+/// above one published run: the boundary's producer then signals the drain only when
+/// no drain task owns the loop (it watches the ring itself while it does). Pauses on
+/// both sides make the drain task leave and come back thousands of times, so every
+/// way an unsignalled item can meet a leaving task is crossed: each item arrives
+/// once, in order, and the completion after the last, for plain and stamped rings.
+#[test]
+fn single_items_from_another_thread_reach_a_drain_that_comes_and_goes() {
+    const N: u64 = 200_000;
+    for (prefetch, stamped) in [(65, false), (256, false), (65, true), (256, true)] {
+        let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+        let producer = std::thread::spawn(move || {
+            for i in 0..N {
+                tx.send_blocking(i).expect("open");
+                if i % 4_099 == 0 {
+                    // Long enough for the drain task to stop lingering and leave.
+                    std::thread::sleep(Duration::from_micros(300));
+                }
+            }
+        });
+        let next = Arc::new(AtomicU64::new(0));
+        let seen = next.clone();
+        let in_order = move |x: u64| {
+            assert_eq!(x, seen.load(Ordering::Relaxed), "in order, none lost");
+            seen.store(x + 1, Ordering::Relaxed);
+            if x % 7_919 == 0 {
+                // The ring fills behind a slow subscriber; its demand runs out.
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        };
+        let mut handle = if stamped {
+            rx.publish_on_with(pool(), prefetch, TimeBounds::none())
+                .for_each(in_order)
+        } else {
+            rx.publish_on(pool(), prefetch).for_each(in_order)
+        };
+        // A stranded item would leave the stream waiting for ever.
+        let done = handle
+            .wait_timeout(PATIENCE * 3)
+            .unwrap_or_else(|| panic!("stalled at item {}", next.load(Ordering::Relaxed)));
+        done.expect("completes after the last item");
+        producer.join().expect("the producer ran");
+        assert_eq!(
+            next.load(Ordering::Relaxed),
+            N,
+            "prefetch {prefetch}, stamped {stamped}"
+        );
+    }
 }

@@ -1010,7 +1010,7 @@ impl<T: Send + 'static> Link<T> {
             return false;
         }
         let mut handed = false;
-        self.try_pass(|cx, c, sink| {
+        self.try_pass_if_idle(|cx, c, sink| {
             if cx.stopped() || !chan.vacant() || cx.demand().get() < wanted {
                 return Pass::Idle;
             }
