@@ -25,18 +25,27 @@
 //! * `weir_try_send_fold_with_64`: the same, summed by `fold_with(64, ..)`: demand
 //!   of 64, replenished in batches of 48 from inside the fold.
 //! * `weir_try_send_publish_on`: the same, the sum taken on another thread, as
-//!   crossbeam's is: `publish_on(pool of 1, 256)` in front of the fold.
+//!   crossbeam's is: `publish_on(pool of 1, 256)` in front of the fold;
+//!   `weir_try_send_publish_on_16` with a window of 16 (a window of one published
+//!   run: its drain does not watch the ring, the producer signals every item);
+//!   `weir_send_blocking_publish_on` with `send_blocking` instead of `try_send`.
 //! * `weir_try_send_all_64` / `_1024`: the same channel, `try_send_all` over ranges of
 //!   64 or 1,024 items, resuming after the refused item on `Full`.
 //! * `weir_try_send_all_vec_64`: `try_send_all` of 64-item `Vec`s (items moved out of
 //!   a buffer the producer fills, as a frame decoder would).
 //!
-//! Run: `cargo bench --bench channel` (about two minutes).
+//! The host drifts between speed modes within seconds, so after criterion's cases a
+//! *paired* phase runs [`ROUNDS`] rounds, each timing `crossbeam_try_send` and then
+//! the per-item weir formulations once, and reports the median of the per-round
+//! ratios (crossbeam's time ÷ weir's).
+//!
+//! Run: `cargo bench --bench channel` (about three minutes); `-- paired` runs the
+//! paired phase only.
 
 use std::hint::black_box;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, Criterion, Throughput};
 use weir::prelude::*;
 use weir::runtime::ThreadPool;
 use weir::source::channel::{Admission, ChannelBuilder, ChannelPolicy, Sender, WaterMarks};
@@ -118,14 +127,15 @@ fn sum_through_64(
 }
 
 /// A producer thread running `produce` into the channel `(tx, rx)`, summed on `pool`'s
-/// thread behind `publish_on(pool, 256)`.
+/// thread behind `publish_on(pool, prefetch)`.
 fn sum_across(
     channel: (Sender<u64>, weir::source::Channel<u64>),
     pool: &ThreadPool,
+    prefetch: u64,
     produce: impl FnOnce(Sender<u64>) + Send + 'static,
 ) -> u64 {
     consumed_through(channel, produce, |rx| {
-        rx.publish_on(pool.clone(), 256)
+        rx.publish_on(pool.clone(), prefetch)
             .fold(0u64, add)
             .wait()
             .expect("no errors")
@@ -251,9 +261,22 @@ fn bench(c: &mut Criterion) {
         b.iter(|| assert_eq!(sum_through_64(try_channel(), each(spinning)), expected))
     });
     let pool = ThreadPool::builder().name("bench-sum").threads(1).build();
-    group.bench_function("weir_try_send_publish_on", |b| {
-        b.iter(|| assert_eq!(sum_across(try_channel(), &pool, each(spinning)), expected))
-    });
+    for (name, prefetch, offer) in [
+        (
+            "weir_try_send_publish_on",
+            256,
+            spinning as fn(&Sender<u64>, u64),
+        ),
+        ("weir_try_send_publish_on_16", 16, spinning),
+        ("weir_send_blocking_publish_on", 256, blocking),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let sum = sum_across(try_channel(), &pool, prefetch, each(offer));
+                assert_eq!(sum, expected)
+            })
+        });
+    }
     group.bench_function("weir_try_send_all_64", |b| {
         b.iter(|| assert_eq!(sum_through(try_channel(), ranges::<64>), expected))
     });
@@ -266,5 +289,82 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// Rounds of the paired phase.
+const ROUNDS: usize = 15;
+
+/// The paired phase: see the module docs.
+fn paired() {
+    let pool = ThreadPool::builder().name("bench-sum").threads(1).build();
+    let expected = (0..N).fold(0u64, add);
+    let timed = |run: &dyn Fn() -> u64| {
+        let start = Instant::now();
+        assert_eq!(run(), expected, "wrong sum");
+        start.elapsed().as_secs_f64()
+    };
+    let cases: [(&str, &dyn Fn() -> u64); 4] = [
+        ("weir_try_send", &|| {
+            sum_through(try_channel(), each(spinning))
+        }),
+        ("weir_try_send_publish_on", &|| {
+            sum_across(try_channel(), &pool, 256, each(spinning))
+        }),
+        ("weir_try_send_publish_on_16", &|| {
+            sum_across(try_channel(), &pool, 16, each(spinning))
+        }),
+        ("weir_send_blocking_publish_on", &|| {
+            sum_across(try_channel(), &pool, 256, each(blocking))
+        }),
+    ];
+    let mut ratios = vec![Vec::new(); cases.len()];
+    let mut times = vec![Vec::new(); cases.len()];
+    let mut peers = Vec::new();
+    for _ in 0..ROUNDS {
+        let peer = timed(&|| crossbeam(TRY_CAPACITY, crossbeam_spin));
+        peers.push(peer);
+        for (i, (_, case)) in cases.iter().enumerate() {
+            let time = timed(*case);
+            times[i].push(time);
+            ratios[i].push(peer / time);
+        }
+    }
+    peers.sort_by(f64::total_cmp);
+    println!();
+    println!(
+        "paired rounds ({ROUNDS}): crossbeam_try_send's time ÷ each case's, same round \
+         (above 1: weir is faster); median (min-max)"
+    );
+    println!(
+        "  {:30} median {:6.1} ms",
+        "crossbeam_try_send",
+        peers[ROUNDS / 2] * 1e3
+    );
+    for (((name, _), mut v), mut t) in cases.iter().zip(ratios).zip(times) {
+        v.sort_by(f64::total_cmp);
+        t.sort_by(f64::total_cmp);
+        println!(
+            "  {name:30} median {:6.1} ms, ratio {:.2} ({:.2}-{:.2})",
+            t[ROUNDS / 2] * 1e3,
+            v[ROUNDS / 2],
+            v[0],
+            v[ROUNDS - 1]
+        );
+    }
+}
+
 criterion_group!(benches, bench);
-criterion_main!(benches);
+
+fn main() {
+    let filters: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    if filters.iter().all(|f| f != "paired") {
+        benches();
+        Criterion::default().configure_from_args().final_summary();
+    }
+    // `cargo bench --bench channel -- <filter>` runs the criterion cases only;
+    // `-- paired` the paired phase only.
+    if filters.is_empty() || filters.iter().any(|f| f == "paired") {
+        paired();
+    }
+}
