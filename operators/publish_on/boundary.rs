@@ -25,6 +25,10 @@ const PASS_BUDGET: u64 = 16 * 1024;
 /// and publishes them to the gauge's rates (see [`Boundary::record`]).
 const HOLD: u64 = 64;
 
+/// A pass that finds fewer items than this arrived since the last makes the drain's
+/// next task watch the ring (see the parent module).
+const TRICKLE: u64 = 4;
+
 /// A batch stamp: the position one past the batch's last item, and when it arrived.
 pub(super) type Stamp = (usize, Instant);
 
@@ -40,10 +44,14 @@ pub(super) struct Boundary<T, C> {
     scheduler: C,
     pub(super) gauge: Arc<QueueGauge>,
     max_age: Option<Duration>,
-    /// The ring's fill, for a lingering drain: the producer signals once per batch
-    /// but publishes it in runs. `None` when every batch fits one run (see the
-    /// parent module).
-    watch: Option<Watch<T>>,
+    /// The ring's fill, for a lingering drain that watches (see the parent module).
+    watch: Watch<T>,
+    /// The drain watches always: a batch may span several published runs.
+    always_watch: bool,
+    /// The drain's last passes found items arriving a few at a time (fewer than
+    /// [`TRICKLE`]): its next task watches (see the parent module). Written by the
+    /// drain when it changes, read by the drain's next task.
+    trickle: AtomicBool,
     /// An upstream error overtakes the queued items instead of waiting behind them.
     errors_first: bool,
     /// Items arrived and delivered that the drain has not yet published to the
@@ -107,7 +115,8 @@ impl<T, C> Boundary<T, C> {
         scheduler: C,
         gauge: Arc<QueueGauge>,
         max_age: Option<Duration>,
-        watch: Option<Watch<T>>,
+        watch: Watch<T>,
+        always_watch: bool,
         errors_first: bool,
     ) -> Self {
         Boundary {
@@ -118,6 +127,8 @@ impl<T, C> Boundary<T, C> {
             gauge,
             max_age,
             watch,
+            always_watch,
+            trickle: AtomicBool::new(false),
             errors_first,
             held: Padded::new(Held {
                 arrived: AtomicU64::new(0),
@@ -215,6 +226,13 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
             return;
         }
         queue.counted_tail = tail;
+        if arrived > 0 {
+            let trickle = arrived < TRICKLE;
+            // Relaxed: a hint for the drain's own next task.
+            if self.trickle.load(Ordering::Relaxed) != trickle {
+                self.trickle.store(trickle, Ordering::Relaxed);
+            }
+        }
         let depth = queue.items.cached();
         if now.is_none() && expired == 0 && queue.held + arrived + delivered < HOLD {
             // Relaxed: statistics; the sweep takes them with `swap`.
@@ -350,10 +368,15 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
     /// end signal while the producer runs on, and the two sides take turns instead
     /// of overlapping.
     fn has_work(&self, demand: &AtomicDemand) -> bool {
-        self.watch.as_ref().is_some_and(|w| w.has_items()) && demand.get() > 0
+        self.watch.has_items() && demand.get() > 0
     }
 
     const WATCHED: bool = true;
+
+    fn watches(&self) -> bool {
+        // Relaxed: a hint written by the drain itself.
+        self.always_watch || self.trickle.load(Ordering::Relaxed)
+    }
 }
 
 /// `a <= b` for wrapping ring positions less than half the range apart.

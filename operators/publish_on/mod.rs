@@ -209,24 +209,6 @@ where
     }
 }
 
-/// Tell the drain that items were published. A drain whose ring is watched (a window
-/// above one run) sees them itself while its task owns the loop, so the producer
-/// signals only when no task does ([`Core::notify`]); a smaller window's drain does
-/// not watch (see the module docs) and is always signalled.
-#[inline]
-fn wake<T, C, D>(core: &BoundaryCore<T, C, D>, prefetch: usize)
-where
-    T: Send + 'static,
-    C: Scheduler,
-    D: Subscriber<T> + Send + 'static,
-{
-    if prefetch > PUBLISH_RUN {
-        core.notify();
-    } else {
-        core.signal();
-    }
-}
-
 /// The boundary's core.
 type BoundaryCore<T, C, D> = Core<Boundary<T, C>, D>;
 
@@ -335,7 +317,8 @@ where
             scheduler,
             self.gauge.clone(),
             self.bounds.and_then(|b| b.get_max_age()),
-            (self.prefetch > PUBLISH_RUN).then(|| items.watch()),
+            items.watch(),
+            self.prefetch > PUBLISH_RUN,
             self.errors_first,
         ));
         // A snapshot publishes the counts the drain holds back first.
@@ -404,7 +387,7 @@ where
                     let run = producer.write(&mut items.by_ref().take(PUBLISH_RUN));
                     producer.publish();
                     if written == 0 && run == PUBLISH_RUN {
-                        wake(core, self.prefetch);
+                        core.notify();
                     }
                     written += run;
                     if run < PUBLISH_RUN {
@@ -419,7 +402,7 @@ where
             let core = core.clone();
             self.overflow(&core, std::iter::once(first).chain(items));
         } else if written > 0 {
-            wake(core, self.prefetch);
+            core.notify();
         }
         // Credit goes upstream from the drain, through `Replenish`.
         0

@@ -229,6 +229,16 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
     /// the mark skips the signal (see the file header's *Watched stages*).
     const WATCHED: bool = false;
 
+    /// For a [`WATCHED`](Self::WATCHED) stage: whether a lingering task that starts
+    /// now watches (marks itself and looks for unsignalled work with
+    /// [`has_work`](Self::has_work)); otherwise it waits for signals only, and
+    /// `notify` signals. Looking costs a drain whose producer sends large batches
+    /// (it reads lines the producer is writing), so a stage may watch only while
+    /// batches are small. The default is true.
+    fn watches(&self) -> bool {
+        true
+    }
+
     /// One of the stage's timers fired (any thread); the core runs a pass after it.
     fn on_timer(&self) {}
 }
@@ -682,11 +692,18 @@ where
     /// stage that does not use one: see [`Stage::USES_WAKER`]).
     fn run_loop(&self, mut missed: usize, task: Option<(bool, Option<&Waker>)>) {
         let mut passes = 0u32;
-        let watch = G::WATCHED && matches!(task, Some((true, _)));
+        let watch = G::WATCHED && matches!(task, Some((true, _))) && self.stage.watches();
         if watch {
             // Relaxed: a producer that misses it signals (one more pass, nothing
             // lost); one that sees it is covered by `unwatch`.
             self.watching.store(true, Ordering::Relaxed);
+        } else if G::WATCHED && self.watching.load(Ordering::Relaxed) {
+            // The mark of a task that handed the loop on (budget, yield) to this one,
+            // which does not watch: clear it before the first pass, which then sees
+            // whatever a producer published without a signal (see `unwatch`).
+            self.watching.store(false, Ordering::Relaxed);
+            // SeqCst: pairs with the fence in `notify`.
+            fence(Ordering::SeqCst);
         }
         loop {
             let pass = self.pass(task.and_then(|(_, waker)| waker));
@@ -707,7 +724,9 @@ where
                     if self.wip.pending() != missed {
                         return true;
                     }
-                    unsignalled = !self.is_stopping() && self.stage.has_work(&self.demand);
+                    unsignalled = (watch || !G::WATCHED)
+                        && !self.is_stopping()
+                        && self.stage.has_work(&self.demand);
                     if !unsignalled {
                         crowded = self.crowded();
                     }

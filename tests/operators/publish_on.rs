@@ -564,16 +564,24 @@ fn the_drain_task_leaves_once_the_subscription_ended() {
     probe.assert_completed();
 }
 
-/// Items sent one at a time from a producer thread through a channel into a window
-/// above one published run: the boundary's producer then signals the drain only when
-/// no drain task owns the loop (it watches the ring itself while it does). Pauses on
-/// both sides make the drain task leave and come back thousands of times, so every
-/// way an unsignalled item can meet a leaving task is crossed: each item arrives
-/// once, in order, and the completion after the last, for plain and stamped rings.
+/// Items sent one at a time from a producer thread through a channel: the boundary's
+/// producer signals the drain only when no drain task watches the ring (always, for a
+/// window above one published run; for a smaller one, while items arrive a few at a
+/// time). Pauses on both sides make the drain task leave and come back thousands of
+/// times and switch between watching and not, so every way an unsignalled item can
+/// meet a leaving task is crossed: each item arrives once, in order, and the
+/// completion after the last, for plain and stamped rings.
 #[test]
 fn single_items_from_another_thread_reach_a_drain_that_comes_and_goes() {
     const N: u64 = 200_000;
-    for (prefetch, stamped) in [(65, false), (256, false), (65, true), (256, true)] {
+    for (prefetch, stamped) in [
+        (16, false),
+        (64, true),
+        (65, false),
+        (256, false),
+        (65, true),
+        (256, true),
+    ] {
         let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
         let producer = std::thread::spawn(move || {
             for i in 0..N {
