@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::demand::{AtomicDemand, Replenish};
-use crate::loom::{AtomicBool, AtomicU64, Mutex, Ordering, Padded};
+use crate::loom::{AtomicBool, Mutex, Ordering, Padded};
 use crate::metrics::{DropReporter, QueueGauge, Sweep};
 use crate::queue::spsc::{Consumer, Watch};
 use crate::runtime::Scheduler;
@@ -50,8 +50,9 @@ pub(super) struct Boundary<T, C> {
     always_watch: bool,
     /// The drain's last passes found items arriving a few at a time (fewer than
     /// [`TRICKLE`]): its next task watches (see the parent module). Written by the
-    /// drain when it changes, read by the drain's next task.
-    trickle: AtomicBool,
+    /// drain when it changes, read by the drain's next task. A hint that orders
+    /// nothing (either answer is safe), so std's atomic even in loom builds.
+    trickle: std::sync::atomic::AtomicBool,
     /// An upstream error overtakes the queued items instead of waiting behind them.
     errors_first: bool,
     /// Items arrived and delivered that the drain has not yet published to the
@@ -62,10 +63,12 @@ pub(super) struct Boundary<T, C> {
     held: Padded<Held>,
 }
 
-/// Items arrived and delivered held back by the drain.
+/// Items arrived and delivered held back by the drain. Statistics that order nothing,
+/// so std's atomics even in loom builds (loom's would only multiply the models'
+/// branches).
 struct Held {
-    arrived: AtomicU64,
-    delivered: AtomicU64,
+    arrived: std::sync::atomic::AtomicU64,
+    delivered: std::sync::atomic::AtomicU64,
 }
 
 /// The consumer's side of the ring: what only the drain owner touches.
@@ -128,11 +131,11 @@ impl<T, C> Boundary<T, C> {
             max_age,
             watch,
             always_watch,
-            trickle: AtomicBool::new(false),
+            trickle: std::sync::atomic::AtomicBool::new(false),
             errors_first,
             held: Padded::new(Held {
-                arrived: AtomicU64::new(0),
-                delivered: AtomicU64::new(0),
+                arrived: std::sync::atomic::AtomicU64::new(0),
+                delivered: std::sync::atomic::AtomicU64::new(0),
             }),
         }
     }

@@ -13,10 +13,12 @@
 //! * **The producer** (upstream's thread, this file's [`Producing`]) writes each batch
 //!   into the ring ([`spsc`]), publishing every `PUBLISH_RUN` items so the consumer
 //!   can start on a long batch while the rest is written (the whole batch at once
-//!   with `publish_on_with`, whose batch stamp must be recorded first), and asks the
-//!   signal core for a pass after the first run and at the end of the batch. The
-//!   first `on_subscribe` calls downstream's `on_subscribe` on upstream's thread (as
-//!   Reactor does), then requests `prefetch`.
+//!   with `publish_on_with`, whose batch stamp must be recorded first), and tells
+//!   the signal core after the first run and at the end of the batch
+//!   ([`Core::notify`](crate::stage::Core::notify)): a pass is signalled only when no
+//!   drain task watches the ring (below). The first `on_subscribe` calls
+//!   downstream's `on_subscribe` on upstream's thread (as Reactor does), then
+//!   requests `prefetch`.
 //! * **The drain** (`boundary.rs`, the stage on the engine room's signal core, driven
 //!   on the scheduler) owns the ring's reading end and the subscriber. A pass drops
 //!   expired items (with `max_age`), delivers `min(demand, readable)` items in one
@@ -26,15 +28,20 @@
 //!   its task the drain lingers a few microseconds for the next reason to run (the
 //!   crate's one backoff: a bounded spin, no yielding), which saves a task hand-off
 //!   per batch on a busy boundary without stealing the CPU from a producer that is
-//!   not running. With a prefetch above `PUBLISH_RUN`, while it lingers it also
-//!   watches the ring's fill (`has_work`): the producer signals once per batch
-//!   (after the first run and at the end), so a drain that caught up in the middle
-//!   of a large batch starts on the next run as soon as it is published instead of
-//!   at the batch's end. A smaller window's batches are published in one run, right
-//!   before their signal, so there is nothing to gain, and watching costs: the
-//!   drain then starts its pass while the producer still signals, and the two fight
-//!   over the core's lines (measured at prefetch 16 and 64: with the watch, 0.74 and
-//!   0.83 × the throughput without).
+//!   not running.
+//! * **Watching.** A drain task may also *watch* the ring: it marks itself, and
+//!   while it lingers it looks at the ring's fill (`has_work`) besides the signals.
+//!   The producer then skips its signal (a locked increment on a line the drain
+//!   writes every pass: with items sent one at a time, most of the producer's time),
+//!   and the task, when it leaves, looks once more (the engine room's *watched
+//!   stages*: a fence on each side closes the race). With a window above
+//!   `PUBLISH_RUN` the drain always watches: a drain that caught up in the middle of
+//!   a large batch also starts on the next run as soon as it is published instead of
+//!   at the batch's end. A smaller window's batches are published in one run, and
+//!   looking costs a drain fed by a batching producer (it reads the lines the
+//!   producer is writing: 0.82–0.86 × the throughput without at prefetch 16 and 64),
+//!   so such a drain watches only while items arrive a few at a time (its last pass
+//!   found fewer than 4 new ones).
 //! * **Downstream** `request` adds demand and asks for a pass; `cancel` cancels
 //!   upstream at once and the next pass drops the queued items and the subscriber.
 //!   A subscriber that panics is treated the same way (rule 2.13), and so is a

@@ -71,14 +71,21 @@
 // it signals, or the task's look follows the publication and it sees the work (and
 // takes the loop again, or leaves it to the thread that took it meanwhile, which
 // then owes a pass for the reason `unwatch` registered). A task that hands the loop
-// to a new task (budget, yield) stays marked: the new task runs a pass first.
+// to a new task (budget, yield) stays marked: the new task runs a pass first. A
+// stage may watch only some of the time (`Stage::watches`, asked when a task
+// starts), because looking costs a drain whose producer sends large batches (it
+// reads the lines the producer is writing); a task that does not watch clears a mark
+// it inherited with the same fence before its first pass, which then sees what was
+// published unsignalled.
 //
 // # Layout
 //
 // On a boundary two threads use one core: the producer reads the flags and enters the
 // `Wip` once per batch, while the owner locks the slot and settles the demand for
 // every delivery. A stage whose core is used that way says `type Padding = Block`:
-// the demand and the slot then each sit on a 128-byte block of their own, so
+// the demand, the slot and the `Wip` then each sit on a 128-byte block of their own
+// (the `Wip` since the producer reads the flags beside it once per item when items
+// come one at a time, while the owner writes it every pass), so
 // the owner's writes there do not take the `Wip`'s line from the producer and the
 // producer's signal does not take theirs from the owner. Measured on
 // `range → subscribe_on → publish_on(16) → fold`: the demand's settle was a third of

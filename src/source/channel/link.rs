@@ -741,19 +741,28 @@ impl<T: Send + 'static> Chan<T> {
             let (taken, end, wake) = {
                 let mut st = self.lock_state();
                 let mut offered = false;
+                let mut taken = 0;
                 if let Some(offer) = offer.take() {
                     if let Some(entry) = offer.entry.take() {
+                        if budget > 0 && st.queue.is_full() {
+                            // The room this pass frees is the sender's: a send that
+                            // finds demand waiting is not refused (or, under a lossy
+                            // policy, made to drop) for it. The items taken out are
+                            // older than the sender's; they leave first.
+                            taken = st
+                                .queue
+                                .pop_batch(now, budget, &mut c.batch, &mut c.expired);
+                        }
                         *offer.answer =
                             Some(self.offer_unflushed(&mut st, entry, now, offer.will_wait));
                         offered = true;
                     }
                 }
-                let taken = if budget > 0 {
-                    st.queue
-                        .pop_batch(now, budget, &mut c.batch, &mut c.expired)
-                } else {
-                    0
-                };
+                if budget > taken {
+                    taken += st
+                        .queue
+                        .pop_batch(now, budget - taken, &mut c.batch, &mut c.expired);
+                }
                 let end = if st.queue.is_empty() {
                     st.end.take()
                 } else {

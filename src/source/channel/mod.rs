@@ -43,7 +43,12 @@
 //! `send_blocking`, the first poll of `send`) that finds demand waiting, nothing
 //! queued, no admission rung on and the loop free hands its item straight to the
 //! subscriber (the *direct hand-off*: no lock, no clock reading; an item with a
-//! deadline is checked under the lock instead). The item counts as passing through
+//! deadline is checked under the lock instead). When another thread holds the loop
+//! at that moment (typically the subscriber's thread, briefly, serving a request),
+//! the send waits a few microseconds for it (a bounded spin) rather than queue its
+//! item and make that thread serve it: a producer sending one item at a time would
+//! otherwise keep the subscriber's thread serving one item per pass, both threads
+//! taking the state lock for every item. The item counts as passing through
 //! the queue when the loop's owner next flushes (at the latest after 64 items: it
 //! then reads the clock). A `try_send_all` step whose items admission does not read
 //! is handed over the same way, whole, when the demand covers it. With
