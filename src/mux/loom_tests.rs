@@ -63,7 +63,13 @@ fn open(mux: &Mux<u32>, channel: u32) -> (Boxed, Arc<Credit>, Recorder) {
 /// unit of credit came back (the pool is whole, nothing is buffered, no channel
 /// holds a borrowed unit).
 fn credit_and_hand_off(channels: u32, items: u32) {
-    loom::model(move || {
+    // The senders wait for credit in a yield loop, and loom counts every turn of it:
+    // an interleaving that holds a channel's credit back for long makes a long
+    // execution, not an endless one (both sizes pass at 3,000; loom's default of
+    // 1,000 was crossed once the boundary's drain began watching its ring).
+    let mut model = loom::model::Builder::new();
+    model.max_branches = 5_000;
+    model.check(move || {
         let mux = smallest_mux();
         let mut senders = Vec::new();
         let mut recorders = Vec::new();
