@@ -628,16 +628,22 @@ where
     /// (the reason this call registered makes that owner run another pass, which
     /// finds the work).
     fn unwatch(&self) -> bool {
-        // Relaxed: ordered by the fence.
-        self.watching.store(false, Ordering::Relaxed);
-        // SeqCst: pairs with the fence in `notify` (see there).
-        fence(Ordering::SeqCst);
+        self.clear_mark();
         if self.is_stopping() || !self.stage.has_work(&self.demand) || !self.wip.enter() {
             return false;
         }
         // Relaxed: a producer that misses it signals (one more pass, nothing lost).
         self.watching.store(true, Ordering::Relaxed);
         true
+    }
+
+    /// Clear the watching mark, then fence: whatever a producer published without a
+    /// signal (it saw the mark) is visible to this thread's reads after it.
+    fn clear_mark(&self) {
+        // Relaxed: ordered by the fence.
+        self.watching.store(false, Ordering::Relaxed);
+        // SeqCst: pairs with the fence in `notify` (see there).
+        fence(Ordering::SeqCst);
     }
 
     /// `signal`, running the loop on this thread when it is the only thread of the
@@ -708,9 +714,7 @@ where
             // The mark of a task that handed the loop on (budget, yield) to this one,
             // which does not watch: clear it before the first pass, which then sees
             // whatever a producer published without a signal (see `unwatch`).
-            self.watching.store(false, Ordering::Relaxed);
-            // SeqCst: pairs with the fence in `notify`.
-            fence(Ordering::SeqCst);
+            self.clear_mark();
         }
         loop {
             let pass = self.pass(task.and_then(|(_, waker)| waker));
