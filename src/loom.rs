@@ -16,6 +16,16 @@ pub(crate) use std::sync::Mutex;
 
 pub(crate) use std::sync::atomic::Ordering;
 
+/// A busy-wait's pause: `std::hint::spin_loop`, or in models a yield, which loom
+/// needs to let the thread being waited for run (else a spin is endless branches).
+#[inline(always)]
+pub(crate) fn spin_hint() {
+    #[cfg(weir_loom)]
+    loom::thread::yield_now();
+    #[cfg(not(weir_loom))]
+    std::hint::spin_loop();
+}
+
 /// The shared ownership of the SPSC ring: loom's `Arc` in models, so that the
 /// synchronisation of the last handle's drop (which makes the other side's writes
 /// visible to the ring's `Drop`) is modelled too.

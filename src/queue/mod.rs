@@ -18,9 +18,12 @@
 //! - Items are stamped at enqueue; each queue's [`QueueMonitor`](crate::metrics::QueueMonitor)
 //!   reports depth, oldest-item age, rates, and lag in seconds.
 
-// The crate's one unsafe module: a lock-free SPSC ring publishes a whole batch of
-// slots with one index store, which safe Rust cannot express without a lock or a
-// per-slot flag (see the module docs for the protocol that makes it sound).
+// The crate's two unsafe modules: a lock-free SPSC ring publishes a whole batch of
+// slots with one index store, and a claim ring hands each slot from the producer
+// that claimed it to the consumer by its stamp; safe Rust cannot express either
+// without a lock (see each module's docs for the protocol that makes it sound).
+#[allow(unsafe_code)]
+pub(crate) mod claim;
 #[allow(unsafe_code)]
 pub(crate) mod spsc;
 pub(crate) mod timed;

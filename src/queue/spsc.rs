@@ -203,7 +203,7 @@ impl<T> Drop for Ring<T> {
 /// Drop `item`, containing a panic in its `Drop` (logged): the ring's clean-up must
 /// finish, whatever an item does, or its positions would no longer say which slots
 /// hold items.
-fn drop_contained<T>(item: T) {
+pub(super) fn drop_contained<T>(item: T) {
     if std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || drop(item))).is_err() {
         tracing::error!("an item's Drop panicked while a queue released it; contained");
     }
