@@ -346,6 +346,13 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
         queue: &mut Queue<T>,
         subscriber: &mut D,
     ) -> Pass {
+        if let Some(pull) = self.upstream.pull() {
+            if pull.ready() {
+                // Upstream's drain loop, here: its batch lands in our ring before
+                // we deliver from it.
+                pull.pull();
+            }
+        }
         let now = queue.stamps.is_some().then(|| self.gauge.now());
         let pass = self.deliver(cx, subscriber, queue, now);
         queue.drops.flush();
@@ -370,8 +377,26 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
     /// drain that caught up with a batch being written would wait for the batch's
     /// end signal while the producer runs on, and the two sides take turns instead
     /// of overlapping.
+    /// Also items upstream's senders left in its ring for us to pull (a channel:
+    /// see [`Pull`](crate::spec::Pull)), read from the ring's next slot.
     fn has_work(&self, demand: &AtomicDemand) -> bool {
-        self.watch.has_items() && demand.get() > 0
+        (self.watch.has_items() && demand.get() > 0)
+            || self.upstream.pull().is_some_and(|pull| pull.ready())
+    }
+
+    /// As `has_work`, but upstream's ring is read at its claims: after the fence
+    /// that ends our watching, a claim is either seen here or its sender saw the mark
+    /// cleared and signals.
+    fn has_work_after_fence(&self, demand: &AtomicDemand) -> bool {
+        (self.watch.has_items() && demand.get() > 0)
+            || self.upstream.pull().is_some_and(|pull| pull.claimed())
+    }
+
+    /// Upstream's senders skip their signal while we watch its ring too.
+    fn watched(&self, on: bool) {
+        if let Some(pull) = self.upstream.pull() {
+            pull.watch(on);
+        }
     }
 
     const WATCHED: bool = true;

@@ -257,6 +257,24 @@ impl<T> ClaimRing<T> {
         self.tail.load(Ordering::Relaxed) & self.mark != 0
     }
 
+    /// Whether the item at the reader's last published position is written: a hint
+    /// for a watcher that polls (it reads that slot's line, which a sender writes
+    /// once per item of it, not the tail, which every claim writes).
+    pub(crate) fn has_ready(&self) -> bool {
+        // Relaxed, both: a hint; the reader's pop reads the stamp with Acquire.
+        let head = self.head.load(Ordering::Relaxed);
+        self.slot(head).stamp.load(Ordering::Relaxed) == head.wrapping_add(1)
+    }
+
+    /// Whether any position past the reader's last published one is claimed,
+    /// written or not. After a `SeqCst` fence this sees every claim that precedes
+    /// the fence in the `SeqCst` order (module docs); the published head is at most
+    /// the reader's, so no claim is missed (at worst one already taken is counted).
+    pub(crate) fn has_claims(&self) -> bool {
+        // Relaxed, both: ordered by the caller's fence (module docs).
+        self.tail.load(Ordering::Relaxed) & !self.mark != self.head.load(Ordering::Relaxed)
+    }
+
     /// How many items are claimed and not yet taken, as of the consumer's last batch
     /// (items being written count; 0 when the two reads cross).
     pub(crate) fn len(&self) -> usize {
@@ -371,6 +389,20 @@ impl<T> Reader<T> {
         // Relaxed: a statistic (and `Drop`, ordered by the `Arc`).
         self.ring.head.store(self.head, Ordering::Relaxed);
         (taken, found)
+    }
+
+    /// What a pop would find now, without taking anything.
+    pub(crate) fn state(&self) -> Pop<()> {
+        let slot = self.ring.slot(self.head);
+        // Relaxed: a look; a pop reads the stamp with Acquire before it reads an item.
+        if slot.stamp.load(Ordering::Relaxed) == self.head.wrapping_add(1) {
+            return Pop::Item(());
+        }
+        match self.look() {
+            Pop::Pending => Pop::Pending,
+            Pop::Closed => Pop::Closed,
+            _ => Pop::Empty,
+        }
     }
 
     /// Whether a pop would find an item now or in a moment (written, or claimed and

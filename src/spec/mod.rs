@@ -56,4 +56,5 @@ pub use processor::Processor;
 pub use publisher::{BoxPublisher, Publisher};
 pub(crate) use subscriber::sealed::Sealed;
 pub use subscriber::Subscriber;
+pub(crate) use subscription::Pull;
 pub use subscription::{RawSubscription, Subscription};

@@ -24,12 +24,52 @@ pub trait RawSubscription: Send + Sync {
 #[derive(Clone)]
 pub struct Subscription {
     inner: Arc<dyn RawSubscription>,
+    /// A publisher whose items a downstream task may take on its own thread (a
+    /// channel's claim ring): see [`Pull`].
+    pull: Option<Arc<dyn Pull>>,
+}
+
+/// A publisher that holds items for its subscriber in a lock-free ring its senders
+/// fill, and lets a downstream drain that lingers on another thread take them there
+/// itself: the drain marks itself *watching* (senders then skip their signal), looks
+/// for items while it lingers, and runs the publisher's drain loop on its own thread
+/// when it finds some. Carried by the [`Subscription`] (crate-internal); stages
+/// that hand their upstream's subscription on unchanged keep it.
+pub(crate) trait Pull: Send + Sync {
+    /// Mark (or clear the mark of) a watching drain. The caller fences (`SeqCst`)
+    /// after clearing it and then asks [`claimed`](Self::claimed).
+    fn watch(&self, on: bool);
+    /// Items are written and waiting (cheap: reads the ring's next slot, not a line
+    /// the senders write per item): for polling.
+    fn ready(&self) -> bool;
+    /// Items are claimed, written or not: the look after the watcher's fence, which
+    /// sees every claim ordered before it.
+    fn claimed(&self) -> bool;
+    /// Run the publisher's drain loop on this thread (or, if another thread owns it,
+    /// make that owner run another pass).
+    fn pull(&self);
 }
 
 impl Subscription {
     /// Wrap a publisher's subscription state.
     pub fn new<R: RawSubscription + 'static>(inner: Arc<R>) -> Self {
-        Subscription { inner }
+        Subscription { inner, pull: None }
+    }
+
+    /// Wrap a publisher's subscription state that downstream may also [`Pull`].
+    pub(crate) fn with_pull<R: RawSubscription + 'static>(
+        inner: Arc<R>,
+        pull: Arc<dyn Pull>,
+    ) -> Self {
+        Subscription {
+            inner,
+            pull: Some(pull),
+        }
+    }
+
+    /// The publisher's [`Pull`], if it has one.
+    pub(crate) fn pull(&self) -> Option<&Arc<dyn Pull>> {
+        self.pull.as_ref()
     }
 
     /// A subscription that ignores every call: for publishers that have already

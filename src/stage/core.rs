@@ -246,6 +246,19 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
         true
     }
 
+    /// A lingering task started (`true`) or stopped (`false`) watching: a stage that
+    /// also watches its upstream ([`Pull`](crate::spec::Pull)) passes
+    /// the mark on. Called after the core's own mark is set, and before the fence
+    /// when it is cleared.
+    fn watched(&self, _on: bool) {}
+
+    /// [`has_work`](Self::has_work) for the look of a task that stopped watching,
+    /// after its fence: it must see every piece of work a producer published without
+    /// a signal. The default is `has_work`.
+    fn has_work_after_fence(&self, demand: &AtomicDemand) -> bool {
+        self.has_work(demand)
+    }
+
     /// One of the stage's timers fired (any thread); the core runs a pass after it.
     fn on_timer(&self) {}
 }
@@ -566,6 +579,18 @@ where
     pub(crate) fn attach_then(
         self: &Arc<Self>,
         owned: G::Owned,
+        downstream: S,
+        started: impl FnOnce(&Arc<Self>),
+    ) {
+        self.attach_as(Subscription::new(self.clone()), owned, downstream, started);
+    }
+
+    /// [`attach_then`](Self::attach_then) with the subscription to hand downstream
+    /// (one made from this core, which may carry a [`Pull`](crate::spec::Pull)).
+    pub(crate) fn attach_as(
+        self: &Arc<Self>,
+        subscription: Subscription,
+        owned: G::Owned,
         mut downstream: S,
         started: impl FnOnce(&Arc<Self>),
     ) {
@@ -574,7 +599,6 @@ where
             entered,
             "a core is attached once, before anyone else enters"
         );
-        let subscription = Subscription::new(self.clone());
         if !crate::guard::on_subscribe(&mut downstream, subscription) {
             // Relaxed: this thread owns the loop and reads it below.
             self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
@@ -629,11 +653,13 @@ where
     /// finds the work).
     fn unwatch(&self) -> bool {
         self.clear_mark();
-        if self.is_stopping() || !self.stage.has_work(&self.demand) || !self.wip.enter() {
+        if self.is_stopping() || !self.stage.has_work_after_fence(&self.demand) || !self.wip.enter()
+        {
             return false;
         }
         // Relaxed: a producer that misses it signals (one more pass, nothing lost).
         self.watching.store(true, Ordering::Relaxed);
+        self.stage.watched(true);
         true
     }
 
@@ -642,7 +668,9 @@ where
     fn clear_mark(&self) {
         // Relaxed: ordered by the fence.
         self.watching.store(false, Ordering::Relaxed);
-        // SeqCst: pairs with the fence in `notify` (see there).
+        self.stage.watched(false);
+        // SeqCst: pairs with the fence in `notify` (see there), and with a pulled
+        // upstream's senders' read of its mark after their claim.
         fence(Ordering::SeqCst);
     }
 
@@ -710,6 +738,7 @@ where
             // Relaxed: a producer that misses it signals (one more pass, nothing
             // lost); one that sees it is covered by `unwatch`.
             self.watching.store(true, Ordering::Relaxed);
+            self.stage.watched(true);
         } else if G::WATCHED && self.watching.load(Ordering::Relaxed) {
             // The mark of a task that handed the loop on (budget, yield) to this one,
             // which does not watch: clear it before the first pass, which then sees
@@ -1041,6 +1070,11 @@ impl SharedUpstream {
         if !self.done.load(std::sync::atomic::Ordering::Relaxed) {
             self.subscription.request(n);
         }
+    }
+
+    /// Upstream's [`Pull`](crate::spec::Pull), if it has one.
+    pub(crate) fn pull(&self) -> Option<&Arc<dyn crate::spec::Pull>> {
+        self.subscription.pull()
     }
 
     /// Cancel, the first time (and not after upstream terminated).

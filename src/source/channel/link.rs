@@ -26,8 +26,9 @@ use super::admission::{Admission, Assessed, Refusal, Rungs, Step};
 use super::marks::{FlowState, WaterMarks};
 use super::ChannelPolicy;
 use crate::metrics::{DropHook, QueueGauge, Sweep};
+use crate::queue::claim::{ClaimRing, Pop, Reader};
 use crate::queue::timed::TimedQueue;
-use crate::spec::Sealed;
+use crate::spec::{Pull, Sealed};
 use crate::stage::{Core, Cx, Pass, Stage};
 use crate::{DropReason, Error, Subscriber};
 
@@ -233,6 +234,8 @@ pub(super) struct Buffers<T> {
     expired: Vec<(DropReason, T)>,
     /// Items handed over directly since the last flush ([`Link::hand_off`]).
     unstamped: usize,
+    /// The claim ring's reading end, in lane mode ([`Chan::lane`]).
+    reader: Option<Reader<T>>,
 }
 
 /// The one subscriber, with its type erased: senders exist before it does, so the
@@ -327,8 +330,10 @@ pub(super) struct Chan<T> {
     vacant: AtomicBool,
     /// Items handed straight to the subscriber ([`Link::hand_off`]) so far, written
     /// only by the drain loop's owner; folded into the queue's counts at its next
-    /// flush ([`Chan::flush`]).
-    passed: AtomicU64,
+    /// flush ([`Chan::flush`]). On a block of its own: in lane mode the owner (a
+    /// watcher on another thread) writes it every pass, while senders read the
+    /// flags around it for every item.
+    passed: crate::loom::Padded<AtomicU64>,
     /// Where drops are reported: the hook given to the builder, or else the
     /// subscriber's (set when it attaches).
     hook: OnceLock<DropHook>,
@@ -336,6 +341,14 @@ pub(super) struct Chan<T> {
     unhooked: AtomicU64,
     capacity: usize,
     batch_size: usize,
+    /// Lane mode: a claim ring of one batch that senders fill while a downstream
+    /// drain on another thread watches it ([`Pull`]), and the ring's reader until
+    /// the subscriber's buffers take it. See [`Link::claim`].
+    lane: Option<crate::loom::Arc<ClaimRing<T>>>,
+    lane_reader: std::sync::Mutex<Option<Reader<T>>>,
+    /// A downstream drain watches the lane ([`Pull::watch`]): read by senders for
+    /// every item, written when a watcher starts or stops.
+    pulled: crate::loom::Padded<AtomicBool>,
 }
 
 impl<T: Send + 'static> Chan<T> {
@@ -345,9 +358,17 @@ impl<T: Send + 'static> Chan<T> {
         queue: TimedQueue<T>,
         hook: Option<DropHook>,
         admission: Admission<T>,
+        lane: bool,
     ) -> Self {
         let queue_capacity = queue.capacity();
         let batch_size = queue_capacity.min(BATCH);
+        let (lane, lane_reader) = match lane {
+            true => {
+                let (ring, reader) = ClaimRing::new(batch_size);
+                (Some(ring), Some(reader))
+            }
+            false => (None, None),
+        };
         let cell = OnceLock::new();
         if let Some(hook) = hook {
             let _ = cell.set(hook);
@@ -375,11 +396,14 @@ impl<T: Send + 'static> Chan<T> {
             senders: AtomicUsize::new(1),
             subscribed: AtomicBool::new(false),
             vacant: AtomicBool::new(true),
-            passed: AtomicU64::new(0),
+            passed: crate::loom::Padded::new(AtomicU64::new(0)),
             hook: cell,
             unhooked: AtomicU64::new(0),
             capacity: queue_capacity,
             batch_size,
+            lane,
+            lane_reader: std::sync::Mutex::new(lane_reader),
+            pulled: crate::loom::Padded::new(AtomicBool::new(false)),
         }
     }
 
@@ -738,10 +762,36 @@ impl<T: Send + 'static> Chan<T> {
                 Some(offer) => offer.now,
                 None => self.gauge.now(),
             };
-            let (taken, end, wake) = {
+            // The lane's items first: senders use it only while the queue is empty,
+            // so its items are older than any queued item of the same sender.
+            let (from_lane, lane) = match &mut c.reader {
+                Some(reader) => {
+                    let batch = &mut c.batch;
+                    let (n, _) = reader.pop_batch(budget, |item| batch.push_back(item));
+                    (n, reader.state())
+                }
+                None => (0, Pop::Closed),
+            };
+            if from_lane > 0 {
+                self.passed_over(c, from_lane);
+            }
+            if offer.is_none() && self.vacant() {
+                // Nothing queued, no end due, no rung on (as the last holder of the
+                // state lock left it): the lane's items alone, without the lock.
+                // A sender that queues an item after this read signals for it.
+                if from_lane > 0 {
+                    cx.deliver_queue(sink, &mut c.batch);
+                    self.stamp_if_due(c);
+                }
+                if from_lane < budget || budget == 0 {
+                    return Pass::Idle;
+                }
+                continue;
+            }
+            let (taken, end, wake, end_waits) = {
                 let mut st = self.lock_state();
                 let mut offered = false;
-                let mut taken = 0;
+                let mut taken = from_lane;
                 if let Some(offer) = offer.take() {
                     if let Some(entry) = offer.entry.take() {
                         if budget > 0 && st.queue.is_full() {
@@ -763,17 +813,21 @@ impl<T: Send + 'static> Chan<T> {
                         .queue
                         .pop_batch(now, budget - taken, &mut c.batch, &mut c.expired);
                 }
-                let end = if st.queue.is_empty() {
+                // The end waits for the lane too: closing marks it, so once the
+                // reader reports it closed, no claim can follow.
+                let lane_done = matches!(lane, Pop::Closed);
+                let end = if st.queue.is_empty() && lane_done {
                     st.end.take()
                 } else {
                     None
                 };
+                let end_waits = st.end.is_some() && matches!(lane, Pop::Pending);
                 if offered || taken > 0 {
                     self.flush(&mut st, now);
                     c.unstamped = 0;
                 }
                 let wake = (taken > 0).then(|| self.after_removal(&mut st));
-                (taken, end, wake)
+                (taken, end, wake, end_waits)
             };
             if let Some(wake) = wake {
                 wake.run();
@@ -789,6 +843,12 @@ impl<T: Send + 'static> Chan<T> {
             }
             if let Some(end) = end {
                 return cx.terminate(sink, end);
+            }
+            if end_waits {
+                // The end waits for a sender that claimed a slot of the lane before
+                // the close and is writing it: a moment.
+                crate::loom::spin_hint();
+                continue;
             }
             if taken < budget || budget == 0 {
                 return Pass::Idle;
@@ -837,6 +897,9 @@ impl<T: Send + 'static> Chan<T> {
             let mut st = self.lock_state();
             st.open = false;
             st.end = None;
+            if let Some(lane) = &self.lane {
+                lane.close();
+            }
             let released: Vec<T> = st.queue.take_all().collect();
             let now = self.gauge.now();
             self.flush(&mut st, now);
@@ -864,6 +927,11 @@ impl<T: Send + 'static> Stage for Chan<T> {
     fn stop(&self, buffers: &mut Buffers<T>) {
         buffers.batch.clear();
         self.shut();
+        if let Some(reader) = &mut buffers.reader {
+            // Closed by `shut`: what the lane still holds is released (a claim being
+            // written now is released by the ring's `Drop`).
+            reader.pop_batch(usize::MAX, drop);
+        }
     }
 }
 
@@ -965,10 +1033,68 @@ impl<T: Send + 'static> Link<T> {
         self.hand_off_item(item).map_err(|item| (item, assessed))
     }
 
+    /// Lane mode: while a drain on another thread watches the lane ([`Pull`]) and
+    /// the channel is vacant, a send claims a slot of the
+    /// lane (one compare-and-swap) and writes its item there, and signals only if the
+    /// watcher has stopped watching since: the watcher takes the items on its own
+    /// thread. Items in the lane count as one batch being handed over (the lane holds
+    /// one batch, so the in-flight bound is unchanged) and as passing through the
+    /// queue when the drain takes them. Per-sender order: a send that finds the lane
+    /// full (or is not allowed in) takes the paths below, and every pass takes the
+    /// lane's items before the queue's; the direct hand-off waits for an empty lane
+    /// ([`hand_over`](Self::hand_over)); and the lane is used only while the queue is
+    /// empty (vacant), as the sender sees it (its own last offer, or later).
+    ///
+    /// Returns the item when it must take another path. Called from
+    /// [`hand_off_item`](Self::hand_off_item), which the item alone goes into:
+    /// anything more in [`hand_off`](Self::hand_off) made the compiler copy the
+    /// entry through memory right after the caller stored it in two halves (a
+    /// store-forwarding stall: 13.6 to 19.5 ms per 1M inline sends).
+    #[inline]
+    fn claim(&self, item: T) -> Result<(), T> {
+        let chan = self.stage();
+        let Some(lane) = &chan.lane else {
+            return Err(item);
+        };
+        // Relaxed: a hint; a stale answer only sends the item down another path
+        // (see above for the order). The caller read the watcher's mark. Not the
+        // demand: the drain settles it every pass, and reading it per item moved
+        // its line; the lane holds one batch whatever the demand.
+        if !chan.vacant() {
+            return Err(item);
+        }
+        if let Err(refused) = lane.push(item) {
+            return Err(refused.into_inner());
+        }
+        // Loom models `SeqCst` accesses as `AcqRel`: the fence makes the order the
+        // claim and this load have on real targets explicit there (see `claim.rs`).
+        #[cfg(weir_loom)]
+        crate::loom::fence(Ordering::SeqCst);
+        // SeqCst: after our claim (`SeqCst`), pairs with the fence of a watcher
+        // that clears its mark and then looks at the lane's claims: either it sees
+        // ours or we see the mark cleared and run the drain loop for it.
+        if !chan.pulled.load(Ordering::SeqCst) {
+            // Not `kick`: with no demand seen, a request racing this claim may have
+            // run its pass before the claim was visible; this pass (or the owner's
+            // next) comes after the claim.
+            self.signal();
+        }
+        Ok(())
+    }
+
     /// [`hand_off`](Self::hand_off) of an item the channel may take: the item alone
     /// goes in (in a register, for a small one), out of line.
     #[inline(never)]
     fn hand_off_item(&self, item: T) -> Result<(), T> {
+        // Relaxed: a hint (see `claim`).
+        let item = if self.stage().pulled.load(Ordering::Relaxed) {
+            match self.claim(item) {
+                Ok(()) => return Ok(()),
+                Err(item) => item,
+            }
+        } else {
+            item
+        };
         let mut entry = Some(item);
         self.hand_over(1, |cx, sink| {
             let item = entry.take().expect("offered once");
@@ -1020,7 +1146,11 @@ impl<T: Send + 'static> Link<T> {
         }
         let mut handed = false;
         self.try_pass_if_idle(|cx, c, sink| {
-            if cx.stopped() || !chan.vacant() || cx.demand().get() < wanted {
+            if cx.stopped()
+                || !chan.vacant()
+                || cx.demand().get() < wanted
+                || c.reader.as_ref().is_some_and(|reader| reader.has_work())
+            {
                 return Pass::Idle;
             }
             chan.passed_over(c, n);
@@ -1188,6 +1318,33 @@ impl<T: Send + 'static> Sweep for Link<T> {
     }
 }
 
+/// Lane mode's watcher: a `publish_on` drain behind the channel (see [`Link::claim`]).
+impl<T: Send + 'static> Pull for Link<T> {
+    fn watch(&self, on: bool) {
+        // Relaxed: the watcher fences after clearing it (`Core::clear_mark`); a
+        // sender reads it with SeqCst after its claim.
+        self.stage().pulled.store(on, Ordering::Relaxed);
+    }
+
+    fn ready(&self) -> bool {
+        self.stage()
+            .lane
+            .as_ref()
+            .is_some_and(|lane| lane.has_ready())
+    }
+
+    fn claimed(&self) -> bool {
+        self.stage()
+            .lane
+            .as_ref()
+            .is_some_and(|lane| lane.has_claims())
+    }
+
+    fn pull(&self) {
+        self.signal();
+    }
+}
+
 impl<T: Send + 'static> Link<T> {
     /// Run the drain loop if there is demand to serve (see the file docs for why
     /// skipping it otherwise loses nothing).
@@ -1208,6 +1365,11 @@ impl<T: Send + 'static> Link<T> {
             }
             st.open = false;
             st.end = Some(end);
+            if let Some(lane) = &chan.lane {
+                // Under the lock, before a pass can take the end: a claim after this
+                // is refused, and the end waits for the claims before it.
+                lane.close();
+            }
             chan.wake_all(&mut st)
         };
         wake.run();
@@ -1224,12 +1386,27 @@ impl<T: Send + 'static> Link<T> {
             // The builder's hook, if any, keeps its place.
             let _ = self.stage().hook.set(hook);
         }
+        let chan = self.stage();
+        let reader = chan
+            .lane_reader
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .take();
+        let pulled = reader.is_some();
         let buffers = Buffers {
-            batch: VecDeque::with_capacity(self.stage().batch_size),
+            batch: VecDeque::with_capacity(chan.batch_size),
             expired: Vec::new(),
             unstamped: 0,
+            reader,
         };
-        self.attach(buffers, ErasedSink(Box::new(subscriber)));
+        let sink = ErasedSink(Box::new(subscriber));
+        if pulled {
+            let pull: Arc<dyn Pull> = self.clone();
+            let subscription = crate::Subscription::with_pull(self.clone(), pull);
+            self.attach_as(subscription, buffers, sink, |_| {});
+        } else {
+            self.attach(buffers, sink);
+        }
     }
 }
 

@@ -541,7 +541,18 @@ impl ChannelBuilder {
         admission.check(marks, capacity);
         let queue = TimedQueue::new(self.capacity, self.bounds, gauge.clone())
             .with_deadlines(admission.keeps_deadlines());
-        let shared = Link::new(Chan::new(self.policy, marks, queue, self.hook, admission));
+        // Lane mode (a claim ring for senders while a drain on another thread
+        // watches it) where nothing reads an item or its age: no time bounds, no
+        // shed rung, no deadlines.
+        let lane = self.bounds == TimeBounds::none() && !admission.reads_items();
+        let shared = Link::new(Chan::new(
+            self.policy,
+            marks,
+            queue,
+            self.hook,
+            admission,
+            lane,
+        ));
         // Before the stats are read: the counts the queue holds back are published,
         // and items that died while nobody reads leave.
         let sweeper: Arc<dyn crate::metrics::Sweep> = shared.clone();
