@@ -2,8 +2,11 @@
 //! (`try_send`, `try_send_all` in batches of 1–37, `send_blocking`, `send().await` and
 //! `send_or_pause().await` on a tokio runtime), racing the end of the stream (every sender dropped, `close`, `fail`, or a
 //! consumer that cancels), under every `ChannelPolicy`, into a slow consumer (one
-//! item requested at a time, pausing) or an eager one (unbounded demand, no pause:
-//! nearly every single send then races the others for the direct hand-off).
+//! item requested at a time, pausing), an eager one (unbounded demand, no pause:
+//! nearly every single send then races the others for the direct hand-off), or an
+//! eager one on another thread behind `publish_on(pool, 4)` (whose drain watches the
+//! channel's lane: single sends then claim slots of it while the watcher comes and
+//! goes).
 //!
 //! Every produced item must be accounted for, exactly:
 //!
@@ -97,7 +100,13 @@ enum Consumer {
     /// Unbounded demand from `on_subscribe`, no pause: single sends hand their items
     /// straight over whenever nothing is queued.
     Eager,
+    /// As `Eager`, on a pool's thread behind `publish_on(pool, ACROSS_WINDOW)`: single
+    /// sends go into the channel's lane while the boundary's drain watches it.
+    Across,
 }
+
+/// The window of the `Across` consumer's boundary.
+const ACROSS_WINDOW: u64 = 4;
 
 #[derive(Clone, Copy, Debug)]
 struct Case {
@@ -123,7 +132,7 @@ fn every_channel_item_is_accounted_for_under_every_policy_and_ending() {
     for policy in POLICIES {
         for producers in 1..=4 {
             for ending in ENDINGS {
-                for consumer in [Consumer::Slow, Consumer::Eager] {
+                for consumer in [Consumer::Slow, Consumer::Eager, Consumer::Across] {
                     let index = cases.len() as u64;
                     cases.push(Case {
                         index,
@@ -172,7 +181,12 @@ fn check(case: Case, runtime: &tokio::runtime::Handle) -> Vec<String> {
     let total = case.producers * PER_PRODUCER;
     let ledger = Ledger::new();
     let (tx, rx) = weir::channel::<Item>(CAPACITY, case.policy);
-    let bound = rx.in_flight_bound();
+    // Across a boundary, its window is in flight too.
+    let bound = rx.in_flight_bound()
+        + match case.consumer {
+            Consumer::Across => ACROSS_WINDOW,
+            _ => 0,
+        };
     let monitor = rx.monitor();
     let probe = SourceProbe::new("channel");
     let cancel_at = (case.ending == Ending::ConsumerCancels).then(|| rng.below(total / 2) + 1);
@@ -185,7 +199,7 @@ fn check(case: Case, runtime: &tokio::runtime::Handle) -> Vec<String> {
             record_drops: true,
             ..Plan::default()
         },
-        Consumer::Eager => Plan {
+        Consumer::Eager | Consumer::Across => Plan {
             initial: u64::MAX,
             cancel_at,
             record_drops: true,
@@ -193,7 +207,12 @@ fn check(case: Case, runtime: &tokio::runtime::Handle) -> Vec<String> {
         },
     };
     let (recorder, record) = Recorder::new(plan, ledger.clone(), vec![probe.clone()]);
-    Tap::new(rx, probe.clone()).subscribe(recorder);
+    match case.consumer {
+        Consumer::Across => {
+            Tap::new(rx.publish_on(across_pool(), ACROSS_WINDOW), probe.clone()).subscribe(recorder)
+        }
+        _ => Tap::new(rx, probe.clone()).subscribe(recorder),
+    }
 
     let sends = Arc::new(Sends::default());
     let (done_tx, done_rx) = mpsc::channel();
@@ -549,4 +568,16 @@ fn ending(case: Case, record: &Record) -> Vec<String> {
         }
     }
     failures
+}
+
+/// The `Across` consumers' pool: one thread, shared by the cases.
+fn across_pool() -> weir::runtime::ThreadPool {
+    static POOL: std::sync::OnceLock<weir::runtime::ThreadPool> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        weir::runtime::ThreadPool::builder()
+            .name("across")
+            .threads(1)
+            .build()
+    })
+    .clone()
 }

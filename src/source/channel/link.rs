@@ -772,6 +772,11 @@ impl<T: Send + 'static> Chan<T> {
                 }
                 None => (0, Pop::Closed),
             };
+            // The queue's items only once the lane is empty: a slot still being
+            // written (or left for want of demand) may hold an item older than a
+            // queued one of the same sender. Its sender signals, or the watcher
+            // sees it, so the pass that takes it comes.
+            let queue_turn = matches!(lane, Pop::Empty | Pop::Closed);
             if from_lane > 0 {
                 self.passed_over(c, from_lane);
             }
@@ -794,21 +799,24 @@ impl<T: Send + 'static> Chan<T> {
                 let mut taken = from_lane;
                 if let Some(offer) = offer.take() {
                     if let Some(entry) = offer.entry.take() {
-                        if budget > 0 && st.queue.is_full() {
+                        if budget > taken && queue_turn && st.queue.is_full() {
                             // The room this pass frees is the sender's: a send that
                             // finds demand waiting is not refused (or, under a lossy
                             // policy, made to drop) for it. The items taken out are
                             // older than the sender's; they leave first.
-                            taken = st
-                                .queue
-                                .pop_batch(now, budget, &mut c.batch, &mut c.expired);
+                            taken += st.queue.pop_batch(
+                                now,
+                                budget - taken,
+                                &mut c.batch,
+                                &mut c.expired,
+                            );
                         }
                         *offer.answer =
                             Some(self.offer_unflushed(&mut st, entry, now, offer.will_wait));
                         offered = true;
                     }
                 }
-                if budget > taken {
+                if budget > taken && queue_turn {
                     taken += st
                         .queue
                         .pop_batch(now, budget - taken, &mut c.batch, &mut c.expired);
