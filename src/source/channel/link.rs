@@ -772,11 +772,6 @@ impl<T: Send + 'static> Chan<T> {
                 }
                 None => (0, Pop::Closed),
             };
-            // The queue's items only once the lane is empty: a slot still being
-            // written (or left for want of demand) may hold an item older than a
-            // queued one of the same sender. Its sender signals, or the watcher
-            // sees it, so the pass that takes it comes.
-            let queue_turn = matches!(lane, Pop::Empty | Pop::Closed);
             if from_lane > 0 {
                 self.passed_over(c, from_lane);
             }
@@ -793,8 +788,16 @@ impl<T: Send + 'static> Chan<T> {
                 }
                 continue;
             }
-            let (taken, end, wake, end_waits) = {
+            let (taken, end, wake, end_waits, lane_refilled) = {
                 let mut st = self.lock_state();
+                // The lane again, under the lock: a sender that claimed a slot and
+                // then queued an item did both before its unlock, which our lock
+                // follows, so its claim is seen here (the look above may predate it).
+                // The queue's items only once the lane is empty: a slot still being
+                // written (or left for want of demand) may hold an item older than
+                // a queued one of the same sender.
+                let lane = c.reader.as_ref().map_or(lane, Reader::state);
+                let queue_turn = matches!(lane, Pop::Empty | Pop::Closed);
                 let mut offered = false;
                 let mut taken = from_lane;
                 if let Some(offer) = offer.take() {
@@ -830,12 +833,16 @@ impl<T: Send + 'static> Chan<T> {
                     None
                 };
                 let end_waits = st.end.is_some() && matches!(lane, Pop::Pending);
+                // Items the lane got since the look above, with demand left: this
+                // pass goes round again for them. (A slot being written is left to
+                // its sender's signal or the watcher's look.)
+                let lane_refilled = matches!(lane, Pop::Item(())) && taken < budget;
                 if offered || taken > 0 {
                     self.flush(&mut st, now);
                     c.unstamped = 0;
                 }
                 let wake = (taken > 0).then(|| self.after_removal(&mut st));
-                (taken, end, wake, end_waits)
+                (taken, end, wake, end_waits, lane_refilled)
             };
             if let Some(wake) = wake {
                 wake.run();
@@ -852,9 +859,10 @@ impl<T: Send + 'static> Chan<T> {
             if let Some(end) = end {
                 return cx.terminate(sink, end);
             }
-            if end_waits {
+            if end_waits || lane_refilled {
                 // The end waits for a sender that claimed a slot of the lane before
-                // the close and is writing it: a moment.
+                // the close and is writing it (a moment), or the lane has items
+                // for the demand left: round again.
                 crate::loom::spin_hint();
                 continue;
             }
@@ -1454,6 +1462,62 @@ mod loom_tests {
             let tx = producer.join().unwrap();
             assert_eq!(recorder.items(), [1, 2]);
             drop(tx);
+        });
+    }
+
+    /// Lane mode: a watcher (this thread, as a `publish_on` drain would) marks the
+    /// channel watched, then stops watching (mark cleared, fence, a look at the
+    /// lane's claims, a pull if it sees one) while a sender's `try_send` claims a slot
+    /// and reads the mark. Whichever wins, the item is delivered once before both
+    /// return: taken by the watcher's pull, or by the drain loop the sender runs when
+    /// it sees the mark cleared.
+    #[test]
+    fn loom_lane_a_leaving_watcher_strands_no_claimed_item() {
+        loom::model(|| {
+            let (tx, recorder, subscription) = subscribed();
+            subscription.request(1);
+            let pull = subscription.pull().expect("a lane-mode channel").clone();
+            pull.watch(true);
+            let producer = thread::spawn(move || {
+                tx.try_send(7).unwrap();
+                tx // kept alive: closing would run the drain loop and hide a stranded item
+            });
+            pull.watch(false);
+            crate::loom::fence(std::sync::atomic::Ordering::SeqCst);
+            if pull.claimed() {
+                // Claimed, perhaps not written yet: the pass comes back for it.
+                while recorder.items().is_empty() {
+                    pull.pull();
+                    thread::yield_now();
+                }
+            }
+            let tx = producer.join().unwrap();
+            assert_eq!(recorder.items(), [7], "delivered once");
+            drop(tx);
+        });
+    }
+
+    /// Lane mode: `close` racing a sender's claim while a watcher watches: the item
+    /// is either refused as closed or delivered before `on_complete`, never after it
+    /// and never lost.
+    #[test]
+    fn loom_lane_close_racing_a_claim_keeps_the_item_before_the_end() {
+        loom::model(|| {
+            let (tx, recorder, subscription) = subscribed();
+            subscription.request(1);
+            let pull = subscription.pull().expect("a lane-mode channel").clone();
+            pull.watch(true);
+            let closer = tx.clone();
+            let producer = thread::spawn(move || tx.try_send(7).is_ok());
+            closer.close();
+            let sent = producer.join().unwrap();
+            // The watcher's last look: whatever was claimed, then the end.
+            while !recorder.completed() {
+                pull.pull();
+                thread::yield_now();
+            }
+            let expected: &[u32] = if sent { &[7] } else { &[] };
+            assert_eq!(recorder.items(), expected, "sent {sent}");
         });
     }
 

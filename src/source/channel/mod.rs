@@ -59,6 +59,24 @@
 //! Put [`publish_on`](crate::PublisherExt::publish_on) after the channel to deliver on
 //! a scheduler of your choice instead.
 //!
+//! **The lane** (channels without time bounds, shed rung or deadlines). While the
+//! drain of a `publish_on` right behind the channel lingers on its thread and
+//! *watches* the channel, a single send that finds the channel vacant does not
+//! take the drain loop: it claims a slot of the channel's *lane*, a lock-free ring
+//! of one batch (256 items, or the capacity if smaller), with one compare-and-swap,
+//! writes its item there, and signals only if the watcher has stopped watching
+//! since. The watcher takes the lane's items on its own thread, running the
+//! channel's drain loop there, whole runs at a time and without the state lock
+//! while nothing is queued. So one item at a time from a producer thread to a
+//! consumer on another costs the producer one read-modify-write, as a bounded
+//! crossbeam channel's `try_send` does. Items in the lane count as the one batch
+//! being handed over (the in-flight bound below is unchanged) and as passing
+//! through the queue when the drain takes them. A send that finds the lane full
+//! takes the paths above; every pass takes the lane's items before the queue's, and
+//! the queue's only once the lane is empty, so each sender's items keep their
+//! order. Closing marks the lane (a claim after that is refused as closed), and the
+//! end waits for the claims made before it.
+//!
 //! # Demand contract
 //!
 //! Never more items than requested (rule 1.1); `on_complete` / `on_error` need no
