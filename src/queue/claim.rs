@@ -26,8 +26,9 @@
 //! shared is written per item but the slot's own stamp, and nothing shared is read
 //! but the slot: a producer and the consumer meet only on slot lines (eight `u64`
 //! items to a line), never on an index the other side polls. The consumer publishes
-//! its position once per batch, for [`len`](ClaimRing::len) and for the ring's
-//! `Drop`; producers never read it.
+//! its position once per batch, for a watcher's looks
+//! ([`has_ready`](ClaimRing::has_ready), [`has_claims`](ClaimRing::has_claims)) and
+//! for the ring's `Drop`; producers never read it.
 //!
 //! **Claimed, not yet written.** When the head's stamp is not `head + 1`, the
 //! consumer reads `tail`: equal to `head`, the ring is empty; ahead of it, a producer
@@ -75,7 +76,7 @@ struct Slot<T> {
 pub(crate) struct ClaimRing<T> {
     /// The next position to claim, with [`mark`](Self::mark) set once closed.
     tail: Padded<AtomicUsize>,
-    /// The consumer's position as of its last batch: for `len` and `Drop` only.
+    /// The consumer's position as of its last batch: for a watcher's looks and `Drop`.
     head: Padded<AtomicUsize>,
     slots: Box<[Slot<T>]>,
     /// The closed bit of `tail`: the lowest bit above every index.
@@ -182,14 +183,6 @@ impl<T> ClaimRing<T> {
         &self.slots[position & (self.mark - 1)]
     }
 
-    /// How many positions lie from `from` up to `to` (`from` not after `to`).
-    fn distance(&self, from: usize, to: usize) -> usize {
-        let lap_mask = !(self.one_lap - 1);
-        let laps = (to & lap_mask).wrapping_sub(from & lap_mask) / self.one_lap;
-        let index = |p: usize| p & (self.mark - 1);
-        (laps * self.slots.len() + index(to)).wrapping_sub(index(from))
-    }
-
     /// Claim the next position and write `item` there, or hand it back: [`Full`] when
     /// every slot holds an item the consumer has not taken, [`Closed`] after
     /// [`close`](Self::close). One compare-and-swap when it succeeds unopposed.
@@ -251,12 +244,6 @@ impl<T> ClaimRing<T> {
         self.tail.fetch_or(self.mark, Ordering::SeqCst) & self.mark == 0
     }
 
-    /// Whether the ring was closed.
-    pub(crate) fn is_closed(&self) -> bool {
-        // Relaxed: a hint; a push decides with its own read of `tail`.
-        self.tail.load(Ordering::Relaxed) & self.mark != 0
-    }
-
     /// Whether the item at the reader's last published position is written: a hint
     /// for a watcher that polls (it reads that slot's line, which a sender writes
     /// once per item of it, not the tail, which every claim writes).
@@ -273,21 +260,6 @@ impl<T> ClaimRing<T> {
     pub(crate) fn has_claims(&self) -> bool {
         // Relaxed, both: ordered by the caller's fence (module docs).
         self.tail.load(Ordering::Relaxed) & !self.mark != self.head.load(Ordering::Relaxed)
-    }
-
-    /// How many items are claimed and not yet taken, as of the consumer's last batch
-    /// (items being written count; 0 when the two reads cross).
-    pub(crate) fn len(&self) -> usize {
-        // Relaxed, both: a statistic; each index only moves forward.
-        let head = self.head.load(Ordering::Relaxed);
-        let tail = self.tail.load(Ordering::Relaxed) & !self.mark;
-        // A head read after a newer batch than the tail read: nothing is queued.
-        let len = self.distance(head, tail);
-        if len > self.slots.len() {
-            0
-        } else {
-            len
-        }
     }
 }
 
@@ -370,7 +342,7 @@ impl<T> Reader<T> {
     /// Take up to `max` items, handing each to `each`; stops early at the first
     /// position that has no item yet. Returns how many it took and what it found
     /// after them ([`Pop::Item`] never: `Empty`, `Pending`, `Closed`, or `Empty` for
-    /// a batch that stopped at `max`). Publishes the position once, for `len`.
+    /// a batch that stopped at `max`). Publishes the position once, for a watcher.
     pub(crate) fn pop_batch(&mut self, max: usize, mut each: impl FnMut(T)) -> (usize, Pop<T>) {
         let mut taken = 0;
         let mut found = Pop::Empty;
@@ -386,7 +358,8 @@ impl<T> Reader<T> {
                 }
             }
         }
-        // Relaxed: a statistic (and `Drop`, ordered by the `Arc`).
+        // Relaxed: read by a watcher's looks (hints, or ordered by its fence) and by
+        // `Drop` (ordered by the `Arc`).
         self.ring.head.store(self.head, Ordering::Relaxed);
         (taken, found)
     }
@@ -451,9 +424,9 @@ mod tests {
                 assert_eq!(ring.push(i), Ok(()), "capacity {capacity}, item {i}");
             }
             assert_eq!(ring.push(capacity), Err(Refused::Full(capacity)));
-            assert_eq!(ring.len(), capacity);
+            assert!(ring.has_ready() && ring.has_claims());
             assert_eq!(drain(&mut reader), (0..capacity).collect::<Vec<_>>());
-            assert_eq!(ring.len(), 0);
+            assert!(!ring.has_ready() && !ring.has_claims());
             assert_eq!(reader.pop(), Pop::Empty);
         }
     }
@@ -470,7 +443,7 @@ mod tests {
                     Ok(()) => next_in += 1,
                     Err(refused) => {
                         assert_eq!(refused, Refused::Full(next_in));
-                        assert_eq!(ring.len(), 3);
+                        assert_eq!(next_in - next_out, 3, "full at three");
                     }
                 }
             }
@@ -479,7 +452,7 @@ mod tests {
                 next_out += 1;
             });
             assert_ne!(found, Pop::Pending, "single-threaded: no claim in flight");
-            assert_eq!(ring.len() as u64, next_in - next_out);
+            assert_eq!(ring.has_claims(), next_in > next_out);
         }
         assert!(next_in > 10_000, "the ring went round many laps: {next_in}");
     }
@@ -491,7 +464,6 @@ mod tests {
         ring.push(2).unwrap();
         assert!(ring.close(), "first close");
         assert!(!ring.close(), "second close");
-        assert!(ring.is_closed());
         assert_eq!(ring.push(3), Err(Refused::Closed(3)));
         assert!(reader.has_work());
         assert_eq!(reader.pop(), Pop::Item(1));
