@@ -25,6 +25,7 @@ use std::time::Instant;
 use super::admission::{Admission, Assessed, Refusal, Rungs, Step};
 use super::marks::{FlowState, WaterMarks};
 use super::ChannelPolicy;
+use crate::loom::fence;
 use crate::metrics::{DropHook, QueueGauge, Sweep};
 use crate::queue::claim::{ClaimRing, Pop, Reader};
 use crate::queue::timed::TimedQueue;
@@ -775,10 +776,16 @@ impl<T: Send + 'static> Chan<T> {
             if from_lane > 0 {
                 self.passed_over(c, from_lane);
             }
-            if offer.is_none() && self.vacant() {
+            if c.reader.is_some() && offer.is_none() && {
+                // SeqCst: pairs with the fence in `kick`. A sender that queued an
+                // item (its unlock published the flag) and then saw no demand did
+                // not signal; either its read of the demand saw the request that
+                // runs this pass, or this read sees the flag it left.
+                fence(Ordering::SeqCst);
+                self.vacant()
+            } {
                 // Nothing queued, no end due, no rung on (as the last holder of the
                 // state lock left it): the lane's items alone, without the lock.
-                // A sender that queues an item after this read signals for it.
                 if from_lane > 0 {
                     cx.deliver_queue(sink, &mut c.batch);
                     self.stamp_if_due(c);
@@ -1365,6 +1372,13 @@ impl<T: Send + 'static> Link<T> {
     /// Run the drain loop if there is demand to serve (see the file docs for why
     /// skipping it otherwise loses nothing).
     fn kick(&self) {
+        if self.stage().lane.is_some() {
+            // SeqCst: pairs with the fence of a lane-mode pass that skips the state
+            // lock when it finds the channel vacant: the flag this sender's unlock
+            // published (the queue not empty) is seen there, or the request that
+            // pass serves is seen here.
+            fence(Ordering::SeqCst);
+        }
         if self.demand().get() > 0 {
             self.signal();
         }
