@@ -88,7 +88,8 @@ pub(crate) type MutexGuardOf<'a, T> = std::sync::MutexGuard<'a, T>;
 /// (`with` / `with_mut`), so the same code compiles both ways. The wrapper is
 /// `repr(transparent)`, as std's cell is: a slice of them is laid out as a slice of
 /// their contents (the ring moves runs of slots with one copy). Used only by the SPSC
-/// ring (`queue::spsc`), the crate's one unsafe module.
+/// ring (`queue::spsc`) and the claim ring (`queue::claim`), the crate's two unsafe
+/// modules.
 #[cfg(weir_loom)]
 pub(crate) use loom::cell::UnsafeCell;
 
