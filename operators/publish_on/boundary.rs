@@ -377,6 +377,7 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
     /// drain that caught up with a batch being written would wait for the batch's
     /// end signal while the producer runs on, and the two sides take turns instead
     /// of overlapping.
+    ///
     /// Also items upstream's senders left in its ring for us to pull (a channel:
     /// see [`Pull`](crate::spec::Pull)), read from the ring's next slot.
     fn has_work(&self, demand: &AtomicDemand) -> bool {
