@@ -381,10 +381,7 @@ impl<T> Reader<T> {
     /// Whether a pop would find an item now or in a moment (written, or claimed and
     /// being written): the check of a consumer that stops watching, after its fence.
     pub(crate) fn has_work(&self) -> bool {
-        let slot = self.ring.slot(self.head);
-        // Relaxed: a hint; the pop that follows reads the stamp with Acquire.
-        slot.stamp.load(Ordering::Relaxed) == self.head.wrapping_add(1)
-            || matches!(self.look(), Pop::Pending)
+        matches!(self.state(), Pop::Item(()) | Pop::Pending)
     }
 }
 
