@@ -193,6 +193,9 @@ struct Inbox<T> {
     items: VecDeque<T>,
     /// Upstream's end, once it came.
     end: Option<Result<(), Error>>,
+    /// Set when the stage stopped: items that still arrive (upstream read its demand
+    /// before the cancel, rule 2.8) are dropped, not kept where no pass takes them.
+    closed: bool,
 }
 
 /// The slots whose wakers fired since the last pass.
@@ -552,7 +555,11 @@ where
         }
         owned.out.clear();
         owned.arrived.clear();
-        let arrived = std::mem::take(&mut self.lock_inbox().items);
+        let arrived = {
+            let mut inbox = self.lock_inbox();
+            inbox.closed = true;
+            std::mem::take(&mut inbox.items)
+        };
         drop(arrived);
     }
 }
@@ -684,6 +691,7 @@ where
             inbox: Mutex::new(Inbox {
                 items: VecDeque::with_capacity(n),
                 end: None,
+                closed: false,
             }),
             woken,
             _calls: PhantomData,
@@ -704,7 +712,14 @@ where
         let (Some(core), true) = (&self.core, self.upstream.is_active()) else {
             return 0;
         };
-        core.stage().lock_inbox().items.extend(items);
+        let mut inbox = core.stage().lock_inbox();
+        if inbox.closed {
+            drop(inbox);
+            drop(items);
+            return 0;
+        }
+        inbox.items.extend(items);
+        drop(inbox);
         core.signal();
         0
     }

@@ -60,6 +60,10 @@ struct LaneState<T> {
     credit: Replenish,
     /// The source's terminal signal, once it arrived.
     end: Option<Result<(), Error>>,
+    /// Set by [`Lane::cancel`]: items that still arrive (the source read its demand
+    /// before the cancel, rule 2.8) are released at once instead of queued where no
+    /// drain will take them.
+    cancelled: bool,
 }
 
 /// What the drain sees when it looks at a lane.
@@ -104,6 +108,7 @@ impl<T> Lane<T> {
                 window: Window::new(prefetch),
                 credit: Replenish::new(prefetch as u64),
                 end: None,
+                cancelled: false,
             }),
             subscription: SubscriptionSlot::new(),
             hook,
@@ -113,8 +118,17 @@ impl<T> Lane<T> {
 
     /// Queue a whole batch under one lock. `Err` when the window overflows (the source
     /// broke rule 1.1); the first refused item is dropped after the lock is released.
+    /// A batch that arrives after [`cancel`](Self::cancel) is dropped whole, after the
+    /// lock, and is no overflow.
     fn push_all<I: Iterator<Item = T>>(&self, items: I) -> Result<(), ()> {
-        let result = lock(&self.state).window.push(items);
+        let mut state = lock(&self.state);
+        if state.cancelled {
+            drop(state);
+            drop(items);
+            return Ok(());
+        }
+        let result = state.window.push(items);
+        drop(state);
         result.map(drop).map_err(drop)
     }
 
@@ -169,10 +183,14 @@ impl<T> Lane<T> {
         (state.window.len(), state.status())
     }
 
-    /// Cancel the source and release what is queued.
+    /// Cancel the source and release what is queued, and what arrives from now on.
     pub(crate) fn cancel(&self) {
         self.subscription.cancel();
-        let released = lock(&self.state).window.take_all();
+        let released = {
+            let mut state = lock(&self.state);
+            state.cancelled = true;
+            state.window.take_all()
+        };
         drop(released);
     }
 }

@@ -32,6 +32,7 @@ use weir::source::Step;
 use weir::{BoxPublisher, Overflow};
 
 use crate::harness::item::{Fate, Item, Ledger};
+use crate::harness::late::{Late, LateSource};
 use crate::harness::tap::{SourceProbe, Tap};
 
 /// Where a row's second and third sources start.
@@ -51,6 +52,9 @@ pub enum Feed {
     /// `weir::channel` of this capacity with `DropOldest`: a source that keeps
     /// producing.
     Pushy(usize),
+    /// A source that delivers nothing by itself: the check holds its subscriber and
+    /// delivers into it when it likes, also after a cancel (`harness::late`).
+    Late,
 }
 
 /// What a row's sources are made of, and where its schedulers are.
@@ -66,6 +70,7 @@ pub struct Env {
     /// The tokio runtime for stages that need one.
     pub tokio: tokio::runtime::Handle,
     probes: Mutex<Vec<Arc<SourceProbe>>>,
+    lates: Mutex<Vec<Arc<LateSource>>>,
     gate: Gate,
     pushing: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -108,6 +113,7 @@ impl Env {
             pool,
             tokio,
             probes: Mutex::new(Vec::new()),
+            lates: Mutex::new(Vec::new()),
             gate: Gate::default(),
             pushing: Arc::default(),
         }
@@ -129,6 +135,11 @@ impl Env {
     /// The probes of every source tapped so far.
     pub fn probes(&self) -> Vec<Arc<SourceProbe>> {
         self.probes.lock().unwrap().clone()
+    }
+
+    /// The sources made under [`Feed::Late`] so far.
+    pub fn lates(&self) -> Vec<Arc<LateSource>> {
+        self.lates.lock().unwrap().clone()
     }
 
     /// A closure making produced items on this env's ledger.
@@ -217,6 +228,11 @@ impl Env {
                     }
                 });
                 self.tap(&name, rx).boxed()
+            }
+            Feed::Late => {
+                let source = LateSource::new();
+                self.lates.lock().unwrap().push(source.clone());
+                self.tap(&name, Late(source)).boxed()
             }
         }
     }

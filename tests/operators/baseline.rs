@@ -13,7 +13,7 @@
 //! given, first thing: the spy counts the calls and panics where a check asks it to.
 
 use std::fmt::Debug;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -28,10 +28,11 @@ use crate::support::counting::{
     counted, counted_with, counting_generator, Counted, CountingGenerator, Delivery, Stats,
 };
 use crate::support::failing::{fails_after, FailsAfter};
+use crate::support::late::{late, Late, Live};
 use crate::support::model::{Action, Run, Schedule};
 use crate::support::unruly::Unruly;
 use crate::support::valve::{valve, ValveHandle, ValveSource};
-use crate::support::{probe_of, shape};
+use crate::support::{probe_of, shape, PATIENCE};
 
 /// The shape (see [`shape`]) of `on_subscribe`, `items` items, then `end` (`'C'` or
 /// `'E'`).
@@ -451,6 +452,48 @@ where
         }
     }
     Ok(())
+}
+
+/// An item a source delivers after the operator cancelled it (the source read its
+/// demand before the cancel arrived, rule 2.8) is not kept: `op` over a [`late`]
+/// source of [`Live`] items, subscribed by a `TestSubscriber` that cancels before any
+/// item came. Once the source lets go of its subscriber (rule 3.13), the late item is
+/// gone, although the probe still holds the subscription. (Cancels and releases that
+/// run on a scheduler are waited for, up to [`PATIENCE`].)
+pub fn late_item_after_cancel_is_released<P>(op: impl FnOnce(Late<Live>) -> P)
+where
+    P: Publisher,
+    P::Item: Clone,
+{
+    let (source, handle) = late();
+    let probe = probe_of(op(source));
+    probe.request(1);
+    probe.cancel();
+    assert!(
+        eventually(|| handle.cancelled()),
+        "the cancel reached the source"
+    );
+    let alive = Arc::new(AtomicUsize::new(0));
+    handle.deliver(Live::new(&alive));
+    handle.let_go();
+    assert!(
+        eventually(|| alive.load(Ordering::SeqCst) == 0),
+        "an item delivered after the cancel outlives the source's subscriber"
+    );
+    probe.assert_no_terminal();
+    drop(probe);
+}
+
+/// True once `condition` holds, polled for up to [`PATIENCE`].
+fn eventually(condition: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !condition() {
+        if std::time::Instant::now() > deadline {
+            return false;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    true
 }
 
 /// A drop hook attached below `publisher` reaches the lossy stages of all its sources:

@@ -133,3 +133,13 @@ proptest! {
         check_publisher(|n| weir::range(0..n).concat_map(weir::just, 2), n, &schedule)?;
     }
 }
+
+#[test]
+fn an_item_delivered_after_the_cancel_is_released() {
+    baseline::late_item_after_cancel_is_released(|late| {
+        let mut inner = Some(late);
+        weir::just(())
+            .concat_map(move |()| inner.take().expect("one inner"), 4)
+            .map(|_| ())
+    });
+}

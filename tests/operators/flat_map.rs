@@ -906,3 +906,13 @@ mod limit {
         }
     }
 }
+
+#[test]
+fn an_item_delivered_after_the_cancel_is_released() {
+    baseline::late_item_after_cancel_is_released(|late| {
+        let mut inner = Some(late);
+        weir::just(())
+            .flat_map(move |()| inner.take().expect("one inner"), 2, 4)
+            .map(|_| ())
+    });
+}

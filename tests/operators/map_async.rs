@@ -507,3 +507,11 @@ mod limit {
         assert!((53..=90).all(|s| at(&gradient, s).limit >= 10), "{report}");
     }
 }
+
+#[test]
+fn an_item_delivered_after_the_cancel_is_released() {
+    let pool = ThreadPool::builder().name("ma-late").threads(1).build();
+    crate::baseline::late_item_after_cancel_is_released(|late| {
+        late.map_async_on(pool, 2, true, |_live| async move {})
+    });
+}

@@ -254,3 +254,8 @@ fn a_source_that_panics_in_subscribe_fails_the_merge_and_cancels_the_others() {
     assert_eq!(result.unwrap_err().kind(), weir::ErrorKind::Panicked);
     assert_eq!(stats.cancels(), 1, "the other source is cancelled");
 }
+
+#[test]
+fn an_item_delivered_after_the_cancel_is_released() {
+    baseline::late_item_after_cancel_is_released(|late| late.merge(weir::never()).map(|_| ()));
+}

@@ -175,3 +175,10 @@ proptest! {
         check_publisher_with(|n| ThreadedRange::new(n).zip(ThreadedRange::new(n + 5), |a, _| a), n, &schedule, check)?;
     }
 }
+
+#[test]
+fn an_item_delivered_after_the_cancel_is_released() {
+    baseline::late_item_after_cancel_is_released(|late| {
+        late.zip(weir::range(0u64..10), |_live, b| b)
+    });
+}

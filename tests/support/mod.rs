@@ -4,6 +4,7 @@
 pub mod counting;
 pub mod error_order;
 pub mod failing;
+pub mod late;
 pub mod lossy;
 pub mod model;
 pub mod stepper;

@@ -2,6 +2,7 @@
 //! watchdogs, the random generator and the row runner.
 
 pub mod item;
+pub mod late;
 pub mod recorder;
 pub mod rng;
 pub mod run;
