@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use crate::harness::recorder::Plan;
-use crate::harness::run::{start, Schedulers};
+use crate::harness::run::{start_subscribed, Schedulers};
 use crate::harness::watch::{assert_no_failures, run_rows, wait_until, PATIENCE};
 use crate::stages::{table, Feed, Stage};
 
@@ -34,17 +34,12 @@ fn every_stage_releases_an_item_that_arrives_after_the_cancel() {
 }
 
 fn check(row: &Stage, schedulers: &Schedulers) -> Vec<String> {
-    let started = match start(row, schedulers, 1, Feed::Late, Plan::default()) {
-        Ok(started) => started,
-        Err(why) => return vec![why],
-    };
-    let mut failures = started.subscribe_failures();
+    let (started, mut failures) =
+        match start_subscribed(row, schedulers, 1, Feed::Late, Plan::default()) {
+            Ok(started) => started,
+            Err(failures) => return failures,
+        };
     let record = started.record.clone();
-    if !record.subscribed() {
-        failures.push(format!("no on_subscribe within {PATIENCE:?}"));
-        started.finish();
-        return failures;
-    }
     let env = started.env.clone();
     record.request(2);
     wait_until(SETTLE, || {

@@ -25,7 +25,7 @@ use weir::DropReason;
 
 use crate::harness::recorder::{Plan, Record};
 use crate::harness::rng::Rng;
-use crate::harness::run::{guarded, start, Schedulers, Started};
+use crate::harness::run::{guarded, start_subscribed, Schedulers, Started};
 use crate::harness::watch::{assert_no_failures, run_rows, wait_until, PATIENCE};
 use crate::stages::{
     describe_mismatch, distinct, is_subsequence, lossless_mismatch, table, Feed, Nature, Order,
@@ -96,17 +96,11 @@ fn check(row: &Stage, scenario: Scenario, schedulers: &Schedulers) -> Vec<String
     } else {
         LEN
     };
-    let started = match start(row, schedulers, len, feed, plan) {
+    let (started, mut failures) = match start_subscribed(row, schedulers, len, feed, plan) {
         Ok(started) => started,
-        Err(why) => return vec![why],
+        Err(failures) => return failures,
     };
-    let mut failures = started.subscribe_failures();
     let record = started.record.clone();
-    if !record.subscribed() {
-        failures.push(format!("no on_subscribe within {PATIENCE:?}"));
-        started.finish();
-        return failures;
-    }
     let expected = (row.expect)(len);
     let mut rng = Rng::new(row.name.len() as u64 * 7919 + scenario as u64);
     let cancel_at = rng.below(expected.len() as u64 / 2 + 1);

@@ -122,6 +122,26 @@ pub fn start(
     })
 }
 
+/// [`start`], then wait for `on_subscribe`: the started run with the failures known so
+/// far ([`Started::subscribe_failures`]), or every failure when the row could not start
+/// or never subscribed (then the run is already finished).
+pub fn start_subscribed(
+    row: &Stage,
+    schedulers: &Schedulers,
+    len: u64,
+    feed: Feed,
+    plan: Plan,
+) -> Result<(Started, Vec<String>), Vec<String>> {
+    let started = start(row, schedulers, len, feed, plan).map_err(|why| vec![why])?;
+    let mut failures = started.subscribe_failures();
+    if !started.record.subscribed() {
+        failures.push(format!("no on_subscribe within {PATIENCE:?}"));
+        started.finish();
+        return Err(failures);
+    }
+    Ok((started, failures))
+}
+
 impl Started {
     /// Wait until the run has let go of everything: no item alive, every source that
     /// subscribed released its subscriber, and (if `recorder` is set) the recorder
