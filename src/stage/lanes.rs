@@ -245,7 +245,8 @@ impl<T, N: CoreHandle + ?Sized> Subscriber<T> for LaneSubscriber<T, N> {
         0
     }
 
-    /// Consumes every batch it is handed (it never cancels from inside one).
+    /// It never cancels from inside a batch: it consumes every batch it is handed,
+    /// or, once its lane is cancelled, drops it whole without looking at it.
     fn stops_batches_itself(&self) -> bool {
         true
     }
