@@ -79,6 +79,9 @@ fn main() {
     row("stalled stream: backlog, max (items)", &|r| {
         r.max_backlog[scenario.stalled].to_string()
     });
+    row("stalled stream: backlog max, seen at (s)", &|r| {
+        format!("{:.3}", r.worst[scenario.stalled].2.as_secs_f64())
+    });
     row("all streams: backlog, max (items)", &|r| {
         r.max_backlog.iter().max().copied().unwrap_or(0).to_string()
     });

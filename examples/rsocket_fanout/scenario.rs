@@ -14,7 +14,10 @@
 //! consumer), its maximum, and the items each stream received in each second.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -135,7 +138,10 @@ impl Meter {
 
     /// The server produced its next item on `stream`; returns its sequence number.
     pub fn sent(&self, stream: usize) -> u64 {
-        self.sent[stream].fetch_add(1, Relaxed)
+        // Release: pairs with the Acquire in `backlog`: the pulls whose credit let
+        // this item be produced happened before it, and a sample that sees the item
+        // sees them too.
+        self.sent[stream].fetch_add(1, Release)
     }
 
     /// The consumer of `stream` pulled `data`: counted, and checked against the
@@ -152,12 +158,12 @@ impl Meter {
         self.received[stream].load(Relaxed)
     }
 
-    fn backlog(&self, stream: usize) -> u64 {
-        // Read `sent` first: both only grow, so an item produced and pulled between
-        // the two reads is not counted as held (a sample never overstates the
-        // backlog, which a bound checked against it needs).
-        let sent = self.sent[stream].load(Relaxed);
-        sent.saturating_sub(self.received[stream].load(Relaxed))
+    /// `(sent, received)` of `stream`, in that order: both only grow, so an item
+    /// produced and pulled between the two reads is not counted as held (a sample
+    /// never overstates the backlog, which a bound checked against it needs).
+    fn counts(&self, stream: usize) -> (u64, u64) {
+        let sent = self.sent[stream].load(Acquire);
+        (sent, self.received[stream].load(Relaxed))
     }
 }
 
@@ -166,6 +172,8 @@ impl Meter {
 pub struct Report {
     /// The largest backlog (`sent − received`) sampled, per stream.
     pub max_backlog: Vec<u64>,
+    /// The sample that found it, per stream: `sent`, `received`, and when.
+    pub worst: Vec<(u64, u64, Duration)>,
     /// Items received per stream before the stall (from 0.5 s on: the first half
     /// second is warm-up).
     pub before_stall: Vec<u64>,
@@ -200,6 +208,7 @@ pub async fn watch(
     let snapshot = |meter: &Meter| (0..n).map(|s| meter.received_on(s)).collect::<Vec<_>>();
     let warm = Duration::from_millis(500).min(scenario.stall_at);
     let mut max_backlog = vec![0; n];
+    let mut worst = vec![(0, 0, Duration::ZERO); n];
     let mut at_warm = None;
     let mut at_stall = None;
     let mut at_end = None;
@@ -209,7 +218,12 @@ pub async fn watch(
     let (sent, at_run_end) = loop {
         let elapsed = meter.elapsed();
         for (s, max) in max_backlog.iter_mut().enumerate() {
-            *max = (*max).max(meter.backlog(s));
+            let (sent, received) = meter.counts(s);
+            let backlog = sent.saturating_sub(received);
+            if backlog > *max {
+                *max = backlog;
+                worst[s] = (sent, received, elapsed);
+            }
         }
         let now = snapshot(meter);
         if at_warm.is_none() && elapsed >= warm {
@@ -241,6 +255,7 @@ pub async fn watch(
     let minus = |a: &[u64], b: &[u64]| a.iter().zip(b).map(|(a, b)| a - b).collect::<Vec<_>>();
     Report {
         max_backlog,
+        worst,
         before_stall: minus(&at_stall, &at_warm),
         during_stall: minus(&at_end, &at_stall),
         after_stall: minus(&at_run_end, &at_end),

@@ -66,7 +66,9 @@ fn a_stalled_consumer_holds_only_its_credit_and_its_siblings_run_on() {
         assert!(
             *backlog <= bound,
             "stream {stream} had {backlog} items between its publisher and its consumer, \
-             more than the {window} its receiver grants (+1 in hand): {report:#?}"
+             more than the {window} its receiver grants (+1 in hand); the sample (sent, \
+             received, when): {:?}; {report:#?}",
+            report.worst[stream]
         );
     }
     for stream in (0..scenario.streams).filter(|s| *s != stalled) {
