@@ -244,6 +244,14 @@ impl<T> ClaimRing<T> {
         self.tail.fetch_or(self.mark, Ordering::SeqCst) & self.mark == 0
     }
 
+    /// Whether a push would find a free slot or the ring closed: a hint for a
+    /// producer that found it full and waits a moment.
+    pub(crate) fn has_room(&self) -> bool {
+        // Relaxed, both: a hint; the push decides.
+        let tail = self.tail.load(Ordering::Relaxed);
+        tail & self.mark != 0 || self.slot(tail).stamp.load(Ordering::Relaxed) == tail
+    }
+
     /// Whether the item at the reader's last published position is written: a hint
     /// for a watcher that polls (it reads that slot's line, which a sender writes
     /// once per item of it, not the tail, which every claim writes).

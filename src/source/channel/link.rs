@@ -27,8 +27,9 @@ use super::marks::{FlowState, WaterMarks};
 use super::ChannelPolicy;
 use crate::loom::fence;
 use crate::metrics::{DropHook, QueueGauge, Sweep};
-use crate::queue::claim::{ClaimRing, Pop, Reader};
+use crate::queue::claim::{ClaimRing, Pop, Reader, Refused};
 use crate::queue::timed::TimedQueue;
+use crate::runtime::backoff::Backoff;
 use crate::spec::{Pull, Sealed};
 use crate::stage::{Core, Cx, Pass, Stage};
 use crate::{DropReason, Error, Subscriber};
@@ -1062,8 +1063,10 @@ impl<T: Send + 'static> Link<T> {
     /// watcher has stopped watching since: the watcher takes the items on its own
     /// thread. Items in the lane count as one batch being handed over (the lane holds
     /// one batch, so the in-flight bound is unchanged) and as passing through the
-    /// queue when the drain takes them. Per-sender order: a send that finds the lane
-    /// full (or is not allowed in) takes the paths below, and every pass takes the
+    /// queue when the drain takes them. A send that finds the lane full waits a
+    /// moment (the crate's one backoff) for the watcher to free a slot while it
+    /// still watches. Per-sender order: a send that finds the lane full after that
+    /// (or is not allowed in) takes the paths below, and every pass takes the
     /// lane's items before the queue's; the direct hand-off waits for an empty lane
     /// ([`hand_over`](Self::hand_over)); and the lane is used only while the queue is
     /// empty (vacant), as the sender sees it (its own last offer, or later).
@@ -1087,7 +1090,21 @@ impl<T: Send + 'static> Link<T> {
             return Err(item);
         }
         if let Err(refused) = lane.push(item) {
-            return Err(refused.into_inner());
+            let item = match refused {
+                Refused::Full(item) => item,
+                Refused::Closed(item) => return Err(item),
+            };
+            // The watcher drains the lane a batch at a time: wait a moment for a
+            // slot rather than queue the item, which would send every later item
+            // down the locked path until the queue is drained (module docs). Not
+            // once the watcher left: nobody would free a slot.
+            let room = Backoff::wait(|| lane.has_room() || !chan.pulled.load(Ordering::Relaxed));
+            if !room || !chan.pulled.load(Ordering::Relaxed) {
+                return Err(item);
+            }
+            if let Err(refused) = lane.push(item) {
+                return Err(refused.into_inner());
+            }
         }
         // Loom models `SeqCst` accesses as `AcqRel`: the fence makes the order the
         // claim and this load have on real targets explicit there (see `claim.rs`).
@@ -1507,6 +1524,33 @@ mod loom_tests {
             }
             let tx = producer.join().unwrap();
             assert_eq!(recorder.items(), [7], "delivered once");
+            drop(tx);
+        });
+    }
+
+    /// Lane mode: a sender fills the lane (two slots) and sends a third item, which
+    /// finds it full and waits for a slot or takes the queue, while the watcher
+    /// pulls: every item is delivered once, in order.
+    #[test]
+    fn loom_lane_a_send_that_finds_the_lane_full_keeps_the_order() {
+        loom::model(|| {
+            let (tx, recorder, subscription) = subscribed();
+            subscription.request(3);
+            let pull = subscription.pull().expect("a lane-mode channel").clone();
+            pull.watch(true);
+            let producer = thread::spawn(move || {
+                for item in 1..=3 {
+                    tx.try_send(item).unwrap();
+                }
+                tx // kept alive: closing would run the drain loop
+            });
+            while recorder.items().len() < 3 {
+                pull.pull();
+                thread::yield_now();
+            }
+            let tx = producer.join().unwrap();
+            assert_eq!(recorder.items(), [1, 2, 3]);
+            pull.watch(false);
             drop(tx);
         });
     }
