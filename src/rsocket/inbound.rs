@@ -15,7 +15,9 @@
 //! side answers). A request-response grants one unit and no more. Items a pass took
 //! count as held until the batch is delivered: downstream's demand counts them until
 //! then, and a request made meanwhile (from inside `on_next`, or from another
-//! thread that saw an item) must not be granted twice.
+//! thread that saw an item) must not be granted twice. Items a cancel left
+//! undelivered stay counted (the demand still counts them), and a stopped stage
+//! grants nothing.
 //!
 //! # Delivery
 //!
@@ -464,11 +466,19 @@ impl Stage for StreamReceive {
             if batch.is_empty() {
                 return Pass::Idle;
             }
+            let taken = batch.len() as u64;
             delivered += batch.len();
             // Items a cancelling subscriber leaves in the batch are dropped with it.
-            let _ = cx.deliver(downstream, batch.drain(..));
-            // Settled: downstream's demand no longer counts the batch.
-            self.inbox.lock().delivering = 0;
+            let (sent, _) = cx.deliver(downstream, batch.drain(..));
+            // Settled: downstream's demand no longer counts what went out. What a
+            // cancel left undelivered (the whole batch when it landed between the take
+            // and the delivery) the demand still counts: it stays counted as held, or
+            // a grant would ask the peer for it again.
+            self.inbox.lock().delivering = taken - sent;
+            if cx.stopped() {
+                // The core stops the stage next: no more credit for the peer.
+                return Pass::Idle;
+            }
             self.inbox.grant(cx.demand());
         }
     }

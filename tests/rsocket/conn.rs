@@ -584,3 +584,71 @@ fn requests_from_another_thread_during_delivery_are_granted_once() {
         );
     });
 }
+
+/// Requests `ASKED` up front; at the first batch that holds more than one item it
+/// takes one and cancels (as `take`, a dropped `into_stream` or a deadline would):
+/// the rest of that batch is never delivered.
+struct CancelInsideABatch {
+    subscription: Option<weir::Subscription>,
+    left_undelivered: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+const ASKED: u64 = 200;
+
+impl weir::Subscriber<Payload> for CancelInsideABatch {
+    fn on_subscribe(&mut self, subscription: weir::Subscription) {
+        subscription.request(ASKED);
+        self.subscription = Some(subscription);
+    }
+    fn on_next(&mut self, _item: Payload) {}
+    fn on_next_batch<I: Iterator<Item = Payload>>(&mut self, mut items: I) -> u64 {
+        match items.size_hint().1 {
+            Some(n) if n >= 2 && self.left_undelivered.load(Ordering::SeqCst) == 0 => {
+                let _first = items.next();
+                self.left_undelivered.store(n as u64 - 1, Ordering::SeqCst);
+                self.subscription.as_ref().unwrap().cancel();
+                // The batch's rest is not taken: after the cancel it yields nothing.
+                assert!(items.next().is_none());
+            }
+            _ => items.for_each(drop),
+        }
+        0
+    }
+    fn on_error(&mut self, _: weir::Error) {}
+    fn on_complete(&mut self) {}
+}
+
+/// A subscriber that cancels inside a batch leaves the batch's rest undelivered;
+/// the grant after the batch must not count that rest as still wanted (it did: the
+/// peer got REQUEST_N for it, after the cancel, and produced that many more).
+#[test]
+fn a_cancel_inside_a_batch_grants_nothing_more() {
+    let rt = runtime();
+    rt.block_on(async {
+        let (_server, client, log) = served_through_proxy(Config::default()).await;
+        let left = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        client
+            .request_stream(Payload::data("infinite"))
+            .subscribe(CancelInsideABatch {
+                subscription: None,
+                left_undelivered: left.clone(),
+            });
+        cancel_logged(&log, 1).await;
+        assert!(
+            left.load(Ordering::SeqCst) > 0,
+            "the cancel left items undelivered"
+        );
+        let log = log.lock().unwrap().clone();
+        // Grants go out before the CANCEL that follows them: all are in the log.
+        let (_, credit, _) = credit_check(&log, 1, Dir::Down);
+        let up: Vec<_> = log
+            .iter()
+            .filter(|(d, f)| *d == Dir::Up && f.stream == 1)
+            .map(|(_, f)| &f.body)
+            .collect();
+        assert!(
+            credit <= ASKED,
+            "granted {credit} to the peer for {ASKED} requested: {up:?}"
+        );
+    });
+}
