@@ -760,10 +760,6 @@ impl<T: Send + 'static> Chan<T> {
             let budget = usize::try_from(wanted)
                 .unwrap_or(usize::MAX)
                 .min(self.batch_size);
-            let now = match &offer {
-                Some(offer) => offer.now,
-                None => self.gauge.now(),
-            };
             // The lane's items first: senders use it only while the queue is empty,
             // so its items are older than any queued item of the same sender.
             let (from_lane, lane) = match &mut c.reader {
@@ -796,6 +792,12 @@ impl<T: Send + 'static> Chan<T> {
                 }
                 continue;
             }
+            // The clock only for the locked step (the lane's items alone are
+            // stamped by `stamp_if_due`).
+            let now = match &offer {
+                Some(offer) => offer.now,
+                None => self.gauge.now(),
+            };
             let (taken, end, wake, end_waits, lane_refilled) = {
                 let mut st = self.lock_state();
                 // The lane again, under the lock: a sender that claimed a slot and
