@@ -25,8 +25,10 @@
 //! and tokio are `weir::bridge` (features `futures`, `tokio`). The conformance kit is
 //! `weir::tck` (feature `tck`).
 
-// `deny`, not `forbid`: `queue::spsc` (the async boundary's ring) is the one module
-// allowed to use `unsafe`; see its declaration in `queue/mod.rs`.
+// `deny`, not `forbid`: four modules may use `unsafe`, each allowed at its
+// declaration with the reason: `queue::spsc` (the async boundary's ring),
+// `queue::claim` (the channel's lane), `stage::owner` (the signal core's owner slot)
+// and `stage::core` (its two accesses to that slot, made by the loop's owner).
 #![deny(unsafe_code)]
 // On docs.rs (nightly, `--cfg docsrs`): label each feature-gated item with its feature.
 #![cfg_attr(docsrs, feature(doc_cfg))]

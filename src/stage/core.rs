@@ -9,14 +9,14 @@
 // * `flags`: what downstream (or the scheduler) asked for: `CANCELLED`, `BAD_REQUEST`
 //   (a `request(0)`), `SHUTDOWN` (the scheduler dropped one of our tasks), and `OVER`
 //   once the subscription ended.
-// * `slot`: the stage's owner-only state and the downstream subscriber, behind a
-//   mutex that only the loop's owner locks (so it is never contended; it hands the
-//   subscriber from one owner thread to the next without `unsafe`). `None` once over.
+// * `slot`: the stage's owner-only state and the downstream subscriber, which only
+//   the loop's owner reaches (`stage::owner::OwnerSlot`: the `Wip`'s hand-over orders
+//   one owner's accesses before the next's, so no lock is taken). `None` once over.
 // * `stage`: the part of the stage that producers, timers and requesters share.
 //
 // # A pass
 //
-// The owner locks the slot and reads the flags. A stopping flag ends the
+// The owner takes the slot and reads the flags. A stopping flag ends the
 // subscription at once; otherwise the stage's pass body runs inside one panic guard
 // (one `catch_unwind` per pass, not per item: the emission loop's state stays in
 // registers). The pass ends `Idle` (nothing to do until the next reason), `Yield` (a
@@ -81,7 +81,7 @@
 // # Layout
 //
 // On a boundary two threads use one core: the producer reads the flags and enters the
-// `Wip` once per batch, while the owner locks the slot and settles the demand for
+// `Wip` once per batch, while the owner reaches the slot and settles the demand for
 // every delivery. A stage whose core is used that way says `type Padding = Block`:
 // the demand, the slot and the `Wip` then each sit on a 128-byte block of their own
 // (the `Wip` since the producer reads the flags beside it once per item when items
@@ -109,12 +109,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, OnceLock, Weak};
 use std::task::{Wake, Waker};
 
+use super::owner::OwnerSlot;
 use crate::demand::{self, AtomicDemand};
 use crate::drain::Wip;
 use crate::guard::catch;
-use crate::loom::{
-    fence, Aligned, AtomicBool, AtomicU8, AtomicUsize, Mutex, MutexGuardOf, Ordering,
-};
+use crate::loom::{fence, Aligned, AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use crate::runtime::backoff::Backoff;
 use crate::runtime::{Lane, Recurring, Scheduler};
 use crate::spec::Sealed;
@@ -474,8 +473,8 @@ impl<I: Iterator> Iterator for UntilCancelled<'_, I> {
     }
 }
 
-/// The owner-only state and downstream, behind the lock only the loop's owner takes.
-type OwnerSlot<G, S> = Mutex<Option<(<G as Stage>::Owned, S)>>;
+/// The owner-only state and downstream (see [`OwnerSlot`]).
+type Owned<G, S> = OwnerSlot<(<G as Stage>::Owned, S)>;
 
 /// A field of the core, padded as its stage says.
 type Cell<G, T> = Aligned<<G as Stage>::Padding, T>;
@@ -486,7 +485,7 @@ pub(crate) struct Core<G: Stage, S> {
     wip: Cell<G, Wip>,
     flags: AtomicU8,
     /// The owner-only state and downstream; `None` before `attach` and once over.
-    slot: Cell<G, OwnerSlot<G, S>>,
+    slot: Cell<G, Owned<G, S>>,
     stage: G,
     /// Ourselves, for tasks and wakers (`request` only has `&self`).
     me: Weak<Self>,
@@ -520,7 +519,7 @@ where
             demand: Aligned::new(AtomicDemand::new()),
             wip: Aligned::new(Wip::new()),
             flags: AtomicU8::new(0),
-            slot: Aligned::new(Mutex::new(None)),
+            slot: Aligned::new(OwnerSlot::new()),
             stage,
             me: me.clone(),
             lane: OnceLock::new(),
@@ -556,14 +555,6 @@ where
     pub(crate) fn is_stopping(&self) -> bool {
         // Relaxed: a hint (see the file header).
         self.flags.load(Ordering::Relaxed) & (STOPPING | OVER) != 0
-    }
-
-    fn lock(&self) -> MutexGuardOf<'_, Option<(G::Owned, S)>> {
-        // Every pass runs under a panic guard, so the lock is never poisoned; recover
-        // anyway rather than propagate a panic.
-        self.slot
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Attach `downstream` (see [`attach_then`](Self::attach_then)).
@@ -603,7 +594,8 @@ where
             // Relaxed: this thread owns the loop and reads it below.
             self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
         }
-        *self.lock() = Some((owned, downstream));
+        // SAFETY: this thread owns the loop (the `enter` above).
+        unsafe { self.slot.with(|slot| *slot = Some((owned, downstream))) };
         started(self);
         // Relaxed: this thread owns the loop (a cancel from on_subscribe is its own
         // write, or was published by the canceller's `Wip::enter`).
@@ -874,26 +866,33 @@ where
         waker: Option<&Waker>,
         body: impl FnOnce(&Cx<'_>, &mut G::Owned, &mut S) -> Pass,
     ) -> Pass {
-        let mut slot = self.lock();
-        let Some((owned, downstream)) = slot.as_mut() else {
-            return Pass::Idle;
+        // SAFETY: only the loop's owner runs a pass (both callers own it), and the
+        // body cannot run another pass of this core (the `Wip` refuses it).
+        let ended = unsafe {
+            self.slot.with(|slot| {
+                let (owned, downstream) = slot.as_mut()?;
+                // Relaxed: see the file header.
+                let flags = self.flags.load(Ordering::Relaxed);
+                let ending = if flags & STOPPING != 0 {
+                    Ending::Flags(flags)
+                } else {
+                    let cx = Cx::new(&self.demand, &self.flags, waker);
+                    match catch(|| body(&cx, owned, downstream)) {
+                        Ok(Pass::Over) => Ending::Terminated,
+                        Ok(pass) => return Some(Err(pass)),
+                        Err(_) => Ending::Panicked,
+                    }
+                };
+                Some(Ok((ending, slot.take().expect("checked above"))))
+            })
         };
-        // Relaxed: see the file header.
-        let flags = self.flags.load(Ordering::Relaxed);
-        let ending = if flags & STOPPING != 0 {
-            Ending::Flags(flags)
-        } else {
-            let cx = Cx::new(&self.demand, &self.flags, waker);
-            match catch(|| body(&cx, owned, downstream)) {
-                Ok(Pass::Over) => Ending::Terminated,
-                Ok(pass) => return pass,
-                Err(_) => Ending::Panicked,
-            }
+        let (ending, (mut owned, downstream)) = match ended {
+            None => return Pass::Idle,
+            Some(Err(pass)) => return pass,
+            Some(Ok(ended)) => ended,
         };
-        let (mut owned, downstream) = slot.take().expect("checked above");
         // Relaxed: read as a hint by `request`/`cancel`; the slot is empty anyway.
         self.flags.fetch_or(OVER, Ordering::Relaxed);
-        drop(slot);
         self.end(ending, &mut owned, downstream);
         if catch(move || drop(owned)).is_err() {
             tracing::error!("a stage's state panicked while being dropped; contained");

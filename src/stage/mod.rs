@@ -11,9 +11,14 @@
 //! stages (`merge`, `zip`, `flat_map`, `concat_map`), and the async boundaries
 //! (`publish_on`, `subscribe_on`).
 
+// Unsafe: two calls into the owner slot, each made by the loop's owner.
+#[allow(unsafe_code)]
 pub(crate) mod core;
 pub(crate) mod emitter;
 pub(crate) mod lanes;
+// Unsafe: the core's owner slot, handed over by the loop's `Wip` (see its docs).
+#[allow(unsafe_code)]
+pub(crate) mod owner;
 pub(crate) mod timed;
 pub(crate) mod window;
 

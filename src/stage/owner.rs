@@ -1,0 +1,45 @@
+//! The signal core's owner slot: a cell that only the thread owning a core's loop
+//! reaches, handed from one owner to the next by the loop's `Wip` instead of a lock.
+//! One of the crate's three unsafe modules (with the SPSC ring and the claim ring):
+//! safe Rust cannot express "exclusive because of who holds the counter" without a
+//! mutex, and the mutex cost two uncontended locked instructions on every pass.
+
+use crate::loom::UnsafeCell;
+
+/// The stage's owner-only state and the downstream subscriber, reached only by the
+/// thread that owns the loop (the [`Wip`](crate::drain::Wip)): it needs no lock of its own. The `Wip`'s
+/// read-modify-writes are `AcqRel`: the one that releases the loop (`leave` reaching
+/// 0) is read by the one that takes it next (`enter` or `try_enter` from 0), so each
+/// owner's accesses happen before the next owner's. A mutex here cost two locked
+/// instructions per pass that nobody ever contended: on a source whose every send
+/// runs a pass (a channel's direct hand-off), two of the five per item. In loom
+/// builds the cell is loom's, which checks that no two accesses race.
+pub(crate) struct OwnerSlot<T>(UnsafeCell<Option<T>>);
+
+// SAFETY: the contents move from one owner thread to the next, so `T: Send` is
+// required; `with` is the only way in, and its callers own the loop, whose hand-over
+// orders their accesses (see the type's docs). No `&T` is ever shared between
+// threads at once.
+unsafe impl<T: Send> Sync for OwnerSlot<T> {}
+
+impl<T> OwnerSlot<T> {
+    pub(crate) fn new() -> Self {
+        OwnerSlot(UnsafeCell::new(None))
+    }
+
+    /// Call `f` with the slot.
+    ///
+    /// # Safety
+    ///
+    /// The caller owns the core's loop (its `Wip`) for the whole call, and `f` does
+    /// not reach `with` again (a pass never runs inside a pass of the same core: the
+    /// `Wip` refuses a second owner).
+    #[inline(always)]
+    pub(crate) unsafe fn with<R>(&self, f: impl FnOnce(&mut Option<T>) -> R) -> R {
+        self.0.with_mut(|slot| {
+            // SAFETY: per the contract, this thread is the only one that can reach
+            // the slot now and this is the only live reference to it.
+            f(unsafe { &mut *slot })
+        })
+    }
+}
