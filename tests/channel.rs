@@ -766,6 +766,50 @@ fn no_item_is_stranded_when_requests_race_sends() {
     }
 }
 
+/// Sends handed straight to the subscriber settle its demand in runs (one atomic
+/// step per run, not per item), while requests arrive from another thread a few
+/// items at a time: the subscriber never receives more than it asked for (the
+/// probe records any excess as a rule 1.1 violation), and nothing is left behind.
+#[test]
+fn hand_offs_settled_in_runs_never_exceed_the_demand() {
+    for capacity in [1usize, 3, 64] {
+        let (tx, rx) = weir::channel::<u64>(capacity, ChannelPolicy::Backpressure);
+        let probe = probe_of(rx);
+        let n = 20_000u64;
+        let producer = std::thread::spawn(move || {
+            for i in 0..n {
+                let mut item = i;
+                loop {
+                    match tx.try_send(item) {
+                        Ok(()) => break,
+                        Err(full) if full.is_full() => {
+                            item = full.into_inner();
+                            std::thread::yield_now();
+                        }
+                        Err(other) => panic!("closed: {other:?}"),
+                    }
+                }
+            }
+        });
+        let mut requested = 0;
+        while requested < n {
+            // Uneven steps: 1, 2, 3, then 70 (beyond a run of settlements).
+            let step = [1, 2, 3, 70][(requested % 4) as usize].min(n - requested);
+            probe.request(step);
+            requested += step;
+            probe
+                .await_items(requested.saturating_sub(64), Duration::from_secs(5))
+                .unwrap();
+        }
+        producer.join().unwrap();
+        probe.await_items(n, Duration::from_secs(5)).unwrap();
+        probe.request(1);
+        probe.await_completion(Duration::from_secs(5)).unwrap();
+        probe.assert_no_violations();
+        assert_eq!(probe.items(), (0..n).collect::<Vec<_>>(), "capacity {capacity}");
+    }
+}
+
 // ---- water marks --------------------------------------------------------------------
 
 #[test]

@@ -52,6 +52,9 @@ pub(super) const STAGE: &str = "channel";
 /// flushes, to stamp their counts ([`Link::hand_off`]).
 const UNSTAMPED: usize = 64;
 
+/// Hand-offs whose demand the owner settles at once ([`Buffers::unsettled`]).
+const UNSETTLED: u64 = 64;
+
 /// Largest batch one drain step takes out of the queue (and the size of the pass's
 /// reusable buffer, for channels at least this large).
 pub(super) const BATCH: usize = 256;
@@ -238,6 +241,28 @@ pub(super) struct Buffers<T> {
     unstamped: usize,
     /// The claim ring's reading end, in lane mode ([`Chan::lane`]).
     reader: Option<Reader<T>>,
+    /// Items handed over directly ([`Link::hand_off_item`]) whose demand is not yet
+    /// settled: the core's demand still counts them, so every owner's look at the
+    /// demand subtracts them ([`Buffers::demand`]) and a pass settles them first.
+    /// Settled once [`UNSETTLED`] accumulate, when a batch returns credit, and at
+    /// the start of every pass: one read-modify-write of the demand per run of
+    /// hand-offs instead of one per item.
+    unsettled: u64,
+}
+
+impl<T> Buffers<T> {
+    /// The subscriber's demand as the loop's owner sees it: the core's, less the
+    /// hand-offs not yet settled.
+    fn demand(&self, cx: &Cx<'_>) -> u64 {
+        cx.demand().get().saturating_sub(self.unsettled)
+    }
+
+    /// Settle the hand-offs counted in [`unsettled`](Self::unsettled).
+    fn settle(&mut self, cx: &Cx<'_>) {
+        if self.unsettled > 0 {
+            cx.demand().settle(std::mem::take(&mut self.unsettled), 0);
+        }
+    }
 }
 
 /// The one subscriber, with its type erased: senders exist before it does, so the
@@ -752,6 +777,7 @@ impl<T: Send + 'static> Chan<T> {
         sink: &mut S,
         mut offer: Option<SendersOffer<'_, T>>,
     ) -> Pass {
+        c.settle(cx);
         loop {
             if cx.stopped() {
                 return Pass::Idle;
@@ -1138,10 +1164,13 @@ impl<T: Send + 'static> Link<T> {
             item
         };
         let mut entry = Some(item);
-        self.hand_over(1, |cx, sink| {
+        self.hand_over(1, |cx, c, sink| {
             let item = entry.take().expect("offered once");
             let credit = sink.0.next_one(item);
-            cx.demand().settle(1, credit);
+            c.unsettled += 1;
+            if credit > 0 || c.unsettled >= UNSETTLED {
+                cx.demand().settle(std::mem::take(&mut c.unsettled), credit);
+            }
         });
         match entry {
             None => Ok(()),
@@ -1163,7 +1192,8 @@ impl<T: Send + 'static> Link<T> {
         if n == 0 || n > self.stage().batch_size() || !chunk.unread() {
             return 0;
         }
-        let handed = self.hand_over(n, |cx, sink| {
+        let handed = self.hand_over(n, |cx, c, sink| {
+            c.settle(cx);
             cx.deliver_queue(sink, chunk.unread_items());
         });
         if !handed {
@@ -1180,7 +1210,11 @@ impl<T: Send + 'static> Link<T> {
     /// through (before the subscriber runs), let `deliver` hand them over, and stamp
     /// the counts when due. Returns whether `deliver` ran.
     #[inline(always)]
-    fn hand_over(&self, n: usize, deliver: impl FnOnce(&Cx<'_>, &mut ErasedSink<T>)) -> bool {
+    fn hand_over(
+        &self,
+        n: usize,
+        deliver: impl FnOnce(&Cx<'_>, &mut Buffers<T>, &mut ErasedSink<T>),
+    ) -> bool {
         let chan = self.stage();
         let wanted = n as u64;
         if !chan.vacant() || self.demand().get() < wanted {
@@ -1190,14 +1224,14 @@ impl<T: Send + 'static> Link<T> {
         self.try_pass_if_idle(|cx, c, sink| {
             if cx.stopped()
                 || !chan.vacant()
-                || cx.demand().get() < wanted
+                || c.demand(cx) < wanted
                 || c.reader.as_ref().is_some_and(|reader| reader.has_work())
             {
                 return Pass::Idle;
             }
             chan.passed_over(c, n);
             handed = true;
-            deliver(cx, sink);
+            deliver(cx, c, sink);
             chan.stamp_if_due(c);
             Pass::Idle
         });
@@ -1447,6 +1481,7 @@ impl<T: Send + 'static> Link<T> {
             expired: Vec::new(),
             unstamped: 0,
             reader,
+            unsettled: 0,
         };
         let sink = ErasedSink(Box::new(subscriber));
         if pulled {
