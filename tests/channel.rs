@@ -806,7 +806,11 @@ fn hand_offs_settled_in_runs_never_exceed_the_demand() {
         probe.request(1);
         probe.await_completion(Duration::from_secs(5)).unwrap();
         probe.assert_no_violations();
-        assert_eq!(probe.items(), (0..n).collect::<Vec<_>>(), "capacity {capacity}");
+        assert_eq!(
+            probe.items(),
+            (0..n).collect::<Vec<_>>(),
+            "capacity {capacity}"
+        );
     }
 }
 
