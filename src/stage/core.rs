@@ -868,29 +868,23 @@ where
     ) -> Pass {
         // SAFETY: only the loop's owner runs a pass (both callers own it), and the
         // body cannot run another pass of this core (the `Wip` refuses it).
-        let ended = unsafe {
-            self.slot.with(|slot| {
-                let (owned, downstream) = slot.as_mut()?;
-                // Relaxed: see the file header.
-                let flags = self.flags.load(Ordering::Relaxed);
-                let ending = if flags & STOPPING != 0 {
-                    Ending::Flags(flags)
-                } else {
-                    let cx = Cx::new(&self.demand, &self.flags, waker);
-                    match catch(|| body(&cx, owned, downstream)) {
-                        Ok(Pass::Over) => Ending::Terminated,
-                        Ok(pass) => return Some(Err(pass)),
-                        Err(_) => Ending::Panicked,
-                    }
-                };
-                Some(Ok((ending, slot.take().expect("checked above"))))
-            })
+        let slot = unsafe { &mut *self.slot.as_ptr() };
+        let Some((owned, downstream)) = slot.as_mut() else {
+            return Pass::Idle;
         };
-        let (ending, (mut owned, downstream)) = match ended {
-            None => return Pass::Idle,
-            Some(Err(pass)) => return pass,
-            Some(Ok(ended)) => ended,
+        // Relaxed: see the file header.
+        let flags = self.flags.load(Ordering::Relaxed);
+        let ending = if flags & STOPPING != 0 {
+            Ending::Flags(flags)
+        } else {
+            let cx = Cx::new(&self.demand, &self.flags, waker);
+            match catch(|| body(&cx, owned, downstream)) {
+                Ok(Pass::Over) => Ending::Terminated,
+                Ok(pass) => return pass,
+                Err(_) => Ending::Panicked,
+            }
         };
+        let (mut owned, downstream) = slot.take().expect("checked above");
         // Relaxed: read as a hint by `request`/`cancel`; the slot is empty anyway.
         self.flags.fetch_or(OVER, Ordering::Relaxed);
         self.end(ending, &mut owned, downstream);

@@ -13,7 +13,8 @@ use crate::loom::UnsafeCell;
 /// owner's accesses happen before the next owner's. A mutex here cost two locked
 /// instructions per pass that nobody ever contended: on a source whose every send
 /// runs a pass (a channel's direct hand-off), two of the five per item. In loom
-/// builds the cell is loom's, which checks that no two accesses race.
+/// builds the cell is loom's, which checks that no two owners' accesses race (it
+/// records a pass's access when the pass takes the slot).
 pub(crate) struct OwnerSlot<T>(UnsafeCell<Option<T>>);
 
 // SAFETY: the contents move from one owner thread to the next, so `T: Send` is
@@ -25,6 +26,17 @@ unsafe impl<T: Send> Sync for OwnerSlot<T> {}
 impl<T> OwnerSlot<T> {
     pub(crate) fn new() -> Self {
         OwnerSlot(UnsafeCell::new(None))
+    }
+
+    /// A pointer to the slot, for the loop's owner to use until it lets the loop go
+    /// (dereferencing it is the caller's `unsafe`, under the contract of
+    /// [`with`](Self::with)). The pass takes it this way rather than through `with`:
+    /// its body is the hot loop of a fused pipeline, and inside `with`'s closure one
+    /// of them (`take_while`) compiled to a loop 1.2–1.9 × slower. Loom records the
+    /// access when the pointer is taken.
+    #[inline(always)]
+    pub(crate) fn as_ptr(&self) -> *mut Option<T> {
+        self.0.with_mut(|slot| slot)
     }
 
     /// Call `f` with the slot.
