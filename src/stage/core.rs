@@ -595,7 +595,7 @@ where
             self.flags.fetch_or(CANCELLED, Ordering::Relaxed);
         }
         // SAFETY: this thread owns the loop (the `enter` above).
-        unsafe { self.slot.with(|slot| *slot = Some((owned, downstream))) };
+        unsafe { *self.slot.as_ptr() = Some((owned, downstream)) };
         started(self);
         // Relaxed: this thread owns the loop (a cancel from on_subscribe is its own
         // write, or was published by the canceller's `Wip::enter`).

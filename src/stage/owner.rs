@@ -18,7 +18,7 @@ use crate::loom::UnsafeCell;
 pub(crate) struct OwnerSlot<T>(UnsafeCell<Option<T>>);
 
 // SAFETY: the contents move from one owner thread to the next, so `T: Send` is
-// required; `with` is the only way in, and its callers own the loop, whose hand-over
+// required; `as_ptr` is the only way in, and its callers own the loop, whose hand-over
 // orders their accesses (see the type's docs). No `&T` is ever shared between
 // threads at once.
 unsafe impl<T: Send> Sync for OwnerSlot<T> {}
@@ -28,30 +28,17 @@ impl<T> OwnerSlot<T> {
         OwnerSlot(UnsafeCell::new(None))
     }
 
-    /// A pointer to the slot, for the loop's owner to use until it lets the loop go
-    /// (dereferencing it is the caller's `unsafe`, under the contract of
-    /// [`with`](Self::with)). The pass takes it this way rather than through `with`:
-    /// its body is the hot loop of a fused pipeline, and inside `with`'s closure one
-    /// of them (`take_while`) compiled to a loop 1.2–1.9 × slower. Loom records the
-    /// access when the pointer is taken.
+    /// A pointer to the slot: the one way in. Loom records the access when the
+    /// pointer is taken.
+    ///
+    /// Dereferencing it is the caller's `unsafe`, sound only while the caller owns
+    /// the core's loop (its `Wip`) and holds no other reference to the slot (a pass
+    /// never runs inside a pass of the same core: the `Wip` refuses a second
+    /// owner). A pointer rather than a closure over the slot: the pass body is the
+    /// hot loop of a fused pipeline, and inside such a closure one of them
+    /// (`take_while`) compiled to a loop 1.2–1.9 × slower.
     #[inline(always)]
     pub(crate) fn as_ptr(&self) -> *mut Option<T> {
         self.0.with_mut(|slot| slot)
-    }
-
-    /// Call `f` with the slot.
-    ///
-    /// # Safety
-    ///
-    /// The caller owns the core's loop (its `Wip`) for the whole call, and `f` does
-    /// not reach `with` again (a pass never runs inside a pass of the same core: the
-    /// `Wip` refuses a second owner).
-    #[inline(always)]
-    pub(crate) unsafe fn with<R>(&self, f: impl FnOnce(&mut Option<T>) -> R) -> R {
-        self.0.with_mut(|slot| {
-            // SAFETY: per the contract, this thread is the only one that can reach
-            // the slot now and this is the only live reference to it.
-            f(unsafe { &mut *slot })
-        })
     }
 }

@@ -257,6 +257,17 @@ impl<T> Buffers<T> {
         cx.demand().get().saturating_sub(self.unsettled)
     }
 
+    /// One item handed over directly, whose batch returned `credit`: counted as
+    /// unsettled, and settled with the rest once [`UNSETTLED`] accumulate or the
+    /// batch returned credit.
+    fn handed_one(&mut self, cx: &Cx<'_>, credit: u64) {
+        self.unsettled += 1;
+        if credit > 0 || self.unsettled >= UNSETTLED {
+            cx.demand()
+                .settle(std::mem::take(&mut self.unsettled), credit);
+        }
+    }
+
     /// Settle the hand-offs counted in [`unsettled`](Self::unsettled).
     fn settle(&mut self, cx: &Cx<'_>) {
         if self.unsettled > 0 {
@@ -1167,10 +1178,7 @@ impl<T: Send + 'static> Link<T> {
         self.hand_over(1, |cx, c, sink| {
             let item = entry.take().expect("offered once");
             let credit = sink.0.next_one(item);
-            c.unsettled += 1;
-            if credit > 0 || c.unsettled >= UNSETTLED {
-                cx.demand().settle(std::mem::take(&mut c.unsettled), credit);
-            }
+            c.handed_one(cx, credit);
         });
         match entry {
             None => Ok(()),
