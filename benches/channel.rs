@@ -37,7 +37,9 @@
 //! The host drifts between speed modes within seconds, so after criterion's cases a
 //! *paired* phase runs [`ROUNDS`] rounds, each timing `crossbeam_try_send` and then
 //! the per-item weir formulations once, and reports the median of the per-round
-//! ratios (crossbeam's time ÷ weir's).
+//! ratios (crossbeam's time ÷ weir's). Each round also times `two_rmw_floor`: two
+//! uncontended read-modify-writes per item and the sum, the least an inline
+//! hand-off (the sender taking and leaving the drain loop) can cost.
 //!
 //! Run: `cargo bench --bench channel` (about three minutes); `-- paired` runs the
 //! paired phase only.
@@ -289,6 +291,27 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
+/// The floor of any inline hand-off: what a sender that runs the subscriber on its
+/// own thread cannot avoid per item, whatever else it skips. Serial signalling
+/// (rule 1.3) needs the sender to take the drain loop and to let it go, each a
+/// read-modify-write other threads can see (another sender, or a `request` from
+/// the subscriber's thread, may want the loop at any moment). Two uncontended
+/// RMWs per item plus the sum, nothing else: the channel's inline rows cannot go
+/// below this, crossbeam's two-thread channel can.
+fn two_rmw_floor() -> u64 {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let owner = AtomicUsize::new(0);
+    let mut sum = 0u64;
+    for i in 0..black_box(N) {
+        // AcqRel / Release like a drain loop's enter and leave (nothing pairs here:
+        // one thread; the point is the instructions' cost).
+        let _ = owner.compare_exchange(0, 1, Ordering::AcqRel, Ordering::Relaxed);
+        sum = add(sum, black_box(i));
+        owner.fetch_sub(1, Ordering::Release);
+    }
+    sum
+}
+
 /// Rounds of the paired phase.
 const ROUNDS: usize = 15;
 
@@ -318,9 +341,11 @@ fn paired() {
     let mut ratios = vec![Vec::new(); cases.len()];
     let mut times = vec![Vec::new(); cases.len()];
     let mut peers = Vec::new();
+    let mut floors = Vec::new();
     for _ in 0..ROUNDS {
         let peer = timed(&|| crossbeam(TRY_CAPACITY, crossbeam_spin));
         peers.push(peer);
+        floors.push(timed(&two_rmw_floor));
         for (i, (_, case)) in cases.iter().enumerate() {
             let time = timed(*case);
             times[i].push(time);
@@ -328,6 +353,7 @@ fn paired() {
         }
     }
     peers.sort_by(f64::total_cmp);
+    floors.sort_by(f64::total_cmp);
     println!();
     println!(
         "paired rounds ({ROUNDS}): crossbeam_try_send's time ÷ each case's, same round \
@@ -337,6 +363,14 @@ fn paired() {
         "  {:30} median {:6.1} ms",
         "crossbeam_try_send",
         peers[ROUNDS / 2] * 1e3
+    );
+    println!(
+        "  {:30} median {:6.1} ms (min {:.1}, max {:.1}): two uncontended RMWs per item, \
+         the floor of an inline hand-off",
+        "two_rmw_floor",
+        floors[ROUNDS / 2] * 1e3,
+        floors[0] * 1e3,
+        floors[ROUNDS - 1] * 1e3
     );
     for (((name, _), mut v), mut t) in cases.iter().zip(ratios).zip(times) {
         v.sort_by(f64::total_cmp);
