@@ -33,6 +33,10 @@ pub enum ErrorKind {
     /// that owned the task ended its pipeline, cancelling upstream and dropping what
     /// it held.
     SchedulerShutdown,
+    /// A subscriber of a [`Hub`](crate::hub::Hub) fell further behind than its
+    /// policy allows ([`Policy::Disconnect`](crate::hub::Policy::Disconnect)) and was
+    /// cut off, so that it holds nobody else back.
+    Lagged,
 }
 
 impl fmt::Display for ErrorKind {
@@ -45,6 +49,7 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Upstream => f.write_str("upstream error"),
             ErrorKind::Cancelled => f.write_str("cancelled"),
             ErrorKind::SchedulerShutdown => f.write_str("scheduler shut down"),
+            ErrorKind::Lagged => f.write_str("subscriber lagged"),
         }
     }
 }
@@ -162,6 +167,11 @@ impl Error {
         )
     }
 
+    /// Kind [`Cancelled`](ErrorKind::Cancelled) with a message of the stage's own.
+    pub(crate) fn cancelled_with(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::build(ErrorKind::Cancelled, message, None)
+    }
+
     /// A scheduler dropped one of the pipeline's tasks without running it (it was shut
     /// down); `stage` names the stage whose task it was.
     pub fn scheduler_shutdown(stage: &'static str) -> Self {
@@ -170,6 +180,12 @@ impl Error {
             format!("{stage}: its scheduler shut down and dropped a task it could not run"),
             None,
         )
+    }
+
+    /// A subscriber fell further behind than it may and was cut off (kind
+    /// [`Lagged`](ErrorKind::Lagged)).
+    pub fn lagged(message: impl Into<Cow<'static, str>>) -> Self {
+        Self::build(ErrorKind::Lagged, message, None)
     }
 
     /// The kind of failure.

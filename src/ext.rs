@@ -913,6 +913,74 @@ pub trait PublisherExt: Publisher + Sized {
         assert_publisher::<U, _>(Zip::new(self, other, f))
     }
 
+    /// Share this publisher among many subscribers through a [`Hub`](crate::hub::Hub):
+    /// one subscription upstream, one ring of `capacity` items, a cursor and a
+    /// [`Policy`](crate::hub::Policy) per subscriber. Subscribing to the hub joins
+    /// with `Backpressure`; [`Hub::join`](crate::hub::Hub::join) picks another policy.
+    /// [`Hub::builder`](crate::hub::Hub::builder) sets when it connects, the replay
+    /// for late subscribers and whether it stops when the last one leaves. See the
+    /// [`hub`](crate::hub) module for the algorithm.
+    ///
+    /// # Backpressure
+    ///
+    /// Per subscriber, exactly its own demand (rule 1.1). Upstream is asked for what
+    /// the ring has room for beside the items the slowest `Backpressure` subscriber
+    /// has not read, in batches (the 75% rule over the ring); lossy subscribers
+    /// (`DropOldest`, `Latest`, `Disconnect`) never hold it back. In-flight bound:
+    /// `capacity + 256`.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// upstream  : 1-2-3-4-5-6-7|
+    /// fast (BP) : 1-2-3-4-5-6-7|
+    /// slow (Latest, ring of 2, requests late):
+    ///             ---------------6-7|   (1..5 skipped, counted as dropped)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream's error reaches every subscriber after the items the ring still has
+    /// for it. A `Disconnect` subscriber that falls too far behind gets an error of
+    /// kind [`Lagged`](crate::ErrorKind::Lagged). An upstream that delivers more than
+    /// it was asked for (rule 1.1) is cancelled and the hub fails with an error of
+    /// kind [`SpecViolation`](crate::ErrorKind::SpecViolation). A subscriber that
+    /// arrives after the hub stopped gets an error of kind
+    /// [`Cancelled`](crate::ErrorKind::Cancelled).
+    ///
+    /// # Cancellation
+    ///
+    /// A subscriber that cancels leaves the hub; the others go on. When the last one
+    /// leaves, upstream is cancelled and the ring released (unless built with
+    /// `keep_connected`).
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is not in `1..=2^30` ("share capacity must be in 1..=2^30 (got
+    /// 0)"). A subscriber that panics is treated as cancelled; the others go on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::hub::Policy;
+    ///
+    /// let hub = weir::range(0u32..100).share(16);
+    /// // The first subscriber connects the hub; this one takes everything.
+    /// let all = hub.clone().collect().wait().unwrap();
+    /// assert_eq!(all, (0..100).collect::<Vec<_>>());
+    /// // Upstream completed: a late subscriber gets the end at once.
+    /// assert!(hub.join(Policy::Latest).collect().wait().unwrap().is_empty());
+    /// ```
+    #[track_caller]
+    fn share(self, capacity: usize) -> crate::hub::Hub<Self::Item>
+    where
+        Self: Send + 'static,
+        Self::Item: Clone,
+    {
+        crate::hub::Hub::builder(self, capacity).build()
+    }
+
     // ---- rate-decoupling operators ------------------------------------------------
 
     /// Request everything upstream; pass on what downstream has asked for and drop the

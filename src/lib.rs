@@ -42,6 +42,7 @@ pub mod drain;
 mod error;
 mod ext;
 mod guard;
+pub mod hub;
 pub mod limit;
 pub(crate) mod loom;
 pub mod metrics;

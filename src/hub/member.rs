@@ -1,0 +1,148 @@
+// The hub's two kinds of party: a subscriber (`MemberStage`, a stage on the signal
+// core) and the hub's own subscriber to upstream (`Inlet`).
+//
+// A member's pass takes a batch out of the ring under the hub's lock and hands it
+// downstream without it; see the module docs of `hub` for the whole algorithm.
+
+use std::sync::Arc;
+
+use super::{Shared, HUB_BATCH};
+use crate::metrics::DropReporter;
+use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
+use crate::{Error, Subscriber, Subscription};
+
+/// One subscriber of the hub: the shared part of its stage.
+pub(crate) struct MemberStage<T> {
+    shared: Arc<Shared<T>>,
+    id: u64,
+}
+
+/// What only the member's pass touches.
+pub(crate) struct Batch<T> {
+    /// Items cloned out of the ring, on their way downstream; room for a batch,
+    /// allocated once.
+    items: Vec<T>,
+    /// Its downstream's drop hook, for what its policy skips.
+    drops: DropReporter,
+}
+
+/// Subscribe `subscriber` as member `id` of the hub. `register` runs while the new
+/// core owns its loop (after `on_subscribe`, before any pass), with the handle the
+/// hub wakes it through.
+pub(crate) fn attach<T, S>(
+    shared: Arc<Shared<T>>,
+    id: u64,
+    subscriber: S,
+    register: impl FnOnce(Arc<dyn CoreHandle>),
+) where
+    T: Clone + Send + 'static,
+    S: Subscriber<T> + Send + 'static,
+{
+    let hook = subscriber.drop_hook();
+    let batch = Batch {
+        items: Vec::with_capacity(HUB_BATCH.min(shared.capacity)),
+        drops: DropReporter::new("share", hook),
+    };
+    let core = Core::new(MemberStage { shared, id });
+    core.attach_then(batch, subscriber, |core| {
+        let handle: Arc<dyn CoreHandle> = core.clone();
+        register(handle);
+    });
+}
+
+impl<T: Clone + Send + 'static> Stage for MemberStage<T> {
+    const NAME: &'static str = "share";
+    type Item = T;
+    type Owned = Batch<T>;
+    type Padding = ();
+
+    fn pass<S: Subscriber<T>>(
+        &self,
+        cx: &Cx<'_>,
+        batch: &mut Batch<T>,
+        downstream: &mut S,
+    ) -> Pass {
+        loop {
+            if cx.stopped() {
+                return Pass::Idle;
+            }
+            let room = batch.items.capacity();
+            let want = usize::try_from(cx.demand().get())
+                .unwrap_or(usize::MAX)
+                .min(room);
+            let taken = self.shared.take(self.id, want, &mut batch.items);
+            if let Some((reason, n)) = taken.dropped {
+                batch.drops.count(reason, n);
+                batch.drops.flush();
+            }
+            if taken.count > 0 {
+                let (_, rest) = cx.deliver(downstream, batch.items.drain(..));
+                drop(rest);
+            }
+            if taken.credit_moved {
+                self.shared.pump();
+            }
+            if let Some(end) = taken.end {
+                return cx.terminate(downstream, end);
+            }
+            if taken.count == 0 || cx.demand().get() == 0 {
+                return Pass::Idle;
+            }
+        }
+    }
+
+    fn stop(&self, batch: &mut Batch<T>) {
+        batch.items.clear();
+        self.shared.leave(self.id);
+    }
+}
+
+/// The hub's subscriber to upstream.
+pub(crate) struct Inlet<T> {
+    shared: Arc<Shared<T>>,
+    /// A terminal signal arrived, or the hub refused an item: ignore what follows.
+    done: bool,
+}
+
+impl<T: Clone + Send + 'static> Inlet<T> {
+    pub(crate) fn new(shared: Arc<Shared<T>>) -> Self {
+        Inlet {
+            shared,
+            done: false,
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> Subscriber<T> for Inlet<T> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        self.shared.subscribed(subscription);
+    }
+
+    fn on_next(&mut self, item: T) {
+        if !self.done && self.shared.arrive(std::iter::once(item)).is_err() {
+            self.done = true;
+        }
+    }
+
+    fn on_error(&mut self, error: Error) {
+        if !std::mem::replace(&mut self.done, true) {
+            self.shared.finish(Err(error));
+        }
+    }
+
+    fn on_complete(&mut self) {
+        if !std::mem::replace(&mut self.done, true) {
+            self.shared.finish(Ok(()));
+        }
+    }
+
+    fn on_next_batch<I>(&mut self, items: I) -> u64
+    where
+        I: Iterator<Item = T>,
+    {
+        if !self.done && self.shared.arrive(items).is_err() {
+            self.done = true;
+        }
+        0
+    }
+}

@@ -1,0 +1,649 @@
+//! `share`: one source, many subscribers, and a policy per subscriber so that the
+//! slowest one does not decide for everyone.
+//!
+//! [`PublisherExt::share`](crate::PublisherExt::share) (or [`Hub::builder`]) turns a
+//! publisher into a [`Hub`]: one subscription upstream, one bounded ring of
+//! `capacity` items shared by every subscriber, and a cursor per subscriber. Each
+//! subscriber picks its [`Policy`] when it joins:
+//!
+//! * [`Backpressure`](Policy::Backpressure) (what subscribing to the `Hub` itself
+//!   gives): lossless; the hub never asks upstream for more than the slowest such
+//!   subscriber can still take, so a stalled one stops the source, with memory held
+//!   at the ring.
+//! * [`DropOldest`](Policy::DropOldest): never holds anyone back; when it falls a
+//!   whole ring behind it skips the items the ring no longer has, counted as dropped
+//!   ([`DropReason::OverflowOldest`]).
+//! * [`Latest`](Policy::Latest): the same, but it skips to the newest item
+//!   ([`DropReason::ReplacedByLatest`]).
+//! * [`Disconnect`](Policy::Disconnect): never holds anyone back; once it is further
+//!   behind than its [`LagLimit`] (in items, or the age of its next item), or a whole
+//!   ring behind, it gets `on_error` of kind [`Lagged`](crate::ErrorKind::Lagged) and
+//!   leaves.
+//!
+//! Each subscriber's own `request(n)` is honoured exactly (rule 1.1 per subscriber):
+//! items it has not asked for wait in the ring (or, under a lossy policy, are skipped
+//! once the ring moves on).
+//!
+//! # The algorithm
+//!
+//! The ring, the cursors and the upstream credit sit under one short lock (no user
+//! code runs under it, except the items' own `Clone` and `Drop`). Two kinds of drain
+//! loop do the work, each the crate's one `Wip`:
+//!
+//! * **A subscriber's pass** (its own signal core, run by whichever thread signals
+//!   it): under the lock it clones up to `min(demand, 256)` items from its cursor
+//!   into its batch and moves the cursor; then, without the lock, hands the batch
+//!   downstream in one `on_next_batch` and settles its demand once. A pass that finds
+//!   fewer items than its demand marks the subscriber *hungry*: the next arrival
+//!   wakes it.
+//! * **The hub's pump**: asks upstream for credit and wakes hungry subscribers. It
+//!   runs after every event that can change either (an arrival, the end, a
+//!   `Backpressure` subscriber moving, a subscriber leaving). Credit: with `held` the
+//!   items the slowest `Backpressure` subscriber has not read and `outstanding` what
+//!   upstream still owes, the pump requests `capacity - held - outstanding` once
+//!   `outstanding` has fallen to a quarter of the ring (the 75% rule), so `held +
+//!   outstanding` never exceeds the ring: an arriving item never finds the ring full
+//!   of items a `Backpressure` subscriber still needs. A synchronous upstream delivers
+//!   inside the pump's `request`; the arrivals then only record their wake-ups, and
+//!   the pump wakes each subscriber once per batch instead of once per item.
+//!
+//! An arriving item that finds the ring full evicts the oldest item; subscribers whose
+//! cursor pointed at it are handled by their policy (skip or disconnect). Lag in
+//! seconds comes from the arrival time of each block of 64 items (one clock reading
+//! per block, none per item).
+//!
+//! # Connecting and stopping
+//!
+//! The hub subscribes upstream when the `k`-th subscriber is present
+//! ([`HubBuilder::connect_at`], 1 by default). When the last subscriber leaves while
+//! upstream still runs, the hub cancels upstream and releases the ring; a subscriber that arrives after that
+//! gets `on_error` of kind [`Cancelled`](crate::ErrorKind::Cancelled) at once. Build
+//! with [`HubBuilder::keep_connected`] to keep upstream running (and the ring moving)
+//! with nobody subscribed instead. A subscriber joins at the live position (it sees
+//! what arrives after it joined), or [`HubBuilder::replay`]`(r)` items back. After
+//! upstream ended, subscribers read what the ring still has for them and then get the
+//! same end; later ones get it at once (after their replay).
+//!
+//! # Demand contract
+//!
+//! Per subscriber, never more items than it requested (rule 1.1). Upstream is never
+//! asked for more than the ring has room for: at most `capacity` items are held, plus
+//! one batch of at most 256 per subscriber on its way downstream. In-flight bound:
+//! `capacity + 256`.
+//!
+//! # Example
+//!
+//! ```
+//! use weir::prelude::*;
+//! use weir::hub::{Hub, Policy};
+//!
+//! // The hub subscribes upstream once two subscribers are there.
+//! let hub = Hub::builder(weir::range(0u32..1_000), 64).connect_at(2).build();
+//! let audit = std::thread::spawn({
+//!     let hub = hub.clone();
+//!     move || hub.fold(0u64, |n, _| n + 1).wait().unwrap()
+//! });
+//! let latest = hub.join(Policy::Latest).named("dashboard").collect().wait().unwrap();
+//! assert_eq!(audit.join().unwrap(), 1_000, "the Backpressure subscriber lost nothing");
+//! assert!(latest.windows(2).all(|w| w[0] < w[1]), "in order, perhaps with gaps");
+//! ```
+
+mod member;
+mod ring;
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use self::member::Inlet;
+use self::ring::Ring;
+use crate::drain::{SubscriptionSlot, Wip};
+use crate::stage::window::validate;
+use crate::stage::CoreHandle;
+use crate::{Error, Publisher, Subscriber};
+
+/// Items a subscriber's pass takes out of the ring at most, per batch.
+pub const HUB_BATCH: usize = 256;
+
+/// What a subscriber of a [`Hub`] does when it cannot keep up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Policy {
+    /// Lossless: the hub asks upstream only for what this subscriber can still take,
+    /// so it slows the source (and, through the ring, the other subscribers) to its
+    /// pace.
+    Backpressure,
+    /// Never slows anyone: a whole ring behind, it skips to the oldest item the ring
+    /// still has; the skipped items count as dropped
+    /// ([`DropReason::OverflowOldest`](crate::DropReason::OverflowOldest)).
+    DropOldest,
+    /// Never slows anyone: a whole ring behind, it skips to the newest item; the
+    /// skipped items count as dropped
+    /// ([`DropReason::ReplacedByLatest`](crate::DropReason::ReplacedByLatest)).
+    Latest,
+    /// Never slows anyone: further behind than the limit (or a whole ring behind), it
+    /// gets `on_error` of kind [`Lagged`](crate::ErrorKind::Lagged) and is removed.
+    Disconnect(LagLimit),
+}
+
+impl Policy {
+    /// [`Disconnect`](Policy::Disconnect) once more than `max_lag` items wait for it.
+    ///
+    /// # Panics
+    ///
+    /// If `max_lag` is 0 ("hub: a Disconnect lag limit must be at least 1 item").
+    #[track_caller]
+    pub fn disconnect_after_items(max_lag: u64) -> Self {
+        assert!(
+            max_lag > 0,
+            "hub: a Disconnect lag limit must be at least 1 item"
+        );
+        Policy::Disconnect(LagLimit::Items(max_lag))
+    }
+
+    /// [`Disconnect`](Policy::Disconnect) once the next item waiting for it is older
+    /// than `max_age` (checked as items arrive, once per block of 64).
+    ///
+    /// # Panics
+    ///
+    /// If `max_age` is zero ("hub: a Disconnect age limit must be positive").
+    #[track_caller]
+    pub fn disconnect_after(max_age: Duration) -> Self {
+        assert!(
+            !max_age.is_zero(),
+            "hub: a Disconnect age limit must be positive"
+        );
+        Policy::Disconnect(LagLimit::Age(max_age))
+    }
+}
+
+/// How far behind a [`Policy::Disconnect`] subscriber may fall.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LagLimit {
+    /// More items than this waiting for it.
+    Items(u64),
+    /// Its next item older than this.
+    Age(Duration),
+}
+
+/// Where a subscriber stands (see [`SubscriberStats`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MemberState {
+    /// It has read everything and is not waiting (no demand outstanding).
+    Live,
+    /// It has read everything and waits for the next item (demand outstanding).
+    Waiting,
+    /// Items wait for it (it has not asked for them yet, or is about to take them).
+    Behind,
+    /// Cut off by its `Disconnect` limit; it ends at its next pass.
+    Disconnected,
+}
+
+/// One subscriber's figures, from [`Hub::stats`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct SubscriberStats {
+    /// The hub's id for it (in order of subscription, from 0).
+    pub id: u64,
+    /// The name given with [`Join::named`], if any.
+    pub name: Option<String>,
+    /// Its policy.
+    pub policy: Policy,
+    /// Sequence number of the next item it will read (items are numbered from 0 in
+    /// order of arrival).
+    pub position: u64,
+    /// Items that arrived and that it has not read.
+    pub lag: u64,
+    /// How long its next item has waited (0 when none waits), to the block of 64.
+    pub lag_seconds: f64,
+    /// Items handed to it.
+    pub delivered: u64,
+    /// Items it skipped (lossy policies).
+    pub dropped: u64,
+    /// Where it stands.
+    pub state: MemberState,
+}
+
+/// The hub's figures, from [`Hub::stats`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct HubStats {
+    /// The ring's capacity.
+    pub capacity: usize,
+    /// Items in the ring now.
+    pub occupancy: usize,
+    /// Items requested from upstream and not yet received.
+    pub upstream_outstanding: u64,
+    /// The `Backpressure` subscriber that keeps the hub from asking upstream for more
+    /// (the ring is full of items it has not read), if one does.
+    pub bounded_by: Option<u64>,
+    /// Subscribed upstream (and not stopped).
+    pub connected: bool,
+    /// Every current subscriber, in no particular order.
+    pub subscribers: Vec<SubscriberStats>,
+}
+
+impl fmt::Display for HubStats {
+    /// An aligned table: one line for the hub, one per subscriber.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "hub: {}/{} items in the ring, {} requested upstream{}",
+            self.occupancy,
+            self.capacity,
+            self.upstream_outstanding,
+            match self.bounded_by {
+                Some(id) => format!(", held back by subscriber {id}"),
+                None => String::new(),
+            }
+        )?;
+        writeln!(
+            f,
+            "{:>4} {:<14} {:<22} {:>10} {:>8} {:>9} {:>11} {:>9}  state",
+            "id", "name", "policy", "position", "lag", "lag (s)", "delivered", "dropped"
+        )?;
+        let mut rows: Vec<&SubscriberStats> = self.subscribers.iter().collect();
+        rows.sort_by_key(|s| s.id);
+        for s in rows {
+            writeln!(
+                f,
+                "{:>4} {:<14} {:<22} {:>10} {:>8} {:>9.3} {:>11} {:>9}  {:?}",
+                s.id,
+                s.name.as_deref().unwrap_or("-"),
+                format!("{:?}", s.policy),
+                s.position,
+                s.lag,
+                s.lag_seconds,
+                s.delivered,
+                s.dropped,
+                s.state
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Subscribes upstream with the hub's inlet (taken once, when the hub connects).
+type Connect<T> = Box<dyn FnOnce(Inlet<T>) + Send>;
+
+/// Whether the hub has subscribed upstream.
+enum Phase<T> {
+    /// Waiting for `connect_at` subscribers.
+    Waiting(Connect<T>),
+    /// Subscribed upstream (or about to be).
+    Connected,
+    /// The last subscriber left; upstream was cancelled.
+    Stopped,
+}
+
+/// What the lock protects.
+struct State<T> {
+    ring: Ring<T, Arc<dyn CoreHandle>>,
+    phase: Phase<T>,
+    /// Upstream's subscription arrived: the pump may ask it for credit.
+    subscribed: bool,
+}
+
+/// The hub itself, shared by its handles, its subscribers and its inlet.
+pub(crate) struct Shared<T> {
+    state: Mutex<State<T>>,
+    /// The hub's pump (see the module docs).
+    pump: Wip,
+    upstream: SubscriptionSlot,
+    next_id: AtomicU64,
+    capacity: usize,
+    connect_at: usize,
+    replay: usize,
+    keep_connected: bool,
+}
+
+impl<T: Clone + Send + 'static> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // Only the items' Clone and Drop run under the lock; recover if one panicked
+        // (the ring is consistent between its steps).
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Run the pump: request what the ring has room for, wake who is due.
+    pub(crate) fn pump(&self) {
+        self.pump.drain(|| {
+            let mut wakes: smallvec::SmallVec<[Arc<dyn CoreHandle>; 8]> = smallvec::SmallVec::new();
+            let credit = {
+                let mut state = self.lock();
+                state.ring.woken(|handle| wakes.push(handle.clone()));
+                if state.subscribed && matches!(state.phase, Phase::Connected) {
+                    state.ring.credit()
+                } else {
+                    0
+                }
+            };
+            if credit > 0 {
+                self.upstream.request(credit);
+            }
+            for handle in wakes {
+                handle.signal();
+            }
+        });
+    }
+
+    /// Upstream's subscription arrived.
+    pub(crate) fn subscribed(&self, subscription: crate::Subscription) {
+        if self.upstream.set(subscription) {
+            self.lock().subscribed = true;
+            self.pump();
+        }
+    }
+
+    /// An item arrived (`Err(item)`: it was never requested).
+    pub(crate) fn arrive<I: Iterator<Item = T>>(&self, items: I) -> Result<(), T> {
+        let refused = {
+            let mut state = self.lock();
+            let mut refused = None;
+            for item in items {
+                if let Err(item) = state.ring.push(item, Instant::now) {
+                    refused = Some(item);
+                    state
+                        .ring
+                        .finish(Err(crate::stage::window::over_delivered("share")));
+                    break;
+                }
+            }
+            refused
+        };
+        if refused.is_some() {
+            self.upstream.cancel();
+        }
+        self.pump();
+        match refused {
+            Some(item) => Err(item),
+            None => Ok(()),
+        }
+    }
+
+    /// Upstream ended.
+    pub(crate) fn finish(&self, end: Result<(), Error>) {
+        self.lock().ring.finish(end);
+        self.pump();
+    }
+
+    /// A subscriber left (cancelled, ended, or panicked).
+    pub(crate) fn leave(&self, id: u64) {
+        let (left, released, cancel) = {
+            let mut state = self.lock();
+            let left = state.ring.leave(id);
+            // After upstream ended there is nothing to cancel: the ring stays, for
+            // late subscribers' replay and end.
+            let stop = state.ring.members() == 0
+                && !self.keep_connected
+                && !state.ring.ended()
+                && matches!(state.phase, Phase::Connected);
+            if stop {
+                state.phase = Phase::Stopped;
+                (left, Some(state.ring.clear()), true)
+            } else {
+                (left, None, false)
+            }
+        };
+        // Items and handles are dropped here, without the lock.
+        drop((left, released));
+        if cancel {
+            self.upstream.cancel();
+        } else {
+            self.pump();
+        }
+    }
+
+    /// Items a subscriber's pass takes.
+    fn take(&self, id: u64, want: usize, batch: &mut Vec<T>) -> ring::Taken {
+        self.lock().ring.take(id, want, batch)
+    }
+}
+
+/// A multicast hub: one upstream subscription, a ring of `capacity` items, many
+/// subscribers each with its own [`Policy`]. Made by
+/// [`PublisherExt::share`](crate::PublisherExt::share) or [`Hub::builder`]; see the
+/// [module docs](self).
+///
+/// Cheap to clone; every clone is the same hub. Subscribing to the `Hub` itself joins
+/// with [`Policy::Backpressure`]; [`join`](Hub::join) picks another policy.
+pub struct Hub<T: Clone + Send + 'static> {
+    shared: Arc<Shared<T>>,
+}
+
+impl<T: Clone + Send + 'static> Clone for Hub<T> {
+    fn clone(&self) -> Self {
+        Hub {
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> fmt::Debug for Hub<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Hub")
+            .field("capacity", &self.shared.capacity)
+            .field("connect_at", &self.shared.connect_at)
+            .field("replay", &self.shared.replay)
+            .field("keep_connected", &self.shared.keep_connected)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Clone + Send + 'static> Hub<T> {
+    /// A builder for a hub over `upstream` with a ring of `capacity` items.
+    ///
+    /// # Panics
+    ///
+    /// If `capacity` is not in `1..=2^30` ("share capacity must be in 1..=2^30 (got 0)").
+    #[track_caller]
+    pub fn builder<P>(upstream: P, capacity: usize) -> HubBuilder<T>
+    where
+        P: Publisher<Item = T> + Send + 'static,
+    {
+        let capacity = validate("share capacity", capacity as u64);
+        HubBuilder {
+            connect: Box::new(move |inlet| upstream.subscribe(inlet)),
+            capacity,
+            connect_at: 1,
+            replay: 0,
+            keep_connected: false,
+        }
+    }
+
+    /// A publisher that joins this hub with `policy` when subscribed.
+    pub fn join(&self, policy: Policy) -> Join<T> {
+        Join {
+            shared: self.shared.clone(),
+            policy,
+            name: None,
+        }
+    }
+
+    /// The hub's figures now: the ring, the upstream credit, each subscriber.
+    pub fn stats(&self) -> HubStats {
+        let state = self.shared.lock();
+        let (occupancy, outstanding, bounded_by, subscribers) = state.ring.stats(Instant::now());
+        HubStats {
+            capacity: self.shared.capacity,
+            occupancy,
+            upstream_outstanding: outstanding,
+            bounded_by,
+            connected: matches!(state.phase, Phase::Connected) && !state.ring.ended(),
+            subscribers,
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> Publisher for Hub<T> {
+    type Item = T;
+
+    /// Join with [`Policy::Backpressure`].
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<T> + Send + 'static,
+    {
+        self.join(Policy::Backpressure).subscribe(subscriber);
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        (self.shared.capacity + HUB_BATCH) as u64
+    }
+}
+
+/// Configures a [`Hub`]: see [`Hub::builder`].
+#[must_use = "a builder does nothing until built"]
+pub struct HubBuilder<T: Clone + Send + 'static> {
+    connect: Connect<T>,
+    capacity: usize,
+    connect_at: usize,
+    replay: usize,
+    keep_connected: bool,
+}
+
+impl<T: Clone + Send + 'static> fmt::Debug for HubBuilder<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HubBuilder")
+            .field("capacity", &self.capacity)
+            .field("connect_at", &self.connect_at)
+            .field("replay", &self.replay)
+            .field("keep_connected", &self.keep_connected)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Clone + Send + 'static> HubBuilder<T> {
+    /// Subscribe upstream once `k` subscribers are present (default 1).
+    ///
+    /// # Panics
+    ///
+    /// If `k` is 0 ("hub: connect_at(k) needs k >= 1").
+    #[track_caller]
+    pub fn connect_at(mut self, k: usize) -> Self {
+        assert!(k >= 1, "hub: connect_at(k) needs k >= 1");
+        self.connect_at = k;
+        self
+    }
+
+    /// A subscriber that joins starts up to `r` items back (as far as the ring still
+    /// reaches) instead of at the live position (default 0).
+    ///
+    /// # Panics
+    ///
+    /// If `r` exceeds the capacity ("hub: replay(r) needs r <= capacity (got r = 9,
+    /// capacity 8)").
+    #[track_caller]
+    pub fn replay(mut self, r: usize) -> Self {
+        assert!(
+            r <= self.capacity,
+            "hub: replay(r) needs r <= capacity (got r = {r}, capacity {})",
+            self.capacity
+        );
+        self.replay = r;
+        self
+    }
+
+    /// Keep upstream subscribed when the last subscriber leaves (the ring keeps
+    /// moving, at upstream's pace); by default the hub cancels upstream then.
+    pub fn keep_connected(mut self) -> Self {
+        self.keep_connected = true;
+        self
+    }
+
+    /// The hub.
+    pub fn build(self) -> Hub<T> {
+        Hub {
+            shared: Arc::new(Shared {
+                state: Mutex::new(State {
+                    ring: Ring::new(self.capacity),
+                    phase: Phase::Waiting(self.connect),
+                    subscribed: false,
+                }),
+                pump: Wip::new(),
+                upstream: SubscriptionSlot::new(),
+                next_id: AtomicU64::new(0),
+                capacity: self.capacity,
+                connect_at: self.connect_at,
+                replay: self.replay,
+                keep_connected: self.keep_connected,
+            }),
+        }
+    }
+}
+
+/// A publisher that joins a [`Hub`] with a chosen [`Policy`]: see [`Hub::join`].
+#[must_use = "publishers do nothing until subscribed"]
+pub struct Join<T: Clone + Send + 'static> {
+    shared: Arc<Shared<T>>,
+    policy: Policy,
+    name: Option<String>,
+}
+
+impl<T: Clone + Send + 'static> Clone for Join<T> {
+    fn clone(&self) -> Self {
+        Join {
+            shared: self.shared.clone(),
+            policy: self.policy,
+            name: self.name.clone(),
+        }
+    }
+}
+
+impl<T: Clone + Send + 'static> fmt::Debug for Join<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Join")
+            .field("policy", &self.policy)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Clone + Send + 'static> Join<T> {
+    /// Name the subscriber in [`Hub::stats`] and in its `Lagged` error.
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+}
+
+impl<T: Clone + Send + 'static> Publisher for Join<T> {
+    type Item = T;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<T> + Send + 'static,
+    {
+        let shared = self.shared;
+        // Relaxed: a unique number; nothing is published with it.
+        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let (policy, name) = (self.policy, self.name);
+        let mut connect = None;
+        member::attach(shared.clone(), id, subscriber, |handle| {
+            let mut state = shared.lock();
+            if matches!(state.phase, Phase::Stopped) {
+                let error = Error::cancelled_with(
+                    "hub: its last subscriber left and upstream was cancelled; \
+                     subscribe before that, or build the hub with keep_connected()",
+                );
+                state.ring.refuse(id, name, policy, error, handle);
+                return;
+            }
+            state.ring.join(id, name, policy, shared.replay, handle);
+            if state.ring.members() >= shared.connect_at {
+                if let Phase::Waiting(_) = state.phase {
+                    if let Phase::Waiting(f) = std::mem::replace(&mut state.phase, Phase::Connected)
+                    {
+                        connect = Some(f);
+                    }
+                }
+            }
+        });
+        if let Some(connect) = connect {
+            connect(Inlet::new(shared.clone()));
+        }
+        shared.pump();
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        (self.shared.capacity + HUB_BATCH) as u64
+    }
+}

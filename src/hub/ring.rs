@@ -1,0 +1,444 @@
+// The hub's state: one bounded ring, a cursor per subscriber, the upstream credit.
+//
+// # Sequence numbers
+//
+// Every item the hub receives gets the next sequence number. The ring holds the
+// items `head .. tail` (`tail = head + len`, `len ≤ capacity`). A member's cursor is
+// the sequence number of the next item it will read; `tail - cursor` is its lag.
+//
+// # Who holds the ring
+//
+// Only `Backpressure` members hold items: the hub never evicts an item such a member
+// has not read. The others never hold anything back: when an arriving item finds the
+// ring full, the oldest item leaves, and a member whose cursor pointed at it falls
+// behind the ring and its policy decides: `DropOldest` moves its cursor to the new
+// head (one item counted as dropped), `Latest` jumps to the newest item (everything
+// before it counted as dropped), `Disconnect` is cut off with a `Lagged` error.
+//
+// # Upstream credit
+//
+// `held = tail - min(cursor of the Backpressure members)` (0 without any) and
+// `outstanding` (requested from upstream, not yet received). The hub asks upstream
+// for `capacity - held - outstanding` whenever that is positive and `outstanding` has
+// fallen to a quarter of the ring (the 75% rule, measured on what is still coming),
+// so `held + outstanding ≤ capacity` always: an arriving item never finds the ring
+// full of items a `Backpressure` member still needs. An item that arrives with
+// `outstanding == 0` was never requested (rule 1.1) and is refused.
+//
+// # Time
+//
+// Items are not stamped one by one: the ring keeps the arrival time of each block of
+// `STAMP_EVERY` sequence numbers (one clock reading per block). A member's lag in
+// seconds is the age of the block of its next item, and `Disconnect` after a time
+// checks ages when a block starts.
+//
+// # Wake-ups
+//
+// A member whose take found fewer items than it wanted while the hub still runs is
+// `hungry`; the next arrival (or the end) marks it `wake`, and the caller signals the
+// marked members once it has let go of the lock.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use super::{LagLimit, MemberState, Policy, SubscriberStats};
+use crate::{DropReason, Error};
+
+/// Sequence numbers per time stamp.
+pub(crate) const STAMP_EVERY: u64 = 64;
+
+/// One subscriber's place in the hub.
+pub(crate) struct Member<H> {
+    pub(crate) id: u64,
+    pub(crate) name: Option<String>,
+    pub(crate) policy: Policy,
+    /// Sequence number of the next item to read.
+    cursor: u64,
+    /// Its last take wanted more than there was.
+    hungry: bool,
+    /// Signal it when the caller lets go of the lock.
+    wake: bool,
+    /// Cut off (`Disconnect`): the error it gets at its next pass.
+    cut: Option<Error>,
+    delivered: u64,
+    dropped: u64,
+    /// Dropped since its last take (handed to its drop hook's counters there).
+    pending_drops: u64,
+    /// How it is woken.
+    pub(crate) handle: H,
+}
+
+/// What one take handed over.
+#[derive(Debug)]
+pub(crate) struct Taken {
+    /// Items appended to the caller's batch.
+    pub(crate) count: usize,
+    /// Items this member lost since its last take, and why.
+    pub(crate) dropped: Option<(DropReason, u64)>,
+    /// The member must end after this batch: the hub's end (the member has read
+    /// everything), or its cut-off error.
+    pub(crate) end: Option<Result<(), Error>>,
+    /// Upstream credit may have grown (a `Backpressure` member moved).
+    pub(crate) credit_moved: bool,
+}
+
+/// The ring, its members and its credit. Not synchronised: the hub keeps it under
+/// one lock.
+pub(crate) struct Ring<T, H> {
+    items: VecDeque<T>,
+    capacity: usize,
+    /// Sequence number of `items[0]`.
+    head: u64,
+    /// `(first sequence number of a block, when its first item arrived)`, oldest first.
+    stamps: VecDeque<(u64, Instant)>,
+    /// Requested from upstream and not yet received.
+    outstanding: u64,
+    members: Vec<Member<H>>,
+    /// Upstream's end, once it came.
+    end: Option<Result<(), Error>>,
+}
+
+impl<T: Clone, H> Ring<T, H> {
+    /// An empty ring of `capacity` items (validated by the caller).
+    pub(crate) fn new(capacity: usize) -> Self {
+        Ring {
+            items: VecDeque::with_capacity(capacity),
+            capacity,
+            head: 0,
+            stamps: VecDeque::with_capacity(capacity / STAMP_EVERY as usize + 2),
+            outstanding: 0,
+            members: Vec::new(),
+            end: None,
+        }
+    }
+
+    /// Sequence number of the next item to arrive.
+    #[inline]
+    pub(crate) fn tail(&self) -> u64 {
+        self.head + self.items.len() as u64
+    }
+
+    /// How many members there are.
+    pub(crate) fn members(&self) -> usize {
+        self.members.len()
+    }
+
+    /// Add a member at the live position, or `replay` items back (as far as the
+    /// ring reaches).
+    pub(crate) fn join(
+        &mut self,
+        id: u64,
+        name: Option<String>,
+        policy: Policy,
+        replay: usize,
+        handle: H,
+    ) {
+        let cursor = self.tail().saturating_sub(replay as u64).max(self.head);
+        self.members.push(Member {
+            id,
+            name,
+            policy,
+            cursor,
+            hungry: false,
+            wake: false,
+            cut: None,
+            delivered: 0,
+            dropped: 0,
+            pending_drops: 0,
+            handle,
+        });
+    }
+
+    /// Add a member that is refused at once: its first pass ends it with `error`.
+    pub(crate) fn refuse(
+        &mut self,
+        id: u64,
+        name: Option<String>,
+        policy: Policy,
+        error: Error,
+        handle: H,
+    ) {
+        self.join(id, name, policy, 0, handle);
+        if let Some(member) = self.members.last_mut() {
+            member.cut = Some(error);
+        }
+    }
+
+    /// Remove a member; returns whether the upstream credit may have grown.
+    pub(crate) fn leave(&mut self, id: u64) -> Option<Member<H>> {
+        let at = self.members.iter().position(|m| m.id == id)?;
+        Some(self.members.swap_remove(at))
+    }
+
+    /// Upstream ended: every member that is waiting for items is woken (it ends once
+    /// it has read the ring).
+    pub(crate) fn finish(&mut self, end: Result<(), Error>) {
+        if self.end.is_some() {
+            return;
+        }
+        self.end = Some(end);
+        for member in &mut self.members {
+            member.wake = true;
+            member.hungry = false;
+        }
+    }
+
+    /// True once upstream ended.
+    pub(crate) fn ended(&self) -> bool {
+        self.end.is_some()
+    }
+
+    /// Let go of every item (the hub stopped); returns them, to be dropped outside
+    /// the lock.
+    pub(crate) fn clear(&mut self) -> VecDeque<T> {
+        self.head = self.tail();
+        self.stamps.clear();
+        std::mem::take(&mut self.items)
+    }
+
+    /// The oldest cursor of a `Backpressure` member, and that member's id.
+    fn slowest_holder(&self) -> Option<(u64, u64)> {
+        self.members
+            .iter()
+            .filter(|m| m.policy == Policy::Backpressure && m.cut.is_none())
+            .map(|m| (m.cursor, m.id))
+            .min()
+    }
+
+    /// Items a `Backpressure` member still needs.
+    fn held(&self) -> u64 {
+        self.slowest_holder()
+            .map_or(0, |(cursor, _)| self.tail() - cursor)
+    }
+
+    /// How much more to request from upstream now (already counted as outstanding),
+    /// or 0. See the file header.
+    pub(crate) fn credit(&mut self) -> u64 {
+        if self.end.is_some() {
+            return 0;
+        }
+        let capacity = self.capacity as u64;
+        let room = capacity - self.held().min(capacity) - self.outstanding.min(capacity);
+        if room > 0 && self.outstanding <= capacity / 4 {
+            self.outstanding += room;
+            room
+        } else {
+            0
+        }
+    }
+
+    /// Take one arriving item. `now` is read once per block of `STAMP_EVERY`.
+    /// `Err(item)` when nothing was outstanding (upstream broke rule 1.1).
+    pub(crate) fn push(&mut self, item: T, now: impl FnOnce() -> Instant) -> Result<(), T> {
+        if self.outstanding == 0 {
+            return Err(item);
+        }
+        self.outstanding -= 1;
+        if self.items.len() == self.capacity {
+            self.evict();
+        }
+        let seq = self.tail();
+        self.items.push_back(item);
+        if seq % STAMP_EVERY == 0 {
+            let now = now();
+            if self.stamps.len() == self.stamps.capacity() {
+                self.stamps.pop_front();
+            }
+            self.stamps.push_back((seq, now));
+            self.check_ages(now);
+        }
+        let tail = self.tail();
+        for member in &mut self.members {
+            if member.cut.is_some() {
+                continue;
+            }
+            if let Policy::Disconnect(LagLimit::Items(max)) = member.policy {
+                if tail - member.cursor > max {
+                    cut(
+                        member,
+                        format!(
+                            "fell {} items behind (the limit is {max})",
+                            tail - member.cursor
+                        ),
+                    );
+                    continue;
+                }
+            }
+            if member.hungry {
+                member.hungry = false;
+                member.wake = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// The ring is full and an item arrives: the oldest leaves; members still
+    /// pointing at it are handled by their policy.
+    fn evict(&mut self) {
+        self.items.pop_front();
+        self.head += 1;
+        while self.stamps.len() > 1 && self.stamps[1].0 <= self.head {
+            self.stamps.pop_front();
+        }
+        let (head, newest) = (self.head, self.tail());
+        for member in &mut self.members {
+            if member.cursor >= head || member.cut.is_some() {
+                continue;
+            }
+            match member.policy {
+                Policy::Backpressure => {
+                    debug_assert!(
+                        false,
+                        "the credit never lets a Backpressure member fall behind"
+                    );
+                }
+                Policy::DropOldest => {
+                    member.dropped += head - member.cursor;
+                    member.pending_drops += head - member.cursor;
+                    member.cursor = head;
+                }
+                Policy::Latest => {
+                    // Skip to the item arriving now (the newest there will be).
+                    member.dropped += newest - member.cursor;
+                    member.pending_drops += newest - member.cursor;
+                    member.cursor = newest;
+                }
+                Policy::Disconnect(_) => {
+                    cut(member, "fell a whole ring behind".to_owned());
+                }
+            }
+        }
+    }
+
+    /// A block started at `now`: cut the `Disconnect` members whose next item is
+    /// older than their limit.
+    fn check_ages(&mut self, now: Instant) {
+        let (stamps, newest) = (&self.stamps, self.tail() - 1);
+        for member in &mut self.members {
+            let Policy::Disconnect(LagLimit::Age(max)) = member.policy else {
+                continue;
+            };
+            if member.cut.is_some() || member.cursor >= newest {
+                continue;
+            }
+            if let Some(age) = age_of(stamps, member.cursor, now) {
+                if age > max {
+                    cut(
+                        member,
+                        format!("its next item waited {age:?} (the limit is {max:?})"),
+                    );
+                }
+            }
+        }
+    }
+
+    /// Move up to `want` items from `id`'s cursor into `batch` (cloned).
+    pub(crate) fn take(&mut self, id: u64, want: usize, batch: &mut Vec<T>) -> Taken {
+        let (head, tail) = (self.head, self.tail());
+        let Some(member) = self.members.iter_mut().find(|m| m.id == id) else {
+            return Taken {
+                count: 0,
+                dropped: None,
+                end: Some(Ok(())),
+                credit_moved: false,
+            };
+        };
+        let dropped = match std::mem::take(&mut member.pending_drops) {
+            0 => None,
+            n => Some((drop_reason(member.policy), n)),
+        };
+        if let Some(error) = member.cut.clone() {
+            return Taken {
+                count: 0,
+                dropped,
+                end: Some(Err(error)),
+                credit_moved: false,
+            };
+        }
+        let available = (tail - member.cursor) as usize;
+        let count = want.min(available);
+        let from = (member.cursor - head) as usize;
+        batch.extend(self.items.range(from..from + count).cloned());
+        member.cursor += count as u64;
+        member.delivered += count as u64;
+        let drained = member.cursor == tail;
+        let end = if drained { self.end.clone() } else { None };
+        member.hungry = drained && end.is_none() && count < want;
+        Taken {
+            count,
+            dropped,
+            end,
+            credit_moved: count > 0 && member.policy == Policy::Backpressure,
+        }
+    }
+
+    /// Hand every member marked for waking to `wake` (and clear the marks).
+    pub(crate) fn woken(&mut self, mut wake: impl FnMut(&H)) {
+        for member in &mut self.members {
+            if std::mem::take(&mut member.wake) {
+                wake(&member.handle);
+            }
+        }
+    }
+
+    /// The ring's figures (see [`HubStats`](super::HubStats)): occupancy,
+    /// outstanding, the member bounding upstream, and each member's figures.
+    pub(crate) fn stats(&self, now: Instant) -> (usize, u64, Option<u64>, Vec<SubscriberStats>) {
+        let tail = self.tail();
+        let bound = self
+            .slowest_holder()
+            .filter(|&(cursor, _)| tail - cursor + self.outstanding >= self.capacity as u64)
+            .map(|(_, id)| id);
+        let members = self
+            .members
+            .iter()
+            .map(|m| SubscriberStats {
+                id: m.id,
+                name: m.name.clone(),
+                policy: m.policy,
+                position: m.cursor,
+                lag: tail - m.cursor,
+                lag_seconds: if m.cursor < tail {
+                    age_of(&self.stamps, m.cursor, now).map_or(0.0, |age| age.as_secs_f64())
+                } else {
+                    0.0
+                },
+                delivered: m.delivered,
+                dropped: m.dropped,
+                state: match (&m.cut, m.hungry) {
+                    (Some(_), _) => MemberState::Disconnected,
+                    (None, true) => MemberState::Waiting,
+                    (None, false) if m.cursor < tail => MemberState::Behind,
+                    (None, false) => MemberState::Live,
+                },
+            })
+            .collect();
+        (self.items.len(), self.outstanding, bound, members)
+    }
+}
+
+/// Cut `member` off with a `Lagged` error saying `why`, and wake it.
+fn cut<H>(member: &mut Member<H>, why: String) {
+    let name = member.name.as_deref().unwrap_or("a subscriber");
+    member.cut = Some(Error::lagged(format!(
+        "hub: {name} (id {}) was disconnected: it {why}",
+        member.id
+    )));
+    member.wake = true;
+    member.hungry = false;
+}
+
+/// The reason a lossy policy's skipped items count under.
+fn drop_reason(policy: Policy) -> DropReason {
+    match policy {
+        Policy::Latest => DropReason::ReplacedByLatest,
+        _ => DropReason::OverflowOldest,
+    }
+}
+
+/// How long ago the block holding `seq` started.
+fn age_of(stamps: &VecDeque<(u64, Instant)>, seq: u64, now: Instant) -> Option<Duration> {
+    let at = stamps.partition_point(|&(first, _)| first <= seq);
+    let (_, since) = stamps.get(at.checked_sub(1)?)?;
+    Some(now.saturating_duration_since(*since))
+}

@@ -1,0 +1,97 @@
+//! When the hub subscribes upstream, when it stops, replay.
+
+use weir::hub::{Hub, Policy};
+use weir::prelude::*;
+use weir::ErrorKind;
+
+use super::probe;
+
+#[test]
+fn connect_at_k_waits_for_the_kth_subscriber() {
+    let hub = Hub::builder(weir::range(0u64..10), 4).connect_at(2).build();
+    let a = probe(hub.clone());
+    a.request(100);
+    assert_eq!(a.received_count(), 0, "not connected with one subscriber");
+    assert!(!hub.stats().connected);
+    let b = probe(hub.clone());
+    b.request(100);
+    assert_eq!(a.items(), (0..10).collect::<Vec<_>>());
+    assert_eq!(b.items(), (0..10).collect::<Vec<_>>());
+    assert!(a.is_completed() && b.is_completed());
+}
+
+#[test]
+fn the_last_subscriber_leaving_cancels_upstream_and_later_ones_are_refused() {
+    let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cancelled.clone();
+    let hub = weir::range(0u64..u64::MAX)
+        .inspect_cancel(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+        .share(4);
+    let a = probe(hub.clone());
+    a.request(3);
+    assert_eq!(a.items(), vec![0, 1, 2]);
+    a.cancel();
+    assert!(cancelled.load(std::sync::atomic::Ordering::SeqCst));
+    let late = probe(hub.clone());
+    let error = late.error().expect("refused at once");
+    assert_eq!(error.kind(), ErrorKind::Cancelled);
+    assert!(
+        error.message().contains("keep_connected"),
+        "{}",
+        error.message()
+    );
+}
+
+#[test]
+fn keep_connected_keeps_the_ring_moving_with_nobody_subscribed() {
+    let (tx, rx) = weir::channel::<u64>(1_024, weir::source::channel::ChannelPolicy::Backpressure);
+    let hub = Hub::builder(rx, 4).keep_connected().build();
+    let a = probe(hub.clone());
+    a.request(2);
+    for i in 0..2 {
+        tx.try_send(i).unwrap();
+    }
+    a.cancel();
+    for i in 2..10 {
+        tx.try_send(i).unwrap();
+    }
+    let b = probe(hub.join(Policy::Backpressure));
+    b.request(100);
+    tx.try_send(10).unwrap();
+    assert_eq!(b.items(), vec![10], "joins at the live position");
+}
+
+#[test]
+fn replay_gives_a_late_subscriber_the_last_items() {
+    let hub = Hub::builder(weir::range(0u64..20), 8).replay(3).build();
+    let all = hub.clone().collect().wait().unwrap();
+    assert_eq!(all.len(), 20);
+    let late = probe(hub.clone());
+    late.request(100);
+    assert_eq!(late.items(), vec![17, 18, 19]);
+    assert!(late.is_completed());
+}
+
+#[test]
+#[should_panic(expected = "share capacity must be in 1..=2^30 (got 0)")]
+fn a_zero_capacity_is_refused_at_construction() {
+    let _ = weir::range(0u64..1).share(0);
+}
+
+#[test]
+#[should_panic(expected = "hub: replay(r) needs r <= capacity (got r = 9, capacity 8)")]
+fn a_replay_beyond_the_ring_is_refused_at_construction() {
+    let _ = Hub::builder(weir::range(0u64..1), 8).replay(9);
+}
+
+#[test]
+#[should_panic(expected = "hub: connect_at(k) needs k >= 1")]
+fn connect_at_zero_is_refused() {
+    let _ = Hub::builder(weir::range(0u64..1), 8).connect_at(0);
+}
+
+#[test]
+#[should_panic(expected = "hub: a Disconnect lag limit must be at least 1 item")]
+fn a_zero_lag_limit_is_refused() {
+    let _ = Policy::disconnect_after_items(0);
+}

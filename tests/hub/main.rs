@@ -1,0 +1,23 @@
+//! `weir::hub` (`share`): the policies one by one, the connection policy, the
+//! conformance kit on a subscriber of every policy, random schedules against a
+//! model, and the hub under threads.
+
+mod conformance;
+mod connect;
+mod policies;
+mod schedules;
+mod threads;
+
+use weir::prelude::*;
+use weir::tck::{TestProbe, TestSubscriber};
+
+/// Subscribe a probe that asks for nothing yet to `publisher`.
+fn probe<P: Publisher>(publisher: P) -> TestProbe<P::Item>
+where
+    P::Item: Send + 'static,
+{
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    publisher.subscribe(subscriber);
+    probe
+}
