@@ -38,12 +38,15 @@
 //!   wakes it.
 //! * **The hub's pump**: asks upstream for credit and wakes hungry subscribers. It
 //!   runs after every event that can change either (an arrival, the end, a
-//!   `Backpressure` subscriber moving, a subscriber leaving). Credit: with `held` the
-//!   items the slowest `Backpressure` subscriber has not read and `outstanding` what
-//!   upstream still owes, the pump requests `capacity - held - outstanding` once
-//!   `outstanding` has fallen to a quarter of the ring (the 75% rule), so `held +
-//!   outstanding` never exceeds the ring: an arriving item never finds the ring full
-//!   of items a `Backpressure` subscriber still needs. A synchronous upstream delivers
+//!   `Backpressure` subscriber moving, a subscriber leaving, one waiting for items).
+//!   Credit: with `held` the items the slowest `Backpressure` subscriber has not
+//!   read and `outstanding` what upstream still owes, the pump requests `capacity -
+//!   held - outstanding` once `outstanding` has fallen to a quarter of the ring (the
+//!   75% rule), so `held + outstanding` never exceeds the ring: an arriving item
+//!   never finds the ring full of items a `Backpressure` subscriber still needs.
+//!   With no `Backpressure` subscriber, it requests only while some subscriber waits
+//!   for items (it has read everything and has demand left): the fastest one that
+//!   wants items sets the pace, and items nobody asked for stay upstream. A synchronous upstream delivers
 //!   inside the pump's `request`; the arrivals then only record their wake-ups, and
 //!   the pump wakes each subscriber once per batch instead of once per item.
 //!
@@ -317,11 +320,14 @@ impl<T: Clone + Send + 'static> Shared<T> {
                     0
                 }
             };
-            if credit > 0 {
-                self.upstream.request(credit);
-            }
+            // Wake first: a subscriber with demand takes what arrived before the
+            // next request brings more (a synchronous upstream delivers inside it,
+            // and a lossy subscriber that had no chance to read would skip items).
             for handle in wakes {
                 handle.signal();
+            }
+            if credit > 0 {
+                self.upstream.request(credit);
             }
         });
     }
@@ -542,8 +548,9 @@ impl<T: Clone + Send + 'static> HubBuilder<T> {
         self
     }
 
-    /// Keep upstream subscribed when the last subscriber leaves (the ring keeps
-    /// moving, at upstream's pace); by default the hub cancels upstream then.
+    /// Keep upstream subscribed when the last subscriber leaves (it is asked for
+    /// items again once a subscriber wants some; a later subscriber joins at the
+    /// live position); by default the hub cancels upstream then.
     pub fn keep_connected(mut self) -> Self {
         self.keep_connected = true;
         self

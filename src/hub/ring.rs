@@ -22,7 +22,10 @@
 // for `capacity - held - outstanding` whenever that is positive and `outstanding` has
 // fallen to a quarter of the ring (the 75% rule, measured on what is still coming),
 // so `held + outstanding ≤ capacity` always: an arriving item never finds the ring
-// full of items a `Backpressure` member still needs. An item that arrives with
+// full of items a `Backpressure` member still needs. Without any `Backpressure`
+// member, it asks only while some member waits for items (has read everything and
+// has demand left): the fastest wanting member sets the pace, and nobody's absence
+// of demand pulls items only to throw them away. An item that arrives with
 // `outstanding == 0` was never requested (rule 1.1) and is refused.
 //
 // # Time
@@ -217,6 +220,12 @@ impl<T: Clone, H> Ring<T, H> {
         if self.end.is_some() {
             return 0;
         }
+        // Without a holder, pull only for a member that waits for items: pulling
+        // for nobody would only push items out of the ring (and a synchronous
+        // upstream would run on the puller's thread for ever).
+        if self.slowest_holder().is_none() && !self.members.iter().any(|m| m.hungry) {
+            return 0;
+        }
         let capacity = self.capacity as u64;
         let room = capacity - self.held().min(capacity) - self.outstanding.min(capacity);
         if room > 0 && self.outstanding <= capacity / 4 {
@@ -368,7 +377,7 @@ impl<T: Clone, H> Ring<T, H> {
             count,
             dropped,
             end,
-            credit_moved: count > 0 && member.policy == Policy::Backpressure,
+            credit_moved: (count > 0 && member.policy == Policy::Backpressure) || member.hungry,
         }
     }
 

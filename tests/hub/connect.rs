@@ -43,7 +43,7 @@ fn the_last_subscriber_leaving_cancels_upstream_and_later_ones_are_refused() {
 }
 
 #[test]
-fn keep_connected_keeps_the_ring_moving_with_nobody_subscribed() {
+fn keep_connected_keeps_upstream_subscribed_with_nobody_there() {
     let (tx, rx) = weir::channel::<u64>(1_024, weir::source::channel::ChannelPolicy::Backpressure);
     let hub = Hub::builder(rx, 4).keep_connected().build();
     let a = probe(hub.clone());
@@ -55,10 +55,16 @@ fn keep_connected_keeps_the_ring_moving_with_nobody_subscribed() {
     for i in 2..10 {
         tx.try_send(i).unwrap();
     }
+    // The hub had asked for a ring's worth (4) while a was there: 2 and 3 reached
+    // the ring with nobody there; nobody wanted 4..10, so they stayed upstream.
+    let stats = hub.stats();
+    assert_eq!((stats.occupancy, stats.upstream_outstanding), (4, 0));
+    assert!(stats.subscribers.is_empty());
+    // b joins at the live position (after 3) and is the first to ask for 4..
     let b = probe(hub.join(Policy::Backpressure));
     b.request(100);
     tx.try_send(10).unwrap();
-    assert_eq!(b.items(), vec![10], "joins at the live position");
+    assert_eq!(b.items(), (4..11).collect::<Vec<_>>());
 }
 
 #[test]
