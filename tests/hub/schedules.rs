@@ -58,8 +58,17 @@ fn check(hub: &Hub<u64>, capacity: usize, seen: &[Seen]) -> Result<(), TestCaseE
     prop_assert!(stats.occupancy <= capacity);
     for s in seen {
         let items = s.probe.items();
-        prop_assert!(items.windows(2).all(|w| w[0] < w[1]), "{:?}: {items:?}", s.policy);
-        prop_assert!(items.len() as u64 <= s.requested, "rule 1.1: {} > {}", items.len(), s.requested);
+        prop_assert!(
+            items.windows(2).all(|w| w[0] < w[1]),
+            "{:?}: {items:?}",
+            s.policy
+        );
+        prop_assert!(
+            items.len() as u64 <= s.requested,
+            "rule 1.1: {} > {}",
+            items.len(),
+            s.requested
+        );
         prop_assert!(items.first().is_none_or(|&first| first >= s.start));
         if s.policy == Policy::Backpressure {
             let expected: Vec<u64> = (s.start..s.start + items.len() as u64).collect();
@@ -146,7 +155,10 @@ fn run(capacity: usize, steps: Vec<Step>) -> Result<(), TestCaseError> {
             prop_assert_eq!(s.probe.items(), expected, "every item since it joined");
         }
         if s.probe.error().is_some() {
-            prop_assert!(matches!(s.policy, Policy::Disconnect(_)), "only Disconnect fails");
+            prop_assert!(
+                matches!(s.policy, Policy::Disconnect(_)),
+                "only Disconnect fails"
+            );
         }
     }
     Ok(())

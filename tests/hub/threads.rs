@@ -1,1 +1,167 @@
+//! The hub under threads: a producer thread feeding it, subscribers consuming on
+//! other threads, one of them stalled; subscribe and cancel storms.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Barrier};
+use std::thread;
+use std::time::Duration;
+
+use weir::hub::{Hub, Policy};
+use weir::prelude::*;
+use weir::runtime::ThreadPool;
+use weir::source::channel::ChannelPolicy;
+
+use super::probe;
+
+const N: u64 = 200_000;
+
+/// A producer thread sending `0..n` (waiting for room) into a hub of `capacity`
+/// that connects once `k` subscribers are there.
+fn produced(n: u64, capacity: usize, k: usize) -> (Hub<u64>, thread::JoinHandle<()>) {
+    let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+    let producer = thread::spawn(move || {
+        for i in 0..n {
+            tx.send_blocking(i).expect("the hub reads");
+        }
+    });
+    (Hub::builder(rx, capacity).connect_at(k).build(), producer)
+}
+
+#[test]
+fn a_stalled_drop_oldest_subscriber_of_eight_holds_nobody_back() {
+    let (hub, producer) = produced(N, 256, 8);
+    let pool = ThreadPool::builder().name("hub-test").threads(2).build();
+    let stalled = probe(hub.join(Policy::DropOldest).named("stalled"));
+    let fast: Vec<_> = (0..7)
+        .map(|_| {
+            hub.clone()
+                .publish_on(pool.clone(), 64)
+                .fold(Vec::new(), |mut v, x| {
+                    v.push(x);
+                    v
+                })
+        })
+        .collect();
+    for handle in fast {
+        let items = handle.wait().expect("completes");
+        assert_eq!(items.len() as u64, N, "a fast subscriber got everything");
+        assert!(items.iter().copied().eq(0..N), "in order");
+    }
+    producer.join().unwrap();
+    // The stalled one never asked: it holds the last ring's worth, the rest skipped.
+    let me = hub
+        .stats()
+        .subscribers
+        .into_iter()
+        .find(|s| s.id == 0)
+        .unwrap();
+    assert_eq!(me.position + me.lag, N);
+    assert_eq!(
+        me.dropped, me.position,
+        "it skipped exactly what it never read"
+    );
+    stalled.request(u64::MAX);
+    let items = stalled.items();
+    assert_eq!(
+        items.len() as u64 + me.dropped,
+        N,
+        "delivered + dropped = published"
+    );
+    assert!(
+        items.iter().copied().eq(N - items.len() as u64..N),
+        "the newest items"
+    );
+    assert!(stalled.is_completed());
+}
+
+#[test]
+fn a_stalled_backpressure_subscriber_stops_upstream_at_the_ring() {
+    let (tx, rx) = weir::channel::<u64>(1 << 20, ChannelPolicy::Backpressure);
+    let hub = Hub::builder(rx, 128).connect_at(2).build();
+    let stalled = probe(hub.clone());
+    let consumed = Arc::new(AtomicU64::new(0));
+    let counter = consumed.clone();
+    let pool = ThreadPool::builder().name("hub-test").threads(1).build();
+    let fast = hub.clone().publish_on(pool, 16).for_each(move |_| {
+        counter.fetch_add(1, Ordering::Relaxed);
+    });
+    let producer = thread::spawn(move || {
+        for i in 0..10_000u64 {
+            tx.try_send(i).expect("room upstream");
+        }
+        tx
+    });
+    let tx = producer.join().unwrap();
+    // Wait (bounded) until the fast one has what the ring let through.
+    for _ in 0..2_000 {
+        if consumed.load(Ordering::Relaxed) == 128 {
+            break;
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        consumed.load(Ordering::Relaxed),
+        128,
+        "no item beyond the ring"
+    );
+    let stats = hub.stats();
+    assert_eq!((stats.occupancy, stats.upstream_outstanding), (128, 0));
+    assert_eq!(
+        tx.monitor().snapshot().depth,
+        10_000 - 128,
+        "the rest waits upstream"
+    );
+    stalled.request(u64::MAX);
+    drop(tx);
+    // The rest reaches it on whichever thread moves the hub (this one or the pool's).
+    stalled
+        .await_completion(Duration::from_secs(30))
+        .expect("completes");
+    assert!(stalled.items().into_iter().eq(0..10_000));
+    fast.wait().unwrap();
+    assert_eq!(consumed.load(Ordering::Relaxed), 10_000);
+}
+
+#[test]
+fn subscribers_joining_and_leaving_on_many_threads_while_items_flow() {
+    let (hub, producer) = produced(N, 64, 1);
+    // One subscriber that takes everything keeps the hub connected throughout.
+    let anchor = {
+        let hub = hub.clone();
+        thread::spawn(move || hub.fold(0u64, |n, _| n + 1).wait().unwrap())
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let start = Arc::new(Barrier::new(4));
+    let churners: Vec<_> = (0..3)
+        .map(|t| {
+            let (hub, stop, start) = (hub.clone(), stop.clone(), start.clone());
+            thread::spawn(move || {
+                start.wait();
+                let mut rounds = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    let policy = [Policy::Backpressure, Policy::DropOldest, Policy::Latest][t];
+                    let p = probe(hub.join(policy));
+                    p.request(1 + rounds % 7);
+                    let items = p.items();
+                    assert!(items.windows(2).all(|w| w[0] < w[1]));
+                    if policy == Policy::Backpressure {
+                        assert!(items.windows(2).all(|w| w[1] == w[0] + 1), "contiguous");
+                    }
+                    assert!(items.len() as u64 <= 1 + rounds % 7, "rule 1.1");
+                    p.cancel();
+                    rounds += 1;
+                }
+                rounds
+            })
+        })
+        .collect();
+    start.wait();
+    assert_eq!(anchor.join().unwrap(), N, "the anchor lost nothing");
+    stop.store(true, Ordering::Relaxed);
+    for churner in churners {
+        assert!(churner.join().unwrap() > 0);
+    }
+    producer.join().unwrap();
+    assert!(hub.stats().subscribers.is_empty(), "everyone left");
+}
