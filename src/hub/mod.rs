@@ -91,17 +91,19 @@
 //! assert!(latest.windows(2).all(|w| w[0] < w[1]), "in order, perhaps with gaps");
 //! ```
 
+#[cfg(all(test, weir_loom))]
+mod loom_tests;
 mod member;
 mod ring;
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use self::member::Inlet;
 use self::ring::Ring;
 use crate::drain::{SubscriptionSlot, Wip};
+use crate::loom::{AtomicU64, Mutex, MutexGuardOf, Ordering};
 use crate::stage::window::validate;
 use crate::stage::CoreHandle;
 use crate::{Error, Publisher, Subscriber};
@@ -301,7 +303,7 @@ pub(crate) struct Shared<T> {
 }
 
 impl<T: Clone + Send + 'static> Shared<T> {
-    fn lock(&self) -> MutexGuard<'_, State<T>> {
+    fn lock(&self) -> MutexGuardOf<'_, State<T>> {
         // Only the items' Clone and Drop run under the lock; recover if one panicked
         // (the ring is consistent between its steps).
         self.state.lock().unwrap_or_else(|p| p.into_inner())

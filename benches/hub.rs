@@ -1,0 +1,224 @@
+//! Fan-out: one producer, four subscribers, 10M `u64`s, weir's hub against
+//! `tokio::sync::broadcast` and against four `crossbeam_channel::bounded` channels
+//! fed by one producer, in one run.
+//!
+//! * `tokio_broadcast`: `broadcast::channel(1024)`; a producer thread `send`s each
+//!   item once; four receiver tasks on a two-worker runtime sum what they get.
+//!   broadcast never waits for a receiver: a receiver that falls 1,024 behind loses
+//!   items (`Lagged`), so its figure is for at most 4 × 10M deliveries (the bench
+//!   prints how many it lost).
+//! * `crossbeam_4`: a producer thread sends each item into four `bounded(1024)`
+//!   channels; four consumer threads sum. Lossless.
+//! * `weir_sync`: `range(0..N)` shared through a hub of 1,024 that connects at four
+//!   subscribers, each a `fold`: everything on the thread that subscribes the
+//!   fourth (the hub hands each subscriber batches of up to 256). Lossless
+//!   (`Backpressure`).
+//! * `weir_threads`: `range(0..N).subscribe_on(pool of 1)` (the producer thread)
+//!   shared through the same hub, each subscriber behind `publish_on(pool of 2,
+//!   256)` and a `fold`. Lossless.
+//! * `weir_channel`: a producer thread `send_blocking`s each item into a
+//!   `weir::channel(1024)` shared the same way (the push source a socket reader
+//!   would use). Lossless.
+//!
+//! Run: `cargo bench --bench hub` (about two minutes).
+
+use std::hint::black_box;
+
+use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use weir::hub::Hub;
+use weir::prelude::*;
+use weir::runtime::ThreadPool;
+use weir::source::channel::ChannelPolicy;
+
+const N: u64 = 10_000_000;
+const CAPACITY: usize = 1_024;
+const SUBSCRIBERS: usize = 4;
+
+fn add(sum: u64, x: u64) -> u64 {
+    sum.wrapping_add(x)
+}
+
+/// Four `fold`s of `hub`, waited for; returns the four sums.
+fn fold_all<P>(hub: &Hub<u64>, boundary: impl Fn(Hub<u64>) -> P) -> Vec<u64>
+where
+    P: Publisher<Item = u64>,
+{
+    let handles: Vec<_> = (0..SUBSCRIBERS)
+        .map(|_| boundary(hub.clone()).fold(0u64, add))
+        .collect();
+    handles
+        .into_iter()
+        .map(|h| h.wait().expect("completes"))
+        .collect()
+}
+
+fn tokio_broadcast(rt: &tokio::runtime::Runtime) -> (u64, u64) {
+    let (tx, _) = tokio::sync::broadcast::channel::<u64>(CAPACITY);
+    let receivers: Vec<_> = (0..SUBSCRIBERS)
+        .map(|_| {
+            let mut rx = tx.subscribe();
+            rt.spawn(async move {
+                let (mut sum, mut lost) = (0u64, 0u64);
+                loop {
+                    match rx.recv().await {
+                        Ok(x) => sum = add(sum, x),
+                        Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => lost += n,
+                        Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
+                    }
+                }
+                (sum, lost)
+            })
+        })
+        .collect();
+    let producer = std::thread::spawn(move || {
+        for i in 0..black_box(N) {
+            tx.send(i).expect("receivers are there");
+        }
+    });
+    producer.join().unwrap();
+    rt.block_on(async {
+        let mut total = (0, 0);
+        for r in receivers {
+            let (sum, lost) = r.await.unwrap();
+            total = (add(total.0, sum), total.1 + lost);
+        }
+        total
+    })
+}
+
+fn crossbeam_4() -> u64 {
+    let (txs, rxs): (Vec<_>, Vec<_>) = (0..SUBSCRIBERS)
+        .map(|_| crossbeam_channel::bounded::<u64>(CAPACITY))
+        .unzip();
+    let consumers: Vec<_> = rxs
+        .into_iter()
+        .map(|rx| std::thread::spawn(move || rx.iter().fold(0u64, add)))
+        .collect();
+    for i in 0..black_box(N) {
+        for tx in &txs {
+            tx.send(i).expect("consumers are there");
+        }
+    }
+    drop(txs);
+    consumers
+        .into_iter()
+        .map(|c| c.join().unwrap())
+        .fold(0, add)
+}
+
+fn bench(c: &mut Criterion) {
+    let expected = (0..N).fold(0u64, add);
+    let mut group = c.benchmark_group("hub");
+    group.throughput(Throughput::Elements(N));
+    group.sample_size(10);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let mut lost = 0;
+    group.bench_function("tokio_broadcast", |b| {
+        b.iter(|| {
+            let (_, l) = tokio_broadcast(&rt);
+            lost += l;
+        })
+    });
+    println!("tokio_broadcast lost {lost} deliveries (Lagged) over all its runs");
+    group.bench_function("crossbeam_4", |b| {
+        b.iter(|| {
+            assert_eq!(
+                crossbeam_4(),
+                add(add(expected, expected), add(expected, expected))
+            )
+        })
+    });
+    group.bench_function("weir_sync", |b| {
+        b.iter(|| {
+            let hub = Hub::builder(weir::range(0..N), CAPACITY)
+                .connect_at(SUBSCRIBERS)
+                .build();
+            let sums = fold_all(&hub, |h| h);
+            assert!(sums.iter().all(|&s| s == expected));
+        })
+    });
+    let producer = ThreadPool::builder()
+        .name("bench-producer")
+        .threads(1)
+        .build();
+    let consumers = ThreadPool::builder()
+        .name("bench-consumers")
+        .threads(2)
+        .build();
+    group.bench_function("weir_threads", |b| {
+        b.iter(|| {
+            let source = weir::range(0..N).subscribe_on(producer.clone());
+            let hub = Hub::builder(source, CAPACITY)
+                .connect_at(SUBSCRIBERS)
+                .build();
+            let sums = fold_all(&hub, |h| h.publish_on(consumers.clone(), 256));
+            assert!(sums.iter().all(|&s| s == expected));
+        })
+    });
+    group.bench_function("weir_channel", |b| {
+        b.iter(|| {
+            let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
+            let hub = Hub::builder(rx, CAPACITY).connect_at(SUBSCRIBERS).build();
+            let producer = std::thread::spawn(move || {
+                for i in 0..black_box(N) {
+                    tx.send_blocking(i).expect("the hub reads");
+                }
+            });
+            let sums = fold_all(&hub, |h| h.publish_on(consumers.clone(), 256));
+            producer.join().unwrap();
+            assert!(sums.iter().all(|&s| s == expected));
+        })
+    });
+    group.bench_function("weir_channel_inline", |b| {
+        b.iter(|| {
+            let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
+            let hub = Hub::builder(rx, CAPACITY).connect_at(SUBSCRIBERS).build();
+            let producer = std::thread::spawn(move || {
+                for i in 0..black_box(N) {
+                    tx.send_blocking(i).expect("the hub reads");
+                }
+            });
+            let sums = fold_all(&hub, |h| h);
+            producer.join().unwrap();
+            assert!(sums.iter().all(|&s| s == expected));
+        })
+    });
+    let four = ThreadPool::builder().name("bench-four").threads(4).build();
+    group.bench_function("weir_channel_pool4", |b| {
+        b.iter(|| {
+            let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
+            let hub = Hub::builder(rx, CAPACITY).connect_at(SUBSCRIBERS).build();
+            let producer = std::thread::spawn(move || {
+                for i in 0..black_box(N) {
+                    tx.send_blocking(i).expect("the hub reads");
+                }
+            });
+            let sums = fold_all(&hub, |h| h.publish_on(four.clone(), 256));
+            producer.join().unwrap();
+            assert!(sums.iter().all(|&s| s == expected));
+        })
+    });
+    group.bench_function("weir_channel_hop", |b| {
+        b.iter(|| {
+            let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
+            let hub = Hub::builder(rx.publish_on(producer.clone(), 256), CAPACITY)
+                .connect_at(SUBSCRIBERS)
+                .build();
+            let producer = std::thread::spawn(move || {
+                for i in 0..black_box(N) {
+                    tx.send_blocking(i).expect("the hub reads");
+                }
+            });
+            let sums = fold_all(&hub, |h| h.publish_on(consumers.clone(), 256));
+            producer.join().unwrap();
+            assert!(sums.iter().all(|&s| s == expected));
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
