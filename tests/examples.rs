@@ -1,8 +1,11 @@
 //! The newcomer's examples, run and checked: `examples/sensor_pipeline.rs` (map,
-//! buffer, sample, conflate over push sources) and `examples/tokio_bridge.rs` (a tokio
-//! receiver in, a `Stream` out, sinks awaited). `examples/custom_publisher.rs` has a
+//! buffer, sample, conflate over push sources), `examples/tokio_bridge.rs` (a tokio
+//! receiver in, a `Stream` out, sinks awaited) and `examples/fanout.rs` (one feed, a
+//! hub, a policy per subscriber). `examples/custom_publisher.rs` has a
 //! test file of its own (`tests/custom_publisher.rs`).
 
+#[path = "../examples/fanout.rs"]
+mod fanout;
 #[path = "../examples/sensor_pipeline.rs"]
 mod sensor_pipeline;
 #[path = "../examples/tokio_bridge.rs"]
@@ -64,4 +67,32 @@ fn the_tokio_bridge_runs_on_a_current_thread_runtime_too() {
 #[test]
 fn the_tokio_bridge_example_runs() {
     tokio_bridge::main().unwrap();
+}
+
+#[test]
+fn the_fanout_keeps_the_audit_whole_and_cuts_off_only_the_stalled_client() {
+    let report = fanout::run(fanout::Config {
+        rate: 20_000,
+        run_for: std::time::Duration::from_millis(1_500),
+        lag_limit: std::time::Duration::from_millis(400),
+        stall_after: std::time::Duration::from_millis(300),
+        print: false,
+    });
+    assert!(report.sent > 0);
+    assert!(
+        report.audit.iter().copied().eq(0..report.sent),
+        "the audit got every reading, in order"
+    );
+    assert_eq!(report.clients, [report.sent; 2], "the healthy clients too");
+    let (received, error) = &report.stalled;
+    let error = error.as_ref().expect("the stalled client was cut off");
+    assert_eq!(error.kind(), weir::ErrorKind::Lagged);
+    assert!(error.message().contains("ws-3"), "{error}");
+    assert!(*received < report.sent);
+    let (shown, skipped) = &report.dashboard;
+    assert!(
+        shown.windows(2).all(|w| w[0] < w[1]),
+        "the dashboard's readings rise"
+    );
+    assert!(*skipped > 0, "and it skipped the ones it had no time for");
 }

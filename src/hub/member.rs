@@ -66,11 +66,10 @@ impl<T: Clone + Send + 'static> Stage for MemberStage<T> {
             if cx.stopped() {
                 return Pass::Idle;
             }
+            let demand = cx.demand().get();
             let room = batch.items.capacity();
-            let want = usize::try_from(cx.demand().get())
-                .unwrap_or(usize::MAX)
-                .min(room);
-            let taken = self.shared.take(self.id, want, &mut batch.items);
+            let want = usize::try_from(demand).unwrap_or(usize::MAX).min(room);
+            let taken = self.shared.take(self.id, demand, want, &mut batch.items);
             if let Some((reason, n)) = taken.dropped {
                 batch.drops.count(reason, n);
                 batch.drops.flush();

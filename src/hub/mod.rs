@@ -13,8 +13,10 @@
 //! * [`DropOldest`](Policy::DropOldest): never holds anyone back; when it falls a
 //!   whole ring behind it skips the items the ring no longer has, counted as dropped
 //!   ([`DropReason::OverflowOldest`]).
-//! * [`Latest`](Policy::Latest): the same, but it skips to the newest item
-//!   ([`DropReason::ReplacedByLatest`]).
+//! * [`Latest`](Policy::Latest): never holds anyone back, and gets the newest items
+//!   its demand covers: older items waiting beyond its demand are skipped, counted as
+//!   dropped ([`DropReason::ReplacedByLatest`]); a dashboard asking for one item at
+//!   a time sees the newest.
 //! * [`Disconnect`](Policy::Disconnect): never holds anyone back; once it is further
 //!   behind than its [`LagLimit`] (in items, or the age of its next item), or a whole
 //!   ring behind, it gets `on_error` of kind [`Lagged`](crate::ErrorKind::Lagged) and
@@ -45,8 +47,9 @@
 //!   75% rule), so `held + outstanding` never exceeds the ring: an arriving item
 //!   never finds the ring full of items a `Backpressure` subscriber still needs.
 //!   With no `Backpressure` subscriber, it requests only while some subscriber waits
-//!   for items (it has read everything and has demand left): the fastest one that
-//!   wants items sets the pace, and items nobody asked for stay upstream. A synchronous upstream delivers
+//!   for items (it has read everything and has demand left), and only what the
+//!   hungriest of them still wants (up to the ring): the fastest one that wants items
+//!   sets the pace, and items nobody asked for stay upstream. A synchronous upstream delivers
 //!   inside the pump's `request`; the arrivals then only record their wake-ups, and
 //!   the pump wakes each subscriber once per batch instead of once per item.
 //!
@@ -123,8 +126,10 @@ pub enum Policy {
     /// still has; the skipped items count as dropped
     /// ([`DropReason::OverflowOldest`](crate::DropReason::OverflowOldest)).
     DropOldest,
-    /// Never slows anyone: a whole ring behind, it skips to the newest item; the
-    /// skipped items count as dropped
+    /// Never slows anyone, and gets the newest items its demand covers: when more
+    /// items wait for it than it has asked for, the older ones are skipped (so a
+    /// subscriber asking for one item at a time always gets the newest), and a whole
+    /// ring behind it skips to the newest item. The skipped items count as dropped
     /// ([`DropReason::ReplacedByLatest`](crate::DropReason::ReplacedByLatest)).
     Latest,
     /// Never slows anyone: further behind than the limit (or a whole ring behind), it
@@ -402,8 +407,8 @@ impl<T: Clone + Send + 'static> Shared<T> {
     }
 
     /// Items a subscriber's pass takes.
-    fn take(&self, id: u64, want: usize, batch: &mut Vec<T>) -> ring::Taken {
-        self.lock().ring.take(id, want, batch)
+    fn take(&self, id: u64, demand: u64, want: usize, batch: &mut Vec<T>) -> ring::Taken {
+        self.lock().ring.take(id, demand, want, batch)
     }
 }
 

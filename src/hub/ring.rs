@@ -13,7 +13,9 @@
 // ring full, the oldest item leaves, and a member whose cursor pointed at it falls
 // behind the ring and its policy decides: `DropOldest` moves its cursor to the new
 // head (one item counted as dropped), `Latest` jumps to the newest item (everything
-// before it counted as dropped), `Disconnect` is cut off with a `Lagged` error.
+// before it counted as dropped), `Disconnect` is cut off with a `Lagged` error. A
+// `Latest` member also skips, when it takes, the items beyond the newest its demand
+// covers: it never gets an item while a newer one waits past its demand.
 //
 // # Upstream credit
 //
@@ -24,8 +26,10 @@
 // so `held + outstanding ≤ capacity` always: an arriving item never finds the ring
 // full of items a `Backpressure` member still needs. Without any `Backpressure`
 // member, it asks only while some member waits for items (has read everything and
-// has demand left): the fastest wanting member sets the pace, and nobody's absence
-// of demand pulls items only to throw them away. An item that arrives with
+// has demand left), and only for what the hungriest of them still wants (up to the
+// ring): the fastest wanting member sets the pace, nobody's absence of demand pulls
+// items only to throw them away, and a lossy member skips only items a faster
+// member (or a holder) pulled in. An item that arrives with
 // `outstanding == 0` was never requested (rule 1.1) and is refused.
 //
 // # Time
@@ -59,6 +63,8 @@ pub(crate) struct Member<H> {
     cursor: u64,
     /// Its last take wanted more than there was.
     hungry: bool,
+    /// While hungry: the demand it has left.
+    wants: u64,
     /// Signal it when the caller lets go of the lock.
     wake: bool,
     /// Cut off (`Disconnect`): the error it gets at its next pass.
@@ -143,6 +149,7 @@ impl<T: Clone, H> Ring<T, H> {
             policy,
             cursor,
             hungry: false,
+            wants: 0,
             wake: false,
             cut: None,
             delivered: 0,
@@ -208,27 +215,31 @@ impl<T: Clone, H> Ring<T, H> {
             .min()
     }
 
-    /// Items a `Backpressure` member still needs.
-    fn held(&self) -> u64 {
-        self.slowest_holder()
-            .map_or(0, |(cursor, _)| self.tail() - cursor)
-    }
-
     /// How much more to request from upstream now (already counted as outstanding),
     /// or 0. See the file header.
     pub(crate) fn credit(&mut self) -> u64 {
         if self.end.is_some() {
             return 0;
         }
-        // Without a holder, pull only for a member that waits for items: pulling
-        // for nobody would only push items out of the ring (and a synchronous
-        // upstream would run on the puller's thread for ever).
-        if self.slowest_holder().is_none() && !self.members.iter().any(|m| m.hungry) {
-            return 0;
-        }
         let capacity = self.capacity as u64;
-        let room = capacity - self.held().min(capacity) - self.outstanding.min(capacity);
-        if room > 0 && self.outstanding <= capacity / 4 {
+        // With a holder: what the ring has room for beside its unread items. Without
+        // one, only what the hungriest waiting member asked for (up to the ring):
+        // pulling for nobody would only push items out of the ring (and run a
+        // synchronous upstream on the puller's thread for ever), and pulling past
+        // every member's demand would make lossy members skip items nobody outran.
+        let target = match self.slowest_holder() {
+            Some((cursor, _)) => capacity - (self.tail() - cursor).min(capacity),
+            None => self
+                .members
+                .iter()
+                .filter(|m| m.hungry)
+                .map(|m| m.wants)
+                .max()
+                .unwrap_or(0)
+                .min(capacity),
+        };
+        let room = target.saturating_sub(self.outstanding);
+        if room > 0 && self.outstanding <= target / 4 {
             self.outstanding += room;
             room
         } else {
@@ -313,7 +324,7 @@ impl<T: Clone, H> Ring<T, H> {
                     member.cursor = newest;
                 }
                 Policy::Disconnect(_) => {
-                    cut(member, "fell a whole ring behind".to_owned());
+                    cut(member, "it fell a whole ring behind".to_owned());
                 }
             }
         }
@@ -341,8 +352,10 @@ impl<T: Clone, H> Ring<T, H> {
         }
     }
 
-    /// Move up to `want` items from `id`'s cursor into `batch` (cloned).
-    pub(crate) fn take(&mut self, id: u64, want: usize, batch: &mut Vec<T>) -> Taken {
+    /// Move up to `want` items from `id`'s cursor into `batch` (cloned). `demand` is
+    /// the member's whole outstanding demand (`want` is it capped by the batch): a
+    /// `Latest` member first skips what waits beyond it.
+    pub(crate) fn take(&mut self, id: u64, demand: u64, want: usize, batch: &mut Vec<T>) -> Taken {
         let (head, tail) = (self.head, self.tail());
         let Some(member) = self.members.iter_mut().find(|m| m.id == id) else {
             return Taken {
@@ -352,6 +365,15 @@ impl<T: Clone, H> Ring<T, H> {
                 credit_moved: false,
             };
         };
+        if member.policy == Policy::Latest && member.cut.is_none() && demand > 0 {
+            let waiting = tail - member.cursor;
+            if waiting > demand {
+                let skip = waiting - demand;
+                member.cursor += skip;
+                member.dropped += skip;
+                member.pending_drops += skip;
+            }
+        }
         let dropped = match std::mem::take(&mut member.pending_drops) {
             0 => None,
             n => Some((drop_reason(member.policy), n)),
@@ -373,6 +395,7 @@ impl<T: Clone, H> Ring<T, H> {
         let drained = member.cursor == tail;
         let end = if drained { self.end.clone() } else { None };
         member.hungry = drained && end.is_none() && count < want;
+        member.wants = demand.saturating_sub(count as u64);
         Taken {
             count,
             dropped,
@@ -430,7 +453,7 @@ impl<T: Clone, H> Ring<T, H> {
 fn cut<H>(member: &mut Member<H>, why: String) {
     let name = member.name.as_deref().unwrap_or("a subscriber");
     member.cut = Some(Error::lagged(format!(
-        "hub: {name} (id {}) was disconnected: it {why}",
+        "hub: {name} (id {}) was disconnected: {why}",
         member.id
     )));
     member.wake = true;

@@ -111,6 +111,27 @@ fn a_latest_subscriber_skips_to_the_newest_item() {
 }
 
 #[test]
+fn a_latest_subscriber_asking_for_one_gets_the_newest() {
+    let (tx, hub) = fed(8);
+    let fast = probe(hub.clone());
+    fast.request(u64::MAX);
+    let latest = probe(hub.join(Policy::Latest));
+    send(&tx, 0..3);
+    latest.request(1);
+    assert_eq!(latest.items(), vec![2], "0 and 1 waited beyond its demand");
+    send(&tx, 3..6);
+    latest.request(2);
+    assert_eq!(latest.items(), vec![2, 4, 5]);
+    let me = hub
+        .stats()
+        .subscribers
+        .into_iter()
+        .find(|s| s.id == 1)
+        .unwrap();
+    assert_eq!((me.delivered, me.dropped, me.position), (3, 3, 6));
+}
+
+#[test]
 fn drops_reach_the_subscribers_drop_hook_with_their_reason() {
     let (tx, hub) = fed(4);
     let fast = probe(hub.clone());
@@ -217,7 +238,6 @@ fn upstream_errors_reach_every_subscriber_after_their_items() {
     );
     assert!(b.error().is_none(), "b has items to read first");
     b.request(1);
-    b.request(5);
-    assert_eq!(b.items(), vec![0, 1, 2]);
-    assert!(b.error().is_some());
+    assert_eq!(b.items(), vec![2], "Latest: the newest its demand covers");
+    assert!(b.error().is_some(), "then the error");
 }
