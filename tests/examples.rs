@@ -96,3 +96,8 @@ fn the_fanout_keeps_the_audit_whole_and_cuts_off_only_the_stalled_client() {
     );
     assert!(*skipped > 0, "and it skipped the ones it had no time for");
 }
+
+#[test]
+fn the_fanout_example_runs() {
+    fanout::main();
+}
