@@ -927,7 +927,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// the ring has room for beside the items the slowest `Backpressure` subscriber
     /// has not read, in batches (the 75% rule over the ring); lossy subscribers
     /// (`DropOldest`, `Latest`, `Disconnect`) never hold it back. In-flight bound:
-    /// `capacity + 256`.
+    /// upstream's, plus `capacity + 256`.
     ///
     /// # Timing
     ///

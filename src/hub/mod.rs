@@ -68,14 +68,15 @@
 //! with nobody subscribed instead. A subscriber joins at the live position (it sees
 //! what arrives after it joined), or [`HubBuilder::replay`]`(r)` items back. After
 //! upstream ended, subscribers read what the ring still has for them and then get the
-//! same end; later ones get it at once (after their replay).
+//! same end; later ones get it at once (after their replay). Once upstream ended and
+//! nobody is subscribed, the ring keeps only the replay's items (none without one).
 //!
 //! # Demand contract
 //!
 //! Per subscriber, never more items than it requested (rule 1.1). Upstream is never
 //! asked for more than the ring has room for: at most `capacity` items are held, plus
 //! one batch of at most 256 per subscriber on its way downstream. In-flight bound:
-//! `capacity + 256`.
+//! upstream's, plus `capacity + 256`.
 //!
 //! # Example
 //!
@@ -302,6 +303,8 @@ pub(crate) struct Shared<T> {
     upstream: SubscriptionSlot,
     next_id: AtomicU64,
     capacity: usize,
+    /// Upstream's own in-flight bound.
+    upstream_bound: u64,
     connect_at: usize,
     replay: usize,
     keep_connected: bool,
@@ -351,6 +354,13 @@ impl<T: Clone + Send + 'static> Shared<T> {
     pub(crate) fn arrive<I: Iterator<Item = T>>(&self, items: I) -> Result<(), T> {
         let refused = {
             let mut state = self.lock();
+            if matches!(state.phase, Phase::Stopped) {
+                // Upstream was cancelled and nobody will read: items that were on
+                // their way are let go at once (after the lock).
+                drop(state);
+                items.for_each(drop);
+                return Ok(());
+            }
             let mut refused = None;
             for item in items {
                 if let Err(item) = state.ring.push(item, Instant::now) {
@@ -375,8 +385,20 @@ impl<T: Clone + Send + 'static> Shared<T> {
 
     /// Upstream ended.
     pub(crate) fn finish(&self, end: Result<(), Error>) {
-        self.lock().ring.finish(end);
+        let released = {
+            let mut state = self.lock();
+            state.ring.finish(end);
+            self.release_after_end(&mut state)
+        };
+        drop(released);
         self.pump();
+    }
+
+    /// Upstream ended and nobody is subscribed: keep only what a late subscriber's
+    /// replay can ask for (nothing without `replay`); the rest is returned, to be
+    /// dropped outside the lock.
+    fn release_after_end(&self, state: &mut State<T>) -> Option<std::collections::VecDeque<T>> {
+        (state.ring.ended() && state.ring.members() == 0).then(|| state.ring.trim(self.replay))
     }
 
     /// A subscriber left (cancelled, ended, or panicked).
@@ -394,7 +416,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
                 state.phase = Phase::Stopped;
                 (left, Some(state.ring.clear()), true)
             } else {
-                (left, None, false)
+                (left, self.release_after_end(&mut state), false)
             }
         };
         // Items and handles are dropped here, without the lock.
@@ -404,6 +426,12 @@ impl<T: Clone + Send + 'static> Shared<T> {
         } else {
             self.pump();
         }
+    }
+
+    /// Upstream's bound, the ring, and one batch on its way to a subscriber.
+    fn in_flight_bound(&self) -> u64 {
+        self.upstream_bound
+            .saturating_add((self.capacity + HUB_BATCH) as u64)
     }
 
     /// Items a subscriber's pass takes.
@@ -455,6 +483,7 @@ impl<T: Clone + Send + 'static> Hub<T> {
     {
         let capacity = validate("share capacity", capacity as u64);
         HubBuilder {
+            upstream_bound: upstream.in_flight_bound(),
             connect: Box::new(move |inlet| upstream.subscribe(inlet)),
             capacity,
             connect_at: 1,
@@ -499,7 +528,7 @@ impl<T: Clone + Send + 'static> Publisher for Hub<T> {
     }
 
     fn in_flight_bound(&self) -> u64 {
-        (self.shared.capacity + HUB_BATCH) as u64
+        self.shared.in_flight_bound()
     }
 }
 
@@ -507,6 +536,7 @@ impl<T: Clone + Send + 'static> Publisher for Hub<T> {
 #[must_use = "a builder does nothing until built"]
 pub struct HubBuilder<T: Clone + Send + 'static> {
     connect: Connect<T>,
+    upstream_bound: u64,
     capacity: usize,
     connect_at: usize,
     replay: usize,
@@ -576,6 +606,7 @@ impl<T: Clone + Send + 'static> HubBuilder<T> {
                 upstream: SubscriptionSlot::new(),
                 next_id: AtomicU64::new(0),
                 capacity: self.capacity,
+                upstream_bound: self.upstream_bound,
                 connect_at: self.connect_at,
                 replay: self.replay,
                 keep_connected: self.keep_connected,
@@ -658,6 +689,6 @@ impl<T: Clone + Send + 'static> Publisher for Join<T> {
     }
 
     fn in_flight_bound(&self) -> u64 {
-        (self.shared.capacity + HUB_BATCH) as u64
+        self.shared.in_flight_bound()
     }
 }

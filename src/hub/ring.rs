@@ -198,6 +198,19 @@ impl<T: Clone, H> Ring<T, H> {
         self.end.is_some()
     }
 
+    /// Keep only the newest `keep` items (upstream ended and nobody reads: only a
+    /// late subscriber's replay can still want them); returns the others, to be
+    /// dropped outside the lock.
+    pub(crate) fn trim(&mut self, keep: usize) -> VecDeque<T> {
+        let excess = self.items.len().saturating_sub(keep);
+        let gone: VecDeque<T> = self.items.drain(..excess).collect();
+        self.head += excess as u64;
+        while self.stamps.len() > 1 && self.stamps[1].0 <= self.head {
+            self.stamps.pop_front();
+        }
+        gone
+    }
+
     /// Let go of every item (the hub stopped); returns them, to be dropped outside
     /// the lock.
     pub(crate) fn clear(&mut self) -> VecDeque<T> {

@@ -1022,6 +1022,21 @@ pub fn table() -> Vec<Stage> {
             |n| (0..n).map(|v| OFFSET + 2 * v).collect(),
         ),
         Stage::new(
+            "share(16)",
+            Operator,
+            EXACT,
+            |env| {
+                // The hub clones its items for each subscriber: items go in
+                // shared (`Arc`) and come out as new items of the same values.
+                env.source()
+                    .map(Arc::new)
+                    .share(16)
+                    .map(|shared: Arc<Item>| shared.derive(shared.value))
+                    .boxed()
+            },
+            identity,
+        ),
+        Stage::new(
             "buffer(7)",
             Operator,
             EXACT,

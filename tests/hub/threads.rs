@@ -126,11 +126,9 @@ fn a_stalled_backpressure_subscriber_stops_upstream_at_the_ring() {
 #[test]
 fn subscribers_joining_and_leaving_on_many_threads_while_items_flow() {
     let (hub, producer) = produced(N, 64, 1);
-    // One subscriber that takes everything keeps the hub connected throughout.
-    let anchor = {
-        let hub = hub.clone();
-        thread::spawn(move || hub.fold(0u64, |n, _| n + 1).wait().unwrap())
-    };
+    // One subscriber that takes everything keeps the hub connected throughout (it
+    // subscribes first: were a churner first, its leaving would stop the hub).
+    let anchor = hub.clone().fold(0u64, |n, _| n + 1);
     let stop = Arc::new(AtomicBool::new(false));
     let start = Arc::new(Barrier::new(4));
     let churners: Vec<_> = (0..3)
@@ -157,7 +155,7 @@ fn subscribers_joining_and_leaving_on_many_threads_while_items_flow() {
         })
         .collect();
     start.wait();
-    assert_eq!(anchor.join().unwrap(), N, "the anchor lost nothing");
+    assert_eq!(anchor.wait().unwrap(), N, "the anchor lost nothing");
     stop.store(true, Ordering::Relaxed);
     for churner in churners {
         assert!(churner.join().unwrap() > 0);
