@@ -4,6 +4,7 @@
 
 mod conformance;
 mod connect;
+mod hostile;
 mod policies;
 mod schedules;
 mod threads;

@@ -1,0 +1,139 @@
+//! Hostile subscribers among well-behaved ones: one panics, one sends `request(0)`,
+//! one is cancelled from many threads at once. The others must not notice.
+
+use std::sync::{Arc, Barrier};
+use std::thread;
+
+use weir::hub::{Hub, Policy};
+use weir::prelude::*;
+use weir::{Error, Subscription};
+
+use super::probe;
+
+/// A subscriber that requests everything and panics at its `at`-th item.
+struct PanicsAt {
+    at: u64,
+    seen: u64,
+}
+
+impl Subscriber<u64> for PanicsAt {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        subscription.request(u64::MAX);
+    }
+    fn on_next(&mut self, _: u64) {
+        self.seen += 1;
+        if self.seen == self.at {
+            panic!("a subscriber of the hub panics on purpose");
+        }
+    }
+    fn on_error(&mut self, _: Error) {}
+    fn on_complete(&mut self) {}
+}
+
+#[test]
+fn a_subscriber_that_panics_leaves_and_the_others_get_everything() {
+    let hub = Hub::builder(weir::range(0u64..10_000), 32)
+        .connect_at(3)
+        .build();
+    let a = probe(hub.clone());
+    let b = probe(hub.join(Policy::DropOldest));
+    a.request(u64::MAX);
+    b.request(u64::MAX);
+    hub.join(Policy::Backpressure)
+        .subscribe(PanicsAt { at: 3, seen: 0 });
+    assert!(a.items().into_iter().eq(0..10_000));
+    assert!(
+        b.items().into_iter().eq(0..10_000),
+        "b kept up: nothing skipped"
+    );
+    assert!(a.is_completed() && b.is_completed());
+}
+
+#[test]
+fn a_subscriber_that_panics_in_on_subscribe_is_treated_as_cancelled() {
+    struct PanicsAtOnce;
+    impl Subscriber<u64> for PanicsAtOnce {
+        fn on_subscribe(&mut self, _: Subscription) {
+            panic!("on_subscribe panics on purpose");
+        }
+        fn on_next(&mut self, _: u64) {}
+        fn on_error(&mut self, _: Error) {}
+        fn on_complete(&mut self) {}
+    }
+    let hub = Hub::builder(weir::range(0u64..100), 8)
+        .connect_at(2)
+        .build();
+    let a = probe(hub.clone());
+    a.request(u64::MAX);
+    hub.clone().subscribe(PanicsAtOnce);
+    // It counted towards connect_at (it arrived), then left; `a` is served alone.
+    assert!(a.items().into_iter().eq(0..100));
+    assert!(a.is_completed());
+}
+
+#[test]
+fn request_zero_fails_only_that_subscriber() {
+    let (tx, rx) = weir::channel::<u64>(1_024, weir::source::channel::ChannelPolicy::Backpressure);
+    let hub = rx.share(8);
+    let a = probe(hub.clone());
+    let bad = probe(hub.join(Policy::Latest));
+    a.request(u64::MAX);
+    bad.request(0);
+    let error = bad.error().expect("rule 3.9");
+    assert_eq!(error.rule(), Some("3.9"));
+    for i in 0..100 {
+        tx.try_send(i).unwrap();
+    }
+    drop(tx);
+    assert!(a.items().into_iter().eq(0..100));
+    assert!(a.is_completed());
+}
+
+#[test]
+fn a_cancel_storm_on_one_subscriber_leaves_the_others_whole() {
+    for _ in 0..20 {
+        let (tx, rx) =
+            weir::channel::<u64>(1 << 16, weir::source::channel::ChannelPolicy::Backpressure);
+        let hub = Hub::builder(rx, 16).connect_at(2).build();
+        let a = probe(hub.clone());
+        let victim = probe(hub.clone());
+        a.request(u64::MAX);
+        victim.request(u64::MAX);
+        let start = Arc::new(Barrier::new(5));
+        let cancellers: Vec<_> = (0..4)
+            .map(|_| {
+                let (victim, start) = (victim.clone(), start.clone());
+                thread::spawn(move || {
+                    start.wait();
+                    victim.request(3);
+                    victim.cancel();
+                    victim.request(5);
+                    victim.cancel();
+                })
+            })
+            .collect();
+        start.wait();
+        for i in 0..2_000 {
+            tx.try_send(i).unwrap();
+        }
+        for c in cancellers {
+            c.join().unwrap();
+        }
+        drop(tx);
+        assert!(a.items().into_iter().eq(0..2_000), "the other one is whole");
+        let got = victim.items();
+        assert!(
+            got.iter().copied().eq(0..got.len() as u64),
+            "a prefix, in order"
+        );
+        assert!(
+            !victim.is_completed() && victim.error().is_none(),
+            "no signal after cancel"
+        );
+        assert_eq!(
+            hub.stats().subscribers.len(),
+            0,
+            "both gone: a completed, victim left"
+        );
+    }
+}
