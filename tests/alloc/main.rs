@@ -15,6 +15,7 @@ use std::cell::Cell;
 mod bridge;
 mod buffer;
 mod channel;
+mod hub;
 mod multi_source;
 mod rate;
 mod sync_pipeline;
