@@ -69,22 +69,26 @@ impl<T: Clone + Send + 'static> Stage for MemberStage<T> {
             let demand = cx.demand().get();
             let room = batch.items.capacity();
             let want = usize::try_from(demand).unwrap_or(usize::MAX).min(room);
-            let taken = self.shared.take(self.id, demand, want, &mut batch.items);
+            let (taken, credit) = self.shared.take(self.id, demand, want, &mut batch.items);
             if let Some((reason, n)) = taken.dropped {
                 batch.drops.count(reason, n);
                 batch.drops.flush();
+            }
+            // Request before delivering: the credit is reserved, and a subscriber
+            // that panics in this delivery must not take it with it (the hub would
+            // wait for items it never asked for).
+            if credit > 0 {
+                self.shared.request(credit);
             }
             if taken.count > 0 {
                 let (_, rest) = cx.deliver(downstream, batch.items.drain(..));
                 drop(rest);
             }
-            if taken.credit_moved {
-                self.shared.pump();
-            }
             if let Some(end) = taken.end {
                 return cx.terminate(downstream, end);
             }
-            if taken.count == 0 || cx.demand().get() == 0 {
+            // Hungry: it read everything and the next arrival wakes it.
+            if taken.hungry || taken.count == 0 || cx.demand().get() == 0 {
                 return Pass::Idle;
             }
         }

@@ -287,9 +287,24 @@ enum Phase<T> {
     Stopped,
 }
 
+/// How the hub wakes a subscriber.
+type Handle = Arc<dyn CoreHandle>;
+
+/// Subscribers woken in one step, as positions in the roster: up to 32 without
+/// allocating.
+type Wakes = smallvec::SmallVec<[u32; 32]>;
+
+/// One step of the pump: the roster (when someone is woken), who to wake, and
+/// the credit to request (reserved).
+type Step = (Option<Arc<[Handle]>>, Wakes, u64);
+
 /// What the lock protects.
 struct State<T> {
-    ring: Ring<T, Arc<dyn CoreHandle>>,
+    ring: Ring<T, Handle>,
+    /// The members' handles in the ring's order, shared with whoever wakes them
+    /// (one reference count per wake-up step instead of one per subscriber);
+    /// rebuilt when a subscriber joins or leaves.
+    roster: Arc<[Handle]>,
     phase: Phase<T>,
     /// Upstream's subscription arrived: the pump may ask it for credit.
     subscribed: bool,
@@ -320,26 +335,47 @@ impl<T: Clone + Send + 'static> Shared<T> {
     /// Run the pump: request what the ring has room for, wake who is due.
     pub(crate) fn pump(&self) {
         self.pump.drain(|| {
-            let mut wakes: smallvec::SmallVec<[Arc<dyn CoreHandle>; 8]> = smallvec::SmallVec::new();
-            let credit = {
-                let mut state = self.lock();
-                state.ring.woken(|handle| wakes.push(handle.clone()));
-                if state.subscribed && matches!(state.phase, Phase::Connected) {
-                    state.ring.credit()
-                } else {
-                    0
-                }
-            };
-            // Wake first: a subscriber with demand takes what arrived before the
-            // next request brings more (a synchronous upstream delivers inside it,
-            // and a lossy subscriber that had no chance to read would skip items).
-            for handle in wakes {
-                handle.signal();
-            }
-            if credit > 0 {
-                self.upstream.request(credit);
-            }
+            let step = self.due(&mut self.lock());
+            self.run_step(step);
         });
+    }
+
+    /// Under the lock: who to wake and what to request (reserved as outstanding).
+    fn due(&self, state: &mut State<T>) -> Step {
+        let mut wakes = Wakes::new();
+        state.ring.woken(|at| wakes.push(at as u32));
+        // The roster is shared (one reference count) only when someone is woken.
+        let roster = (!wakes.is_empty()).then(|| Arc::clone(&state.roster));
+        (roster, wakes, self.credit(state))
+    }
+
+    /// Credit to request now (reserved), if upstream is there to ask.
+    fn credit(&self, state: &mut State<T>) -> u64 {
+        if state.subscribed && matches!(state.phase, Phase::Connected) {
+            state.ring.credit()
+        } else {
+            0
+        }
+    }
+
+    /// Without the lock: wake, then request.
+    fn run_step(&self, (roster, wakes, credit): Step) {
+        // Wake first: a subscriber with demand takes what arrived before the next
+        // request brings more (a synchronous upstream delivers inside it, and a
+        // lossy subscriber that had no chance to read would skip items).
+        if let Some(roster) = roster {
+            for at in wakes {
+                roster[at as usize].signal();
+            }
+        }
+        if credit > 0 {
+            self.upstream.request(credit);
+        }
+    }
+
+    /// The roster changed (a subscriber joined or left): rebuild it.
+    fn enroll(state: &mut State<T>) {
+        state.roster = state.ring.handles().cloned().collect();
     }
 
     /// Upstream's subscription arrived.
@@ -350,15 +386,21 @@ impl<T: Clone + Send + 'static> Shared<T> {
         }
     }
 
-    /// An item arrived (`Err(item)`: it was never requested).
+    /// An item arrived (`Err(item)`: it was never requested). When nobody runs the
+    /// pump, this thread takes it and does its first step under the same lock as
+    /// the arrival.
     pub(crate) fn arrive<I: Iterator<Item = T>>(&self, items: I) -> Result<(), T> {
-        let refused = {
+        let owner = self.pump.try_enter();
+        let (refused, step) = {
             let mut state = self.lock();
             if matches!(state.phase, Phase::Stopped) {
                 // Upstream was cancelled and nobody will read: items that were on
                 // their way are let go at once (after the lock).
                 drop(state);
                 items.for_each(drop);
+                if owner {
+                    self.pump_on(0);
+                }
                 return Ok(());
             }
             let mut refused = None;
@@ -371,15 +413,32 @@ impl<T: Clone + Send + 'static> Shared<T> {
                     break;
                 }
             }
-            refused
+            (refused, owner.then(|| self.due(&mut state)))
         };
         if refused.is_some() {
             self.upstream.cancel();
         }
-        self.pump();
+        match step {
+            Some(step) => {
+                self.run_step(step);
+                self.pump_on(1);
+            }
+            None => self.pump(),
+        }
         match refused {
             Some(item) => Err(item),
             None => Ok(()),
+        }
+    }
+
+    /// This thread owns the pump and has done `done` steps' worth of its reasons:
+    /// let go, or run the steps that were asked for meanwhile.
+    fn pump_on(&self, done: usize) {
+        let mut missed = self.pump.leave(done.max(1));
+        while missed > 0 {
+            let step = self.due(&mut self.lock());
+            self.run_step(step);
+            missed = self.pump.leave(missed);
         }
     }
 
@@ -406,6 +465,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
         let (left, released, cancel) = {
             let mut state = self.lock();
             let left = state.ring.leave(id);
+            Self::enroll(&mut state);
             // After upstream ended there is nothing to cancel: the ring stays, for
             // late subscribers' replay and end.
             let stop = state.ring.members() == 0
@@ -434,9 +494,28 @@ impl<T: Clone + Send + 'static> Shared<T> {
             .saturating_add((self.capacity + HUB_BATCH) as u64)
     }
 
-    /// Items a subscriber's pass takes.
-    fn take(&self, id: u64, demand: u64, want: usize, batch: &mut Vec<T>) -> ring::Taken {
-        self.lock().ring.take(id, demand, want, batch)
+    /// Items a subscriber's pass takes, and the upstream credit its move freed
+    /// (reserved: the caller requests it).
+    fn take(&self, id: u64, demand: u64, want: usize, batch: &mut Vec<T>) -> (ring::Taken, u64) {
+        let mut state = self.lock();
+        let taken = state.ring.take(id, demand, want, batch);
+        let credit = if taken.credit_moved {
+            self.credit(&mut state)
+        } else {
+            0
+        };
+        (taken, credit)
+    }
+
+    /// Ask upstream for `credit` (reserved by [`take`](Self::take)), as the pump
+    /// when nobody runs it: what a synchronous upstream delivers inside the request
+    /// then wakes each subscriber once, after it, instead of once per item.
+    fn request(&self, credit: u64) {
+        let owner = self.pump.try_enter();
+        self.upstream.request(credit);
+        if owner {
+            self.pump_on(1);
+        }
     }
 }
 
@@ -599,6 +678,7 @@ impl<T: Clone + Send + 'static> HubBuilder<T> {
             shared: Arc::new(Shared {
                 state: Mutex::new(State {
                     ring: Ring::new(self.capacity),
+                    roster: Arc::new([]),
                     phase: Phase::Waiting(self.connect),
                     subscribed: false,
                 }),
@@ -670,9 +750,11 @@ impl<T: Clone + Send + 'static> Publisher for Join<T> {
                      subscribe before that, or build the hub with keep_connected()",
                 );
                 state.ring.refuse(id, name, policy, error, handle);
+                Shared::enroll(&mut state);
                 return;
             }
             state.ring.join(id, name, policy, shared.replay, handle);
+            Shared::enroll(&mut state);
             if state.ring.members() >= shared.connect_at {
                 if let Phase::Waiting(_) = state.phase {
                     if let Phase::Waiting(f) = std::mem::replace(&mut state.phase, Phase::Connected)

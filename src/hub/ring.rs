@@ -87,8 +87,12 @@ pub(crate) struct Taken {
     /// The member must end after this batch: the hub's end (the member has read
     /// everything), or its cut-off error.
     pub(crate) end: Option<Result<(), Error>>,
-    /// Upstream credit may have grown (a `Backpressure` member moved).
+    /// Upstream credit may have grown (a `Backpressure` member moved, or the
+    /// member waits for items).
     pub(crate) credit_moved: bool,
+    /// The member has read everything there is and still has demand: it is marked
+    /// hungry, and the next arrival wakes it (no need to look again now).
+    pub(crate) hungry: bool,
 }
 
 /// The ring, its members and its credit. Not synchronised: the hub keeps it under
@@ -376,6 +380,7 @@ impl<T: Clone, H> Ring<T, H> {
                 dropped: None,
                 end: Some(Ok(())),
                 credit_moved: false,
+                hungry: false,
             };
         };
         if member.policy == Policy::Latest && member.cut.is_none() && demand > 0 {
@@ -397,6 +402,7 @@ impl<T: Clone, H> Ring<T, H> {
                 dropped,
                 end: Some(Err(error)),
                 credit_moved: false,
+                hungry: false,
             };
         }
         let available = (tail - member.cursor) as usize;
@@ -414,16 +420,23 @@ impl<T: Clone, H> Ring<T, H> {
             dropped,
             end,
             credit_moved: (count > 0 && member.policy == Policy::Backpressure) || member.hungry,
+            hungry: member.hungry,
         }
     }
 
-    /// Hand every member marked for waking to `wake` (and clear the marks).
-    pub(crate) fn woken(&mut self, mut wake: impl FnMut(&H)) {
-        for member in &mut self.members {
+    /// Hand the position (in [`handles`](Self::handles) order) of every member
+    /// marked for waking to `wake`, and clear the marks.
+    pub(crate) fn woken(&mut self, mut wake: impl FnMut(usize)) {
+        for (at, member) in self.members.iter_mut().enumerate() {
             if std::mem::take(&mut member.wake) {
-                wake(&member.handle);
+                wake(at);
             }
         }
+    }
+
+    /// Every member's handle, in the order [`woken`](Self::woken) counts positions.
+    pub(crate) fn handles(&self) -> impl Iterator<Item = &H> {
+        self.members.iter().map(|m| &m.handle)
     }
 
     /// The ring's figures (see [`HubStats`](super::HubStats)): occupancy,
