@@ -172,6 +172,23 @@ fn bench(c: &mut Criterion) {
             assert!(sums.iter().all(|&s| s == expected));
         })
     });
+    group.bench_function("weir_channel_iter", |b| {
+        b.iter(|| {
+            let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
+            let hub = Hub::builder(rx, CAPACITY).connect_at(SUBSCRIBERS).build();
+            let consumers: Vec<_> = (0..SUBSCRIBERS)
+                .map(|_| {
+                    let items = hub.clone().blocking_iter(256);
+                    std::thread::spawn(move || items.map(|x| x.unwrap()).fold(0u64, add))
+                })
+                .collect();
+            for i in 0..black_box(N) {
+                tx.send_blocking(i).expect("the hub reads");
+            }
+            drop(tx);
+            assert!(consumers.into_iter().all(|c| c.join().unwrap() == expected));
+        })
+    });
     group.bench_function("weir_channel_inline", |b| {
         b.iter(|| {
             let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);

@@ -947,3 +947,32 @@ mod awaiting {
 
     use std::future::{Future, IntoFuture};
 }
+
+/// The iterator blocks only after polling, and a delivery wakes it only when it is
+/// marked waiting: single items from another thread, with windows of 1 and 4 (every
+/// hand-off finds the iterator polling, waiting, or about to wait), and a consumer
+/// that sometimes sleeps: nothing is lost, nothing hangs.
+#[test]
+fn blocking_iter_single_items_from_another_thread_are_never_stranded() {
+    for prefetch in [1u64, 4] {
+        let (tx, rx) = weir::channel::<u64>(8, weir::source::channel::ChannelPolicy::Backpressure);
+        let producer = std::thread::spawn(move || {
+            for i in 0..20_000u64 {
+                tx.send_blocking(i).unwrap();
+                if i % 4_096 == 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        });
+        let mut expected = 0u64;
+        for item in rx.blocking_iter(prefetch) {
+            assert_eq!(item.unwrap(), expected);
+            expected += 1;
+            if expected % 5_000 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+        }
+        assert_eq!(expected, 20_000, "prefetch {prefetch}");
+        producer.join().unwrap();
+    }
+}

@@ -8,11 +8,22 @@
 //!
 //! The iterator requests only after releasing the queue lock: a synchronous upstream
 //! delivers inside `request`, on the iterator's own thread.
+//!
+//! Waiting: an iterator that finds the queue empty first polls a moment for the next
+//! delivery (the crate's one `Backoff`, watching a count of deliveries it can read
+//! without the lock), then marks itself waiting and blocks on the condition
+//! variable. A delivery signals the condition variable only when the iterator is
+//! marked waiting: a producer handing over one item at a time to an iterator that
+//! keeps up used to pay a `futex` wake-up per item (on this kind of machine, four
+//! iterators fed by a hub one item at a time ran 40× slower than four crossbeam
+//! channels).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::demand::Replenish;
 use crate::drain::SubscriptionSlot;
+use crate::runtime::backoff::Backoff;
 use crate::stage::window::{self, over_delivered, Window};
 use crate::{Error, Subscriber, Subscription};
 
@@ -21,8 +32,11 @@ use crate::{Error, Subscriber, Subscription};
 struct BlockingQueue<T> {
     /// Items delivered and not yet taken, and how the stream ended.
     state: Mutex<QueueState<T>>,
-    /// Signalled when an item or the end arrives.
+    /// Signalled when an item or the end arrives while the iterator waits.
     ready: Condvar,
+    /// Deliveries so far (items or the end), bumped under the lock: the iterator
+    /// polls it before it blocks.
+    delivered: AtomicU64,
     /// The upstream subscription (cancelled when the iterator is dropped).
     slot: SubscriptionSlot,
 }
@@ -31,11 +45,26 @@ struct QueueState<T> {
     /// Delivered and not yet taken: at most `prefetch`, allocated once.
     queue: Window<T>,
     end: Option<Result<(), Error>>,
+    /// The iterator is blocked (or about to block) on `ready`.
+    waiting: bool,
 }
 
 impl<T> BlockingQueue<T> {
     fn lock(&self) -> MutexGuard<'_, QueueState<T>> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Something was delivered under `state`: count it, and wake the iterator if
+    /// it waits.
+    fn delivered(&self, state: MutexGuard<'_, QueueState<T>>) {
+        // Release: pairs with the iterator's Acquire poll (a hint: it takes the
+        // lock before it reads the queue).
+        self.delivered.fetch_add(1, Ordering::Release);
+        let waiting = state.waiting;
+        drop(state);
+        if waiting {
+            self.ready.notify_one();
+        }
     }
 }
 
@@ -77,8 +106,10 @@ pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIte
         state: Mutex::new(QueueState {
             queue: Window::new(capacity),
             end: None,
+            waiting: false,
         }),
         ready: Condvar::new(),
+        delivered: AtomicU64::new(0),
         slot: SubscriptionSlot::new(),
     });
     (
@@ -101,8 +132,7 @@ impl<T> IterSubscriber<T> {
         if state.end.is_none() {
             state.end = Some(end);
         }
-        drop(state);
-        self.shared.ready.notify_one();
+        self.shared.delivered(state);
     }
 }
 
@@ -152,14 +182,13 @@ impl<T> IterSubscriber<T> {
         }
         if let Err(refused) = state.queue.push(items) {
             state.end = Some(Err(over_delivered("blocking_iter")));
-            drop(state);
+            self.shared.delivered(state);
             // The refused item goes outside the lock (an item's Drop is user code).
             drop(refused);
             self.shared.slot.cancel();
         } else {
-            drop(state);
+            self.shared.delivered(state);
         }
-        self.shared.ready.notify_one();
     }
 }
 
@@ -187,16 +216,23 @@ impl<T> Iterator for BlockingIter<T> {
             if !checked {
                 // About to wait: not on a thread that drives a tokio runtime.
                 checked = true;
+                // Acquire: pairs with the Release count of a delivery.
+                let seen = self.shared.delivered.load(Ordering::Acquire);
                 drop(state);
                 crate::runtime::forbid_blocking_in_async("the blocking iterator's next()");
+                // Poll a moment for the next delivery before blocking.
+                let delivered = &self.shared.delivered;
+                Backoff::wait(|| delivered.load(Ordering::Acquire) != seen);
                 state = self.shared.lock();
                 continue;
             }
+            state.waiting = true;
             state = self
                 .shared
                 .ready
                 .wait(state)
                 .unwrap_or_else(|p| p.into_inner());
+            state.waiting = false;
         }
     }
 }
