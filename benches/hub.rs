@@ -17,10 +17,23 @@
 //!   shared through the same hub, each subscriber behind `publish_on(pool of 2,
 //!   256)` and a `fold`. Lossless.
 //! * `weir_channel`: a producer thread `send_blocking`s each item into a
-//!   `weir::channel(1024)` shared the same way (the push source a socket reader
-//!   would use). Lossless.
+//!   `weir::channel(1024)` shared the same way, each subscriber behind
+//!   `publish_on(pool of 2, 256)` (the push source a socket reader would use).
+//! * `weir_channel_iter`: the same channel and hub, each subscriber a thread of its
+//!   own iterating `blocking_iter(256)` (crossbeam_4's shape).
+//! * `weir_channel_inline`: the same, the four folds subscribed directly: the hub's
+//!   whole fan-out runs on the producer's thread, one item at a time.
+//! * `weir_channel_hop`: the channel behind `publish_on(pool of 1, 256)` before the
+//!   hub, so the hub receives batches on that thread.
 //!
-//! Run: `cargo bench --bench hub` (about two minutes).
+//! A second group, `hub_isolation`, runs `range(0..2M).subscribe_on(pool of 1)`
+//! through a hub of 1,024 to eight subscribers behind `publish_on(pool of 2, 256)`
+//! (`eight_fast`), and to seven such subscribers beside one `DropOldest` subscriber
+//! that never requests (`seven_fast_one_stalled`): the stalled one must not slow the
+//! others (the target: ≥ 0.95 × the all-fast throughput).
+//!
+//! Run: `cargo bench --bench hub` (about eight minutes: the per-item formulations
+//! take seconds per 10M).
 
 use std::hint::black_box;
 
@@ -203,21 +216,6 @@ fn bench(c: &mut Criterion) {
             assert!(sums.iter().all(|&s| s == expected));
         })
     });
-    let four = ThreadPool::builder().name("bench-four").threads(4).build();
-    group.bench_function("weir_channel_pool4", |b| {
-        b.iter(|| {
-            let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
-            let hub = Hub::builder(rx, CAPACITY).connect_at(SUBSCRIBERS).build();
-            let producer = std::thread::spawn(move || {
-                for i in 0..black_box(N) {
-                    tx.send_blocking(i).expect("the hub reads");
-                }
-            });
-            let sums = fold_all(&hub, |h| h.publish_on(four.clone(), 256));
-            producer.join().unwrap();
-            assert!(sums.iter().all(|&s| s == expected));
-        })
-    });
     group.bench_function("weir_channel_hop", |b| {
         b.iter(|| {
             let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
@@ -235,6 +233,56 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+
+    // Isolation: eight subscribers, all fast, against seven fast ones beside one
+    // DropOldest subscriber that never asks for anything (it skips everything).
+    let mut group = c.benchmark_group("hub_isolation");
+    group.throughput(Throughput::Elements(ISOLATION_N));
+    group.sample_size(10);
+    for stalled in [false, true] {
+        let name = if stalled {
+            "seven_fast_one_stalled"
+        } else {
+            "eight_fast"
+        };
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let source = weir::range(0..ISOLATION_N).subscribe_on(producer.clone());
+                let hub = Hub::builder(source, CAPACITY).connect_at(8).build();
+                if stalled {
+                    hub.join(weir::hub::Policy::DropOldest).subscribe(Stalled);
+                }
+                let fast = if stalled { 7 } else { 8 };
+                let handles: Vec<_> = (0..fast)
+                    .map(|_| {
+                        hub.clone()
+                            .publish_on(consumers.clone(), 256)
+                            .fold(0u64, add)
+                    })
+                    .collect();
+                let expected = (0..ISOLATION_N).fold(0u64, add);
+                for handle in handles {
+                    assert_eq!(handle.wait().unwrap(), expected);
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+/// Items per run of the isolation group.
+const ISOLATION_N: u64 = 2_000_000;
+
+/// A subscriber that never requests (stalled for good).
+struct Stalled;
+
+impl weir::Subscriber<u64> for Stalled {
+    fn on_subscribe(&mut self, _: weir::Subscription) {}
+    fn on_next(&mut self, _: u64) {
+        unreachable!("it never asked")
+    }
+    fn on_error(&mut self, _: weir::Error) {}
+    fn on_complete(&mut self) {}
 }
 
 criterion_group!(benches, bench);
