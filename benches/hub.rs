@@ -128,14 +128,19 @@ fn bench(c: &mut Criterion) {
         .worker_threads(2)
         .build()
         .unwrap();
-    let mut lost = 0;
+    let (mut lost, mut runs) = (0u64, 0u64);
     group.bench_function("tokio_broadcast", |b| {
         b.iter(|| {
             let (_, l) = tokio_broadcast(&rt);
             lost += l;
+            runs += 1;
         })
     });
-    println!("tokio_broadcast lost {lost} deliveries (Lagged) over all its runs");
+    let deliveries = runs * N * SUBSCRIBERS as u64;
+    println!(
+        "tokio_broadcast lost {lost} of {deliveries} deliveries (Lagged) over its {runs} runs: {:.1} %",
+        100.0 * lost as f64 / deliveries.max(1) as f64
+    );
     group.bench_function("crossbeam_4", |b| {
         b.iter(|| {
             assert_eq!(

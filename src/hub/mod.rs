@@ -62,7 +62,8 @@
 //!
 //! The hub subscribes upstream when the `k`-th subscriber is present
 //! ([`HubBuilder::connect_at`], 1 by default). When the last subscriber leaves while
-//! upstream still runs, the hub cancels upstream and releases the ring; a subscriber that arrives after that
+//! upstream still runs, the hub cancels upstream and releases the ring (at once, or
+//! after [`HubBuilder::linger`]'s grace period if nobody joins meanwhile); a subscriber that arrives after that
 //! gets `on_error` of kind [`Cancelled`](crate::ErrorKind::Cancelled) at once. Build
 //! with [`HubBuilder::keep_connected`] to keep upstream running (and the ring moving)
 //! with nobody subscribed instead. A subscriber joins at the live position (it sees
@@ -108,6 +109,7 @@ use self::member::Inlet;
 use self::ring::Ring;
 use crate::drain::{SubscriptionSlot, Wip};
 use crate::loom::{AtomicU64, Mutex, MutexGuardOf, Ordering};
+use crate::runtime::{Scheduler, TimerHandle};
 use crate::stage::window::validate;
 use crate::stage::CoreHandle;
 use crate::{Error, Publisher, Subscriber};
@@ -274,6 +276,21 @@ impl fmt::Display for HubStats {
     }
 }
 
+/// The linger timer's task: stops the hub when it is dropped, run or not (see
+/// [`Shared::arm_linger`]).
+struct Expiry<T: Clone + Send + 'static> {
+    shared: std::sync::Weak<Shared<T>>,
+    epoch: u64,
+}
+
+impl<T: Clone + Send + 'static> Drop for Expiry<T> {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.expire(self.epoch);
+        }
+    }
+}
+
 /// Subscribes upstream with the hub's inlet (taken once, when the hub connects).
 type Connect<T> = Box<dyn FnOnce(Inlet<T>) + Send>;
 
@@ -308,6 +325,11 @@ struct State<T> {
     phase: Phase<T>,
     /// Upstream's subscription arrived: the pump may ask it for credit.
     subscribed: bool,
+    /// Bumped when a subscriber joins and when the last one leaves: a linger timer
+    /// stops the hub only if nothing happened since it was armed.
+    epoch: u64,
+    /// The linger timer armed when the last subscriber left, if any.
+    timer: Option<TimerHandle>,
 }
 
 /// The hub itself, shared by its handles, its subscribers and its inlet.
@@ -323,6 +345,8 @@ pub(crate) struct Shared<T> {
     connect_at: usize,
     replay: usize,
     keep_connected: bool,
+    /// How long to keep upstream after the last subscriber left, on which clock.
+    linger: Option<(Duration, Arc<dyn Scheduler>)>,
 }
 
 impl<T: Clone + Send + 'static> Shared<T> {
@@ -461,31 +485,96 @@ impl<T: Clone + Send + 'static> Shared<T> {
     }
 
     /// A subscriber left (cancelled, ended, or panicked).
-    pub(crate) fn leave(&self, id: u64) {
+    pub(crate) fn leave(self: &Arc<Self>, id: u64) {
+        let mut expiry = None;
         let (left, released, cancel) = {
             let mut state = self.lock();
             let left = state.ring.leave(id);
             Self::enroll(&mut state);
             // After upstream ended there is nothing to cancel: the ring stays, for
             // late subscribers' replay and end.
-            let stop = state.ring.members() == 0
+            let last = state.ring.members() == 0
                 && !self.keep_connected
                 && !state.ring.ended()
                 && matches!(state.phase, Phase::Connected);
-            if stop {
-                state.phase = Phase::Stopped;
-                (left, Some(state.ring.clear()), true)
+            if last && self.linger.is_some() {
+                expiry = self.linger_epoch(&mut state);
+                (left, None, false)
+            } else if last {
+                (left, Some(self.stop(&mut state)), true)
             } else {
                 (left, self.release_after_end(&mut state), false)
             }
         };
         // Items and handles are dropped here, without the lock.
         drop((left, released));
+        if let Some(expiry) = expiry {
+            self.arm_linger(expiry);
+        }
         if cancel {
             self.upstream.cancel();
         } else {
             self.pump();
         }
+    }
+
+    /// Stop: nobody is left and upstream still runs. Returns the ring's items, to be
+    /// dropped outside the lock; the caller cancels upstream.
+    fn stop(&self, state: &mut State<T>) -> std::collections::VecDeque<T> {
+        state.phase = Phase::Stopped;
+        state.ring.clear()
+    }
+
+    /// The last subscriber left (under the lock): a new epoch, and the timer's task
+    /// to arm once the lock is let go (a scheduler that drops the task at once runs
+    /// its expiry there, which takes the lock).
+    fn linger_epoch(self: &Arc<Self>, state: &mut State<T>) -> Option<Expiry<T>> {
+        let (grace, scheduler) = self.linger.as_ref()?;
+        state.epoch += 1;
+        // A linger that does not fit the clock (`Duration::MAX`) never ends.
+        crate::runtime::deadline(scheduler.now(), *grace)?;
+        Some(Expiry {
+            shared: Arc::downgrade(self),
+            epoch: state.epoch,
+        })
+    }
+
+    /// Arm the linger timer (without the lock). Its task stops the hub when it runs,
+    /// or when the scheduler drops it unrun (shut down): either way the hub does not
+    /// keep upstream for good.
+    fn arm_linger(&self, expiry: Expiry<T>) {
+        let Some((grace, scheduler)) = &self.linger else {
+            return;
+        };
+        let epoch = expiry.epoch;
+        let timer = scheduler.schedule_timer(*grace, Box::new(move || drop(expiry)));
+        let mut state = self.lock();
+        if state.epoch == epoch {
+            state.timer = Some(timer);
+        } else {
+            // Someone joined meanwhile: this timer stops nothing.
+            drop(state);
+            timer.cancel();
+        }
+    }
+
+    /// A linger timer armed at `epoch` ran out (or was dropped): stop if nobody
+    /// came back since.
+    fn expire(&self, epoch: u64) {
+        let released = {
+            let mut state = self.lock();
+            let idle = state.epoch == epoch
+                && state.ring.members() == 0
+                && !state.ring.ended()
+                && matches!(state.phase, Phase::Connected);
+            if !idle {
+                return;
+            }
+            state.timer = None;
+            self.stop(&mut state)
+        };
+        drop(released);
+        self.upstream.cancel();
     }
 
     /// Upstream's bound, the ring, and one batch on its way to a subscriber.
@@ -568,6 +657,7 @@ impl<T: Clone + Send + 'static> Hub<T> {
             connect_at: 1,
             replay: 0,
             keep_connected: false,
+            linger: None,
         }
     }
 
@@ -620,6 +710,7 @@ pub struct HubBuilder<T: Clone + Send + 'static> {
     connect_at: usize,
     replay: usize,
     keep_connected: bool,
+    linger: Option<(Duration, Arc<dyn Scheduler>)>,
 }
 
 impl<T: Clone + Send + 'static> fmt::Debug for HubBuilder<T> {
@@ -629,6 +720,7 @@ impl<T: Clone + Send + 'static> fmt::Debug for HubBuilder<T> {
             .field("connect_at", &self.connect_at)
             .field("replay", &self.replay)
             .field("keep_connected", &self.keep_connected)
+            .field("linger", &self.linger.as_ref().map(|(grace, _)| grace))
             .finish_non_exhaustive()
     }
 }
@@ -672,6 +764,16 @@ impl<T: Clone + Send + 'static> HubBuilder<T> {
         self
     }
 
+    /// When the last subscriber leaves, keep upstream subscribed for `grace` (on
+    /// `scheduler`'s clock) before cancelling it: a subscriber that joins meanwhile
+    /// finds the hub running (Reactor's `refCount(n, grace)`). `Duration::MAX`
+    /// never cancels. If the scheduler shuts down before the grace ran out, the hub
+    /// stops then. Ignored with [`keep_connected`](Self::keep_connected).
+    pub fn linger(mut self, grace: Duration, scheduler: impl Scheduler) -> Self {
+        self.linger = Some((grace, Arc::new(scheduler)));
+        self
+    }
+
     /// The hub.
     pub fn build(self) -> Hub<T> {
         Hub {
@@ -679,6 +781,8 @@ impl<T: Clone + Send + 'static> HubBuilder<T> {
                 state: Mutex::new(State {
                     ring: Ring::new(self.capacity),
                     roster: Arc::new([]),
+                    epoch: 0,
+                    timer: None,
                     phase: Phase::Waiting(self.connect),
                     subscribed: false,
                 }),
@@ -690,6 +794,7 @@ impl<T: Clone + Send + 'static> HubBuilder<T> {
                 connect_at: self.connect_at,
                 replay: self.replay,
                 keep_connected: self.keep_connected,
+                linger: self.linger,
             }),
         }
     }
@@ -742,6 +847,7 @@ impl<T: Clone + Send + 'static> Publisher for Join<T> {
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (policy, name) = (self.policy, self.name);
         let mut connect = None;
+        let mut lingering = None;
         member::attach(shared.clone(), id, subscriber, |handle| {
             let mut state = shared.lock();
             if matches!(state.phase, Phase::Stopped) {
@@ -755,6 +861,9 @@ impl<T: Clone + Send + 'static> Publisher for Join<T> {
             }
             state.ring.join(id, name, policy, shared.replay, handle);
             Shared::enroll(&mut state);
+            // A subscriber came (back): a linger timer armed before stops nothing.
+            state.epoch += 1;
+            lingering = state.timer.take();
             if state.ring.members() >= shared.connect_at {
                 if let Phase::Waiting(_) = state.phase {
                     if let Phase::Waiting(f) = std::mem::replace(&mut state.phase, Phase::Connected)
@@ -764,6 +873,9 @@ impl<T: Clone + Send + 'static> Publisher for Join<T> {
                 }
             }
         });
+        if let Some(timer) = lingering {
+            timer.cancel();
+        }
         if let Some(connect) = connect {
             connect(Inlet::new(shared.clone()));
         }

@@ -101,3 +101,75 @@ fn connect_at_zero_is_refused() {
 fn a_zero_lag_limit_is_refused() {
     let _ = Policy::disconnect_after_items(0);
 }
+
+/// A hub that lingers, on a virtual clock, and whether upstream was cancelled.
+fn lingering(
+    grace: std::time::Duration,
+) -> (
+    Hub<u64>,
+    weir::runtime::VirtualTime,
+    std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    let clock = weir::runtime::VirtualTime::new();
+    let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cancelled.clone();
+    let source = weir::range(0u64..u64::MAX)
+        .inspect_cancel(move || flag.store(true, std::sync::atomic::Ordering::SeqCst));
+    let hub = Hub::builder(source, 4).linger(grace, clock.clone()).build();
+    (hub, clock, cancelled)
+}
+
+#[test]
+fn linger_keeps_upstream_for_the_grace_period_and_a_returning_subscriber_finds_it_running() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::time::Duration;
+    let (hub, clock, cancelled) = lingering(Duration::from_secs(5));
+    let a = probe(hub.clone());
+    a.request(3);
+    a.cancel();
+    clock.advance(Duration::from_secs(4));
+    assert!(!cancelled.load(SeqCst), "within the grace period");
+    let b = probe(hub.clone());
+    b.request(2);
+    assert_eq!(b.received_count(), 2, "it found the hub running");
+    clock.advance(Duration::from_secs(10));
+    assert!(
+        !cancelled.load(SeqCst),
+        "the timer armed before b joined stops nothing"
+    );
+    b.cancel();
+    clock.advance(Duration::from_secs(4));
+    assert!(!cancelled.load(SeqCst));
+    clock.advance(Duration::from_secs(1));
+    assert!(cancelled.load(SeqCst), "5 s after the last one left");
+    assert_eq!(
+        probe(hub.clone()).error().map(|e| e.kind()),
+        Some(ErrorKind::Cancelled)
+    );
+}
+
+#[test]
+fn a_linger_of_duration_max_never_stops_and_a_dropped_timer_stops_the_hub() {
+    use std::sync::atomic::Ordering::SeqCst;
+    use std::time::Duration;
+    let (hub, clock, cancelled) = lingering(Duration::MAX);
+    let a = probe(hub.clone());
+    a.request(1);
+    a.cancel();
+    clock.advance(Duration::from_secs(1_000_000));
+    assert!(!cancelled.load(SeqCst), "Duration::MAX: never");
+
+    // A scheduler that drops every timer unrun (shut down): the hub stops at once.
+    let pool = weir::runtime::ThreadPool::builder().threads(1).build();
+    pool.shutdown();
+    let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cancelled.clone();
+    let source = weir::range(0u64..u64::MAX).inspect_cancel(move || flag.store(true, SeqCst));
+    let hub = Hub::builder(source, 4)
+        .linger(Duration::from_secs(60), pool)
+        .build();
+    let a = probe(hub.clone());
+    a.request(1);
+    a.cancel();
+    assert!(cancelled.load(SeqCst), "the dropped timer stopped the hub");
+}
