@@ -12,10 +12,10 @@
 //!   at the ring.
 //! * [`DropOldest`](Policy::DropOldest): never holds anyone back; when it falls a
 //!   whole ring behind it skips the items the ring no longer has, counted as dropped
-//!   ([`DropReason::OverflowOldest`]).
+//!   ([`DropReason::OverflowOldest`](crate::DropReason::OverflowOldest)).
 //! * [`Latest`](Policy::Latest): never holds anyone back, and gets the newest items
 //!   its demand covers: older items waiting beyond its demand are skipped, counted as
-//!   dropped ([`DropReason::ReplacedByLatest`]); a dashboard asking for one item at
+//!   dropped ([`DropReason::ReplacedByLatest`](crate::DropReason::ReplacedByLatest)); a dashboard asking for one item at
 //!   a time sees the newest.
 //! * [`Disconnect`](Policy::Disconnect): never holds anyone back; once it is further
 //!   behind than its [`LagLimit`] (in items, or the age of its next item), or a whole
