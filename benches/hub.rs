@@ -65,6 +65,32 @@ where
         .collect()
 }
 
+/// `0..N`, one `send_blocking` at a time, then the channel closes.
+fn send_all(tx: weir::source::channel::Sender<u64>) {
+    for i in 0..black_box(N) {
+        tx.send_blocking(i).expect("the hub reads");
+    }
+}
+
+/// A producer thread sending `0..N` one by one into `weir::channel(1024)`, which
+/// `front` turns into the hub's upstream; four `fold`s behind `boundary`.
+fn fed_one_by_one<P>(
+    front: impl FnOnce(weir::source::Channel<u64>) -> weir::BoxPublisher<u64>,
+    boundary: impl Fn(Hub<u64>) -> P,
+) -> Vec<u64>
+where
+    P: Publisher<Item = u64>,
+{
+    let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
+    let hub = Hub::builder(front(rx), CAPACITY)
+        .connect_at(SUBSCRIBERS)
+        .build();
+    let producer = std::thread::spawn(move || send_all(tx));
+    let sums = fold_all(&hub, boundary);
+    producer.join().unwrap();
+    sums
+}
+
 fn tokio_broadcast(rt: &tokio::runtime::Runtime) -> (u64, u64) {
     let (tx, _) = tokio::sync::broadcast::channel::<u64>(CAPACITY);
     let receivers: Vec<_> = (0..SUBSCRIBERS)
@@ -178,15 +204,7 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("weir_channel", |b| {
         b.iter(|| {
-            let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
-            let hub = Hub::builder(rx, CAPACITY).connect_at(SUBSCRIBERS).build();
-            let producer = std::thread::spawn(move || {
-                for i in 0..black_box(N) {
-                    tx.send_blocking(i).expect("the hub reads");
-                }
-            });
-            let sums = fold_all(&hub, |h| h.publish_on(consumers.clone(), 256));
-            producer.join().unwrap();
+            let sums = fed_one_by_one(|rx| rx.boxed(), |h| h.publish_on(consumers.clone(), 256));
             assert!(sums.iter().all(|&s| s == expected));
         })
     });
@@ -200,40 +218,22 @@ fn bench(c: &mut Criterion) {
                     std::thread::spawn(move || items.map(|x| x.unwrap()).fold(0u64, add))
                 })
                 .collect();
-            for i in 0..black_box(N) {
-                tx.send_blocking(i).expect("the hub reads");
-            }
-            drop(tx);
+            send_all(tx);
             assert!(consumers.into_iter().all(|c| c.join().unwrap() == expected));
         })
     });
     group.bench_function("weir_channel_inline", |b| {
         b.iter(|| {
-            let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
-            let hub = Hub::builder(rx, CAPACITY).connect_at(SUBSCRIBERS).build();
-            let producer = std::thread::spawn(move || {
-                for i in 0..black_box(N) {
-                    tx.send_blocking(i).expect("the hub reads");
-                }
-            });
-            let sums = fold_all(&hub, |h| h);
-            producer.join().unwrap();
+            let sums = fed_one_by_one(|rx| rx.boxed(), |h| h);
             assert!(sums.iter().all(|&s| s == expected));
         })
     });
     group.bench_function("weir_channel_hop", |b| {
         b.iter(|| {
-            let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
-            let hub = Hub::builder(rx.publish_on(producer.clone(), 256), CAPACITY)
-                .connect_at(SUBSCRIBERS)
-                .build();
-            let producer = std::thread::spawn(move || {
-                for i in 0..black_box(N) {
-                    tx.send_blocking(i).expect("the hub reads");
-                }
-            });
-            let sums = fold_all(&hub, |h| h.publish_on(consumers.clone(), 256));
-            producer.join().unwrap();
+            let sums = fed_one_by_one(
+                |rx| rx.publish_on(producer.clone(), 256).boxed(),
+                |h| h.publish_on(consumers.clone(), 256),
+            );
             assert!(sums.iter().all(|&s| s == expected));
         })
     });

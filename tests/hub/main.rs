@@ -9,8 +9,18 @@ mod policies;
 mod schedules;
 mod threads;
 
+use weir::hub::{Hub, SubscriberStats};
 use weir::prelude::*;
 use weir::tck::{TestProbe, TestSubscriber};
+
+/// The stats of subscriber `id` of `hub` (it must still be there).
+fn member(hub: &Hub<u64>, id: u64) -> SubscriberStats {
+    hub.stats()
+        .subscribers
+        .into_iter()
+        .find(|s| s.id == id)
+        .expect("the subscriber is in the hub")
+}
 
 /// Subscribe a probe that asks for nothing yet to `publisher`.
 fn probe<P: Publisher>(publisher: P) -> TestProbe<P::Item>

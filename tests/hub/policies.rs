@@ -6,7 +6,7 @@ use weir::prelude::*;
 use weir::source::channel::{ChannelPolicy, Sender};
 use weir::{DropReason, ErrorKind};
 
-use super::probe;
+use super::{member, probe};
 
 /// A hub of `capacity` over a channel the test sends into (the channel holds
 /// everything the hub has not asked for yet).
@@ -69,12 +69,7 @@ fn a_stalled_drop_oldest_subscriber_skips_and_counts_exactly_what_it_missed() {
         100,
         "the stalled lossy one holds nobody back"
     );
-    let me = hub
-        .stats()
-        .subscribers
-        .into_iter()
-        .find(|s| s.id == 1)
-        .unwrap();
+    let me = member(&hub, 1);
     assert_eq!((me.dropped, me.lag, me.position), (92, 8, 92));
     lossy.request(u64::MAX);
     assert_eq!(
@@ -99,12 +94,7 @@ fn a_latest_subscriber_skips_to_the_newest_item() {
     let latest = probe(hub.join(Policy::Latest));
     send(&tx, 0..5);
     // 0..4 filled the ring; 4 evicted 0, which latest had not read: it jumps to 4.
-    let me = hub
-        .stats()
-        .subscribers
-        .into_iter()
-        .find(|s| s.id == 1)
-        .unwrap();
+    let me = member(&hub, 1);
     assert_eq!((me.position, me.dropped), (4, 4));
     latest.request(10);
     assert_eq!(latest.items(), vec![4]);
@@ -122,12 +112,7 @@ fn a_latest_subscriber_asking_for_one_gets_the_newest() {
     send(&tx, 3..6);
     latest.request(2);
     assert_eq!(latest.items(), vec![2, 4, 5]);
-    let me = hub
-        .stats()
-        .subscribers
-        .into_iter()
-        .find(|s| s.id == 1)
-        .unwrap();
+    let me = member(&hub, 1);
     assert_eq!((me.delivered, me.dropped, me.position), (3, 3, 6));
 }
 

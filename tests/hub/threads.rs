@@ -11,7 +11,7 @@ use weir::prelude::*;
 use weir::runtime::ThreadPool;
 use weir::source::channel::ChannelPolicy;
 
-use super::probe;
+use super::{member, probe};
 
 const N: u64 = 200_000;
 
@@ -49,12 +49,7 @@ fn a_stalled_drop_oldest_subscriber_of_eight_holds_nobody_back() {
     }
     producer.join().unwrap();
     // The stalled one never asked: it holds the last ring's worth, the rest skipped.
-    let me = hub
-        .stats()
-        .subscribers
-        .into_iter()
-        .find(|s| s.id == 0)
-        .unwrap();
+    let me = member(&hub, 0);
     assert_eq!(me.position + me.lag, N);
     assert_eq!(
         me.dropped, me.position,
