@@ -63,10 +63,12 @@
 //! The hub subscribes upstream when the `k`-th subscriber is present
 //! ([`HubBuilder::connect_at`], 1 by default). When the last subscriber leaves while
 //! upstream still runs, the hub cancels upstream and releases the ring (at once, or
-//! after [`HubBuilder::linger`]'s grace period if nobody joins meanwhile); a subscriber that arrives after that
-//! gets `on_error` of kind [`Cancelled`](crate::ErrorKind::Cancelled) at once. Build
-//! with [`HubBuilder::keep_connected`] to keep upstream running (and the ring moving)
-//! with nobody subscribed instead. A subscriber joins at the live position (it sees
+//! after [`HubBuilder::linger`]'s grace period if nobody joins meanwhile); a
+//! subscriber that arrives after that gets `on_error` of kind
+//! [`Cancelled`](crate::ErrorKind::Cancelled) at once. Build with
+//! [`HubBuilder::keep_connected`] to keep upstream subscribed with nobody there
+//! instead (it is asked for items again once a subscriber wants some). A
+//! subscriber joins at the live position (it sees
 //! what arrives after it joined), or [`HubBuilder::replay`]`(r)` items back. After
 //! upstream ended, subscribers read what the ring still has for them and then get the
 //! same end; later ones get it at once (after their replay). Once upstream ended and
