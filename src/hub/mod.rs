@@ -360,10 +360,12 @@ impl<T: Clone + Send + 'static> Shared<T> {
 
     /// Run the pump: request what the ring has room for, wake who is due.
     pub(crate) fn pump(&self) {
-        self.pump.drain(|| {
+        if self.pump.enter() {
+            // The lock's guard ends with this statement: a step runs without it.
             let step = self.due(&mut self.lock());
             self.run_step(step);
-        });
+            self.release_pump();
+        }
     }
 
     /// Under the lock: who to wake and what to request (reserved as outstanding).
@@ -425,7 +427,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
                 drop(state);
                 items.for_each(drop);
                 if owner {
-                    self.pump_on(0);
+                    self.release_pump();
                 }
                 return Ok(());
             }
@@ -447,7 +449,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
         match step {
             Some(step) => {
                 self.run_step(step);
-                self.pump_on(1);
+                self.release_pump();
             }
             None => self.pump(),
         }
@@ -457,11 +459,12 @@ impl<T: Clone + Send + 'static> Shared<T> {
         }
     }
 
-    /// This thread owns the pump and has done `done` steps' worth of its reasons:
-    /// let go, or run the steps that were asked for meanwhile.
-    fn pump_on(&self, done: usize) {
-        let mut missed = self.pump.leave(done.max(1));
+    /// This thread owns the pump and has done the step it owed: let go, or run
+    /// the steps asked for meanwhile (the pump's one loop).
+    fn release_pump(&self) {
+        let mut missed = self.pump.leave(1);
         while missed > 0 {
+            // The lock's guard ends with this statement: a step runs without it.
             let step = self.due(&mut self.lock());
             self.run_step(step);
             missed = self.pump.leave(missed);
@@ -605,7 +608,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
         let owner = self.pump.try_enter();
         self.upstream.request(credit);
         if owner {
-            self.pump_on(1);
+            self.release_pump();
         }
     }
 }

@@ -57,9 +57,12 @@ impl<T> BlockingQueue<T> {
     /// Something was delivered under `state`: count it, and wake the iterator if
     /// it waits.
     fn delivered(&self, state: MutexGuard<'_, QueueState<T>>) {
-        // Release: pairs with the iterator's Acquire poll (a hint: it takes the
-        // lock before it reads the queue).
-        self.delivered.fetch_add(1, Ordering::Release);
+        // Deliveries are serialised by the lock, so a load and a store count them
+        // (no locked read-modify-write per delivery). Relaxed load: the lock orders
+        // the writers. Release store: pairs with the iterator's Acquire poll (a
+        // hint: it takes the lock before it reads the queue).
+        let count = self.delivered.load(Ordering::Relaxed);
+        self.delivered.store(count + 1, Ordering::Release);
         let waiting = state.waiting;
         drop(state);
         if waiting {
