@@ -25,6 +25,9 @@
 //!   whole fan-out runs on the producer's thread, one item at a time.
 //! * `weir_channel_hop`: the channel behind `publish_on(pool of 1, 256)` before the
 //!   hub, so the hub receives batches on that thread.
+//! * `weir_channel_hop_inline`: the same hop, the four folds subscribed directly:
+//!   the hub and its subscribers run on the hop's thread, the producer thread only
+//!   sends.
 //!
 //! A second group, `hub_isolation`, runs `range(0..2M).subscribe_on(pool of 1)`
 //! through a hub of 1,024 to eight subscribers behind `publish_on(pool of 2, 256)`
@@ -225,6 +228,12 @@ fn bench(c: &mut Criterion) {
     group.bench_function("weir_channel_inline", |b| {
         b.iter(|| {
             let sums = fed_one_by_one(|rx| rx.boxed(), |h| h);
+            assert!(sums.iter().all(|&s| s == expected));
+        })
+    });
+    group.bench_function("weir_channel_hop_inline", |b| {
+        b.iter(|| {
+            let sums = fed_one_by_one(|rx| rx.publish_on(producer.clone(), 256).boxed(), |h| h);
             assert!(sums.iter().all(|&s| s == expected));
         })
     });

@@ -58,6 +58,16 @@
 //! seconds comes from the arrival time of each block of 64 items (one clock reading
 //! per block, none per item).
 //!
+//! # Feeding the hub one item at a time
+//!
+//! Each subscriber pays one pass (a lock, its drain loop, its demand) per batch it
+//! takes, so the hub is cheapest when items arrive in batches, as every weir source
+//! and boundary hands them over. A producer that pushes one item at a time (a
+//! [`channel`](fn@crate::channel) fed by a socket reader) runs every subscriber's pass
+//! per item on its own thread; put a boundary between them
+//! (`channel.publish_on(pool, 256).share(n)`): the producer then only sends, and
+//! the hub gets what arrived meanwhile as one batch on the boundary's thread.
+//!
 //! # Connecting and stopping
 //!
 //! The hub subscribes upstream when the `k`-th subscriber is present

@@ -239,6 +239,11 @@ impl<T: Clone, H> Ring<T, H> {
             return 0;
         }
         let capacity = self.capacity as u64;
+        // Nothing is asked for before `outstanding` falls to a quarter of the ring
+        // (below): skip the scan of the members on the way there.
+        if self.outstanding > capacity / 4 {
+            return 0;
+        }
         // With a holder: what the ring has room for beside its unread items. Without
         // one, only what the hungriest waiting member asked for (up to the ring):
         // pulling for nobody would only push items out of the ring (and run a
