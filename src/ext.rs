@@ -1166,6 +1166,71 @@ pub trait PublisherExt: Publisher + Sized {
         assert_publisher::<Self::Item, _>(crate::operators::OnDrop::new(self, f))
     }
 
+    /// Name this stage: while it runs, it is listed in the
+    /// [`Registry`](crate::metrics::Registry) ([`Registry::global`](crate::metrics::Registry::global)
+    /// unless [`Named::registry`](crate::operators::Named::registry) picks another),
+    /// with its in-flight bound and, for a stage that holds a queue (`publish_on`, a
+    /// [`channel`](fn@crate::channel), `on_backpressure_buffer`), its queue's figures:
+    /// depth, capacity, oldest age, lag, time to drain, drops by reason, blocked
+    /// time, pauses. [`Registry::snapshot`](crate::metrics::Registry::snapshot)
+    /// reads them all at once, and prints as a table.
+    ///
+    /// The stage enters the registry when it is subscribed (each subscription of a
+    /// cloned publisher is an entry of its own) and leaves when its stream ends:
+    /// completion, error, cancel, or a panic that ends it. A fused synchronous chain
+    /// (`range(..).map(..).name(..).fold(..)`) is listed while its loop runs.
+    ///
+    /// # Backpressure
+    ///
+    /// PassThrough: the stage changes no signal; it registers once per subscription
+    /// and does nothing per item.
+    ///
+    /// # Timing
+    ///
+    /// ```text
+    /// source : 1-2-3|
+    /// output : 1-2-3|      (unchanged; listed from subscribe to the end)
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// Upstream errors pass through (and end the registration).
+    ///
+    /// # Cancellation
+    ///
+    /// Cancel goes straight upstream; the entry leaves when the stage lets go of its
+    /// subscriber.
+    ///
+    /// # Panics
+    ///
+    /// Never itself. A panic downstream that ends the stage ends its entry too.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use weir::metrics::Registry;
+    /// use weir::prelude::*;
+    /// use weir::runtime::ThreadPool;
+    ///
+    /// let registry = Registry::new();
+    /// let pool = ThreadPool::builder().threads(1).build();
+    /// let window = weir::range(0u32..1_000)
+    ///     .publish_on(pool, 64)
+    ///     .name("hop")
+    ///     .registry(&registry)
+    ///     .blocking_iter(1); // asks for one item at a time
+    /// let snapshot = registry.snapshot();
+    /// let hop = snapshot.stage("hop").expect("listed while it runs");
+    /// assert_eq!(hop.queue.as_ref().map(|q| q.capacity), Some(64));
+    /// println!("{snapshot}"); // an aligned table, one line per stage
+    /// assert_eq!(window.count(), 1_000);
+    /// assert!(registry.is_empty(), "it left when it completed");
+    /// ```
+    fn name(self, name: impl Into<String>) -> crate::operators::Named<Self> {
+        let name: String = name.into();
+        assert_publisher::<Self::Item, _>(crate::operators::Named::new(self, name.into()))
+    }
+
     // ---- more rate-decoupling operators --------
 
     /// Gather items into `Vec`s of `size` items; the last one may be shorter.

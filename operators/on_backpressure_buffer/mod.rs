@@ -299,6 +299,10 @@ impl<P: Publisher, O: OnFull<P::Item>> Publisher for OnBackpressureBuffer<P, O> 
             .in_flight_bound()
             .saturating_add(self.capacity as u64)
     }
+
+    fn queue_monitor(&self) -> Option<QueueMonitor> {
+        Some(self.monitor())
+    }
 }
 
 /// The holding stage's core.

@@ -223,6 +223,10 @@ where
             .in_flight_bound()
             .saturating_add(self.prefetch as u64)
     }
+
+    fn queue_monitor(&self) -> Option<QueueMonitor> {
+        Some(self.monitor())
+    }
 }
 
 /// The boundary's core.

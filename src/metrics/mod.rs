@@ -20,10 +20,13 @@
 
 mod queue_stats;
 mod rate;
+mod registry;
 
 pub(crate) use queue_stats::{QueueGauge, Sweep};
 pub use queue_stats::{QueueMonitor, QueueStats};
 pub use rate::{MAX_RATE_WINDOW, RATE_WINDOW};
+pub(crate) use registry::Registration;
+pub use registry::{Registry, RegistrySnapshot, StageSnapshot};
 
 use std::any::Any;
 use std::fmt;

@@ -39,6 +39,15 @@ pub trait Publisher {
         0
     }
 
+    /// A handle on the statistics of the queue this publisher's own stage holds, if
+    /// it holds one (an async boundary, a push source, `on_backpressure_buffer`):
+    /// what the stage enters a [`Registry`](crate::metrics::Registry) with when it is
+    /// [named](crate::PublisherExt::name). The default is `None`: override it if your
+    /// publisher keeps a queue with a [`QueueMonitor`](crate::metrics::QueueMonitor).
+    fn queue_monitor(&self) -> Option<crate::metrics::QueueMonitor> {
+        None
+    }
+
     /// weir's own stages only (the argument cannot be named outside the crate): true
     /// when this publisher and every stage upstream of it can run as one loop in the
     /// caller's thread ([`fold_fused`](Publisher::fold_fused)): a synchronous source
@@ -75,6 +84,7 @@ pub trait Publisher {
 trait DynPublisher<T>: Send {
     fn subscribe_boxed(self: Box<Self>, subscriber: ErasedSubscriber<T>);
     fn bound(&self) -> u64;
+    fn monitor(&self) -> Option<crate::metrics::QueueMonitor>;
 }
 
 impl<P> DynPublisher<P::Item> for P
@@ -86,6 +96,9 @@ where
     }
     fn bound(&self) -> u64 {
         self.in_flight_bound()
+    }
+    fn monitor(&self) -> Option<crate::metrics::QueueMonitor> {
+        self.queue_monitor()
     }
 }
 
@@ -196,5 +209,9 @@ impl<T: Send + 'static> Publisher for BoxPublisher<T> {
 
     fn in_flight_bound(&self) -> u64 {
         self.inner.bound()
+    }
+
+    fn queue_monitor(&self) -> Option<crate::metrics::QueueMonitor> {
+        self.inner.monitor()
     }
 }

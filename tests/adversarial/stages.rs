@@ -1037,6 +1037,18 @@ pub fn table() -> Vec<Stage> {
             identity,
         ),
         Stage::new(
+            "name(..)",
+            Operator,
+            EXACT,
+            |env| {
+                env.source()
+                    .name("adversarial")
+                    .registry(&weir::metrics::Registry::new())
+                    .boxed()
+            },
+            identity,
+        ),
+        Stage::new(
             "buffer(7)",
             Operator,
             EXACT,

@@ -18,6 +18,7 @@ mod channel;
 mod hub;
 mod multi_source;
 mod rate;
+mod registry;
 mod sync_pipeline;
 mod time;
 mod transform;

@@ -30,6 +30,7 @@ mod map;
 #[cfg(feature = "tokio")]
 mod map_async;
 mod merge;
+mod name;
 mod on_backpressure_buffer;
 mod on_backpressure_drop;
 mod on_backpressure_latest;

@@ -658,6 +658,10 @@ impl<T: Send + 'static> Publisher for Channel<T> {
     fn in_flight_bound(&self) -> u64 {
         (self.shared.stage().capacity() + self.shared.stage().batch_size()) as u64
     }
+
+    fn queue_monitor(&self) -> Option<QueueMonitor> {
+        Some(self.monitor())
+    }
 }
 
 #[cfg(all(test, not(weir_loom)))]

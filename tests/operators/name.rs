@@ -1,0 +1,239 @@
+//! `name` and the registry: a named stage is listed while it runs, with the figures
+//! of its own monitor, and leaves when its stream ends, however it ends.
+
+use std::time::{Duration, Instant};
+
+use weir::metrics::Registry;
+use weir::prelude::*;
+use weir::runtime::ThreadPool;
+use weir::source::channel::ChannelPolicy;
+use weir::tck::TestSubscriber;
+use weir::Overflow;
+
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Waits (up to `PATIENCE`) for `done`; panics with `what` if it never holds.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < PATIENCE, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+#[test]
+fn a_three_stage_pipeline_is_listed_with_the_figures_of_each_stages_monitor() {
+    let registry = Registry::new();
+    let pool = ThreadPool::builder().threads(1).build();
+    let (tx, rx) = weir::channel::<u32>(100, ChannelPolicy::Backpressure);
+    let ingest = rx.monitor();
+    let hop = rx
+        .name("ingest")
+        .registry(&registry)
+        .publish_on(pool.clone(), 16);
+    let hop_monitor = hop.monitor();
+    let buffer = hop
+        .name("hop")
+        .registry(&registry)
+        .on_backpressure_buffer(20, Overflow::DropOldest);
+    let buffer_monitor = buffer.monitor();
+    // Asks for nothing: 50 items end in the buffer's 20 slots, 30 dropped.
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    let buffer = buffer.name("buffer").registry(&registry);
+    let bound = buffer.in_flight_bound();
+    buffer.subscribe(subscriber);
+    for i in 0..50 {
+        tx.try_send(i).expect("room in the channel");
+    }
+    eventually("the buffer held 20 and dropped 30", || {
+        let stats = buffer_monitor.snapshot();
+        stats.depth == 20 && stats.dropped_total() == 30
+    });
+    let snapshot = registry.snapshot();
+    let names: Vec<&str> = snapshot.stages.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["buffer", "hop", "ingest"], "outermost enters first");
+    for (name, monitor) in [
+        ("ingest", &ingest),
+        ("hop", &hop_monitor),
+        ("buffer", &buffer_monitor),
+    ] {
+        let own = monitor.snapshot();
+        let listed = snapshot.stage(name).unwrap().queue.clone().unwrap();
+        assert_eq!(
+            (
+                listed.depth,
+                listed.capacity,
+                listed.enqueued,
+                listed.dequeued,
+                listed.dropped_total()
+            ),
+            (
+                own.depth,
+                own.capacity,
+                own.enqueued,
+                own.dequeued,
+                own.dropped_total()
+            ),
+            "{name}"
+        );
+    }
+    let buffer_row = snapshot.stage("buffer").unwrap();
+    assert_eq!(buffer_row.queue.as_ref().unwrap().capacity, 20);
+    assert_eq!(buffer_row.in_flight_bound, bound, "{snapshot}");
+    assert!(bound >= 100 + 16 + 20, "channel, hop and buffer: {bound}");
+    let table = snapshot.to_string();
+    assert_eq!(table.lines().count(), 4, "{table}");
+    assert!(table.contains("20/20"), "{table}");
+    // The subscriber leaves: every stage lets go of its entry.
+    probe.cancel();
+    eventually("the cancelled stages left", || registry.is_empty());
+    drop(tx);
+    pool.shutdown();
+}
+
+#[test]
+fn stages_leave_when_the_stream_completes() {
+    let registry = Registry::new();
+    let pool = ThreadPool::builder().threads(1).build();
+    let sum = weir::range(0u64..10_000)
+        .name("source")
+        .registry(&registry)
+        .publish_on(pool.clone(), 8)
+        .name("hop")
+        .registry(&registry)
+        .map(|x| x * 2)
+        .name("double")
+        .registry(&registry)
+        .fold(0u64, |a, x| a + x)
+        .wait()
+        .unwrap();
+    assert_eq!(sum, 2 * (0..10_000u64).sum::<u64>());
+    assert!(
+        registry.is_empty(),
+        "every entry ends before the end reaches the sink: {}",
+        registry.snapshot()
+    );
+    pool.shutdown();
+}
+
+#[test]
+fn a_stage_without_a_queue_is_listed_with_its_bound_only() {
+    let registry = Registry::new();
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    weir::range(0u32..5)
+        .on_backpressure_buffer(3, Overflow::DropNewest)
+        .map(|x| x + 1)
+        .name("plus one")
+        .registry(&registry)
+        .subscribe(subscriber);
+    let snapshot = registry.snapshot();
+    let row = snapshot.stage("plus one").expect("listed");
+    assert_eq!((row.queue.clone(), row.in_flight_bound), (None, 3));
+    probe.request(10);
+    probe.assert_completed();
+    assert!(registry.is_empty());
+}
+
+#[test]
+fn errors_cancels_and_panics_end_the_entry_too() {
+    let registry = Registry::new();
+    // Error from upstream.
+    let failed = weir::range(0u32..10)
+        .map(|x| if x == 3 { panic!("boom at 3") } else { x })
+        .name("failing")
+        .registry(&registry)
+        .collect()
+        .wait();
+    assert!(failed.is_err());
+    assert!(registry.is_empty(), "{}", registry.snapshot());
+    // A panic downstream of the named stage.
+    let panicked = weir::range(0u32..10)
+        .name("upstream of a panic")
+        .registry(&registry)
+        .map(|x| if x == 5 { panic!("boom at 5") } else { x })
+        .collect()
+        .wait();
+    assert!(panicked.is_err());
+    assert!(registry.is_empty(), "{}", registry.snapshot());
+    // A cancel from `take`.
+    let first = weir::range(0u32..u32::MAX)
+        .name("endless")
+        .registry(&registry)
+        .take(3)
+        .collect()
+        .wait()
+        .unwrap();
+    assert_eq!(first, vec![0, 1, 2]);
+    assert!(registry.is_empty(), "{}", registry.snapshot());
+}
+
+#[test]
+fn ten_thousand_short_lived_pipelines_leave_the_registry_empty() {
+    let registry = Registry::new();
+    let pool = ThreadPool::builder().threads(2).build();
+    let mut handles = Vec::new();
+    for i in 0..10_000u32 {
+        let source = weir::range(0u32..16).name("source").registry(&registry);
+        let handle = match i % 4 {
+            // Completes across a boundary.
+            0 => source
+                .publish_on(pool.clone(), 4)
+                .name("hop")
+                .registry(&registry)
+                .collect(),
+            // Cancelled by `take` after a boundary.
+            1 => source
+                .publish_on(pool.clone(), 1)
+                .name("hop")
+                .registry(&registry)
+                .take(2)
+                .collect(),
+            // Fails with a panic below the named stage.
+            2 => source
+                .map(|x| if x == 7 { panic!("boom") } else { x })
+                .name("failing")
+                .registry(&registry)
+                .collect(),
+            // A fused synchronous chain.
+            _ => source.map(|x| x + 1).collect(),
+        };
+        handles.push(handle);
+        if handles.len() == 256 {
+            for handle in handles.drain(..) {
+                let _ = handle.wait();
+            }
+        }
+    }
+    for handle in handles {
+        let _ = handle.wait();
+    }
+    // A cancelled boundary's task lets go of its stage on its own thread.
+    eventually("every pipeline left", || registry.is_empty());
+    pool.shutdown();
+}
+
+#[test]
+fn the_global_registry_is_the_default() {
+    let name = format!("global-{}", std::process::id());
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    weir::range(0u32..3)
+        .name(name.clone())
+        .subscribe(subscriber);
+    let listed = Registry::global().snapshot();
+    assert!(listed.stage(&name).is_some(), "{listed}");
+    probe.cancel();
+    assert!(Registry::global().snapshot().stage(&name).is_none());
+}
+
+#[test]
+fn the_named_publisher_keeps_its_bound_and_monitor() {
+    let (_tx, rx) = weir::channel::<u8>(10, ChannelPolicy::Reject);
+    let bound = rx.in_flight_bound();
+    let named = rx.name("ingest");
+    assert_eq!(named.in_flight_bound(), bound);
+    assert_eq!(named.queue_monitor().unwrap().snapshot().capacity, 10);
+    assert!(weir::range(0u8..3).name("r").queue_monitor().is_none());
+}
