@@ -25,6 +25,10 @@ const PASS_BUDGET: u64 = 16 * 1024;
 /// and publishes them to the gauge's rates (see [`Boundary::record`]).
 const HOLD: u64 = 64;
 
+/// Items a pass delivers between two publications of its counts (besides the one at
+/// its end).
+const RECORD_EVERY: u64 = 256;
+
 /// A pass that finds fewer items than this arrived since the last makes the drain's
 /// next task watch the ring (see the parent module).
 const TRICKLE: u64 = 4;
@@ -189,6 +193,9 @@ impl<T, C> Boundary<T, C> {
 
     /// Publish the counts the drain held back, at the gauge's clock now.
     pub(super) fn publish_held(&self) {
+        // The depth from the ring's own positions: a drain that delivers to a slow
+        // subscriber records at its batches, and the ring refills meanwhile.
+        self.gauge.depth(self.watch.len());
         let (arrived, delivered) = self.take_held();
         if arrived > 0 || delivered > 0 {
             self.gauge
@@ -320,6 +327,11 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
             cx.deliver(subscriber, queue.items.pop_batch(n));
             queue.delivered += n as u64;
             delivered += n as u64;
+            if delivered % RECORD_EVERY < n as u64 {
+                // A long pass (a slow subscriber, a ring that keeps refilling)
+                // publishes its counts on the way, so rates and lag stay current.
+                self.record(queue, None);
+            }
             if let Some(more) = queue.replenish.on_consumed(n as u64) {
                 self.upstream.request(more);
             }

@@ -18,6 +18,9 @@
 //! [`Subscriber::drop_hook`]: crate::Subscriber::drop_hook
 //! [`PublisherExt::on_dropped`]: crate::PublisherExt::on_dropped
 
+#[cfg(feature = "metrics")]
+#[cfg_attr(docsrs, doc(cfg(feature = "metrics")))]
+pub mod export;
 mod queue_stats;
 mod rate;
 mod registry;

@@ -325,6 +325,15 @@ impl QueueGauge {
         self.oldest.store(stamp, Ordering::Relaxed);
     }
 
+    /// The queue's depth read by someone other than its owner (a snapshot's sweep):
+    /// the oldest item's age stays as its owner last set it, or goes once empty.
+    pub(crate) fn depth(&self, depth: usize) {
+        self.depth.store(depth, Ordering::Relaxed);
+        if depth == 0 {
+            self.oldest.store(0, Ordering::Relaxed);
+        }
+    }
+
     pub(crate) fn snapshot(&self, window: Duration) -> QueueStats {
         let sweeper = lock(&self.sweeper).as_ref().and_then(Weak::upgrade);
         if let Some(sweeper) = sweeper {

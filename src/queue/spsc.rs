@@ -664,6 +664,17 @@ impl<T> Watch<T> {
         // reads the tail with `Acquire` in `Consumer::available`.
         self.ring.tail.load(Ordering::Relaxed) != self.ring.head.load(Ordering::Relaxed)
     }
+
+    /// Items published and not yet taken, now (a statistic, at most the capacity).
+    pub(crate) fn len(&self) -> usize {
+        // Acquire: pairs with the consumer's Release store of `head`, after which
+        // it had read a tail at least this far; so the tail read next is too, and
+        // the difference does not wrap.
+        let head = self.ring.head.load(Ordering::Acquire);
+        // Relaxed: any value from there on will do for a statistic.
+        let tail = self.ring.tail.load(Ordering::Relaxed);
+        tail.wrapping_sub(head).min(self.ring.capacity())
+    }
 }
 
 /// A run of items taken by [`Consumer::pop_batch`]; see there.

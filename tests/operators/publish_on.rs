@@ -621,3 +621,31 @@ fn single_items_from_another_thread_reach_a_drain_that_comes_and_goes() {
         );
     }
 }
+
+#[test]
+fn a_boundary_in_front_of_a_slow_subscriber_reports_live_figures() {
+    // The drain's pass never ends while the ring keeps refilling (the subscriber
+    // takes everything, slowly): the monitor must not wait for the pass's end (16,384
+    // items here, 16 s) to show the full ring and the drain rate.
+    let pool = ThreadPool::builder().threads(2).build();
+    let hop = weir::range(0u64..1_000_000).publish_on(pool.clone(), 16);
+    let monitor = hop.monitor();
+    let handle = hop.fold(0u64, |n, _| {
+        std::thread::sleep(Duration::from_millis(1));
+        n + 1
+    });
+    let start = std::time::Instant::now();
+    loop {
+        let stats = monitor.snapshot();
+        if stats.depth == 16 && stats.dequeued >= 256 && stats.drain_rate > 0.0 {
+            break;
+        }
+        assert!(
+            start.elapsed() < PATIENCE,
+            "the monitor never showed the full ring and the drain: {stats}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    drop(handle);
+    pool.shutdown();
+}
