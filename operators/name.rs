@@ -8,6 +8,14 @@
 //! stage drops its subscriber (after a cancel, rule 3.13, or a panic): whichever
 //! comes first. Every other signal, batches and sealed fast paths included, passes
 //! straight through, so naming a stage costs nothing per item.
+//!
+//! While the stage subscribes its upstream, it is the thread's current named stage
+//! (`Scope::run`): a named stage upstream that enters then records it as its
+//! downstream, which is how the registry knows pipelines.
+//!
+//! Tracing: a `weir_stage` span per subscription (fields `stage`, `id`), with a
+//! `debug` event when it is subscribed, completes or is cancelled, and an `info`
+//! event with the error when it fails. Nothing per item.
 
 use std::sync::Arc;
 
@@ -79,10 +87,16 @@ impl<P: Publisher> Publisher for Named<P> {
         S: Subscriber<P::Item> + Send + 'static,
     {
         let registration = self.enter();
-        self.source.subscribe(Registered {
+        let scope = registration.scope();
+        let span = tracing::debug_span!("weir_stage", stage = %self.name, id = registration.id());
+        tracing::debug!(parent: &span, "stage subscribed");
+        let subscriber = Registered {
             downstream: subscriber,
             registration: Some(registration),
-        })
+            span,
+        };
+        let source = self.source;
+        scope.run(move || source.subscribe(subscriber));
     }
 
     fn in_flight_bound(&self) -> u64 {
@@ -103,8 +117,11 @@ impl<P: Publisher> Publisher for Named<P> {
         G: FnMut(A, P::Item) -> A + Send + 'static,
     {
         // The fused loop is the stage's whole life: registered for its duration.
-        let _registration = self.enter();
-        self.source.fold_fused(init, downstream, sealed)
+        let registration = self.enter();
+        let source = self.source;
+        registration
+            .scope()
+            .run(move || source.fold_fused(init, downstream, sealed))
     }
 }
 
@@ -112,7 +129,17 @@ impl<P: Publisher> Publisher for Named<P> {
 /// the registration ends with the stream.
 struct Registered<S> {
     downstream: S,
+    /// `None` once the stream ended.
     registration: Option<Registration>,
+    span: tracing::Span,
+}
+
+impl<S> Drop for Registered<S> {
+    fn drop(&mut self) {
+        if self.registration.is_some() {
+            tracing::debug!(parent: &self.span, "stage cancelled");
+        }
+    }
 }
 
 impl<T, S: Subscriber<T>> Subscriber<T> for Registered<S> {
@@ -127,11 +154,13 @@ impl<T, S: Subscriber<T>> Subscriber<T> for Registered<S> {
 
     fn on_error(&mut self, error: Error) {
         self.registration = None;
+        tracing::info!(parent: &self.span, %error, "stage failed");
         self.downstream.on_error(error);
     }
 
     fn on_complete(&mut self) {
         self.registration = None;
+        tracing::debug!(parent: &self.span, "stage completed");
         self.downstream.on_complete();
     }
 

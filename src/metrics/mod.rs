@@ -7,7 +7,13 @@
 //! item is then handed to the hook as a [`Dropped`] (its reason, the stage's name,
 //! and the item itself, which the hook may take to release resources), and counted in
 //! the hook's [`Drops`]. Without a hook the stage still drops the item (that is its
-//! policy) and emits a `tracing` event at debug level, rate-limited to powers of two.
+//! policy).
+//!
+//! Logging: hook or not, each lossy stage emits a rate-limited summary of its drops,
+//! a `tracing` event at debug level (target `weir::drops`, fields `stage`, `reason`,
+//! `total`, `at_end`): when its running total for a reason reaches a power of two
+//! (checked once per batch, so about `log2(n)` events for `n` drops, never one per
+//! item), and once more when the stage ends, with its final total.
 //!
 //! Counting: a stage counts drops locally while it handles a batch and adds them to
 //! the shared atomic counters once per batch ([`Drops::add`]), not per item.
@@ -29,7 +35,7 @@ pub(crate) use queue_stats::{QueueGauge, Sweep};
 pub use queue_stats::{QueueMonitor, QueueStats};
 pub use rate::{MAX_RATE_WINDOW, RATE_WINDOW};
 pub(crate) use registry::Registration;
-pub use registry::{Registry, RegistrySnapshot, StageSnapshot};
+pub use registry::{Pipeline, Registry, RegistrySnapshot, StageSnapshot};
 
 use std::any::Any;
 use std::fmt;
@@ -264,15 +270,20 @@ impl DropHook {
     }
 }
 
-/// What a lossy stage holds: the hook found downstream (if any) and the drops of the
-/// current batch, not yet added to the shared counters.
+/// What a lossy stage holds: the hook found downstream (if any), the drops of the
+/// current batch, not yet added to the shared counters, and the running totals its
+/// rate-limited summary reports ([`drop_summary`]).
 #[derive(Debug, Default)]
 pub(crate) struct DropReporter {
     hook: Option<DropHook>,
     stage: &'static str,
     pending: [u64; DropReason::COUNT],
-    /// Drops seen without a hook, for rate-limited logging.
-    unhooked: u64,
+    /// Drops flushed so far, by reason (what the hook's counters received from this
+    /// stage, or would have with a hook).
+    totals: [u64; DropReason::COUNT],
+    /// The totals as the last summary reported them: what is left to report when the
+    /// stage ends.
+    reported: [u64; DropReason::COUNT],
 }
 
 impl DropReporter {
@@ -281,26 +292,16 @@ impl DropReporter {
             hook,
             stage,
             pending: [0; DropReason::COUNT],
-            unhooked: 0,
+            totals: [0; DropReason::COUNT],
+            reported: [0; DropReason::COUNT],
         }
     }
 
     /// One item dropped: handed to the hook now, counted at the next [`flush`](Self::flush).
     pub(crate) fn drop_item<T: 'static>(&mut self, reason: DropReason, item: T) {
         self.pending[reason as usize] += 1;
-        match &self.hook {
-            Some(hook) => hook.hand_over(self.stage, reason, item),
-            None => {
-                self.unhooked += 1;
-                if self.unhooked.is_power_of_two() {
-                    tracing::debug!(
-                        stage = self.stage,
-                        ?reason,
-                        dropped = self.unhooked,
-                        "items dropped without a drop hook (add PublisherExt::on_dropped to see them)"
-                    );
-                }
-            }
+        if let Some(hook) = &self.hook {
+            hook.hand_over(self.stage, reason, item);
         }
     }
 
@@ -310,13 +311,80 @@ impl DropReporter {
         self.pending[reason as usize] += n;
     }
 
-    /// Add this batch's drops to the shared counters.
+    /// Add this batch's drops to the shared counters; a reason whose running total
+    /// crossed a power of two gets a summary event (once per batch at most, never
+    /// per item).
     pub(crate) fn flush(&mut self) {
         for reason in DropReason::ALL {
-            let n = std::mem::take(&mut self.pending[reason as usize]);
+            let at = reason as usize;
+            let n = std::mem::take(&mut self.pending[at]);
+            if n == 0 {
+                continue;
+            }
             if let Some(hook) = &self.hook {
                 hook.drops.add(reason, n);
             }
+            let before = self.totals[at];
+            self.totals[at] = before + n;
+            if crossed_power_of_two(before, before + n) {
+                self.reported[at] = before + n;
+                drop_summary(self.stage, reason, before + n, self.hook.is_some(), false);
+            }
         }
+    }
+}
+
+impl Drop for DropReporter {
+    /// The stage ended: report what came after its last summary, so the last event
+    /// of each reason carries the stage's whole total.
+    fn drop(&mut self) {
+        for reason in DropReason::ALL {
+            let at = reason as usize;
+            if self.totals[at] > self.reported[at] {
+                drop_summary(self.stage, reason, self.totals[at], self.hook.is_some(), true);
+            }
+        }
+    }
+}
+
+/// True when a running total that went from `before` to `after` reached a power of
+/// two on the way (`before < 2^k <= after`): its bit length grew. One comparison.
+#[inline]
+pub(crate) fn crossed_power_of_two(before: u64, after: u64) -> bool {
+    before.leading_zeros() > after.leading_zeros()
+}
+
+/// The rate-limited summary of one stage's drops (target `weir::drops`, level
+/// debug): its running `total` for `reason`, emitted when the total reaches a power
+/// of two (so about `log2(n)` events for `n` drops, never one per item) and once more
+/// when the stage ends (`at_end`) if drops came after the last one. Kept out of line:
+/// the callers' paths stay as they were.
+#[cold]
+#[inline(never)]
+pub(crate) fn drop_summary(
+    stage: &'static str,
+    reason: DropReason,
+    total: u64,
+    hooked: bool,
+    at_end: bool,
+) {
+    if hooked {
+        tracing::debug!(
+            target: "weir::drops",
+            stage,
+            ?reason,
+            total,
+            at_end,
+            "items dropped (summary: at each power of two and at the stage's end)"
+        );
+    } else {
+        tracing::debug!(
+            target: "weir::drops",
+            stage,
+            ?reason,
+            total,
+            at_end,
+            "items dropped without a drop hook (add PublisherExt::on_dropped to see them)"
+        );
     }
 }

@@ -9,6 +9,16 @@
 //! drops by reason, blocked time and pauses; any other named stage enters with its
 //! in-flight bound only.
 //!
+//! # Pipelines
+//!
+//! Subscribing runs from the last stage up to the source, on one thread for every
+//! stage that subscribes its upstream at once (all but `subscribe_on` and a hub
+//! waiting for its subscribers). While a named stage subscribes its upstream, it is
+//! the *current* named stage of that thread (per registry); a named stage further up
+//! enters with it as its downstream. [`RegistrySnapshot::pipelines`] follows these
+//! links: one [`Pipeline`] per named stage that has no named downstream, its named
+//! stages upstream of it in order, the backlog (the deepest queue) pointed out.
+//!
 //! # Cost
 //!
 //! Entering and leaving take the registry's lock once each, when the stage is
@@ -16,6 +26,7 @@
 //! keeps its figures in its gauge, once per batch). A snapshot takes the lock long
 //! enough to clone the entries, then reads each monitor without it.
 
+use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -66,6 +77,13 @@ struct Entry {
     name: Arc<str>,
     in_flight_bound: u64,
     monitor: Option<QueueMonitor>,
+    downstream: Option<u64>,
+}
+
+thread_local! {
+    /// The named stages subscribing their upstream on this thread, innermost last:
+    /// `(registry, registration)`.
+    static SUBSCRIBING: RefCell<Vec<(usize, u64)>> = const { RefCell::new(Vec::new()) };
 }
 
 impl fmt::Debug for Registry {
@@ -118,18 +136,29 @@ impl Registry {
                     name: entry.name.to_string(),
                     in_flight_bound: entry.in_flight_bound,
                     queue: entry.monitor.map(|m| m.snapshot()),
+                    downstream: entry.downstream,
                 })
                 .collect(),
         }
     }
 
-    /// Enter a stage; it stays until the returned guard is dropped.
+    /// Enter a stage; it stays until the returned guard is dropped. Its downstream
+    /// is the named stage of this registry subscribing on this thread, if any.
     pub(crate) fn enter(
         &self,
         name: Arc<str>,
         in_flight_bound: u64,
         monitor: Option<QueueMonitor>,
     ) -> Registration {
+        let key = self.key();
+        let downstream = SUBSCRIBING.with(|stack| {
+            stack
+                .borrow()
+                .iter()
+                .rev()
+                .find(|(registry, _)| *registry == key)
+                .map(|&(_, id)| id)
+        });
         let mut entries = self.lock();
         let id = entries.next_id;
         entries.next_id += 1;
@@ -139,12 +168,18 @@ impl Registry {
                 name,
                 in_flight_bound,
                 monitor,
+                downstream,
             },
         );
         Registration {
             registry: self.clone(),
             id,
         }
+    }
+
+    /// Identifies this registry (its shared part's address) in `SUBSCRIBING`.
+    fn key(&self) -> usize {
+        Arc::as_ptr(&self.inner) as usize
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Entries> {
@@ -160,6 +195,46 @@ impl Registry {
 pub(crate) struct Registration {
     registry: Registry,
     id: u64,
+}
+
+impl Registration {
+    /// Its registration number.
+    pub(crate) fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Where named stages upstream link to this one while it subscribes them.
+    pub(crate) fn scope(&self) -> Scope {
+        Scope {
+            registry: self.registry.key(),
+            id: self.id,
+        }
+    }
+}
+
+/// A named stage subscribing its upstream: see [`Scope::run`].
+#[derive(Clone, Copy)]
+pub(crate) struct Scope {
+    registry: usize,
+    id: u64,
+}
+
+impl Scope {
+    /// Run `subscribe` (the stage subscribing its upstream) with this stage as the
+    /// thread's current named stage: named stages upstream that enter meanwhile
+    /// link to it.
+    pub(crate) fn run<R>(self, subscribe: impl FnOnce() -> R) -> R {
+        /// Pops the entry even if `subscribe` unwinds.
+        struct Pop;
+        impl Drop for Pop {
+            fn drop(&mut self) {
+                SUBSCRIBING.with(|stack| stack.borrow_mut().pop());
+            }
+        }
+        SUBSCRIBING.with(|stack| stack.borrow_mut().push((self.registry, self.id)));
+        let _pop = Pop;
+        subscribe()
+    }
 }
 
 impl Drop for Registration {
@@ -183,6 +258,62 @@ impl RegistrySnapshot {
     pub fn stage(&self, name: &str) -> Option<&StageSnapshot> {
         self.stages.iter().find(|s| s.name == name)
     }
+
+    /// The pipelines: one per named stage without a named downstream (its last
+    /// named stage), with the named stages linked upstream of it; see the [module
+    /// docs](self#pipelines).
+    pub fn pipelines(&self) -> Vec<Pipeline> {
+        let by_id: BTreeMap<u64, &StageSnapshot> = self.stages.iter().map(|s| (s.id, s)).collect();
+        let mut upstreams: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for stage in &self.stages {
+            // A downstream that already left ends the link: the stage is a last one.
+            if let Some(down) = stage.downstream.filter(|d| by_id.contains_key(d)) {
+                upstreams.entry(down).or_default().push(stage.id);
+            }
+        }
+        let last = |s: &&StageSnapshot| !matches!(s.downstream, Some(d) if by_id.contains_key(&d));
+        self.stages
+            .iter()
+            .filter(last)
+            .map(|end| {
+                // Upstream first: each stage after its upstreams, in the order
+                // they entered.
+                fn post_order(id: u64, ups: &BTreeMap<u64, Vec<u64>>, out: &mut Vec<u64>) {
+                    for &up in ups.get(&id).into_iter().flatten() {
+                        post_order(up, ups, out);
+                    }
+                    out.push(id);
+                }
+                let mut order = Vec::new();
+                post_order(end.id, &upstreams, &mut order);
+                let backlog = order
+                    .iter()
+                    .filter_map(|id| Some((*id, by_id[id].queue.as_ref()?.depth)))
+                    .filter(|&(_, depth)| depth > 0)
+                    .max_by_key(|&(id, depth)| (depth, std::cmp::Reverse(id)))
+                    .map(|(id, _)| id);
+                Pipeline {
+                    stages: order,
+                    in_flight_bound: end.in_flight_bound,
+                    backlog,
+                }
+            })
+            .collect()
+    }
+}
+
+/// Named stages linked into one pipeline, from [`RegistrySnapshot::pipelines`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Pipeline {
+    /// The stages' registration ids ([`StageSnapshot::id`]), upstream first, the
+    /// pipeline's last named stage last.
+    pub stages: Vec<u64>,
+    /// The last named stage's in-flight bound: the most items the pipeline holds up
+    /// to there.
+    pub in_flight_bound: u64,
+    /// The stage whose queue holds the most items now, if any holds one.
+    pub backlog: Option<u64>,
 }
 
 /// One named stage in a [`RegistrySnapshot`].
@@ -199,13 +330,17 @@ pub struct StageSnapshot {
     pub in_flight_bound: u64,
     /// Its queue's figures, for a stage that holds a queue.
     pub queue: Option<QueueStats>,
+    /// The named stage it delivers to (its registration id), when that one
+    /// subscribed it on the same thread; see [`RegistrySnapshot::pipelines`].
+    pub downstream: Option<u64>,
 }
 
 impl fmt::Display for RegistrySnapshot {
     /// An aligned table: one line per stage (name, depth/capacity, oldest age, lag,
     /// time to drain, drops, rejected, blocked time, pauses, in-flight bound); `-`
     /// where a stage holds no queue or a figure is not defined, `∞` for a lag or
-    /// drain time that does not end at the current rates.
+    /// drain time that does not end at the current rates. Then one line per pipeline
+    /// of two named stages or more: the chain, its bound, where the backlog is.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const HEADER: [&str; 10] = [
             "stage", "depth", "oldest", "lag", "drain in", "dropped", "rejected", "blocked",
@@ -233,6 +368,25 @@ impl fmt::Display for RegistrySnapshot {
         for row in &rows {
             let cells: Vec<&str> = row.iter().map(String::as_str).collect();
             line(f, &cells)?;
+        }
+        let name = |id: &u64| {
+            self.stages
+                .iter()
+                .find(|s| s.id == *id)
+                .map_or("?", |s| s.name.as_str())
+        };
+        for pipeline in self.pipelines().iter().filter(|p| p.stages.len() > 1) {
+            let chain: Vec<&str> = pipeline.stages.iter().map(name).collect();
+            write!(
+                f,
+                "pipeline {} (bound {})",
+                chain.join(" → "),
+                pipeline.in_flight_bound
+            )?;
+            match &pipeline.backlog {
+                Some(id) => writeln!(f, ": backlog at {}", name(id))?,
+                None => writeln!(f)?,
+            }
         }
         Ok(())
     }

@@ -83,8 +83,24 @@ fn a_three_stage_pipeline_is_listed_with_the_figures_of_each_stages_monitor() {
     assert_eq!(buffer_row.in_flight_bound, bound, "{snapshot}");
     assert!(bound >= 100 + 16 + 20, "channel, hop and buffer: {bound}");
     let table = snapshot.to_string();
-    assert_eq!(table.lines().count(), 4, "{table}");
+    assert_eq!(table.lines().count(), 5, "{table}");
     assert!(table.contains("20/20"), "{table}");
+    // One pipeline, upstream first; the backlog is in the buffer.
+    let id = |name: &str| snapshot.stage(name).unwrap().id;
+    let pipelines = snapshot.pipelines();
+    assert_eq!(pipelines.len(), 1, "{table}");
+    assert_eq!(
+        pipelines[0].stages,
+        vec![id("ingest"), id("hop"), id("buffer")]
+    );
+    assert_eq!(pipelines[0].in_flight_bound, bound);
+    assert_eq!(pipelines[0].backlog, Some(id("buffer")));
+    assert!(
+        table.contains(&format!(
+            "pipeline ingest → hop → buffer (bound {bound}): backlog at buffer"
+        )),
+        "{table}"
+    );
     // The subscriber leaves: every stage lets go of its entry.
     probe.cancel();
     eventually("the cancelled stages left", || registry.is_empty());
@@ -236,4 +252,38 @@ fn the_named_publisher_keeps_its_bound_and_monitor() {
     assert_eq!(named.in_flight_bound(), bound);
     assert_eq!(named.queue_monitor().unwrap().snapshot().capacity, 10);
     assert!(weir::range(0u8..3).name("r").queue_monitor().is_none());
+}
+
+#[test]
+fn pipelines_are_told_apart_and_merged_sources_join_their_downstream() {
+    let registry = Registry::new();
+    let named = |p: weir::BoxPublisher<u32>, name: &str| p.name(name).registry(&registry).boxed();
+    // Two sources merged into one named stage, and a pipeline of its own beside
+    // (sources longer than `merge`'s prefetch: they run until cancelled).
+    let left = named(weir::range(0u32..100_000).boxed(), "left");
+    let right = named(weir::range(0u32..100_000).boxed(), "right");
+    let merged = TestSubscriber::<u32>::new();
+    let merged_probe = merged.probe();
+    named(left.merge(right).boxed(), "merged").subscribe(merged);
+    let alone = TestSubscriber::<u32>::new();
+    let alone_probe = alone.probe();
+    named(named(weir::range(0u32..100_000).boxed(), "a").boxed(), "b").subscribe(alone);
+    let snapshot = registry.snapshot();
+    let id = |name: &str| snapshot.stage(name).unwrap().id;
+    let mut chains: Vec<Vec<u64>> = snapshot.pipelines().into_iter().map(|p| p.stages).collect();
+    chains.sort();
+    let mut expected = vec![
+        vec![id("left"), id("right"), id("merged")],
+        vec![id("a"), id("b")],
+    ];
+    expected.sort();
+    assert_eq!(chains, expected, "{snapshot}");
+    assert_eq!(snapshot.stage("merged").unwrap().downstream, None);
+    assert_eq!(
+        snapshot.stage("left").unwrap().downstream,
+        Some(id("merged"))
+    );
+    merged_probe.cancel();
+    alone_probe.cancel();
+    assert!(registry.is_empty(), "{}", registry.snapshot());
 }
