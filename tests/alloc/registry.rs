@@ -56,3 +56,36 @@ fn a_named_channel_fed_one_item_at_a_time_allocates_nothing_per_item() {
     );
     assert!(registry.is_empty());
 }
+
+#[test]
+fn named_stages_with_tracing_listening_allocate_nothing_per_item() {
+    // A subscriber at DEBUG on this thread: every event weir emits is formatted
+    // (into a sink), so one emitted per item, or a span entered per item, would
+    // show up here as allocations growing with the item count.
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::DEBUG)
+        .with_writer(std::io::sink)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || {
+        let registry = Registry::new();
+        assert_flat(
+            "range, buffer, map, each named, into a fold, traced at DEBUG",
+            200,
+            |n| {
+                weir::range(0..n)
+                    .name("source")
+                    .registry(&registry)
+                    .on_backpressure_buffer(64, Overflow::DropOldest)
+                    .name("buffer")
+                    .registry(&registry)
+                    .map(|x| x * 3)
+                    .name("triple")
+                    .registry(&registry)
+                    .fold(0u64, add)
+                    .wait()
+                    .unwrap()
+            },
+            |n| (0..n).map(|x| x * 3).fold(0, add),
+        );
+    });
+}
