@@ -53,7 +53,11 @@ impl Switch {
     }
 
     fn set(&self, on: bool) {
-        let level = if on { LevelFilter::DEBUG } else { LevelFilter::OFF };
+        let level = if on {
+            LevelFilter::DEBUG
+        } else {
+            LevelFilter::OFF
+        };
         self.0.reload(level).expect("the subscriber is installed");
     }
 }
@@ -173,7 +177,10 @@ fn main() {
         group.finish();
     }
     switch.set(false);
-    assert!(env.registry.is_empty(), "every named stage left the registry");
+    assert!(
+        env.registry.is_empty(),
+        "every named stage left the registry"
+    );
 
     // Paired: each round runs every case plain then observed, back to back.
     println!("\npaired phase: {ROUNDS} rounds, median of observed ÷ plain throughput per round");

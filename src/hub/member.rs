@@ -6,6 +6,7 @@
 
 use std::sync::Arc;
 
+use super::ring::Lagged;
 use super::{Shared, HUB_BATCH};
 use crate::metrics::DropReporter;
 use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
@@ -85,6 +86,9 @@ impl<T: Clone + Send + 'static> Stage for MemberStage<T> {
                 drop(rest);
             }
             if let Some(end) = taken.end {
+                if let (Some(lagged), Err(error)) = (&taken.lagged, &end) {
+                    log_cut_off(self.id, lagged, error);
+                }
                 return cx.terminate(downstream, end);
             }
             // Hungry: it read everything and the next arrival wakes it.
@@ -98,6 +102,21 @@ impl<T: Clone + Send + 'static> Stage for MemberStage<T> {
         batch.items.clear();
         self.shared.leave(self.id);
     }
+}
+
+/// The event of a `Disconnect` member cut off (info, target `weir::hub`): once per
+/// member, from its last pass, outside the hub's lock; out of the pass's way.
+#[cold]
+#[inline(never)]
+fn log_cut_off(id: u64, lagged: &Lagged, error: &Error) {
+    tracing::info!(
+        target: "weir::hub",
+        subscriber = id,
+        name = lagged.name.as_deref(),
+        lag = lagged.lag,
+        %error,
+        "hub: a Disconnect subscriber fell behind its limit and is cut off (Lagged)"
+    );
 }
 
 /// The hub's subscriber to upstream.

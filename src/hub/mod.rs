@@ -84,6 +84,15 @@
 //! same end; later ones get it at once (after their replay). Once upstream ended and
 //! nobody is subscribed, the ring keeps only the replay's items (none without one).
 //!
+//! # Events
+//!
+//! `tracing` events, target `weir::hub`, none per item: `info` when a
+//! [`Disconnect`](Policy::Disconnect) subscriber is cut off (fields `subscriber` (its
+//! id), `name`, `lag` (items behind when cut off), `error`), emitted by its last pass,
+//! outside the hub's lock; `debug` when a subscriber joins (or is refused) or leaves,
+//! when the hub subscribes upstream, and when it stops upstream (the last subscriber
+//! left, or the linger ran out).
+//!
 //! # Demand contract
 //!
 //! Per subscriber, never more items than it requested (rule 1.1). Upstream is never
@@ -502,31 +511,51 @@ impl<T: Clone + Send + 'static> Shared<T> {
     /// A subscriber left (cancelled, ended, or panicked).
     pub(crate) fn leave(self: &Arc<Self>, id: u64) {
         let mut expiry = None;
-        let (left, released, cancel) = {
+        let (left, released, cancel, members) = {
             let mut state = self.lock();
             let left = state.ring.leave(id);
             Self::enroll(&mut state);
+            let members = state.ring.members();
             // After upstream ended there is nothing to cancel: the ring stays, for
             // late subscribers' replay and end.
-            let last = state.ring.members() == 0
+            let last = members == 0
                 && !self.keep_connected
                 && !state.ring.ended()
                 && matches!(state.phase, Phase::Connected);
             if last && self.linger.is_some() {
                 expiry = self.linger_epoch(&mut state);
-                (left, None, false)
+                (left, None, false, members)
             } else if last {
-                (left, Some(self.stop(&mut state)), true)
+                (left, Some(self.stop(&mut state)), true, members)
             } else {
-                (left, self.release_after_end(&mut state), false)
+                (left, self.release_after_end(&mut state), false, members)
             }
         };
+        if let Some(member) = &left {
+            tracing::debug!(
+                target: "weir::hub",
+                subscriber = id,
+                name = member.name.as_deref(),
+                policy = ?member.policy,
+                members,
+                "hub: subscriber left"
+            );
+        }
         // Items and handles are dropped here, without the lock.
         drop((left, released));
         if let Some(expiry) = expiry {
+            tracing::debug!(
+                target: "weir::hub",
+                grace = ?self.linger.as_ref().map(|(grace, _)| *grace),
+                "hub: the last subscriber left; upstream stays subscribed for the linger"
+            );
             self.arm_linger(expiry);
         }
         if cancel {
+            tracing::debug!(
+                target: "weir::hub",
+                "hub: the last subscriber left; upstream cancelled, the ring released"
+            );
             self.upstream.cancel();
         } else {
             self.pump();
@@ -589,6 +618,10 @@ impl<T: Clone + Send + 'static> Shared<T> {
             self.stop(&mut state)
         };
         drop(released);
+        tracing::debug!(
+            target: "weir::hub",
+            "hub: the linger ran out with nobody subscribed; upstream cancelled, the ring released"
+        );
         self.upstream.cancel();
     }
 
@@ -861,8 +894,11 @@ impl<T: Clone + Send + 'static> Publisher for Join<T> {
         // Relaxed: a unique number; nothing is published with it.
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
         let (policy, name) = (self.policy, self.name);
+        // For the event below (the ring keeps the name): once per subscription.
+        let label = name.clone();
         let mut connect = None;
         let mut lingering = None;
+        let mut joined = None;
         member::attach(shared.clone(), id, subscriber, |handle| {
             let mut state = shared.lock();
             if matches!(state.phase, Phase::Stopped) {
@@ -876,6 +912,7 @@ impl<T: Clone + Send + 'static> Publisher for Join<T> {
             }
             state.ring.join(id, name, policy, shared.replay, handle);
             Shared::enroll(&mut state);
+            joined = Some(state.ring.members());
             // A subscriber came (back): a linger timer armed before stops nothing.
             state.epoch += 1;
             lingering = state.timer.take();
@@ -888,10 +925,31 @@ impl<T: Clone + Send + 'static> Publisher for Join<T> {
                 }
             }
         });
+        match joined {
+            Some(members) => tracing::debug!(
+                target: "weir::hub",
+                subscriber = id,
+                name = label.as_deref(),
+                ?policy,
+                members,
+                "hub: subscriber joined"
+            ),
+            None => tracing::debug!(
+                target: "weir::hub",
+                subscriber = id,
+                name = label.as_deref(),
+                "hub: subscriber refused: the hub stopped (its last subscriber left before)"
+            ),
+        }
         if let Some(timer) = lingering {
             timer.cancel();
         }
         if let Some(connect) = connect {
+            tracing::debug!(
+                target: "weir::hub",
+                members = joined,
+                "hub: subscribing upstream (connect_at reached)"
+            );
             connect(Inlet::new(shared.clone()));
         }
         shared.pump();

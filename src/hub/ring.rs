@@ -69,6 +69,9 @@ pub(crate) struct Member<H> {
     wake: bool,
     /// Cut off (`Disconnect`): the error it gets at its next pass.
     cut: Option<Error>,
+    /// Cut off by its `Disconnect` limit: how many items it was behind then (taken
+    /// by the pass that ends it, which logs it).
+    lagged: Option<u64>,
     delivered: u64,
     dropped: u64,
     /// Dropped since its last take (handed to its drop hook's counters there).
@@ -90,9 +93,21 @@ pub(crate) struct Taken {
     /// Upstream credit may have grown (a `Backpressure` member moved, or the
     /// member waits for items).
     pub(crate) credit_moved: bool,
+    /// The member was cut off by its `Disconnect` limit and this take ends it:
+    /// what the event of its disconnection reports (once).
+    pub(crate) lagged: Option<Lagged>,
     /// The member has read everything there is and still has demand: it is marked
     /// hungry, and the next arrival wakes it (no need to look again now).
     pub(crate) hungry: bool,
+}
+
+/// A `Disconnect` member cut off, as its pass reports it (outside the lock).
+#[derive(Debug)]
+pub(crate) struct Lagged {
+    /// Items it was behind when it was cut off.
+    pub(crate) lag: u64,
+    /// Its name, if it was given one.
+    pub(crate) name: Option<String>,
 }
 
 /// The ring, its members and its credit. Not synchronised: the hub keeps it under
@@ -156,6 +171,7 @@ impl<T: Clone, H> Ring<T, H> {
             wants: 0,
             wake: false,
             cut: None,
+            lagged: None,
             delivered: 0,
             dropped: 0,
             pending_drops: 0,
@@ -295,13 +311,12 @@ impl<T: Clone, H> Ring<T, H> {
                 continue;
             }
             if let Policy::Disconnect(LagLimit::Items(max)) = member.policy {
-                if tail - member.cursor > max {
+                let lag = tail - member.cursor;
+                if lag > max {
                     cut(
                         member,
-                        format!(
-                            "fell {} items behind (the limit is {max})",
-                            tail - member.cursor
-                        ),
+                        lag,
+                        format!("fell {lag} items behind (the limit is {max})"),
                     );
                     continue;
                 }
@@ -346,7 +361,8 @@ impl<T: Clone, H> Ring<T, H> {
                     member.cursor = newest;
                 }
                 Policy::Disconnect(_) => {
-                    cut(member, "it fell a whole ring behind".to_owned());
+                    let lag = newest - member.cursor;
+                    cut(member, lag, "it fell a whole ring behind".to_owned());
                 }
             }
         }
@@ -367,6 +383,7 @@ impl<T: Clone, H> Ring<T, H> {
                 if age > max {
                     cut(
                         member,
+                        newest + 1 - member.cursor,
                         format!("its next item waited {age:?} (the limit is {max:?})"),
                     );
                 }
@@ -385,6 +402,7 @@ impl<T: Clone, H> Ring<T, H> {
                 dropped: None,
                 end: Some(Ok(())),
                 credit_moved: false,
+                lagged: None,
                 hungry: false,
             };
         };
@@ -402,11 +420,16 @@ impl<T: Clone, H> Ring<T, H> {
             n => Some((drop_reason(member.policy), n)),
         };
         if let Some(error) = member.cut.clone() {
+            let lagged = member.lagged.take().map(|lag| Lagged {
+                lag,
+                name: member.name.clone(),
+            });
             return Taken {
                 count: 0,
                 dropped,
                 end: Some(Err(error)),
                 credit_moved: false,
+                lagged,
                 hungry: false,
             };
         }
@@ -425,6 +448,7 @@ impl<T: Clone, H> Ring<T, H> {
             dropped,
             end,
             credit_moved: (count > 0 && member.policy == Policy::Backpressure) || member.hungry,
+            lagged: None,
             hungry: member.hungry,
         }
     }
@@ -480,13 +504,15 @@ impl<T: Clone, H> Ring<T, H> {
     }
 }
 
-/// Cut `member` off with a `Lagged` error saying `why`, and wake it.
-fn cut<H>(member: &mut Member<H>, why: String) {
+/// Cut `member` off, `lag` items behind, with a `Lagged` error saying `why`, and
+/// wake it.
+fn cut<H>(member: &mut Member<H>, lag: u64, why: String) {
     let name = member.name.as_deref().unwrap_or("a subscriber");
     member.cut = Some(Error::lagged(format!(
         "hub: {name} (id {}) was disconnected: {why}",
         member.id
     )));
+    member.lagged = Some(lag);
     member.wake = true;
     member.hungry = false;
 }

@@ -341,7 +341,13 @@ impl Drop for DropReporter {
         for reason in DropReason::ALL {
             let at = reason as usize;
             if self.totals[at] > self.reported[at] {
-                drop_summary(self.stage, reason, self.totals[at], self.hook.is_some(), true);
+                drop_summary(
+                    self.stage,
+                    reason,
+                    self.totals[at],
+                    self.hook.is_some(),
+                    true,
+                );
             }
         }
     }

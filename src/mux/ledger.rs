@@ -269,6 +269,11 @@ impl Ledger {
         &self.config
     }
 
+    /// Shared units in the pool now.
+    pub(crate) fn pool_free(&self) -> u64 {
+        self.pool_free
+    }
+
     /// Open `channel` with `E` exclusive units. False when the id is taken.
     pub(crate) fn open(
         &mut self,

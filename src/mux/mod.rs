@@ -91,6 +91,18 @@
 //! cancelled. A sending upstream that fails ends its channel with that error after the
 //! items it sent. The other channels see nothing but the freed credit.
 //!
+//! # Events
+//!
+//! `tracing` events, target `weir::mux`, none per item or frame. Shared credit is
+//! never granted ahead (see [`MuxBuilder::shared`]), so nothing is ever revoked from
+//! a stalled channel; the events are at the changes that move credit: `debug` when a
+//! channel's receiving side stops before the end (cancel, panic, a dropped task:
+//! fields `channel`, `dropped`, `shared_returned` (units back in the pool),
+//! `in_flight` (items still on the transport, whose credit comes back as they
+//! arrive)) and when a channel closes (its final `delivered`, `dropped`, `frames`);
+//! `info` when the transport stops while channels are open (they all end with its
+//! error). Whether a channel is stalled now is in [`ChannelStats::stalled`].
+//!
 //! # What a subscriber must not do
 //!
 //! Every channel's subscriber runs on the receiving scheduler. One that blocks its
@@ -581,6 +593,19 @@ impl<T: Send + 'static> ChannelOptions<T> {
     }
 }
 
+/// The event of a channel that closed (debug, target `weir::mux`): its final
+/// figures. Once per channel, without the mux's lock.
+fn log_closed(channel: ChannelId, stats: &ChannelStats) {
+    tracing::debug!(
+        target: "weir::mux",
+        channel,
+        delivered = stats.delivered,
+        dropped = stats.dropped,
+        frames = stats.frames,
+        "mux channel closed; its credit is back"
+    );
+}
+
 /// What every part of one mux shares.
 pub(crate) struct Shared<T> {
     state: Mutex<MuxState<T>>,
@@ -607,20 +632,24 @@ pub(crate) struct MuxState<T> {
 }
 
 impl<T> MuxState<T> {
-    /// Remove `channel` from the ledger and drop its plumbing. True when the worker
-    /// has something to do: freed credit may make another channel ready, or that was
-    /// the last channel of a mux whose handles are gone (the worker then ends).
-    pub(crate) fn close(&mut self, channel: ChannelId, now: Instant) -> bool {
+    /// Remove `channel` from the ledger and drop its plumbing. Returns whether the
+    /// worker has something to do (freed credit may make another channel ready, or
+    /// that was the last channel of a mux whose handles are gone: the worker then
+    /// ends), and the channel's final statistics if it was open, for the caller to
+    /// log ([`log_closed`]) once the lock is let go.
+    pub(crate) fn close(
+        &mut self,
+        channel: ChannelId,
+        now: Instant,
+    ) -> (bool, Option<ChannelStats>) {
         if let Some(plumbing) = self.plumbing.remove(&channel) {
             // Its window refuses frames from now on: a demultiplexer that still knows
             // the plumbing learns that the channel closed (and looks the id up again).
             plumbing.close_window();
         }
-        let freed = self
-            .ledger
-            .close(channel, now)
-            .is_some_and(|(_, wake)| wake);
-        freed || self.is_finished()
+        let closed = self.ledger.close(channel, now);
+        let freed = closed.as_ref().is_some_and(|(_, wake)| *wake);
+        (freed || self.is_finished(), closed.map(|(stats, _)| stats))
     }
 
     /// No handle is left and no channel is open: the worker ends the transport.
@@ -682,14 +711,20 @@ impl<T> Shared<T> {
     /// of it is left.
     pub(crate) fn give_back(&self, channel: ChannelId, n: u64) {
         let now = self.now();
-        let wake = {
+        let (wake, closed) = {
             let mut state = self.lock();
             let mut wake = state.ledger.dropped(channel, n, now);
+            let mut closed = None;
             if !state.ledger.is_open(channel) && state.ledger.buffered(channel) == Some(0) {
-                wake |= state.close(channel, now);
+                let (freed, stats) = state.close(channel, now);
+                wake |= freed;
+                closed = stats;
             }
-            wake
+            (wake, closed)
         };
+        if let Some(stats) = closed {
+            log_closed(channel, &stats);
+        }
         if wake {
             self.wake_worker();
         }
@@ -702,6 +737,19 @@ impl<T> Shared<T> {
             return;
         }
         let channels: Vec<_> = self.lock().plumbing.values().cloned().collect();
+        if channels.is_empty() {
+            // The transport's normal end: the worker completed its frames once the
+            // last handle and the last channel were gone.
+            tracing::debug!(target: "weir::mux", "mux transport ended; no channel was open");
+        } else {
+            // Once per mux, and every open channel fails with it: info.
+            tracing::info!(
+                target: "weir::mux",
+                error = self.broken.get().map(tracing::field::display),
+                channels = channels.len(),
+                "mux transport stopped; every open channel ends with its error"
+            );
+        }
         for plumbing in channels {
             plumbing.cancel_upstream();
             plumbing.wake_source();

@@ -231,29 +231,57 @@ impl<T: Send + 'static> Stage for ChannelReceive<T> {
         // Closed first: after it, the demultiplexer drops this channel's frames, so
         // the clear below leaves nothing behind.
         self.plumbing.close_window();
+        // Every item the sender staged before its end was delivered: the stream
+        // ended, nothing was cut short.
+        let ended = self.plumbing.end() == Some(window.delivered);
         let dropped = window.items.clear() as u64;
         // Nothing will be delivered: let go of the core (it held itself through the
         // plumbing) and of what the sender staged.
         self.plumbing.set_source(None);
         let now = self.shared.now();
-        let wake = {
+        let id = self.plumbing.id;
+        let (wake, returned, in_flight, closed) = {
             let mut state = self.shared.lock();
+            let pool_before = state.ledger.pool_free();
             // Delivered items whose credit an in-place pass left to the
             // demultiplexer: settled here, so that the checks below count them.
             let unsettled = self.plumbing.take_unsettled();
-            let mut wake = state.ledger.delivered(self.plumbing.id, unsettled, now);
-            wake |= state.ledger.cancel(self.plumbing.id, now);
+            let mut wake = state.ledger.delivered(id, unsettled, now);
+            wake |= state.ledger.cancel(id, now);
             self.plumbing.park_closed();
             if dropped > 0 {
-                wake |= state.ledger.dropped(self.plumbing.id, dropped, now);
+                wake |= state.ledger.dropped(id, dropped, now);
             }
             // Frames still on the transport come back through the demultiplexer,
             // which closes the channel when the last one arrives.
-            if state.ledger.buffered(self.plumbing.id) == Some(0) {
-                wake |= state.close(self.plumbing.id, now);
+            let buffered = state.ledger.buffered(id);
+            let in_flight = buffered.unwrap_or(0);
+            let mut closed = None;
+            if buffered == Some(0) {
+                let (freed, stats) = state.close(id, now);
+                wake |= freed;
+                closed = stats;
             }
-            wake
+            let returned = state.ledger.pool_free().saturating_sub(pool_before);
+            (wake, returned, in_flight, closed)
         };
+        // The closest the mux has to a revocation (shared credit is never granted
+        // ahead, so a stalled channel holds none unused): the receiving side gave
+        // up before the end, and the channel's credit goes back. Once per channel,
+        // without the lock.
+        if !ended && self.shared.broken.get().is_none() {
+            tracing::debug!(
+                target: "weir::mux",
+                channel = id,
+                dropped,
+                shared_returned = returned,
+                in_flight,
+                "mux channel cancelled by its receiving side: sends stop, its credit returns"
+            );
+        }
+        if let Some(stats) = closed {
+            super::log_closed(id, &stats);
+        }
         // After the ledger's cancel: a sink that stages later drops its items itself.
         self.plumbing.drop_staged();
         if wake {

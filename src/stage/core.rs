@@ -282,6 +282,8 @@ pub(crate) trait CoreHandle: Send + Sync + 'static {
 pub(crate) struct Cx<'a> {
     demand: &'a AtomicDemand,
     flags: &'a AtomicU8,
+    /// The stage's name ([`Stage::NAME`]), for the event of a terminal error.
+    stage: &'static str,
     #[cfg(feature = "futures")]
     waker: Option<&'a Waker>,
 }
@@ -289,13 +291,19 @@ pub(crate) struct Cx<'a> {
 impl<'a> Cx<'a> {
     /// The context of one pass; `waker` is the pass's task's (scheduled stages).
     #[inline]
-    fn new(demand: &'a AtomicDemand, flags: &'a AtomicU8, waker: Option<&'a Waker>) -> Self {
+    fn new(
+        demand: &'a AtomicDemand,
+        flags: &'a AtomicU8,
+        stage: &'static str,
+        waker: Option<&'a Waker>,
+    ) -> Self {
         // Only the stream bridge (feature `futures`) polls a future with the waker.
         #[cfg(not(feature = "futures"))]
         let _ = waker;
         Cx {
             demand,
             flags,
+            stage,
             #[cfg(feature = "futures")]
             waker,
         }
@@ -319,7 +327,8 @@ impl<'a> Cx<'a> {
     /// return [`Pass::Over`]; unless the stage was stopped meanwhile (a cancel while
     /// the last batch was delivered, say): then nothing is signalled, because the
     /// subscriber did not take everything, and the pass ends [`Pass::Idle`] so the
-    /// core stops the stage.
+    /// core stops the stage. An error is also a debug event (target `weir::stage`):
+    /// the subscriber gets it anyway, so it is no warning.
     #[inline]
     pub(crate) fn terminate<T, S: Subscriber<T>>(
         &self,
@@ -331,7 +340,10 @@ impl<'a> Cx<'a> {
         }
         match end {
             Ok(()) => downstream.on_complete(),
-            Err(error) => downstream.on_error(error),
+            Err(error) => {
+                log_failed(self.stage, &error);
+                downstream.on_error(error)
+            }
         }
         Pass::Over
     }
@@ -877,7 +889,7 @@ where
         let ending = if flags & STOPPING != 0 {
             Ending::Flags(flags)
         } else {
-            let cx = Cx::new(&self.demand, &self.flags, waker);
+            let cx = Cx::new(&self.demand, &self.flags, G::NAME, waker);
             match catch(|| body(&cx, owned, downstream)) {
                 Ok(Pass::Over) => Ending::Terminated,
                 Ok(pass) => return pass,
@@ -896,8 +908,13 @@ where
 
     /// Steps 2 to 4 of ending a subscription (see the file header).
     fn end(&self, ending: Ending, owned: &mut G::Owned, mut downstream: S) {
-        if let Ending::Panicked = ending {
-            tracing::error!("subscriber panicked (rule 2.13); treated as cancelled");
+        match ending {
+            Ending::Panicked => {
+                tracing::error!("subscriber panicked (rule 2.13); treated as cancelled");
+            }
+            // Before the stage releases what it holds: its own events follow.
+            Ending::Flags(flags) if flags & CANCELLED != 0 => log_cancelled(G::NAME),
+            _ => {}
         }
         if catch(|| self.stage.stop(owned)).is_err() {
             tracing::error!("releasing a stage's items panicked (an item's Drop); contained");
@@ -909,6 +926,7 @@ where
             Ending::Terminated | Ending::Panicked => None,
         };
         if let Some(error) = signal {
+            log_failed(G::NAME, &error);
             if catch(|| downstream.on_error(error)).is_err() {
                 tracing::error!("subscriber panicked in on_error (rule 2.13)");
             }
@@ -917,6 +935,32 @@ where
             tracing::error!("a subscriber panicked while being dropped; contained");
         }
     }
+}
+
+/// The event of a stage that ends its subscriber's stream with `error` (debug,
+/// target `weir::stage`). Once per subscription, out of the pass's way.
+#[cold]
+#[inline(never)]
+fn log_failed(stage: &'static str, error: &Error) {
+    tracing::debug!(
+        target: "weir::stage",
+        stage,
+        kind = ?error.kind(),
+        %error,
+        "stage ended its stream with an error"
+    );
+}
+
+/// The event of a stage whose subscriber cancelled (debug, target `weir::stage`).
+/// Once per subscription; one call site for every stage type.
+#[cold]
+#[inline(never)]
+fn log_cancelled(stage: &'static str) {
+    tracing::debug!(
+        target: "weir::stage",
+        stage,
+        "stage cancelled by its subscriber"
+    );
 }
 
 /// Why a subscription ended.

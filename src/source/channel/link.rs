@@ -26,7 +26,7 @@ use super::admission::{Admission, Assessed, Refusal, Rungs, Step};
 use super::marks::{FlowState, WaterMarks};
 use super::ChannelPolicy;
 use crate::loom::fence;
-use crate::metrics::{DropHook, QueueGauge, Sweep};
+use crate::metrics::{crossed_power_of_two, drop_summary, DropHook, QueueGauge, Sweep};
 use crate::queue::claim::{ClaimRing, Pop, Reader, Refused};
 use crate::queue::timed::TimedQueue;
 use crate::runtime::backoff::Backoff;
@@ -375,8 +375,12 @@ pub(super) struct Chan<T> {
     /// Where drops are reported: the hook given to the builder, or else the
     /// subscriber's (set when it attaches).
     hook: OnceLock<DropHook>,
-    /// Drops seen without a hook, for rate-limited logging.
-    unhooked: AtomicU64,
+    /// Drops so far by reason, hook or not, and the totals the last summary
+    /// reported: the rate-limited drop summary's running totals
+    /// ([`count_drops`](Self::count_drops)). Statistics for logging only, so std's
+    /// atomics even in loom models.
+    dropped: [std::sync::atomic::AtomicU64; DropReason::COUNT],
+    reported: [std::sync::atomic::AtomicU64; DropReason::COUNT],
     capacity: usize,
     batch_size: usize,
     /// Lane mode: a claim ring of one batch that senders fill while a downstream
@@ -436,7 +440,8 @@ impl<T: Send + 'static> Chan<T> {
             vacant: AtomicBool::new(true),
             passed: crate::loom::Padded::new(AtomicU64::new(0)),
             hook: cell,
-            unhooked: AtomicU64::new(0),
+            dropped: Default::default(),
+            reported: Default::default(),
             capacity: queue_capacity,
             batch_size,
             lane,
@@ -657,23 +662,35 @@ impl<T: Send + 'static> Chan<T> {
     }
 
     fn report_drop(&self, reason: DropReason, item: T) {
-        match self.hook.get() {
-            Some(hook) => hook.report(STAGE, reason, item),
-            None => self.unhooked(reason, 1),
+        if let Some(hook) = self.hook.get() {
+            hook.report(STAGE, reason, item);
+        }
+        self.count_drops(reason, 1);
+    }
+
+    /// `n` drops of `reason` for the rate-limited summary: an event when the running
+    /// total reaches a power of two (never one per item), and at the end
+    /// ([`summarize_drops_at_end`](Self::summarize_drops_at_end)).
+    fn count_drops(&self, reason: DropReason, n: u64) {
+        let at = reason as usize;
+        // Relaxed: statistics for the summary only.
+        let before = self.dropped[at].fetch_add(n, Ordering::Relaxed);
+        if crossed_power_of_two(before, before + n) {
+            self.reported[at].fetch_max(before + n, Ordering::Relaxed);
+            drop_summary(STAGE, reason, before + n, self.hook.get().is_some(), false);
         }
     }
 
-    fn unhooked(&self, reason: DropReason, n: u64) {
-        // Relaxed: a statistic for rate-limited logging only.
-        let before = self.unhooked.fetch_add(n, Ordering::Relaxed);
-        let after = before + n;
-        if (before + 1..=after).any(u64::is_power_of_two) {
-            tracing::debug!(
-                target: "weir::channel",
-                ?reason,
-                dropped = after,
-                "channel dropped items without a drop hook (add PublisherExt::on_dropped to see them)"
-            );
+    /// The subscription is over: report each reason's total if drops came after its
+    /// last summary.
+    fn summarize_drops_at_end(&self) {
+        for reason in DropReason::ALL {
+            let at = reason as usize;
+            // Relaxed: statistics for the summary only.
+            let total = self.dropped[at].load(Ordering::Relaxed);
+            if total > self.reported[at].fetch_max(total, Ordering::Relaxed) {
+                drop_summary(STAGE, reason, total, self.hook.get().is_some(), true);
+            }
         }
     }
 
@@ -746,20 +763,48 @@ impl<T: Send + 'static> Chan<T> {
     }
 
     /// Mirror a change of rungs for the lock-free state, and log it (once per change,
-    /// never per item).
+    /// never per item: the rungs are compared as a byte, and nothing else is done
+    /// unless they changed).
     fn publish_rungs(&self, before: Rungs, after: Rungs, depth: usize) {
         if before == after {
             return;
         }
         // Relaxed: advisory mirror; the authoritative rungs are under the lock.
         self.rungs.store(after.0, Ordering::Relaxed);
-        tracing::debug!(
-            target: "weir::channel",
-            depth,
-            from = %self.admission.flow(before),
-            to = %self.admission.flow(after),
-            "channel flow state changed"
-        );
+        self.log_flow(before, after, depth);
+    }
+
+    /// The event of a flow-state change (target `weir::channel`): `info` when the
+    /// pause or the shed rung turned on or off (rare with marks apart, and what an
+    /// operator wants to see), `debug` when only the reduce rung moved. Emitted under
+    /// the state lock, so events come in the order of the changes; out of line, as
+    /// changes are rare.
+    #[cold]
+    #[inline(never)]
+    fn log_flow(&self, before: Rungs, after: Rungs, depth: usize) {
+        let (from, to) = (self.admission.flow(before), self.admission.flow(after));
+        let capacity = self.capacity;
+        if before.has(Rungs::PAUSE) != after.has(Rungs::PAUSE)
+            || before.has(Rungs::SHED) != after.has(Rungs::SHED)
+        {
+            tracing::info!(
+                target: "weir::channel",
+                %from,
+                %to,
+                depth,
+                capacity,
+                "channel flow state changed"
+            );
+        } else {
+            tracing::debug!(
+                target: "weir::channel",
+                %from,
+                %to,
+                depth,
+                capacity,
+                "channel flow state changed"
+            );
+        }
     }
 
     /// The flow state senders read (lock-free, advisory).
@@ -936,19 +981,17 @@ impl<T: Send + 'static> Chan<T> {
             .filter(|(_, n)| *n > 0);
         match self.hook.get() {
             Some(hook) => {
-                for (reason, n) in counts {
+                for (reason, n) in counts.clone() {
                     hook.drops().add(reason, n);
                 }
                 for (reason, item) in expired.drain(..) {
                     hook.hand_over(STAGE, reason, item);
                 }
             }
-            None => {
-                expired.clear();
-                for (reason, n) in counts {
-                    self.unhooked(reason, n);
-                }
-            }
+            None => expired.clear(),
+        }
+        for (reason, n) in counts {
+            self.count_drops(reason, n);
         }
     }
 
@@ -967,11 +1010,23 @@ impl<T: Send + 'static> Chan<T> {
             let now = self.gauge.now();
             self.flush(&mut st, now);
             let before = std::mem::take(&mut st.rungs);
-            self.publish_rungs(before, st.rungs, 0);
+            if before != st.rungs {
+                // Relaxed: advisory mirror, as in `publish_rungs`. Not a flow change
+                // producers act on (they now get `Closed`): debug, not info.
+                self.rungs.store(st.rungs.0, Ordering::Relaxed);
+                tracing::debug!(
+                    target: "weir::channel",
+                    from = %self.admission.flow(before),
+                    depth = released.len(),
+                    capacity = self.capacity,
+                    "channel closed; its flow state is reset"
+                );
+            }
             (released, self.wake_all(&mut st))
         };
         wake.run();
         drop(released);
+        self.summarize_drops_at_end();
     }
 }
 

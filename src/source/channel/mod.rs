@@ -23,8 +23,10 @@
 //! * **Water marks**: when an offer brings the depth to the high mark the channel turns
 //!   [`Paused`](FlowState::Paused); when delivery brings it down to the low mark it turns
 //!   [`Flowing`](FlowState::Flowing) again and wakes [`Sender::resumed`] /
-//!   [`Sender::wait_resumed`]. Each change is a `tracing` debug event (target
-//!   `weir::channel`), never one per item. Paused is advice: a cooperative producer
+//!   [`Sender::wait_resumed`]. Each change is a `tracing` event (target
+//!   `weir::channel`; fields `from`, `to`, `depth`, `capacity`), never one per item:
+//!   `info` when the pause (or an admission ladder's shed rung) turns on or off,
+//!   `debug` when only the reduce rung moves. Paused is advice: a cooperative producer
 //!   stops producing, but whatever it still offers is handled by the policy up to
 //!   capacity (that room above the high mark is what [`WaterMarks::derive`] sizes).
 //! * **Delivery** is demand-driven, through one [`Wip`](crate::drain::Wip) drain loop.
@@ -111,7 +113,9 @@
 //! to [`ChannelBuilder::drop_hook`], which sees every drop from the first send, or
 //! else the subscriber's ([`PublisherExt::on_dropped`](crate::PublisherExt::on_dropped)
 //! downstream), which sees the drops made once it is subscribed. Drops with no hook
-//! are still counted in the [`monitor`](Channel::monitor) and logged (rate-limited).
+//! are still counted in the [`monitor`](Channel::monitor). Hook or not, drops are
+//! logged as a rate-limited summary (debug, target `weir::drops`: the running total
+//! per reason at each power of two, and at the end), never one event per item.
 //!
 //! # Stats
 //!
