@@ -7,7 +7,8 @@
 //! registration. The registration ends at the stage's terminal signal, or when the
 //! stage drops its subscriber (after a cancel, rule 3.13, or a panic): whichever
 //! comes first. Every other signal, batches and sealed fast paths included, passes
-//! straight through, so naming a stage costs nothing per item.
+//! straight through, so naming a stage costs nothing per item. A fused synchronous
+//! chain has no stage to list: its fold passes through untouched.
 //!
 //! While the stage subscribes its upstream, it is the thread's current named stage
 //! (`Scope::run`): a named stage upstream that enters then records it as its
@@ -111,17 +112,14 @@ impl<P: Publisher> Publisher for Named<P> {
         self.source.fuses(sealed)
     }
 
+    #[inline]
     fn fold_fused<A, G>(self, init: A, downstream: G, sealed: Sealed) -> Result<A, Error>
     where
         A: Send + 'static,
         G: FnMut(A, P::Item) -> A + Send + 'static,
     {
-        // The fused loop is the stage's whole life: registered for its duration.
-        let registration = self.enter();
-        let source = self.source;
-        registration
-            .scope()
-            .run(move || source.fold_fused(init, downstream, sealed))
+        // A fused chain has no stage: one loop in the caller, nothing to list.
+        self.source.fold_fused(init, downstream, sealed)
     }
 }
 

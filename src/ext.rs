@@ -1178,7 +1178,8 @@ pub trait PublisherExt: Publisher + Sized {
     /// The stage enters the registry when it is subscribed (each subscription of a
     /// cloned publisher is an entry of its own) and leaves when its stream ends:
     /// completion, error, cancel, or a panic that ends it. A fused synchronous chain
-    /// (`range(..).map(..).name(..).fold(..)`) is listed while its loop runs.
+    /// (`range(..).map(..).name(..).fold(..)`, one loop in the caller with no stage
+    /// and no subscription) is not listed: naming leaves it compiled as it was.
     ///
     /// # Backpressure
     ///

@@ -287,3 +287,26 @@ fn pipelines_are_told_apart_and_merged_sources_join_their_downstream() {
     alone_probe.cancel();
     assert!(registry.is_empty(), "{}", registry.snapshot());
 }
+
+#[test]
+fn a_fused_synchronous_chain_is_not_listed() {
+    // The fold runs as one loop in the caller: no stage, no subscription. The
+    // closure looks at the registry from inside the loop.
+    let registry = Registry::new();
+    let seen = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(usize::MAX));
+    let probe = (registry.clone(), seen.clone());
+    let sum = weir::range(0u64..10)
+        .map(move |x| {
+            probe
+                .1
+                .store(probe.0.len(), std::sync::atomic::Ordering::Relaxed);
+            x
+        })
+        .name("fused")
+        .registry(&registry)
+        .fold(0u64, |a, x| a + x)
+        .wait()
+        .unwrap();
+    assert_eq!(sum, 45);
+    assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
