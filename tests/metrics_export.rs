@@ -231,3 +231,32 @@ fn a_zero_period_is_refused() {
     let pool = ThreadPool::builder().threads(1).build();
     let _handle = Exporter::new(&Registry::new()).every(Duration::ZERO, pool);
 }
+
+#[test]
+fn a_paused_channel_advises_a_rate_of_zero() {
+    endpoint(); // the recorder is installed before anything is exported
+    let registry = Registry::new();
+    let mut exporter = Exporter::new(&registry);
+    let stage = "export-paused";
+    let (tx, rx) = weir::source::channel::ChannelBuilder::new(10, ChannelPolicy::Backpressure)
+        .water_marks(weir::source::channel::WaterMarks::new(4, 1))
+        .build::<u32>();
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    rx.name(stage).registry(&registry).subscribe(subscriber);
+    exporter.export();
+    let flow = || {
+        value(
+            &scrape(),
+            "weir_queue_flow_rate_factor",
+            &[("stage", stage)],
+        )
+    };
+    assert_eq!(flow(), Some(1.0));
+    for i in 0..4 {
+        tx.try_send(i).unwrap();
+    }
+    exporter.export();
+    assert_eq!(flow(), Some(0.0));
+    probe.cancel();
+}

@@ -16,6 +16,7 @@
 //! | `weir_queue_oldest_age_seconds` | gauge | `stage` | the oldest item's age (0 when empty) |
 //! | `weir_queue_lag_seconds` | gauge | `stage` | depth ÷ drain rate (+Inf while nothing drains) |
 //! | `weir_queue_blocked_seconds` | gauge | `stage` | time producers waited for room, in the running stages |
+//! | `weir_queue_flow_rate_factor` | gauge | `stage` | a push source's advised send rate: 1 flowing, the rung's factor, 0 paused (the smallest; 1 without one) |
 //! | `weir_queue_enqueued_total` | counter | `stage` | items accepted |
 //! | `weir_queue_dequeued_total` | counter | `stage` | items taken out |
 //! | `weir_queue_rejected_total` | counter | `stage` | items handed back to their producer |
@@ -129,6 +130,8 @@ struct Gauges {
     oldest: f64,
     lag: f64,
     blocked: f64,
+    /// The smallest advised rate factor (1 when no queue has a flow state).
+    flow: Option<f64>,
 }
 
 impl Exporter {
@@ -167,6 +170,10 @@ impl Exporter {
                     .lag
                     .max(q.lag().map_or(f64::INFINITY, |l| l.as_secs_f64()));
                 g.blocked += q.blocked.as_secs_f64();
+                if let Some(flow) = q.flow {
+                    let factor = flow.rate_factor();
+                    g.flow = Some(g.flow.map_or(factor, |f| f.min(factor)));
+                }
             }
         }
         for (name, g) in &gauges {
@@ -279,6 +286,10 @@ fn describe() {
         Unit::Seconds,
         "Time producers of the running stages waited for room"
     );
+    describe_gauge!(
+        "weir_queue_flow_rate_factor",
+        "A push source's advised send rate: 1 flowing, 0 paused"
+    );
     describe_counter!("weir_queue_enqueued_total", Unit::Count, "Items accepted");
     describe_counter!("weir_queue_dequeued_total", Unit::Count, "Items taken out");
     describe_counter!(
@@ -306,7 +317,8 @@ fn record_gauges(name: &str, g: &Gauges) {
     metrics::gauge!("weir_queue_capacity", "stage" => stage.clone()).set(g.capacity as f64);
     metrics::gauge!("weir_queue_oldest_age_seconds", "stage" => stage.clone()).set(g.oldest);
     metrics::gauge!("weir_queue_lag_seconds", "stage" => stage.clone()).set(g.lag);
-    metrics::gauge!("weir_queue_blocked_seconds", "stage" => stage).set(g.blocked);
+    metrics::gauge!("weir_queue_blocked_seconds", "stage" => stage.clone()).set(g.blocked);
+    metrics::gauge!("weir_queue_flow_rate_factor", "stage" => stage).set(g.flow.unwrap_or(1.0));
 }
 
 fn record_counts(name: &str, c: &Counts) {

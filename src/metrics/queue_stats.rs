@@ -24,7 +24,7 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 #[cfg(doc)]
@@ -76,6 +76,10 @@ pub struct QueueStats {
     pub arrival_rate: f64,
     /// Estimated items per second taken out of the queue.
     pub drain_rate: f64,
+    /// The flow state a push source's senders read now (`Flowing`, `Paused` by its
+    /// water marks, a rung of its admission ladder); `None` for queues that have
+    /// none (boundaries, `on_backpressure_buffer`).
+    pub flow: Option<crate::source::channel::FlowState>,
 }
 
 impl QueueStats {
@@ -211,7 +215,12 @@ pub(crate) struct QueueGauge {
     /// The queue's owner (the latest subscription's), asked to take its dead items
     /// out before a snapshot.
     sweeper: Mutex<Option<Weak<dyn Sweep>>>,
+    /// Reads the flow state, for a queue that has one (a push source).
+    flow: OnceLock<FlowReader>,
 }
+
+/// Reads a push source's flow state for a snapshot.
+type FlowReader = Box<dyn Fn() -> crate::source::channel::FlowState + Send + Sync>;
 
 /// A queue that can publish the counts it holds back and take out the items that
 /// died in it (past their maximum age) without a reader, so that its statistics
@@ -254,8 +263,18 @@ impl QueueGauge {
                 drain: WindowedRate::new(origin),
             }),
             sweeper: Mutex::new(None),
+            flow: OnceLock::new(),
             clock,
         })
+    }
+
+    /// Give the gauge its queue's flow state (a push source, once, at construction).
+    pub(crate) fn set_flow(
+        &self,
+        read: impl Fn() -> crate::source::channel::FlowState + Send + Sync + 'static,
+    ) {
+        // Set once: a second call would be a bug of the caller, and is ignored.
+        let _ = self.flow.set(Box::new(read));
     }
 
     /// Ask `sweeper` to take its dead items out before each snapshot (the latest
@@ -360,6 +379,7 @@ impl QueueGauge {
             late: self.late.load(Ordering::Relaxed),
             arrival_rate: rates.arrival.rate(now, window),
             drain_rate: rates.drain.rate(now, window),
+            flow: self.flow.get().map(|read| read()),
         }
     }
 }

@@ -337,16 +337,17 @@ pub struct StageSnapshot {
 
 impl fmt::Display for RegistrySnapshot {
     /// An aligned table: one line per stage (name, depth/capacity, oldest age, lag,
-    /// time to drain, drops, rejected, blocked time, pauses, in-flight bound); `-`
+    /// time to drain, drops, rejected, blocked time, pauses, flow state, in-flight
+    /// bound); `-`
     /// where a stage holds no queue or a figure is not defined, `∞` for a lag or
     /// drain time that does not end at the current rates. Then one line per pipeline
     /// of two named stages or more: the chain, its bound, where the backlog is.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const HEADER: [&str; 10] = [
+        const HEADER: [&str; 11] = [
             "stage", "depth", "oldest", "lag", "drain in", "dropped", "rejected", "blocked",
-            "pauses", "bound",
+            "pauses", "flow", "bound",
         ];
-        let rows: Vec<[String; 10]> = self.stages.iter().map(row).collect();
+        let rows: Vec<[String; 11]> = self.stages.iter().map(row).collect();
         let mut widths = HEADER.map(|h| h.chars().count());
         for row in &rows {
             for (width, cell) in widths.iter_mut().zip(row) {
@@ -393,7 +394,7 @@ impl fmt::Display for RegistrySnapshot {
 }
 
 /// One stage's cells, in the order of the table's header.
-fn row(stage: &StageSnapshot) -> [String; 10] {
+fn row(stage: &StageSnapshot) -> [String; 11] {
     let secs = |d: Option<std::time::Duration>| match d {
         Some(d) => format!("{:.3}s", d.as_secs_f64()),
         None => "∞".to_owned(),
@@ -411,10 +412,12 @@ fn row(stage: &StageSnapshot) -> [String; 10] {
             q.rejected.to_string(),
             format!("{:.3}s", q.blocked.as_secs_f64()),
             q.pauses.to_string(),
+            q.flow.map_or_else(dash, |flow| flow.to_string()),
             stage.in_flight_bound.to_string(),
         ],
         None => [
             stage.name.clone(),
+            dash(),
             dash(),
             dash(),
             dash(),
@@ -460,6 +463,6 @@ mod tests {
         assert!(lines[1].starts_with("a "), "{table}");
         assert!(lines[1].ends_with(" 7"), "{table}");
         assert!(lines[2].ends_with("1000000"), "{table}");
-        assert_eq!(lines[1].matches(" -").count(), 8, "{table}");
+        assert_eq!(lines[1].matches(" -").count(), 9, "{table}");
     }
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use weir::metrics::Registry;
 use weir::prelude::*;
 use weir::runtime::ThreadPool;
-use weir::source::channel::ChannelPolicy;
+use weir::source::channel::{ChannelBuilder, ChannelPolicy, FlowState, WaterMarks};
 use weir::tck::TestSubscriber;
 use weir::Overflow;
 
@@ -78,6 +78,10 @@ fn a_three_stage_pipeline_is_listed_with_the_figures_of_each_stages_monitor() {
             "{name}"
         );
     }
+    // Only the push source has a flow state.
+    let flow = |name: &str| snapshot.stage(name).unwrap().queue.as_ref().unwrap().flow;
+    assert_eq!(flow("ingest"), Some(FlowState::Flowing));
+    assert_eq!((flow("hop"), flow("buffer")), (None, None));
     let buffer_row = snapshot.stage("buffer").unwrap();
     assert_eq!(buffer_row.queue.as_ref().unwrap().capacity, 20);
     assert_eq!(buffer_row.in_flight_bound, bound, "{snapshot}");
@@ -309,4 +313,37 @@ fn a_fused_synchronous_chain_is_not_listed() {
         .unwrap();
     assert_eq!(sum, 45);
     assert_eq!(seen.load(std::sync::atomic::Ordering::Relaxed), 0);
+}
+
+#[test]
+fn a_paused_channel_is_listed_as_paused() {
+    let registry = Registry::new();
+    let (tx, rx) = ChannelBuilder::new(10, ChannelPolicy::Backpressure)
+        .water_marks(WaterMarks::new(8, 2))
+        .build::<u32>();
+    let subscriber = TestSubscriber::<u32>::new();
+    let probe = subscriber.probe();
+    rx.name("marked").registry(&registry).subscribe(subscriber);
+    for i in 0..8 {
+        tx.try_send(i).unwrap();
+    }
+    assert_eq!(tx.state(), FlowState::Paused);
+    let snapshot = registry.snapshot();
+    let queue = snapshot.stage("marked").unwrap().queue.clone().unwrap();
+    assert_eq!((queue.depth, queue.flow), (8, Some(FlowState::Paused)));
+    assert!(snapshot.to_string().contains(" paused "), "{snapshot}");
+    // Drained to the low mark: flowing again.
+    probe.request(6);
+    assert_eq!(
+        registry
+            .snapshot()
+            .stage("marked")
+            .unwrap()
+            .queue
+            .as_ref()
+            .unwrap()
+            .flow,
+        Some(FlowState::Flowing)
+    );
+    probe.cancel();
 }

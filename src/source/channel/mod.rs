@@ -584,6 +584,13 @@ impl ChannelBuilder {
         // and items that died while nobody reads leave.
         let sweeper: Arc<dyn crate::metrics::Sweep> = shared.clone();
         gauge.set_sweeper(Arc::downgrade(&sweeper));
+        // The flow state senders read, for snapshots (weak: a monitor does not keep
+        // the channel and its items alive).
+        let link = Arc::downgrade(&shared);
+        gauge.set_flow(move || {
+            link.upgrade()
+                .map_or(FlowState::Flowing, |link| link.stage().flow())
+        });
         (
             Sender {
                 shared: shared.clone(),
