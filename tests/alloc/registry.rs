@@ -12,26 +12,29 @@ fn add(acc: u64, x: u64) -> u64 {
     acc.wrapping_add(x)
 }
 
+/// `range(0..n)` → a buffer of 64 → `map`, each named, summed.
+fn named_pipeline(registry: &Registry, n: u64, overflow: Overflow) -> u64 {
+    weir::range(0..n)
+        .name("source")
+        .registry(registry)
+        .on_backpressure_buffer(64, overflow)
+        .name("buffer")
+        .registry(registry)
+        .map(|x| x * 3)
+        .name("triple")
+        .registry(registry)
+        .fold(0u64, add)
+        .wait()
+        .unwrap()
+}
+
 #[test]
 fn a_named_synchronous_pipeline_allocates_nothing_per_item() {
     let registry = Registry::new();
     assert_flat(
         "range, buffer, map, each named, into a fold",
         40,
-        |n| {
-            weir::range(0..n)
-                .name("source")
-                .registry(&registry)
-                .on_backpressure_buffer(64, Overflow::Error)
-                .name("buffer")
-                .registry(&registry)
-                .map(|x| x * 3)
-                .name("triple")
-                .registry(&registry)
-                .fold(0u64, add)
-                .wait()
-                .unwrap()
-        },
+        |n| named_pipeline(&registry, n, Overflow::Error),
         |n| (0..n).map(|x| x * 3).fold(0, add),
     );
     assert!(registry.is_empty());
@@ -71,20 +74,7 @@ fn named_stages_with_tracing_listening_allocate_nothing_per_item() {
         assert_flat(
             "range, buffer, map, each named, into a fold, traced at DEBUG",
             200,
-            |n| {
-                weir::range(0..n)
-                    .name("source")
-                    .registry(&registry)
-                    .on_backpressure_buffer(64, Overflow::DropOldest)
-                    .name("buffer")
-                    .registry(&registry)
-                    .map(|x| x * 3)
-                    .name("triple")
-                    .registry(&registry)
-                    .fold(0u64, add)
-                    .wait()
-                    .unwrap()
-            },
+            |n| named_pipeline(&registry, n, Overflow::DropOldest),
             |n| (0..n).map(|x| x * 3).fold(0, add),
         );
     });
