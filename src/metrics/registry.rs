@@ -9,22 +9,9 @@
 //! drops by reason, blocked time and pauses; any other named stage enters with its
 //! in-flight bound only.
 //!
-//! # Pipelines
-//!
-//! Subscribing runs from the last stage up to the source, on one thread for every
-//! stage that subscribes its upstream at once (all but `subscribe_on` and a hub
-//! waiting for its subscribers). While a named stage subscribes its upstream, it is
-//! the *current* named stage of that thread (per registry); a named stage further up
-//! enters with it as its downstream. [`RegistrySnapshot::pipelines`] follows these
-//! links: one [`Pipeline`] per named stage that has no named downstream, its named
-//! stages upstream of it in order, the backlog (the deepest queue) pointed out.
-//!
-//! # Cost
-//!
-//! Entering and leaving take the registry's lock once each, when the stage is
-//! subscribed and when it ends; nothing is done per item (the stage's queue already
-//! keeps its figures in its gauge, once per batch). A snapshot takes the lock long
-//! enough to clone the entries, then reads each monitor without it.
+//! Pipelines and cost: see [`Registry`]. The links between named stages come from a
+//! thread-local stack of the named stages subscribing on this thread
+//! (`SUBSCRIBING`, pushed by [`Scope::run`]).
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -33,7 +20,30 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use super::{QueueMonitor, QueueStats};
 
-/// A set of named stages of running pipelines; see the [module docs](self).
+/// A set of named stages of running pipelines.
+///
+/// A stage named with [`PublisherExt::name`](crate::PublisherExt::name) enters a
+/// registry when it is subscribed and leaves it when its subscription ends
+/// (completion, error, cancel, or a panic that drops it). A stage that holds a queue
+/// enters with its [`QueueMonitor`], so [`snapshot`](Self::snapshot) reads its
+/// queue's figures; any other named stage enters with its in-flight bound only.
+///
+/// # Pipelines
+///
+/// Subscribing runs from the last stage up to the source, on one thread for every
+/// stage that subscribes its upstream at once (all but `subscribe_on` and a hub
+/// waiting for its subscribers). While a named stage subscribes its upstream, it is
+/// the *current* named stage of that thread (per registry); a named stage further up
+/// enters with it as its downstream. [`RegistrySnapshot::pipelines`] follows these
+/// links: one [`Pipeline`] per named stage that has no named downstream, its named
+/// stages upstream of it in order, the backlog (the deepest queue) pointed out.
+///
+/// # Cost
+///
+/// Entering and leaving take the registry's lock once each, when the stage is
+/// subscribed and when it ends; nothing is done per item (the stage's queue already
+/// keeps its figures in its gauge, once per batch). A snapshot takes the lock long
+/// enough to clone the entries, then reads each monitor without it.
 ///
 /// Cloning gives another handle on the same registry. Tests use their own
 /// ([`Registry::new`]); applications usually read [`Registry::global`], which every
@@ -260,8 +270,8 @@ impl RegistrySnapshot {
     }
 
     /// The pipelines: one per named stage without a named downstream (its last
-    /// named stage), with the named stages linked upstream of it; see the [module
-    /// docs](self#pipelines).
+    /// named stage), with the named stages linked upstream of it; see [`Registry`'s
+    /// docs](Registry#pipelines).
     pub fn pipelines(&self) -> Vec<Pipeline> {
         let by_id: BTreeMap<u64, &StageSnapshot> = self.stages.iter().map(|s| (s.id, s)).collect();
         let mut upstreams: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
