@@ -260,3 +260,42 @@ fn a_paused_channel_advises_a_rate_of_zero() {
     assert_eq!(flow(), Some(0.0));
     probe.cancel();
 }
+
+#[test]
+fn a_named_hub_subscriber_exports_its_lag_and_skips() {
+    endpoint(); // the recorder is installed before anything is exported
+    let registry = Registry::new();
+    let mut exporter = Exporter::new(&registry);
+    let stage = "export-hub-member";
+    let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+    let hub = weir::hub::Hub::builder(rx, 16).build();
+    let audit = hub.clone().fold(0u64, |n, _| n + 1);
+    let subscriber = TestSubscriber::<u64>::new(); // asks for nothing
+    let probe = subscriber.probe();
+    hub.join(weir::hub::Policy::DropOldest)
+        .named(stage)
+        .registry(&registry)
+        .subscribe(subscriber);
+    for i in 0..100 {
+        tx.try_send(i).unwrap();
+    }
+    exporter.export();
+    let body = scrape();
+    let of = |metric: &str, labels: &[(&str, &str)]| value(&body, metric, labels);
+    assert_eq!(
+        of("weir_queue_depth", &[("stage", stage)]),
+        Some(16.0),
+        "{body}"
+    );
+    assert_eq!(
+        of(
+            "weir_dropped_total",
+            &[("stage", stage), ("reason", "overflow_oldest")]
+        ),
+        Some(84.0),
+        "{body}"
+    );
+    probe.cancel();
+    drop(tx);
+    assert_eq!(audit.wait().unwrap(), 100);
+}

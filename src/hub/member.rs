@@ -25,6 +25,8 @@ pub(crate) struct Batch<T> {
     items: Vec<T>,
     /// Its downstream's drop hook, for what its policy skips.
     drops: DropReporter,
+    /// Its place in a registry, for a named subscriber (let go when it ends).
+    registration: Option<crate::metrics::Registration>,
 }
 
 /// Subscribe `subscriber` as member `id` of the hub. `register` runs while the new
@@ -34,6 +36,7 @@ pub(crate) fn attach<T, S>(
     shared: Arc<Shared<T>>,
     id: u64,
     subscriber: S,
+    registration: Option<crate::metrics::Registration>,
     register: impl FnOnce(Arc<dyn CoreHandle>),
 ) where
     T: Clone + Send + 'static,
@@ -43,6 +46,7 @@ pub(crate) fn attach<T, S>(
     let batch = Batch {
         items: Vec::with_capacity(HUB_BATCH.min(shared.capacity)),
         drops: DropReporter::new("share", hook),
+        registration,
     };
     let core = Core::new(MemberStage { shared, id });
     core.attach_then(batch, subscriber, |core| {
@@ -100,6 +104,7 @@ impl<T: Clone + Send + 'static> Stage for MemberStage<T> {
 
     fn stop(&self, batch: &mut Batch<T>) {
         batch.items.clear();
+        batch.registration = None;
         self.shared.leave(self.id);
     }
 }

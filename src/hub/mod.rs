@@ -120,7 +120,7 @@
 #[cfg(all(test, weir_loom))]
 mod loom_tests;
 mod member;
-mod ring;
+pub(crate) mod ring;
 
 use std::fmt;
 use std::sync::Arc;
@@ -625,6 +625,12 @@ impl<T: Clone + Send + 'static> Shared<T> {
         self.upstream.cancel();
     }
 
+    /// One subscriber's figures now, if it is still there.
+    fn subscriber_stats(&self, id: u64) -> Option<SubscriberStats> {
+        let (_, _, _, members) = self.lock().ring.stats(Instant::now());
+        members.into_iter().find(|m| m.id == id)
+    }
+
     /// Upstream's bound, the ring, and one batch on its way to a subscriber.
     fn in_flight_bound(&self) -> u64 {
         self.upstream_bound
@@ -715,6 +721,7 @@ impl<T: Clone + Send + 'static> Hub<T> {
             shared: self.shared.clone(),
             policy,
             name: None,
+            registry: None,
         }
     }
 
@@ -854,6 +861,8 @@ pub struct Join<T: Clone + Send + 'static> {
     shared: Arc<Shared<T>>,
     policy: Policy,
     name: Option<String>,
+    /// Where a named subscriber is listed (`None`: the global registry).
+    registry: Option<crate::metrics::Registry>,
 }
 
 impl<T: Clone + Send + 'static> Clone for Join<T> {
@@ -862,6 +871,7 @@ impl<T: Clone + Send + 'static> Clone for Join<T> {
             shared: self.shared.clone(),
             policy: self.policy,
             name: self.name.clone(),
+            registry: self.registry.clone(),
         }
     }
 }
@@ -876,9 +886,36 @@ impl<T: Clone + Send + 'static> fmt::Debug for Join<T> {
 }
 
 impl<T: Clone + Send + 'static> Join<T> {
-    /// Name the subscriber in [`Hub::stats`] and in its `Lagged` error.
+    /// Name the subscriber in [`Hub::stats`] and in its `Lagged` error, and list it
+    /// in the [`Registry`](crate::metrics::Registry) while it is subscribed (with its
+    /// lag in items and seconds, skipped items and state: a
+    /// [`StageSnapshot::subscriber`](crate::metrics::StageSnapshot::subscriber)).
     pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = Some(name.into());
+        self
+    }
+
+    /// List a [named](Self::named) subscriber in `registry` instead of
+    /// [`Registry::global`](crate::metrics::Registry::global).
+    ///
+    /// ```
+    /// use weir::hub::{Hub, Policy};
+    /// use weir::metrics::Registry;
+    /// use weir::prelude::*;
+    ///
+    /// let registry = Registry::new();
+    /// let hub = Hub::builder(weir::range(0u32..100), 16).build();
+    /// let items = hub
+    ///     .join(Policy::DropOldest)
+    ///     .named("dashboard")
+    ///     .registry(&registry)
+    ///     .blocking_iter(1);
+    /// let listed = registry.snapshot();
+    /// assert!(listed.stage("dashboard").unwrap().subscriber.is_some());
+    /// drop(items);
+    /// ```
+    pub fn registry(mut self, registry: &crate::metrics::Registry) -> Self {
+        self.registry = Some(registry.clone());
         self
     }
 }
@@ -893,13 +930,22 @@ impl<T: Clone + Send + 'static> Publisher for Join<T> {
         let shared = self.shared;
         // Relaxed: a unique number; nothing is published with it.
         let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
+        let registration = self.name.as_ref().map(|name| {
+            let hub = Arc::downgrade(&shared);
+            let read: crate::metrics::ReadSubscriber =
+                Arc::new(move || hub.upgrade()?.subscriber_stats(id));
+            self.registry
+                .as_ref()
+                .unwrap_or(crate::metrics::Registry::global())
+                .enter_subscriber(name.as_str().into(), shared.in_flight_bound(), read)
+        });
         let (policy, name) = (self.policy, self.name);
         // For the event below (the ring keeps the name): once per subscription.
         let label = name.clone();
         let mut connect = None;
         let mut lingering = None;
         let mut joined = None;
-        member::attach(shared.clone(), id, subscriber, |handle| {
+        member::attach(shared.clone(), id, subscriber, registration, |handle| {
             let mut state = shared.lock();
             if matches!(state.phase, Phase::Stopped) {
                 let error = Error::cancelled_with(

@@ -518,7 +518,7 @@ fn cut<H>(member: &mut Member<H>, lag: u64, why: String) {
 }
 
 /// The reason a lossy policy's skipped items count under.
-fn drop_reason(policy: Policy) -> DropReason {
+pub(crate) fn drop_reason(policy: Policy) -> DropReason {
     match policy {
         Policy::Latest => DropReason::ReplacedByLatest,
         _ => DropReason::OverflowOldest,

@@ -23,6 +23,11 @@
 //! | `weir_queue_pauses_total` | counter | `stage` | times the high water mark paused producers |
 //! | `weir_dropped_total` | counter | `stage`, `reason` | items dropped, by reason |
 //!
+//! A named hub subscriber ([`Join::named`](crate::hub::Join::named)) reads as a
+//! queue of the items it has not read: `weir_queue_depth` its lag in items,
+//! `weir_queue_oldest_age_seconds` the age of its next item, `weir_queue_dequeued_total`
+//! what it was handed, `weir_dropped_total` what its policy skipped.
+//!
 //! Stages that share a name are summed (the ages and the lag: the largest). Counters
 //! only grow: each export adds what every stage counted since the previous export,
 //! so a stage that ends keeps what it had counted by then (what it counted after the
@@ -79,6 +84,19 @@ struct Counts {
 
 impl Counts {
     fn of(stage: &StageSnapshot) -> Counts {
+        if let Some(s) = &stage.subscriber {
+            // A hub subscriber: what it was handed, and what its policy skipped.
+            let mut dropped = [0; DropReason::COUNT];
+            let reason = crate::hub::ring::drop_reason(s.policy);
+            if let Some(at) = DropReason::ALL.iter().position(|r| *r == reason) {
+                dropped[at] = s.dropped;
+            }
+            return Counts {
+                dequeued: s.delivered,
+                dropped,
+                ..Counts::default()
+            };
+        }
         stage
             .queue
             .as_ref()
@@ -162,6 +180,10 @@ impl Exporter {
             let g = gauges.entry(&stage.name).or_default();
             g.stages += 1;
             g.bound = g.bound.saturating_add(stage.in_flight_bound);
+            if let Some(s) = &stage.subscriber {
+                g.depth += s.lag;
+                g.oldest = g.oldest.max(s.lag_seconds);
+            }
             if let Some(q) = &stage.queue {
                 g.depth += q.depth as u64;
                 g.capacity = g.capacity.saturating_add(q.capacity as u64);

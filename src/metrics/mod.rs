@@ -34,8 +34,8 @@ mod registry;
 pub(crate) use queue_stats::{QueueGauge, Sweep};
 pub use queue_stats::{QueueMonitor, QueueStats};
 pub use rate::{MAX_RATE_WINDOW, RATE_WINDOW};
-pub(crate) use registry::Registration;
 pub use registry::{Pipeline, Registry, RegistrySnapshot, StageSnapshot};
+pub(crate) use registry::{ReadSubscriber, Registration};
 
 use std::any::Any;
 use std::fmt;

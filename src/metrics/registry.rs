@@ -87,8 +87,13 @@ struct Entry {
     name: Arc<str>,
     in_flight_bound: u64,
     monitor: Option<QueueMonitor>,
+    /// A hub subscriber's figures, read from its hub.
+    subscriber: Option<ReadSubscriber>,
     downstream: Option<u64>,
 }
+
+/// Reads a hub subscriber's figures (`None` once its hub is gone).
+pub(crate) type ReadSubscriber = Arc<dyn Fn() -> Option<crate::hub::SubscriberStats> + Send + Sync>;
 
 thread_local! {
     /// The named stages subscribing their upstream on this thread, innermost last:
@@ -146,6 +151,7 @@ impl Registry {
                     name: entry.name.to_string(),
                     in_flight_bound: entry.in_flight_bound,
                     queue: entry.monitor.map(|m| m.snapshot()),
+                    subscriber: entry.subscriber.and_then(|read| read()),
                     downstream: entry.downstream,
                 })
                 .collect(),
@@ -159,6 +165,26 @@ impl Registry {
         name: Arc<str>,
         in_flight_bound: u64,
         monitor: Option<QueueMonitor>,
+    ) -> Registration {
+        self.enter_with(name, in_flight_bound, monitor, None)
+    }
+
+    /// [`enter`](Self::enter) a hub subscriber, with the reader of its figures.
+    pub(crate) fn enter_subscriber(
+        &self,
+        name: Arc<str>,
+        in_flight_bound: u64,
+        read: ReadSubscriber,
+    ) -> Registration {
+        self.enter_with(name, in_flight_bound, None, Some(read))
+    }
+
+    fn enter_with(
+        &self,
+        name: Arc<str>,
+        in_flight_bound: u64,
+        monitor: Option<QueueMonitor>,
+        subscriber: Option<ReadSubscriber>,
     ) -> Registration {
         let key = self.key();
         let downstream = SUBSCRIBING.with(|stack| {
@@ -178,6 +204,7 @@ impl Registry {
                 name,
                 in_flight_bound,
                 monitor,
+                subscriber,
                 downstream,
             },
         );
@@ -340,6 +367,10 @@ pub struct StageSnapshot {
     pub in_flight_bound: u64,
     /// Its queue's figures, for a stage that holds a queue.
     pub queue: Option<QueueStats>,
+    /// Its figures, for a named subscriber of a hub
+    /// ([`Join::named`](crate::hub::Join::named)): its lag in items and seconds,
+    /// what it was handed and what it skipped.
+    pub subscriber: Option<crate::hub::SubscriberStats>,
     /// The named stage it delivers to (its registration id), when that one
     /// subscribed it on the same thread; see [`RegistrySnapshot::pipelines`].
     pub downstream: Option<u64>,
@@ -350,7 +381,9 @@ impl fmt::Display for RegistrySnapshot {
     /// time to drain, drops, rejected, blocked time, pauses, flow state, in-flight
     /// bound); `-`
     /// where a stage holds no queue or a figure is not defined, `∞` for a lag or
-    /// drain time that does not end at the current rates. Then one line per pipeline
+    /// drain time that does not end at the current rates. A hub subscriber's line
+    /// shows its lag (items, then the age of its next item), its skipped items and
+    /// its state in the flow column. Then one line per pipeline
     /// of two named stages or more: the chain, its bound, where the backlog is.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const HEADER: [&str; 11] = [
@@ -410,6 +443,23 @@ fn row(stage: &StageSnapshot) -> [String; 11] {
         None => "∞".to_owned(),
     };
     let dash = || "-".to_owned();
+    if let Some(s) = &stage.subscriber {
+        // A hub subscriber: its lag is the ring's items it has not read, and the
+        // age of the next one.
+        return [
+            stage.name.clone(),
+            s.lag.to_string(),
+            format!("{:.3}s", s.lag_seconds),
+            dash(),
+            dash(),
+            s.dropped.to_string(),
+            dash(),
+            dash(),
+            dash(),
+            format!("{:?}", s.state).to_lowercase(),
+            stage.in_flight_bound.to_string(),
+        ];
+    }
     match &stage.queue {
         Some(q) => [
             stage.name.clone(),

@@ -6,6 +6,7 @@ mod conformance;
 mod connect;
 mod hostile;
 mod policies;
+mod registry;
 mod schedules;
 mod threads;
 
