@@ -28,6 +28,12 @@
 //! `weir_queue_oldest_age_seconds` the age of its next item, `weir_queue_dequeued_total`
 //! what it was handed, `weir_dropped_total` what its policy skipped.
 //!
+//! A named mux channel ([`ChannelSource::named`](crate::mux::ChannelSource::named))
+//! reads as a queue of what waits for it, staged at its sender or sent and not yet
+//! delivered (`weir_queue_depth`), with `weir_queue_enqueued_total` its items sent,
+//! `weir_queue_dequeued_total` its items delivered and `weir_queue_blocked_seconds`
+//! its sender's time without credit.
+//!
 //! Stages that share a name are summed (the ages and the lag: the largest). Counters
 //! only grow: each export adds what every stage counted since the previous export,
 //! so a stage that ends keeps what it had counted by then (what it counted after the
@@ -84,6 +90,14 @@ struct Counts {
 
 impl Counts {
     fn of(stage: &StageSnapshot) -> Counts {
+        if let Some(c) = &stage.channel {
+            // A mux channel: sent in, delivered out.
+            return Counts {
+                enqueued: c.sent,
+                dequeued: c.delivered,
+                ..Counts::default()
+            };
+        }
         if let Some(s) = &stage.subscriber {
             // A hub subscriber: what it was handed, and what its policy skipped.
             let mut dropped = [0; DropReason::COUNT];
@@ -180,6 +194,10 @@ impl Exporter {
             let g = gauges.entry(&stage.name).or_default();
             g.stages += 1;
             g.bound = g.bound.saturating_add(stage.in_flight_bound);
+            if let Some(c) = &stage.channel {
+                g.depth += c.backlog + c.buffered;
+                g.blocked += c.blocked.as_secs_f64();
+            }
             if let Some(s) = &stage.subscriber {
                 g.depth += s.lag;
                 g.oldest = g.oldest.max(s.lag_seconds);

@@ -35,7 +35,7 @@ pub(crate) use queue_stats::{QueueGauge, Sweep};
 pub use queue_stats::{QueueMonitor, QueueStats};
 pub use rate::{MAX_RATE_WINDOW, RATE_WINDOW};
 pub use registry::{Pipeline, Registry, RegistrySnapshot, StageSnapshot};
-pub(crate) use registry::{ReadSubscriber, Registration};
+pub(crate) use registry::{ReadChannel, ReadSubscriber, Registration};
 
 use std::any::Any;
 use std::fmt;

@@ -89,11 +89,16 @@ struct Entry {
     monitor: Option<QueueMonitor>,
     /// A hub subscriber's figures, read from its hub.
     subscriber: Option<ReadSubscriber>,
+    /// A mux channel's figures, read from its mux.
+    channel: Option<ReadChannel>,
     downstream: Option<u64>,
 }
 
 /// Reads a hub subscriber's figures (`None` once its hub is gone).
 pub(crate) type ReadSubscriber = Arc<dyn Fn() -> Option<crate::hub::SubscriberStats> + Send + Sync>;
+
+/// Reads a mux channel's figures (`None` once it closed).
+pub(crate) type ReadChannel = Arc<dyn Fn() -> Option<crate::mux::ChannelStats> + Send + Sync>;
 
 thread_local! {
     /// The named stages subscribing their upstream on this thread, innermost last:
@@ -152,6 +157,7 @@ impl Registry {
                     in_flight_bound: entry.in_flight_bound,
                     queue: entry.monitor.map(|m| m.snapshot()),
                     subscriber: entry.subscriber.and_then(|read| read()),
+                    channel: entry.channel.and_then(|read| read()),
                     downstream: entry.downstream,
                 })
                 .collect(),
@@ -166,7 +172,7 @@ impl Registry {
         in_flight_bound: u64,
         monitor: Option<QueueMonitor>,
     ) -> Registration {
-        self.enter_with(name, in_flight_bound, monitor, None)
+        self.enter_with(name, in_flight_bound, Probe::Queue(monitor))
     }
 
     /// [`enter`](Self::enter) a hub subscriber, with the reader of its figures.
@@ -176,16 +182,26 @@ impl Registry {
         in_flight_bound: u64,
         read: ReadSubscriber,
     ) -> Registration {
-        self.enter_with(name, in_flight_bound, None, Some(read))
+        self.enter_with(name, in_flight_bound, Probe::Subscriber(read))
     }
 
-    fn enter_with(
+    /// [`enter`](Self::enter) a mux channel's receiving end, with the reader of its
+    /// figures.
+    pub(crate) fn enter_channel(
         &self,
         name: Arc<str>,
         in_flight_bound: u64,
-        monitor: Option<QueueMonitor>,
-        subscriber: Option<ReadSubscriber>,
+        read: ReadChannel,
     ) -> Registration {
+        self.enter_with(name, in_flight_bound, Probe::Channel(read))
+    }
+
+    fn enter_with(&self, name: Arc<str>, in_flight_bound: u64, probe: Probe) -> Registration {
+        let (monitor, subscriber, channel) = match probe {
+            Probe::Queue(monitor) => (monitor, None, None),
+            Probe::Subscriber(read) => (None, Some(read), None),
+            Probe::Channel(read) => (None, None, Some(read)),
+        };
         let key = self.key();
         let downstream = SUBSCRIBING.with(|stack| {
             stack
@@ -205,6 +221,7 @@ impl Registry {
                 in_flight_bound,
                 monitor,
                 subscriber,
+                channel,
                 downstream,
             },
         );
@@ -226,6 +243,13 @@ impl Registry {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// Where an entry's figures come from.
+enum Probe {
+    Queue(Option<QueueMonitor>),
+    Subscriber(ReadSubscriber),
+    Channel(ReadChannel),
 }
 
 /// A stage's place in a [`Registry`]: it leaves when this is dropped.
@@ -371,6 +395,10 @@ pub struct StageSnapshot {
     /// ([`Join::named`](crate::hub::Join::named)): its lag in items and seconds,
     /// what it was handed and what it skipped.
     pub subscriber: Option<crate::hub::SubscriberStats>,
+    /// Its figures, for the receiving end of a named mux channel
+    /// ([`ChannelSource::named`](crate::mux::ChannelSource::named)): items staged for
+    /// it and in flight, sent, delivered, whether it is stalled.
+    pub channel: Option<crate::mux::ChannelStats>,
     /// The named stage it delivers to (its registration id), when that one
     /// subscribed it on the same thread; see [`RegistrySnapshot::pipelines`].
     pub downstream: Option<u64>,
@@ -383,7 +411,9 @@ impl fmt::Display for RegistrySnapshot {
     /// where a stage holds no queue or a figure is not defined, `∞` for a lag or
     /// drain time that does not end at the current rates. A hub subscriber's line
     /// shows its lag (items, then the age of its next item), its skipped items and
-    /// its state in the flow column. Then one line per pipeline
+    /// its state in the flow column; a mux channel's, the items waiting for it (staged
+    /// at its sender or in flight), its
+    /// sender's time without credit, and `stalled` or `open`. Then one line per pipeline
     /// of two named stages or more: the chain, its bound, where the backlog is.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         const HEADER: [&str; 11] = [
@@ -457,6 +487,23 @@ fn row(stage: &StageSnapshot) -> [String; 11] {
             dash(),
             dash(),
             format!("{:?}", s.state).to_lowercase(),
+            stage.in_flight_bound.to_string(),
+        ];
+    }
+    if let Some(c) = &stage.channel {
+        // A mux channel: what waits for it (staged at its sender, or sent and not
+        // yet delivered), time its sender had nothing to send with, stalled or not.
+        return [
+            stage.name.clone(),
+            (c.backlog + c.buffered).to_string(),
+            dash(),
+            dash(),
+            dash(),
+            c.dropped.to_string(),
+            dash(),
+            format!("{:.3}s", c.blocked.as_secs_f64()),
+            dash(),
+            if c.stalled { "stalled" } else { "open" }.to_owned(),
             stage.in_flight_bound.to_string(),
         ];
     }

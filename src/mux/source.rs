@@ -46,6 +46,10 @@ pub struct ChannelSource<T> {
     window: Consumer<T>,
     /// What the sending publisher may hold in flight, when known (`via`).
     upstream_bound: u64,
+    /// Listed in a registry while subscribed under this name ([`named`](Self::named)).
+    name: Option<Arc<str>>,
+    /// Where (`None`: the global registry).
+    registry: Option<crate::metrics::Registry>,
 }
 
 impl<T> std::fmt::Debug for ChannelSource<T> {
@@ -67,7 +71,43 @@ impl<T: Send + 'static> ChannelSource<T> {
             plumbing,
             window,
             upstream_bound: 0,
+            name: None,
+            registry: None,
         }
+    }
+
+    /// List this channel's receiving end in the
+    /// [`Registry`](crate::metrics::Registry) while it is subscribed (the global one
+    /// unless [`registry`](Self::registry) picks another), with its figures: items
+    /// waiting for it (staged at its sender, or sent and not yet delivered), its
+    /// sender's time without credit, stalled or not
+    /// (a [`StageSnapshot::channel`](crate::metrics::StageSnapshot::channel)).
+    ///
+    /// ```
+    /// use weir::metrics::Registry;
+    /// use weir::mux::Mux;
+    /// use weir::prelude::*;
+    /// use weir::runtime::Immediate;
+    ///
+    /// let registry = Registry::new();
+    /// let mux = Mux::<u32>::builder().build_local(Immediate, Immediate).unwrap();
+    /// let (sink, source) = mux.channel(1).open().unwrap();
+    /// weir::range(0u32..10).subscribe(sink);
+    /// let items = source.named("orders").registry(&registry).blocking_iter(4);
+    /// let listed = registry.snapshot();
+    /// assert!(listed.stage("orders").unwrap().channel.is_some(), "{listed}");
+    /// assert_eq!(items.count(), 10);
+    /// assert!(registry.is_empty());
+    /// ```
+    pub fn named(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into().into());
+        self
+    }
+
+    /// List a [named](Self::named) channel in `registry` instead of the global one.
+    pub fn registry(mut self, registry: &crate::metrics::Registry) -> Self {
+        self.registry = Some(registry.clone());
+        self
     }
 
     /// The sending publisher's in-flight bound, added to this one's.
@@ -83,16 +123,17 @@ impl<T: Send + 'static> ChannelSource<T> {
 
     /// The channel's statistics now (`None` once it closed).
     pub fn stats(&self) -> Option<ChannelStats> {
-        let now = self.shared.now();
-        let mut stats = self
-            .shared
-            .lock()
-            .ledger
-            .channel_stats(self.plumbing.id, now)?;
-        // Backlog the sink has not reported yet (see the ledger's docs).
-        stats.backlog += self.plumbing.unreported();
-        Some(stats)
+        stats_of(&self.shared, &self.plumbing)
     }
+}
+
+/// A channel's statistics now (`None` once it closed).
+fn stats_of<T: Send + 'static>(shared: &Shared<T>, plumbing: &Plumbing<T>) -> Option<ChannelStats> {
+    let now = shared.now();
+    let mut stats = shared.lock().ledger.channel_stats(plumbing.id, now)?;
+    // Backlog the sink has not reported yet (see the ledger's docs).
+    stats.backlog += plumbing.unreported();
+    Some(stats)
 }
 
 impl<T: Send + 'static> Publisher for ChannelSource<T> {
@@ -102,6 +143,17 @@ impl<T: Send + 'static> Publisher for ChannelSource<T> {
     where
         S: Subscriber<T> + Send + 'static,
     {
+        let registration = self.name.clone().map(|name| {
+            let (shared, plumbing) = (Arc::downgrade(&self.shared), Arc::downgrade(&self.plumbing));
+            let read: crate::metrics::ReadChannel = Arc::new(move || {
+                let (shared, plumbing) = (shared.upgrade()?, plumbing.upgrade()?);
+                stats_of(&shared, &plumbing)
+            });
+            self.registry
+                .as_ref()
+                .unwrap_or(crate::metrics::Registry::global())
+                .enter_channel(name, self.in_flight_bound(), read)
+        });
         let scheduler = self.shared.receiver();
         let plumbing = self.plumbing.clone();
         let core: Arc<Core<ChannelReceive<T>, S>> = Core::new(ChannelReceive {
@@ -112,6 +164,7 @@ impl<T: Send + 'static> Publisher for ChannelSource<T> {
         let window = WindowReader {
             items: self.window,
             delivered: 0,
+            registration,
         };
         // One pass even without a request: the sending side may have ended already
         // (an empty or failed publisher), and the end needs no demand.
@@ -143,6 +196,8 @@ struct WindowReader<T> {
     /// Items taken from the window so far (delivered, or dropped by a cancel inside
     /// the batch).
     delivered: u64,
+    /// Its place in a registry, for a named channel (let go when it ends).
+    registration: Option<crate::metrics::Registration>,
 }
 
 impl<T: Send + 'static> Stage for ChannelReceive<T> {
@@ -227,6 +282,7 @@ impl<T: Send + 'static> Stage for ChannelReceive<T> {
     }
 
     fn stop(&self, window: &mut WindowReader<T>) {
+        window.registration = None;
         self.plumbing.cancel_upstream();
         // Closed first: after it, the demultiplexer drops this channel's frames, so
         // the clear below leaves nothing behind.

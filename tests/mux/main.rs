@@ -3,6 +3,7 @@
 //! conformance kit on a channel's two ends.
 
 mod conformance;
+mod registry;
 mod threads;
 mod virtual_time;
 
