@@ -347,3 +347,69 @@ fn a_paused_channel_is_listed_as_paused() {
     );
     probe.cancel();
 }
+
+#[test]
+fn storms_of_named_pipelines_from_many_threads_leave_the_registry_empty() {
+    // Eight threads subscribe and cancel named pipelines across a shared pool at
+    // once: every entry must go, whoever ends it.
+    let registry = Registry::new();
+    let pool = ThreadPool::builder().threads(2).build();
+    let threads: Vec<_> = (0..8u32)
+        .map(|t| {
+            let (registry, pool) = (registry.clone(), pool.clone());
+            std::thread::spawn(move || {
+                for i in 0..250u32 {
+                    let subscriber = TestSubscriber::<u32>::new();
+                    let probe = subscriber.probe();
+                    weir::range(0u32..1_000)
+                        .name("source")
+                        .registry(&registry)
+                        .publish_on(pool.clone(), 1 + u64::from(i % 4))
+                        .name("hop")
+                        .registry(&registry)
+                        .subscribe(subscriber);
+                    match (t + i) % 3 {
+                        0 => probe.cancel(),
+                        1 => {
+                            probe.request(3);
+                            probe.cancel();
+                        }
+                        _ => probe.request(u64::MAX),
+                    }
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().expect("no storm thread panics");
+    }
+    eventually("every stormed pipeline left", || registry.is_empty());
+    pool.shutdown();
+}
+
+#[test]
+fn a_pool_shut_down_mid_stream_takes_its_named_stages_out() {
+    let registry = Registry::new();
+    let pool = ThreadPool::builder().threads(1).build();
+    let subscriber = TestSubscriber::<u64>::new();
+    let probe = subscriber.probe();
+    weir::range(0u64..u64::MAX)
+        .publish_on(pool.clone(), 16)
+        .name("hop")
+        .registry(&registry)
+        .subscribe(subscriber);
+    probe.request(100);
+    eventually("the hop delivered", || probe.received_count() >= 100);
+    assert_eq!(registry.len(), 1);
+    pool.shutdown();
+    // Idle, the stage is still there (its subscriber holds it). Asked for more, it
+    // finds its scheduler gone: the stream ends with an error, and the entry goes.
+    assert_eq!(registry.len(), 1);
+    probe.request(100);
+    eventually("the stage ended", || probe.is_terminated());
+    assert!(
+        probe.error().is_some(),
+        "ended by the shutdown, with an error"
+    );
+    eventually("the ended stage left", || registry.is_empty());
+}
