@@ -380,9 +380,25 @@ fn storms_of_named_pipelines_from_many_threads_leave_the_registry_empty() {
             })
         })
         .collect();
+    // Meanwhile, a reader takes snapshots of stages that come and go.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reader = std::thread::spawn({
+        let (registry, stop) = (registry.clone(), stop.clone());
+        move || {
+            let mut snapshots = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let snapshot = registry.snapshot();
+                let _ = (snapshot.to_string(), snapshot.pipelines());
+                snapshots += 1;
+            }
+            snapshots
+        }
+    });
     for thread in threads {
         thread.join().expect("no storm thread panics");
     }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(reader.join().expect("snapshots do not panic") > 0);
     eventually("every stormed pipeline left", || registry.is_empty());
     pool.shutdown();
 }
