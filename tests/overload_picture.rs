@@ -163,33 +163,11 @@ fn backpressure_callers_pause_at_the_high_mark_and_resume_at_the_low_mark() {
         s.points.iter().all(|p| p.depth <= MARK_90),
         "never above the mark"
     );
-    for p in after(s, 36.0) {
-        // Resumed once a removal brings it to 7,000: at most 3 below after a tick.
-        assert!(p.depth >= MARK_70 - 3, "at {} s: {}", p.t_secs, p.depth);
-    }
-    // Per 100 ms: +25 while flowing (60 in, 35 out), −35 while paused (nothing in);
-    // a sample that spans a turn lies between.
-    let points: Vec<&Point> = after(s, 36.0).collect();
-    for w in points.windows(2) {
-        let step = w[1].depth as i64 - w[0].depth as i64;
-        assert!((-35..=25).contains(&step), "at {} s: {step}", w[1].t_secs);
-    }
-    // A cycle is 2,000 / 350 s paused and 2,000 / 250 s flowing (13.71 s): pauses at
-    // 36 s, 49.7 s, ..., 118.3 s.
-    assert_eq!(peaks(s, 36.0), 7);
-    // A job waits behind at most 9,000 jobs served at 350/s; after the first pause the
-    // queue never has fewer than 7,000 − 3 in front of a new job.
-    let most = MARK_90 as f64 / SERVICE as f64 + 0.01;
-    let least = (MARK_70 - 3 - PER_TICK as usize) as f64 / SERVICE as f64 - 0.01;
-    assert!(s.points.iter().all(|p| p.oldest_age_secs <= most));
-    for p in after(s, 36.0 + most) {
-        assert!(
-            (least..=most).contains(&p.oldest_age_secs),
-            "at {} s: {}",
-            p.t_secs,
-            p.oldest_age_secs
-        );
-    }
+    // Resumed once a removal brings it to 7,000. Per 100 ms: +25 while flowing (60
+    // in, 35 out), −35 while paused (nothing in); a sample that spans a turn lies
+    // between. A cycle is 2,000 / 350 s paused and 2,000 / 250 s flowing (13.71 s):
+    // pauses at 36 s, 49.7 s, ..., 118.3 s.
+    assert_cycles_between_marks(s, MARK_70, -35..=25, 7);
     // Held back by the callers while paused: what arrived and was neither served
     // nor is queued.
     assert_eq!(s.turned_away, 72_000 - 42_000 - s.at(120.0).depth as u64);
@@ -204,20 +182,36 @@ fn the_ladder_keeps_the_queue_between_the_shed_rungs_marks_when_callers_ignore_i
         s.points.iter().all(|p| p.depth <= MARK_90),
         "never above 90 %"
     );
+    // The shed rung turns off at 8,500 (a removal). Per 100 ms: +25 flowing, and 12
+    // critical jobs in, 35 out (−23) while shedding. A cycle: 500 / 230 s shedding,
+    // 500 / 250 s flowing (4.17 s): 21 from 36 s.
+    assert_cycles_between_marks(s, 8_500, -23..=25, 21);
+    // Standard jobs shed: at most the 480/s of standard jobs from 36 s on.
+    assert!(s.turned_away > 0 && s.turned_away <= 480 * (SECONDS - 36));
+}
+
+/// From 36 s (the first time the depth reaches 90 %), a run that turns back at
+/// `low` and up again at 90 %: never more than 3 below `low` after a tick; each
+/// 100 ms step of the depth within `steps`; `cycles` peaks; and, since a job waits
+/// behind at most 9,000 jobs served at 350/s and, once the first cycle turned, never
+/// fewer than `low` − 3, its age within those bounds.
+fn assert_cycles_between_marks(
+    s: &Series,
+    low: usize,
+    steps: std::ops::RangeInclusive<i64>,
+    cycles: usize,
+) {
     for p in after(s, 36.0) {
-        // The shed rung turns off at 8,500 (a removal): at most 3 below after a tick.
-        assert!(p.depth >= 8_500 - 3, "at {} s: {}", p.t_secs, p.depth);
+        assert!(p.depth >= low - 3, "at {} s: {}", p.t_secs, p.depth);
     }
-    // Per 100 ms: +25 flowing, and 12 critical jobs in, 35 out (−23) while shedding.
     let points: Vec<&Point> = after(s, 36.0).collect();
     for w in points.windows(2) {
         let step = w[1].depth as i64 - w[0].depth as i64;
-        assert!((-23..=25).contains(&step), "at {} s: {step}", w[1].t_secs);
+        assert!(steps.contains(&step), "at {} s: {step}", w[1].t_secs);
     }
-    // A cycle: 500 / 230 s shedding, 500 / 250 s flowing (4.17 s): 21 from 36 s.
-    assert_eq!(peaks(s, 36.0), 21);
+    assert_eq!(peaks(s, 36.0), cycles);
     let most = MARK_90 as f64 / SERVICE as f64 + 0.01;
-    let least = (8_500 - 3 - PER_TICK as usize) as f64 / SERVICE as f64 - 0.01;
+    let least = (low - 3 - PER_TICK as usize) as f64 / SERVICE as f64 - 0.01;
     assert!(s.points.iter().all(|p| p.oldest_age_secs <= most));
     for p in after(s, 36.0 + most) {
         assert!(
@@ -227,8 +221,6 @@ fn the_ladder_keeps_the_queue_between_the_shed_rungs_marks_when_callers_ignore_i
             p.oldest_age_secs
         );
     }
-    // Standard jobs shed: at most the 480/s of standard jobs from 36 s on.
-    assert!(s.turned_away > 0 && s.turned_away <= 480 * (SECONDS - 36));
 }
 
 #[test]

@@ -86,11 +86,7 @@ struct Entries {
 struct Entry {
     name: Arc<str>,
     in_flight_bound: u64,
-    monitor: Option<QueueMonitor>,
-    /// A hub subscriber's figures, read from its hub.
-    subscriber: Option<ReadSubscriber>,
-    /// A mux channel's figures, read from its mux.
-    channel: Option<ReadChannel>,
+    probe: Probe,
     downstream: Option<u64>,
 }
 
@@ -151,14 +147,22 @@ impl Registry {
         RegistrySnapshot {
             stages: entries
                 .into_iter()
-                .map(|(id, entry)| StageSnapshot {
-                    id,
-                    name: entry.name.to_string(),
-                    in_flight_bound: entry.in_flight_bound,
-                    queue: entry.monitor.map(|m| m.snapshot()),
-                    subscriber: entry.subscriber.and_then(|read| read()),
-                    channel: entry.channel.and_then(|read| read()),
-                    downstream: entry.downstream,
+                .map(|(id, entry)| {
+                    let (mut queue, mut subscriber, mut channel) = (None, None, None);
+                    match &entry.probe {
+                        Probe::Queue(monitor) => queue = monitor.as_ref().map(|m| m.snapshot()),
+                        Probe::Subscriber(read) => subscriber = read(),
+                        Probe::Channel(read) => channel = read(),
+                    }
+                    StageSnapshot {
+                        id,
+                        name: entry.name.to_string(),
+                        in_flight_bound: entry.in_flight_bound,
+                        queue,
+                        subscriber,
+                        channel,
+                        downstream: entry.downstream,
+                    }
                 })
                 .collect(),
         }
@@ -197,11 +201,6 @@ impl Registry {
     }
 
     fn enter_with(&self, name: Arc<str>, in_flight_bound: u64, probe: Probe) -> Registration {
-        let (monitor, subscriber, channel) = match probe {
-            Probe::Queue(monitor) => (monitor, None, None),
-            Probe::Subscriber(read) => (None, Some(read), None),
-            Probe::Channel(read) => (None, None, Some(read)),
-        };
         let key = self.key();
         let downstream = SUBSCRIBING.with(|stack| {
             stack
@@ -219,9 +218,7 @@ impl Registry {
             Entry {
                 name,
                 in_flight_bound,
-                monitor,
-                subscriber,
-                channel,
+                probe,
                 downstream,
             },
         );
@@ -246,9 +243,13 @@ impl Registry {
 }
 
 /// Where an entry's figures come from.
+#[derive(Clone)]
 enum Probe {
+    /// A queue's monitor (`None`: a stage that holds no queue).
     Queue(Option<QueueMonitor>),
+    /// A hub subscriber's figures, read from its hub.
     Subscriber(ReadSubscriber),
+    /// A mux channel's figures, read from its mux.
     Channel(ReadChannel),
 }
 
