@@ -47,6 +47,8 @@ pub mod limit;
 pub(crate) mod loom;
 pub mod metrics;
 pub mod mux;
+#[cfg(feature = "nats")]
+pub mod nats;
 #[path = "../operators/mod.rs"]
 pub mod operators;
 pub mod queue;

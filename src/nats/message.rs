@@ -1,0 +1,175 @@
+//! A message pulled from a JetStream consumer, with its acknowledgement handle.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind};
+use bytes::Bytes;
+use tokio::runtime::Handle;
+
+use super::error::{within, NatsError};
+
+/// How long an acknowledgement the server confirms ([`Message::ack_confirmed`]) may
+/// take.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A message a [`Source`](super::Source) delivered: the payload and headers, how
+/// many times the server delivered it, and the handle to acknowledge it.
+///
+/// Acknowledge each message once: [`ack`](Self::ack) (processed),
+/// [`nack`](Self::nack) (redeliver, after a delay if given), [`term`](Self::term)
+/// (never redeliver), or [`ack_detached`](Self::ack_detached) from synchronous code.
+/// A message nobody acknowledges is delivered again once the consumer's `ack_wait`
+/// passes (at-least-once), and counts against its `max_ack_pending` meanwhile.
+#[derive(Clone)]
+pub struct Message {
+    inner: jetstream::Message,
+    delivery_count: u64,
+    stream_sequence: u64,
+    runtime: Handle,
+}
+
+impl fmt::Debug for Message {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Message")
+            .field("subject", &self.subject())
+            .field("stream_sequence", &self.stream_sequence)
+            .field("delivery_count", &self.delivery_count)
+            .field("payload_len", &self.payload().len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Message {
+    pub(crate) fn new(
+        inner: jetstream::Message,
+        delivery_count: u64,
+        stream_sequence: u64,
+        runtime: Handle,
+    ) -> Self {
+        Message {
+            inner,
+            delivery_count,
+            stream_sequence,
+            runtime,
+        }
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &Bytes {
+        &self.inner.message.payload
+    }
+
+    /// The subject it was published on.
+    pub fn subject(&self) -> &str {
+        self.inner.message.subject.as_str()
+    }
+
+    /// The headers it was published with, if any.
+    pub fn headers(&self) -> Option<&async_nats::HeaderMap> {
+        self.inner.message.headers.as_ref()
+    }
+
+    /// How many times the server has delivered it (1 the first time; more after a
+    /// nack, an expired `ack_wait`, or a restart of the consumer).
+    pub fn delivery_count(&self) -> u64 {
+        self.delivery_count
+    }
+
+    /// True when the server delivered it before ([`delivery_count`](Self::delivery_count) > 1).
+    pub fn is_redelivered(&self) -> bool {
+        self.delivery_count > 1
+    }
+
+    /// Its sequence number in the stream (the same on every delivery).
+    pub fn stream_sequence(&self) -> u64 {
+        self.stream_sequence
+    }
+
+    /// Acknowledge it: processed, do not deliver again. Sent without waiting for the
+    /// server's confirmation ([`ack_confirmed`](Self::ack_confirmed) waits).
+    ///
+    /// # Errors
+    ///
+    /// [`NatsError::Client`] when the client cannot send (its connection is closed).
+    pub async fn ack(&self) -> Result<(), NatsError> {
+        self.inner
+            .ack()
+            .await
+            .map_err(|e| NatsError::client("ack", e))
+    }
+
+    /// Acknowledge it and wait (up to 5 s) until the server confirms: once this
+    /// returns `Ok`, the server will not deliver the message again, even if it
+    /// restarts.
+    ///
+    /// # Errors
+    ///
+    /// [`NatsError::Timeout`] when the server does not confirm in time (the message
+    /// may then be delivered again), [`NatsError::Client`] when the client fails.
+    pub async fn ack_confirmed(&self) -> Result<(), NatsError> {
+        within("ack confirmation", CONFIRM_TIMEOUT, self.inner.double_ack())
+            .await?
+            .map_err(|e| NatsError::client("confirmed ack", e))
+    }
+
+    /// Negative acknowledgement: deliver it again, after `delay` if given (else at
+    /// once).
+    ///
+    /// # Errors
+    ///
+    /// As [`ack`](Self::ack).
+    pub async fn nack(&self, delay: Option<Duration>) -> Result<(), NatsError> {
+        self.inner
+            .ack_with(AckKind::Nak(delay))
+            .await
+            .map_err(|e| NatsError::client("nack", e))
+    }
+
+    /// Terminate it: never deliver it again, processed or not (a poison message).
+    ///
+    /// # Errors
+    ///
+    /// As [`ack`](Self::ack).
+    pub async fn term(&self) -> Result<(), NatsError> {
+        self.inner
+            .ack_with(AckKind::Term)
+            .await
+            .map_err(|e| NatsError::client("term", e))
+    }
+
+    /// Tell the server it is still being worked on (resets its `ack_wait`).
+    ///
+    /// # Errors
+    ///
+    /// As [`ack`](Self::ack).
+    pub async fn in_progress(&self) -> Result<(), NatsError> {
+        self.inner
+            .ack_with(AckKind::Progress)
+            .await
+            .map_err(|e| NatsError::client("in-progress ack", e))
+    }
+
+    /// Acknowledge it from synchronous code (a `map` or `inspect` of a later stage,
+    /// once the item has passed it): the ack is sent by a task spawned on the
+    /// source's runtime (one task per call). A failure to send is logged at `warn`
+    /// (target `weir::nats`); the message is then delivered again after `ack_wait`.
+    pub fn ack_detached(&self) {
+        let inner = self.inner.clone();
+        self.runtime.spawn(async move {
+            if let Err(error) = inner.ack().await {
+                tracing::warn!(target: "weir::nats", %error, "a detached ack was not sent");
+            }
+        });
+    }
+
+    /// The client's message (subject, reply, headers, payload, ...).
+    pub fn as_jetstream(&self) -> &jetstream::Message {
+        &self.inner
+    }
+
+    /// The client's message, for what this type does not wrap.
+    pub fn into_jetstream(self) -> jetstream::Message {
+        self.inner
+    }
+}

