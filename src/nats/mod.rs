@@ -47,8 +47,10 @@
 
 mod error;
 mod message;
+mod sink;
 mod source;
 
 pub use self::error::NatsError;
 pub use self::message::Message;
+pub use self::sink::{Ingress, NotTaken, Outgoing, Sink, SinkBuilder, SinkDone, SinkReport};
 pub use self::source::{AckMode, Source, SourceBuilder, SourceStats};

@@ -3,4 +3,5 @@
 
 mod fixture;
 mod server;
+mod sink;
 mod source;

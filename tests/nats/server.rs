@@ -125,11 +125,6 @@ impl Server {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    /// The client port.
-    pub fn port(&self) -> u16 {
-        self.port
-    }
-
     /// Kills the server with SIGKILL (no clean shutdown) and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -1,0 +1,701 @@
+//! The sink: a `Subscriber` that publishes to a JetStream stream with at most `k`
+//! publish acks in flight.
+//!
+//! # The algorithm
+//!
+//! The sink's demand is its free ack slots. It requests `k` when subscribed; each
+//! item it receives is published at once (its ack awaited by the sink's task on the
+//! tokio runtime) and holds a slot until the server's publish ack (or the item's
+//! final failure) arrives. Freed slots are requested again in batches: once a
+//! quarter of `k` is free, or at once when upstream has no demand left (so a slow
+//! trickle never stalls). Items therefore never wait in the sink: what it holds is
+//! exactly what the server has not confirmed yet, `k` at most.
+//!
+//! A publish that fails is retried by the sink's [`RetryPolicy`] (none by default:
+//! one attempt), with the item's deduplication id when it has one
+//! ([`Outgoing::id`]), so that a retry of a publish the server did store is
+//! recognised as a duplicate (counted in [`SinkReport::duplicates`]) instead of stored
+//! twice. An item that fails for good fails the sink: upstream is cancelled and
+//! [`SinkDone`] returns the error. Retries may reorder items in the stream (a
+//! retried item lands after items published meanwhile).
+//!
+//! # Pausing at the edge
+//!
+//! A producer that serves users should not hold them while the log is slow.
+//! [`SinkBuilder::ingress`] puts a bounded weir channel in front of the sink and
+//! hands out an [`Ingress`]: its [`offer`](Ingress::offer) waits at most the given
+//! deadline for room and otherwise gives the item back with
+//! [`NatsError::Slow`] and a `retry_after` estimated from the drain rate.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::jetstream::context::{PublishError, PublishErrorKind};
+use async_nats::jetstream::message::PublishMessage;
+use async_nats::jetstream::{self};
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use futures::stream::FuturesUnordered;
+use futures::StreamExt;
+use tokio::runtime::Handle;
+use tokio::sync::{mpsc, Notify};
+
+use super::error::NatsError;
+use crate::retry::{Backoff, RetryError, RetryPolicy, Verdict};
+use crate::runtime::Tokio;
+use crate::source::channel::{ChannelPolicy, Sender, TrySendError};
+use crate::{Error, Publisher, Subscriber, Subscription};
+
+/// One message to publish: payload, and optionally its subject (else the sink's),
+/// deduplication id and headers.
+#[derive(Clone, Debug)]
+pub struct Outgoing {
+    payload: Bytes,
+    subject: Option<String>,
+    id: Option<String>,
+    headers: Option<HeaderMap>,
+}
+
+impl Outgoing {
+    /// A message with `payload`, for the sink's subject.
+    pub fn new(payload: impl Into<Bytes>) -> Self {
+        Outgoing {
+            payload: payload.into(),
+            subject: None,
+            id: None,
+            headers: None,
+        }
+    }
+
+    /// Publish on `subject` instead of the sink's.
+    pub fn subject(mut self, subject: impl Into<String>) -> Self {
+        self.subject = Some(subject.into());
+        self
+    }
+
+    /// The deduplication id (`Nats-Msg-Id`): the stream stores a message with an id
+    /// it has seen within its duplicate window only once, so retries are idempotent.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// Headers to publish with.
+    pub fn headers(mut self, headers: HeaderMap) -> Self {
+        self.headers = Some(headers);
+        self
+    }
+
+    /// The payload.
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+}
+
+impl From<Bytes> for Outgoing {
+    fn from(payload: Bytes) -> Self {
+        Outgoing::new(payload)
+    }
+}
+
+impl From<Vec<u8>> for Outgoing {
+    fn from(payload: Vec<u8>) -> Self {
+        Outgoing::new(payload)
+    }
+}
+
+impl From<String> for Outgoing {
+    fn from(payload: String) -> Self {
+        Outgoing::new(payload)
+    }
+}
+
+impl From<&'static str> for Outgoing {
+    fn from(payload: &'static str) -> Self {
+        Outgoing::new(payload)
+    }
+}
+
+/// What a sink did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SinkReport {
+    /// Items received from upstream.
+    pub received: u64,
+    /// Items the stream confirmed (stored, or recognised as duplicates).
+    pub confirmed: u64,
+    /// Of those, items the stream said it already had (same deduplication id).
+    pub duplicates: u64,
+    /// Publish attempts beyond the first, over all items.
+    pub retries: u64,
+    /// The most publish acks that were in flight at once.
+    pub max_in_flight: u64,
+}
+
+#[derive(Default, Debug)]
+struct Counters {
+    received: AtomicU64,
+    confirmed: AtomicU64,
+    duplicates: AtomicU64,
+    attempts: AtomicU64,
+    max_in_flight: AtomicU64,
+}
+
+impl Counters {
+    fn report(&self) -> SinkReport {
+        let received = self.received.load(Ordering::Relaxed);
+        let attempts = self.attempts.load(Ordering::Relaxed);
+        SinkReport {
+            received,
+            confirmed: self.confirmed.load(Ordering::Relaxed),
+            duplicates: self.duplicates.load(Ordering::Relaxed),
+            retries: attempts.saturating_sub(received),
+            max_in_flight: self.max_in_flight.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// Builds a [`Sink`].
+pub struct SinkBuilder {
+    js: jetstream::Context,
+    subject: String,
+    max_in_flight: u64,
+    retry: RetryPolicy<NatsError>,
+    runtime: Option<Handle>,
+}
+
+impl fmt::Debug for SinkBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkBuilder")
+            .field("subject", &self.subject)
+            .field("max_in_flight", &self.max_in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The default verdict on a failed publish: retry what may pass later (timeouts, a
+/// lost connection, no stream answering, which is also what a stream in a leader
+/// election looks like), fail the rest.
+fn transient(error: &NatsError) -> Verdict {
+    if error.is_transient() || matches!(error, NatsError::NoStream { .. }) {
+        Verdict::Retry
+    } else {
+        Verdict::Fail
+    }
+}
+
+impl SinkBuilder {
+    /// At most `k` publish acks in flight (default 256): the sink's demand.
+    ///
+    /// # Panics
+    ///
+    /// If `k` is 0 or above 2^30: "nats sink max_in_flight must be in 1..=2^30 (got 0)".
+    pub fn max_in_flight(mut self, k: u64) -> Self {
+        crate::stage::window::validate("nats sink max_in_flight", k);
+        self.max_in_flight = k;
+        self
+    }
+
+    /// Retry failed publishes with `policy` (its attempts, backoff, budget and
+    /// breaker). Unless the policy classifies errors itself, timeouts, client
+    /// failures and "no stream" answers are retried and refusals are not. Default:
+    /// one attempt, no retry.
+    pub fn retry(mut self, policy: RetryPolicy<NatsError>) -> Self {
+        self.retry = policy;
+        self
+    }
+
+    /// Run the sink's task on the runtime behind `handle` (default: the runtime
+    /// current when [`build`](Self::build) is called).
+    pub fn runtime(mut self, handle: Handle) -> Self {
+        self.runtime = Some(handle);
+        self
+    }
+
+    fn handle(&self) -> Handle {
+        self.runtime.clone().unwrap_or_else(|| {
+            Handle::try_current().unwrap_or_else(|_| {
+                panic!(
+                    "nats::Sink needs a tokio runtime: build it inside one or give one \
+                     with SinkBuilder::runtime"
+                )
+            })
+        })
+    }
+
+    /// The sink (subscribe it to a publisher) and the handle that tells when it
+    /// is done.
+    ///
+    /// # Panics
+    ///
+    /// If no runtime was given and this thread is not inside a tokio runtime:
+    /// "nats::Sink needs a tokio runtime: build it inside one or give one with
+    /// SinkBuilder::runtime".
+    pub fn build<T>(self) -> (Sink<T>, SinkDone)
+    where
+        T: Into<Outgoing> + Send + 'static,
+    {
+        let runtime = self.handle();
+        let capacity = usize::try_from(self.max_in_flight).unwrap_or(usize::MAX);
+        // Items and the end: at most `k` items are ever outstanding, plus the end.
+        let (tx, rx) = mpsc::channel(capacity + 1);
+        let outcome = Arc::new(Outcome::default());
+        let counters = Arc::new(Counters::default());
+        let upstream = Arc::new(Mutex::new(None));
+        let task = Task {
+            js: self.js,
+            subject: self.subject,
+            k: self.max_in_flight,
+            retry: self.retry,
+            scheduler: Tokio::new(runtime.clone()),
+            counters: counters.clone(),
+            upstream: upstream.clone(),
+        };
+        runtime.spawn(task.run(rx, SetOnDrop(outcome.clone())));
+        (
+            Sink {
+                tx,
+                upstream,
+                counters: counters.clone(),
+            },
+            SinkDone { outcome, counters },
+        )
+    }
+
+    /// A bounded channel of `capacity` items in front of the sink, subscribed to
+    /// it, and the [`Ingress`] that offers into it waiting at most `deadline` for
+    /// room. The channel's backlog is visible through
+    /// [`Ingress::monitor`].
+    ///
+    /// # Panics
+    ///
+    /// As [`build`](Self::build), and if `capacity` is 0 or above 2^30.
+    pub fn ingress<T>(self, capacity: usize, deadline: Duration) -> (Ingress<T>, SinkDone)
+    where
+        T: Into<Outgoing> + Send + 'static,
+    {
+        let (sender, channel) = crate::channel::<T>(capacity, ChannelPolicy::Backpressure);
+        let (sink, done) = self.build();
+        channel.subscribe(sink);
+        (Ingress { sender, deadline }, done)
+    }
+}
+
+/// A `Subscriber` that publishes every item to a JetStream stream, requesting only
+/// as many items as it has free publish-ack slots (see the module docs). Made by
+/// [`Sink::builder`].
+///
+/// ```no_run
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// use weir::prelude::*;
+/// use weir::nats::{Outgoing, Sink};
+///
+/// let js = async_nats::jetstream::new(async_nats::connect("127.0.0.1:4222").await?);
+/// let (sink, done) = Sink::builder(js, "ORDERS.new").max_in_flight(128).build();
+/// weir::range(0u64..10_000)
+///     .map(|i| Outgoing::new(i.to_string()).id(format!("order-{i}")))
+///     .subscribe(sink);
+/// let report = done.finished().await?;
+/// assert_eq!(report.confirmed, 10_000);
+/// # Ok(())
+/// # }
+/// ```
+pub struct Sink<T> {
+    tx: mpsc::Sender<Signal<T>>,
+    upstream: Arc<Mutex<Option<Subscription>>>,
+    counters: Arc<Counters>,
+}
+
+impl<T> fmt::Debug for Sink<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sink")
+            .field("report", &self.counters.report())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sink<Outgoing> {
+    /// A builder for a sink publishing to `subject` through `js`: 256 acks in
+    /// flight, no retries.
+    pub fn builder(js: jetstream::Context, subject: impl Into<String>) -> SinkBuilder {
+        SinkBuilder {
+            js,
+            subject: subject.into(),
+            max_in_flight: 256,
+            retry: RetryPolicy::new(
+                1,
+                Backoff::exponential(Duration::from_millis(100), Duration::from_secs(2)),
+            )
+            .classify(transient),
+            runtime: None,
+        }
+    }
+}
+
+/// What the subscriber side hands the task.
+enum Signal<T> {
+    Item(T),
+    End(Result<(), Error>),
+}
+
+impl<T: Into<Outgoing> + Send + 'static> Subscriber<T> for Sink<T> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        let k = {
+            let mut upstream = self.upstream.lock().unwrap_or_else(|p| p.into_inner());
+            if upstream.is_some() {
+                // Rule 2.5: a second subscription is cancelled.
+                subscription.cancel();
+                return;
+            }
+            *upstream = Some(subscription.clone());
+            self.tx.max_capacity() as u64 - 1
+        };
+        subscription.request(k);
+    }
+
+    fn on_next(&mut self, item: T) {
+        self.counters.received.fetch_add(1, Ordering::Relaxed);
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(Signal::Item(item)) {
+            // More items than free slots were requested: upstream broke rule 1.1.
+            let _ = self
+                .tx
+                .try_send(Signal::End(Err(crate::stage::window::over_delivered(
+                    "nats sink",
+                ))));
+        }
+    }
+
+    fn on_error(&mut self, error: Error) {
+        let _ = self.tx.try_send(Signal::End(Err(error)));
+    }
+
+    fn on_complete(&mut self) {
+        let _ = self.tx.try_send(Signal::End(Ok(())));
+    }
+}
+
+/// The sink's outcome, set once by its task (or by the task's drop guard, when
+/// the runtime dropped the task first).
+#[derive(Debug, Default)]
+struct Outcome {
+    result: Mutex<Option<Result<SinkReport, NatsError>>>,
+    ready: std::sync::Condvar,
+    notify: Notify,
+}
+
+impl Outcome {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Result<SinkReport, NatsError>>> {
+        self.result.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sets the outcome unless one is set; wakes every waiter.
+    fn set(&self, result: Result<SinkReport, NatsError>) {
+        let mut slot = self.lock();
+        if slot.is_none() {
+            *slot = Some(result);
+        }
+        drop(slot);
+        self.ready.notify_all();
+        self.notify.notify_waiters();
+    }
+}
+
+/// Sets [`NatsError::Closed`] if the task ends without an outcome (dropped by a
+/// runtime shutting down).
+struct SetOnDrop(Arc<Outcome>);
+
+impl Drop for SetOnDrop {
+    fn drop(&mut self) {
+        self.0.set(Err(NatsError::Closed));
+    }
+}
+
+/// Tells when a [`Sink`] is done and what it did.
+#[derive(Debug)]
+pub struct SinkDone {
+    outcome: Arc<Outcome>,
+    counters: Arc<Counters>,
+}
+
+impl SinkDone {
+    /// The counts so far.
+    pub fn report(&self) -> SinkReport {
+        self.counters.report()
+    }
+
+    /// Waits until upstream completed and every publish was confirmed.
+    ///
+    /// # Errors
+    ///
+    /// The error of an item that failed for good (after the retry policy), or
+    /// [`NatsError::Client`] when upstream failed (its message), or
+    /// [`NatsError::Closed`] if the sink's task is gone (its runtime shut down).
+    pub async fn finished(self) -> Result<SinkReport, NatsError> {
+        loop {
+            let notified = self.outcome.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the check, so a `set` in between is not missed.
+            notified.as_mut().enable();
+            if let Some(result) = self.outcome.lock().clone() {
+                return result;
+            }
+            notified.await;
+        }
+    }
+
+    /// [`finished`](Self::finished), blocking this thread up to `timeout` (call it
+    /// outside the runtime's worker threads).
+    ///
+    /// # Errors
+    ///
+    /// As [`finished`](Self::finished), and [`NatsError::Timeout`] when it is not
+    /// done in time.
+    pub fn wait(self, timeout: Duration) -> Result<SinkReport, NatsError> {
+        let slot = self.outcome.lock();
+        let (slot, _) = self
+            .outcome
+            .ready
+            .wait_timeout_while(slot, timeout, |slot| slot.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        slot.clone().unwrap_or(Err(NatsError::Timeout {
+            what: "the sink's end",
+            after: timeout,
+        }))
+    }
+}
+
+/// The sink's task: publishes, awaits acks, requests freed slots.
+struct Task {
+    js: jetstream::Context,
+    subject: String,
+    k: u64,
+    retry: RetryPolicy<NatsError>,
+    scheduler: Tokio,
+    counters: Arc<Counters>,
+    upstream: Arc<Mutex<Option<Subscription>>>,
+}
+
+impl Task {
+    fn request(&self, n: u64) {
+        if let Some(upstream) = self
+            .upstream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            upstream.request(n);
+        }
+    }
+
+    fn cancel(&self) {
+        if let Some(upstream) = self
+            .upstream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            upstream.cancel();
+        }
+    }
+
+    async fn run<T: Into<Outgoing> + Send + 'static>(
+        self,
+        mut rx: mpsc::Receiver<Signal<T>>,
+        done: SetOnDrop,
+    ) {
+        let publish = {
+            let js = self.js.clone();
+            let subject = self.subject.clone();
+            let counters = self.counters.clone();
+            self.retry
+                .wrap(self.scheduler.clone(), move |out: Outgoing| {
+                    counters.attempts.fetch_add(1, Ordering::Relaxed);
+                    publish_one(js.clone(), subject.clone(), out)
+                })
+        };
+        let mut in_flight = FuturesUnordered::new();
+        // Requested from upstream and not yet received.
+        let mut owed = self.k;
+        let mut freed = 0u64;
+        let mut end: Option<Result<(), Error>> = None;
+        let batch = (self.k / 4).max(1);
+        let outcome = loop {
+            if end.is_some() && in_flight.is_empty() {
+                break match end.take().expect("checked") {
+                    Ok(()) => Ok(self.counters.report()),
+                    Err(error) => Err(NatsError::client("upstream", error)),
+                };
+            }
+            tokio::select! {
+                signal = rx.recv(), if end.is_none() => match signal {
+                    Some(Signal::Item(item)) => {
+                        owed = owed.saturating_sub(1);
+                        in_flight.push(publish(item.into()));
+                        let now = in_flight.len() as u64;
+                        self.counters.max_in_flight.fetch_max(now, Ordering::Relaxed);
+                    }
+                    Some(Signal::End(result)) => end = Some(result),
+                    // The sink was dropped without a signal (never subscribed).
+                    None => end = Some(Ok(())),
+                },
+                Some(result) = in_flight.next(), if !in_flight.is_empty() => match result {
+                    Ok(ack) => {
+                        self.counters.confirmed.fetch_add(1, Ordering::Relaxed);
+                        if ack.duplicate {
+                            self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                        }
+                        freed += 1;
+                        if end.is_none() && (freed >= batch || owed == 0) {
+                            owed += freed;
+                            self.request(freed);
+                            freed = 0;
+                        }
+                    }
+                    Err(error) => {
+                        self.cancel();
+                        break Err(match error {
+                            RetryError::Failed(e) | RetryError::BudgetExhausted(e) => e,
+                            RetryError::Exhausted { last, .. } => last,
+                            RetryError::CircuitOpen { retry_after } => NatsError::Slow { retry_after },
+                        });
+                    }
+                },
+            }
+        };
+        done.0.set(outcome);
+    }
+}
+
+/// One publish and its ack.
+async fn publish_one(
+    js: jetstream::Context,
+    subject: String,
+    out: Outgoing,
+) -> Result<async_nats::jetstream::publish::PublishAck, NatsError> {
+    let subject = out.subject.unwrap_or(subject);
+    let mut message = PublishMessage::build().payload(out.payload);
+    if let Some(headers) = out.headers {
+        message = message.headers(headers);
+    }
+    if let Some(id) = out.id {
+        message = message.message_id(id);
+    }
+    let failed = |e: PublishError| publish_error(&subject, e);
+    let ack = js
+        .send_publish(subject.clone(), message)
+        .await
+        .map_err(failed)?;
+    ack.await.map_err(failed)
+}
+
+fn publish_error(subject: &str, error: PublishError) -> NatsError {
+    match error.kind() {
+        PublishErrorKind::StreamNotFound => NatsError::NoStream {
+            subject: subject.to_owned(),
+        },
+        PublishErrorKind::TimedOut => NatsError::Timeout {
+            what: "a publish ack",
+            after: Duration::from_secs(5),
+        },
+        PublishErrorKind::BrokenPipe => NatsError::client("publishing", error),
+        _ => NatsError::Refused {
+            subject: subject.to_owned(),
+            reason: error.to_string(),
+        },
+    }
+}
+
+/// Offers items to a [`Sink`] through a bounded channel, never holding the caller
+/// longer than its deadline (see [`SinkBuilder::ingress`]).
+pub struct Ingress<T: Send + 'static> {
+    sender: Sender<T>,
+    deadline: Duration,
+}
+
+impl<T: Send + 'static> fmt::Debug for Ingress<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ingress")
+            .field("deadline", &self.deadline)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Send + 'static> Clone for Ingress<T> {
+    fn clone(&self) -> Self {
+        Ingress {
+            sender: self.sender.clone(),
+            deadline: self.deadline,
+        }
+    }
+}
+
+/// An item an [`Ingress`] did not take, and why.
+#[derive(Debug)]
+pub struct NotTaken<T> {
+    /// Why: [`NatsError::Slow`] (no room before the deadline) or
+    /// [`NatsError::Closed`].
+    pub error: NatsError,
+    /// The item, back to the caller.
+    pub item: T,
+}
+
+impl<T: Send + 'static> Ingress<T> {
+    /// Offer `item`, waiting at most the deadline for room.
+    ///
+    /// # Errors
+    ///
+    /// [`NotTaken`] with [`NatsError::Slow`] (and a `retry_after`: the time the
+    /// channel's backlog takes to drain at its current rate, or the deadline when
+    /// nothing drains) when there was no room in time, or [`NatsError::Closed`]
+    /// once the sink ended. The item is given back either way.
+    pub async fn offer(&self, item: T) -> Result<(), NotTaken<T>> {
+        let give_up = tokio::time::Instant::now() + self.deadline;
+        let mut item = item;
+        loop {
+            match self.sender.try_send(item) {
+                Ok(()) => return Ok(()),
+                Err(TrySendError::Full(back)) => item = back,
+                Err(refused) => {
+                    return Err(NotTaken {
+                        error: NatsError::Closed,
+                        item: refused.into_inner(),
+                    })
+                }
+            }
+            // Wait for room (a resumed channel), up to the deadline.
+            if tokio::time::timeout_at(give_up, self.room()).await.is_err() {
+                let retry_after = self
+                    .sender
+                    .monitor()
+                    .snapshot()
+                    .lag()
+                    .unwrap_or(self.deadline)
+                    .max(Duration::from_millis(1));
+                return Err(NotTaken {
+                    error: NatsError::Slow { retry_after },
+                    item,
+                });
+            }
+        }
+    }
+
+    /// Resolves when the channel may have room again.
+    async fn room(&self) {
+        let _ = self.sender.resumed().await;
+        // A resumed channel can be full again at once; do not spin on it.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+
+    /// The channel in front of the sink: its depth, lag and rates.
+    pub fn monitor(&self) -> crate::metrics::QueueMonitor {
+        self.sender.monitor()
+    }
+
+    /// Close the channel: the sink completes once it published what the channel
+    /// holds.
+    pub fn close(&self) {
+        self.sender.close();
+    }
+}

@@ -1,0 +1,176 @@
+//! `weir::nats::Sink` against a real server: demand is the free ack slots,
+//! deduplication, refusals, the ingress that answers "slow".
+
+use std::time::Duration;
+
+use weir::nats::{NatsError, Outgoing, Sink};
+use weir::prelude::*;
+use weir::retry::{Backoff, RetryPolicy};
+
+use crate::fixture::{Env, PATIENCE};
+
+/// Messages the stream holds now.
+fn stored(env: &Env, stream: &str) -> u64 {
+    env.rt.block_on(async {
+        let mut stream = env.js.get_stream(stream).await.expect("the stream");
+        stream.info().await.expect("stream info").state.messages
+    })
+}
+
+#[test]
+fn everything_is_published_with_at_most_k_acks_in_flight() {
+    let env = Env::new();
+    env.stream("INGEST");
+    let (sink, done) = Sink::builder(env.js.clone(), "INGEST.raw")
+        .max_in_flight(32)
+        .runtime(env.rt.handle().clone())
+        .build();
+    let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    weir::range(0u64..5_000)
+        .inspect_request({
+            let requests = requests.clone();
+            move |n| requests.lock().unwrap().push(n)
+        })
+        .map(|i| Outgoing::new(i.to_string()))
+        .subscribe(sink);
+    let report = done.wait(PATIENCE).expect("every publish confirmed");
+    assert_eq!(report.received, 5_000);
+    assert_eq!(report.confirmed, 5_000);
+    assert_eq!(report.duplicates, 0);
+    assert!(report.max_in_flight <= 32, "{report:?}");
+    assert!(report.max_in_flight > 1, "acks were pipelined: {report:?}");
+    assert_eq!(stored(&env, "INGEST"), 5_000);
+    let requests = requests.lock().unwrap().clone();
+    assert_eq!(requests[0], 32, "the first request is the free slots");
+    assert!(
+        requests.iter().all(|&n| (1..=32).contains(&n)),
+        "never more than the slots: {requests:?}"
+    );
+    assert!(
+        requests.len() < 5_000 / 2,
+        "credit returned in batches, not per ack: {} requests",
+        requests.len()
+    );
+}
+
+#[test]
+fn a_replay_with_the_same_ids_is_stored_once_and_counted_as_duplicates() {
+    let env = Env::new();
+    env.stream("ONCE");
+    for round in 0..2 {
+        let (sink, done) = Sink::builder(env.js.clone(), "ONCE.x")
+            .max_in_flight(16)
+            .runtime(env.rt.handle().clone())
+            .build();
+        weir::range(0u64..300)
+            .map(|i| Outgoing::new(i.to_string()).id(format!("msg-{i}")))
+            .subscribe(sink);
+        let report = done.wait(PATIENCE).expect("confirmed");
+        assert_eq!(report.confirmed, 300);
+        assert_eq!(report.duplicates, if round == 0 { 0 } else { 300 });
+    }
+    assert_eq!(stored(&env, "ONCE"), 300);
+}
+
+#[test]
+fn a_subject_no_stream_listens_on_fails_with_a_typed_error_after_the_retries() {
+    let env = Env::new();
+    env.stream("REAL");
+    let (sink, done) = Sink::builder(env.js.clone(), "WRONG.subject")
+        .retry(RetryPolicy::new(
+            3,
+            Backoff::exponential(Duration::from_millis(10), Duration::from_millis(40)),
+        ))
+        .runtime(env.rt.handle().clone())
+        .build();
+    weir::range(0u64..10)
+        .map(|i| Outgoing::new(i.to_string()))
+        .subscribe(sink);
+    let error = done.wait(PATIENCE).unwrap_err();
+    assert_eq!(
+        error,
+        NatsError::NoStream {
+            subject: "WRONG.subject".into()
+        }
+    );
+}
+
+#[test]
+fn an_upstream_error_ends_the_sink_with_it_after_the_acks() {
+    let env = Env::new();
+    env.stream("PART");
+    let (sink, done) = Sink::builder(env.js.clone(), "PART.x")
+        .runtime(env.rt.handle().clone())
+        .build();
+    weir::range(0u64..5)
+        .map(|i| Outgoing::new(i.to_string()))
+        .concat(weir::source::error(weir::Error::msg("the reader broke")))
+        .subscribe(sink);
+    let error = done.wait(PATIENCE).unwrap_err();
+    assert!(
+        matches!(&error, NatsError::Client { message, .. } if message.contains("the reader broke")),
+        "{error:?}"
+    );
+    assert_eq!(
+        stored(&env, "PART"),
+        5,
+        "what came before the error was published"
+    );
+}
+
+#[test]
+fn the_ingress_answers_slow_instead_of_holding_the_caller_while_the_log_is_down() {
+    let mut env = Env::new();
+    env.stream("EDGE");
+    let (ingress, done) = Sink::builder(env.js.clone(), "EDGE.x")
+        .max_in_flight(4)
+        .retry(RetryPolicy::new(
+            u32::MAX,
+            Backoff::exponential(Duration::from_millis(50), Duration::from_millis(500)),
+        ))
+        .runtime(env.rt.handle().clone())
+        .ingress::<Outgoing>(8, Duration::from_millis(50));
+    env.rt.block_on(async {
+        for i in 0..20u64 {
+            ingress
+                .offer(Outgoing::new(i.to_string()).id(format!("e-{i}")))
+                .await
+                .expect("room while the server is up");
+        }
+    });
+    env.server.kill();
+    // The sink holds 4 unconfirmed publishes and the channel 8 items: after that,
+    // every offer comes back within its deadline with the item and a hint.
+    let (taken, slow) = env.rt.block_on(async {
+        let mut taken = 0;
+        let mut slow = Vec::new();
+        for i in 20..60u64 {
+            match ingress
+                .offer(Outgoing::new(i.to_string()).id(format!("e-{i}")))
+                .await
+            {
+                Ok(()) => taken += 1,
+                Err(refused) => slow.push((refused.error, refused.item)),
+            }
+        }
+        (taken, slow)
+    });
+    assert!(taken <= 12, "{taken} taken while the log was down");
+    assert!(slow.len() >= 28, "{} answered slow", slow.len());
+    for (error, item) in &slow {
+        assert!(
+            matches!(error, NatsError::Slow { retry_after } if *retry_after > Duration::ZERO),
+            "{error:?}"
+        );
+        assert!(!item.payload().is_empty(), "the item came back");
+    }
+    // The log comes back: what was taken is published (once each: the ids).
+    env.server.restart();
+    ingress.close();
+    let report = done
+        .wait(Duration::from_secs(60))
+        .expect("published after the restart");
+    assert_eq!(report.received, 20 + taken);
+    assert_eq!(report.confirmed, 20 + taken);
+    assert_eq!(stored(&env, "EDGE"), 20 + taken);
+}
