@@ -7,7 +7,10 @@ use async_nats::jetstream::{self, AckKind};
 use bytes::Bytes;
 use tokio::runtime::Handle;
 
+use std::sync::Arc;
+
 use super::error::{within, NatsError};
+use super::ledger::Ledger;
 
 /// How long an acknowledgement the server confirms ([`Message::ack_confirmed`]) may
 /// take.
@@ -20,13 +23,16 @@ const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
 /// [`nack`](Self::nack) (redeliver, after a delay if given), [`term`](Self::term)
 /// (never redeliver), or [`ack_detached`](Self::ack_detached) from synchronous code.
 /// A message nobody acknowledges is delivered again once the consumer's `ack_wait`
-/// passes (at-least-once), and counts against its `max_ack_pending` meanwhile.
+/// passes (at-least-once), and counts against its `max_ack_pending` meanwhile. Once
+/// a message is acked or terminated through any of these, the source that delivered
+/// it does not deliver it again (within its horizon), even if the server does.
 #[derive(Clone)]
 pub struct Message {
     inner: jetstream::Message,
     delivery_count: u64,
     stream_sequence: u64,
     runtime: Handle,
+    ledger: Arc<Ledger>,
 }
 
 impl fmt::Debug for Message {
@@ -46,13 +52,21 @@ impl Message {
         delivery_count: u64,
         stream_sequence: u64,
         runtime: Handle,
+        ledger: Arc<Ledger>,
     ) -> Self {
         Message {
             inner,
             delivery_count,
             stream_sequence,
             runtime,
+            ledger,
         }
+    }
+
+    /// The message is done with (acked or terminated): the source will not deliver
+    /// it again, whatever the server does.
+    fn settle(&self) {
+        self.ledger.settle(self.stream_sequence);
     }
 
     /// The payload.
@@ -70,8 +84,10 @@ impl Message {
         self.inner.message.headers.as_ref()
     }
 
-    /// How many times the server has delivered it (1 the first time; more after a
-    /// nack, an expired `ack_wait`, or a restart of the consumer).
+    /// How many times it has been delivered (1 the first time; more after a nack, an
+    /// expired `ack_wait`, or a restart of the server): the server's count, or the
+    /// source's own when that is higher (a server killed hard forgets its last
+    /// deliveries; see [`Source`](super::Source)).
     pub fn delivery_count(&self) -> u64 {
         self.delivery_count
     }
@@ -93,6 +109,7 @@ impl Message {
     ///
     /// [`NatsError::Client`] when the client cannot send (its connection is closed).
     pub async fn ack(&self) -> Result<(), NatsError> {
+        self.settle();
         self.inner
             .ack()
             .await
@@ -108,6 +125,7 @@ impl Message {
     /// [`NatsError::Timeout`] when the server does not confirm in time (the message
     /// may then be delivered again), [`NatsError::Client`] when the client fails.
     pub async fn ack_confirmed(&self) -> Result<(), NatsError> {
+        self.settle();
         within("ack confirmation", CONFIRM_TIMEOUT, self.inner.double_ack())
             .await?
             .map_err(|e| NatsError::client("confirmed ack", e))
@@ -132,6 +150,7 @@ impl Message {
     ///
     /// As [`ack`](Self::ack).
     pub async fn term(&self) -> Result<(), NatsError> {
+        self.settle();
         self.inner
             .ack_with(AckKind::Term)
             .await
@@ -155,6 +174,7 @@ impl Message {
     /// source's runtime (one task per call). A failure to send is logged at `warn`
     /// (target `weir::nats`); the message is then delivered again after `ack_wait`.
     pub fn ack_detached(&self) {
+        self.settle();
         let inner = self.inner.clone();
         self.runtime.spawn(async move {
             if let Err(error) = inner.ack().await {

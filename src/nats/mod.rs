@@ -46,6 +46,7 @@
 //! ```
 
 mod error;
+mod ledger;
 mod message;
 mod sink;
 mod source;

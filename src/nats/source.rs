@@ -37,6 +37,17 @@
 //! delivered again after the consumer's `ack_wait`; [`Message::delivery_count`] says
 //! how often, and [`SourceStats::redelivered`] counts them.
 //!
+//! # Exactly once for what was acked
+//!
+//! A JetStream server writes a consumer's state to its store at most ten times a
+//! second, so a server killed hard forgets its last acks and, once restarted,
+//! delivers those messages again as if new. The source remembers the last
+//! [`dedup_horizon`](SourceBuilder::dedup_horizon) stream sequences (one byte each):
+//! a message acked or terminated through its [`Message`] is acked again and not
+//! delivered if the server sends it again ([`SourceStats::suppressed`]); a message
+//! it delivered before counts as a redelivery even when the server's count started
+//! over.
+//!
 //! # Lag
 //!
 //! [`Publisher::queue_monitor`] describes the consumer's backlog on the server as a
@@ -65,6 +76,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
 use super::error::{within, NatsError};
+use super::ledger::{Arrival, Ledger};
 use super::message::Message;
 use crate::metrics::{QueueGauge, QueueMonitor};
 use crate::runtime::Immediate;
@@ -101,8 +113,12 @@ pub enum AckMode {
 pub struct SourceStats {
     /// Messages delivered downstream.
     pub delivered: u64,
-    /// Of those, messages the server had delivered before (delivery count > 1).
+    /// Of those, redeliveries: delivery count above 1 (the server's, or this
+    /// source's own when higher).
     pub redelivered: u64,
+    /// Messages the server sent again after they were acked or terminated through
+    /// this source: acked again, not delivered.
+    pub suppressed: u64,
     /// Pull requests sent.
     pub pulls: u64,
     /// Messages asked for by those pulls, in all.
@@ -117,6 +133,7 @@ pub struct SourceStats {
 struct Counters {
     delivered: AtomicU64,
     redelivered: AtomicU64,
+    suppressed: AtomicU64,
     pulls: AtomicU64,
     pulled: AtomicU64,
     pull_failures: AtomicU64,
@@ -137,6 +154,7 @@ pub struct SourceBuilder {
     ack: AckMode,
     expires: Duration,
     give_up_after: Duration,
+    dedup_horizon: usize,
     runtime: Option<Handle>,
 }
 
@@ -195,6 +213,20 @@ impl SourceBuilder {
         self
     }
 
+    /// Remember the last `sequences` stream sequences (one byte each; default
+    /// 65,536) to suppress messages the server sends again after they were acked,
+    /// and to count redeliveries the server forgot (see the module docs).
+    ///
+    /// # Panics
+    ///
+    /// If `sequences` is 0 or above 2^30: "nats source dedup_horizon must be in
+    /// 1..=2^30 (got 0)".
+    pub fn dedup_horizon(mut self, sequences: usize) -> Self {
+        self.dedup_horizon =
+            crate::stage::window::validate("nats source dedup_horizon", sequences as u64);
+        self
+    }
+
     /// Run the source's task on the runtime behind `handle` (default: the runtime
     /// current when [`build`](Self::build) is called).
     pub fn runtime(mut self, handle: Handle) -> Self {
@@ -233,6 +265,7 @@ impl SourceBuilder {
             runtime,
             gauge: QueueGauge::new(capacity, Arc::new(Immediate)),
             counters: Arc::new(Counters::default()),
+            ledger: Arc::new(Ledger::new(self.dedup_horizon)),
         }
     }
 }
@@ -277,6 +310,7 @@ pub struct Source {
     runtime: Handle,
     gauge: Arc<QueueGauge>,
     counters: Arc<Counters>,
+    ledger: Arc<Ledger>,
 }
 
 impl fmt::Debug for Source {
@@ -300,6 +334,7 @@ impl Source {
             ack: AckMode::Explicit,
             expires: Duration::from_secs(5),
             give_up_after: Duration::from_secs(60),
+            dedup_horizon: 65_536,
             runtime: None,
         }
     }
@@ -364,6 +399,7 @@ impl Source {
         SourceStats {
             delivered: c.delivered.load(Ordering::Relaxed),
             redelivered: c.redelivered.load(Ordering::Relaxed),
+            suppressed: c.suppressed.load(Ordering::Relaxed),
             pulls: c.pulls.load(Ordering::Relaxed),
             pulled: c.pulled.load(Ordering::Relaxed),
             pull_failures: c.pull_failures.load(Ordering::Relaxed),
@@ -545,7 +581,7 @@ impl Puller {
     /// Hands `message` downstream (acking it after, in `OnDelivery` mode); false
     /// once downstream is gone.
     async fn deliver(&self, message: jetstream::Message) -> bool {
-        let (delivery_count, stream_sequence, pending, waited) = match message.info() {
+        let (server_count, stream_sequence, pending, waited) = match message.info() {
             Ok(info) => {
                 let published = std::time::SystemTime::from(info.published);
                 let waited = std::time::SystemTime::now()
@@ -561,11 +597,24 @@ impl Puller {
             Err(_) => (1, 0, 0, None),
         };
         let counters = &self.source.counters;
+        counters.pending.store(pending, Ordering::Relaxed);
+        let delivery_count = match self.source.ledger.arrive(stream_sequence) {
+            Arrival::Deliver { count } => server_count.max(count),
+            Arrival::Settled => {
+                // Acked (or terminated) here before; the server forgot. Ack it
+                // again (the settled outcome was an ack unless it was a term,
+                // and a term is final either way) and move on.
+                Counters::add(&counters.suppressed, 1);
+                if let Err(error) = message.ack().await {
+                    tracing::debug!(target: "weir::nats", %error, "a suppressed duplicate's ack was not sent");
+                }
+                return true;
+            }
+        };
         Counters::add(&counters.delivered, 1);
         if delivery_count > 1 {
             Counters::add(&counters.redelivered, 1);
         }
-        counters.pending.store(pending, Ordering::Relaxed);
         let gauge = &self.source.gauge;
         let now = gauge.now();
         gauge.moved(1, 1, 1, now);
@@ -578,10 +627,12 @@ impl Puller {
             delivery_count,
             stream_sequence,
             self.source.runtime.clone(),
+            self.source.ledger.clone(),
         );
         match self.emitter.emit(wrapped) {
             Ok(()) => {
                 if let Some(acker) = acker {
+                    self.source.ledger.settle(stream_sequence);
                     if let Err(error) = acker.ack().await {
                         tracing::warn!(target: "weir::nats", %error, "an on-delivery ack was not sent");
                     }

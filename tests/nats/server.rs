@@ -78,10 +78,18 @@ fn free_port() -> u16 {
         .expect("bind a free loopback port")
 }
 
-/// A fresh folder under the target directory for one server's store.
+/// A fresh folder for one server's store: in `/dev/shm` where there is one (the
+/// server syncs every write, see [`Server::spawn`], which costs nothing in memory and
+/// survives a SIGKILL of the server all the same), else under the target directory.
 fn store_dir() -> PathBuf {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    let dir = install::target_dir().join("nats-store").join(format!(
+    let shm = Path::new("/dev/shm");
+    let parent = if shm.is_dir() {
+        shm.join("weir-nats-store")
+    } else {
+        install::target_dir().join("nats-store")
+    };
+    let dir = parent.join(format!(
         "{}-{}",
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
@@ -141,12 +149,25 @@ impl Server {
     }
 
     fn spawn(&mut self) {
+        // Every message the stream stores reaches its file before the server
+        // acknowledges the publish: a SIGKILL then loses no confirmed publish (the
+        // fault tests count on it). A consumer's state is still written at most ten
+        // times a second whatever this says (the source's ledger covers that).
+        let config = self.store.with_extension("conf");
+        std::fs::write(
+            &config,
+            format!(
+                "jetstream {{\n  store_dir: {:?}\n  sync_interval: always\n}}\n",
+                self.store.display().to_string()
+            ),
+        )
+        .expect("write the server's config");
         let mut command = Command::new(binary());
         command
             .args(["-a", "127.0.0.1", "-p"])
             .arg(self.port.to_string())
-            .args(["-js", "-sd"])
-            .arg(&self.store)
+            .arg("-c")
+            .arg(&config)
             .args(["--server_name", &self.name])
             .args(&self.extra)
             .stdin(Stdio::null())
@@ -181,5 +202,6 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.store);
+        let _ = std::fs::remove_file(self.store.with_extension("conf"));
     }
 }
