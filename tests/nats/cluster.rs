@@ -18,6 +18,7 @@ const MESSAGES: u64 = 20_000;
 
 #[test]
 fn a_node_killed_mid_run_loses_no_acknowledged_publish_and_the_consumer_carries_on() {
+    let _turn = crate::fixture::shared();
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -132,7 +133,7 @@ fn a_node_killed_mid_run_loses_no_acknowledged_publish_and_the_consumer_carries_
                 .await?
                 .info()
                 .await
-                .map(|i| i.clone())
+                .cloned()
                 .map_err(async_nats::Error::from)
         })
         .expect("stream info")

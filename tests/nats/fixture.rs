@@ -1,6 +1,7 @@
 //! A server, a tokio runtime and a JetStream context for one test, with helpers to
 //! make streams and consumers and to publish.
 
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer, consumer::PullConsumer, stream};
@@ -12,16 +13,40 @@ use crate::server::Server;
 /// Generous bound for waits on things that must happen.
 pub const PATIENCE: Duration = Duration::from_secs(30);
 
+/// Tests share the process; the one that measures the process's heap excludes
+/// the others while it runs.
+static PROCESS: RwLock<()> = RwLock::new(());
+
+/// Taken by every test that may run beside others.
+pub fn shared() -> RwLockReadGuard<'static, ()> {
+    PROCESS.read().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Taken by a test that must run alone (it measures the whole process).
+pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    PROCESS.write().unwrap_or_else(|p| p.into_inner())
+}
+
 /// One test's server, runtime and JetStream context.
 pub struct Env {
     pub rt: Runtime,
     pub server: Server,
     pub js: jetstream::Context,
+    _turn: Option<RwLockReadGuard<'static, ()>>,
 }
 
 impl Env {
-    /// A fresh server with JetStream and a client connected to it.
+    /// A fresh server with JetStream and a client connected to it, for a test
+    /// that may run beside others.
     pub fn new() -> Env {
+        let turn = shared();
+        let mut env = Env::alone();
+        env._turn = Some(turn);
+        env
+    }
+
+    /// The same, for a test that holds [`exclusive`] itself.
+    pub fn alone() -> Env {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
@@ -34,7 +59,12 @@ impl Env {
                 .expect("connect to the test server");
             jetstream::new(client)
         });
-        Env { rt, server, js }
+        Env {
+            rt,
+            server,
+            js,
+            _turn: None,
+        }
     }
 
     /// A stream `name` on subject `<name>.>`, file storage.
