@@ -48,6 +48,11 @@ pub enum NatsError {
         /// When a retry is likely to find room.
         retry_after: Duration,
     },
+    /// No server could be reached at start ([`connect`](super::connect)).
+    Unreachable {
+        /// The client's message.
+        message: String,
+    },
     /// The sink or source has ended (completed, failed or cancelled).
     Closed,
     /// Any other failure of the client or the server, with its message.
@@ -74,7 +79,10 @@ impl NatsError {
     pub fn is_transient(&self) -> bool {
         matches!(
             self,
-            NatsError::Timeout { .. } | NatsError::Slow { .. } | NatsError::Client { .. }
+            NatsError::Timeout { .. }
+                | NatsError::Slow { .. }
+                | NatsError::Client { .. }
+                | NatsError::Unreachable { .. }
         )
     }
 }
@@ -95,6 +103,9 @@ impl fmt::Display for NatsError {
             NatsError::Timeout { what, after } => write!(f, "{what} timed out after {after:?}"),
             NatsError::Slow { retry_after } => {
                 write!(f, "the sink is full; retry after {retry_after:?}")
+            }
+            NatsError::Unreachable { message } => {
+                write!(f, "no NATS server could be reached: {message}")
             }
             NatsError::Closed => f.write_str("the NATS stage has ended"),
             NatsError::Client { what, message } => write!(f, "{what} failed: {message}"),

@@ -55,3 +55,28 @@ pub use self::error::NatsError;
 pub use self::message::Message;
 pub use self::sink::{Ingress, NotTaken, Outgoing, Sink, SinkBuilder, SinkDone, SinkReport};
 pub use self::source::{AckMode, Source, SourceBuilder, SourceStats};
+
+use std::time::Duration;
+
+/// Connects to a NATS server (any of `urls`, e.g. `"nats://127.0.0.1:4222"`, or a
+/// list for a cluster) within `timeout` and returns its JetStream context. Once
+/// connected, the client reconnects by itself after losing the server.
+///
+/// # Errors
+///
+/// [`NatsError::Unreachable`] when no server answers (down, wrong address,
+/// refused), [`NatsError::Timeout`] when connecting takes longer than `timeout`.
+pub async fn connect(
+    urls: impl async_nats::ToServerAddrs,
+    timeout: Duration,
+) -> Result<async_nats::jetstream::Context, NatsError> {
+    let connecting = async_nats::ConnectOptions::new()
+        .connection_timeout(timeout)
+        .connect(urls);
+    let client = error::within("connecting", timeout, connecting)
+        .await?
+        .map_err(|e| NatsError::Unreachable {
+            message: e.to_string(),
+        })?;
+    Ok(async_nats::jetstream::new(client))
+}

@@ -42,7 +42,7 @@ use futures::StreamExt;
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Notify};
 
-use super::error::NatsError;
+use super::error::{within, NatsError};
 use crate::retry::{Backoff, RetryError, RetryPolicy, Verdict};
 use crate::runtime::Tokio;
 use crate::source::channel::{ChannelPolicy, Sender, TrySendError};
@@ -163,6 +163,7 @@ pub struct SinkBuilder {
     subject: String,
     max_in_flight: u64,
     retry: RetryPolicy<NatsError>,
+    ack_timeout: Duration,
     runtime: Option<Handle>,
 }
 
@@ -207,6 +208,22 @@ impl SinkBuilder {
         self
     }
 
+    /// How long one publish may wait for the stream's ack before it counts as
+    /// failed with [`NatsError::Timeout`] (default 5 s; the JetStream context's own
+    /// timeout applies too, whichever is shorter).
+    ///
+    /// # Panics
+    ///
+    /// If `timeout` is zero: "nats sink ack_timeout must be above zero".
+    pub fn ack_timeout(mut self, timeout: Duration) -> Self {
+        assert!(
+            !timeout.is_zero(),
+            "nats sink ack_timeout must be above zero"
+        );
+        self.ack_timeout = timeout;
+        self
+    }
+
     /// Run the sink's task on the runtime behind `handle` (default: the runtime
     /// current when [`build`](Self::build) is called).
     pub fn runtime(mut self, handle: Handle) -> Self {
@@ -248,6 +265,7 @@ impl SinkBuilder {
             js: self.js,
             subject: self.subject,
             k: self.max_in_flight,
+            ack_timeout: self.ack_timeout,
             retry: self.retry,
             scheduler: Tokio::new(runtime.clone()),
             counters: counters.clone(),
@@ -324,6 +342,7 @@ impl Sink<Outgoing> {
             js,
             subject: subject.into(),
             max_in_flight: 256,
+            ack_timeout: Duration::from_secs(5),
             retry: RetryPolicy::new(
                 1,
                 Backoff::exponential(Duration::from_millis(100), Duration::from_secs(2)),
@@ -471,6 +490,7 @@ struct Task {
     js: jetstream::Context,
     subject: String,
     k: u64,
+    ack_timeout: Duration,
     retry: RetryPolicy<NatsError>,
     scheduler: Tokio,
     counters: Arc<Counters>,
@@ -509,10 +529,11 @@ impl Task {
             let js = self.js.clone();
             let subject = self.subject.clone();
             let counters = self.counters.clone();
+            let timeout = self.ack_timeout;
             self.retry
                 .wrap(self.scheduler.clone(), move |out: Outgoing| {
                     counters.attempts.fetch_add(1, Ordering::Relaxed);
-                    publish_one(js.clone(), subject.clone(), out)
+                    publish_one(js.clone(), subject.clone(), out, timeout)
                 })
         };
         let mut in_flight = FuturesUnordered::new();
@@ -573,6 +594,7 @@ async fn publish_one(
     js: jetstream::Context,
     subject: String,
     out: Outgoing,
+    timeout: Duration,
 ) -> Result<async_nats::jetstream::publish::PublishAck, NatsError> {
     let subject = out.subject.unwrap_or(subject);
     let mut message = PublishMessage::build().payload(out.payload);
@@ -582,22 +604,25 @@ async fn publish_one(
     if let Some(id) = out.id {
         message = message.message_id(id);
     }
-    let failed = |e: PublishError| publish_error(&subject, e);
-    let ack = js
-        .send_publish(subject.clone(), message)
-        .await
-        .map_err(failed)?;
-    ack.await.map_err(failed)
+    let failed = |e: PublishError| publish_error(&subject, e, timeout);
+    let publishing = async {
+        let ack = js
+            .send_publish(subject.clone(), message)
+            .await
+            .map_err(failed)?;
+        ack.await.map_err(failed)
+    };
+    within("a publish ack", timeout, publishing).await?
 }
 
-fn publish_error(subject: &str, error: PublishError) -> NatsError {
+fn publish_error(subject: &str, error: PublishError, timeout: Duration) -> NatsError {
     match error.kind() {
         PublishErrorKind::StreamNotFound => NatsError::NoStream {
             subject: subject.to_owned(),
         },
         PublishErrorKind::TimedOut => NatsError::Timeout {
             what: "a publish ack",
-            after: Duration::from_secs(5),
+            after: timeout,
         },
         PublishErrorKind::BrokenPipe => NatsError::client("publishing", error),
         _ => NatsError::Refused {

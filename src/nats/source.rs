@@ -24,9 +24,11 @@
 //!   A pull that expires empty simply ends; the next one is sent at once if demand
 //!   is still there (a long poll).
 //! * **Failures.** A pull that cannot be sent (connection lost, server restarting)
-//!   is retried with the crate's backoff (100 ms, doubling to 2 s); after
-//!   [`SourceBuilder::give_up_after`] of nothing but failures the stream ends with
-//!   `on_error` (kind `Upstream`, source [`NatsError`]). A consumer deleted
+//!   is retried after a backoff (100 ms, doubling to 2 s). The task also asks for
+//!   the consumer's info once a second; a failure clock starts with a failed pull
+//!   or info request and stops at any sign of life (a message, an answered info
+//!   request). After [`SourceBuilder::give_up_after`] on that clock the stream ends
+//!   with `on_error` (kind `Upstream`, source [`NatsError`]). A consumer deleted
 //!   under the source ends it at once.
 //!
 //! # Acknowledgements
@@ -125,6 +127,8 @@ pub struct SourceStats {
     pub pulled: u64,
     /// Pull requests that could not be sent or failed.
     pub pull_failures: u64,
+    /// Requests for the consumer's info (once a second) that failed.
+    pub info_failures: u64,
     /// Messages pending for the consumer on the server, as last seen.
     pub pending: u64,
 }
@@ -137,6 +141,7 @@ struct Counters {
     pulls: AtomicU64,
     pulled: AtomicU64,
     pull_failures: AtomicU64,
+    info_failures: AtomicU64,
     pending: AtomicU64,
 }
 
@@ -403,6 +408,7 @@ impl Source {
             pulls: c.pulls.load(Ordering::Relaxed),
             pulled: c.pulled.load(Ordering::Relaxed),
             pull_failures: c.pull_failures.load(Ordering::Relaxed),
+            info_failures: c.info_failures.load(Ordering::Relaxed),
             pending: c.pending.load(Ordering::Relaxed),
         }
     }
@@ -452,6 +458,42 @@ impl Publisher for Source {
     }
 }
 
+/// How long the server has failed to answer, and how long to wait before the next
+/// try: the failure clock starts with a failed pull or info request and stops with
+/// any sign of life (a message, an answered info request).
+struct Health {
+    patience: Duration,
+    failing_since: Option<Instant>,
+    backoff: Duration,
+}
+
+impl Health {
+    fn new(patience: Duration) -> Self {
+        Health {
+            patience,
+            failing_since: None,
+            backoff: Duration::from_millis(100),
+        }
+    }
+
+    fn alive(&mut self) {
+        self.failing_since = None;
+        self.backoff = Duration::from_millis(100);
+    }
+
+    /// Something failed: the wait before the next try, or `None` once the server
+    /// has failed for longer than the patience.
+    fn failed(&mut self) -> Option<Duration> {
+        let since = *self.failing_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= self.patience {
+            return None;
+        }
+        let wait = self.backoff;
+        self.backoff = (self.backoff * 2).min(Duration::from_secs(2));
+        Some(wait)
+    }
+}
+
 /// One open pull request: its messages, and how many it may still bring.
 struct Pull {
     batch: pull::Batch,
@@ -470,8 +512,7 @@ impl Puller {
         let mut pulls: VecDeque<Pull> = VecDeque::with_capacity(MAX_PULLS);
         let mut info = tokio::time::interval(INFO_EVERY);
         info.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut failing_since: Option<Instant> = None;
-        let mut backoff = Duration::from_millis(100);
+        let mut health = Health::new(self.source.give_up_after);
         loop {
             if self.emitter.is_cancelled() {
                 return;
@@ -482,30 +523,36 @@ impl Puller {
             if pulls.len() < MAX_PULLS && target > outstanding && outstanding <= target / 4 {
                 let n = target - outstanding;
                 match self.pull(n).await {
-                    Ok(batch) => {
-                        failing_since = None;
-                        backoff = Duration::from_millis(100);
-                        pulls.push_back(Pull { batch, left: n });
-                    }
+                    // Sent (perhaps only into the client's buffer while it reconnects:
+                    // the server's answers, or the info ticks, tell it is alive).
+                    Ok(batch) => pulls.push_back(Pull { batch, left: n }),
                     Err(error) => {
-                        let since = *failing_since.get_or_insert_with(Instant::now);
-                        if since.elapsed() >= self.source.give_up_after {
+                        tracing::debug!(target: "weir::nats", %error, "a pull failed; retrying");
+                        let Some(backoff) = health.failed() else {
                             self.emitter.error(Error::upstream(error));
                             return;
-                        }
-                        tracing::debug!(target: "weir::nats", %error, "a pull failed; retrying");
+                        };
                         tokio::select! {
                             _ = tokio::time::sleep(backoff) => {}
                             _ = self.wake.notified() => {}
                         }
-                        backoff = (backoff * 2).min(Duration::from_secs(2));
                     }
                 }
                 continue;
             }
             tokio::select! {
                 _ = self.wake.notified() => {}
-                _ = info.tick() => self.refresh_info().await,
+                _ = info.tick() => match self.refresh_info().await {
+                    Ok(()) => health.alive(),
+                    Err(error) => {
+                        Counters::add(&self.source.counters.info_failures, 1);
+                        tracing::debug!(target: "weir::nats", %error, "the consumer's info did not come");
+                        if health.failed().is_none() {
+                            self.emitter.error(Error::upstream(error));
+                            return;
+                        }
+                    }
+                },
                 next = async {
                     match pulls.front_mut() {
                         Some(pull) => pull.batch.next().await,
@@ -513,6 +560,7 @@ impl Puller {
                     }
                 } => match next {
                     Some(Ok(message)) => {
+                        health.alive();
                         let front = pulls.front_mut().expect("a message came from the front pull");
                         front.left -= 1;
                         if front.left == 0 {
@@ -646,16 +694,17 @@ impl Puller {
         }
     }
 
-    /// Reads the consumer's pending count for the lag figures (a failure is left
-    /// for the next tick).
-    async fn refresh_info(&mut self) {
+    /// Reads the consumer's pending count for the lag figures (and, failing,
+    /// tells that the server does not answer).
+    async fn refresh_info(&mut self) -> Result<(), NatsError> {
         let patience = self.source.expires.min(Duration::from_secs(5));
-        if let Ok(Ok(info)) = within(
+        let info = within(
             "reading the consumer's info",
             patience,
             self.source.consumer.get_info(),
         )
-        .await
+        .await?
+        .map_err(|e| NatsError::client("reading the consumer's info", e))?;
         {
             self.source
                 .counters
@@ -668,5 +717,6 @@ impl Puller {
                 self.source.gauge.depth(depth);
             }
         }
+        Ok(())
     }
 }

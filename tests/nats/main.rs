@@ -8,6 +8,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicI64, Ordering};
 
+mod bad_input;
 mod cluster;
 mod faults;
 mod fixture;
