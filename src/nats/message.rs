@@ -183,6 +183,17 @@ impl Message {
         });
     }
 
+    /// [`nack`](Self::nack) from synchronous code: sent by a task spawned on the
+    /// source's runtime, a failure logged at `warn` (target `weir::nats`).
+    pub fn nack_detached(&self, delay: Option<Duration>) {
+        let inner = self.inner.clone();
+        self.runtime.spawn(async move {
+            if let Err(error) = inner.ack_with(AckKind::Nak(delay)).await {
+                tracing::warn!(target: "weir::nats", %error, "a detached nack was not sent");
+            }
+        });
+    }
+
     /// The client's message (subject, reply, headers, payload, ...).
     pub fn as_jetstream(&self) -> &jetstream::Message {
         &self.inner
