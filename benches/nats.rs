@@ -3,16 +3,16 @@
 //! one local `nats-server` (started by the bench, installed on first use like the
 //! tests').
 //!
-//! Each case publishes [`N`] 16-byte messages into a fresh stream while a durable
+//! Each case publishes [`n()`] (1M) 16-byte messages into a fresh stream while a durable
 //! pull consumer of that stream reads and acks them; the time runs from the first
 //! publish until the consumer has received all of them. Cases:
 //! * `async_nats`: a task publishing with 256 publish acks in flight (a
 //!   `FuturesUnordered` of ack futures), and the consumer's `messages()` stream with
 //!   default settings, each message acked (`ack()`);
 //! * `weir_on_delivery`: `range → map(Outgoing) → nats::Sink` (256 acks in flight) and
-//!   `nats::Source` (window 256, `AckMode::OnDelivery`) `→ take(N) → fold`;
+//!   `nats::Source` (window 256, `AckMode::OnDelivery`) `→ take(n) → fold`;
 //! * `weir_explicit_hop`: the same sink, and the source `→ publish_on(pool, 256) →
-//!   take(N) → fold` acking each message with `ack_detached` on the pool's thread.
+//!   take(n) → fold` acking each message with `ack_detached` on the pool's thread.
 //!
 //! Beside the time, every case reports the peak growth of the process's heap while
 //! it runs (a counting global allocator, sampled every millisecond): what the client
@@ -39,8 +39,13 @@ use weir::runtime::ThreadPool;
 #[path = "../tests/support/nats_server.rs"]
 mod nats_server;
 
-/// Messages per run.
-const N: u64 = 1_000_000;
+/// Messages per run (`WEIR_NATS_BENCH_N` overrides it, for quick looks).
+fn n() -> u64 {
+    std::env::var("WEIR_NATS_BENCH_N")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000)
+}
 /// Rounds of the paired phase.
 const ROUNDS: usize = 3;
 /// Publish acks in flight, for every case.
@@ -150,7 +155,7 @@ fn async_nats_case(env: &Env) -> Duration {
             let mut acks: FuturesUnordered<
                 <jetstream::context::PublishAckFuture as std::future::IntoFuture>::IntoFuture,
             > = FuturesUnordered::new();
-            for _ in 0..N {
+            for _ in 0..n() {
                 if acks.len() >= IN_FLIGHT {
                     acks.next().await.expect("an ack").expect("acked");
                 }
@@ -165,7 +170,7 @@ fn async_nats_case(env: &Env) -> Duration {
             }
         });
         let mut messages = consumer.messages().await.expect("messages()");
-        for _ in 0..N {
+        for _ in 0..n() {
             let message = messages.next().await.expect("a message").expect("ok");
             message.ack().await.expect("ack");
         }
@@ -180,7 +185,7 @@ fn publish_with_weir(env: &Env, subject: String) -> weir::nats::SinkDone {
         .runtime(env.rt.handle().clone())
         .build();
     let payload = env.payload.clone();
-    weir::range(0..N)
+    weir::range(0..n())
         .map(move |_| Outgoing::new(payload.clone()))
         .subscribe(sink);
     done
@@ -195,11 +200,11 @@ fn weir_on_delivery(env: &Env) -> Duration {
         .ack(AckMode::OnDelivery)
         .runtime(env.rt.handle().clone())
         .build()
-        .take(N)
+        .take(n())
         .fold(0u64, |n, _| n + 1)
         .wait()
         .expect("received");
-    assert_eq!(received, N);
+    assert_eq!(received, n());
     let elapsed = start.elapsed();
     done.wait(Duration::from_secs(60)).expect("published");
     elapsed
@@ -214,14 +219,14 @@ fn weir_explicit_hop(env: &Env) -> Duration {
         .runtime(env.rt.handle().clone())
         .build()
         .publish_on(env.pool.clone(), 256)
-        .take(N)
+        .take(n())
         .fold(0u64, |n, message| {
             message.ack_detached();
             n + 1
         })
         .wait()
         .expect("received");
-    assert_eq!(received, N);
+    assert_eq!(received, n());
     let elapsed = start.elapsed();
     done.wait(Duration::from_secs(60)).expect("published");
     elapsed
@@ -256,7 +261,7 @@ fn main() {
     let mut c = Criterion::default().configure_from_args();
     {
         let mut group = c.benchmark_group("nats");
-        group.throughput(Throughput::Elements(N));
+        group.throughput(Throughput::Elements(n()));
         group.sample_size(10);
         group.warm_up_time(Duration::from_secs(1));
         group.measurement_time(Duration::from_secs(30));
@@ -268,8 +273,9 @@ fn main() {
         group.finish();
     }
 
+    let n = n();
     println!(
-        "\npaired phase: {ROUNDS} rounds of {N} messages; weir ÷ async_nats throughput per round"
+        "\npaired phase: {ROUNDS} rounds of {n} messages; weir ÷ async_nats throughput per round"
     );
     let mut ratios = vec![Vec::new(); CASES.len()];
     let mut peaks = vec![0i64; CASES.len()];
@@ -282,7 +288,7 @@ fn main() {
             println!(
                 "round {round} {name:>18}: {:>7.3} s ({:.0} k msg/s), heap peak +{:.1} MB",
                 secs[slot],
-                N as f64 / secs[slot] / 1e3,
+                n as f64 / secs[slot] / 1e3,
                 peak as f64 / 1e6
             );
         }

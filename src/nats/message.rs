@@ -9,6 +9,7 @@ use tokio::runtime::Handle;
 
 use std::sync::Arc;
 
+use super::acker::Acker;
 use super::error::{within, NatsError};
 use super::ledger::Ledger;
 
@@ -33,6 +34,7 @@ pub struct Message {
     stream_sequence: u64,
     runtime: Handle,
     ledger: Arc<Ledger>,
+    acker: Arc<Acker>,
 }
 
 impl fmt::Debug for Message {
@@ -53,6 +55,7 @@ impl Message {
         stream_sequence: u64,
         runtime: Handle,
         ledger: Arc<Ledger>,
+        acker: Arc<Acker>,
     ) -> Self {
         Message {
             inner,
@@ -60,6 +63,7 @@ impl Message {
             stream_sequence,
             runtime,
             ledger,
+            acker,
         }
     }
 
@@ -170,17 +174,15 @@ impl Message {
     }
 
     /// Acknowledge it from synchronous code (a `map` or `inspect` of a later stage,
-    /// once the item has passed it): the ack is sent by a task spawned on the
-    /// source's runtime (one task per call). A failure to send is logged at `warn`
-    /// (target `weir::nats`); the message is then delivered again after `ack_wait`.
+    /// once the item has passed it): the ack goes into the source's ack queue, whose
+    /// task publishes the queued acks in runs (no task per ack). A failure to send is
+    /// logged at `warn` (target `weir::nats`); the message is then delivered again
+    /// after `ack_wait`.
     pub fn ack_detached(&self) {
         self.settle();
-        let inner = self.inner.clone();
-        self.runtime.spawn(async move {
-            if let Err(error) = inner.ack().await {
-                tracing::warn!(target: "weir::nats", %error, "a detached ack was not sent");
-            }
-        });
+        if let Some(reply) = &self.inner.message.reply {
+            self.acker.ack(reply.clone());
+        }
     }
 
     /// [`nack`](Self::nack) from synchronous code: sent by a task spawned on the

@@ -45,6 +45,7 @@
 //! # }
 //! ```
 
+mod acker;
 mod error;
 mod ledger;
 mod message;

@@ -271,7 +271,11 @@ impl SinkBuilder {
             counters: counters.clone(),
             upstream: upstream.clone(),
         };
-        runtime.spawn(task.run(rx, SetOnDrop(outcome.clone())));
+        let end = SetOnDrop {
+            outcome: outcome.clone(),
+            upstream: upstream.clone(),
+        };
+        runtime.spawn(task.run(rx, end));
         (
             Sink {
                 tx,
@@ -421,13 +425,26 @@ impl Outcome {
     }
 }
 
-/// Sets [`NatsError::Closed`] if the task ends without an outcome (dropped by a
-/// runtime shutting down).
-struct SetOnDrop(Arc<Outcome>);
+/// The task's end, run however the task ends: sets [`NatsError::Closed`] if it
+/// ends without an outcome (dropped by a runtime shutting down), and cancels
+/// upstream if it is still there (nobody will publish its items; after a completion
+/// the cancel is a no-op).
+struct SetOnDrop {
+    outcome: Arc<Outcome>,
+    upstream: Arc<Mutex<Option<Subscription>>>,
+}
 
 impl Drop for SetOnDrop {
     fn drop(&mut self) {
-        self.0.set(Err(NatsError::Closed));
+        self.outcome.set(Err(NatsError::Closed));
+        let upstream = self
+            .upstream
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(upstream) = upstream {
+            upstream.cancel();
+        }
     }
 }
 
@@ -585,7 +602,7 @@ impl Task {
                 },
             }
         };
-        done.0.set(outcome);
+        done.outcome.set(outcome);
     }
 }
 

@@ -68,7 +68,7 @@
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream::consumer::{pull, Consumer};
@@ -77,6 +77,7 @@ use futures::StreamExt;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
+use super::acker::Acker;
 use super::error::{within, NatsError};
 use super::ledger::{Arrival, Ledger};
 use super::message::Message;
@@ -271,6 +272,7 @@ impl SourceBuilder {
             gauge: QueueGauge::new(capacity, Arc::new(Immediate)),
             counters: Arc::new(Counters::default()),
             ledger: Arc::new(Ledger::new(self.dedup_horizon)),
+            acker: Arc::new(OnceLock::new()),
         }
     }
 }
@@ -316,6 +318,9 @@ pub struct Source {
     gauge: Arc<QueueGauge>,
     counters: Arc<Counters>,
     ledger: Arc<Ledger>,
+    /// The queue of acks sent for synchronous code, made with the first message
+    /// (it needs the client, which the consumer does not hand out).
+    acker: Arc<OnceLock<Arc<Acker>>>,
 }
 
 impl fmt::Debug for Source {
@@ -507,6 +512,16 @@ struct Puller {
     wake: Arc<Notify>,
 }
 
+/// The task ends by returning (downstream cancelled, or the stream failed: the
+/// error below is then refused) or by being dropped unfinished, when its runtime
+/// shuts down: the stream must not look complete then (a log has no end), so it
+/// fails with `SchedulerShutdown`.
+impl Drop for Puller {
+    fn drop(&mut self) {
+        self.emitter.error(Error::scheduler_shutdown("nats source"));
+    }
+}
+
 impl Puller {
     async fn run(mut self) {
         let mut pulls: VecDeque<Pull> = VecDeque::with_capacity(MAX_PULLS);
@@ -669,21 +684,27 @@ impl Puller {
         let depth = usize::try_from(pending).unwrap_or(usize::MAX);
         let oldest = waited.and_then(|w| now.checked_sub(w));
         gauge.level(depth, if depth > 0 { oldest } else { None });
-        let acker = (self.source.ack == AckMode::OnDelivery).then(|| message.clone());
+        let acker = self
+            .source
+            .acker
+            .get_or_init(|| Arc::new(Acker::start(message.context.client(), &self.source.runtime)))
+            .clone();
+        let reply = (self.source.ack == AckMode::OnDelivery)
+            .then(|| message.message.reply.clone())
+            .flatten();
         let wrapped = Message::new(
             message,
             delivery_count,
             stream_sequence,
             self.source.runtime.clone(),
             self.source.ledger.clone(),
+            acker.clone(),
         );
         match self.emitter.emit(wrapped) {
             Ok(()) => {
-                if let Some(acker) = acker {
+                if let Some(reply) = reply {
                     self.source.ledger.settle(stream_sequence);
-                    if let Err(error) = acker.ack().await {
-                        tracing::warn!(target: "weir::nats", %error, "an on-delivery ack was not sent");
-                    }
+                    acker.ack(reply);
                 }
                 true
             }

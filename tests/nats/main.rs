@@ -12,6 +12,7 @@ mod bad_input;
 mod cluster;
 mod faults;
 mod fixture;
+mod hostile;
 mod server;
 mod sink;
 mod slow;
