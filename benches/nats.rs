@@ -232,6 +232,53 @@ fn weir_explicit_hop(env: &Env) -> Duration {
     elapsed
 }
 
+/// Publishes `count` messages into a fresh stream and returns its consumer.
+fn filled(env: &Env, count: u64) -> consumer::PullConsumer {
+    let (subject, consumer) = env.fresh();
+    let done = {
+        let (sink, done) = Sink::builder(env.js.clone(), subject)
+            .max_in_flight(IN_FLIGHT as u64)
+            .runtime(env.rt.handle().clone())
+            .build();
+        let payload = env.payload.clone();
+        weir::range(0..count)
+            .map(move |_| Outgoing::new(payload.clone()))
+            .subscribe(sink);
+        done
+    };
+    done.wait(Duration::from_secs(120)).expect("published");
+    consumer
+}
+
+/// A consumer that takes one message and then stalls for two seconds, with
+/// `count` messages waiting: the heap's growth meanwhile, `async_nats`'s
+/// `messages()` (default settings) and weir's source (window 256).
+fn stalled_heap(env: &Env, count: u64) -> (i64, i64) {
+    let consumer = filled(env, count);
+    let ((), raw) = peak_heap(|| {
+        env.rt.block_on(async {
+            let mut messages = consumer.messages().await.expect("messages()");
+            let first = messages.next().await.expect("a message").expect("ok");
+            first.ack().await.expect("ack");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            drop(messages);
+        })
+    });
+    let consumer = filled(env, count);
+    let ((), weir) = peak_heap(|| {
+        let source = Source::builder(consumer)
+            .window(256)
+            .runtime(env.rt.handle().clone())
+            .build();
+        let mut items = source.blocking_iter(1);
+        let first = items.next().expect("a message").expect("ok");
+        first.ack_detached();
+        std::thread::sleep(Duration::from_secs(2));
+        drop(items);
+    });
+    (raw, weir)
+}
+
 type Case = (&'static str, fn(&Env) -> Duration);
 
 const CASES: [Case; 3] = [
@@ -308,5 +355,12 @@ fn main() {
             peaks[0] as f64 / 1e6
         );
     }
+    let waiting = 200_000;
+    let (raw, weir) = stalled_heap(&env, waiting);
+    println!(
+        "a consumer stalled after one message, {waiting} waiting: heap grew {:.1} MB with async_nats's messages(), {:.1} MB with weir's source",
+        raw as f64 / 1e6,
+        weir as f64 / 1e6
+    );
     c.final_summary();
 }

@@ -623,8 +623,10 @@ async fn publish_one(
     }
     let failed = |e: PublishError| publish_error(&subject, e, timeout);
     let publishing = async {
-        let ack = js
-            .send_publish(subject.clone(), message)
+        // The client's send future is large (kilobytes) and lives only until the
+        // message is handed to the connection; boxed, it does not size the state
+        // that each of the `k` publishes in flight keeps while it waits for its ack.
+        let ack = Box::pin(js.send_publish(subject.clone(), message))
             .await
             .map_err(failed)?;
         ack.await.map_err(failed)
