@@ -547,10 +547,7 @@ impl Puller {
                             self.emitter.error(Error::upstream(error));
                             return;
                         };
-                        tokio::select! {
-                            _ = tokio::time::sleep(backoff) => {}
-                            _ = self.wake.notified() => {}
-                        }
+                        self.pause(backoff).await;
                     }
                 }
                 continue;
@@ -587,7 +584,7 @@ impl Puller {
                     }
                     Some(Err(error)) => {
                         pulls.pop_front();
-                        if !self.pull_failed(&error.to_string()) {
+                        if !self.pull_failed(&error.to_string(), &mut health).await {
                             return;
                         }
                     }
@@ -600,17 +597,40 @@ impl Puller {
         }
     }
 
-    /// A pull ended with an error: counted; false (and the stream failed) when the
-    /// consumer is gone.
-    fn pull_failed(&self, text: &str) -> bool {
+    /// A pull ended with an error (a leader change, too many waiting pulls, ...):
+    /// counted, and waited out with the backoff, so that an error the server answers
+    /// at once does not turn the task into a busy loop. False (and the stream failed)
+    /// when the consumer is gone, or the failures outlasted the patience.
+    async fn pull_failed(&self, text: &str, health: &mut Health) -> bool {
         Counters::add(&self.source.counters.pull_failures, 1);
+        let failed = || Error::upstream(NatsError::client("pulling messages", text));
         if text.contains("Consumer Deleted") || text.contains("consumer deleted") {
-            self.emitter
-                .error(Error::upstream(NatsError::client("pulling messages", text)));
+            self.emitter.error(failed());
             return false;
         }
         tracing::debug!(target: "weir::nats", error = %text, "a pull ended with an error");
+        let Some(backoff) = health.failed() else {
+            self.emitter.error(failed());
+            return false;
+        };
+        self.pause(backoff).await;
         true
+    }
+
+    /// Waits out a backoff; only a cancel cuts it short (new demand does not: a
+    /// request storm must not turn the retries into a busy loop).
+    async fn pause(&self, backoff: Duration) {
+        let until = tokio::time::Instant::now() + backoff;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => return,
+                _ = self.wake.notified() => {
+                    if self.emitter.is_cancelled() {
+                        return;
+                    }
+                }
+            }
+        }
     }
 
     /// Sends one pull request for `n` messages.

@@ -64,7 +64,7 @@ fn from_stream_never_polls_without_demand_under_batch_credit() {
     .fold_with(16, 0u64, |a, x| a + x)
     .wait()
     .unwrap();
-    assert_eq!(sum, (0..20_000u64).sum());
+    assert_eq!(sum, (0..20_000u64).sum::<u64>());
     assert_eq!(Counts::get(&counts.polls_without_demand), 0);
     assert_eq!(Counts::get(&counts.yielded), 20_000);
     assert!(Counts::get(&counts.polls) <= 20_000 + Counts::get(&counts.pendings) + 1);

@@ -27,7 +27,7 @@ fn spied<P: Publisher<Item = u64>>(source: P, spy: Spy) -> impl Publisher<Item =
 #[test]
 fn smoke() {
     baseline::smoke(weir::range(0u32..10).filter(|x| x % 3 == 0), &[0, 3, 6, 9]);
-    baseline::smoke(weir::range(0u32..1_000).filter(|_| false), &[]);
+    baseline::smoke(weir::range(0u32..1_000).filter(|_| false), &[] as &[u32]);
 }
 
 #[test]

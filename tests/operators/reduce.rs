@@ -25,7 +25,7 @@ use crate::support::{shape, PATIENCE};
 fn smoke() {
     baseline::smoke(weir::range(1u64..101).reduce(|a, b| a + b), &[5050]);
     baseline::smoke(weir::just(7u8).reduce(|_, _| unreachable!()), &[7]);
-    baseline::smoke(weir::empty::<u8>().reduce(|a, b| a + b), &[]);
+    baseline::smoke(weir::empty::<u8>().reduce(|a, b| a + b), &[] as &[u8]);
 }
 
 #[test]

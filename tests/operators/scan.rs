@@ -35,7 +35,7 @@ fn smoke() {
     );
 
     // The initial state is not emitted.
-    baseline::smoke(weir::empty::<u8>().scan(7u8, |a, _| a), &[]);
+    baseline::smoke(weir::empty::<u8>().scan(7u8, |a, _| a), &[] as &[u8]);
 }
 
 #[test]

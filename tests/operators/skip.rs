@@ -16,7 +16,7 @@ use crate::support::model::{check_model, schedule, Completion};
 fn smoke() {
     baseline::smoke(weir::range(0u32..10).skip(7), &[7, 8, 9]);
     baseline::smoke(weir::range(0u32..3).skip(0), &[0, 1, 2]);
-    baseline::smoke(weir::range(0u32..3).skip(5), &[]);
+    baseline::smoke(weir::range(0u32..3).skip(5), &[] as &[u32]);
 }
 
 #[test]

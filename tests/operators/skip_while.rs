@@ -27,7 +27,7 @@ fn smoke() {
         weir::from_iter(vec![1u8, 2, 9, 1, 2]).skip_while(|x| *x < 5),
         &[9, 1, 2],
     );
-    baseline::smoke(weir::range(0u32..100).skip_while(|_| true), &[]);
+    baseline::smoke(weir::range(0u32..100).skip_while(|_| true), &[] as &[u32]);
 }
 
 #[test]

@@ -27,7 +27,7 @@ fn spied<P: Publisher<Item = u64>>(source: P, spy: Spy) -> impl Publisher<Item =
 fn smoke() {
     baseline::smoke(weir::range(0u32..100).take_while(|x| *x < 4), &[0, 1, 2, 3]);
     baseline::smoke(weir::range(0u32..3).take_while(|_| true), &[0, 1, 2]);
-    baseline::smoke(weir::range(0u32..3).take_while(|_| false), &[]);
+    baseline::smoke(weir::range(0u32..3).take_while(|_| false), &[] as &[u32]);
 }
 
 #[test]

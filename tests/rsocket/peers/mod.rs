@@ -58,7 +58,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 #[path = "../../support/install.rs"]
-mod install;
+pub mod install;
 pub use install::{install_once, run_checked};
 
 /// Where the peers are installed: `<target dir>/rsocket-peers/<name>`.

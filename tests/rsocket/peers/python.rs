@@ -14,7 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use super::{install_dir, install_once, run_checked, scripts_dir, Running};
+use super::{install, install_dir, install_once, scripts_dir, Running};
 
 /// The pinned rsocket-py release (PyPI package `rsocket`); the scripts were written
 /// and checked against it.
@@ -67,20 +67,7 @@ fn install(dir: &Path) -> Result<(), String> {
         &["-m", "pip", "--version"],
         "`python3 -m pip --version` did not run",
     );
-    run_checked(
-        Command::new("python3")
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                "--no-deps",
-                "--target",
-            ])
-            .arg(dir)
-            .arg(RSOCKET_PY),
-    )
+    install::pip_install(dir, RSOCKET_PY)
 }
 
 /// A `python3` command importing from `packages`, with unbuffered output.
