@@ -46,7 +46,7 @@ fn n() -> u64 {
         .unwrap_or(1_000_000)
 }
 /// Rounds of the paired phase.
-const ROUNDS: usize = 3;
+const ROUNDS: usize = 5;
 /// Publish acks in flight, for every case.
 const IN_FLIGHT: usize = 256;
 

@@ -134,7 +134,10 @@ fn range_spanning_a_whole_type() {
         .fold_with(UNBOUNDED, 0i64, |acc, x| acc + i64::from(x))
         .wait()
         .unwrap();
-    assert_eq!(sum, (i32::MIN..i32::MIN + 100_000).map(i64::from).sum::<i64>());
+    assert_eq!(
+        sum,
+        (i32::MIN..i32::MIN + 100_000).map(i64::from).sum::<i64>()
+    );
 }
 
 // ---- from_iter, just, empty, error, never ----------------------------------------

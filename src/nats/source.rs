@@ -505,6 +505,50 @@ struct Pull {
     left: u64,
 }
 
+/// Messages taken in one burst at most.
+const BURST: usize = 256;
+
+impl Pull {
+    /// A message came from the front pull.
+    fn took(pulls: &mut VecDeque<Pull>) {
+        let front = pulls
+            .front_mut()
+            .expect("a message came from the front pull");
+        front.left -= 1;
+        if front.left == 0 {
+            pulls.pop_front();
+        }
+    }
+
+    /// Moves the messages that are already there (no waiting) from the open pulls,
+    /// in order, into `ready`, up to [`BURST`]; stops at a pull's error and returns
+    /// its text.
+    fn take_ready(
+        pulls: &mut VecDeque<Pull>,
+        ready: &mut Vec<jetstream::Message>,
+    ) -> Option<String> {
+        use futures::FutureExt;
+        while ready.len() < BURST {
+            let front = pulls.front_mut()?;
+            match front.batch.next().now_or_never() {
+                Some(Some(Ok(message))) => {
+                    Pull::took(pulls);
+                    ready.push(message);
+                }
+                Some(Some(Err(error))) => {
+                    pulls.pop_front();
+                    return Some(error.to_string());
+                }
+                Some(None) => {
+                    pulls.pop_front();
+                }
+                None => return None,
+            }
+        }
+        None
+    }
+}
+
 /// The task of one subscription.
 struct Puller {
     source: Source,
@@ -573,13 +617,18 @@ impl Puller {
                 } => match next {
                     Some(Ok(message)) => {
                         health.alive();
-                        let front = pulls.front_mut().expect("a message came from the front pull");
-                        front.left -= 1;
-                        if front.left == 0 {
-                            pulls.pop_front();
-                        }
-                        if !self.deliver(message).await {
+                        Pull::took(&mut pulls);
+                        // What else has arrived goes in the same batch: one signal
+                        // downstream, so a boundary behind is woken once per burst.
+                        let mut ready = vec![message];
+                        let failed = Pull::take_ready(&mut pulls, &mut ready);
+                        if !self.deliver(&mut ready).await {
                             return;
+                        }
+                        if let Some(text) = failed {
+                            if !self.pull_failed(&text, &mut health).await {
+                                return;
+                            }
                         }
                     }
                     Some(Err(error)) => {
@@ -661,9 +710,63 @@ impl Puller {
         }
     }
 
-    /// Hands `message` downstream (acking it after, in `OnDelivery` mode); false
-    /// once downstream is gone.
-    async fn deliver(&self, message: jetstream::Message) -> bool {
+    /// Hands `ready` downstream as one batch (acking each after, in `OnDelivery`
+    /// mode); false once downstream is gone. Messages acked here before are acked
+    /// again and left out (see the ledger).
+    async fn deliver(&self, ready: &mut Vec<jetstream::Message>) -> bool {
+        let mut batch = Vec::with_capacity(ready.len());
+        let mut acks = Vec::new();
+        let mut last = None;
+        for message in ready.drain(..) {
+            match self.prepare(message).await {
+                Some((wrapped, reply, waited)) => {
+                    if let Some(reply) = reply {
+                        acks.push((wrapped.stream_sequence(), reply));
+                    }
+                    last = Some(waited);
+                    batch.push(wrapped);
+                }
+                None => continue,
+            }
+        }
+        if batch.is_empty() {
+            return true;
+        }
+        let count = batch.len() as u64;
+        let counters = &self.source.counters;
+        Counters::add(&counters.delivered, count);
+        let gauge = &self.source.gauge;
+        let now = gauge.now();
+        gauge.moved(count, count, count, now);
+        let depth = usize::try_from(counters.pending.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
+        let oldest = last.flatten().and_then(|w| now.checked_sub(w));
+        gauge.level(depth, if depth > 0 { oldest } else { None });
+        match self.emitter.emit_many(&mut batch) {
+            Ok(_) => {
+                // (Whatever demand did not cover, which pulls sized by the credit
+                // rule out, is dropped here and comes back after its ack_wait.)
+                if let Some(acker) = self.source.acker.get() {
+                    for (seq, reply) in acks {
+                        self.source.ledger.settle(seq);
+                        acker.ack(reply);
+                    }
+                }
+                true
+            }
+            // Cancelled (or ended): the messages go back to the server after their
+            // ack_wait.
+            Err(()) => false,
+        }
+    }
+
+    /// Reads one message's metadata, accounts for it, and wraps it: `None` for a
+    /// message settled here before (acked again, not delivered); else the message,
+    /// its reply subject when the source acks on delivery, and how long it waited
+    /// in the stream.
+    async fn prepare(
+        &self,
+        message: jetstream::Message,
+    ) -> Option<(Message, Option<async_nats::Subject>, Option<Duration>)> {
         let (server_count, stream_sequence, pending, waited) = match message.info() {
             Ok(info) => {
                 let published = std::time::SystemTime::from(info.published);
@@ -691,19 +794,12 @@ impl Puller {
                 if let Err(error) = message.ack().await {
                     tracing::debug!(target: "weir::nats", %error, "a suppressed duplicate's ack was not sent");
                 }
-                return true;
+                return None;
             }
         };
-        Counters::add(&counters.delivered, 1);
         if delivery_count > 1 {
             Counters::add(&counters.redelivered, 1);
         }
-        let gauge = &self.source.gauge;
-        let now = gauge.now();
-        gauge.moved(1, 1, 1, now);
-        let depth = usize::try_from(pending).unwrap_or(usize::MAX);
-        let oldest = waited.and_then(|w| now.checked_sub(w));
-        gauge.level(depth, if depth > 0 { oldest } else { None });
         let acker = self
             .source
             .acker
@@ -718,21 +814,9 @@ impl Puller {
             stream_sequence,
             self.source.runtime.clone(),
             self.source.ledger.clone(),
-            acker.clone(),
+            acker,
         );
-        match self.emitter.emit(wrapped) {
-            Ok(()) => {
-                if let Some(reply) = reply {
-                    self.source.ledger.settle(stream_sequence);
-                    acker.ack(reply);
-                }
-                true
-            }
-            // Cancelled (or ended): the message goes back to the server after its
-            // ack_wait. No demand cannot happen (pulls never exceed the credit);
-            // treated the same, never delivered past demand.
-            Err(_) => false,
-        }
+        Some((wrapped, reply, waited))
     }
 
     /// Reads the consumer's pending count for the lag figures (and, failing,

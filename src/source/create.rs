@@ -307,6 +307,31 @@ impl<T: Send + 'static> Emitter<T> {
         Ok(())
     }
 
+    /// Emit the items of `items` in order while demand lasts, as one batch: one
+    /// lock and one signal for all of them, so downstream gets them in one pass
+    /// (a boundary behind is woken once, not per item). What the demand did not
+    /// cover stays in `items`. Returns how many were emitted; `Err(())` once the
+    /// stream ended or downstream cancelled (`items` then untouched).
+    pub(crate) fn emit_many(&self, items: &mut Vec<T>) -> Result<usize, ()> {
+        let shared = &*self.shared;
+        let emitted = {
+            let mut state = shared.lock();
+            if !state.open {
+                return Err(());
+            }
+            let mut emitted = 0;
+            while emitted < items.len() && shared.credit.try_spend_one() {
+                emitted += 1;
+            }
+            state.queue.extend(items.drain(..emitted));
+            emitted
+        };
+        if emitted > 0 {
+            self.core.signal();
+        }
+        Ok(emitted)
+    }
+
     /// Wait until there is demand, then emit `item`: the async twin of
     /// [`send_blocking`](Self::send_blocking).
     ///

@@ -30,7 +30,10 @@ fn smoke() {
         weir::range(0u64..7).filter_map(halve_evens),
         &["0", "1", "2", "3"],
     );
-    baseline::smoke(weir::range(0u32..1_000).filter_map(|_| None::<u8>), &[] as &[u8]);
+    baseline::smoke(
+        weir::range(0u32..1_000).filter_map(|_| None::<u8>),
+        &[] as &[u8],
+    );
 }
 
 #[test]
