@@ -13,6 +13,14 @@ use super::acker::Acker;
 use super::error::{within, NatsError};
 use super::ledger::Ledger;
 
+/// What a message needs of its source to settle: the ledger, the ack queue, and
+/// the runtime for detached nacks (one reference count per message).
+pub(crate) struct Settle {
+    pub(crate) ledger: Arc<Ledger>,
+    pub(crate) acker: Acker,
+    pub(crate) runtime: Handle,
+}
+
 /// How long an acknowledgement the server confirms ([`Message::ack_confirmed`]) may
 /// take.
 const CONFIRM_TIMEOUT: Duration = Duration::from_secs(5);
@@ -32,9 +40,7 @@ pub struct Message {
     inner: jetstream::Message,
     delivery_count: u64,
     stream_sequence: u64,
-    runtime: Handle,
-    ledger: Arc<Ledger>,
-    acker: Arc<Acker>,
+    settle: Arc<Settle>,
 }
 
 impl fmt::Debug for Message {
@@ -53,24 +59,20 @@ impl Message {
         inner: jetstream::Message,
         delivery_count: u64,
         stream_sequence: u64,
-        runtime: Handle,
-        ledger: Arc<Ledger>,
-        acker: Arc<Acker>,
+        settle: Arc<Settle>,
     ) -> Self {
         Message {
             inner,
             delivery_count,
             stream_sequence,
-            runtime,
-            ledger,
-            acker,
+            settle,
         }
     }
 
     /// The message is done with (acked or terminated): the source will not deliver
     /// it again, whatever the server does.
     fn settle(&self) {
-        self.ledger.settle(self.stream_sequence);
+        self.settle.ledger.settle(self.stream_sequence);
     }
 
     /// The payload.
@@ -181,7 +183,7 @@ impl Message {
     pub fn ack_detached(&self) {
         self.settle();
         if let Some(reply) = &self.inner.message.reply {
-            self.acker.ack(reply.clone());
+            self.settle.acker.ack(reply.clone());
         }
     }
 
@@ -189,7 +191,7 @@ impl Message {
     /// source's runtime, a failure logged at `warn` (target `weir::nats`).
     pub fn nack_detached(&self, delay: Option<Duration>) {
         let inner = self.inner.clone();
-        self.runtime.spawn(async move {
+        self.settle.runtime.spawn(async move {
             if let Err(error) = inner.ack_with(AckKind::Nak(delay)).await {
                 tracing::warn!(target: "weir::nats", %error, "a detached nack was not sent");
             }

@@ -163,7 +163,7 @@ pub struct SinkBuilder {
     subject: String,
     max_in_flight: u64,
     retry: RetryPolicy<NatsError>,
-    ack_timeout: Duration,
+    ack_timeout: Option<Duration>,
     runtime: Option<Handle>,
 }
 
@@ -209,8 +209,9 @@ impl SinkBuilder {
     }
 
     /// How long one publish may wait for the stream's ack before it counts as
-    /// failed with [`NatsError::Timeout`] (default 5 s; the JetStream context's own
-    /// timeout applies too, whichever is shorter).
+    /// failed with [`NatsError::Timeout`]. By default the JetStream context's own
+    /// timeout applies (5 s unless the context was built with another), with no
+    /// timer of the sink's per publish; set this for a shorter bound.
     ///
     /// # Panics
     ///
@@ -220,7 +221,7 @@ impl SinkBuilder {
             !timeout.is_zero(),
             "nats sink ack_timeout must be above zero"
         );
-        self.ack_timeout = timeout;
+        self.ack_timeout = Some(timeout);
         self
     }
 
@@ -346,7 +347,7 @@ impl Sink<Outgoing> {
             js,
             subject: subject.into(),
             max_in_flight: 256,
-            ack_timeout: Duration::from_secs(5),
+            ack_timeout: None,
             retry: RetryPolicy::new(
                 1,
                 Backoff::exponential(Duration::from_millis(100), Duration::from_secs(2)),
@@ -507,7 +508,7 @@ struct Task {
     js: jetstream::Context,
     subject: String,
     k: u64,
-    ack_timeout: Duration,
+    ack_timeout: Option<Duration>,
     retry: RetryPolicy<NatsError>,
     scheduler: Tokio,
     counters: Arc<Counters>,
@@ -606,12 +607,16 @@ impl Task {
     }
 }
 
+/// The JetStream context's default timeout (async-nats), reported when its timeout
+/// fired and the sink set none of its own.
+const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// One publish and its ack.
 async fn publish_one(
     js: jetstream::Context,
     subject: String,
     out: Outgoing,
-    timeout: Duration,
+    timeout: Option<Duration>,
 ) -> Result<async_nats::jetstream::publish::PublishAck, NatsError> {
     let subject = out.subject.unwrap_or(subject);
     let mut message = PublishMessage::build().payload(out.payload);
@@ -631,17 +636,20 @@ async fn publish_one(
             .map_err(failed)?;
         ack.await.map_err(failed)
     };
-    within("a publish ack", timeout, publishing).await?
+    match timeout {
+        Some(timeout) => within("a publish ack", timeout, publishing).await?,
+        None => publishing.await,
+    }
 }
 
-fn publish_error(subject: &str, error: PublishError, timeout: Duration) -> NatsError {
+fn publish_error(subject: &str, error: PublishError, timeout: Option<Duration>) -> NatsError {
     match error.kind() {
         PublishErrorKind::StreamNotFound => NatsError::NoStream {
             subject: subject.to_owned(),
         },
         PublishErrorKind::TimedOut => NatsError::Timeout {
-            what: "a publish ack",
-            after: timeout,
+            what: "a publish ack (the JetStream context's timeout)",
+            after: timeout.unwrap_or(DEFAULT_ACK_TIMEOUT),
         },
         PublishErrorKind::BrokenPipe => NatsError::client("publishing", error),
         _ => NatsError::Refused {

@@ -80,7 +80,7 @@ use tokio::sync::Notify;
 use super::acker::Acker;
 use super::error::{within, NatsError};
 use super::ledger::{Arrival, Ledger};
-use super::message::Message;
+use super::message::{Message, Settle};
 use crate::metrics::{QueueGauge, QueueMonitor};
 use crate::runtime::Immediate;
 use crate::source::{create, Emitter};
@@ -272,7 +272,7 @@ impl SourceBuilder {
             gauge: QueueGauge::new(capacity, Arc::new(Immediate)),
             counters: Arc::new(Counters::default()),
             ledger: Arc::new(Ledger::new(self.dedup_horizon)),
-            acker: Arc::new(OnceLock::new()),
+            settle: Arc::new(OnceLock::new()),
         }
     }
 }
@@ -318,9 +318,10 @@ pub struct Source {
     gauge: Arc<QueueGauge>,
     counters: Arc<Counters>,
     ledger: Arc<Ledger>,
-    /// The queue of acks sent for synchronous code, made with the first message
-    /// (it needs the client, which the consumer does not hand out).
-    acker: Arc<OnceLock<Arc<Acker>>>,
+    /// What messages settle through (the ledger, the queue of acks sent for
+    /// synchronous code), made with the first message: the ack queue needs the
+    /// client, which the consumer does not hand out.
+    settle: Arc<OnceLock<Arc<Settle>>>,
 }
 
 impl fmt::Debug for Source {
@@ -719,11 +720,11 @@ impl Puller {
         let mut last = None;
         for message in ready.drain(..) {
             match self.prepare(message).await {
-                Some((wrapped, reply, waited)) => {
+                Some((wrapped, reply, published)) => {
                     if let Some(reply) = reply {
                         acks.push((wrapped.stream_sequence(), reply));
                     }
-                    last = Some(waited);
+                    last = published;
                     batch.push(wrapped);
                 }
                 None => continue,
@@ -739,16 +740,23 @@ impl Puller {
         let now = gauge.now();
         gauge.moved(count, count, count, now);
         let depth = usize::try_from(counters.pending.load(Ordering::Relaxed)).unwrap_or(usize::MAX);
-        let oldest = last.flatten().and_then(|w| now.checked_sub(w));
+        // How long the batch's last message waited in the stream (one clock
+        // reading per batch).
+        let waited = last.map(|published| {
+            std::time::SystemTime::now()
+                .duration_since(published)
+                .unwrap_or(Duration::ZERO)
+        });
+        let oldest = waited.and_then(|w| now.checked_sub(w));
         gauge.level(depth, if depth > 0 { oldest } else { None });
         match self.emitter.emit_many(&mut batch) {
             Ok(_) => {
                 // (Whatever demand did not cover, which pulls sized by the credit
                 // rule out, is dropped here and comes back after its ack_wait.)
-                if let Some(acker) = self.source.acker.get() {
+                if let Some(settle) = self.source.settle.get() {
                     for (seq, reply) in acks {
-                        self.source.ledger.settle(seq);
-                        acker.ack(reply);
+                        settle.ledger.settle(seq);
+                        settle.acker.ack(reply);
                     }
                 }
                 true
@@ -762,24 +770,22 @@ impl Puller {
     /// Reads one message's metadata, accounts for it, and wraps it: `None` for a
     /// message settled here before (acked again, not delivered); else the message,
     /// its reply subject when the source acks on delivery, and how long it waited
-    /// in the stream.
+    /// in the stream (when it was published).
     async fn prepare(
         &self,
         message: jetstream::Message,
-    ) -> Option<(Message, Option<async_nats::Subject>, Option<Duration>)> {
-        let (server_count, stream_sequence, pending, waited) = match message.info() {
-            Ok(info) => {
-                let published = std::time::SystemTime::from(info.published);
-                let waited = std::time::SystemTime::now()
-                    .duration_since(published)
-                    .unwrap_or(Duration::ZERO);
-                (
-                    u64::try_from(info.delivered).unwrap_or(1),
-                    info.stream_sequence,
-                    info.pending,
-                    Some(waited),
-                )
-            }
+    ) -> Option<(
+        Message,
+        Option<async_nats::Subject>,
+        Option<std::time::SystemTime>,
+    )> {
+        let (server_count, stream_sequence, pending, published) = match message.info() {
+            Ok(info) => (
+                u64::try_from(info.delivered).unwrap_or(1),
+                info.stream_sequence,
+                info.pending,
+                Some(std::time::SystemTime::from(info.published)),
+            ),
             Err(_) => (1, 0, 0, None),
         };
         let counters = &self.source.counters;
@@ -800,23 +806,22 @@ impl Puller {
         if delivery_count > 1 {
             Counters::add(&counters.redelivered, 1);
         }
-        let acker = self
+        let settle = self
             .source
-            .acker
-            .get_or_init(|| Arc::new(Acker::start(message.context.client(), &self.source.runtime)))
+            .settle
+            .get_or_init(|| {
+                Arc::new(Settle {
+                    ledger: self.source.ledger.clone(),
+                    acker: Acker::start(message.context.client(), &self.source.runtime),
+                    runtime: self.source.runtime.clone(),
+                })
+            })
             .clone();
         let reply = (self.source.ack == AckMode::OnDelivery)
             .then(|| message.message.reply.clone())
             .flatten();
-        let wrapped = Message::new(
-            message,
-            delivery_count,
-            stream_sequence,
-            self.source.runtime.clone(),
-            self.source.ledger.clone(),
-            acker,
-        );
-        Some((wrapped, reply, waited))
+        let wrapped = Message::new(message, delivery_count, stream_sequence, settle);
+        Some((wrapped, reply, published))
     }
 
     /// Reads the consumer's pending count for the lag figures (and, failing,
