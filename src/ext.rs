@@ -445,7 +445,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// let max = weir::from_iter(vec![3, 9, 4]).reduce(|a, b| a.max(b)).collect();
     /// assert_eq!(max.wait().unwrap(), vec![9]);
     /// let none = weir::empty::<u32>().reduce(|a, b| a + b).collect();
-    /// assert_eq!(none.wait().unwrap(), vec![]);
+    /// assert_eq!(none.wait().unwrap(), Vec::<u32>::new());
     /// ```
     fn reduce<F>(self, f: F) -> Reduce<Self, F>
     where

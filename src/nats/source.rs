@@ -5,7 +5,7 @@
 //!
 //! Subscribing starts one task on the source's tokio runtime, which talks to the
 //! server through pull requests ("send me up to `n` messages, waiting at most
-//! `expires`"), and hands what arrives to a [`create`](crate::create) emitter, whose
+//! `expires`"), and hands what arrives to a [`create`] emitter, whose
 //! credit is exactly what downstream requested and has not received.
 //!
 //! * **Sizing.** `outstanding` is what the open pull requests may still bring. The
@@ -749,7 +749,7 @@ impl Puller {
         });
         let oldest = waited.and_then(|w| now.checked_sub(w));
         gauge.level(depth, if depth > 0 { oldest } else { None });
-        match self.emitter.emit_many(&mut batch) {
+        match self.emitter.emit_all(&mut batch) {
             Ok(_) => {
                 // (Whatever demand did not cover, which pulls sized by the credit
                 // rule out, is dropped here and comes back after its ack_wait.)
@@ -763,7 +763,7 @@ impl Puller {
             }
             // Cancelled (or ended): the messages go back to the server after their
             // ack_wait.
-            Err(()) => false,
+            Err(_) => false,
         }
     }
 

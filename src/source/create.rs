@@ -8,7 +8,8 @@
 //! * **credit** (an [`AtomicDemand`]): what downstream requested and no emitter has
 //!   emitted yet. A request adds to it; [`Emitter::emit`] takes one unit with a
 //!   compare-and-swap *before* it queues the item, and refuses the item
-//!   ([`EmitError::NoDemand`]) when there is none. So the emitters, from any number
+//!   ([`EmitError::NoDemand`]) when there is none ([`Emitter::emit_all`] takes a unit
+//!   per item of a burst, under one lock). So the emitters, from any number
 //!   of threads, can never get ahead of demand: rule 1.1 holds at the door, not by
 //!   buffering. Batch credit a synchronous subscriber hands back counts as a request.
 //! * **the queue** (under the state lock): items emitted and not yet delivered. It
@@ -308,16 +309,36 @@ impl<T: Send + 'static> Emitter<T> {
     }
 
     /// Emit the items of `items` in order while demand lasts, as one batch: one
-    /// lock and one signal for all of them, so downstream gets them in one pass
-    /// (a boundary behind is woken once, not per item). What the demand did not
-    /// cover stays in `items`. Returns how many were emitted; `Err(())` once the
-    /// stream ended or downstream cancelled (`items` then untouched).
-    pub(crate) fn emit_many(&self, items: &mut Vec<T>) -> Result<usize, ()> {
+    /// lock and one signal for all of them, so downstream gets them in one pass (a
+    /// boundary behind is woken once, not once per item). What the demand did not
+    /// cover stays in `items`, in order. Returns how many were emitted.
+    ///
+    /// # Errors
+    ///
+    /// [`EmitterClosed`] once the stream ended or downstream cancelled (`items` is
+    /// then left as it was).
+    ///
+    /// ```
+    /// use weir::prelude::*;
+    /// use weir::tck::TestSubscriber;
+    ///
+    /// let subscriber = TestSubscriber::<u8>::new();
+    /// let probe = subscriber.probe();
+    /// let (tx, rx) = std::sync::mpsc::channel();
+    /// weir::create(move |emitter| tx.send(emitter).unwrap()).subscribe(subscriber);
+    /// let emitter = rx.recv().unwrap();
+    /// probe.request(3);
+    /// let mut burst = vec![1, 2, 3, 4, 5];
+    /// assert_eq!(emitter.emit_all(&mut burst), Ok(3));
+    /// assert_eq!(burst, [4, 5], "what the demand did not cover stays");
+    /// assert_eq!(probe.items(), [1, 2, 3]);
+    /// ```
+    pub fn emit_all(&self, items: &mut Vec<T>) -> Result<usize, EmitterClosed> {
         let shared = &*self.shared;
         let emitted = {
             let mut state = shared.lock();
             if !state.open {
-                return Err(());
+                return Err(EmitterClosed);
             }
             let mut emitted = 0;
             while emitted < items.len() && shared.credit.try_spend_one() {
@@ -621,7 +642,7 @@ impl<T> fmt::Display for EmitError<T> {
 impl<T> std::error::Error for EmitError<T> {}
 
 /// The stream of a [`create`] emitter ended, or downstream cancelled, while waiting
-/// for demand.
+/// for demand or emitting a batch ([`Emitter::emit_all`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct EmitterClosed;
 
