@@ -71,7 +71,7 @@ impl Message {
 
     /// The message is done with (acked or terminated): the source will not deliver
     /// it again, whatever the server does.
-    fn settle(&self) {
+    fn mark_settled(&self) {
         self.settle.ledger.settle(self.stream_sequence);
     }
 
@@ -115,7 +115,7 @@ impl Message {
     ///
     /// [`NatsError::Client`] when the client cannot send (its connection is closed).
     pub async fn ack(&self) -> Result<(), NatsError> {
-        self.settle();
+        self.mark_settled();
         self.inner
             .ack()
             .await
@@ -131,7 +131,7 @@ impl Message {
     /// [`NatsError::Timeout`] when the server does not confirm in time (the message
     /// may then be delivered again), [`NatsError::Client`] when the client fails.
     pub async fn ack_confirmed(&self) -> Result<(), NatsError> {
-        self.settle();
+        self.mark_settled();
         within("ack confirmation", CONFIRM_TIMEOUT, self.inner.double_ack())
             .await?
             .map_err(|e| NatsError::client("confirmed ack", e))
@@ -156,7 +156,7 @@ impl Message {
     ///
     /// As [`ack`](Self::ack).
     pub async fn term(&self) -> Result<(), NatsError> {
-        self.settle();
+        self.mark_settled();
         self.inner
             .ack_with(AckKind::Term)
             .await
@@ -181,7 +181,7 @@ impl Message {
     /// logged at `warn` (target `weir::nats`); the message is then delivered again
     /// after `ack_wait`.
     pub fn ack_detached(&self) {
-        self.settle();
+        self.mark_settled();
         if let Some(reply) = &self.inner.message.reply {
             self.settle.acker.ack(reply.clone());
         }
@@ -194,6 +194,18 @@ impl Message {
         self.settle.runtime.spawn(async move {
             if let Err(error) = inner.ack_with(AckKind::Nak(delay)).await {
                 tracing::warn!(target: "weir::nats", %error, "a detached nack was not sent");
+            }
+        });
+    }
+
+    /// [`term`](Self::term) from synchronous code: sent by a task spawned on the
+    /// source's runtime, a failure logged at `warn` (target `weir::nats`).
+    pub fn term_detached(&self) {
+        self.mark_settled();
+        let inner = self.inner.clone();
+        self.settle.runtime.spawn(async move {
+            if let Err(error) = inner.ack_with(AckKind::Term).await {
+                tracing::warn!(target: "weir::nats", %error, "a detached term was not sent");
             }
         });
     }

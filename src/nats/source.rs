@@ -102,8 +102,9 @@ const MIN_EXPIRES: Duration = Duration::from_millis(10);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub enum AckMode {
-    /// By the user, through the [`Message`] (`ack`, `nack`, `term`,
-    /// `ack_detached` once it passed a chosen stage).
+    /// By the user, through the [`Message`] (`ack`, `nack`, `term`), or
+    /// automatically once it has passed a chosen stage: put
+    /// `.inspect(Message::ack_detached)` right after that stage.
     #[default]
     Explicit,
     /// By the source, right after the subscriber's `on_next` for it returned.

@@ -241,3 +241,42 @@ fn an_expiry_of_duration_max_is_refused_at_construction() {
     let consumer = env.consumer("E", "c", 10, Duration::from_secs(30));
     let _ = Source::builder(consumer).expires(Duration::MAX);
 }
+
+#[test]
+fn messages_are_acked_automatically_once_they_passed_a_chosen_stage() {
+    let env = Env::new();
+    env.stream("STAGED");
+    let consumer = env.consumer("STAGED", "c", 1_000, Duration::from_secs(30));
+    env.publish("STAGED.x", 0..300);
+    let source = Source::builder(consumer.clone())
+        .window(32)
+        .runtime(env.rt.handle().clone())
+        .build();
+    // Acked once past the filter (the stage that "processes" them); the odd ones
+    // are terminated there instead.
+    let even: Vec<u64> = source
+        .take(300)
+        .filter(|message| {
+            if number(message) % 2 == 1 {
+                message.term_detached();
+                return false;
+            }
+            true
+        })
+        .inspect(weir::nats::Message::ack_detached)
+        .map(|message| number(&message))
+        .collect()
+        .wait()
+        .unwrap();
+    assert_eq!(even, (0..300).step_by(2).collect::<Vec<u64>>());
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let info = env.info(&consumer);
+        if info.num_ack_pending == 0 {
+            assert_eq!(info.num_pending, 0);
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{info:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
