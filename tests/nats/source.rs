@@ -280,3 +280,39 @@ fn messages_are_acked_automatically_once_they_passed_a_chosen_stage() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_named_source_lists_the_backlog_on_the_server_in_the_registry() {
+    let env = Env::new();
+    env.stream("LISTED");
+    let consumer = env.consumer("LISTED", "c", 1_000, Duration::from_secs(30));
+    env.publish("LISTED.x", 0..500);
+    let registry = weir::metrics::Registry::new();
+    let source = Source::builder(consumer)
+        .window(16)
+        .ack(AckMode::OnDelivery)
+        .runtime(env.rt.handle().clone())
+        .build();
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    source.name("orders").registry(&registry).subscribe(subscriber);
+    probe.request(100);
+    probe.await_items(100, PATIENCE).unwrap();
+    let snapshot = registry.snapshot();
+    let stage = snapshot
+        .stages
+        .iter()
+        .find(|stage| stage.name == "orders")
+        .expect("the named source is listed");
+    assert_eq!(stage.in_flight_bound, 16);
+    let queue = stage.queue.as_ref().expect("its backlog");
+    assert_eq!(queue.depth, 400, "what waits on the server: {queue}");
+    assert_eq!(queue.dequeued, 100);
+    probe.cancel();
+    // It leaves the registry with its stream.
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !registry.is_empty() {
+        assert!(std::time::Instant::now() < deadline, "still listed");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
