@@ -295,7 +295,10 @@ fn a_named_source_lists_the_backlog_on_the_server_in_the_registry() {
         .build();
     let subscriber = TestSubscriber::new();
     let probe = subscriber.probe();
-    source.name("orders").registry(&registry).subscribe(subscriber);
+    source
+        .name("orders")
+        .registry(&registry)
+        .subscribe(subscriber);
     probe.request(100);
     probe.await_items(100, PATIENCE).unwrap();
     let snapshot = registry.snapshot();
