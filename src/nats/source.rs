@@ -82,6 +82,7 @@ use super::error::{within, NatsError};
 use super::ledger::{Arrival, Ledger};
 use super::message::{Message, Settle};
 use crate::metrics::{QueueGauge, QueueMonitor};
+use crate::retry::Backoff;
 use crate::runtime::Immediate;
 use crate::source::{create, Emitter};
 use crate::{Error, Publisher, Subscriber};
@@ -471,7 +472,10 @@ impl Publisher for Source {
 struct Health {
     patience: Duration,
     failing_since: Option<Instant>,
-    backoff: Duration,
+    /// Failures since the last sign of life: the crate's backoff's retry number.
+    failures: u32,
+    /// 100 ms, doubling to 2 s, no jitter (one task, nobody to spread out from).
+    backoff: Backoff,
 }
 
 impl Health {
@@ -479,13 +483,15 @@ impl Health {
         Health {
             patience,
             failing_since: None,
-            backoff: Duration::from_millis(100),
+            failures: 0,
+            backoff: Backoff::exponential(Duration::from_millis(100), Duration::from_secs(2))
+                .jitter(0.0),
         }
     }
 
     fn alive(&mut self) {
         self.failing_since = None;
-        self.backoff = Duration::from_millis(100);
+        self.failures = 0;
     }
 
     /// Something failed: the wait before the next try, or `None` once the server
@@ -495,9 +501,8 @@ impl Health {
         if since.elapsed() >= self.patience {
             return None;
         }
-        let wait = self.backoff;
-        self.backoff = (self.backoff * 2).min(Duration::from_secs(2));
-        Some(wait)
+        self.failures = self.failures.saturating_add(1);
+        Some(self.backoff.ceiling(self.failures))
     }
 }
 
