@@ -53,8 +53,11 @@ pub enum NatsError {
         /// The client's message.
         message: String,
     },
-    /// The sink or source has ended (completed, failed or cancelled).
+    /// The sink or source has ended (completed, failed or cancelled), or its
+    /// runtime shut down.
     Closed,
+    /// The sink was stopped by [`SinkDone::cancel`](super::SinkDone::cancel).
+    Cancelled,
     /// Any other failure of the client or the server, with its message.
     Client {
         /// What was being done.
@@ -108,6 +111,7 @@ impl fmt::Display for NatsError {
                 write!(f, "no NATS server could be reached: {message}")
             }
             NatsError::Closed => f.write_str("the NATS stage has ended"),
+            NatsError::Cancelled => f.write_str("the NATS sink was cancelled"),
             NatsError::Client { what, message } => write!(f, "{what} failed: {message}"),
         }
     }

@@ -7,8 +7,9 @@
 //! item it receives is published at once (its ack awaited by the sink's task on the
 //! tokio runtime) and holds a slot until the server's publish ack (or the item's
 //! final failure) arrives. Freed slots are requested again in batches: once a
-//! quarter of `k` is free, or at once when upstream has no demand left (so a slow
-//! trickle never stalls). Items therefore never wait in the sink: what it holds is
+//! quarter of `k` is free. That never stalls: while fewer are free, the rest are
+//! either still requested from upstream or in flight, and their acks free more.
+//! Items therefore never wait in the sink: what it holds is
 //! exactly what the server has not confirmed yet, `k` at most.
 //!
 //! A publish that fails is retried by the sink's [`RetryPolicy`] (none by default:
@@ -29,8 +30,8 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use async_nats::jetstream::context::{PublishError, PublishErrorKind};
 use async_nats::jetstream::message::PublishMessage;
@@ -45,6 +46,7 @@ use tokio::sync::{mpsc, Notify};
 use super::error::{within, NatsError};
 use crate::retry::{Backoff, RetryError, RetryPolicy, Verdict};
 use crate::runtime::Tokio;
+use crate::sink::handle::SinkState;
 use crate::source::channel::{ChannelPolicy, Sender, TrySendError};
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -134,6 +136,8 @@ pub struct SinkReport {
     pub max_in_flight: u64,
 }
 
+/// The sink's counts. Only the sink's task writes them (a load and a store, no
+/// read-modify-write per item); [`SinkDone::report`] reads them from anywhere.
 #[derive(Default, Debug)]
 struct Counters {
     received: AtomicU64,
@@ -141,6 +145,11 @@ struct Counters {
     duplicates: AtomicU64,
     attempts: AtomicU64,
     max_in_flight: AtomicU64,
+}
+
+/// One more on a counter that only one task writes.
+fn bump(counter: &AtomicU64) {
+    counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
 }
 
 impl Counters {
@@ -259,9 +268,9 @@ impl SinkBuilder {
         let capacity = usize::try_from(self.max_in_flight).unwrap_or(usize::MAX);
         // Items and the end: at most `k` items are ever outstanding, plus the end.
         let (tx, rx) = mpsc::channel(capacity + 1);
-        let outcome = Arc::new(Outcome::default());
+        let state = SinkState::new();
         let counters = Arc::new(Counters::default());
-        let upstream = Arc::new(Mutex::new(None));
+        let cancelled = Arc::new(Notify::new());
         let task = Task {
             js: self.js,
             subject: self.subject,
@@ -270,20 +279,21 @@ impl SinkBuilder {
             retry: self.retry,
             scheduler: Tokio::new(runtime.clone()),
             counters: counters.clone(),
-            upstream: upstream.clone(),
+            state: state.clone(),
         };
-        let end = SetOnDrop {
-            outcome: outcome.clone(),
-            upstream: upstream.clone(),
-        };
-        runtime.spawn(task.run(rx, end));
+        let end = SetOnDrop(state.clone());
+        runtime.spawn(task.run(rx, end, cancelled.clone()));
         (
             Sink {
                 tx,
-                upstream,
+                state: state.clone(),
                 counters: counters.clone(),
             },
-            SinkDone { outcome, counters },
+            SinkDone {
+                state,
+                counters,
+                cancelled,
+            },
         )
     }
 
@@ -327,9 +337,13 @@ impl SinkBuilder {
 /// ```
 pub struct Sink<T> {
     tx: mpsc::Sender<Signal<T>>,
-    upstream: Arc<Mutex<Option<Subscription>>>,
+    state: Arc<State>,
     counters: Arc<Counters>,
 }
+
+/// The upstream subscription and the sink's outcome, shared by the [`Sink`], its
+/// task and its [`SinkDone`].
+type State = SinkState<SinkReport, NatsError>;
 
 impl<T> fmt::Debug for Sink<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -366,21 +380,15 @@ enum Signal<T> {
 
 impl<T: Into<Outgoing> + Send + 'static> Subscriber<T> for Sink<T> {
     fn on_subscribe(&mut self, subscription: Subscription) {
-        let k = {
-            let mut upstream = self.upstream.lock().unwrap_or_else(|p| p.into_inner());
-            if upstream.is_some() {
-                // Rule 2.5: a second subscription is cancelled.
-                subscription.cancel();
-                return;
-            }
-            *upstream = Some(subscription.clone());
-            self.tx.max_capacity() as u64 - 1
-        };
-        subscription.request(k);
+        // Refused (and cancelled) when it is a second one (rule 2.5) or the sink has
+        // already ended.
+        if self.state.slot.set(subscription.clone()) {
+            subscription.request(self.tx.max_capacity() as u64 - 1);
+        }
     }
 
     fn on_next(&mut self, item: T) {
-        self.counters.received.fetch_add(1, Ordering::Relaxed);
+        // A closed channel (the task has ended) drops the item: nobody publishes it.
         if let Err(mpsc::error::TrySendError::Full(_)) = self.tx.try_send(Signal::Item(item)) {
             // More items than free slots were requested: upstream broke rule 1.1.
             let _ = self
@@ -400,60 +408,33 @@ impl<T: Into<Outgoing> + Send + 'static> Subscriber<T> for Sink<T> {
     }
 }
 
-/// The sink's outcome, set once by its task (or by the task's drop guard, when
-/// the runtime dropped the task first).
-#[derive(Debug, Default)]
-struct Outcome {
-    result: Mutex<Option<Result<SinkReport, NatsError>>>,
-    ready: std::sync::Condvar,
-    notify: Notify,
-}
-
-impl Outcome {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Result<SinkReport, NatsError>>> {
-        self.result.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Sets the outcome unless one is set; wakes every waiter.
-    fn set(&self, result: Result<SinkReport, NatsError>) {
-        let mut slot = self.lock();
-        if slot.is_none() {
-            *slot = Some(result);
-        }
-        drop(slot);
-        self.ready.notify_all();
-        self.notify.notify_waiters();
-    }
-}
-
 /// The task's end, run however the task ends: sets [`NatsError::Closed`] if it
 /// ends without an outcome (dropped by a runtime shutting down), and cancels
 /// upstream if it is still there (nobody will publish its items; after a completion
 /// the cancel is a no-op).
-struct SetOnDrop {
-    outcome: Arc<Outcome>,
-    upstream: Arc<Mutex<Option<Subscription>>>,
-}
+struct SetOnDrop(Arc<State>);
 
 impl Drop for SetOnDrop {
     fn drop(&mut self) {
-        self.outcome.set(Err(NatsError::Closed));
-        let upstream = self
-            .upstream
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(upstream) = upstream {
-            upstream.cancel();
-        }
+        self.0.finish(Err(NatsError::Closed));
+        self.0.slot.cancel();
     }
 }
 
-/// Tells when a [`Sink`] is done and what it did.
-#[derive(Debug)]
+/// Tells when a [`Sink`] is done and what it did, and cancels it.
 pub struct SinkDone {
-    outcome: Arc<Outcome>,
+    state: Arc<State>,
     counters: Arc<Counters>,
+    cancelled: Arc<Notify>,
+}
+
+impl fmt::Debug for SinkDone {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SinkDone")
+            .field("finished", &self.is_finished())
+            .field("report", &self.report())
+            .finish()
+    }
 }
 
 impl SinkDone {
@@ -462,44 +443,50 @@ impl SinkDone {
         self.counters.report()
     }
 
+    /// Stop the sink: upstream is cancelled, nothing more is published, and the
+    /// outcome becomes [`NatsError::Cancelled`] unless the sink had already ended.
+    /// Publishes in flight are abandoned: the stream may or may not have stored them
+    /// (a retry with the same [`Outgoing::id`] is recognised as a duplicate).
+    /// Idempotent.
+    pub fn cancel(&self) {
+        self.state.slot.cancel();
+        self.state.finish(Err(NatsError::Cancelled));
+        self.cancelled.notify_one();
+    }
+
+    /// True once the sink has ended (completed, failed or cancelled).
+    pub fn is_finished(&self) -> bool {
+        self.state.is_terminated()
+    }
+
     /// Waits until upstream completed and every publish was confirmed.
     ///
     /// # Errors
     ///
     /// The error of an item that failed for good (after the retry policy), or
-    /// [`NatsError::Client`] when upstream failed (its message), or
+    /// [`NatsError::Client`] when upstream failed (its message),
+    /// [`NatsError::Cancelled`] after [`cancel`](Self::cancel), or
     /// [`NatsError::Closed`] if the sink's task is gone (its runtime shut down).
     pub async fn finished(self) -> Result<SinkReport, NatsError> {
-        loop {
-            let notified = self.outcome.notify.notified();
-            tokio::pin!(notified);
-            // Registered before the check, so a `set` in between is not missed.
-            notified.as_mut().enable();
-            if let Some(result) = self.outcome.lock().clone() {
-                return result;
-            }
-            notified.await;
-        }
+        std::future::poll_fn(|cx| self.state.poll_take(cx)).await
     }
 
     /// [`finished`](Self::finished), blocking this thread up to `timeout` (call it
-    /// outside the runtime's worker threads).
+    /// outside the runtime's worker threads). A timeout that does not fit the clock
+    /// (`Duration::MAX`) waits as long as it takes.
     ///
     /// # Errors
     ///
     /// As [`finished`](Self::finished), and [`NatsError::Timeout`] when it is not
     /// done in time.
     pub fn wait(self, timeout: Duration) -> Result<SinkReport, NatsError> {
-        let slot = self.outcome.lock();
-        let (slot, _) = self
-            .outcome
-            .ready
-            .wait_timeout_while(slot, timeout, |slot| slot.is_none())
-            .unwrap_or_else(|p| p.into_inner());
-        slot.clone().unwrap_or(Err(NatsError::Timeout {
-            what: "the sink's end",
-            after: timeout,
-        }))
+        let deadline = crate::runtime::deadline(Instant::now(), timeout);
+        self.state
+            .wait_until(deadline)
+            .unwrap_or(Err(NatsError::Timeout {
+                what: "the sink's end",
+                after: timeout,
+            }))
     }
 }
 
@@ -512,36 +499,15 @@ struct Task {
     retry: RetryPolicy<NatsError>,
     scheduler: Tokio,
     counters: Arc<Counters>,
-    upstream: Arc<Mutex<Option<Subscription>>>,
+    state: Arc<State>,
 }
 
 impl Task {
-    fn request(&self, n: u64) {
-        if let Some(upstream) = self
-            .upstream
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_ref()
-        {
-            upstream.request(n);
-        }
-    }
-
-    fn cancel(&self) {
-        if let Some(upstream) = self
-            .upstream
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            upstream.cancel();
-        }
-    }
-
     async fn run<T: Into<Outgoing> + Send + 'static>(
         self,
         mut rx: mpsc::Receiver<Signal<T>>,
         done: SetOnDrop,
+        cancelled: Arc<Notify>,
     ) {
         let publish = {
             let js = self.js.clone();
@@ -550,13 +516,11 @@ impl Task {
             let timeout = self.ack_timeout;
             self.retry
                 .wrap(self.scheduler.clone(), move |out: Outgoing| {
-                    counters.attempts.fetch_add(1, Ordering::Relaxed);
+                    bump(&counters.attempts);
                     publish_one(js.clone(), subject.clone(), out, timeout)
                 })
         };
         let mut in_flight = FuturesUnordered::new();
-        // Requested from upstream and not yet received.
-        let mut owed = self.k;
         let mut freed = 0u64;
         let mut end: Option<Result<(), Error>> = None;
         let batch = (self.k / 4).max(1);
@@ -568,12 +532,16 @@ impl Task {
                 };
             }
             tokio::select! {
+                // `SinkDone::cancel` has cancelled upstream and set the outcome.
+                () = cancelled.notified() => break Err(NatsError::Cancelled),
                 signal = rx.recv(), if end.is_none() => match signal {
                     Some(Signal::Item(item)) => {
-                        owed = owed.saturating_sub(1);
+                        bump(&self.counters.received);
                         in_flight.push(publish(item.into()));
                         let now = in_flight.len() as u64;
-                        self.counters.max_in_flight.fetch_max(now, Ordering::Relaxed);
+                        if now > self.counters.max_in_flight.load(Ordering::Relaxed) {
+                            self.counters.max_in_flight.store(now, Ordering::Relaxed);
+                        }
                     }
                     Some(Signal::End(result)) => end = Some(result),
                     // The sink was dropped without a signal (never subscribed).
@@ -581,19 +549,18 @@ impl Task {
                 },
                 Some(result) = in_flight.next(), if !in_flight.is_empty() => match result {
                     Ok(ack) => {
-                        self.counters.confirmed.fetch_add(1, Ordering::Relaxed);
+                        bump(&self.counters.confirmed);
                         if ack.duplicate {
-                            self.counters.duplicates.fetch_add(1, Ordering::Relaxed);
+                            bump(&self.counters.duplicates);
                         }
                         freed += 1;
-                        if end.is_none() && (freed >= batch || owed == 0) {
-                            owed += freed;
-                            self.request(freed);
+                        if end.is_none() && freed >= batch {
+                            self.state.slot.request(freed);
                             freed = 0;
                         }
                     }
                     Err(error) => {
-                        self.cancel();
+                        self.state.slot.cancel();
                         break Err(match error {
                             RetryError::Failed(e) | RetryError::BudgetExhausted(e) => e,
                             RetryError::Exhausted { last, .. } => last,
@@ -603,7 +570,7 @@ impl Task {
                 },
             }
         };
-        done.outcome.set(outcome);
+        done.0.finish(outcome);
     }
 }
 

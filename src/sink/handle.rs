@@ -14,28 +14,29 @@ use std::time::{Duration, Instant};
 use crate::drain::SubscriptionSlot;
 use crate::Error;
 
-/// State shared by a sink subscriber and its handle.
-pub(crate) struct SinkState<R> {
+/// State shared by a sink subscriber and its handle: the upstream subscription and
+/// the terminal result (`Result<R, E>`, first one wins, taken once).
+pub(crate) struct SinkState<R, E = Error> {
     /// The upstream subscription, for `cancel` from the handle.
     pub(crate) slot: SubscriptionSlot,
     /// The terminal result, once there is one, and the waker of a future awaiting it.
-    result: Mutex<Slot<R>>,
+    result: Mutex<Slot<R, E>>,
     /// Signalled when `result` is set.
     ready: Condvar,
 }
 
-struct Slot<R> {
-    completion: Completion<R>,
+struct Slot<R, E> {
+    completion: Completion<R, E>,
     waker: Option<Waker>,
 }
 
-enum Completion<R> {
+enum Completion<R, E> {
     Running,
-    Ended(Result<R, Error>),
+    Ended(Result<R, E>),
     Taken,
 }
 
-impl<R> SinkState<R> {
+impl<R, E> SinkState<R, E> {
     pub(crate) fn new() -> Arc<Self> {
         Arc::new(SinkState {
             slot: SubscriptionSlot::new(),
@@ -48,7 +49,7 @@ impl<R> SinkState<R> {
     }
 
     /// Record the terminal result; the first one wins. Returns false if one was set.
-    pub(crate) fn finish(&self, result: Result<R, Error>) -> bool {
+    pub(crate) fn finish(&self, result: Result<R, E>) -> bool {
         let mut slot = self.lock();
         if !matches!(slot.completion, Completion::Running) {
             return false;
@@ -63,10 +64,60 @@ impl<R> SinkState<R> {
         true
     }
 
-    fn lock(&self) -> MutexGuard<'_, Slot<R>> {
+    fn lock(&self) -> MutexGuard<'_, Slot<R, E>> {
         // Little user code under this lock: a waker may be cloned under it, and is
         // woken after it.
         self.result.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// True once a result was recorded (taken or not).
+    pub(crate) fn is_terminated(&self) -> bool {
+        !matches!(self.lock().completion, Completion::Running)
+    }
+
+    /// Block until there is a result or `deadline` (`None`: no deadline) passes, and
+    /// take it.
+    ///
+    /// # Panics
+    ///
+    /// If the result was already taken.
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>) -> Option<Result<R, E>> {
+        let mut slot = self.lock();
+        while matches!(slot.completion, Completion::Running) {
+            slot = match deadline {
+                None => self.ready.wait(slot).unwrap_or_else(|p| p.into_inner()),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return None;
+                    }
+                    self.ready
+                        .wait_timeout(slot, deadline - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+        }
+        Some(take(&mut slot.completion))
+    }
+
+    /// Take the result if there is one; otherwise leave `cx`'s waker to be woken
+    /// by [`finish`](Self::finish) (checked and left under one lock: no lost wake-up).
+    ///
+    /// # Panics
+    ///
+    /// If the result was already taken.
+    pub(crate) fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Result<R, E>> {
+        let mut slot = self.lock();
+        if matches!(slot.completion, Completion::Running) {
+            match &mut slot.waker {
+                Some(waker) if waker.will_wake(cx.waker()) => {}
+                other => *other = Some(cx.waker().clone()),
+            }
+            return Poll::Pending;
+        }
+        slot.waker = None;
+        Poll::Ready(take(&mut slot.completion))
     }
 }
 
@@ -120,7 +171,7 @@ impl<R> SinkHandle<R> {
 
     /// True once the stream completed, failed or was cancelled.
     pub fn is_terminated(&self) -> bool {
-        !matches!(self.shared.lock().completion, Completion::Running)
+        self.shared.is_terminated()
     }
 
     /// Block until the stream terminates and return its result. In async code,
@@ -170,33 +221,10 @@ impl<R> SinkHandle<R> {
     /// Wait until the stream terminates or `deadline` (`None`: no deadline) passes.
     #[track_caller]
     fn wait_until(&self, deadline: Option<Instant>) -> Option<Result<R, Error>> {
-        let mut slot = self.shared.lock();
-        if matches!(slot.completion, Completion::Running) {
-            drop(slot);
+        if !self.shared.is_terminated() {
             crate::runtime::forbid_blocking_in_async("SinkHandle::wait");
-            slot = self.shared.lock();
         }
-        while matches!(slot.completion, Completion::Running) {
-            slot = match deadline {
-                None => self
-                    .shared
-                    .ready
-                    .wait(slot)
-                    .unwrap_or_else(|p| p.into_inner()),
-                Some(deadline) => {
-                    let now = Instant::now();
-                    if now >= deadline {
-                        return None;
-                    }
-                    self.shared
-                        .ready
-                        .wait_timeout(slot, deadline - now)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0
-                }
-            };
-        }
-        Some(take(&mut slot.completion))
+        self.shared.wait_until(deadline)
     }
 }
 
@@ -238,17 +266,7 @@ impl<R> Future for SinkFuture<R> {
             .handle
             .as_ref()
             .expect("SinkFuture polled after it returned its result");
-        let mut slot = handle.shared.lock();
-        if matches!(slot.completion, Completion::Running) {
-            match &mut slot.waker {
-                Some(waker) if waker.will_wake(cx.waker()) => {}
-                other => *other = Some(cx.waker().clone()),
-            }
-            return Poll::Pending;
-        }
-        slot.waker = None;
-        let result = take(&mut slot.completion);
-        drop(slot);
+        let result = std::task::ready!(handle.shared.poll_take(cx));
         this.handle = None;
         Poll::Ready(result)
     }
@@ -264,7 +282,7 @@ impl<R> Drop for SinkFuture<R> {
     }
 }
 
-fn take<R>(slot: &mut Completion<R>) -> Result<R, Error> {
+fn take<R, E>(slot: &mut Completion<R, E>) -> Result<R, E> {
     match std::mem::replace(slot, Completion::Taken) {
         Completion::Ended(result) => result,
         Completion::Taken => panic!("the sink's result was already taken"),

@@ -7,7 +7,7 @@
 
 mod blocking_iter;
 mod fold;
-mod handle;
+pub(crate) mod handle;
 
 pub(crate) use blocking_iter::blocking_iter;
 pub use blocking_iter::BlockingIter;

@@ -54,6 +54,76 @@ fn everything_is_published_with_at_most_k_acks_in_flight() {
 }
 
 #[test]
+fn cancel_stops_an_endless_upstream_and_ends_with_cancelled() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let env = Env::new();
+    env.stream("ENDLESS");
+    let (sink, done) = Sink::builder(env.js.clone(), "ENDLESS.x")
+        .max_in_flight(8)
+        .runtime(env.rt.handle().clone())
+        .build();
+    let upstream_cancelled = Arc::new(AtomicBool::new(false));
+    weir::range(0u64..u64::MAX)
+        .inspect_cancel({
+            let flag = upstream_cancelled.clone();
+            move || flag.store(true, Ordering::SeqCst)
+        })
+        .map(|i| Outgoing::new(i.to_string()))
+        .subscribe(sink);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while done.report().confirmed < 100 {
+        assert!(std::time::Instant::now() < deadline, "{:?}", done.report());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!done.is_finished());
+    done.cancel();
+    done.cancel();
+    assert!(done.is_finished());
+    assert!(
+        upstream_cancelled.load(Ordering::SeqCst),
+        "upstream cancelled"
+    );
+    let received = done.report().received;
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        done.report().received <= received + 8,
+        "at most the slots already requested arrive after the cancel: {received} then {:?}",
+        done.report()
+    );
+    let stored_now = stored(&env, "ENDLESS");
+    assert!(stored_now >= 100, "{stored_now}");
+    assert_eq!(done.wait(PATIENCE), Err(NatsError::Cancelled));
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        stored(&env, "ENDLESS") <= stored_now + 8,
+        "nothing is published after the cancel beyond what was in flight"
+    );
+}
+
+#[test]
+fn cancel_after_the_end_keeps_the_outcome() {
+    let env = Env::new();
+    env.stream("DONE");
+    let (sink, done) = Sink::builder(env.js.clone(), "DONE.x")
+        .runtime(env.rt.handle().clone())
+        .build();
+    weir::range(0u64..10)
+        .map(|i| Outgoing::new(i.to_string()))
+        .subscribe(sink);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !done.is_finished() {
+        assert!(std::time::Instant::now() < deadline, "{:?}", done.report());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    done.cancel();
+    let report = done
+        .wait(Duration::MAX)
+        .expect("completed before the cancel");
+    assert_eq!(report.confirmed, 10);
+}
+
+#[test]
 fn a_replay_with_the_same_ids_is_stored_once_and_counted_as_duplicates() {
     let env = Env::new();
     env.stream("ONCE");
