@@ -17,8 +17,9 @@
 //! ([`Outgoing::id`]), so that a retry of a publish the server did store is
 //! recognised as a duplicate (counted in [`SinkReport::duplicates`]) instead of stored
 //! twice. An item that fails for good fails the sink: upstream is cancelled and
-//! [`SinkDone`] returns the error. Retries may reorder items in the stream (a
-//! retried item lands after items published meanwhile).
+//! [`SinkDone`] returns the error. The stream holds the items in upstream's order;
+//! only retries may reorder them (a retried item lands after items published
+//! meanwhile).
 //!
 //! # Pausing at the edge
 //!
@@ -459,7 +460,18 @@ impl SinkDone {
         self.state.is_terminated()
     }
 
-    /// Waits until upstream completed and every publish was confirmed.
+    /// Waits until upstream completed and every publish was confirmed (or the sink
+    /// failed or was cancelled). Any number of callers may wait, also while another
+    /// [cancels](Self::cancel):
+    ///
+    /// ```no_run
+    /// # async fn run(done: weir::nats::SinkDone, shutdown: tokio::sync::oneshot::Receiver<()>) {
+    /// tokio::select! {
+    ///     outcome = done.finished() => println!("sink ended: {outcome:?}"),
+    ///     _ = shutdown => done.cancel(),
+    /// }
+    /// # }
+    /// ```
     ///
     /// # Errors
     ///
@@ -467,8 +479,8 @@ impl SinkDone {
     /// [`NatsError::Client`] when upstream failed (its message),
     /// [`NatsError::Cancelled`] after [`cancel`](Self::cancel), or
     /// [`NatsError::Closed`] if the sink's task is gone (its runtime shut down).
-    pub async fn finished(self) -> Result<SinkReport, NatsError> {
-        std::future::poll_fn(|cx| self.state.poll_take(cx)).await
+    pub async fn finished(&self) -> Result<SinkReport, NatsError> {
+        std::future::poll_fn(|cx| self.state.poll_cloned(cx)).await
     }
 
     /// [`finished`](Self::finished), blocking this thread up to `timeout` (call it
@@ -479,10 +491,10 @@ impl SinkDone {
     ///
     /// As [`finished`](Self::finished), and [`NatsError::Timeout`] when it is not
     /// done in time.
-    pub fn wait(self, timeout: Duration) -> Result<SinkReport, NatsError> {
+    pub fn wait(&self, timeout: Duration) -> Result<SinkReport, NatsError> {
         let deadline = crate::runtime::deadline(Instant::now(), timeout);
         self.state
-            .wait_until(deadline)
+            .wait_cloned(deadline)
             .unwrap_or(Err(NatsError::Timeout {
                 what: "the sink's end",
                 after: timeout,
@@ -537,7 +549,14 @@ impl Task {
                 signal = rx.recv(), if end.is_none() => match signal {
                     Some(Signal::Item(item)) => {
                         bump(&self.counters.received);
-                        in_flight.push(publish(item.into()));
+                        // A publish hands its message to the connection when first
+                        // polled, and `FuturesUnordered` polls new futures in the
+                        // order they came, so messages go out in upstream's order;
+                        // unless tokio's cooperative budget, spent, made one send
+                        // wait: it would be polled again after the next ones.
+                        // Unconstrained, the send only waits for a full connection
+                        // buffer, whose waiters are served in turn.
+                        in_flight.push(tokio::task::unconstrained(publish(item.into())));
                         let now = in_flight.len() as u64;
                         if now > self.counters.max_in_flight.load(Ordering::Relaxed) {
                             self.counters.max_in_flight.store(now, Ordering::Relaxed);

@@ -15,9 +15,13 @@
 //!   target, one round trip of prefetch), with at most two pulls open. So
 //!   `outstanding <= credit` always: every message that arrives has a unit of
 //!   demand waiting for it, and nothing is fetched without demand.
-//! * **Order.** Each pull has its own inbox subscription; the server fills pulls in
-//!   the order they were made, and the task reads the oldest until it ends (filled,
-//!   expired, or failed), so messages are delivered in the consumer's order.
+//! * **Order.** Each pull has its own inbox subscription, and the server shares new
+//!   messages among the waiting pulls in turn, so two open pulls interleave. The
+//!   task keeps the next message of each pull and delivers the one with the lowest
+//!   consumer sequence (the server's delivery order), after looking again at the
+//!   other inbox: one connection fills both in the order the server sent, so what
+//!   was sent before a message is in its inbox by the time that message is seen.
+//!   Messages are thus delivered in the consumer's order.
 //! * **Waiting.** Between messages the task sleeps until a message arrives, a request
 //!   adds demand (the emitter's request hook wakes it), downstream cancels, or the
 //!   next look at the consumer's info is due (once a second, for the lag figures).
@@ -74,6 +78,7 @@ use std::time::{Duration, Instant};
 use async_nats::jetstream::consumer::{pull, Consumer};
 use async_nats::jetstream::{self, consumer::PullConsumer};
 use futures::StreamExt;
+use smallvec::SmallVec;
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
@@ -506,53 +511,129 @@ impl Health {
     }
 }
 
-/// One open pull request: its messages, and how many it may still bring.
+/// One open pull request: its messages, how many it may still bring, and the next
+/// of them taken from its inbox but not delivered yet.
 struct Pull {
     batch: pull::Batch,
     left: u64,
+    /// A message taken from the inbox, with its consumer sequence.
+    head: Option<(u64, jetstream::Message)>,
+    /// The inbox ended (filled, expired, or given up by the client).
+    ended: bool,
 }
 
 /// Messages taken in one burst at most.
 const BURST: usize = 256;
 
+/// What moving ready messages found besides messages.
+enum Found {
+    /// Nothing more is there now.
+    Nothing,
+    /// A pull ended with this error (its earlier messages were moved).
+    Failed(String),
+}
+
 impl Pull {
-    /// A message came from the front pull.
-    fn took(pulls: &mut VecDeque<Pull>) {
-        let front = pulls
-            .front_mut()
-            .expect("a message came from the front pull");
-        front.left -= 1;
-        if front.left == 0 {
-            pulls.pop_front();
+    fn new(batch: pull::Batch, left: u64) -> Pull {
+        Pull {
+            batch,
+            left,
+            head: None,
+            ended: false,
         }
     }
 
-    /// Moves the messages that are already there (no waiting) from the open pulls,
-    /// in order, into `ready`, up to [`BURST`]; stops at a pull's error and returns
-    /// its text.
-    fn take_ready(
-        pulls: &mut VecDeque<Pull>,
-        ready: &mut Vec<jetstream::Message>,
-    ) -> Option<String> {
+    /// Takes what this pull's inbox already holds into `head` (when it is empty).
+    fn peek(&mut self) -> Result<(), String> {
         use futures::FutureExt;
-        while ready.len() < BURST {
-            let front = pulls.front_mut()?;
-            match front.batch.next().now_or_never() {
-                Some(Some(Ok(message))) => {
-                    Pull::took(pulls);
-                    ready.push(message);
-                }
-                Some(Some(Err(error))) => {
-                    pulls.pop_front();
-                    return Some(error.to_string());
-                }
-                Some(None) => {
-                    pulls.pop_front();
-                }
-                None => return None,
-            }
+        if self.head.is_some() || self.ended {
+            return Ok(());
         }
-        None
+        match self.batch.next().now_or_never() {
+            Some(Some(Ok(message))) => self.hold(message),
+            Some(Some(Err(error))) => {
+                self.ended = true;
+                return Err(error.to_string());
+            }
+            Some(None) => self.ended = true,
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Keeps `message` as the head, with its consumer sequence (0 when its reply
+    /// subject cannot be read: delivered at once).
+    fn hold(&mut self, message: jetstream::Message) {
+        let sequence = message.info().map_or(0, |info| info.consumer_sequence);
+        self.head = Some((sequence, message));
+        self.left = self.left.saturating_sub(1);
+    }
+
+    /// Moves the messages the open pulls already hold (no waiting) into `ready`, in
+    /// the consumer's order, up to [`BURST`].
+    ///
+    /// The server shares messages among the waiting pulls in turn, so two open
+    /// pulls interleave: each pull's messages are in order, and their consumer
+    /// sequences give the order across them. Every inbox is filled by the one
+    /// connection, in the order the server sent, so once a message was taken from
+    /// one inbox, every message the server sent before it is already in its inbox:
+    /// after taking a head, the other inboxes are looked at again before the
+    /// lowest head goes.
+    fn take_ready(pulls: &mut VecDeque<Pull>, ready: &mut Vec<jetstream::Message>) -> Found {
+        let mut found = Found::Nothing;
+        while ready.len() < BURST {
+            for pull in pulls.iter_mut() {
+                if let Err(error) = pull.peek() {
+                    found = Found::Failed(error);
+                }
+            }
+            let lowest = pulls
+                .iter()
+                .enumerate()
+                .filter_map(|(i, pull)| pull.head.as_ref().map(|(sequence, _)| (*sequence, i)))
+                .min();
+            let Some((_, i)) = lowest else { break };
+            let (_, message) = pulls[i].head.take().expect("the lowest head");
+            ready.push(message);
+            Pull::retire(pulls);
+        }
+        Pull::retire(pulls);
+        found
+    }
+
+    /// Removes the pulls that will bring nothing more: ended (or failed, or
+    /// brought all they asked for) with no head left to deliver.
+    fn retire(pulls: &mut VecDeque<Pull>) {
+        pulls.retain(|pull| pull.head.is_some() || !(pull.ended || pull.left == 0));
+    }
+
+    /// Waits until any open pull's inbox has something (a message, its end, or an
+    /// error), and takes it: a message becomes that pull's head. Returns at once
+    /// when a head is waiting already (a burst was cut at [`BURST`]).
+    async fn wait_any(pulls: &mut VecDeque<Pull>) -> Result<(), String> {
+        if pulls.iter().any(|pull| pull.head.is_some()) {
+            return Ok(());
+        }
+        if pulls.is_empty() {
+            return std::future::pending().await;
+        }
+        let (next, i, _) = {
+            let waiting = pulls
+                .iter_mut()
+                .map(|pull| pull.batch.next())
+                .collect::<SmallVec<[_; MAX_PULLS]>>();
+            futures::future::select_all(waiting).await
+        };
+        let pull = &mut pulls[i];
+        match next {
+            Some(Ok(message)) => pull.hold(message),
+            Some(Err(error)) => {
+                pull.ended = true;
+                return Err(error.to_string());
+            }
+            None => pull.ended = true,
+        }
+        Ok(())
     }
 }
 
@@ -591,7 +672,7 @@ impl Puller {
                 match self.pull(n).await {
                     // Sent (perhaps only into the client's buffer while it reconnects:
                     // the server's answers, or the info ticks, tell it is alive).
-                    Ok(batch) => pulls.push_back(Pull { batch, left: n }),
+                    Ok(batch) => pulls.push_back(Pull::new(batch, n)),
                     Err(error) => {
                         tracing::debug!(target: "weir::nats", %error, "a pull failed; retrying");
                         let Some(backoff) = health.failed() else {
@@ -616,37 +697,24 @@ impl Puller {
                         }
                     }
                 },
-                next = async {
-                    match pulls.front_mut() {
-                        Some(pull) => pull.batch.next().await,
-                        None => std::future::pending().await,
+                next = Pull::wait_any(&mut pulls) => {
+                    let mut failed = next.err();
+                    let mut ready = Vec::new();
+                    if let Found::Failed(error) = Pull::take_ready(&mut pulls, &mut ready) {
+                        failed = failed.or(Some(error));
                     }
-                } => match next {
-                    Some(Ok(message)) => {
+                    if !ready.is_empty() {
                         health.alive();
-                        Pull::took(&mut pulls);
-                        // What else has arrived goes in the same batch: one signal
+                        // All that has arrived goes in one batch: one signal
                         // downstream, so a boundary behind is woken once per burst.
-                        let mut ready = vec![message];
-                        let failed = Pull::take_ready(&mut pulls, &mut ready);
                         if !self.deliver(&mut ready).await {
                             return;
                         }
-                        if let Some(text) = failed {
-                            if !self.pull_failed(&text, &mut health).await {
-                                return;
-                            }
-                        }
                     }
-                    Some(Err(error)) => {
-                        pulls.pop_front();
-                        if !self.pull_failed(&error.to_string(), &mut health).await {
+                    if let Some(text) = failed {
+                        if !self.pull_failed(&text, &mut health).await {
                             return;
                         }
-                    }
-                    // Filled, expired on the server, or given up by the client.
-                    None => {
-                        pulls.pop_front();
                     }
                 },
             }

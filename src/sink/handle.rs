@@ -11,6 +11,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use smallvec::SmallVec;
+
 use crate::drain::SubscriptionSlot;
 use crate::Error;
 
@@ -27,7 +29,9 @@ pub(crate) struct SinkState<R, E = Error> {
 
 struct Slot<R, E> {
     completion: Completion<R, E>,
-    waker: Option<Waker>,
+    /// The tasks awaiting the result (one, for a [`SinkFuture`]; a shared state read
+    /// by reference may have several).
+    wakers: SmallVec<[Waker; 1]>,
 }
 
 enum Completion<R, E> {
@@ -42,7 +46,7 @@ impl<R, E> SinkState<R, E> {
             slot: SubscriptionSlot::new(),
             result: Mutex::new(Slot {
                 completion: Completion::Running,
-                waker: None,
+                wakers: SmallVec::new(),
             }),
             ready: Condvar::new(),
         })
@@ -55,10 +59,10 @@ impl<R, E> SinkState<R, E> {
             return false;
         }
         slot.completion = Completion::Ended(result);
-        let waker = slot.waker.take();
+        let wakers = std::mem::take(&mut slot.wakers);
         drop(slot);
         self.ready.notify_all();
-        if let Some(waker) = waker {
+        for waker in wakers {
             waker.wake();
         }
         true
@@ -75,13 +79,9 @@ impl<R, E> SinkState<R, E> {
         !matches!(self.lock().completion, Completion::Running)
     }
 
-    /// Block until there is a result or `deadline` (`None`: no deadline) passes, and
-    /// take it.
-    ///
-    /// # Panics
-    ///
-    /// If the result was already taken.
-    pub(crate) fn wait_until(&self, deadline: Option<Instant>) -> Option<Result<R, E>> {
+    /// Block until there is a result or `deadline` (`None`: no deadline) passes;
+    /// the slot, locked, once it holds the result.
+    fn wait_for(&self, deadline: Option<Instant>) -> Option<MutexGuard<'_, Slot<R, E>>> {
         let mut slot = self.lock();
         while matches!(slot.completion, Completion::Running) {
             slot = match deadline {
@@ -98,26 +98,54 @@ impl<R, E> SinkState<R, E> {
                 }
             };
         }
-        Some(take(&mut slot.completion))
+        Some(slot)
     }
 
-    /// Take the result if there is one; otherwise leave `cx`'s waker to be woken
-    /// by [`finish`](Self::finish) (checked and left under one lock: no lost wake-up).
+    /// The slot, locked, once it holds the result; otherwise `cx`'s waker is left to
+    /// be woken by [`finish`](Self::finish) (checked and left under one lock: no lost
+    /// wake-up).
+    fn poll_ended(&self, cx: &mut Context<'_>) -> Poll<MutexGuard<'_, Slot<R, E>>> {
+        let mut slot = self.lock();
+        if matches!(slot.completion, Completion::Running) {
+            if !slot.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                slot.wakers.push(cx.waker().clone());
+            }
+            return Poll::Pending;
+        }
+        Poll::Ready(slot)
+    }
+
+    /// Block until there is a result or `deadline` passes, and take it.
+    ///
+    /// # Panics
+    ///
+    /// If the result was already taken.
+    pub(crate) fn wait_until(&self, deadline: Option<Instant>) -> Option<Result<R, E>> {
+        self.wait_for(deadline)
+            .map(|mut slot| take(&mut slot.completion))
+    }
+
+    /// Take the result if there is one (else wake `cx` when there is).
     ///
     /// # Panics
     ///
     /// If the result was already taken.
     pub(crate) fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Result<R, E>> {
-        let mut slot = self.lock();
-        if matches!(slot.completion, Completion::Running) {
-            match &mut slot.waker {
-                Some(waker) if waker.will_wake(cx.waker()) => {}
-                other => *other = Some(cx.waker().clone()),
-            }
-            return Poll::Pending;
-        }
-        slot.waker = None;
-        Poll::Ready(take(&mut slot.completion))
+        self.poll_ended(cx)
+            .map(|mut slot| take(&mut slot.completion))
+    }
+}
+
+impl<R: Clone, E: Clone> SinkState<R, E> {
+    /// Block until there is a result or `deadline` passes; a copy of it (never
+    /// taken: any number of readers).
+    pub(crate) fn wait_cloned(&self, deadline: Option<Instant>) -> Option<Result<R, E>> {
+        self.wait_for(deadline).map(|slot| cloned(&slot.completion))
+    }
+
+    /// A copy of the result if there is one (else wake `cx` when there is).
+    pub(crate) fn poll_cloned(&self, cx: &mut Context<'_>) -> Poll<Result<R, E>> {
+        self.poll_ended(cx).map(|slot| cloned(&slot.completion))
     }
 }
 
@@ -278,6 +306,15 @@ impl<R> Drop for SinkFuture<R> {
             if !handle.is_terminated() {
                 handle.cancel();
             }
+        }
+    }
+}
+
+fn cloned<R: Clone, E: Clone>(slot: &Completion<R, E>) -> Result<R, E> {
+    match slot {
+        Completion::Ended(result) => result.clone(),
+        Completion::Taken | Completion::Running => {
+            unreachable!("a result that is read by copy is never taken")
         }
     }
 }

@@ -20,7 +20,7 @@
 //! | `shutdown`, `pool_shutdown` | a tokio runtime or a `ThreadPool` shut down under every boundary, bridge and time stage: the pipeline ends with `SchedulerShutdown`, nothing leaks, and cancelled stages leave no timer in the pool |
 //! | `memory` | a subscriber that never requests, behind every stage, while the source keeps producing: live items stay within the stage's `in_flight_bound()` |
 //! | `regressions` | one test per defect of the list in its header, found by using weir as a hostile user would (each failed before its fix) |
-//! | (`tests/nats/hostile.rs`, `bad_input.rs`, `faults.rs`) | the NATS source and sink, which need a real server and so live in the `nats` binary: request storms from 4 threads, a panicking subscriber, the runtime shut down mid-stream (`SchedulerShutdown`, upstream cancelled), window 1 / one ack in flight / a horizon of 1 / `Duration::MAX`, lost and missing servers, SIGKILL mid-run |
+//! | `rsocket`, `nats` (with their features) | rows that cross a loopback TCP connection (RSocket) or a JetStream stream on a real `nats-server` the suite starts and stops itself (sink → stream → source), so that every check of the table runs through them; the faults only a server has (SIGKILL mid-run, lost and missing servers, window 1, one ack in flight) are in the `nats` binary |
 //!
 //! No check asserts on timing: waits are watchdogs (poll until the condition holds, fail
 //! after a generous deadline), sleeps are consumer delays or polling intervals, and
@@ -36,6 +36,8 @@ mod channel_hook;
 mod forgetful;
 mod late;
 mod memory;
+#[cfg(feature = "nats")]
+mod nats;
 mod oversubscription;
 mod panics;
 mod pool_shutdown;

@@ -46,6 +46,20 @@ fn a_tokio_runtime_shut_down_mid_stream_fails_with_scheduler_shutdown() {
     );
 }
 
+/// The stages of `weir::nats` run on a tokio runtime only.
+#[cfg(feature = "nats")]
+#[test]
+fn a_tokio_runtime_shut_down_under_the_nats_stages_fails_with_scheduler_shutdown() {
+    let failures = guarded("Nats", 5 * PATIENCE, || {
+        check(Boundary::Nats, scheduler_shut_down)
+    });
+    assert_no_failures(
+        "tokio runtime shut down under the nats stages",
+        1,
+        &failures,
+    );
+}
+
 #[test]
 fn a_thread_pool_shut_down_mid_stream_ends_every_pipeline_on_it() {
     // The bridges whose consumer is a tokio task have no pool to shut down.

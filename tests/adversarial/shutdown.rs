@@ -47,6 +47,11 @@ pub enum Boundary {
     IntoStream,
     SubscribeAsync,
     Mux,
+    /// Through a JetStream stream (`nats::Sink` → stream → `nats::Source`, the
+    /// table's row), both stages on the runtime; not in [`CASES`] (it needs the
+    /// feature), see `pool_shutdown.rs`.
+    #[cfg(feature = "nats")]
+    Nats,
 }
 
 /// Every boundary and bridge that runs on a scheduler.
@@ -164,6 +169,8 @@ pub fn stage<C: weir::runtime::Scheduler + Clone>(
             env.tap("receiver", weir::bridge::from_receiver_on(rx, scheduler))
                 .boxed()
         }
+        #[cfg(feature = "nats")]
+        Boundary::Nats => crate::nats::through_jetstream(env, paced(env)),
         Boundary::IntoStream | Boundary::SubscribeAsync => return None,
     })
 }

