@@ -516,14 +516,53 @@ impl Health {
 struct Pull {
     batch: pull::Batch,
     left: u64,
-    /// A message taken from the inbox, with its consumer sequence.
-    head: Option<(u64, jetstream::Message)>,
+    /// A message taken from the inbox, with its metadata.
+    head: Option<Arrived>,
     /// The inbox ended (filled, expired, or given up by the client).
     ended: bool,
 }
 
 /// Messages taken in one burst at most.
 const BURST: usize = 256;
+
+/// A message and its metadata, read once from its reply subject.
+struct Arrived {
+    message: jetstream::Message,
+    /// The server's delivery count.
+    server_count: u64,
+    stream_sequence: u64,
+    /// The server's delivery order (every delivery, redeliveries too).
+    consumer_sequence: u64,
+    /// Messages left for the consumer after this one.
+    pending: u64,
+    published: Option<std::time::SystemTime>,
+}
+
+impl Arrived {
+    /// Reads the metadata (a message whose reply subject cannot be read counts as
+    /// a first delivery of sequence 0, delivered at once).
+    fn new(message: jetstream::Message) -> Arrived {
+        let (server_count, stream_sequence, consumer_sequence, pending, published) =
+            match message.info() {
+                Ok(info) => (
+                    u64::try_from(info.delivered).unwrap_or(1),
+                    info.stream_sequence,
+                    info.consumer_sequence,
+                    info.pending,
+                    Some(std::time::SystemTime::from(info.published)),
+                ),
+                Err(_) => (1, 0, 0, 0, None),
+            };
+        Arrived {
+            message,
+            server_count,
+            stream_sequence,
+            consumer_sequence,
+            pending,
+            published,
+        }
+    }
+}
 
 /// What moving ready messages found besides messages.
 enum Found {
@@ -561,11 +600,9 @@ impl Pull {
         Ok(())
     }
 
-    /// Keeps `message` as the head, with its consumer sequence (0 when its reply
-    /// subject cannot be read: delivered at once).
+    /// Keeps `message` as the head.
     fn hold(&mut self, message: jetstream::Message) {
-        let sequence = message.info().map_or(0, |info| info.consumer_sequence);
-        self.head = Some((sequence, message));
+        self.head = Some(Arrived::new(message));
         self.left = self.left.saturating_sub(1);
     }
 
@@ -579,7 +616,7 @@ impl Pull {
     /// one inbox, every message the server sent before it is already in its inbox:
     /// after taking a head, the other inboxes are looked at again before the
     /// lowest head goes.
-    fn take_ready(pulls: &mut VecDeque<Pull>, ready: &mut Vec<jetstream::Message>) -> Found {
+    fn take_ready(pulls: &mut VecDeque<Pull>, ready: &mut Vec<Arrived>) -> Found {
         let mut found = Found::Nothing;
         while ready.len() < BURST {
             for pull in pulls.iter_mut() {
@@ -590,11 +627,10 @@ impl Pull {
             let lowest = pulls
                 .iter()
                 .enumerate()
-                .filter_map(|(i, pull)| pull.head.as_ref().map(|(sequence, _)| (*sequence, i)))
+                .filter_map(|(i, pull)| pull.head.as_ref().map(|head| (head.consumer_sequence, i)))
                 .min();
             let Some((_, i)) = lowest else { break };
-            let (_, message) = pulls[i].head.take().expect("the lowest head");
-            ready.push(message);
+            ready.push(pulls[i].head.take().expect("the lowest head"));
             Pull::retire(pulls);
         }
         Pull::retire(pulls);
@@ -788,7 +824,7 @@ impl Puller {
     /// Hands `ready` downstream as one batch (acking each after, in `OnDelivery`
     /// mode); false once downstream is gone. Messages acked here before are acked
     /// again and left out (see the ledger).
-    async fn deliver(&self, ready: &mut Vec<jetstream::Message>) -> bool {
+    async fn deliver(&self, ready: &mut Vec<Arrived>) -> bool {
         let mut batch = Vec::with_capacity(ready.len());
         let mut acks = Vec::new();
         let mut last = None;
@@ -847,21 +883,20 @@ impl Puller {
     /// in the stream (when it was published).
     async fn prepare(
         &self,
-        message: jetstream::Message,
+        arrived: Arrived,
     ) -> Option<(
         Message,
         Option<async_nats::Subject>,
         Option<std::time::SystemTime>,
     )> {
-        let (server_count, stream_sequence, pending, published) = match message.info() {
-            Ok(info) => (
-                u64::try_from(info.delivered).unwrap_or(1),
-                info.stream_sequence,
-                info.pending,
-                Some(std::time::SystemTime::from(info.published)),
-            ),
-            Err(_) => (1, 0, 0, None),
-        };
+        let Arrived {
+            message,
+            server_count,
+            stream_sequence,
+            pending,
+            published,
+            ..
+        } = arrived;
         let counters = &self.source.counters;
         counters.pending.store(pending, Ordering::Relaxed);
         let delivery_count = match self.source.ledger.arrive(stream_sequence) {
