@@ -18,7 +18,7 @@
 //! it runs (a counting global allocator, sampled every millisecond): what the client
 //! holds ahead of its consumer.
 //!
-//! Criterion measures each case (10 samples); then a paired phase runs [`ROUNDS`]
+//! Criterion measures each case (10 samples); then a paired phase runs [`rounds`]
 //! rounds of all three back to back and prints the median ratio of each weir case's
 //! throughput to `async_nats`'s within a round, and the heap peaks. Run:
 //! `cargo bench --bench nats --features nats`.
@@ -45,8 +45,15 @@ fn n() -> u64 {
         .and_then(|n| n.parse().ok())
         .unwrap_or(1_000_000)
 }
-/// Rounds of the paired phase.
-const ROUNDS: usize = 5;
+/// Rounds of the paired phase (`WEIR_NATS_BENCH_ROUNDS` overrides it; the machine
+/// is noisy, more rounds give a steadier median).
+fn rounds() -> usize {
+    std::env::var("WEIR_NATS_BENCH_ROUNDS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(5)
+}
 /// Publish acks in flight, for every case.
 const IN_FLIGHT: usize = 256;
 
@@ -301,15 +308,21 @@ fn main() {
         group.finish();
     }
 
-    let n = n();
+    let (n, rounds) = (n(), rounds());
     println!(
-        "\npaired phase: {ROUNDS} rounds of {n} messages; weir ÷ async_nats throughput per round"
+        "\npaired phase: {rounds} rounds of {n} messages; weir ÷ async_nats throughput per round \
+         (cases in turn, the order reversed every other round)"
     );
     let mut ratios = vec![Vec::new(); CASES.len()];
     let mut peaks = vec![0i64; CASES.len()];
-    for round in 0..ROUNDS {
+    for round in 0..rounds {
         let mut secs = [0.0f64; 3];
-        for (slot, (name, case)) in CASES.iter().enumerate() {
+        let mut order: Vec<usize> = (0..CASES.len()).collect();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for slot in order {
+            let (name, case) = CASES[slot];
             let (elapsed, peak) = peak_heap(|| case(&env));
             secs[slot] = elapsed.as_secs_f64();
             peaks[slot] = peaks[slot].max(peak);
@@ -329,9 +342,9 @@ fn main() {
         v.sort_by(f64::total_cmp);
         println!(
             "{name:>18} ÷ async_nats: median {:.3} ({:.3} … {:.3}); heap peak {:.1} MB against {:.1} MB",
-            v[ROUNDS / 2],
+            v[rounds / 2],
             v[0],
-            v[ROUNDS - 1],
+            v[rounds - 1],
             peaks[slot] as f64 / 1e6,
             peaks[0] as f64 / 1e6
         );
