@@ -136,6 +136,8 @@ impl<R, E> SinkState<R, E> {
     }
 }
 
+// Read by copy only by `nats::SinkDone` so far.
+#[cfg(feature = "nats")]
 impl<R: Clone, E: Clone> SinkState<R, E> {
     /// Block until there is a result or `deadline` passes; a copy of it (never
     /// taken: any number of readers).
@@ -310,6 +312,7 @@ impl<R> Drop for SinkFuture<R> {
     }
 }
 
+#[cfg(feature = "nats")]
 fn cloned<R: Clone, E: Clone>(slot: &Completion<R, E>) -> Result<R, E> {
     match slot {
         Completion::Ended(result) => result.clone(),
