@@ -102,6 +102,52 @@ fn cancel_stops_an_endless_upstream_and_ends_with_cancelled() {
 }
 
 #[test]
+fn several_tasks_await_the_outcome_while_another_cancels() {
+    let env = Env::new();
+    env.stream("WAITERS");
+    let (sink, done) = Sink::builder(env.js.clone(), "WAITERS.x")
+        .max_in_flight(4)
+        .runtime(env.rt.handle().clone())
+        .build();
+    let done = std::sync::Arc::new(done);
+    weir::range(0u64..u64::MAX)
+        .map(|i| Outgoing::new(i.to_string()))
+        .subscribe(sink);
+    let waiters: Vec<_> = (0..3)
+        .map(|_| {
+            let done = done.clone();
+            env.rt.spawn(async move { done.finished().await })
+        })
+        .collect();
+    // A blocking waiter too, on a thread of its own.
+    let blocking = {
+        let done = done.clone();
+        std::thread::spawn(move || done.wait(PATIENCE))
+    };
+    std::thread::sleep(Duration::from_millis(50));
+    let canceller = {
+        let done = done.clone();
+        env.rt.spawn(async move {
+            tokio::select! {
+                outcome = done.finished() => panic!("ended by itself: {outcome:?}"),
+                () = tokio::time::sleep(Duration::from_millis(20)) => done.cancel(),
+            }
+        })
+    };
+    env.rt.block_on(canceller).expect("the cancelling task");
+    for waiter in waiters {
+        let outcome = env.rt.block_on(waiter).expect("a waiting task");
+        assert_eq!(outcome, Err(NatsError::Cancelled));
+    }
+    assert_eq!(blocking.join().unwrap(), Err(NatsError::Cancelled));
+    assert_eq!(
+        done.wait(Duration::ZERO),
+        Err(NatsError::Cancelled),
+        "read again"
+    );
+}
+
+#[test]
 fn cancel_after_the_end_keeps_the_outcome() {
     let env = Env::new();
     env.stream("DONE");
