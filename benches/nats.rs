@@ -38,6 +38,9 @@ use weir::runtime::ThreadPool;
 #[path = "../tests/support/nats_server.rs"]
 mod nats_server;
 
+#[path = "../tests/support/jetstream.rs"]
+mod jetstream_support;
+
 /// Messages per run (`WEIR_NATS_BENCH_N` overrides it, for quick looks).
 fn n() -> u64 {
     std::env::var("WEIR_NATS_BENCH_N")
@@ -103,22 +106,13 @@ impl Env {
                 if k > 0 {
                     let _ = self.js.delete_stream(format!("BENCH{}", k - 1)).await;
                 }
-                let stream = self
-                    .js
-                    .create_stream(stream::Config {
-                        name: name.clone(),
-                        subjects: vec![format!("{name}.>")],
-                        ..Default::default()
-                    })
-                    .await?;
-                stream
-                    .create_consumer(consumer::pull::Config {
-                        durable_name: Some("bench".into()),
-                        ack_policy: consumer::AckPolicy::Explicit,
-                        ..Default::default()
-                    })
-                    .await
-                    .map_err(async_nats::Error::from)
+                jetstream_support::stream_and_consumer(
+                    &self.js,
+                    &name,
+                    stream::StorageType::File,
+                    "bench",
+                )
+                .await
             })
             .expect("a stream and a consumer");
         (format!("{name}.x"), consumer)

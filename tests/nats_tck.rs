@@ -19,7 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, stream};
+use async_nats::jetstream::{self, consumer, stream::StorageType};
 use tokio::runtime::Runtime;
 use weir::nats::{AckMode, Sink, Source};
 use weir::prelude::*;
@@ -28,6 +28,9 @@ use weir::BoxPublisher;
 
 #[path = "support/nats_server.rs"]
 mod nats_server;
+
+#[path = "support/jetstream.rs"]
+mod jetstream_support;
 use nats_server::Server;
 
 /// The decimal payload of a message.
@@ -65,32 +68,21 @@ fn shared() -> &'static Shared {
     })
 }
 
-/// A new stream (memory storage) on `<name>.x` with a durable pull consumer `c`
+/// A new stream (memory storage) on `<name>.>` with a durable pull consumer `c`
 /// (explicit acks); its name.
 fn new_stream() -> (String, consumer::PullConsumer) {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let name = format!("TCK{}", NEXT.fetch_add(1, Ordering::Relaxed));
     let shared = shared();
-    let consumer = shared.rt.block_on(async {
-        let stream = shared
-            .js
-            .create_stream(stream::Config {
-                name: name.clone(),
-                subjects: vec![format!("{name}.x")],
-                storage: stream::StorageType::Memory,
-                ..Default::default()
-            })
-            .await
-            .expect("create the stream");
-        stream
-            .create_consumer(consumer::pull::Config {
-                durable_name: Some("c".to_owned()),
-                ack_policy: consumer::AckPolicy::Explicit,
-                ..Default::default()
-            })
-            .await
-            .expect("create the consumer")
-    });
+    let consumer = shared
+        .rt
+        .block_on(jetstream_support::stream_and_consumer(
+            &shared.js,
+            &name,
+            StorageType::Memory,
+            "c",
+        ))
+        .expect("create the stream and the consumer");
     (name, consumer)
 }
 

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use async_nats::jetstream::{self, consumer, stream};
+use async_nats::jetstream::{self, stream::StorageType};
 use bytes::Bytes;
 use weir::nats::{AckMode, Message, Outgoing, Sink, Source};
 use weir::prelude::*;
@@ -36,6 +36,9 @@ use crate::stages::{identity, Env, Kind, Stage, EXACT};
 
 #[path = "../support/nats_server.rs"]
 mod nats_server;
+
+#[path = "../support/jetstream.rs"]
+mod jetstream_support;
 
 /// The end of a row's stream (items are 8 bytes, so it cannot be one).
 const END: &[u8] = b"end";
@@ -64,23 +67,9 @@ fn new_stream(env: &Env) -> (jetstream::Context, Source, String) {
             let js = weir::nats::connect(url, Duration::from_secs(10))
                 .await
                 .expect("connect to the adversarial suite's nats-server");
-            let stream = js
-                .create_stream(stream::Config {
-                    name: name.clone(),
-                    subjects: vec![subject.clone()],
-                    storage: stream::StorageType::Memory,
-                    ..Default::default()
-                })
+            jetstream_support::stream_and_consumer(&js, &name, StorageType::Memory, "row")
                 .await
-                .expect("create the row's stream");
-            stream
-                .create_consumer(consumer::pull::Config {
-                    durable_name: Some("row".to_owned()),
-                    ack_policy: consumer::AckPolicy::Explicit,
-                    ..Default::default()
-                })
-                .await
-                .expect("create the row's consumer");
+                .expect("create the row's stream and consumer");
             let source = Source::bind(&js, &name, "row")
                 .await
                 .expect("bind the row's consumer")
