@@ -564,14 +564,6 @@ impl Arrived {
     }
 }
 
-/// What moving ready messages found besides messages.
-enum Found {
-    /// Nothing more is there now.
-    Nothing,
-    /// A pull ended with this error (its earlier messages were moved).
-    Failed(String),
-}
-
 impl Pull {
     fn new(batch: pull::Batch, left: u64) -> Pull {
         Pull {
@@ -615,13 +607,14 @@ impl Pull {
     /// connection, in the order the server sent, so once a message was taken from
     /// one inbox, every message the server sent before it is already in its inbox:
     /// after taking a head, the other inboxes are looked at again before the
-    /// lowest head goes.
-    fn take_ready(pulls: &mut VecDeque<Pull>, ready: &mut Vec<Arrived>) -> Found {
-        let mut found = Found::Nothing;
+    /// lowest head goes. Returns the error a pull ended with, if one did (the
+    /// messages before it are moved all the same).
+    fn take_ready(pulls: &mut VecDeque<Pull>, ready: &mut Vec<Arrived>) -> Option<String> {
+        let mut failed = None;
         while ready.len() < BURST {
             for pull in pulls.iter_mut() {
                 if let Err(error) = pull.peek() {
-                    found = Found::Failed(error);
+                    failed = Some(error);
                 }
             }
             let lowest = pulls
@@ -631,10 +624,9 @@ impl Pull {
                 .min();
             let Some((_, i)) = lowest else { break };
             ready.push(pulls[i].head.take().expect("the lowest head"));
-            Pull::retire(pulls);
         }
         Pull::retire(pulls);
-        found
+        failed
     }
 
     /// Removes the pulls that will bring nothing more: ended (or failed, or
@@ -736,7 +728,7 @@ impl Puller {
                 next = Pull::wait_any(&mut pulls) => {
                     let mut failed = next.err();
                     let mut ready = Vec::new();
-                    if let Found::Failed(error) = Pull::take_ready(&mut pulls, &mut ready) {
+                    if let Some(error) = Pull::take_ready(&mut pulls, &mut ready) {
                         failed = failed.or(Some(error));
                     }
                     if !ready.is_empty() {
