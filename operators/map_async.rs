@@ -36,8 +36,9 @@
 //! free slots, and a downstream that stops asking stops new calls.
 //!
 //! Upstream's completion goes out once every slot is free; its error goes out at
-//! once (the running futures are dropped, like a cancel). A cancel drops the
-//! futures, the results and the inbox, and cancels upstream.
+//! once, right after the running futures and the waiting results are dropped (like
+//! a cancel), so a subscriber that sees the error sees every call gone. A cancel
+//! drops the futures, the results and the inbox, and cancels upstream.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -49,7 +50,7 @@ use std::time::Instant;
 
 use crate::demand::Replenish;
 use crate::drain::Upstream;
-use crate::guard::catch_in;
+use crate::guard::{catch, catch_in};
 use crate::limit::{maker, LimitMonitor, Limiter, MakeLimiter};
 use crate::runtime::Scheduler;
 use crate::stage::core::{Drive, SharedUpstream};
@@ -296,6 +297,25 @@ where
     F: FnMut(T) -> Fut,
     Fut: Future,
 {
+    /// Drop the running calls, the results waiting for demand and the items waiting
+    /// to start. Before an error goes downstream, so that a subscriber that sees the
+    /// error sees every call already dropped; a `Drop` that panics is contained (the
+    /// error that ends the stage is the one it goes out with).
+    fn drop_calls(&mut self) {
+        let slots = &mut self.slots;
+        let dropped = catch(|| {
+            for slot in slots.iter_mut() {
+                slot.future.set(None);
+                slot.result = None;
+            }
+        });
+        if dropped.is_err() {
+            tracing::error!("map_async: a call's Drop panicked; contained");
+        }
+        self.out.clear();
+        self.arrived.clear();
+    }
+
     /// A slot for the next item.
     fn take_slot(&mut self) -> usize {
         self.busy += 1;
@@ -487,8 +507,8 @@ where
         let over = arrived as u64 > owned.outstanding;
         owned.outstanding = owned.outstanding.saturating_sub(arrived as u64);
         if over {
-            owned.arrived.clear();
             self.upstream.cancel();
+            owned.drop_calls();
             return cx.terminate(
                 downstream,
                 Err(Error::spec_violation(
@@ -502,7 +522,10 @@ where
             );
         }
         match end {
-            Some(Err(error)) => return cx.terminate(downstream, Err(error)),
+            Some(Err(error)) => {
+                owned.drop_calls();
+                return cx.terminate(downstream, Err(error));
+            }
             Some(Ok(())) => owned.end = Some(Ok(())),
             None => {}
         }
@@ -523,6 +546,7 @@ where
             Ok(cap) => cap,
             Err(error) => {
                 self.upstream.cancel();
+                owned.drop_calls();
                 return cx.terminate(downstream, Err(error));
             }
         };
@@ -549,12 +573,7 @@ where
         // that panics below must not leave that cycle behind).
         *self.woken.pass.lock().unwrap_or_else(|p| p.into_inner()) = None;
         self.upstream.cancel();
-        for slot in &mut owned.slots {
-            slot.future.set(None);
-            slot.result = None;
-        }
-        owned.out.clear();
-        owned.arrived.clear();
+        owned.drop_calls();
         let arrived = {
             let mut inbox = self.lock_inbox();
             inbox.closed = true;
