@@ -93,3 +93,59 @@ fn loom_hub_two_backpressure_subscribers_ring_of_two() {
 fn loom_hub_a_drop_oldest_subscriber_beside_a_backpressure_one() {
     model(Policy::DropOldest);
 }
+
+/// The lane to a watching drain (a `publish_on` behind a subscriber, see
+/// `member.rs`): while the drain watches, arrivals do not signal the subscriber;
+/// the drain looks at the hub's wake-up stamp instead, and after it stops watching
+/// (clearing its mark, then a `SeqCst` fence) it looks once more. The model: one
+/// hungry subscriber, a producer sending two items on its own thread, and a watcher
+/// that watches, pulls if it sees work, stops watching and looks again, as the
+/// boundary's drain does. Whatever the interleaving, both items reach the
+/// subscriber: the pump signals it, or the watcher sees the stamp move (checked:
+/// without the pump's fence, or without the watcher's, the model fails).
+#[test]
+fn loom_hub_a_watched_subscriber_misses_no_arrival() {
+    loom::model(|| {
+        let (publisher, stash, credit) = Stash::new();
+        let hub = Hub::builder(publisher, 2).build();
+        let a = Recorder::default();
+        hub.join(Policy::Backpressure).subscribe(a.clone());
+        let mut upstream = stash.lock().unwrap().take().expect("connected at one");
+        let subscription = a.subscription();
+        // It reads the empty ring and waits, hungry, for the next arrival.
+        subscription.request(u64::from(ITEMS));
+        let pull = subscription
+            .pull()
+            .expect("a hub subscriber can be watched")
+            .clone();
+        let producer = thread::spawn(move || {
+            let credit: Arc<Credit> = credit;
+            for item in 0..ITEMS {
+                while credit.requested() <= u64::from(item) {
+                    thread::yield_now();
+                }
+                upstream.on_next(item);
+            }
+        });
+        let watcher = thread::spawn(move || {
+            pull.watch(true);
+            if pull.ready() {
+                pull.pull();
+            }
+            // As `Core::clear_mark`: clear, fence, look again.
+            pull.watch(false);
+            crate::loom::fence(crate::loom::Ordering::SeqCst);
+            if pull.claimed() {
+                pull.pull();
+            }
+        });
+        producer.join().unwrap();
+        watcher.join().unwrap();
+        assert_eq!(
+            a.items(),
+            (0..ITEMS).collect::<Vec<_>>(),
+            "every arrival reached the watched subscriber"
+        );
+        a.subscription().cancel();
+    });
+}

@@ -7,7 +7,9 @@
 //! `range → subscribe_on(pool A) → publish_on(pool B, prefetch) → fold`,
 //! `channel(prefetch) fed by a thread → publish_on(pool B, prefetch) → fold`,
 //! `range → publish_on(pool A, prefetch) → into_stream(prefetch)` drained on a thread,
-//! `from_stream_on(pool A) → publish_on(pool B, prefetch) → fold`.
+//! `from_stream_on(pool A) → publish_on(pool B, prefetch) → fold`,
+//! `channel(prefetch) fed by a thread → share(prefetch) → publish_on(pool B, prefetch) → fold`
+//! (the boundary watches the hub's subscriber and takes its batches itself).
 //!
 //! The pools have one or two workers each, so with the producers and consumers there
 //! are many more runnable threads than cores: a boundary that spins instead of parking
@@ -50,6 +52,7 @@ enum Boundaries {
     ChannelPublishOn,
     PublishOnIntoStream,
     FromStreamPublishOn,
+    ChannelSharePublishOn,
 }
 
 /// The consumer's bookkeeping: items seen, and the first out-of-order one.
@@ -97,7 +100,8 @@ fn sixty_four_pipelines_across_small_pools_on_two_cores() {
             Boundaries::ChannelPublishOn,
             Boundaries::PublishOnIntoStream,
             Boundaries::FromStreamPublishOn,
-        ][(index % 4) as usize];
+            Boundaries::ChannelSharePublishOn,
+        ][(index % 5) as usize];
         let a = rng.pick(&pools_a);
         let b = rng.pick(&pools_b);
         let progress = Arc::new(Progress {
@@ -231,6 +235,30 @@ fn run(
                     .boxed(),
             )
         }
+        Boundaries::ChannelSharePublishOn => {
+            let (tx, rx) =
+                weir::channel::<Arc<Item>>(prefetch as usize, ChannelPolicy::Backpressure);
+            let producer = std::thread::spawn(move || {
+                for value in 0..ITEMS {
+                    if let Err(refused) = tx.send_blocking(Arc::new(produce(value))) {
+                        if let Ok(mut item) = Arc::try_unwrap(refused.into_inner()) {
+                            item.mark(Fate::HandedBack);
+                        }
+                        return;
+                    }
+                }
+            });
+            // The hub clones its items for each subscriber: they go in shared (`Arc`)
+            // and come out as new items of the same values.
+            let verdict = fold(
+                rx.share(prefetch as usize)
+                    .publish_on(b, prefetch)
+                    .map(|shared: Arc<Item>| shared.derive(shared.value))
+                    .boxed(),
+            );
+            let _ = producer.join();
+            verdict
+        }
     };
     verdict?;
     let seen = progress.seen.load(Ordering::SeqCst);
@@ -254,7 +282,7 @@ fn every_boundary_finishes_on_a_busy_machine() {
     const N: u64 = 200_000;
     const BUSY_WATCHDOG: Duration = Duration::from_secs(60);
     type Build = fn(ThreadPool, ThreadPool) -> BoxPublisher<u64>;
-    let rows: [(&str, Build); 5] = [
+    let rows: [(&str, Build); 6] = [
         ("range → subscribe_on → publish_on(16)", |a, b| {
             weir::range(0..N).subscribe_on(a).publish_on(b, 16).boxed()
         }),
@@ -282,6 +310,21 @@ fn every_boundary_finishes_on_a_busy_machine() {
             });
             rx.publish_on(b, 16).boxed()
         }),
+        // The hub's lane: the boundary's drain watches the hub's subscriber.
+        (
+            "channel(16) fed by a thread → share(16) → publish_on(16)",
+            |_, b| {
+                let (tx, rx) = weir::channel(16, ChannelPolicy::Backpressure);
+                std::thread::spawn(move || {
+                    for i in 0..N {
+                        if tx.send_blocking(i).is_err() {
+                            return;
+                        }
+                    }
+                });
+                rx.share(16).publish_on(b, 16).boxed()
+            },
+        ),
     ];
     let _busy = Spinners::start(8);
     let mut failures = Vec::new();
@@ -307,5 +350,5 @@ fn every_boundary_finishes_on_a_busy_machine() {
             Err(hang) => failures.push(hang),
         }
     }
-    assert_no_failures("every boundary on a busy machine", 5, &failures);
+    assert_no_failures("every boundary on a busy machine", 6, &failures);
 }

@@ -1288,6 +1288,23 @@ pub fn table() -> Vec<Stage> {
         )
         .scheduled(),
         Stage::new(
+            "share(16).publish_on(pool, 16)",
+            Boundary,
+            EXACT,
+            |env| {
+                // The hub's lane: the boundary's drain watches the hub subscriber and
+                // takes its batches on the pool's thread.
+                env.source()
+                    .map(Arc::new)
+                    .share(16)
+                    .publish_on(env.pool.clone(), 16)
+                    .map(|shared: Arc<Item>| shared.derive(shared.value))
+                    .boxed()
+            },
+            identity,
+        )
+        .scheduled(),
+        Stage::new(
             "publish_on(Tokio, 16)",
             Boundary,
             EXACT,
