@@ -7,10 +7,8 @@
 use std::sync::Arc;
 
 use super::ring::Lagged;
-use super::{Handle, Shared, HUB_BATCH};
-use crate::loom::{AtomicBool, AtomicU64, Ordering};
+use super::{Shared, HUB_BATCH};
 use crate::metrics::DropReporter;
-use crate::spec::Pull;
 use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
 use crate::{Error, Subscriber, Subscription};
 
@@ -18,20 +16,6 @@ use crate::{Error, Subscriber, Subscription};
 pub(crate) struct MemberStage<T> {
     shared: Arc<Shared<T>>,
     id: u64,
-    /// A drain behind this subscriber watches it ([`Pull`]): the hub's pump does not
-    /// signal it, the drain looks at [`seen`](Self::seen) itself.
-    watched: AtomicBool,
-    /// The hub's wake-up stamp as this subscriber's last pass read it under the lock:
-    /// a newer stamp may mean items for it.
-    seen: AtomicU64,
-}
-
-/// How the hub reaches a subscriber: its core (to signal it), and whether a drain
-/// behind it watches it (then the pump leaves the signal out).
-pub(crate) trait MemberHandle: CoreHandle {
-    /// A drain on another thread watches this subscriber (a hint; see
-    /// [`Shared::run_step`](super::Shared) for the fences around it).
-    fn watched(&self) -> bool;
 }
 
 /// What only the member's pass touches.
@@ -53,7 +37,7 @@ pub(crate) fn attach<T, S>(
     id: u64,
     subscriber: S,
     registration: Option<crate::metrics::Registration>,
-    register: impl FnOnce(Handle),
+    register: impl FnOnce(Arc<dyn CoreHandle>),
 ) where
     T: Clone + Send + 'static,
     S: Subscriber<T> + Send + 'static,
@@ -64,68 +48,11 @@ pub(crate) fn attach<T, S>(
         drops: DropReporter::new("share", hook),
         registration,
     };
-    let core = Core::new(MemberStage {
-        shared,
-        id,
-        watched: AtomicBool::new(false),
-        seen: AtomicU64::new(0),
-    });
-    // A boundary behind this subscriber (`publish_on`) may watch it and take its
-    // batches on its own thread.
-    let pull: Arc<dyn Pull> = core.clone();
-    let subscription = Subscription::with_pull(core.clone(), pull);
-    core.attach_as(subscription, batch, subscriber, |core| {
-        let handle: Handle = core.clone();
+    let core = Core::new(MemberStage { shared, id });
+    core.attach_then(batch, subscriber, |core| {
+        let handle: Arc<dyn CoreHandle> = core.clone();
         register(handle);
     });
-}
-
-impl<T, S> MemberHandle for Core<MemberStage<T>, S>
-where
-    T: Clone + Send + 'static,
-    S: Subscriber<T> + Send + 'static,
-{
-    fn watched(&self) -> bool {
-        // Relaxed: ordered by the pump's fence and the watcher's (see `run_step`).
-        self.stage().watched.load(Ordering::Relaxed)
-    }
-}
-
-/// A drain on another thread (a `publish_on` behind this subscriber) watches it:
-/// while it does, arrivals do not signal this subscriber; the drain sees the hub's
-/// wake-up stamp move past what this subscriber's last pass saw, and runs the pass
-/// on its own thread. Items then cross to the drain's thread in the runs that
-/// arrived meanwhile, not one signal per arrival.
-impl<T, S> Pull for Core<MemberStage<T>, S>
-where
-    T: Clone + Send + 'static,
-    S: Subscriber<T> + Send + 'static,
-{
-    fn watch(&self, on: bool) {
-        let stage = self.stage();
-        if on {
-            stage.shared.watched_once();
-        }
-        // Relaxed: the watcher fences after clearing it (`Core::clear_mark`); the
-        // pump reads it after its own fence.
-        stage.watched.store(on, Ordering::Relaxed);
-    }
-
-    fn ready(&self) -> bool {
-        let stage = self.stage();
-        // Relaxed: a hint; the pass that follows takes the hub's lock.
-        stage.shared.stamp() != stage.seen.load(Ordering::Relaxed)
-    }
-
-    fn claimed(&self) -> bool {
-        // After the watcher's fence: a stamp the pump moved before its fence is seen
-        // here, or the pump saw the mark cleared and signals.
-        self.ready()
-    }
-
-    fn pull(&self) {
-        self.signal();
-    }
 }
 
 impl<T: Clone + Send + 'static> Stage for MemberStage<T> {
@@ -147,9 +74,7 @@ impl<T: Clone + Send + 'static> Stage for MemberStage<T> {
             let demand = cx.demand().get();
             let room = batch.items.capacity();
             let want = usize::try_from(demand).unwrap_or(usize::MAX).min(room);
-            let (taken, credit) =
-                self.shared
-                    .take(self.id, demand, want, &mut batch.items, &self.seen);
+            let (taken, credit) = self.shared.take(self.id, demand, want, &mut batch.items);
             if let Some((reason, n)) = taken.dropped {
                 batch.drops.count(reason, n);
                 batch.drops.flush();

@@ -126,12 +126,13 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use self::member::{Inlet, MemberHandle};
+use self::member::Inlet;
 use self::ring::Ring;
 use crate::drain::{SubscriptionSlot, Wip};
-use crate::loom::{fence, AtomicBool, AtomicU64, Mutex, MutexGuardOf, Ordering};
+use crate::loom::{AtomicU64, Mutex, MutexGuardOf, Ordering};
 use crate::runtime::{Scheduler, TimerHandle};
 use crate::stage::window::validate;
+use crate::stage::CoreHandle;
 use crate::{Error, Publisher, Subscriber};
 
 /// Items a subscriber's pass takes out of the ring at most, per batch.
@@ -325,8 +326,7 @@ enum Phase<T> {
 }
 
 /// How the hub wakes a subscriber.
-/// How the hub reaches a subscriber.
-type Handle = Arc<dyn MemberHandle>;
+type Handle = Arc<dyn CoreHandle>;
 
 /// Subscribers woken in one step, as positions in the roster: up to 32 without
 /// allocating.
@@ -360,13 +360,6 @@ pub(crate) struct Shared<T> {
     pump: Wip,
     upstream: SubscriptionSlot,
     next_id: AtomicU64,
-    /// Moved under the lock by every pump step that wakes someone: a subscriber
-    /// whose drain watches it ([`MemberHandle::watched`]) is not signalled, and sees
-    /// the stamp move past the one its last pass read instead.
-    stamp: AtomicU64,
-    /// Some drain has watched a subscriber (until then the pump signals everyone
-    /// woken without the fence).
-    watchers: AtomicBool,
     capacity: usize,
     /// Upstream's own in-flight bound.
     upstream_bound: u64,
@@ -399,27 +392,8 @@ impl<T: Clone + Send + 'static> Shared<T> {
         let mut wakes = Wakes::new();
         state.ring.woken(|at| wakes.push(at as u32));
         // The roster is shared (one reference count) only when someone is woken.
-        let roster = (!wakes.is_empty()).then(|| {
-            // Relaxed: under the lock; a watcher reads it after its fence (see
-            // `run_step`).
-            self.stamp.fetch_add(1, Ordering::Relaxed);
-            Arc::clone(&state.roster)
-        });
+        let roster = (!wakes.is_empty()).then(|| Arc::clone(&state.roster));
         (roster, wakes, self.credit(state))
-    }
-
-    /// The wake-up stamp (see [`MemberHandle::watched`]).
-    pub(crate) fn stamp(&self) -> u64 {
-        // Relaxed: a hint for a watcher; its pass takes the lock.
-        self.stamp.load(Ordering::Relaxed)
-    }
-
-    /// A drain watches a subscriber: from now on the pump checks the marks.
-    pub(crate) fn watched_once(&self) {
-        // Relaxed: a pump that does not see it yet signals everyone (one pass more).
-        if !self.watchers.load(Ordering::Relaxed) {
-            self.watchers.store(true, Ordering::Relaxed);
-        }
     }
 
     /// Credit to request now (reserved), if upstream is there to ask.
@@ -437,24 +411,8 @@ impl<T: Clone + Send + 'static> Shared<T> {
         // request brings more (a synchronous upstream delivers inside it, and a
         // lossy subscriber that had no chance to read would skip items).
         if let Some(roster) = roster {
-            // Relaxed: a pump that does not see it signals everyone, marks or not.
-            if self.watchers.load(Ordering::Relaxed) {
-                // SeqCst: pairs with the fence a watcher makes after clearing its
-                // mark (`Core::clear_mark`). Either this thread sees the mark still
-                // set, and then the watcher's look after its fence sees the stamp
-                // `due` moved before this fence (and runs the pass itself); or it
-                // sees the mark cleared (or never set) and signals.
-                fence(Ordering::SeqCst);
-                for at in wakes {
-                    let member = &roster[at as usize];
-                    if !member.watched() {
-                        member.signal();
-                    }
-                }
-            } else {
-                for at in wakes {
-                    roster[at as usize].signal();
-                }
+            for at in wakes {
+                roster[at as usize].signal();
             }
         }
         if credit > 0 {
@@ -681,17 +639,8 @@ impl<T: Clone + Send + 'static> Shared<T> {
 
     /// Items a subscriber's pass takes, and the upstream credit its move freed
     /// (reserved: the caller requests it).
-    fn take(
-        &self,
-        id: u64,
-        demand: u64,
-        want: usize,
-        batch: &mut Vec<T>,
-        seen: &AtomicU64,
-    ) -> (ring::Taken, u64) {
+    fn take(&self, id: u64, demand: u64, want: usize, batch: &mut Vec<T>) -> (ring::Taken, u64) {
         let mut state = self.lock();
-        // Relaxed, both: under the lock the stamp moves under (see `due`).
-        seen.store(self.stamp.load(Ordering::Relaxed), Ordering::Relaxed);
         let taken = state.ring.take(id, demand, want, batch);
         let credit = if taken.credit_moved {
             self.credit(&mut state)
@@ -895,8 +844,6 @@ impl<T: Clone + Send + 'static> HubBuilder<T> {
                 pump: Wip::new(),
                 upstream: SubscriptionSlot::new(),
                 next_id: AtomicU64::new(0),
-                stamp: AtomicU64::new(0),
-                watchers: AtomicBool::new(false),
                 capacity: self.capacity,
                 upstream_bound: self.upstream_bound,
                 connect_at: self.connect_at,

@@ -8,8 +8,7 @@
 //! `channel(prefetch) fed by a thread → publish_on(pool B, prefetch) → fold`,
 //! `range → publish_on(pool A, prefetch) → into_stream(prefetch)` drained on a thread,
 //! `from_stream_on(pool A) → publish_on(pool B, prefetch) → fold`,
-//! `channel(prefetch) fed by a thread → share(prefetch) → publish_on(pool B, prefetch) → fold`
-//! (the boundary watches the hub's subscriber and takes its batches itself).
+//! `channel(prefetch) fed by a thread → share(prefetch) → publish_on(pool B, prefetch) → fold`.
 //!
 //! The pools have one or two workers each, so with the producers and consumers there
 //! are many more runnable threads than cores: a boundary that spins instead of parking
@@ -310,7 +309,7 @@ fn every_boundary_finishes_on_a_busy_machine() {
             });
             rx.publish_on(b, 16).boxed()
         }),
-        // The hub's lane: the boundary's drain watches the hub's subscriber.
+        // A hub subscriber behind its own boundary, fed one item at a time.
         (
             "channel(16) fed by a thread → share(16) → publish_on(16)",
             |_, b| {

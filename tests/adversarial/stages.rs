@@ -1292,8 +1292,8 @@ pub fn table() -> Vec<Stage> {
             Boundary,
             EXACT,
             |env| {
-                // The hub's lane: the boundary's drain watches the hub subscriber and
-                // takes its batches on the pool's thread.
+                // A hub subscriber behind its own boundary (the fan-out formulation of
+                // the README): the subscriber's passes hand batches to the pool.
                 env.source()
                     .map(Arc::new)
                     .share(16)

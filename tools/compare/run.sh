@@ -4,10 +4,11 @@
 #   tools/compare/run.sh [REVISION]     (default: d231c91, the code before the signal core)
 #   PROBE=sync_probe tools/compare/run.sh [REVISION]   (the synchronous pipelines)
 #   PROBE=mux_probe tools/compare/run.sh [REVISION]    (the mux's all-fast case)
+#   PROBE=hub_probe tools/compare/run.sh [REVISION]    (the hub's fan-out cases)
 #
 # Extracts REVISION into a temporary folder, renames its package `weir_base`, builds
 # `probe.rs` against both crates in release mode (target folder: target/compare) and
-# runs it. Environment: PROBE (probe, sync_probe or mux_probe; default probe), and the
+# runs it. Environment: PROBE (probe, sync_probe, mux_probe or hub_probe; default probe), and the
 # probe's own (ROUNDS, N, PREFETCH, ...: see its header).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/../.." && pwd)"
