@@ -138,14 +138,16 @@ impl Message {
     }
 
     /// Negative acknowledgement: deliver it again, after `delay` if given (else at
-    /// once).
+    /// once). The server reads delays as 64-bit nanoseconds: a longer `delay` (up to
+    /// `Duration::MAX`) is sent as the longest it reads, about 292 years, rather than
+    /// as a number it would not read (it then redelivers at once).
     ///
     /// # Errors
     ///
     /// As [`ack`](Self::ack).
     pub async fn nack(&self, delay: Option<Duration>) -> Result<(), NatsError> {
         self.inner
-            .ack_with(AckKind::Nak(delay))
+            .ack_with(nak(delay))
             .await
             .map_err(|e| NatsError::client("nack", e))
     }
@@ -187,12 +189,13 @@ impl Message {
         }
     }
 
-    /// [`nack`](Self::nack) from synchronous code: sent by a task spawned on the
-    /// source's runtime, a failure logged at `warn` (target `weir::nats`).
+    /// [`nack`](Self::nack) from synchronous code (the same delays): sent by a task
+    /// spawned on the source's runtime, a failure logged at `warn` (target
+    /// `weir::nats`).
     pub fn nack_detached(&self, delay: Option<Duration>) {
         let inner = self.inner.clone();
         self.settle.runtime.spawn(async move {
-            if let Err(error) = inner.ack_with(AckKind::Nak(delay)).await {
+            if let Err(error) = inner.ack_with(nak(delay)).await {
                 tracing::warn!(target: "weir::nats", %error, "a detached nack was not sent");
             }
         });
@@ -219,4 +222,12 @@ impl Message {
     pub fn into_jetstream(self) -> jetstream::Message {
         self.inner
     }
+}
+
+/// The longest nack delay the server reads: its durations are 64-bit nanoseconds.
+const MAX_NAK_DELAY: Duration = Duration::from_nanos(i64::MAX as u64);
+
+/// A nack, its delay clamped to what the server reads ([`MAX_NAK_DELAY`]).
+fn nak(delay: Option<Duration>) -> AckKind {
+    AckKind::Nak(delay.map(|delay| delay.min(MAX_NAK_DELAY)))
 }

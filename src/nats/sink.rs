@@ -680,7 +680,8 @@ pub struct NotTaken<T> {
 }
 
 impl<T: Send + 'static> Ingress<T> {
-    /// Offer `item`, waiting at most the deadline for room.
+    /// Offer `item`, waiting at most the deadline for room (with a deadline of
+    /// `Duration::MAX`, as long as it takes).
     ///
     /// # Errors
     ///
@@ -689,7 +690,8 @@ impl<T: Send + 'static> Ingress<T> {
     /// nothing drains) when there was no room in time, or [`NatsError::Closed`]
     /// once the sink ended. The item is given back either way.
     pub async fn offer(&self, item: T) -> Result<(), NotTaken<T>> {
-        let give_up = tokio::time::Instant::now() + self.deadline;
+        // `None`: a deadline past the clock's range (`Duration::MAX`), no bound.
+        let give_up = tokio::time::Instant::now().checked_add(self.deadline);
         let mut item = item;
         loop {
             match self.sender.try_send(item) {
@@ -703,7 +705,14 @@ impl<T: Send + 'static> Ingress<T> {
                 }
             }
             // Wait for room (a resumed channel), up to the deadline.
-            if tokio::time::timeout_at(give_up, self.room()).await.is_err() {
+            let in_time = match give_up {
+                Some(give_up) => tokio::time::timeout_at(give_up, self.room()).await.is_ok(),
+                None => {
+                    self.room().await;
+                    true
+                }
+            };
+            if !in_time {
                 let retry_after = self
                     .sender
                     .monitor()

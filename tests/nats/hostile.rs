@@ -191,3 +191,66 @@ fn window_one_one_ack_in_flight_a_horizon_of_one_and_duration_max_work() {
     assert_eq!(numbers, (0..200).collect::<Vec<u64>>());
     assert!(counters.stats().pulled <= 201);
 }
+
+/// An ingress whose deadline is `Duration::MAX` waits for room as long as it takes
+/// (the deadline cannot be added to the clock): every offer is taken, none panics.
+#[test]
+fn an_ingress_with_a_deadline_of_duration_max_waits_for_room() {
+    let env = Env::new();
+    env.stream("FOREVER");
+    let (ingress, done) = Sink::builder(env.js.clone(), "FOREVER.x")
+        .max_in_flight(1)
+        .runtime(env.rt.handle().clone())
+        .ingress::<Outgoing>(1, Duration::MAX);
+    env.rt.block_on(async {
+        for i in 0..100u64 {
+            if let Err(refused) = ingress.offer(Outgoing::new(i.to_string())).await {
+                panic!("offer {i} refused: {:?}", refused.error);
+            }
+        }
+    });
+    ingress.close();
+    let report = done.wait(PATIENCE).expect("published");
+    assert_eq!(report.confirmed, 100);
+}
+
+/// A nack delayed by `Duration::MAX` keeps the message away (as long as the server
+/// can count: its delays are 64-bit nanoseconds); it is not redelivered at once, as
+/// a delay the server cannot read would make it.
+#[test]
+fn a_nack_delayed_by_duration_max_is_not_redelivered_at_once() {
+    let env = Env::new();
+    for (detached, stream) in [(false, "LATER"), (true, "LATER_DETACHED")] {
+        // One message per stream: the only thing that can arrive is its redelivery.
+        env.stream(stream);
+        env.publish(&format!("{stream}.x"), 0..1);
+        let consumer = env.consumer(stream, "c", 16, Duration::from_secs(30));
+        let source = Source::builder(consumer.clone())
+            .window(1)
+            .runtime(env.rt.handle().clone())
+            .build();
+        let subscriber = TestSubscriber::new();
+        let probe = subscriber.probe();
+        source.subscribe(subscriber);
+        probe.request(1);
+        probe.await_items(1, PATIENCE).unwrap();
+        let message = probe.items().remove(0);
+        assert_eq!(number(&message), 0);
+        if detached {
+            message.nack_detached(Some(Duration::MAX));
+        } else {
+            env.rt
+                .block_on(message.nack(Some(Duration::MAX)))
+                .expect("nack sent");
+        }
+        // Asked for more: a message nacked without a delay would be back at once.
+        probe.request(1);
+        probe
+            .expect_no_signals(Duration::from_millis(1_500))
+            .expect("not redelivered");
+        assert_eq!(probe.received_count(), 1);
+        probe.cancel();
+        let info = env.info(&consumer);
+        assert_eq!(info.num_ack_pending, 1, "held back by the delay");
+    }
+}
