@@ -58,6 +58,13 @@ pub enum NatsError {
     Closed,
     /// The sink was stopped by [`SinkDone::cancel`](super::SinkDone::cancel).
     Cancelled,
+    /// User code that a NATS stage runs for the user panicked (the classifier or a
+    /// hook of the sink's [`RetryPolicy`](crate::retry::RetryPolicy)); the stage
+    /// ended and cancelled upstream.
+    Panicked {
+        /// The panic's message.
+        message: String,
+    },
     /// Any other failure of the client or the server, with its message.
     Client {
         /// What was being done.
@@ -112,6 +119,9 @@ impl fmt::Display for NatsError {
             }
             NatsError::Closed => f.write_str("the NATS stage has ended"),
             NatsError::Cancelled => f.write_str("the NATS sink was cancelled"),
+            NatsError::Panicked { message } => {
+                write!(f, "user code run by the NATS stage panicked: {message}")
+            }
             NatsError::Client { what, message } => write!(f, "{what} failed: {message}"),
         }
     }

@@ -30,6 +30,7 @@
 //! [`NatsError::Slow`] and a `retry_after` estimated from the drain rate.
 
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,7 +41,7 @@ use async_nats::jetstream::{self};
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures::stream::FuturesUnordered;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use tokio::runtime::Handle;
 use tokio::sync::{mpsc, Notify};
 
@@ -283,7 +284,22 @@ impl SinkBuilder {
             state: state.clone(),
         };
         let end = SetOnDrop(state.clone());
-        runtime.spawn(task.run(rx, end, cancelled.clone()));
+        let cancel = cancelled.clone();
+        runtime.spawn(async move {
+            // A panic in user code the task runs (the retry policy's classifier, its
+            // breaker's or budget's hooks) ends the sink with that panic's message,
+            // not with the `Closed` of a task that went away.
+            let outcome = match AssertUnwindSafe(task.run(rx, cancel)).catch_unwind().await {
+                Ok(outcome) => outcome,
+                Err(payload) => Err(NatsError::Panicked {
+                    message: crate::Error::panicked(payload).message().to_owned(),
+                }),
+            };
+            // Upstream first (a no-op after its completion): who reads the outcome
+            // finds it cancelled.
+            end.0.slot.cancel();
+            end.0.finish(outcome);
+        });
         (
             Sink {
                 tx,
@@ -417,8 +433,8 @@ struct SetOnDrop(Arc<State>);
 
 impl Drop for SetOnDrop {
     fn drop(&mut self) {
-        self.0.finish(Err(NatsError::Closed));
         self.0.slot.cancel();
+        self.0.finish(Err(NatsError::Closed));
     }
 }
 
@@ -515,12 +531,13 @@ struct Task {
 }
 
 impl Task {
+    /// Publishes until upstream ends (and every publish is confirmed), a publish
+    /// fails for good, or the sink is cancelled; returns the outcome.
     async fn run<T: Into<Outgoing> + Send + 'static>(
         self,
         mut rx: mpsc::Receiver<Signal<T>>,
-        done: SetOnDrop,
         cancelled: Arc<Notify>,
-    ) {
+    ) -> Result<SinkReport, NatsError> {
         let publish = {
             let js = self.js.clone();
             let subject = self.subject.clone();
@@ -536,7 +553,7 @@ impl Task {
         let mut freed = 0u64;
         let mut end: Option<Result<(), Error>> = None;
         let batch = (self.k / 4).max(1);
-        let outcome = loop {
+        loop {
             if end.is_some() && in_flight.is_empty() {
                 break match end.take().expect("checked") {
                     Ok(()) => Ok(self.counters.report()),
@@ -579,7 +596,6 @@ impl Task {
                         }
                     }
                     Err(error) => {
-                        self.state.slot.cancel();
                         break Err(match error {
                             RetryError::Failed(e) | RetryError::BudgetExhausted(e) => e,
                             RetryError::Exhausted { last, .. } => last,
@@ -588,8 +604,7 @@ impl Task {
                     }
                 },
             }
-        };
-        done.0.finish(outcome);
+        }
     }
 }
 

@@ -254,3 +254,39 @@ fn a_nack_delayed_by_duration_max_is_not_redelivered_at_once() {
         assert_eq!(info.num_ack_pending, 1, "held back by the delay");
     }
 }
+
+/// A retry classifier that panics ends the sink with `Panicked` and the panic's
+/// message (not the `Closed` of a task that went away), and cancels upstream.
+#[test]
+fn a_retry_classifier_that_panics_ends_the_sink_with_its_message() {
+    let env = Env::new();
+    let (sink, done) = Sink::builder(env.js.clone(), "NOWHERE.x")
+        .retry(
+            weir::retry::RetryPolicy::new(
+                3,
+                weir::retry::Backoff::exponential(
+                    Duration::from_millis(10),
+                    Duration::from_millis(40),
+                ),
+            )
+            .classify(|error: &NatsError| panic!("classifier refused {error}")),
+        )
+        .runtime(env.rt.handle().clone())
+        .build();
+    let cancelled = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cancelled.clone();
+    weir::range(0u64..1_000)
+        .map(|i| Outgoing::new(i.to_string()))
+        .inspect_cancel(move || flag.store(true, std::sync::atomic::Ordering::SeqCst))
+        .subscribe(sink);
+    match done.wait(PATIENCE) {
+        Err(NatsError::Panicked { message }) => {
+            assert!(message.contains("classifier refused"), "{message}")
+        }
+        other => panic!("expected Panicked, got {other:?}"),
+    }
+    assert!(
+        cancelled.load(std::sync::atomic::Ordering::SeqCst),
+        "upstream cancelled"
+    );
+}
