@@ -226,12 +226,14 @@ pub(crate) enum Kind {
 }
 
 /// The watchdog budget shared by most tests: room for many expected signals and
-/// quiet windows, plus the test's own `extra`.
+/// quiet windows, plus the test's own `extra`. Saturating: a timeout of
+/// `Duration::MAX` (wait as long as it takes) makes the budget unbounded too.
 fn budget(env: &TestEnv, extra: Duration) -> Duration {
-    env.default_timeout() * 20
-        + env.no_signals_timeout() * 20
-        + env.reference_drop_timeout() * 2
-        + extra
+    env.default_timeout()
+        .saturating_mul(20)
+        .saturating_add(env.no_signals_timeout().saturating_mul(20))
+        .saturating_add(env.reference_drop_timeout().saturating_mul(2))
+        .saturating_add(extra)
 }
 
 /// What every verification shares: it is a cloneable configuration holding the

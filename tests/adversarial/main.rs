@@ -17,6 +17,7 @@
 //! | `channel_accounting` | `weir::channel` with 1–4 producers using every send method, racing `close`/`fail` and a cancelling consumer, slow (items queue) or eager (single sends race for the direct hand-off), under every policy: every item accounted for |
 //! | `channel_hook` | drops made before a subscriber is attached reach the channel's own hook |
 //! | `time` | every time operator and time source × every scheduler × 1 ns, zero and `Duration::MAX` |
+//! | `durations` | every other public API that takes a Duration × zero, 1 ns and `Duration::MAX`: the documented panic at construction or the documented behaviour, never an overflow panic later or a hang |
 //! | `shutdown`, `pool_shutdown` | a tokio runtime or a `ThreadPool` shut down under every boundary, bridge and time stage: the pipeline ends with `SchedulerShutdown`, nothing leaks, and cancelled stages leave no timer in the pool |
 //! | `memory` | a subscriber that never requests, behind every stage, while the source keeps producing: live items stay within the stage's `in_flight_bound()` |
 //! | `regressions` | one test per defect of the list in its header, found by using weir as a hostile user would (each failed before its fix) |
@@ -33,6 +34,7 @@ mod support;
 
 mod channel_accounting;
 mod channel_hook;
+mod durations;
 mod forgetful;
 mod late;
 mod memory;

@@ -96,8 +96,9 @@ where
         if self.skip_stochastic {
             return Outcome::Skip("stochastic tests are skipped by configuration".into());
         }
-        let per_iteration = self.env.default_timeout() * 10;
-        let extra = per_iteration * self.stochastic_iterations;
+        // Saturating: `Duration::MAX` stays "as long as it takes".
+        let per_iteration = self.env.default_timeout().saturating_mul(10);
+        let extra = per_iteration.saturating_mul(self.stochastic_iterations);
         self.run_with(
             "spec_1_3_must_signal_serially",
             "1.3",
@@ -112,7 +113,7 @@ where
                     let probe = attach(env, (v.factory)(10), subscriber)?;
                     let at = |e: String| format!("iteration {iteration}: {e}");
                     probe
-                        .await_completion(env.default_timeout() * 10)
+                        .await_completion(env.default_timeout().saturating_mul(10))
                         .map_err(at)?;
                     exact_count(&probe, 10)?;
                     env.verify_no_async_failures_now().map_err(at)?;
