@@ -920,3 +920,24 @@ fn a6_threads_equal_channels_share_evenly_and_weights_scale_their_share() {
         );
     }
 }
+
+/// The promise of the module's example: once every channel's `fold` has returned,
+/// every shared unit is back in the pool, at once (a channel settles its credit and
+/// leaves the ledger before its end goes downstream; it used to do so after, on the
+/// receiving thread, and a reader of the stats could find units missing). Many
+/// rounds on both pool sizes, the stats read right after the waits.
+#[test]
+fn the_pool_is_whole_as_soon_as_every_fold_returned() {
+    for recv_threads in RECEIVE_THREADS {
+        for round in 0..50 {
+            let mux = table_mux(recv_threads);
+            carry_and_check_sums(&mux, 0..4, 1_000);
+            let stats = mux.stats();
+            assert_eq!(
+                stats.pool_free, 128,
+                "round {round}, {recv_threads} receiving threads: {stats:?}"
+            );
+            assert!(stats.channels.is_empty(), "round {round}: {stats:?}");
+        }
+    }
+}
