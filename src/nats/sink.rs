@@ -539,8 +539,10 @@ impl Task {
         cancelled: Arc<Notify>,
     ) -> Result<SinkReport, NatsError> {
         let publish = {
-            let js = self.js.clone();
-            let subject = self.subject.clone();
+            // Shared by every publish: one reference count each, instead of a clone
+            // of the context (its client's handles) and of the subject's string.
+            let js = Arc::new(self.js.clone());
+            let subject = async_nats::Subject::from(self.subject.as_str());
             let counters = self.counters.clone();
             let timeout = self.ack_timeout;
             self.retry
@@ -614,12 +616,12 @@ const DEFAULT_ACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// One publish and its ack.
 async fn publish_one(
-    js: jetstream::Context,
-    subject: String,
+    js: Arc<jetstream::Context>,
+    subject: async_nats::Subject,
     out: Outgoing,
     timeout: Option<Duration>,
 ) -> Result<async_nats::jetstream::publish::PublishAck, NatsError> {
-    let subject = out.subject.unwrap_or(subject);
+    let subject = out.subject.map_or(subject, async_nats::Subject::from);
     let mut message = PublishMessage::build().payload(out.payload);
     if let Some(headers) = out.headers {
         message = message.headers(headers);
