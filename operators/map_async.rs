@@ -302,18 +302,19 @@ where
     /// error sees every call already dropped; a `Drop` that panics is contained (the
     /// error that ends the stage is the one it goes out with).
     fn drop_calls(&mut self) {
-        let slots = &mut self.slots;
+        // User code all of it (the futures', results' and items' `Drop`): a panic
+        // must not turn the pass that sends the error into a panicked pass.
         let dropped = catch(|| {
-            for slot in slots.iter_mut() {
+            for slot in self.slots.iter_mut() {
                 slot.future.set(None);
                 slot.result = None;
             }
+            self.out.clear();
+            self.arrived.clear();
         });
         if dropped.is_err() {
-            tracing::error!("map_async: a call's Drop panicked; contained");
+            tracing::error!("map_async: a call's or an item's Drop panicked; contained");
         }
-        self.out.clear();
-        self.arrived.clear();
     }
 
     /// A slot for the next item.

@@ -295,10 +295,7 @@ impl SinkBuilder {
                     message: crate::Error::panicked(payload).message().to_owned(),
                 }),
             };
-            // Upstream first (a no-op after its completion): who reads the outcome
-            // finds it cancelled.
-            end.0.slot.cancel();
-            end.0.finish(outcome);
+            end.finish(outcome);
         });
         (
             Sink {
@@ -425,16 +422,23 @@ impl<T: Into<Outgoing> + Send + 'static> Subscriber<T> for Sink<T> {
     }
 }
 
-/// The task's end, run however the task ends: sets [`NatsError::Closed`] if it
-/// ends without an outcome (dropped by a runtime shutting down), and cancels
-/// upstream if it is still there (nobody will publish its items; after a completion
-/// the cancel is a no-op).
+/// The task's end, run however the task ends: cancels upstream if it is still
+/// there (nobody will publish its items; after a completion the cancel is a no-op),
+/// then sets the outcome, so whoever reads the outcome finds upstream cancelled.
+/// Dropped without one (by a runtime shutting down), it sets [`NatsError::Closed`].
 struct SetOnDrop(Arc<State>);
+
+impl SetOnDrop {
+    fn finish(&self, outcome: Result<SinkReport, NatsError>) {
+        self.0.slot.cancel();
+        self.0.finish(outcome);
+    }
+}
 
 impl Drop for SetOnDrop {
     fn drop(&mut self) {
-        self.0.slot.cancel();
-        self.0.finish(Err(NatsError::Closed));
+        // A no-op after `finish`: the first outcome stays.
+        self.finish(Err(NatsError::Closed));
     }
 }
 
@@ -541,7 +545,7 @@ impl Task {
         let publish = {
             // Shared by every publish: one reference count each, instead of a clone
             // of the context (its client's handles) and of the subject's string.
-            let js = Arc::new(self.js.clone());
+            let js = Arc::new(self.js);
             let subject = async_nats::Subject::from(self.subject.as_str());
             let counters = self.counters.clone();
             let timeout = self.ack_timeout;
