@@ -11,8 +11,10 @@
 //! current `Vec` (its first item, then one `extend` for the rest of the room) and
 //! yields it when it reaches `size`; the remainder stays in `batch` for the next
 //! delivery. Batches are filled only as downstream takes them. A `Vec` is allocated with capacity `size`
-//! when a batch's first item arrives (a stream that ends on a batch boundary
-//! allocates none for the empty remainder); nothing is allocated per item.
+//! (at most `PREALLOCATED`: a larger batch grows as it fills, so `buffer(2^30)`
+//! over ten items does not take 2^30 slots) when a batch's first item arrives (a
+//! stream that ends on a batch boundary allocates none for the empty remainder);
+//! nothing is allocated per item.
 //!
 //! State: [`Upstream`] (`Idle` → `Active` → `Done`) plus `batch`. On completion the
 //! partial batch is emitted before `on_complete` (its demand is covered: upstream
@@ -24,7 +26,7 @@ use std::sync::Arc;
 use crate::demand;
 use crate::drain::Upstream;
 use crate::metrics::DropHook;
-use crate::stage::window;
+use crate::stage::window::{self, PREALLOCATED};
 use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
 /// Publisher for the [`buffer`](crate::PublisherExt::buffer) method.
@@ -98,7 +100,7 @@ struct BufferSubscriber<S, T> {
 #[inline]
 fn fill<T>(batch: &mut Vec<T>, size: usize, item: T) -> Option<Vec<T>> {
     if batch.capacity() == 0 {
-        *batch = Vec::with_capacity(size);
+        *batch = Vec::with_capacity(size.min(PREALLOCATED));
     }
     batch.push(item);
     (batch.len() == size).then(|| std::mem::take(batch))

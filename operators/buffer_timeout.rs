@@ -8,7 +8,8 @@
 //! items in `batch` equals `size`. Upstream therefore never owes more than the stage
 //! can hold, even when a batch goes out early by time.
 //!
-//! State: `batch` (capacity `size`, allocated when a batch's first item arrives),
+//! State: `batch` (capacity `size`, at most `PREALLOCATED` and grown beyond it as it
+//! fills, allocated when a batch's first item arrives),
 //! `started` (that item's arrival), `due` (the period has passed since), `owed`, and
 //! upstream's `end`. `poll` emits the batch when demand > 0 and it is full, due, or
 //! upstream has completed; once the batch is empty, the completion. An upstream error
@@ -24,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use crate::runtime::Scheduler;
 use crate::stage::timed::{assert_positive, Action, Fx, Machine, TimedSubscriber};
-use crate::stage::window;
+use crate::stage::window::{self, PREALLOCATED};
 use crate::{Error, Publisher, Subscriber};
 
 /// Publisher for the [`buffer_timeout`](crate::PublisherExt::buffer_timeout) method.
@@ -130,7 +131,7 @@ impl<T: Send + 'static> Machine for Batcher<T> {
         self.owed = self.owed.saturating_sub(1);
         if self.batch.is_empty() {
             if self.batch.capacity() == 0 {
-                self.batch = Vec::with_capacity(self.size);
+                self.batch = Vec::with_capacity(self.size.min(PREALLOCATED));
             }
             self.started = Some(fx.now());
             if !self.armed {

@@ -23,7 +23,7 @@ impl<P, F> ConcatMap<P, F> {
     pub(crate) fn new(source: P, f: F, prefetch: u64) -> Self {
         window::validate("concat_map prefetch", prefetch);
         ConcatMap {
-            inner: FlatMap::new(source, f, 1, prefetch),
+            inner: FlatMap::new(source, f, 1, prefetch).named("concat_map"),
         }
     }
 }

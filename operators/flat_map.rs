@@ -91,6 +91,9 @@ pub struct FlatMap<P, F> {
     limiter: Option<MakeLimiter>,
     /// Where the limited subscriptions report ([`limit_monitor`](Self::limit_monitor)).
     monitor: LimitMonitor,
+    /// The public method the user called (`flat_map`, `concat_map`): the stage's
+    /// name, in a panic's error.
+    stage: &'static str,
 }
 
 impl<P: std::fmt::Debug, F> std::fmt::Debug for FlatMap<P, F> {
@@ -118,7 +121,14 @@ impl<P, F> FlatMap<P, F> {
             prefetch,
             limiter: None,
             monitor: LimitMonitor::default(),
+            stage: "flat_map",
         }
+    }
+
+    /// The same stage, named `stage` (`concat_map` is a `flat_map` of one).
+    pub(crate) fn named(mut self, stage: &'static str) -> Self {
+        self.stage = stage;
+        self
     }
 
     /// Let `limiter` decide how many inner publishers run at once, up to the stage's
@@ -185,9 +195,9 @@ where
         let concurrency = usize::try_from(self.concurrency).expect("validated to 2^16");
         let (source, f, window) = (self.source, self.f, self.concurrency);
         let limiter = self.limiter.map(|make| make());
-        let monitor = self.monitor;
+        let (monitor, stage) = (self.monitor, self.stage);
         start(
-            "flat_map",
+            stage,
             subscriber,
             concurrency,
             self.prefetch as usize,
@@ -196,6 +206,7 @@ where
                 let Some(limiter) = limiter else {
                     source.subscribe(Outer {
                         f,
+                        stage,
                         set: set.clone(),
                         core: core.clone(),
                         window,
@@ -240,6 +251,8 @@ where
 struct Outer<F, U, N> {
     /// The user's closure.
     f: F,
+    /// The stage's name, in the error of a panic in `f`.
+    stage: &'static str,
     /// The inner lanes (shared with the drain).
     set: Arc<LaneSet<U>>,
     /// Asked for a pass when the outer source ends.
@@ -278,7 +291,7 @@ where
         if !self.upstream.is_active() {
             return;
         }
-        match catch_in("flat_map", || (self.f)(item)) {
+        match catch_in(self.stage, || (self.f)(item)) {
             Ok(inner) => {
                 if !connect(&self.set, inner, &self.core) && !self.set.is_closed() {
                     self.fail(over_delivered());

@@ -119,7 +119,9 @@ impl<P, F, C> MapAsync<P, F, C> {
     /// and upstream is asked only for that many, so items over the limit wait
     /// upstream as demand not yet given. Each subscription gets a clone of
     /// `limiter`, told the round trip of every call (read on the stage's
-    /// scheduler's clock). See [`weir::limit`](crate::limit).
+    /// scheduler's clock). See [`weir::limit`](crate::limit). A limiter that panics
+    /// fails the stage with an error of kind [`Panicked`](crate::ErrorKind::Panicked)
+    /// and cancels upstream.
     ///
     /// ```
     /// use std::time::Duration;
@@ -298,9 +300,10 @@ where
     Fut: Future,
 {
     /// Drop the running calls, the results waiting for demand and the items waiting
-    /// to start. Before an error goes downstream, so that a subscriber that sees the
-    /// error sees every call already dropped; a `Drop` that panics is contained (the
-    /// error that ends the stage is the one it goes out with).
+    /// to start (from `stop`, which the core runs before the stage's error goes
+    /// downstream, so that a subscriber that sees the error sees every call already
+    /// dropped); a `Drop` that panics is contained (the error that ends the stage is
+    /// the one it goes out with).
     fn drop_calls(&mut self) {
         // User code all of it (the futures', results' and items' `Drop`): a panic
         // must not turn the pass that sends the error into a panicked pass.
@@ -508,8 +511,6 @@ where
         let over = arrived as u64 > owned.outstanding;
         owned.outstanding = owned.outstanding.saturating_sub(arrived as u64);
         if over {
-            self.upstream.cancel();
-            owned.drop_calls();
             return cx.terminate(
                 downstream,
                 Err(Error::spec_violation(
@@ -523,10 +524,7 @@ where
             );
         }
         match end {
-            Some(Err(error)) => {
-                owned.drop_calls();
-                return cx.terminate(downstream, Err(error));
-            }
+            Some(Err(error)) => return cx.terminate(downstream, Err(error)),
             Some(Ok(())) => owned.end = Some(Ok(())),
             None => {}
         }
@@ -545,11 +543,7 @@ where
         let cap = called.and_then(|()| owned.cap());
         let cap = match cap.and_then(|cap| owned.start_waiting(cap, clock).map(|()| cap)) {
             Ok(cap) => cap,
-            Err(error) => {
-                self.upstream.cancel();
-                owned.drop_calls();
-                return cx.terminate(downstream, Err(error));
-            }
+            Err(error) => return cx.terminate(downstream, Err(error)),
         };
         // Results within demand, in one batch.
         let taken = owned.take_results(cx.demand().get());
@@ -672,12 +666,14 @@ where
             })
             .collect();
         let replenish = Replenish::new(n as u64);
-        let first = match &limiter {
-            // A limiter that panics here starts the stage at one call.
-            Some(limiter) => catch_in("map_async", || limiter.limit())
-                .unwrap_or(1)
-                .clamp(1, n),
-            None => n,
+        let (first, failed) = match &limiter {
+            Some(limiter) => match catch_in("map_async", || limiter.limit()) {
+                Ok(limit) => (limit.clamp(1, n), None),
+                // A limiter that panics here fails the stage before anything is asked
+                // for, as one that panics later does.
+                Err(error) => (1, Some(error)),
+            },
+            None => (n, None),
         };
         monitor.record_limit(first, 0);
         let started = if limiter.is_some() {
@@ -718,10 +714,16 @@ where
         });
         core.attach(owned, downstream);
         let stopped = core.is_stopping();
-        self.core = Some(core);
-        if !stopped {
+        if let Some(error) = failed {
+            // Upstream is cancelled, and the pass signals the error.
+            self.upstream.cancel();
+            core.stage().upstream.finished();
+            core.stage().lock_inbox().end.get_or_insert(Err(error));
+            core.signal();
+        } else if !stopped {
             subscription.request(first as u64);
         }
+        self.core = Some(core);
     }
 
     fn on_next(&mut self, item: T) {

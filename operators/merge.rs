@@ -25,6 +25,7 @@
 use std::sync::Arc;
 
 use crate::stage::lanes::{LaneSet, LaneStatus, LaneView, OuterEnd, Visit};
+use crate::stage::window::PREALLOCATED;
 use crate::stage::{Core, Cx, Pass, Stage};
 use crate::{Publisher, Subscriber};
 
@@ -94,9 +95,10 @@ pub(crate) struct Cursor<T> {
     /// The lane the next pass starts at.
     next: usize,
     /// Items taken out of a lane under one lock, on their way downstream as one batch.
-    /// Room for a lane's window (`prefetch`), allocated once; it trades buffers with
-    /// the lanes it empties (see `Lane::pop_into`), so no buffer is ever copied or
-    /// grown. Empty between deliveries.
+    /// Room for a lane's window (`prefetch`, up to `PREALLOCATED` items), allocated
+    /// once; it trades buffers with the lanes it empties (see `Lane::pop_into`), so
+    /// no buffer is ever copied or grown (a larger window's items are moved, at most
+    /// the scratch's room at a time). Empty between deliveries.
     scratch: Vec<T>,
 }
 
@@ -122,9 +124,15 @@ pub(crate) fn start<T, S>(
     let cursor = Cursor {
         view: LaneView::new(),
         next: 0,
-        scratch: Vec::with_capacity(prefetch),
+        scratch: Vec::with_capacity(prefetch.min(PREALLOCATED)),
     };
-    core.attach_then(cursor, subscriber, |core| connect(&set, core));
+    core.attach_then(cursor, subscriber, |core| {
+        // A subscriber that cancelled in `on_subscribe` (or panicked there, rule
+        // 2.13) gets no source subscribed: nothing is pulled for it.
+        if !core.is_stopping() {
+            connect(&set, core);
+        }
+    });
 }
 
 /// Deliver what `visit`'s lane holds, up to the demand, through `scratch`; returns

@@ -124,6 +124,10 @@ impl<T: 'static, S: Subscriber<T>> Subscriber<T> for DropSubscriber<S> {
             self.drops.drop_item(DropReason::OverflowNewest, item);
         }
         self.drops.flush();
+        if let Some(error) = self.drops.failure() {
+            // The drop hook panicked: the stage fails as if its own code had.
+            self.upstream.fail(&mut self.downstream, error);
+        }
         // Upstream was asked for everything: no credit goes up.
         0
     }

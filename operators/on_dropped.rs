@@ -19,7 +19,10 @@ pub struct OnDropped<P> {
 
 impl<P> OnDropped<P> {
     pub(crate) fn new(source: P, hook: DropHook) -> Self {
-        OnDropped { source, hook }
+        OnDropped {
+            source,
+            hook: hook.installed_by("on_dropped"),
+        }
     }
 }
 

@@ -99,6 +99,7 @@ where
                 downstream,
                 scheduler: Some(scheduler),
                 relay: Relay::default(),
+                forwarding: None,
                 upstream: Upstream::Idle,
                 _items: PhantomData,
             });
@@ -126,6 +127,10 @@ struct Passing<T, D: Subscriber<T>, S> {
     scheduler: Option<S>,
     /// The forwarding core's report.
     relay: Relay,
+    /// The forwarding core, kept while upstream keeps us: downstream may drop its
+    /// handles (dropping a handle does not cancel), and the core, dropped before it
+    /// ended, would drop its relay, which cancels upstream.
+    forwarding: Option<Subscription>,
     upstream: Upstream,
     _items: PhantomData<fn(T)>,
 }
@@ -250,6 +255,7 @@ where
         // subscription once the core is attached.
         core.attach((), self.relay.clone());
         let handle = Subscription::new(core.clone());
+        self.forwarding = Some(handle.clone());
         if !crate::guard::on_subscribe(&mut self.downstream, handle.clone()) {
             // Treated as cancelled (rule 2.13).
             handle.cancel();
@@ -291,6 +297,21 @@ where
 
 impl<T, D: Subscriber<T>, S> Drop for Passing<T, D, S> {
     fn drop(&mut self) {
+        if matches!(self.upstream, Upstream::Idle) {
+            // Released without `on_subscribe`: the source's `subscribe` panicked on the
+            // scheduler's thread (or broke rule 1.9). Downstream must still end.
+            let error = if std::thread::panicking() {
+                Error::panicked(Box::new("the source panicked in subscribe"))
+            } else {
+                Error::spec_violation("1.9", "the source released its subscriber unsubscribed")
+            };
+            if crate::guard::on_subscribe(&mut self.downstream, Subscription::noop())
+                && crate::guard::catch(|| self.downstream.on_error(error)).is_err()
+            {
+                tracing::error!("subscriber panicked in on_error (rule 2.13)");
+            }
+            return;
+        }
         // Upstream let go of us after the forwarding core ended with an error (its
         // scheduler shut down): signal it now, after upstream's last signal.
         let error = self

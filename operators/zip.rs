@@ -17,7 +17,7 @@
 use std::sync::Arc;
 
 use crate::guard::{BatchOutcome, Guarded};
-use crate::stage::lanes::{Lane, LaneStatus, LaneSubscriber};
+use crate::stage::lanes::{subscribe_into, Lane, LaneStatus};
 use crate::stage::{Core, Cx, Pass, Stage};
 use crate::{Error, Publisher, Subscriber};
 
@@ -67,8 +67,13 @@ where
         };
         let (a, b) = (self.first, self.second);
         core.attach_then(pairing, subscriber, move |core| {
-            a.subscribe(LaneSubscriber::new(first, core.clone()));
-            b.subscribe(LaneSubscriber::new(second, core.clone()));
+            // A subscriber that cancelled in `on_subscribe` (or panicked there, rule
+            // 2.13) gets no source subscribed. A side whose `subscribe` panics fails
+            // its lane, and the pass the stage.
+            if !core.is_stopping() {
+                subscribe_into(&first, a, core);
+                subscribe_into(&second, b, core);
+            }
         });
     }
 

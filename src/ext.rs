@@ -878,7 +878,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Errors
     ///
     /// The first error of either side is signalled at once and the other side is
-    /// cancelled. A panic in `f` becomes an error of kind
+    /// cancelled. A panic in `f`, or in a side's `subscribe`, becomes an error of kind
     /// [`Panicked`](crate::ErrorKind::Panicked) and cancels both sides. A side that
     /// delivers more than it was asked for (rule 1.1) is cancelled, and the stream
     /// fails with an error of kind [`SpecViolation`](crate::ErrorKind::SpecViolation).
@@ -1068,8 +1068,11 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// Never itself. A panic in the hook's `inspect` closure unwinds into the lossy
-    /// stage that reported the drop; keep hooks simple.
+    /// Never itself. A panic in the hook's `inspect` closure fails the lossy stage
+    /// that reported the drop as a panic of its own closure would: upstream is
+    /// cancelled and downstream receives `on_error` of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked) naming `on_dropped` (after the items
+    /// the stage holds); the closure is not called again. Keep hooks simple.
     ///
     /// # Examples
     ///
@@ -1134,8 +1137,10 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// Never itself. A panic in `f` unwinds into the lossy stage that reported the
-    /// drop, which treats it as its own; keep `f` short.
+    /// Never itself. A panic in `f` fails the lossy stage that reported the drop as a
+    /// panic of its own closure would: upstream is cancelled and downstream receives
+    /// `on_error` of kind [`Panicked`](crate::ErrorKind::Panicked) naming `on_drop`
+    /// (after the items the stage holds); `f` is not called again. Keep `f` short.
     ///
     /// # Examples
     ///
@@ -1240,8 +1245,8 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// Full, scaled: a request for `k` batches asks upstream for `k × size` items
     /// (saturating at unbounded). In-flight bound: `size` (the batch being filled).
-    /// Exactly one `Vec` is allocated per emitted batch, with capacity `size`; nothing
-    /// is allocated per item.
+    /// Exactly one `Vec` is allocated per emitted batch, with capacity `size` (at most
+    /// 1,024: a larger batch grows as it fills); nothing is allocated per item.
     ///
     /// # Timing
     ///
@@ -1335,8 +1340,9 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// UnboundedIn: upstream is asked for `UNBOUNDED` once. Items pass straight
     /// through while downstream has demand and nothing is held; otherwise they wait in
-    /// a ring of `capacity` slots, allocated once and never grown, and go out oldest
-    /// first as downstream requests (from any thread). In-flight bound: `capacity`.
+    /// a queue of at most `capacity` items (room for up to 1,024 allocated at once,
+    /// grown as items wait, never past `capacity`), and go out oldest first as
+    /// downstream requests (from any thread). In-flight bound: `capacity`.
     /// **Nothing is dropped, merged or refused while downstream has demand
     /// outstanding**, whichever thread requests: when downstream requests from another
     /// thread and is busy delivering, an arriving item queues behind the held ones,
@@ -2413,6 +2419,8 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Panics
     ///
     /// Never. Panics in downstream are upstream's to catch, as without the operator.
+    /// An upstream whose `subscribe` panics (on the scheduler's thread) ends the
+    /// stream with an error of kind [`Panicked`](crate::ErrorKind::Panicked).
     ///
     /// # Examples
     ///
@@ -2877,8 +2885,8 @@ pub trait PublisherExt: Publisher + Sized {
     /// consumed, and it **keeps producing into that window while the consumer is busy**
     /// awaiting something else (a slow loop body does not starve upstream, unlike
     /// `buffered` in futures-rs#2387). Items cross to the polling task through one
-    /// queue of exactly `prefetch` slots (a batch is pushed under one lock with one
-    /// wake); an upstream that delivers beyond the window broke rule 1.1 and is
+    /// queue of at most `prefetch` items (room for up to 1,024 allocated at once, grown
+    /// as items arrive; a batch is pushed under one lock with one wake); an upstream that delivers beyond the window broke rule 1.1 and is
     /// reported, never buffered. In-flight bound: `prefetch` items.
     ///
     /// # Timing
@@ -2905,8 +2913,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Panics
     ///
     /// At construction, if `prefetch` is outside 1..=2^30: "into_stream prefetch must
-    /// be in 1..=2^30 (got 0)". The queue is allocated up front, so the window must be
-    /// a reasonable size.
+    /// be in 1..=2^30 (got 0)".
     ///
     /// # Examples
     ///

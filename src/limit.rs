@@ -90,8 +90,9 @@ impl Aimd {
     ///
     /// # Panics
     ///
-    /// If `min` is 0, `initial` is not in `min..=max`, `slow` is zero or `backoff` is
-    /// not in `(0, 1)`, with the values.
+    /// If `min` is 0 or `initial` is not in `min..=max` ("Aimd limits must satisfy
+    /// 1 <= min <= initial <= max (got min 0, initial 4, max 16)"), `slow` is zero or
+    /// `backoff` is not in `(0, 1)`, with the values.
     pub fn new(initial: usize, min: usize, max: usize, slow: Duration, backoff: f64) -> Self {
         assert!(
             min >= 1 && (min..=max).contains(&initial),
@@ -154,7 +155,8 @@ impl Gradient {
     ///
     /// # Panics
     ///
-    /// If `min` is 0 or `initial` is not in `min..=max`, with the values.
+    /// If `min` is 0 or `initial` is not in `min..=max`: "Gradient limits must satisfy
+    /// 1 <= min <= initial <= max (got min 0, initial 4, max 16)".
     pub fn new(initial: usize, min: usize, max: usize) -> Self {
         assert!(
             min >= 1 && (min..=max).contains(&initial),

@@ -154,6 +154,13 @@ impl<T: Send + 'static> Hold<T> {
         }
     }
 
+    /// The drop hook panicked on an expired item: the stage fails as it does when its
+    /// producer fails (upstream cancelled, the error parked behind the held items).
+    fn hook_failed(&self, error: Error) {
+        lock(&self.held).end.get_or_insert(Err(error));
+        self.upstream.cancel();
+    }
+
     /// Items left the queue, demand ran out, or the stage closed: wake a waiting
     /// producer.
     fn made_room(&self, held: &Held<T>) {
@@ -202,6 +209,9 @@ impl<T: Send + 'static> Hold<T> {
             };
             for (reason, item) in drain.expired.drain(..) {
                 drain.reporter.drop_item(reason, item);
+            }
+            if let Some(error) = drain.reporter.failure() {
+                self.hook_failed(error);
             }
             if !drain.run.is_empty() {
                 cx.deliver(downstream, drain.run.drain(..));
@@ -310,6 +320,10 @@ impl<T: Send + 'static, S: Subscriber<T> + Send + 'static> Sweep for Core<Hold<T
             reporter.drop_item(reason, item);
         }
         reporter.flush();
+        if let Some(error) = reporter.failure() {
+            hold.hook_failed(error);
+            self.signal();
+        }
         if end_due {
             self.signal();
         }

@@ -380,7 +380,11 @@ where
                 }
                 self.gauge.dropped(reason, 1);
                 self.drops.drop_item(reason, lost);
-                Kept::Done
+                // A drop hook that panicked fails the stage as a panicking merge does.
+                match self.drops.failure() {
+                    Some(error) => Kept::Failed(error),
+                    None => Kept::Done,
+                }
             }
             Lost::Merged => {
                 self.gauge.dropped(DropReason::Merged, 1);
@@ -602,7 +606,8 @@ where
             }
         }
         drop(items);
-        if let Some(error) = failure {
+        // Also a drop hook that panicked on a swept item.
+        if let Some(error) = failure.or_else(|| self.drops.failure()) {
             self.fail(hold, error);
             core.signal();
         }

@@ -59,7 +59,10 @@ where
         } else {
             self.drops.drop_item(DropReason::Rejected, item);
             self.drops.flush();
-            if let Some(upstream) = self.upstream.get() {
+            if let Some(error) = self.drops.failure() {
+                // The drop hook panicked: the stage fails as if its own code had.
+                self.upstream.fail(&mut self.downstream, error);
+            } else if let Some(upstream) = self.upstream.get() {
                 upstream.request(1);
             }
         }
@@ -79,6 +82,7 @@ where
             bucket,
             scheduler,
             drops,
+            upstream,
             ..
         } = self;
         // Tokens available since the last clock read, not yet spent.
@@ -100,6 +104,11 @@ where
         });
         let credit = downstream.on_next_batch(admitted);
         drops.flush();
+        if let Some(error) = drops.failure() {
+            // The drop hook panicked: the stage fails as if its own code had.
+            upstream.fail(downstream, error);
+            return 0;
+        }
         // The rejected items are asked for again, as if requested after the batch.
         credit.saturating_add(rejected)
     }

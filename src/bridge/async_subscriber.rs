@@ -8,7 +8,7 @@
 //! * The **inlet** is the synchronous [`Subscriber`] the publisher sees. It never runs
 //!   user code and never blocks: `on_subscribe` stores the subscription (a second one
 //!   is cancelled, rule 2.5), `on_next`/`on_next_batch` append to a bounded hand-off
-//!   (a `VecDeque` allocated once with the window's size), `on_complete`/`on_error`
+//!   (a `Window` of the window's size), `on_complete`/`on_error`
 //!   record the terminal signal. Each signal wakes the task through a
 //!   [`tokio::sync::Notify`] (its stored permit means no wake-up is lost between the
 //!   task's check and its wait). Signals that arrive after the task ended (after
@@ -192,7 +192,7 @@ impl SubscribeAsync {
     /// # Panics
     ///
     /// If `window` is 0 or above 2^30 ([`MAX_CAPACITY`](crate::queue::MAX_CAPACITY),
-    /// the limit of every queue weir allocates up front):
+    /// the limit of every queue weir sizes):
     /// "subscribe_async window must be in 1..=2^30 (got 0)".
     pub fn window(mut self, window: u64) -> Self {
         window::validate("subscribe_async window", window);
@@ -340,7 +340,7 @@ struct Mailbox<T> {
 }
 
 struct MailboxState<T> {
-    /// The hand-off: at most `window` items, allocated once.
+    /// The hand-off: at most `window` items.
     items: Window<T>,
     /// The terminal signal from upstream (or a protocol violation), once it arrived.
     terminal: Option<Result<(), Error>>,

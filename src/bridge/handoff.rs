@@ -7,8 +7,8 @@
 //! A [`HandoffSubscriber`] receives the publisher's signals on whatever thread the
 //! publisher runs, and a polling task takes the items out with [`Handoff::poll_pop`]
 //! (one at a time) or [`Handoff::poll_take`] (all that are queued, under one lock).
-//! Between them sits one [`Window`] (the engine room's bounded hand-off, allocated once
-//! with exactly `window` slots) and a `futures::task::AtomicWaker`:
+//! Between them sits one [`Window`] (the engine room's bounded hand-off, of at most
+//! `window` items) and a `futures::task::AtomicWaker`:
 //!
 //! * the subscriber pushes a whole `on_next_batch` under one lock and wakes the task
 //!   once (and only when the queue was empty before the batch: a task that found items

@@ -5,7 +5,7 @@
 //! The stream is lazy: it holds the publisher until its first poll, then subscribes a
 //! [`HandoffSubscriber`] that requests `prefetch` items at once. Items cross from the
 //! publisher's thread to the polling task through the bounded hand-off
-//! ([`handoff`](super::handoff): one queue of exactly `prefetch` slots, one lock and
+//! ([`handoff`](super::handoff): one queue of at most `prefetch` items, one lock and
 //! at most one wake per batch). A poll that finds its own buffer empty moves every
 //! queued item into it under one lock; the polls after it hand them out without
 //! locking.

@@ -71,7 +71,9 @@
 //! # Connecting and stopping
 //!
 //! The hub subscribes upstream when the `k`-th subscriber is present
-//! ([`HubBuilder::connect_at`], 1 by default). When the last subscriber leaves while
+//! ([`HubBuilder::connect_at`], 1 by default); an upstream whose `subscribe` panics
+//! ends the hub as an upstream error would, with an error of kind
+//! [`Panicked`](crate::ErrorKind::Panicked). When the last subscriber leaves while
 //! upstream still runs, the hub cancels upstream and releases the ring (at once, or
 //! after [`HubBuilder::linger`]'s grace period if nobody joins meanwhile); a
 //! subscriber that arrives after that gets `on_error` of kind
@@ -541,8 +543,11 @@ impl<T: Clone + Send + 'static> Shared<T> {
                 "hub: subscriber left"
             );
         }
-        // Items and handles are dropped here, without the lock.
-        drop((left, released));
+        // Items and handles are dropped here, without the lock; an item whose `Drop`
+        // panics must not keep upstream subscribed.
+        if crate::guard::catch(move || drop((left, released))).is_err() {
+            tracing::error!(target: "weir::hub", "hub: an item panicked in Drop; contained");
+        }
         if let Some(expiry) = expiry {
             tracing::debug!(
                 target: "weir::hub",
@@ -996,7 +1001,11 @@ impl<T: Clone + Send + 'static> Publisher for Join<T> {
                 members = joined,
                 "hub: subscribing upstream (connect_at reached)"
             );
-            connect(Inlet::new(shared.clone()));
+            // An upstream whose `subscribe` panics ends the hub as an upstream error
+            // would: every subscriber gets it, none waits for items that never come.
+            if let Err(error) = crate::guard::catch(|| connect(Inlet::new(shared.clone()))) {
+                shared.finish(Err(error));
+            }
         }
         shared.pump();
     }

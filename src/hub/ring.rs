@@ -49,6 +49,7 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::{LagLimit, MemberState, Policy, SubscriberStats};
+use crate::stage::window::PREALLOCATED;
 use crate::{DropReason, Error};
 
 /// Sequence numbers per time stamp.
@@ -119,6 +120,8 @@ pub(crate) struct Ring<T, H> {
     head: u64,
     /// `(first sequence number of a block, when its first item arrived)`, oldest first.
     stamps: VecDeque<(u64, Instant)>,
+    /// The most blocks the ring's items can span: `stamps` keeps no more.
+    max_stamps: usize,
     /// Requested from upstream and not yet received.
     outstanding: u64,
     members: Vec<Member<H>>,
@@ -127,13 +130,18 @@ pub(crate) struct Ring<T, H> {
 }
 
 impl<T: Clone, H> Ring<T, H> {
-    /// An empty ring of `capacity` items (validated by the caller).
+    /// An empty ring of `capacity` items (validated by the caller). Room for up to
+    /// `PREALLOCATED` items (and their stamps) is allocated now; a larger ring grows
+    /// as items arrive, up to its capacity (a ring of 2^30 `u64`s over ten items
+    /// would otherwise take 8 GiB at once).
     pub(crate) fn new(capacity: usize) -> Self {
+        let max_stamps = capacity / STAMP_EVERY as usize + 2;
         Ring {
-            items: VecDeque::with_capacity(capacity),
+            items: VecDeque::with_capacity(capacity.min(PREALLOCATED)),
             capacity,
             head: 0,
-            stamps: VecDeque::with_capacity(capacity / STAMP_EVERY as usize + 2),
+            stamps: VecDeque::with_capacity(max_stamps.min(PREALLOCATED)),
+            max_stamps,
             outstanding: 0,
             members: Vec::new(),
             end: None,
@@ -299,7 +307,7 @@ impl<T: Clone, H> Ring<T, H> {
         self.items.push_back(item);
         if seq % STAMP_EVERY == 0 {
             let now = now();
-            if self.stamps.len() == self.stamps.capacity() {
+            if self.stamps.len() == self.max_stamps {
                 self.stamps.pop_front();
             }
             self.stamps.push_back((seq, now));

@@ -240,7 +240,9 @@ impl Exporter {
     ///
     /// # Panics
     ///
-    /// If `period` is zero: "Exporter::every: the period must be positive".
+    /// If `period` is zero: "Exporter::every: the period must be positive". A
+    /// recorder that panics in an export loses that export only (logged): the next
+    /// period exports again.
     pub fn every(self, period: Duration, scheduler: impl Scheduler) -> ExportHandle {
         assert!(
             !period.is_zero(),
@@ -275,10 +277,17 @@ impl Timer {
         if self.stopped.load(Ordering::Relaxed) {
             return;
         }
-        self.exporter
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .export();
+        // A recorder that panics loses this export only (the next tick exports again),
+        // and the panic stays out of the scheduler's thread.
+        let exported = crate::guard::catch(|| {
+            self.exporter
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .export();
+        });
+        if exported.is_err() {
+            tracing::error!("weir: the metrics recorder panicked in a periodic export");
+        }
         if crate::runtime::deadline(self.scheduler.now(), self.period).is_some() {
             let scheduler = self.scheduler.clone();
             let period = self.period;

@@ -42,7 +42,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::DropReason;
+use crate::{DropReason, Error};
 
 /// Counters of dropped items by [`DropReason`]; clones share the counters.
 #[derive(Clone, Default)]
@@ -192,6 +192,9 @@ impl<T> DroppedItem<T> {
 pub struct DropHook {
     drops: Drops,
     inspect: Option<InspectFn>,
+    /// The stage that installed the hook (`on_dropped`, `on_drop`): named in the
+    /// error of a lossy stage whose report to the hook panicked.
+    stage: &'static str,
 }
 
 /// The closure a [`DropHook`] calls for each dropped item.
@@ -212,7 +215,14 @@ impl DropHook {
         DropHook {
             drops,
             inspect: None,
+            stage: "",
         }
+    }
+
+    /// The same hook, installed by `stage` (named in the error of a panic in it).
+    pub(crate) fn installed_by(mut self, stage: &'static str) -> Self {
+        self.stage = stage;
+        self
     }
 
     /// Also call `f` for every dropped item (after counting it).
@@ -249,7 +259,7 @@ impl DropHook {
         T: 'static,
         F: Fn(DroppedItem<T>) + Send + Sync + 'static,
     {
-        DropHook::new(drops).inspect(move |dropped| {
+        let hook = DropHook::new(drops).inspect(move |dropped| {
             if let Some(item) = dropped.take::<T>() {
                 f(DroppedItem {
                     reason: dropped.reason(),
@@ -260,7 +270,8 @@ impl DropHook {
             if let Some(inspect) = next.as_ref().and_then(|next| next.inspect.as_ref()) {
                 inspect(dropped);
             }
-        })
+        });
+        hook.installed_by("on_drop")
     }
 
     /// Count and hand over one dropped item.
@@ -277,6 +288,11 @@ impl DropHook {
 pub(crate) struct DropReporter {
     hook: Option<DropHook>,
     stage: &'static str,
+    /// The hook (or a dropped item's `Drop`) panicked: the stage fails with this
+    /// error once it takes it ([`failure`](Self::failure)).
+    failed: Option<Error>,
+    /// The hook panicked: it is not called again.
+    hook_panicked: bool,
     pending: [u64; DropReason::COUNT],
     /// Drops flushed so far, by reason (what the hook's counters received from this
     /// stage, or would have with a hook).
@@ -291,6 +307,8 @@ impl DropReporter {
         DropReporter {
             hook,
             stage,
+            failed: None,
+            hook_panicked: false,
             pending: [0; DropReason::COUNT],
             totals: [0; DropReason::COUNT],
             reported: [0; DropReason::COUNT],
@@ -298,11 +316,37 @@ impl DropReporter {
     }
 
     /// One item dropped: handed to the hook now, counted at the next [`flush`](Self::flush).
+    ///
+    /// The hook and the item's `Drop` are user code: a panic in them is caught here
+    /// (the stage may be holding a lock, and the panic must not unwind into its
+    /// upstream as if the stage's subscriber had panicked). A hook that panicked is
+    /// not called again, and the stage fails with the first panic's error (naming the
+    /// stage that installed the hook) once it takes it with [`failure`](Self::failure).
     pub(crate) fn drop_item<T: 'static>(&mut self, reason: DropReason, item: T) {
         self.pending[reason as usize] += 1;
-        if let Some(hook) = &self.hook {
-            hook.hand_over(self.stage, reason, item);
+        let stage = self.stage;
+        let handed = match self.hook.as_ref().filter(|_| !self.hook_panicked) {
+            Some(hook) => {
+                crate::guard::catch(|| hook.hand_over(stage, reason, item)).map_err(|error| {
+                    self.hook_panicked = true;
+                    error.in_stage(hook.stage)
+                })
+            }
+            None => crate::guard::catch(move || drop(item)),
+        };
+        if let Err(error) = handed {
+            tracing::error!(
+                stage,
+                "a drop hook or a dropped item panicked; the stage fails"
+            );
+            self.failed.get_or_insert(error);
         }
+    }
+
+    /// The error of the hook's panic, once: the stage must fail with it (cancel
+    /// upstream, signal it downstream).
+    pub(crate) fn failure(&mut self) -> Option<Error> {
+        self.failed.take()
     }
 
     /// `n` items dropped that cannot be handed over (a `conflate` function consumed

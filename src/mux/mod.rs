@@ -222,7 +222,9 @@ impl<T: Send + 'static> Default for MuxBuilder<T> {
 
 impl<T: Send + 'static> MuxBuilder<T> {
     /// Exclusive credit per channel, `E` (default 32). 0 is allowed with a shared
-    /// pool: every item then travels on shared credit.
+    /// pool: every item then travels on shared credit. Each channel's receiving side
+    /// holds a ring of `E + C` slots, allocated when the channel opens, so the
+    /// builder refuses `E + C` above 2^30.
     pub fn exclusive(mut self, e: u64) -> Self {
         self.exclusive = e;
         self
@@ -291,7 +293,8 @@ impl<T: Send + 'static> MuxBuilder<T> {
     }
 
     /// Items each sending channel asks its upstream for ahead of the worker
-    /// (default `max(E + C, 2 × quantum)`).
+    /// (default `max(E + C, 2 × quantum)`), in `1..=2^30`: a ring of that many slots
+    /// is allocated when the channel opens.
     pub fn staging(mut self, items: u64) -> Self {
         self.staging = Some(items);
         self
@@ -303,6 +306,7 @@ impl<T: Send + 'static> MuxBuilder<T> {
     /// before it waits for the lane's drain. With many channels each able to send,
     /// a small lane makes both sides stop and restart every few frames (measured
     /// with 256 channels: a lane of 16 frames moved half the items of one of 256).
+    /// In `1..=2^16`: the lane's ring of frames is allocated when the mux is built.
     pub fn lane(mut self, frames: u64) -> Self {
         self.lane = frames;
         self
@@ -331,6 +335,16 @@ impl<T: Send + 'static> MuxBuilder<T> {
                     "{borrow_cap} is more than the shared pool ({}); a channel cannot borrow \
                      more than exists",
                     self.shared
+                ),
+            ));
+        }
+        if self.exclusive + borrow_cap > max {
+            return Err(refuse(
+                "exclusive",
+                format!(
+                    "exclusive + borrow_cap = {} + {borrow_cap} is over 2^30: each channel's \
+                     receiving ring holds that many items",
+                    self.exclusive
                 ),
             ));
         }
@@ -388,15 +402,28 @@ impl<T: Send + 'static> MuxBuilder<T> {
                 format!("{} is not in 1..=8", self.classes),
             ));
         }
-        if self.lane == 0 || self.lane > max {
-            return Err(refuse("lane", format!("{} is not in 1..=2^30", self.lane)));
+        if self.lane == 0 || self.lane > transport::MAX_LANE {
+            return Err(refuse("lane", format!("{} is not in 1..=2^16", self.lane)));
         }
-        let staging = self
-            .staging
-            .unwrap_or((self.exclusive + borrow_cap).max(2 * self.quantum));
-        if staging == 0 || staging > max {
-            return Err(refuse("staging", format!("{staging} is not in 1..=2^30")));
-        }
+        let staging = match self.staging {
+            Some(staging) if staging == 0 || staging > max => {
+                return Err(refuse("staging", format!("{staging} is not in 1..=2^30")));
+            }
+            Some(staging) => staging,
+            None => {
+                let staging = (self.exclusive + borrow_cap).max(2 * self.quantum);
+                if staging > max {
+                    return Err(refuse(
+                        "staging",
+                        format!(
+                            "the default max(E + C, 2 × quantum) = {staging} is over 2^30; \
+                             set a smaller quantum, or staging itself"
+                        ),
+                    ));
+                }
+                staging
+            }
+        };
         if self.fairness_window.is_zero() {
             return Err(refuse("fairness_window", "must be above zero".to_owned()));
         }

@@ -165,7 +165,6 @@ impl<T: Send + 'static> Publisher for ChannelSource<T> {
             items: self.window,
             delivered: 0,
             registration,
-            released: false,
         };
         // One pass even without a request: the sending side may have ended already
         // (an empty or failed publisher), and the end needs no demand.
@@ -199,9 +198,6 @@ struct WindowReader<T> {
     delivered: u64,
     /// Its place in a registry, for a named channel (let go when it ends).
     registration: Option<crate::metrics::Registration>,
-    /// The channel's credit and its place in the ledger went back
-    /// ([`ChannelReceive::release`]).
-    released: bool,
 }
 
 impl<T: Send + 'static> Stage for ChannelReceive<T> {
@@ -236,14 +232,13 @@ impl<T: Send + 'static> Stage for ChannelReceive<T> {
             if available == 0 {
                 // The end is recorded after the count of items staged before it; once
                 // that many left the window, nothing of the channel is left anywhere.
-                // The credit goes back before the end goes downstream: whoever sees
-                // the end (a `fold`'s `wait`) finds the pool whole.
+                // The core's `stop` gives the credit back before the end goes
+                // downstream: whoever sees the end (a `fold`'s `wait`) finds the pool
+                // whole.
                 if self.plumbing.end() == Some(window.delivered) {
-                    self.release(window);
                     return cx.terminate(downstream, self.plumbing.take_end());
                 }
                 if let Some(error) = self.shared.broken() {
-                    self.release(window);
                     return cx.terminate(downstream, Err(error));
                 }
                 return Pass::Idle;
@@ -295,13 +290,10 @@ impl<T: Send + 'static> Stage for ChannelReceive<T> {
 }
 
 impl<T: Send + 'static> ChannelReceive<T> {
-    /// Let go of the channel (once): its registration, its sending upstream (if
-    /// still there), what the window holds, and its credit, settled in the ledger
-    /// (and the channel closed there once nothing of it is in flight).
+    /// Let go of the channel: its registration, its sending upstream (if still
+    /// there), what the window holds, and its credit, settled in the ledger (and the
+    /// channel closed there once nothing of it is in flight).
     fn release(&self, window: &mut WindowReader<T>) {
-        if std::mem::replace(&mut window.released, true) {
-            return;
-        }
         window.registration = None;
         self.plumbing.cancel_upstream();
         // Closed first: after it, the demultiplexer drops this channel's frames, so

@@ -44,7 +44,8 @@ impl Capacity {
     ///
     /// # Panics
     ///
-    /// If `n` is 0 or greater than [`MAX_CAPACITY`].
+    /// If `n` is 0 or greater than [`MAX_CAPACITY`]: "Capacity::items must be in
+    /// 1..=2^30 (got 0)".
     pub fn items(n: usize) -> Self {
         Capacity(crate::stage::window::validate("Capacity::items", n as u64))
     }

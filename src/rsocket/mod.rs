@@ -163,6 +163,10 @@ impl Default for Config {
 impl Config {
     /// Items a receiving stream grants its peer ahead of delivery (and so the most
     /// its buffer holds); `1..=2^31 − 1`, default 256.
+    ///
+    /// # Panics
+    ///
+    /// Out of range: "rsocket Config::window: 0 is out of range 1..=2^31 - 1".
     pub fn window(mut self, items: u32) -> Self {
         check_u31("window", items);
         self.window = items;
@@ -171,6 +175,10 @@ impl Config {
 
     /// Items a sending stream asks its local publisher for ahead of what was written
     /// (never more than the peer granted); `1..=2^31 − 1`, default 256.
+    ///
+    /// # Panics
+    ///
+    /// Out of range: "rsocket Config::send_window: 0 is out of range 1..=2^31 - 1".
     pub fn send_window(mut self, items: u32) -> Self {
         check_u31("send_window", items);
         self.send_window = items;
@@ -180,6 +188,10 @@ impl Config {
     /// The largest frame this side sends: larger payloads are fragmented;
     /// `MIN_FRAGMENT..=2^24 − 1` bytes, default 2^24 − 1 (fragment only what cannot be
     /// sent whole).
+    ///
+    /// # Panics
+    ///
+    /// Out of range: "rsocket Config::fragment_size: 0 is out of range 64..=2^24 - 1".
     pub fn fragment_size(mut self, bytes: usize) -> Self {
         check_frame_len("fragment_size", bytes);
         self.fragment_size = bytes;
@@ -189,6 +201,10 @@ impl Config {
     /// The largest frame this side accepts; a longer one closes the connection with
     /// a `CONNECTION_ERROR` (before it is read: no buffer grows past this);
     /// `MIN_FRAGMENT..=2^24 − 1` bytes, default 2^24 − 1.
+    ///
+    /// # Panics
+    ///
+    /// Out of range: "rsocket Config::max_frame: 0 is out of range 64..=2^24 - 1".
     pub fn max_frame(mut self, bytes: usize) -> Self {
         check_frame_len("max_frame", bytes);
         self.max_frame = bytes;
@@ -197,6 +213,10 @@ impl Config {
 
     /// The largest payload (metadata and data) reassembled from fragments; a larger
     /// one fails its stream; at least 1 byte, default 64 MiB.
+    ///
+    /// # Panics
+    ///
+    /// If `bytes` is 0: "rsocket Config::max_payload must be at least 1 byte (got 0)".
     pub fn max_payload(mut self, bytes: usize) -> Self {
         assert!(
             bytes >= 1,
@@ -208,6 +228,10 @@ impl Config {
 
     /// Streams open at a time on one connection (both directions together); a
     /// request beyond it is refused with `REJECTED`; at least 1, default 1024.
+    ///
+    /// # Panics
+    ///
+    /// If `streams` is 0: "rsocket Config::max_streams must be at least 1 (got 0)".
     pub fn max_streams(mut self, streams: usize) -> Self {
         assert!(
             streams >= 1,
@@ -219,6 +243,10 @@ impl Config {
 
     /// Bytes of data a ready stream may send in one turn of the writer's round robin
     /// (a larger payload waits for the turns it needs); at least 1, default 16 KiB.
+    ///
+    /// # Panics
+    ///
+    /// If `bytes` is 0: "rsocket Config::quantum must be at least 1 byte (got 0)".
     pub fn quantum(mut self, bytes: usize) -> Self {
         assert!(
             bytes >= 1,

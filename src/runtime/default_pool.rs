@@ -48,7 +48,7 @@ impl DefaultPool {
         POOL.get_or_init(|| {
             let threads = std::thread::available_parallelism()
                 .map_or(2, |n| n.get())
-                .max(2);
+                .clamp(2, super::thread_pool::MAX_THREADS);
             DefaultPool {
                 pool: ThreadPool::builder()
                     .name("weir-default")

@@ -30,6 +30,12 @@ use super::backoff::Backoff;
 use super::lane::Once;
 use super::{deadline, run_task, Lane, Recurring, Scheduler, Task, TimerHandle};
 
+/// The most worker threads a pool starts. Without a bound, `threads(usize::MAX)`
+/// would start threads until the operating system refused one, then panic in
+/// `build` and leave the started ones parked for ever (no handle was made to stop
+/// them).
+pub(crate) const MAX_THREADS: usize = 1024;
+
 /// A fixed set of named worker threads that run scheduled tasks and park when idle.
 ///
 /// Cloning gives another handle to the same pool. Workers exit when the last handle is
@@ -119,13 +125,19 @@ impl ThreadPoolBuilder {
         self
     }
 
-    /// Number of worker threads. Default 1.
+    /// Number of worker threads, at most 1,024 (every one is started by
+    /// [`build`](Self::build)). Default 1.
     ///
     /// # Panics
     ///
-    /// If `threads` is 0.
+    /// If `threads` is 0: "ThreadPool threads must be at least 1 (got 0)"; if it is
+    /// above 1,024: "ThreadPool threads must be at most 1024 (got 5000)".
     pub fn threads(mut self, threads: usize) -> Self {
         assert!(threads > 0, "ThreadPool threads must be at least 1 (got 0)");
+        assert!(
+            threads <= MAX_THREADS,
+            "ThreadPool threads must be at most {MAX_THREADS} (got {threads})"
+        );
         self.threads = threads;
         self
     }
@@ -167,7 +179,7 @@ impl ThreadPool {
     ///
     /// # Panics
     ///
-    /// If `threads` is 0.
+    /// If `threads` is 0 or above 1,024, as [`ThreadPoolBuilder::threads`].
     pub fn new(threads: usize) -> Self {
         Self::builder().threads(threads).build()
     }

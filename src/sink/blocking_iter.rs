@@ -1,10 +1,10 @@
 //! `blocking_iter`: consume a publisher as a blocking `Iterator`.
 //!
 //! Demand contract: requests `prefetch` up front, then what was consumed each time
-//! `prefetch - prefetch/4` items were taken out ([`Replenish`]). The hand-off queue is
-//! allocated once with room for `prefetch` items and can never hold more, because
+//! `prefetch - prefetch/4` items were taken out ([`Replenish`]). The hand-off queue
+//! (a `Window`) holds at most `prefetch` items and can never hold more, because
 //! outstanding demand never exceeds `prefetch`; an upstream that breaks rule 1.1 is
-//! cancelled and reported instead of growing it.
+//! cancelled and reported instead of growing it past that.
 //!
 //! The iterator requests only after releasing the queue lock: a synchronous upstream
 //! delivers inside `request`, on the iterator's own thread.
@@ -42,7 +42,7 @@ struct BlockingQueue<T> {
 }
 
 struct QueueState<T> {
-    /// Delivered and not yet taken: at most `prefetch`, allocated once.
+    /// Delivered and not yet taken: at most `prefetch`.
     queue: Window<T>,
     end: Option<Result<(), Error>>,
     /// The iterator is blocked (or about to block) on `ready`.

@@ -89,6 +89,20 @@ where
 struct GenerateSource<St, F> {
     state: St,
     f: F,
+    /// The public function the user called (`generate`, `from_fn`, `unfold`): named
+    /// in the error of a panic in `f`.
+    stage: &'static str,
+}
+
+/// Subscribe `subscriber` to the generator `f` over `state`, as `stage`.
+fn subscribe_as<St, T, F, S>(stage: &'static str, state: St, f: F, subscriber: S)
+where
+    St: Send + 'static,
+    T: Send + 'static,
+    F: FnMut(&mut St) -> Step<T> + Send + 'static,
+    S: Subscriber<T> + Send + 'static,
+{
+    emitter::subscribe(GenerateSource { state, f, stage }, subscriber)
 }
 
 /// Calls the generator up to `left` times, parking the end of the stream.
@@ -110,7 +124,7 @@ where
             return None;
         }
         let source = &mut *self.source;
-        match catch_in("generate", || (source.f)(&mut source.state)) {
+        match catch_in(source.stage, || (source.f)(&mut source.state)) {
             Ok(Step::Next(item)) => {
                 self.left -= 1;
                 Some(item)
@@ -172,13 +186,7 @@ where
     where
         S: Subscriber<T> + Send + 'static,
     {
-        emitter::subscribe(
-            GenerateSource {
-                state: self.state,
-                f: self.f,
-            },
-            subscriber,
-        )
+        subscribe_as("generate", self.state, self.f, subscriber)
     }
 }
 
@@ -230,11 +238,11 @@ where
     where
         S: Subscriber<T> + Send + 'static,
     {
-        generate(self.f, |f| match f() {
+        let step = |f: &mut F| match f() {
             Some(item) => Step::Next(item),
             None => Step::Complete,
-        })
-        .subscribe(subscriber)
+        };
+        subscribe_as("from_fn", self.f, step, subscriber)
     }
 }
 
@@ -294,16 +302,13 @@ where
         let mut f = self.f;
         // The state is `None` only after `f` returned `None` (the stream then ended:
         // the generator is not called again) or panicked.
-        generate(
-            Some(self.state),
-            move |state: &mut Option<St>| match state.take().and_then(&mut f) {
-                Some((item, next)) => {
-                    *state = Some(next);
-                    Step::Next(item)
-                }
-                None => Step::Complete,
-            },
-        )
-        .subscribe(subscriber)
+        let step = move |state: &mut Option<St>| match state.take().and_then(&mut f) {
+            Some((item, next)) => {
+                *state = Some(next);
+                Step::Next(item)
+            }
+            None => Step::Complete,
+        };
+        subscribe_as("unfold", Some(self.state), step, subscriber)
     }
 }

@@ -21,13 +21,16 @@
 // (one `catch_unwind` per pass, not per item: the emission loop's state stays in
 // registers). The pass ends `Idle` (nothing to do until the next reason), `Yield` (a
 // scheduled stage used its task's budget: the loop continues in a new task) or `Over`
-// (the body signalled a terminal). When a subscription ends, for whatever reason, the
-// core (1) takes the state out of the slot and marks itself `OVER`, (2) lets the stage
-// release what it holds and cancel upstream (`Stage::stop`), (3) signals downstream
-// where that is due (`request(0)`: the rule 3.9 error; a dropped task: a
+// (the body ended the stream: `Cx::terminate` keeps the terminal for the core). When
+// a subscription ends, for whatever reason, the core (1) takes the state out of the
+// slot and marks itself `OVER`, (2) lets the stage release what it holds and cancel
+// upstream (`Stage::stop`), (3) signals downstream where that is due (the stream's
+// own end that the body kept; `request(0)`: the rule 3.9 error; a dropped task: a
 // `SchedulerShutdown` error; a cancel or a panicking subscriber: nothing), and (4)
 // drops the state and the subscriber. Steps 2 to 4 each run under a panic guard of
-// their own, because they run user code (an item's `Drop`, `on_error`).
+// their own, because they run user code (an item's `Drop`, `on_error`). Releasing
+// before the terminal signal is what lets a subscriber woken by `on_complete` or
+// `on_error` find the stage's items, calls and upstream already let go.
 //
 // # Driving the loop
 //
@@ -142,8 +145,8 @@ pub(crate) enum Pass {
     /// A scheduled stage used its task's budget with work left: continue in a new
     /// task. (Inline stages never yield.)
     Yield,
-    /// The body signalled a terminal (`on_complete` / `on_error`): the subscription is
-    /// over.
+    /// The body ended the stream ([`Cx::terminate`]): the subscription is over, and
+    /// the core signals the kept terminal once the stage has released what it holds.
     Over,
 }
 
@@ -284,6 +287,8 @@ pub(crate) struct Cx<'a> {
     flags: &'a AtomicU8,
     /// The stage's name ([`Stage::NAME`]), for the event of a terminal error.
     stage: &'static str,
+    /// The terminal [`terminate`](Self::terminate) kept for the core's `end`.
+    end: std::cell::Cell<Option<Result<(), Error>>>,
     #[cfg(feature = "futures")]
     waker: Option<&'a Waker>,
 }
@@ -304,6 +309,7 @@ impl<'a> Cx<'a> {
             demand,
             flags,
             stage,
+            end: std::cell::Cell::new(None),
             #[cfg(feature = "futures")]
             waker,
         }
@@ -323,28 +329,27 @@ impl<'a> Cx<'a> {
         self.flags.load(Ordering::Relaxed) & STOPPING != 0
     }
 
-    /// Signal the end of the stream (`Ok`: `on_complete`, `Err`: `on_error`) and
-    /// return [`Pass::Over`]; unless the stage was stopped meanwhile (a cancel while
-    /// the last batch was delivered, say): then nothing is signalled, because the
-    /// subscriber did not take everything, and the pass ends [`Pass::Idle`] so the
-    /// core stops the stage. An error is also a debug event (target `weir::stage`):
-    /// the subscriber gets it anyway, so it is no warning.
+    /// End the stream (`Ok`: `on_complete`, `Err`: `on_error`) and return
+    /// [`Pass::Over`]: the core signals `end` to `downstream` right after the stage's
+    /// [`stop`](Stage::stop) released what it holds and cancelled upstream (see the
+    /// file header). Unless the stage was stopped meanwhile (a cancel while the last
+    /// batch was delivered, say): then nothing is signalled, because the subscriber
+    /// did not take everything, and the pass ends [`Pass::Idle`] so the core stops
+    /// the stage. An error is also a debug event (target `weir::stage`): the
+    /// subscriber gets it anyway, so it is no warning.
     #[inline]
     pub(crate) fn terminate<T, S: Subscriber<T>>(
         &self,
-        downstream: &mut S,
+        _downstream: &mut S,
         end: Result<(), Error>,
     ) -> Pass {
         if self.stopped() {
             return Pass::Idle;
         }
-        match end {
-            Ok(()) => downstream.on_complete(),
-            Err(error) => {
-                log_failed(self.stage, &error);
-                downstream.on_error(error)
-            }
+        if let Err(error) = &end {
+            log_failed(self.stage, error);
         }
+        self.end.set(Some(end));
         Pass::Over
     }
 
@@ -891,7 +896,11 @@ where
         } else {
             let cx = Cx::new(&self.demand, &self.flags, G::NAME, waker);
             match catch(|| body(&cx, owned, downstream)) {
-                Ok(Pass::Over) => Ending::Terminated,
+                Ok(Pass::Over) => Ending::Terminated(
+                    cx.end
+                        .take()
+                        .expect("a pass ends Over only through Cx::terminate"),
+                ),
                 Ok(pass) => return pass,
                 Err(_) => Ending::Panicked,
             }
@@ -919,16 +928,29 @@ where
         if catch(|| self.stage.stop(owned)).is_err() {
             tracing::error!("releasing a stage's items panicked (an item's Drop); contained");
         }
-        let signal = match ending {
-            Ending::Flags(flags) if flags & CANCELLED != 0 => None,
-            Ending::Flags(flags) if flags & BAD_REQUEST != 0 => demand::validate(0).err(),
-            Ending::Flags(_) => Some(Error::scheduler_shutdown(G::NAME)),
-            Ending::Terminated | Ending::Panicked => None,
+        // The body's own end was logged by `Cx::terminate` already.
+        let (signal, log) = match ending {
+            Ending::Flags(flags) if flags & CANCELLED != 0 => (None, false),
+            Ending::Flags(flags) if flags & BAD_REQUEST != 0 => {
+                (demand::validate(0).err().map(Err), true)
+            }
+            Ending::Flags(_) => (Some(Err(Error::scheduler_shutdown(G::NAME))), true),
+            Ending::Terminated(end) => (Some(end), false),
+            Ending::Panicked => (None, false),
         };
-        if let Some(error) = signal {
-            log_failed(G::NAME, &error);
-            if catch(|| downstream.on_error(error)).is_err() {
-                tracing::error!("subscriber panicked in on_error (rule 2.13)");
+        match signal {
+            // The guard delivers `on_complete`; the next arm is the call that returned.
+            Some(Ok(())) if catch(|| downstream.on_complete()).is_err() => {
+                tracing::error!("subscriber panicked in on_complete (rule 2.13)");
+            }
+            Some(Ok(())) | None => {}
+            Some(Err(error)) => {
+                if log {
+                    log_failed(G::NAME, &error);
+                }
+                if catch(|| downstream.on_error(error)).is_err() {
+                    tracing::error!("subscriber panicked in on_error (rule 2.13)");
+                }
             }
         }
         if catch(move || drop(downstream)).is_err() {
@@ -967,8 +989,8 @@ fn log_cancelled(stage: &'static str) {
 enum Ending {
     /// A stopping flag.
     Flags(u8),
-    /// The pass body signalled a terminal.
-    Terminated,
+    /// The pass body ended the stream with this terminal ([`Cx::terminate`]).
+    Terminated(Result<(), Error>),
     /// Downstream panicked inside the pass.
     Panicked,
 }

@@ -54,7 +54,7 @@ pub(crate) struct Lane<T> {
 }
 
 struct LaneState<T> {
-    /// Queued items: at most `prefetch`, allocated once.
+    /// Queued items: at most `prefetch`.
     window: Window<T>,
     /// The 75% rule over this lane's window.
     credit: Replenish,
@@ -185,13 +185,24 @@ impl<T> Lane<T> {
 
     /// Cancel the source and release what is queued, and what arrives from now on.
     pub(crate) fn cancel(&self) {
-        self.subscription.cancel();
+        // A source whose `cancel` panics (rule 3.15 broken) must not keep this lane's
+        // items, nor the other lanes' sources the caller cancels next: contained.
+        if catch(|| self.subscription.cancel()).is_err() {
+            tracing::error!(stage = self.stage, "a source panicked in cancel; contained");
+        }
         let released = {
             let mut state = lock(&self.state);
             state.cancelled = true;
             state.window.take_all()
         };
-        drop(released);
+        // An item whose `Drop` panics must not stop the caller from cancelling the
+        // other lanes (every item is dropped all the same).
+        if catch(move || drop(released)).is_err() {
+            tracing::error!(
+                stage = self.stage,
+                "a queued item panicked in Drop; contained"
+            );
+        }
     }
 }
 
@@ -401,7 +412,9 @@ impl<T> LaneSet<T> {
             slots.closed = true;
             slots.lanes.iter_mut().filter_map(Option::take).collect()
         };
-        self.outer.cancel();
+        if catch(|| self.outer.cancel()).is_err() {
+            tracing::error!("an outer source panicked in cancel; contained");
+        }
         for lane in lanes {
             lane.cancel();
         }
@@ -511,11 +524,21 @@ where
     let Some(lane) = set.add() else {
         return false;
     };
+    subscribe_into(&lane, source, core);
+    true
+}
+
+/// Subscribe `source` into `lane`. A `subscribe` that panics fails the lane (the drain
+/// then fails the stage) instead of unwinding into the caller.
+pub(crate) fn subscribe_into<P, N>(lane: &Arc<Lane<P::Item>>, source: P, core: &Arc<N>)
+where
+    P: Publisher,
+    N: CoreHandle + ?Sized,
+{
     let subscriber = LaneSubscriber::new(lane.clone(), core.clone());
     if let Err(error) = catch(move || source.subscribe(subscriber)) {
         lane.subscription.cancel();
         lane.end(Err(error));
         core.signal();
     }
-    true
 }

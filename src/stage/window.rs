@@ -3,17 +3,21 @@
 //! Every stage that asks its upstream for a fixed amount of credit and keeps what
 //! arrives until a consumer takes it (the lanes of `merge`/`zip`/`flat_map`, the
 //! bridges `into_stream` and `forward`, `subscribe_async`, `blocking_iter`) keeps it
-//! in a [`Window`]: a queue allocated once with room for the whole credit, plus the
-//! count of items delivered and not yet given back. The consumer gives items back
+//! in a [`Window`]: a queue with room for the whole credit, plus the count of items
+//! delivered and not yet given back. The consumer gives items back
 //! ([`release`](Window::release)) only when it requests that many again, so
 //! "delivered and not released" plus the outstanding demand never exceeds the
 //! window. An item that arrives when the window is full was therefore never
 //! requested: the upstream broke rule 1.1, and the stage fails with
-//! [`over_delivered`] instead of growing the queue.
+//! [`over_delivered`] instead of growing the queue past the credit.
+//!
+//! Room is allocated up front only up to [`PREALLOCATED`] items: a window of 2^30
+//! items that only ever sees ten would otherwise take 2^30 slots (8 GiB of `u64`s)
+//! at subscribe. A larger window grows as items arrive, never past its size.
 //!
 //! Window sizes (prefetch, window, capacity of such a queue) are checked once, at
 //! construction, by [`validate`]: `1..=`[`MAX_CAPACITY`], the one limit of every
-//! queue weir allocates up front. The other sizes a user gives (the holding stages'
+//! queue weir sizes. The other sizes a user gives (the holding stages'
 //! capacities, `buffer`'s batch, `throttle`'s burst, `queue::Capacity`, the SPSC
 //! ring) are checked by the same function, with the same message.
 
@@ -22,9 +26,14 @@ use std::collections::VecDeque;
 use crate::queue::MAX_CAPACITY;
 use crate::Error;
 
+/// The most items a queue or batch sized by the user allocates room for before any
+/// item arrived (windows, `buffer`'s batches, the hub's ring); a larger one grows as
+/// items arrive, up to its size.
+pub(crate) const PREALLOCATED: usize = 1024;
+
 /// Check a size given by the user: a window or prefetch, or any other count weir
-/// allocates room for up front (a queue's capacity, a batch) or keeps as a bound (a
-/// token bucket's burst).
+/// allocates room for (a queue's capacity, a batch) or keeps as a bound (a token
+/// bucket's burst).
 ///
 /// # Panics
 ///
@@ -49,7 +58,8 @@ pub(crate) fn over_delivered(stage: &str) -> Error {
 
 /// A queue of at most `size` items, allocated once. See the module docs.
 pub(crate) struct Window<T> {
-    /// Delivered, not yet taken; capacity `size`, never grown.
+    /// Delivered, not yet taken; never more than `size` (room for up to
+    /// [`PREALLOCATED`] allocated at once, grown beyond that as items arrive).
     items: VecDeque<T>,
     /// The credit the window stands for.
     size: usize,
@@ -72,7 +82,7 @@ impl<T> Window<T> {
     /// An empty window of `size` items (already [`validate`]d).
     pub(crate) fn new(size: usize) -> Self {
         Window {
-            items: VecDeque::with_capacity(size),
+            items: VecDeque::with_capacity(size.min(PREALLOCATED)),
             size,
             held: 0,
         }
@@ -130,7 +140,8 @@ impl<T> Window<T> {
     /// Taking everything queued (the usual case of a drain that keeps up) costs no
     /// copy: the queue and `out` trade buffers, so `out` needs room for the whole
     /// window (the caller allocates it once with the window's size, and the buffers
-    /// only ever change places). A part is moved item by item.
+    /// only ever change places). A part, or everything into an `out` with less room
+    /// (a window above [`PREALLOCATED`] items), is moved item by item.
     pub(crate) fn pop_into(&mut self, out: &mut Vec<T>, max: usize) -> usize {
         debug_assert!(out.is_empty(), "pop_into: the spare buffer must be empty");
         let n = max.min(self.items.len());
@@ -225,6 +236,30 @@ mod tests {
         out.clear();
         assert_eq!(window.pop_into(&mut out, 3), 1);
         assert_eq!(out, [9]);
+    }
+
+    #[test]
+    fn a_large_window_grows_as_items_arrive_and_still_refuses_past_its_size() {
+        let size = PREALLOCATED + 10;
+        let mut window = Window::new(size);
+        assert!(
+            window.items.capacity() < size,
+            "allocated up to PREALLOCATED"
+        );
+        assert_eq!(window.push(0..size), Ok(size));
+        assert_eq!(
+            window.push(size..size + 1),
+            Err(size),
+            "the credit is the bound"
+        );
+        // A spare smaller than the window: moved item by item, in order.
+        let mut out = Vec::with_capacity(PREALLOCATED);
+        assert_eq!(window.pop_into(&mut out, PREALLOCATED), PREALLOCATED);
+        assert!(out.iter().copied().eq(0..PREALLOCATED));
+        out.clear();
+        assert_eq!(window.pop_into(&mut out, PREALLOCATED), 10);
+        assert!(out.iter().copied().eq(PREALLOCATED..size));
+        assert!(window.is_empty());
     }
 
     #[test]

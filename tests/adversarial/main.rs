@@ -18,8 +18,11 @@
 //! | `channel_hook` | drops made before a subscriber is attached reach the channel's own hook |
 //! | `time` | every time operator and time source × every scheduler × 1 ns, zero and `Duration::MAX` |
 //! | `durations` | every other public API that takes a Duration × zero, 1 ns and `Duration::MAX`: the documented panic at construction or the documented behaviour, never an overflow panic later or a hang |
+//! | `sizes` | every public API that takes a size (capacity, prefetch, window, batch, count, concurrency, ring, replay, lag, rate, threads, limits, mux and RSocket settings) × 0, 1, half and all of its type's largest value and its largest accepted size: the documented panic (or `MuxError`) at construction, or the documented behaviour (every item once and in order, requests within the window), never an overflow or allocation failure later, a hang, or an item left alive |
 //! | `shutdown`, `pool_shutdown` | a tokio runtime or a `ThreadPool` shut down under every boundary, bridge and time stage: the pipeline ends with `SchedulerShutdown`, nothing leaks, and cancelled stages leave no timer in the pool |
 //! | `memory` | a subscriber that never requests, behind every stage, while the source keeps producing: live items stay within the stage's `in_flight_bound()` |
+//! | `hooks` | every user hook of the public API made to panic (a subscriber outside `on_next`, sources' and channels' hooks, drop hooks, limiters, retry classifiers, async subscribers, exporters, publishers in `subscribe`, subscriptions in `request`/`cancel`, items in `Drop`, schedulers in `schedule`): `Panicked` naming the stage where documented, upstream cancelled, every item dropped, nothing hung, pools still running |
+//! | `released` | a stage that fails its stream itself (`merge`, `zip`, `flat_map`, `concat_map` holding queued items) has dropped them and cancelled upstream by the time `on_error` reaches its subscriber |
 //! | `regressions` | one test per defect of the list in its header, found by using weir as a hostile user would (each failed before its fix) |
 //! | `rsocket`, `nats` (with their features) | rows that cross a loopback TCP connection (RSocket) or a JetStream stream on a real `nats-server` the suite starts and stops itself (sink → stream → source), so that every check of the table runs through them; the faults only a server has (SIGKILL mid-run, lost and missing servers, window 1, one ack in flight) are in the `nats` binary |
 //!
@@ -36,6 +39,7 @@ mod channel_accounting;
 mod channel_hook;
 mod durations;
 mod forgetful;
+mod hooks;
 mod late;
 mod memory;
 #[cfg(feature = "nats")]
@@ -45,8 +49,10 @@ mod panics;
 mod pool_shutdown;
 mod regressions;
 mod regressions_new_api;
+mod released;
 #[cfg(feature = "rsocket")]
 mod rsocket;
 mod shutdown;
+mod sizes;
 mod storms;
 mod time;

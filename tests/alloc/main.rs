@@ -1,5 +1,6 @@
 //! Heap allocations per item in steady state (principle 5 of `docs/design.md` §2),
-//! counted with a counting global allocator, one module per area.
+//! counted with a counting global allocator, one module per area; and the largest
+//! single allocation of the stages given their largest accepted sizes (`sizes`).
 //!
 //! Each check runs the same pipeline over a small and a large input and compares the
 //! allocation counts: they must not grow with the item count (allocations happen per
@@ -19,6 +20,7 @@ mod hub;
 mod multi_source;
 mod rate;
 mod registry;
+mod sizes;
 mod sync_pipeline;
 mod time;
 mod transform;
@@ -31,12 +33,15 @@ thread_local! {
     /// This thread's allocations while counting: per thread, so tests measuring in
     /// parallel do not add to each other's figures.
     static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    /// The largest single allocation (in bytes) this thread made while counting.
+    static LARGEST: Cell<usize> = const { Cell::new(0) };
 }
 
-fn count_one() {
+fn count_one(size: usize) {
     // `try_with`: the allocator can be called while thread-locals are torn down.
     if COUNTING.try_with(Cell::get).unwrap_or(false) {
         let _ = ALLOCATIONS.try_with(|a| a.set(a.get() + 1));
+        let _ = LARGEST.try_with(|l| l.set(l.get().max(size)));
     }
 }
 
@@ -44,7 +49,7 @@ fn count_one() {
 // the counter has no effect on the returned memory.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count_one();
+        count_one(layout.size());
         // SAFETY: the caller's obligations for `alloc` are passed through unchanged.
         unsafe { System.alloc(layout) }
     }
@@ -55,7 +60,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count_one();
+        count_one(new_size);
         // SAFETY: the caller's obligations for `realloc` are passed through unchanged.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
@@ -72,6 +77,14 @@ pub fn measure<R>(f: impl FnOnce() -> R) -> (u64, R) {
     let after = ALLOCATIONS.with(Cell::get);
     COUNTING.with(|c| c.set(false));
     (after - before, result)
+}
+
+/// Run `f` and return its result with the largest single allocation (in bytes) this
+/// thread made meanwhile.
+pub fn largest_allocation<R>(f: impl FnOnce() -> R) -> (usize, R) {
+    LARGEST.with(|l| l.set(0));
+    let (_, result) = measure(f);
+    (LARGEST.with(Cell::get), result)
 }
 
 /// Run `pipeline(n)` for a small and a large `n` (after a warm-up) and check that the

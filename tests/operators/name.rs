@@ -385,20 +385,23 @@ fn storms_of_named_pipelines_from_many_threads_leave_the_registry_empty() {
     let reader = std::thread::spawn({
         let (registry, stop) = (registry.clone(), stop.clone());
         move || {
-            let mut snapshots = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            // At least one snapshot, even when the scheduler starts this thread only
+            // after the storm (a busy machine): how many overlap it is up to the
+            // scheduler, so no count is asserted.
+            loop {
                 let snapshot = registry.snapshot();
                 let _ = (snapshot.to_string(), snapshot.pipelines());
-                snapshots += 1;
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
             }
-            snapshots
         }
     });
     for thread in threads {
         thread.join().expect("no storm thread panics");
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    assert!(reader.join().expect("snapshots do not panic") > 0);
+    reader.join().expect("snapshots do not panic");
     eventually("every stormed pipeline left", || registry.is_empty());
     pool.shutdown();
 }

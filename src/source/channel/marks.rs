@@ -116,7 +116,8 @@ impl WaterMarks {
     ///
     /// # Panics
     ///
-    /// If `high` is 0 or `low` is not below `high`.
+    /// If `high` is 0 ("WaterMarks high must be at least 1 (got 0)") or `low` is not
+    /// below `high` ("WaterMarks low must be in 0..high (got low 8, high 8)").
     pub fn new(high: usize, low: usize) -> Self {
         assert!(high >= 1, "WaterMarks high must be at least 1 (got 0)");
         assert!(
@@ -131,7 +132,7 @@ impl WaterMarks {
     ///
     /// # Panics
     ///
-    /// If `mark` is 0.
+    /// If `mark` is 0: "WaterMarks::single mark must be at least 1 (got 0)".
     pub fn single(mark: usize) -> Self {
         assert!(
             mark >= 1,

@@ -85,6 +85,15 @@ where
                     self.drops.drop_item(reason, item);
                 }
                 self.drops.flush();
+                if let Some(error) = self.drops.failure() {
+                    // The drop hook (or a dropped item) panicked: the stage fails as
+                    // if its own code had (upstream cancelled, the stream ends with
+                    // the error).
+                    self.upstream.cancel();
+                    core.stage().end(Err(error));
+                    core.signal();
+                    return 0;
+                }
             }
             if !more {
                 return 0;
