@@ -41,9 +41,11 @@ use weir::source::channel::{Admission, ChannelBuilder, ChannelPolicy, TrySendErr
 use weir::tck::{Outcome, PublisherVerification, TestEnv, TestSubscriber};
 use weir::{DropReason, Error, ErrorKind, Overflow};
 
+#[cfg(feature = "metrics")]
+use crate::harness::exports::ExportCounter;
 use crate::harness::watch::{
-    assert_no_failures, expect_panic, on_thread, run_rows, silence_deliberate_panics, wait_until,
-    PATIENCE,
+    assert_no_failures, built, expect_panic, on_thread, run_rows, silence_deliberate_panics,
+    wait_until, PATIENCE,
 };
 use crate::support::{Live, Tracked};
 
@@ -97,35 +99,6 @@ fn sweep(what: &str, apis: &[(&'static str, Check)]) {
         }
     });
     assert_no_failures(what, cases.len(), &failures);
-}
-
-/// Build something whose construction may be refused: `refusal` is the documented
-/// panic message when it must be (`None`: it must be built). `Ok(Some(built))` to go
-/// on with, `Ok(None)` when it was refused as documented (the case passed), `Err`
-/// with the failure otherwise.
-fn construct<T>(refusal: Option<&str>, build: impl FnOnce() -> T) -> Result<Option<T>, String> {
-    match (expect_panic(build), refusal) {
-        (Ok(built), None) => Ok(Some(built)),
-        (Err(got), Some(expected)) if got == expected => Ok(None),
-        (Err(got), Some(expected)) => {
-            Err(format!("refused with {got:?}, documented: {expected:?}"))
-        }
-        (Ok(_), Some(expected)) => Err(format!(
-            "accepted at construction; documented: a panic {expected:?}"
-        )),
-        (Err(got), None) => Err(format!("construction panicked: {got}")),
-    }
-}
-
-/// [`construct`], returning from the case when there is nothing to run.
-macro_rules! built {
-    ($refusal:expr, $build:expr) => {
-        match construct($refusal, || $build) {
-            Ok(Some(built)) => built,
-            Ok(None) => return Vec::new(),
-            Err(failure) => return vec![failure],
-        }
-    };
 }
 
 /// The refusal `message` at `refused_at`, none otherwise.
@@ -1018,57 +991,6 @@ fn queue_settings_with_extreme_durations() {
 
 // ---- metrics export -------------------------------------------------------------------
 
-/// Counts the exports: each records the `weir_stages` gauge of every name.
-#[cfg(feature = "metrics")]
-#[derive(Default)]
-struct CountingRecorder(Arc<AtomicU64>);
-
-#[cfg(feature = "metrics")]
-impl metrics::Recorder for CountingRecorder {
-    fn describe_counter(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-
-    fn describe_gauge(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-
-    fn describe_histogram(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-
-    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        metrics::Counter::noop()
-    }
-
-    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-        if key.name() == "weir_stages" {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-        metrics::Gauge::noop()
-    }
-
-    fn register_histogram(
-        &self,
-        _: &metrics::Key,
-        _: &metrics::Metadata<'_>,
-    ) -> metrics::Histogram {
-        metrics::Histogram::noop()
-    }
-}
-
 /// `Exporter::every(period, scheduler)`: zero panics ("Exporter::every: the period
 /// must be positive"); it exports at once and then every period until the handle is
 /// dropped; "a period that does not fit the scheduler's clock (`Duration::MAX`)
@@ -1090,8 +1012,8 @@ fn exporter_every(span: Span) -> Vec<String> {
         .registry(&registry)
         .subscribe(subscriber);
     let clock = clock();
-    let recorder = CountingRecorder::default();
-    let exports = recorder.0.clone();
+    let recorder = ExportCounter::default();
+    let exports = recorder.exports.clone();
     let count = || exports.load(Ordering::SeqCst);
     let refusal = refused_at(
         span,

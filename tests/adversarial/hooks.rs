@@ -44,6 +44,8 @@ use weir::source::channel::{Admission, ChannelBuilder, ChannelPolicy, WaterMarks
 use weir::source::Emitter;
 use weir::{BoxPublisher, Error, ErrorKind, Overflow, RawSubscription};
 
+#[cfg(feature = "metrics")]
+use crate::harness::exports::ExportCounter;
 use crate::harness::item::{Item, Ledger};
 use crate::harness::run::{guarded, tokio_runtime, Schedulers};
 use crate::harness::tap::{SourceProbe, Tap};
@@ -911,59 +913,6 @@ fn async_hooks() -> Vec<String> {
     check.done()
 }
 
-/// A metrics recorder that counts exports (each records `weir_stages` once per
-/// name) and panics in the second.
-#[derive(Default)]
-#[cfg(feature = "metrics")]
-struct PanickingRecorder(Arc<AtomicU64>);
-
-#[cfg(feature = "metrics")]
-impl metrics::Recorder for PanickingRecorder {
-    fn describe_counter(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-
-    fn describe_gauge(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-
-    fn describe_histogram(
-        &self,
-        _: metrics::KeyName,
-        _: Option<metrics::Unit>,
-        _: metrics::SharedString,
-    ) {
-    }
-
-    fn register_counter(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
-        metrics::Counter::noop()
-    }
-
-    fn register_gauge(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
-        if key.name() == "weir_stages" {
-            let n = self.0.fetch_add(1, Ordering::SeqCst) + 1;
-            assert!(n != 2, "{}", boom("a metrics recorder"));
-        }
-        metrics::Gauge::noop()
-    }
-
-    fn register_histogram(
-        &self,
-        _: &metrics::Key,
-        _: &metrics::Metadata<'_>,
-    ) -> metrics::Histogram {
-        metrics::Histogram::noop()
-    }
-}
-
 /// `Exporter::every`: "export now and then every `period` on `scheduler`, until the
 /// returned handle is dropped". A recorder that panics in one export must not end
 /// the periodic export (nor the scheduler): the next period exports again.
@@ -984,8 +933,9 @@ fn exporter_recorder() -> Vec<String> {
         .registry(&registry)
         .blocking_iter(1);
     let clock = VirtualTime::new();
-    let recorder = PanickingRecorder::default();
-    let exports = recorder.0.clone();
+    // The second export panics.
+    let recorder = ExportCounter::panicking_at(2);
+    let exports = recorder.exports.clone();
     let period = Duration::from_millis(1);
     let handle = metrics::with_local_recorder(&recorder, || {
         Exporter::new(&registry).every(period, clock.clone())

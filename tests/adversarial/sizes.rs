@@ -57,8 +57,8 @@ use weir::tck::TestSubscriber;
 use weir::{BoxPublisher, DropReason, ErrorKind, Overflow};
 
 use crate::harness::watch::{
-    assert_no_failures, expect_panic, on_thread, run_rows, silence_deliberate_panics, wait_until,
-    PATIENCE,
+    assert_no_failures, built, construct, on_thread, run_rows, silence_deliberate_panics,
+    wait_until, PATIENCE,
 };
 use crate::support::{Live, Tracked};
 
@@ -149,35 +149,6 @@ fn sweep(what: &str, apis: &[Api]) {
         }
     });
     assert_no_failures(what, cases.len(), &failures);
-}
-
-/// Build something whose construction may be refused: `refusal` is the documented
-/// panic message when it must be (`None`: it must be built). `Ok(Some(built))` to go
-/// on with, `Ok(None)` when it was refused as documented (the case passed), `Err`
-/// with the failure otherwise.
-fn construct<T>(refusal: Option<String>, build: impl FnOnce() -> T) -> Result<Option<T>, String> {
-    match (expect_panic(build), refusal) {
-        (Ok(built), None) => Ok(Some(built)),
-        (Err(got), Some(expected)) if got == expected => Ok(None),
-        (Err(got), Some(expected)) => {
-            Err(format!("refused with {got:?}, documented: {expected:?}"))
-        }
-        (Ok(_), Some(expected)) => Err(format!(
-            "accepted at construction; documented: a panic {expected:?}"
-        )),
-        (Err(got), None) => Err(format!("construction panicked: {got}")),
-    }
-}
-
-/// [`construct`], returning from the case when there is nothing to run.
-macro_rules! built {
-    ($refusal:expr, $build:expr) => {
-        match construct($refusal, || $build) {
-            Ok(Some(built)) => built,
-            Ok(None) => return Vec::new(),
-            Err(failure) => return vec![failure],
-        }
-    };
 }
 
 /// The documented refusal `message` unless `accepted`.

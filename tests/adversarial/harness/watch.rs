@@ -143,3 +143,43 @@ where
     results.sort_by_key(|(index, _)| *index);
     results.into_iter().flat_map(|(_, f)| f).collect()
 }
+
+/// Build something whose construction may be refused: `refusal` is the documented
+/// panic message when it must be (`None`: it must be built). `Ok(Some(built))` to go
+/// on with, `Ok(None)` when it was refused as documented (the case passed), `Err`
+/// with the failure otherwise.
+pub fn construct<T, R: AsRef<str>>(
+    refusal: Option<R>,
+    build: impl FnOnce() -> T,
+) -> Result<Option<T>, String> {
+    match (expect_panic(build), refusal) {
+        (Ok(built), None) => Ok(Some(built)),
+        (Err(got), Some(expected)) if got == expected.as_ref() => Ok(None),
+        (Err(got), Some(expected)) => Err(format!(
+            "refused with {got:?}, documented: {:?}",
+            expected.as_ref()
+        )),
+        (Ok(_), Some(expected)) => Err(format!(
+            "accepted at construction; documented: a panic {:?}",
+            expected.as_ref()
+        )),
+        (Err(got), None) => Err(format!("construction panicked: {got}")),
+    }
+}
+
+/// [`construct`], returning from the case (a `fn() -> Vec<String>` of failures) when
+/// there is nothing to run.
+macro_rules! built {
+    // A bare `None` names no message type: any will do.
+    (None, $build:expr) => {
+        $crate::harness::watch::built!(None::<&str>, $build)
+    };
+    ($refusal:expr, $build:expr) => {
+        match $crate::harness::watch::construct($refusal, || $build) {
+            Ok(Some(built)) => built,
+            Ok(None) => return Vec::new(),
+            Err(failure) => return vec![failure],
+        }
+    };
+}
+pub(crate) use built;
