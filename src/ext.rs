@@ -2328,7 +2328,10 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// As [`publish_on`](Self::publish_on). Expired items are not errors: each is
     /// handed to the pipeline's [`DropHook`] with [`DropReason::Expired`](crate::DropReason)
-    /// and counted (also in the monitor).
+    /// and counted (also in the monitor). A drop hook that panics there (or an
+    /// expired item whose `Drop` panics) fails the stream with an error of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked) naming the hook's stage, after the
+    /// boundary has cancelled upstream and dropped what it holds.
     ///
     /// # Cancellation
     ///

@@ -296,6 +296,13 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
                 (self.max_age, now, queue.stamps.as_mut())
             {
                 let gone = expire(&mut queue.items, stamps, &mut queue.drops, now, max_age);
+                if let Some(error) = queue.drops.failure() {
+                    // The drop hook (or an expired item's `Drop`) panicked: the stage
+                    // fails as if its own code had; ending cancels upstream and drops
+                    // what the ring holds before the error goes out.
+                    queue.expired += gone;
+                    return cx.terminate(subscriber, Err(error));
+                }
                 if gone > 0 {
                     queue.expired += gone;
                     available = queue.items.cached();

@@ -161,6 +161,13 @@ pub enum MuxError {
         /// The limit.
         max: usize,
     },
+    /// The [`Transport`] panicked in [`receiver`](Transport::receiver) or
+    /// [`connect`](Transport::connect) while [`build`](MuxBuilder::build) ran. Nothing
+    /// of the mux is left running: frames the transport had already subscribed to end.
+    Transport {
+        /// The panic's message.
+        reason: String,
+    },
 }
 
 impl fmt::Display for MuxError {
@@ -171,6 +178,12 @@ impl fmt::Display for MuxError {
             MuxError::TooManyChannels { max } => {
                 write!(f, "mux: {max} channels are open, the configured maximum")
             }
+            MuxError::Transport { reason } => {
+                write!(
+                    f,
+                    "mux: the transport panicked while the mux was built: {reason}"
+                )
+            }
         }
     }
 }
@@ -179,6 +192,15 @@ impl std::error::Error for MuxError {}
 
 fn refuse(parameter: &'static str, reason: String) -> MuxError {
     MuxError::Config { parameter, reason }
+}
+
+/// The error of a transport that panicked in `build` (logged: it is user code).
+#[cold]
+fn transport_panicked(panic: &crate::Error) -> MuxError {
+    tracing::error!(target: "weir::mux", error = %panic, "mux: the transport panicked in build");
+    MuxError::Transport {
+        reason: panic.to_string(),
+    }
 }
 
 /// Builds a [`Mux`]; see the [module docs](self) for what each setting means.
@@ -442,7 +464,10 @@ impl<T: Send + 'static> MuxBuilder<T> {
 
     /// A mux whose worker runs on `scheduler` and whose frames travel over
     /// `transport`. Refused, with the setting named, when the configuration is out of
-    /// range or could strand credit.
+    /// range or could strand credit ([`MuxError::Config`]); a transport that panics
+    /// in [`receiver`](Transport::receiver) or [`connect`](Transport::connect) gives
+    /// [`MuxError::Transport`], and whatever it had started of the mux winds down as
+    /// it would once the last handle of a mux with no channel is gone.
     pub fn build<C, Tr>(self, scheduler: C, transport: Tr) -> Result<Mux<T>, MuxError>
     where
         C: Scheduler + Clone,
@@ -450,6 +475,13 @@ impl<T: Send + 'static> MuxBuilder<T> {
     {
         let (config, staging) = self.validate()?;
         let clock: Arc<dyn Scheduler> = Arc::new(scheduler);
+        let (transport, receiver) = match crate::guard::catch(move || {
+            let receiver = transport.receiver();
+            (transport, receiver)
+        }) {
+            Ok(both) => both,
+            Err(panic) => return Err(transport_panicked(&panic)),
+        };
         let shared = Arc::new(Shared {
             state: Mutex::new(MuxState {
                 ledger: Ledger::new(config, self.classes as usize),
@@ -458,7 +490,7 @@ impl<T: Send + 'static> MuxBuilder<T> {
             }),
             worker: OnceLock::new(),
             clock: clock.clone(),
-            receiver: transport.receiver(),
+            receiver,
             broken: OnceLock::new(),
             staging,
             max_channels: self.max_channels,
@@ -467,10 +499,16 @@ impl<T: Send + 'static> MuxBuilder<T> {
         let (returned, spares) = transport::spares();
         let frames = Frames::new(shared.clone(), clock, spares);
         let demux = Demux::new(shared.clone(), returned);
-        transport.connect(frames, demux);
-        Ok(Mux {
-            owner: Arc::new(MuxOwner { shared }),
-        })
+        // The owner first: if the transport panics, dropping it releases the mux
+        // as the last handle's drop does (a worker the transport started ends it).
+        let owner = Arc::new(MuxOwner { shared });
+        match crate::guard::catch(move || transport.connect(frames, demux)) {
+            Ok(()) => Ok(Mux { owner }),
+            Err(panic) => {
+                drop(owner);
+                Err(transport_panicked(&panic))
+            }
+        }
     }
 
     /// A mux over the in-process transport: the worker on `scheduler`, the lane of

@@ -55,7 +55,9 @@ pub trait Transport<T: Send + 'static>: Send + 'static {
 
     /// Carry every frame of `frames` to `demux`, in order. Called once, when the mux
     /// is built. Ending `frames`' subscription (cancel) breaks the mux: every channel
-    /// ends with an error.
+    /// ends with an error. A panic here (or in [`receiver`](Self::receiver)) makes
+    /// [`MuxBuilder::build`](super::MuxBuilder::build) return
+    /// [`MuxError::Transport`](super::MuxError::Transport).
     fn connect(self, frames: Frames<T>, demux: Demux<T>);
 }
 

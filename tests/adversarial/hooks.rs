@@ -15,8 +15,8 @@
 //! | test | hooks |
 //! |---|---|
 //! | `every_stage_survives_a_subscriber_that_panics_outside_on_next` | a subscriber of every stage of the table panics in `on_subscribe`, in `on_error` (after its own `request(0)`) or in `on_complete` |
-//! | `every_user_hook_that_panics_is_handled_as_documented` | `create`'s `on_cancel`, `from_fn`, `unfold`, `concat_map`'s mapper, the `map_async` family's closure, its `Limiter`, `RetryPolicy::classify` behind `map_async_on`, a channel's drop hook, its shed classifier and deadline reader on every send method, the `AsyncSubscriber` hooks other than `on_next`, an `Exporter`'s recorder, hub subscribers that panic in `on_complete`/`on_error`, a `Stream` and a `Future` polled on a pool, an `rsocket::Handler` (feature `rsocket`) |
-//! | `a_drop_hook_that_panics_fails_the_lossy_stage_that_called_it` | `on_drop`'s closure and `DropHook::inspect` (through `on_dropped`) behind every stage that hands dropped items to the pipeline's hook |
+//! | `every_user_hook_that_panics_is_handled_as_documented` | `create`'s `on_cancel`, `from_fn`, `unfold`, `concat_map`'s mapper, the `map_async` family's closure, its `Limiter`, `RetryPolicy::classify` behind `map_async_on`, a channel's drop hook, its shed classifier and deadline reader on every send method, the `AsyncSubscriber` hooks other than `on_next`, an `Exporter`'s recorder, a `mux::Transport` panicking in `receiver` or `connect`, hub subscribers that panic in `on_complete`/`on_error`, a `Stream` and a `Future` polled on a pool, an `rsocket::Handler` (feature `rsocket`) |
+//! | `a_drop_hook_that_panics_fails_the_lossy_stage_that_called_it` | `on_drop`'s closure and `DropHook::inspect` (through `on_dropped`) behind every stage that hands dropped items to the pipeline's hook, `publish_on_with`'s expiry included |
 //! | `a_publisher_that_panics_in_subscribe_fails_the_stage_that_subscribes_it` | the other sources of `zip`, `weir::merge`, `concat_map`'s inners, `subscribe_on`'s source, a hub's upstream, a mux channel's sending publisher |
 //! | `a_subscription_that_panics_in_request_or_cancel_ends_the_pipeline` | a source whose `request` (the second call) or `cancel` panics, behind the stages that call it from threads of their own |
 //! | `an_item_whose_drop_panics_is_contained` | an item whose `Drop` panics when a stage drops it (swallowed, replaced, dropped by a policy, released on cancel) |
@@ -432,6 +432,7 @@ fn every_user_hook_that_panics_is_handled_as_documented() {
             ("a hub subscriber in on_error", || {
                 hub_terminal(Moment::Error)
             }),
+            ("a mux Transport in receiver / connect", mux_transport),
             ("a Stream polled on a pool (from_stream_on)", stream_on_pool),
             ("a Future polled on a pool (map_async_on)", future_on_pool),
             ("an rsocket Handler", rsocket_handler),
@@ -645,7 +646,7 @@ type Lossy = fn(BoxPublisher<Item>, &ThreadPool) -> BoxPublisher<Item>;
 
 /// Every stage that drops items and reports them to the pipeline's drop hook.
 /// (`conflate(f)` hands no item to the hook: its merge consumes both.)
-const LOSSY: [(&str, Lossy); 8] = [
+const LOSSY: [(&str, Lossy); 9] = [
     ("on_backpressure_drop", |s, _| {
         s.on_backpressure_drop().boxed()
     }),
@@ -675,6 +676,10 @@ const LOSSY: [(&str, Lossy); 8] = [
     ("debounce_on(1ms, pool)", |s, pool| {
         s.debounce_on(Duration::from_millis(1), pool.clone())
             .boxed()
+    }),
+    ("publish_on_with(pool, 16, max_age 100us)", |s, pool| {
+        let bounds = weir::queue::TimeBounds::none().max_age(Duration::from_micros(100));
+        s.publish_on_with(pool.clone(), 16, bounds).boxed()
     }),
 ];
 
@@ -1020,6 +1025,119 @@ fn hub_terminal(moment: Moment) -> Vec<String> {
         );
         check.expect(!probe.holding(), || format!("{what}: {}", probe.describe()));
         check.released(&what, &ledger);
+    }
+    check.done()
+}
+
+/// Where a [`Panicky`] transport panics.
+#[derive(Clone, Copy, Debug)]
+enum TransportPanic {
+    /// In `receiver`, before anything of the mux exists.
+    Receiver,
+    /// In `connect`, before it subscribed anything.
+    Connect,
+    /// In `connect`, after it subscribed the frames (the worker is there).
+    AfterConnecting,
+}
+
+/// A `mux::Transport` that carries the frames to a pool (as `mux::Local` does) and
+/// panics at its [`TransportPanic`]; its frames go through a [`Watched`] subscriber.
+struct Panicky {
+    pool: ThreadPool,
+    at: TransportPanic,
+    frames_ended: Arc<AtomicBool>,
+}
+
+/// The demultiplexer, with a flag set when the frames end.
+struct Watched {
+    demux: weir::mux::Demux<u64>,
+    ended: Arc<AtomicBool>,
+}
+
+impl Subscriber<weir::mux::ChannelFrame<u64>> for Watched {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        self.demux.on_subscribe(subscription);
+    }
+    fn on_next(&mut self, frame: weir::mux::ChannelFrame<u64>) {
+        self.demux.on_next(frame);
+    }
+    fn on_error(&mut self, error: Error) {
+        self.ended.store(true, Ordering::SeqCst);
+        self.demux.on_error(error);
+    }
+    fn on_complete(&mut self) {
+        self.ended.store(true, Ordering::SeqCst);
+        self.demux.on_complete();
+    }
+}
+
+impl weir::mux::Transport<u64> for Panicky {
+    fn receiver(&self) -> Arc<dyn Scheduler> {
+        assert!(
+            !matches!(self.at, TransportPanic::Receiver),
+            "{}",
+            boom("a mux Transport's receiver")
+        );
+        Arc::new(self.pool.clone())
+    }
+
+    fn connect(self, frames: weir::mux::Frames<u64>, demux: weir::mux::Demux<u64>) {
+        assert!(
+            !matches!(self.at, TransportPanic::Connect),
+            "{}",
+            boom("a mux Transport's connect")
+        );
+        let watched = Watched {
+            demux,
+            ended: self.frames_ended.clone(),
+        };
+        frames.publish_on(self.pool, 16).subscribe(watched);
+        panic!("{}", boom("a mux Transport's connect, after connecting"));
+    }
+}
+
+/// `MuxBuilder::build` with a transport that panics in `receiver`, in `connect`, or
+/// in `connect` after it subscribed the frames: `MuxError::Transport` with the
+/// panic's message, never an unwinding `build`; frames already subscribed end (the
+/// mux winds down as with its last handle gone), and the pools still run tasks.
+fn mux_transport() -> Vec<String> {
+    let mut check = Check::default();
+    for at in [
+        TransportPanic::Receiver,
+        TransportPanic::Connect,
+        TransportPanic::AfterConnecting,
+    ] {
+        let worker = pool("hooks-mux-worker", 1);
+        let receiving = pool("hooks-mux-receiver", 1);
+        let frames_ended = Arc::new(AtomicBool::new(false));
+        let transport = Panicky {
+            pool: receiving.clone(),
+            at,
+            frames_ended: frames_ended.clone(),
+        };
+        let built = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            weir::mux::Mux::<u64>::builder().build(worker.clone(), transport)
+        }));
+        match built {
+            Err(panic) => check.fail(format!(
+                "{at:?}: build unwound: {}",
+                panic_message(panic.as_ref())
+            )),
+            Ok(Ok(_)) => check.fail(format!("{at:?}: build returned a mux")),
+            Ok(Err(weir::mux::MuxError::Transport { reason })) => check
+                .expect(reason.contains(DELIBERATE), || {
+                    format!("{at:?}: the error does not carry the panic's message: {reason}")
+                }),
+            Ok(Err(other)) => check.fail(format!("{at:?}: build returned {other:?}")),
+        }
+        if let TransportPanic::AfterConnecting = at {
+            check.expect(
+                wait_until(WAIT, || frames_ended.load(Ordering::SeqCst)),
+                || format!("{at:?}: the frames never ended"),
+            );
+        }
+        check.pool_runs("the mux's worker pool", &worker);
+        check.pool_runs("the mux's receiving pool", &receiving);
     }
     check.done()
 }
