@@ -74,7 +74,17 @@ impl<T: Clone + Send + 'static> Stage for MemberStage<T> {
             let demand = cx.demand().get();
             let room = batch.items.capacity();
             let want = usize::try_from(demand).unwrap_or(usize::MAX).min(room);
-            let (taken, credit) = self.shared.take(self.id, demand, want, &mut batch.items);
+            // The items' `Clone` is user code, run under the hub's lock: a panic
+            // there ends this subscriber with `Panicked` (the ring is as it was: the
+            // cursor moves only once the clones are made; the lock recovers), not as
+            // if the subscriber had panicked.
+            let took = crate::guard::catch_in(Self::NAME, || {
+                self.shared.take(self.id, demand, want, &mut batch.items)
+            });
+            let (taken, credit) = match took {
+                Ok(took) => took,
+                Err(error) => return cx.terminate(downstream, Err(error)),
+            };
             if let Some((reason, n)) = taken.dropped {
                 batch.drops.count(reason, n);
                 batch.drops.flush();

@@ -29,7 +29,9 @@
 //! # The algorithm
 //!
 //! The ring, the cursors and the upstream credit sit under one short lock (no user
-//! code runs under it, except the items' own `Clone` and `Drop`). Two kinds of drain
+//! code runs under it, except the items' own `Clone` and `Drop`; a `Clone` that
+//! panics ends the subscriber it was cloned for with an error of kind
+//! [`Panicked`](crate::ErrorKind::Panicked) naming `share`, and the others go on). Two kinds of drain
 //! loop do the work, each the crate's one `Wip`:
 //!
 //! * **A subscriber's pass** (its own signal core, run by whichever thread signals

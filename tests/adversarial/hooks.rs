@@ -20,6 +20,7 @@
 //! | `a_publisher_that_panics_in_subscribe_fails_the_stage_that_subscribes_it` | the other sources of `zip`, `weir::merge`, `concat_map`'s inners, `subscribe_on`'s source, a hub's upstream, a mux channel's sending publisher |
 //! | `a_subscription_that_panics_in_request_or_cancel_ends_the_pipeline` | a source whose `request` (the second call) or `cancel` panics, behind the stages that call it from threads of their own |
 //! | `an_item_whose_drop_panics_is_contained` | an item whose `Drop` panics when a stage drops it (swallowed, replaced, dropped by a policy, released on cancel) |
+//! | `an_item_whose_clone_panics_ends_only_the_hub_subscriber_it_was_cloned_for` | an item whose `Clone` panics in a hub subscriber's pass |
 //! | `a_scheduler_that_panics_in_schedule_ends_the_pipeline` | a `Scheduler` whose `schedule` / `schedule_after` / `schedule_timer` panics, under every stage that takes one |
 //!
 //! Every case runs on a thread of its own under a watchdog ([`DEADLINE`]); its waits
@@ -1700,6 +1701,89 @@ fn an_item_whose_drop_panics_is_contained() {
             .collect()
     });
     assert_no_failures("items whose Drop panics", cases.len(), &failures);
+}
+
+/// An item whose `Clone` panics once, for the item of value `at` (every clone is a
+/// counted item of its own).
+struct Brittle {
+    item: Item,
+    ledger: Arc<Ledger>,
+    at: u64,
+    fuse: Arc<AtomicBool>,
+}
+
+impl Clone for Brittle {
+    fn clone(&self) -> Self {
+        if self.item.value == self.at && self.fuse.swap(false, Ordering::SeqCst) {
+            panic!("{}", boom("an item's Clone"));
+        }
+        Brittle {
+            item: self.ledger.produce(self.item.value),
+            ledger: self.ledger.clone(),
+            at: self.at,
+            fuse: self.fuse.clone(),
+        }
+    }
+}
+
+/// `share`: the items' `Clone` runs in a subscriber's pass, under the hub's lock. A
+/// `Clone` that panics ends that subscriber with `Panicked` naming `share` (not as if
+/// the subscriber had panicked: it gets the error), and the other subscriber, a
+/// `Backpressure` one too, still gets every item, in order; upstream completes, and
+/// every item (originals and clones) is dropped.
+#[test]
+fn an_item_whose_clone_panics_ends_only_the_hub_subscriber_it_was_cloned_for() {
+    silence_deliberate_panics();
+    let failures = guarded("share, Clone", DEADLINE, || {
+        let mut check = Check::default();
+        let ledger = Ledger::new();
+        let (source, probe) = counted("source", 100, &ledger);
+        let fuse = Arc::new(AtomicBool::new(true));
+        let brittle = {
+            let (ledger, fuse) = (ledger.clone(), fuse.clone());
+            move |item: Item| Brittle {
+                item,
+                ledger: ledger.clone(),
+                at: 5,
+                fuse: fuse.clone(),
+            }
+        };
+        let hub = Hub::builder(source.map(brittle), 16).connect_at(2).build();
+        let values = |items: Vec<Brittle>| items.iter().map(|b| b.item.value).collect::<Vec<_>>();
+        let first = hub.clone().collect();
+        let second = hub.clone().collect();
+        let ends = [ended(first), ended(second)];
+        let (mut failed, mut complete) = (0, 0);
+        for end in ends {
+            match end {
+                Some(Err(error)) => {
+                    failed += 1;
+                    check.panicked("share", Some(Err::<(), _>(error)), Some("share"));
+                }
+                Some(Ok(items)) => {
+                    complete += 1;
+                    let got = values(items);
+                    check.expect(got == (0..100).collect::<Vec<_>>(), || {
+                        format!("the other subscriber got {} items: {got:?}", got.len())
+                    });
+                }
+                None => check.fail(format!("a subscriber did not end within {WAIT:?}")),
+            }
+        }
+        check.expect(failed == 1 && complete == 1, || {
+            format!("{failed} subscribers failed and {complete} completed; expected one each")
+        });
+        check.expect(!fuse.load(Ordering::SeqCst), || {
+            "the Clone never panicked (the case checks nothing)".to_owned()
+        });
+        check.expect(wait_until(WAIT, || probe.completed()), || {
+            format!("upstream did not complete: {}", probe.describe())
+        });
+        drop(hub);
+        check.released("share", &ledger);
+        check.done()
+    });
+    assert_no_failures("an item's Clone that panics", 1, &failures);
 }
 
 fn bomb_check(stage: BombStage, target: u64, consumer: Consumer) -> Vec<String> {
