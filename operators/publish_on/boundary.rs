@@ -9,6 +9,7 @@ use crate::loom::{AtomicBool, Mutex, Ordering, Padded};
 use crate::metrics::{DropReporter, QueueGauge, Sweep};
 use crate::queue::spsc::{Consumer, Watch};
 use crate::runtime::Scheduler;
+use crate::spec::PullMark;
 use crate::stage::core::Drive;
 use crate::stage::core::SharedUpstream;
 use crate::stage::Core;
@@ -65,6 +66,8 @@ pub(super) struct Boundary<T, C> {
     /// On a block of its own: the drain writes it at every pass, and the producer
     /// reads the fields around it at every batch.
     held: Padded<Held>,
+    /// This drain's mark on upstream's [`Pull`](crate::spec::Pull), if it has one.
+    pull_mark: PullMark,
 }
 
 /// Items arrived and delivered held back by the drain. Statistics that order nothing,
@@ -141,6 +144,7 @@ impl<T, C> Boundary<T, C> {
                 arrived: std::sync::atomic::AtomicU64::new(0),
                 delivered: std::sync::atomic::AtomicU64::new(0),
             }),
+            pull_mark: PullMark::default(),
         }
     }
 
@@ -346,6 +350,17 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
     }
 }
 
+/// A drain whose last task left its mark on upstream's ring (a task the scheduler
+/// dropped unrun, after one that handed the loop on while watching) takes it back:
+/// upstream's senders would otherwise skip their signal for a watcher that is gone.
+impl<T, C> Drop for Boundary<T, C> {
+    fn drop(&mut self) {
+        if let Some(pull) = self.upstream.pull() {
+            self.pull_mark.release(&**pull);
+        }
+    }
+}
+
 impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
     const NAME: &'static str = "publish_on";
     type Item = T;
@@ -415,7 +430,7 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
     /// Upstream's senders skip their signal while we watch its ring too.
     fn watched(&self, on: bool) {
         if let Some(pull) = self.upstream.pull() {
-            pull.watch(on);
+            self.pull_mark.set(&**pull, on);
         }
     }
 

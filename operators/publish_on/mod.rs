@@ -42,15 +42,18 @@
 //!   producer is writing: 0.82–0.86 × the throughput without at prefetch 16 and 64),
 //!   so such a drain watches only while items arrive a few at a time (its last pass
 //!   found fewer than 4 new ones).
-//! * **Pulling a channel.** When upstream is a [`channel`](fn@crate::channel)
-//!   (its subscription carries a crate-internal pull handle), a watching drain also
+//! * **Pulling a channel.** When upstream is a [`channel`](fn@crate::channel), or a
+//!   subscriber of a hub over one (its subscription carries a crate-internal pull
+//!   handle, which the hub hands on to each subscriber), a watching drain also
 //!   watches the channel's *lane*, a lock-free ring its senders fill one item at a
 //!   time while the mark is set (see the channel's module docs), and when it finds
 //!   items there it runs the channel's drain loop on its own thread: the items reach
 //!   this ring and then downstream without the producer's thread doing more than
 //!   one compare-and-swap per item. The mark and the look after it are the ones
 //!   above: the drain clears both marks before its fence, and a sender reads the
-//!   channel's after its claim.
+//!   channel's after its claim. The channel counts its watchers (several
+//!   subscribers' drains behind a hub): each drain passes on only the changes of
+//!   its mark, and a drain dropped with its mark set takes it back.
 //! * **Downstream** `request` adds demand and asks for a pass; `cancel` cancels
 //!   upstream at once and the next pass drops the queued items and the subscriber.
 //!   A subscriber that panics is treated the same way (rule 2.13), and so is a

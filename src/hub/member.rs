@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::ring::Lagged;
 use super::{Shared, HUB_BATCH};
 use crate::metrics::DropReporter;
+use crate::spec::{Pull, PullMark};
 use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
 use crate::{Error, Subscriber, Subscription};
 
@@ -48,11 +49,66 @@ pub(crate) fn attach<T, S>(
         drops: DropReporter::new("share", hook),
         registration,
     };
+    let pull: Arc<dyn Pull> = Arc::new(MemberPull {
+        shared: shared.clone(),
+        mark: PullMark::default(),
+    });
     let core = Core::new(MemberStage { shared, id });
-    core.attach_then(batch, subscriber, |core| {
+    let subscription = Subscription::with_pull(core.clone(), pull);
+    core.attach_as(subscription, batch, subscriber, |core| {
         let handle: Arc<dyn CoreHandle> = core.clone();
         register(handle);
     });
+}
+
+/// What a subscriber's boundary sees of the hub's upstream [`Pull`] (a channel's
+/// lane): a drain behind the subscriber that watches it runs upstream's drain loop
+/// on its own thread when items wait there, and the arrivals reach every
+/// subscriber from that thread, in a batch, instead of one by one from the
+/// sender's. Nothing until the hub has subscribed upstream (and nothing ever if
+/// upstream has no lane); each subscriber's mark counts once upstream.
+struct MemberPull<T> {
+    shared: Arc<Shared<T>>,
+    mark: PullMark,
+}
+
+impl<T> MemberPull<T> {
+    fn upstream(&self) -> Option<&dyn Pull> {
+        self.shared.pull.get().map(|pull| &**pull)
+    }
+}
+
+impl<T: Send + 'static> Pull for MemberPull<T> {
+    fn watch(&self, on: bool) {
+        // A mark set before upstream had a pull was never counted, and is not
+        // taken back either.
+        if let Some(pull) = self.upstream() {
+            self.mark.set(pull, on);
+        }
+    }
+
+    fn ready(&self) -> bool {
+        self.upstream().is_some_and(|pull| pull.ready())
+    }
+
+    fn claimed(&self) -> bool {
+        self.upstream().is_some_and(|pull| pull.claimed())
+    }
+
+    fn pull(&self) {
+        if let Some(pull) = self.upstream() {
+            pull.pull();
+        }
+    }
+}
+
+/// The subscription (and so the watcher) went: its mark, if counted, goes too.
+impl<T> Drop for MemberPull<T> {
+    fn drop(&mut self) {
+        if let Some(pull) = self.upstream() {
+            self.mark.release(pull);
+        }
+    }
 }
 
 impl<T: Clone + Send + 'static> Stage for MemberStage<T> {

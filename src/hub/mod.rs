@@ -65,10 +65,24 @@
 //! Each subscriber pays one pass (a lock, its drain loop, its demand) per batch it
 //! takes, so the hub is cheapest when items arrive in batches, as every weir source
 //! and boundary hands them over. A producer that pushes one item at a time (a
-//! [`channel`](fn@crate::channel) fed by a socket reader) runs every subscriber's pass
-//! per item on its own thread; put a boundary between them
-//! (`channel.publish_on(pool, 256).share(n)`): the producer then only sends, and
-//! the hub gets what arrived meanwhile as one batch on the boundary's thread.
+//! [`channel`](fn@crate::channel) fed by a socket reader) would run every
+//! subscriber's pass per item on its own thread. Two shapes avoid that:
+//!
+//! * **Subscribers behind boundaries** (`hub.publish_on(pool, 256)` per subscriber):
+//!   the hub hands its upstream channel's *lane* on to each subscriber, so a
+//!   boundary's drain that lingers on its thread watches the channel through the
+//!   hub, as it watches a channel right in front of it. While one watches, a send
+//!   only claims a slot of the lane (one compare-and-swap) and skips its signal;
+//!   the first drain to see items runs the channel's drain loop on its own thread,
+//!   and what arrived meanwhile reaches the hub, and every subscriber, as one
+//!   batch from there. A subscriber's mark counts once, and goes with it (when it
+//!   cancels, or its scheduler drops its task).
+//! * **A boundary in front** (`channel.publish_on(pool, 256).share(n)`): the
+//!   producer only sends, and the hub gets what arrived meanwhile as one batch on
+//!   the boundary's thread, whatever its subscribers are.
+//!
+//! Subscribed directly (no boundary on either side), the whole fan-out runs on the
+//! producer's thread, item by item.
 //!
 //! # Connecting and stopping
 //!
@@ -363,6 +377,10 @@ pub(crate) struct Shared<T> {
     /// The hub's pump (see the module docs).
     pump: Wip,
     upstream: SubscriptionSlot,
+    /// Upstream's [`Pull`](crate::spec::Pull) (a channel's lane), if it has one:
+    /// handed on to every subscriber, whose boundary's drain may then take the
+    /// arrivals on its own thread (see the module docs).
+    pull: std::sync::OnceLock<Arc<dyn crate::spec::Pull>>,
     next_id: AtomicU64,
     capacity: usize,
     /// Upstream's own in-flight bound.
@@ -431,6 +449,9 @@ impl<T: Clone + Send + 'static> Shared<T> {
 
     /// Upstream's subscription arrived.
     pub(crate) fn subscribed(&self, subscription: crate::Subscription) {
+        if let Some(pull) = subscription.pull() {
+            let _ = self.pull.set(pull.clone());
+        }
         if self.upstream.set(subscription) {
             self.lock().subscribed = true;
             self.pump();
@@ -850,6 +871,7 @@ impl<T: Clone + Send + 'static> HubBuilder<T> {
                 }),
                 pump: Wip::new(),
                 upstream: SubscriptionSlot::new(),
+                pull: std::sync::OnceLock::new(),
                 next_id: AtomicU64::new(0),
                 capacity: self.capacity,
                 upstream_bound: self.upstream_bound,

@@ -56,5 +56,5 @@ pub use processor::Processor;
 pub use publisher::{BoxPublisher, Publisher};
 pub(crate) use subscriber::sealed::Sealed;
 pub use subscriber::Subscriber;
-pub(crate) use subscription::Pull;
+pub(crate) use subscription::{Pull, PullMark};
 pub use subscription::{RawSubscription, Subscription};

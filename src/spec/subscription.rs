@@ -34,10 +34,14 @@ pub struct Subscription {
 /// itself: the drain marks itself *watching* (senders then skip their signal), looks
 /// for items while it lingers, and runs the publisher's drain loop on its own thread
 /// when it finds some. Carried by the [`Subscription`] (crate-internal); stages
-/// that hand their upstream's subscription on unchanged keep it.
+/// that hand their upstream's subscription on unchanged keep it, and a hub hands
+/// its upstream's to each of its subscribers (several drains then watch one ring).
 pub(crate) trait Pull: Send + Sync {
-    /// Mark (or clear the mark of) a watching drain. The caller fences (`SeqCst`)
-    /// after clearing it and then asks [`claimed`](Self::claimed).
+    /// Count (`on`) or uncount a watching drain: senders skip their signal while
+    /// any drain watches. Each watcher's `watch(true)` is matched by one
+    /// `watch(false)` ([`PullMark`] keeps a watcher's calls paired). The caller
+    /// fences (`SeqCst`) after uncounting itself and then asks
+    /// [`claimed`](Self::claimed).
     fn watch(&self, on: bool);
     /// Items are written and waiting (cheap: reads the ring's next slot, not a line
     /// the senders write per item): for polling.
@@ -48,6 +52,34 @@ pub(crate) trait Pull: Send + Sync {
     /// Run the publisher's drain loop on this thread (or, if another thread owns it,
     /// make that owner run another pass).
     fn pull(&self);
+}
+
+/// One watcher's mark on a [`Pull`]: passes on only its changes (a drain may mark
+/// itself again without clearing first: a task that hands its loop on keeps it),
+/// so that each watcher counts once, and the owner takes it back when it goes
+/// ([`release`](Self::release)).
+#[derive(Debug, Default)]
+pub(crate) struct PullMark {
+    /// Whether this watcher is counted.
+    on: std::sync::atomic::AtomicBool,
+}
+
+impl PullMark {
+    /// Mark (or clear the mark of) this watcher on `pull`.
+    pub(crate) fn set(&self, pull: &dyn Pull, on: bool) {
+        // Relaxed: only the watcher's own drain loop (one owner at a time, handed
+        // on through the loop's synchronisation) writes it; the ordering that
+        // matters is the caller's fence after clearing.
+        if self.on.swap(on, std::sync::atomic::Ordering::Relaxed) != on {
+            pull.watch(on);
+        }
+    }
+
+    /// The watcher goes: uncount it if it is still counted (a task dropped unrun
+    /// keeps the mark its predecessor left).
+    pub(crate) fn release(&self, pull: &dyn Pull) {
+        self.set(pull, false);
+    }
 }
 
 impl Subscription {

@@ -158,3 +158,136 @@ fn subscribers_joining_and_leaving_on_many_threads_while_items_flow() {
     producer.join().unwrap();
     assert!(hub.stats().subscribers.is_empty(), "everyone left");
 }
+
+/// `0..n` sent into `tx` from `producers` threads, each its own residue class, the
+/// odd threads with `try_send` (spinning on `Full`), the even ones with
+/// `send_blocking`; the channel closes when the last sender goes.
+fn senders(
+    tx: weir::source::channel::Sender<u64>,
+    n: u64,
+    producers: u64,
+) -> Vec<thread::JoinHandle<()>> {
+    (0..producers)
+        .map(|p| {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                for i in (p..n).step_by(producers as usize) {
+                    if p % 2 == 1 {
+                        let mut item = i;
+                        while let Err(refused) = tx.try_send(item) {
+                            item = refused.into_inner();
+                            thread::yield_now();
+                        }
+                    } else {
+                        tx.send_blocking(i).expect("the hub reads");
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// Each producer's items, in the order `items` has them, are its residue class in
+/// order, and every item is there once.
+fn assert_every_item_once_in_each_producers_order(items: &[u64], n: u64, producers: u64) {
+    assert_eq!(items.len() as u64, n, "every item once");
+    let mut next: Vec<u64> = (0..producers).collect();
+    for &item in items {
+        let p = (item % producers) as usize;
+        assert_eq!(item, next[p], "producer {p}'s items in its order");
+        next[p] += producers;
+    }
+}
+
+#[test]
+fn subscribers_behind_boundaries_that_take_a_channels_items_themselves_lose_nothing() {
+    // Subscribers behind `publish_on` watch the channel's lane through the hub and
+    // run its drain loop on their own threads; the plain subscribers get the items
+    // from whichever thread that is. Every subscriber gets every item once, in each
+    // producer's order.
+    const PRODUCERS: u64 = 3;
+    let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+    let hub = Hub::builder(rx, 256).connect_at(4).build();
+    let pool = ThreadPool::builder().name("hub-pull").threads(2).build();
+    let collect = |p: Hub<u64>| {
+        p.fold(Vec::new(), |mut v, x| {
+            v.push(x);
+            v
+        })
+    };
+    let handles = vec![
+        collect(hub.clone()),
+        hub.clone()
+            .publish_on(pool.clone(), 256)
+            .fold(Vec::new(), |mut v, x| {
+                v.push(x);
+                v
+            }),
+        hub.clone()
+            .publish_on(pool.clone(), 16)
+            .fold(Vec::new(), |mut v, x| {
+                v.push(x);
+                v
+            }),
+        collect(hub.clone()),
+    ];
+    let producers = senders(tx, N, PRODUCERS);
+    for producer in producers {
+        producer.join().unwrap();
+    }
+    for (i, mut handle) in handles.into_iter().enumerate() {
+        let items = handle
+            .wait_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("subscriber {i} hung"))
+            .expect("completes");
+        assert_every_item_once_in_each_producers_order(&items, N, PRODUCERS);
+    }
+}
+
+#[test]
+fn a_boundary_subscriber_that_leaves_or_loses_its_pool_strands_nobody() {
+    // A watcher that goes (it cancels, or its pool shuts down under it) takes its
+    // mark on the channel's lane with it: senders go back to handing items over
+    // themselves, and the subscribers left get every item.
+    for shutdown in [false, true] {
+        let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+        let hub = Hub::builder(rx, 256).connect_at(3).build();
+        let pool = ThreadPool::builder().name("hub-leave").threads(1).build();
+        let leaving = hub
+            .clone()
+            .publish_on(pool.clone(), 256)
+            .take(1_000)
+            .fold(0u64, |n, _| n + 1);
+        let mut stays = hub.clone().fold(Vec::new(), |mut v, x| {
+            v.push(x);
+            v
+        });
+        let watcher = hub.clone().publish_on(pool.clone(), 64).for_each(|_| {});
+        let producers = senders(tx, N, 2);
+        if shutdown {
+            thread::sleep(Duration::from_millis(5));
+            pool.shutdown();
+        }
+        for producer in producers {
+            producer.join().unwrap();
+        }
+        let items = stays
+            .wait_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("the plain subscriber hung (shutdown {shutdown})"))
+            .expect("completes");
+        assert_every_item_once_in_each_producers_order(&items, N, 2);
+        let left = leaving.wait();
+        let watched = watcher.wait();
+        if shutdown {
+            // Each boundary ended, with everything or with the shutdown's error.
+            for end in [left.map(|_| ()), watched] {
+                if let Err(error) = end {
+                    assert_eq!(error.kind(), weir::ErrorKind::SchedulerShutdown, "{error}");
+                }
+            }
+        } else {
+            assert_eq!(left.expect("took its 1,000"), 1_000);
+            watched.expect("completes");
+        }
+    }
+}

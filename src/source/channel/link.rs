@@ -388,9 +388,10 @@ pub(super) struct Chan<T> {
     /// the subscriber's buffers take it. See [`Link::claim`].
     lane: Option<crate::loom::Arc<ClaimRing<T>>>,
     lane_reader: std::sync::Mutex<Option<Reader<T>>>,
-    /// A downstream drain watches the lane ([`Pull::watch`]): read by senders for
+    /// How many downstream drains watch the lane ([`Pull::watch`]: one behind a
+    /// `publish_on`, one per watching subscriber behind a hub): read by senders for
     /// every item, written when a watcher starts or stops.
-    pulled: crate::loom::Padded<AtomicBool>,
+    watchers: crate::loom::Padded<AtomicUsize>,
 }
 
 impl<T: Send + 'static> Chan<T> {
@@ -446,7 +447,7 @@ impl<T: Send + 'static> Chan<T> {
             batch_size,
             lane,
             lane_reader: std::sync::Mutex::new(lane_reader),
-            pulled: crate::loom::Padded::new(AtomicBool::new(false)),
+            watchers: crate::loom::Padded::new(AtomicUsize::new(0)),
         }
     }
 
@@ -480,6 +481,13 @@ impl<T: Send + 'static> Chan<T> {
     fn vacant(&self) -> bool {
         // Relaxed: see above; the flag guards no other memory.
         self.vacant.load(Ordering::Relaxed)
+    }
+
+    /// Whether a downstream drain watches the lane ([`Chan::watchers`]), read with
+    /// `order` (see each caller).
+    #[inline]
+    fn pulled(&self, order: Ordering) -> bool {
+        self.watchers.load(order) > 0
     }
 
     /// Publish the queue's statistics at `now` ([`TimedQueue::flush`]), the items
@@ -1192,8 +1200,8 @@ impl<T: Send + 'static> Link<T> {
             // slot rather than queue the item, which would send every later item
             // down the locked path until the queue is drained (module docs). Not
             // once the watcher left: nobody would free a slot.
-            let room = Backoff::wait(|| lane.has_room() || !chan.pulled.load(Ordering::Relaxed));
-            if !room || !chan.pulled.load(Ordering::Relaxed) {
+            let room = Backoff::wait(|| lane.has_room() || !chan.pulled(Ordering::Relaxed));
+            if !room || !chan.pulled(Ordering::Relaxed) {
                 return Err(item);
             }
             if let Err(refused) = lane.push(item) {
@@ -1207,7 +1215,7 @@ impl<T: Send + 'static> Link<T> {
         // SeqCst: after our claim (`SeqCst`), pairs with the fence of a watcher
         // that clears its mark and then looks at the lane's claims: either it sees
         // ours or we see the mark cleared and run the drain loop for it.
-        if !chan.pulled.load(Ordering::SeqCst) {
+        if !chan.pulled(Ordering::SeqCst) {
             // Not `kick`: with no demand seen, a request racing this claim may have
             // run its pass before the claim was visible; this pass (or the owner's
             // next) comes after the claim.
@@ -1221,7 +1229,7 @@ impl<T: Send + 'static> Link<T> {
     #[inline(never)]
     fn hand_off_item(&self, item: T) -> Result<(), T> {
         // Relaxed: a hint (see `claim`).
-        let item = if self.stage().pulled.load(Ordering::Relaxed) {
+        let item = if self.stage().pulled(Ordering::Relaxed) {
             match self.claim(item) {
                 Ok(()) => return Ok(()),
                 Err(item) => item,
@@ -1460,9 +1468,13 @@ impl<T: Send + 'static> Sweep for Link<T> {
 /// Lane mode's watcher: a `publish_on` drain behind the channel (see [`Link::claim`]).
 impl<T: Send + 'static> Pull for Link<T> {
     fn watch(&self, on: bool) {
-        // Relaxed: the watcher fences after clearing it (`Core::clear_mark`); a
-        // sender reads it with SeqCst after its claim.
-        self.stage().pulled.store(on, Ordering::Relaxed);
+        // Relaxed: a watcher fences after uncounting itself (`Core::clear_mark`); a
+        // sender reads the count with SeqCst after its claim.
+        if on {
+            self.stage().watchers.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.stage().watchers.fetch_sub(1, Ordering::Relaxed);
+        }
     }
 
     fn ready(&self) -> bool {
@@ -1617,6 +1629,40 @@ mod loom_tests {
             crate::loom::fence(std::sync::atomic::Ordering::SeqCst);
             if pull.claimed() {
                 // Claimed, perhaps not written yet: the pass comes back for it.
+                while recorder.items().is_empty() {
+                    pull.pull();
+                    thread::yield_now();
+                }
+            }
+            let tx = producer.join().unwrap();
+            assert_eq!(recorder.items(), [7], "delivered once");
+            drop(tx);
+        });
+    }
+
+    /// Lane mode with two watchers (two subscribers' drains behind a hub): one
+    /// stops watching while a sender claims a slot, the other stops after it. The
+    /// sender skips its signal only while one still watches, and that one's look
+    /// after its fence sees the claim: the item is delivered once either way.
+    #[test]
+    fn loom_lane_the_last_of_two_watchers_to_leave_strands_no_claimed_item() {
+        loom::model(|| {
+            let (tx, recorder, subscription) = subscribed();
+            subscription.request(1);
+            let pull = subscription.pull().expect("a lane-mode channel").clone();
+            pull.watch(true);
+            pull.watch(true);
+            let producer = thread::spawn(move || {
+                tx.try_send(7).unwrap();
+                tx // kept alive: closing would run the drain loop and hide a stranded item
+            });
+            let mut seen = false;
+            for _ in 0..2 {
+                pull.watch(false);
+                crate::loom::fence(std::sync::atomic::Ordering::SeqCst);
+                seen |= pull.claimed();
+            }
+            if seen {
                 while recorder.items().is_empty() {
                     pull.pull();
                     thread::yield_now();

@@ -62,12 +62,14 @@
 //! a scheduler of your choice instead.
 //!
 //! **The lane** (channels without time bounds, shed rung or deadlines). While the
-//! drain of a `publish_on` right behind the channel lingers on its thread and
-//! *watches* the channel, a single send that finds the channel vacant does not
+//! drain of a `publish_on` right behind the channel (or behind a subscriber of a
+//! [`share`](crate::PublisherExt::share) hub over it: see [`hub`](crate::hub))
+//! lingers on its thread and *watches* the channel, a single send that finds the
+//! channel vacant does not
 //! take the drain loop: it claims a slot of the channel's *lane*, a lock-free ring
 //! of one batch (256 items, or the capacity if smaller), with one compare-and-swap,
-//! writes its item there, and signals only if the watcher has stopped watching
-//! since. The watcher takes the lane's items on its own thread, running the
+//! writes its item there, and signals only if every watcher has stopped watching
+//! since. A watcher takes the lane's items on its own thread, running the
 //! channel's drain loop there, whole runs at a time and without the state lock
 //! while nothing is queued. So one item at a time from a producer thread to a
 //! consumer on another costs the producer one read-modify-write, as a bounded
