@@ -1305,6 +1305,28 @@ pub fn table() -> Vec<Stage> {
         )
         .scheduled(),
         Stage::new(
+            "channel(16).share(16).publish_on(pool, 16)",
+            Source,
+            EXACT,
+            |env| {
+                // A hub over a channel, its subscriber behind a boundary: the
+                // boundary's drain watches the channel's lane through the hub and
+                // runs the channel's drain loop on the pool's thread. Tapped after
+                // the boundary: a tap between them would hide the lane (it hands
+                // on a subscription of its own).
+                let (tx, rx) = weir::channel::<Item>(16, ChannelPolicy::Backpressure);
+                feed(env, tx);
+                let fanned = rx
+                    .map(Arc::new)
+                    .share(16)
+                    .publish_on(env.pool.clone(), 16)
+                    .map(|shared: Arc<Item>| shared.derive(shared.value));
+                env.tap("channel", fanned).boxed()
+            },
+            identity,
+        )
+        .scheduled(),
+        Stage::new(
             "publish_on(Tokio, 16)",
             Boundary,
             EXACT,
