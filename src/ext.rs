@@ -2626,6 +2626,13 @@ pub trait PublisherExt: Publisher + Sized {
     /// dropping it cancels upstream. Upstream requests arrive in batches of
     /// `prefetch - prefetch/4`; at most `prefetch` items are ever queued.
     ///
+    /// Over a [`channel`](fn@crate::channel) (directly, through stages that pass its
+    /// subscription on, or through a [`share`](Self::share) hub), `next` watches the
+    /// channel for a moment before it blocks: senders then only claim a slot, and
+    /// `next` runs the channel's drain loop on the iterating thread, so the stages
+    /// between the channel and the iterator (and a hub's other subscribers) may run
+    /// there too, as they may on any thread that delivers.
+    ///
     /// # Panics
     ///
     /// If `prefetch` is 0 or above 2^30: "blocking_iter prefetch must be in 1..=2^30

@@ -685,6 +685,57 @@ fn blocking_iter_fed_from_another_thread() {
 }
 
 #[test]
+fn blocking_iter_over_a_channel_takes_every_item_once_in_each_senders_order() {
+    // The iterator watches the channel's lane while it polls and runs the channel's
+    // drain loop on its own thread; senders that find it watching only claim a
+    // slot. Two senders (one `try_send`, one `send_blocking`), windows of 1 and 64,
+    // a consumer that sometimes pauses: every item once, each sender's in order.
+    const N: u64 = 50_000;
+    for prefetch in [1u64, 64] {
+        let (tx, rx) =
+            weir::channel::<u64>(256, weir::source::channel::ChannelPolicy::Backpressure);
+        let senders: Vec<_> = (0..2u64)
+            .map(|p| {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    for i in (p..N).step_by(2) {
+                        if p == 0 {
+                            let mut item = i;
+                            while let Err(refused) = tx.try_send(item) {
+                                item = refused.into_inner();
+                                std::thread::yield_now();
+                            }
+                        } else {
+                            tx.send_blocking(i).expect("the iterator reads");
+                        }
+                    }
+                })
+            })
+            .collect();
+        drop(tx);
+        let mut next = [0u64, 1];
+        let mut count = 0u64;
+        for item in rx.blocking_iter(prefetch) {
+            let item = item.expect("the channel completes");
+            let p = (item % 2) as usize;
+            assert_eq!(
+                item, next[p],
+                "sender {p}'s items in order (prefetch {prefetch})"
+            );
+            next[p] += 2;
+            count += 1;
+            if count % 5_000 == 0 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        assert_eq!(count, N, "every item once (prefetch {prefetch})");
+        for sender in senders {
+            sender.join().unwrap();
+        }
+    }
+}
+
+#[test]
 fn blocking_iter_consumed_on_another_thread() {
     let iter = weir::range(0u32..10_000).map(|x| x * 2).blocking_iter(64);
     let items = std::thread::spawn(move || iter.map(Result::unwrap).collect::<Vec<_>>())

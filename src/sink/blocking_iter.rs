@@ -17,13 +17,25 @@
 //! keeps up used to pay a `futex` wake-up per item (on this kind of machine, four
 //! iterators fed by a hub one item at a time ran 40× slower than four crossbeam
 //! channels).
+//!
+//! Pulling a channel: when upstream is a [`channel`](fn@crate::channel) (or a hub
+//! over one: its subscription carries a crate-internal pull handle), the iterator
+//! *watches* the channel's lane while it polls, as a `publish_on` drain does: the
+//! channel's senders then only claim a slot (one compare-and-swap) and skip their
+//! signal, and an iterator that finds items there runs the channel's drain loop on
+//! its own thread (so the items, and a hub's fan-out, arrive in batches there).
+//! Before it blocks it stops watching, fences, and looks at the lane's claims once
+//! more: a claim it does not see was made by a sender that sees the mark gone and
+//! hands its item over itself.
 
+use std::sync::atomic::fence;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
 use crate::demand::Replenish;
 use crate::drain::SubscriptionSlot;
 use crate::runtime::backoff::Backoff;
+use crate::spec::{Pull, PullMark};
 use crate::stage::window::{self, over_delivered, Window};
 use crate::{Error, Subscriber, Subscription};
 
@@ -39,6 +51,8 @@ struct BlockingQueue<T> {
     delivered: AtomicU64,
     /// The upstream subscription (cancelled when the iterator is dropped).
     slot: SubscriptionSlot,
+    /// Upstream's pull handle, if it has one (see the module docs).
+    pull: OnceLock<Arc<dyn Pull>>,
 }
 
 struct QueueState<T> {
@@ -80,6 +94,8 @@ pub struct BlockingIter<T> {
     shared: Arc<BlockingQueue<T>>,
     replenish: Replenish,
     done: bool,
+    /// This iterator's mark on upstream's pull handle (see the module docs).
+    mark: PullMark,
 }
 
 impl<T> std::fmt::Debug for BlockingIter<T> {
@@ -114,6 +130,7 @@ pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIte
         ready: Condvar::new(),
         delivered: AtomicU64::new(0),
         slot: SubscriptionSlot::new(),
+        pull: OnceLock::new(),
     });
     (
         IterSubscriber {
@@ -125,6 +142,7 @@ pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIte
             shared,
             replenish,
             done: false,
+            mark: PullMark::default(),
         },
     )
 }
@@ -146,6 +164,9 @@ impl<T> Subscriber<T> for IterSubscriber<T> {
             return;
         }
         self.subscribed = true;
+        if let Some(pull) = subscription.pull() {
+            let _ = self.shared.pull.set(pull.clone());
+        }
         if self.shared.slot.set(subscription.clone()) {
             subscription.request(self.prefetch);
         }
@@ -223,9 +244,26 @@ impl<T> Iterator for BlockingIter<T> {
                 let seen = self.shared.delivered.load(Ordering::Acquire);
                 drop(state);
                 crate::runtime::forbid_blocking_in_async("the blocking iterator's next()");
-                // Poll a moment for the next delivery before blocking.
+                // Poll a moment for the next delivery before blocking (watching
+                // upstream's lane meanwhile, if it has one).
                 let delivered = &self.shared.delivered;
-                Backoff::wait(|| delivered.load(Ordering::Acquire) != seen);
+                match self.shared.pull.get() {
+                    None => {
+                        Backoff::wait(|| delivered.load(Ordering::Acquire) != seen);
+                    }
+                    Some(pull) => {
+                        self.mark.set(&**pull, true);
+                        Backoff::wait(|| delivered.load(Ordering::Acquire) != seen || pull.ready());
+                        if pull.ready() {
+                            // Upstream's drain loop, here: what it delivers lands
+                            // in our queue (if upstream has demand to serve).
+                            pull.pull();
+                        }
+                        // Not watching outside `next`: the caller may take its
+                        // time with the item, and the senders would wait for us.
+                        self.unwatch(&**pull);
+                    }
+                }
                 state = self.shared.lock();
                 continue;
             }
@@ -240,8 +278,34 @@ impl<T> Iterator for BlockingIter<T> {
     }
 }
 
+impl<T> BlockingIter<T> {
+    /// Stop watching upstream's lane (the end of a poll).
+    ///
+    /// After the mark is cleared and the fence, every sender's claim is either
+    /// seen here (and pulled, once written: a sender writes its slot right after
+    /// claiming it), or made by a sender that sees the mark gone (or another
+    /// watcher's) and so signals. A pull that finds no demand upstream leaves the
+    /// items for the request that brings it (a request runs upstream's drain loop).
+    fn unwatch(&self, pull: &dyn Pull) {
+        self.mark.set(pull, false);
+        // SeqCst: pairs with a sender's read of the mark after its claim.
+        fence(Ordering::SeqCst);
+        if pull.claimed() {
+            // Claimed, perhaps not yet written: wait (a moment; longer only if
+            // the sender lost its CPU in between) for the write.
+            while pull.claimed() && !pull.ready() {
+                std::thread::yield_now();
+            }
+            pull.pull();
+        }
+    }
+}
+
 impl<T> Drop for BlockingIter<T> {
     fn drop(&mut self) {
+        if let Some(pull) = self.shared.pull.get() {
+            self.mark.release(&**pull);
+        }
         self.shared.slot.cancel();
     }
 }

@@ -291,3 +291,93 @@ fn a_boundary_subscriber_that_leaves_or_loses_its_pool_strands_nobody() {
         }
     }
 }
+
+#[test]
+fn an_iterator_that_holds_its_item_does_not_hold_back_a_sibling() {
+    // A blocking iterator over a hub over a channel watches the channel only
+    // inside `next`: one whose caller holds on to an item (and does not call `next`
+    // again) leaves no mark behind, so the channel's senders hand items over
+    // themselves and a plain sibling gets every item meanwhile. The items are sent
+    // while the holder's first `next` polls (in some rounds it catches one there).
+    const ITEMS: u64 = 200; // within the ring: the holder bounds nothing yet
+    for round in 0..20 {
+        let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+        let hub = Hub::builder(rx, 256).connect_at(2).build();
+        let seen = Arc::new(AtomicU64::new(0));
+        let sibling = hub.clone().for_each({
+            let seen = seen.clone();
+            move |x| {
+                // In order: each item is the count so far.
+                assert_eq!(seen.fetch_add(1, Ordering::Relaxed), x, "in order");
+            }
+        });
+        let (subscribed, polling) = std::sync::mpsc::channel();
+        let release = Arc::new(Barrier::new(2));
+        let holder = thread::spawn({
+            let hub = hub.clone();
+            let release = release.clone();
+            move || {
+                let mut iter = hub.blocking_iter(64);
+                let _ = subscribed.send(());
+                let first = iter.next().map(|item| item.expect("an item"));
+                release.wait();
+                (first, iter.filter(|item| item.is_ok()).count() as u64)
+            }
+        });
+        polling
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the holder subscribed");
+        for i in 0..ITEMS {
+            tx.send_blocking(i).expect("the hub reads");
+        }
+        // With the channel still open (closing it runs its drain loop, which would
+        // deliver whatever waits), the sibling gets every item.
+        for _ in 0..20_000 {
+            if seen.load(Ordering::Relaxed) == ITEMS {
+                break;
+            }
+            thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(
+            seen.load(Ordering::Relaxed),
+            ITEMS,
+            "round {round}: the sibling got every item while the holder held its first"
+        );
+        drop(tx);
+        sibling.wait().expect("completes");
+        release.wait();
+        let (first, rest) = holder.join().unwrap();
+        assert_eq!(
+            (first, rest),
+            (Some(0), ITEMS - 1),
+            "the holder got them all"
+        );
+    }
+}
+
+#[test]
+fn iterators_over_a_hub_over_a_channel_get_every_item_once_in_each_producers_order() {
+    // Each iterator watches the channel's lane through the hub while it polls, and
+    // the one that finds items runs the fan-out on its own thread.
+    const PRODUCERS: u64 = 2;
+    let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+    let hub = Hub::builder(rx, 256).connect_at(3).build();
+    let iterators: Vec<_> = [1u64, 16, 256]
+        .into_iter()
+        .map(|prefetch| {
+            let iter = hub.clone().blocking_iter(prefetch);
+            thread::spawn(move || {
+                iter.map(|item| item.expect("completes"))
+                    .collect::<Vec<u64>>()
+            })
+        })
+        .collect();
+    let producers = senders(tx, N, PRODUCERS);
+    for producer in producers {
+        producer.join().unwrap();
+    }
+    for iterator in iterators {
+        let items = iterator.join().unwrap();
+        assert_every_item_once_in_each_producers_order(&items, N, PRODUCERS);
+    }
+}
