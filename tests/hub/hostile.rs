@@ -137,3 +137,62 @@ fn a_cancel_storm_on_one_subscriber_leaves_the_others_whole() {
         );
     }
 }
+
+#[test]
+fn a_panic_in_the_fan_out_that_an_iterator_runs_stays_with_the_subscriber_that_panicked() {
+    // Iterators over a hub over a channel run the channel's drain loop, and the
+    // hub's fan-out, on their own threads: a subscriber that panics there (and a
+    // `map` between the channel and the hub that panics for one iterator's hub
+    // below) ends as documented, and the panic never unwinds out of `next`.
+    use weir::source::channel::ChannelPolicy;
+    const N: u64 = 20_000;
+    let (tx, rx) = weir::channel::<u64>(256, ChannelPolicy::Backpressure);
+    let hub = Hub::builder(rx, 64).connect_at(3).build();
+    let iterators: Vec<_> = (0..2)
+        .map(|_| {
+            let iter = hub.clone().blocking_iter(16);
+            thread::spawn(move || iter.map(|item| item.expect("completes")).count() as u64)
+        })
+        .collect();
+    hub.join(Policy::Backpressure)
+        .subscribe(PanicsAt { at: 100, seen: 0 });
+    let producer = thread::spawn(move || {
+        for i in 0..N {
+            tx.send_blocking(i).expect("the hub reads");
+        }
+    });
+    producer.join().unwrap();
+    for iterator in iterators {
+        assert_eq!(iterator.join().expect("no panic out of next"), N);
+    }
+
+    // A stage between the channel and the iterator that panics: the iterator
+    // gets `Panicked`, then `None`.
+    let (tx, rx) = weir::channel::<u64>(256, ChannelPolicy::Backpressure);
+    let mut iter = rx
+        .map(|x| {
+            assert!(x != 500, "map panics on purpose at 500");
+            x
+        })
+        .blocking_iter(8);
+    let producer = thread::spawn(move || {
+        for i in 0..N {
+            if tx.send_blocking(i).is_err() {
+                return i;
+            }
+        }
+        N
+    });
+    for expected in 0..500 {
+        assert_eq!(iter.next().map(Result::unwrap), Some(expected));
+    }
+    let error = iter.next().expect("an error").expect_err("the panic");
+    assert_eq!(error.kind(), weir::ErrorKind::Panicked, "{error}");
+    assert!(iter.next().is_none());
+    drop(iter);
+    let stopped_at = producer.join().unwrap();
+    assert!(
+        stopped_at < N,
+        "the channel was cancelled: sends refused from then on"
+    );
+}
