@@ -9,6 +9,12 @@
 //! The iterator requests only after releasing the queue lock: a synchronous upstream
 //! delivers inside `request`, on the iterator's own thread.
 //!
+//! Taking items: an iterator whose own buffer is empty takes everything queued under
+//! one lock (the window's buffers trade places), and returns it item by item without
+//! the lock. Those items stay counted in the window until they are returned and the
+//! next lock (or a request, which always releases first) lets them go, so the window
+//! still counts every item delivered and not yet consumed.
+//!
 //! Waiting: an iterator that finds the queue empty first polls a moment for the next
 //! delivery (the crate's one `Backoff`, watching a count of deliveries it can read
 //! without the lock), then marks itself waiting and blocks on the condition
@@ -28,6 +34,7 @@
 //! more: a claim it does not see was made by a sender that sees the mark gone and
 //! hands its item over itself.
 
+use std::collections::VecDeque;
 use std::sync::atomic::fence;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
@@ -94,6 +101,12 @@ pub struct BlockingIter<T> {
     shared: Arc<BlockingQueue<T>>,
     replenish: Replenish,
     done: bool,
+    /// Items taken out of the queue under one lock, not yet returned: still held
+    /// in the window, as are the `unreleased` ones returned since the last lock.
+    local: VecDeque<T>,
+    /// Items returned from `local` and not yet released in the window (released
+    /// at the next lock, and always before a request: see the module docs).
+    unreleased: usize,
     /// This iterator's mark on upstream's pull handle (see the module docs).
     mark: PullMark,
 }
@@ -142,6 +155,8 @@ pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIte
             shared,
             replenish,
             done: false,
+            local: VecDeque::new(),
+            unreleased: 0,
             mark: PullMark::default(),
         },
     )
@@ -220,18 +235,21 @@ impl<T> Iterator for BlockingIter<T> {
     type Item = Result<T, Error>;
 
     fn next(&mut self) -> Option<Result<T, Error>> {
+        if let Some(item) = self.local.pop_front() {
+            return Some(Ok(self.returned(item)));
+        }
         if self.done {
             return None;
         }
         let mut state = self.shared.lock();
         let mut checked = false;
         loop {
-            if let Some(item) = state.queue.pop_released() {
+            // What was returned since the last lock leaves the window now.
+            state.queue.release(std::mem::take(&mut self.unreleased));
+            if state.queue.take_queued(&mut self.local) > 0 {
                 drop(state);
-                if let Some(n) = self.replenish.on_consumed(1) {
-                    self.shared.slot.request(n);
-                }
-                return Some(Ok(item));
+                let item = self.local.pop_front().expect("just taken");
+                return Some(Ok(self.returned(item)));
             }
             if let Some(end) = state.end.take() {
                 self.done = true;
@@ -279,6 +297,21 @@ impl<T> Iterator for BlockingIter<T> {
 }
 
 impl<T> BlockingIter<T> {
+    /// `item` leaves for the caller: count it, and replenish upstream if due,
+    /// after releasing what was returned in the window (so upstream's next items
+    /// always find room).
+    fn returned(&mut self, item: T) -> T {
+        self.unreleased += 1;
+        if let Some(n) = self.replenish.on_consumed(1) {
+            self.shared
+                .lock()
+                .queue
+                .release(std::mem::take(&mut self.unreleased));
+            self.shared.slot.request(n);
+        }
+        item
+    }
+
     /// Stop watching upstream's lane (the end of a poll).
     ///
     /// After the mark is cleared and the fence, every sender's claim is either

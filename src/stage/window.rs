@@ -159,17 +159,22 @@ impl<T> Window<T> {
 
     /// Move every queued item to `out`, each still counted as held until
     /// [`release`](Self::release); returns how many moved.
-    #[cfg(feature = "futures")]
+    ///
+    /// Into an empty `out` the two buffers trade places (no copy; once both have
+    /// grown to their working size, no allocation either).
     pub(crate) fn take_queued(&mut self, out: &mut VecDeque<T>) -> usize {
         let n = self.items.len();
-        out.extend(self.items.drain(..));
+        if out.is_empty() {
+            std::mem::swap(&mut self.items, out);
+        } else {
+            out.extend(self.items.drain(..));
+        }
         n
     }
 
     /// The consumer is done with `n` items taken with
     /// [`take_queued`](Self::take_queued) (or `pop`): upstream may
     /// deliver `n` more. Call before requesting them.
-    #[cfg(any(all(test, not(weir_loom)), feature = "futures"))]
     pub(crate) fn release(&mut self, n: usize) {
         debug_assert!(n <= self.held, "released more than was delivered");
         self.held -= n.min(self.held);
@@ -236,6 +241,23 @@ mod tests {
         out.clear();
         assert_eq!(window.pop_into(&mut out, 3), 1);
         assert_eq!(out, [9]);
+    }
+
+    #[test]
+    fn take_queued_trades_buffers_and_keeps_the_items_held_until_released() {
+        let mut window = Window::new(4);
+        assert_eq!(window.push(0..3), Ok(3));
+        let mut out = VecDeque::new();
+        assert_eq!(window.take_queued(&mut out), 3);
+        assert_eq!(out, [0, 1, 2]);
+        assert!(window.is_empty());
+        // Taken but held: one more fits, not two.
+        assert_eq!(window.push(3..5), Err(4));
+        window.release(3);
+        assert_eq!(window.push(5..8), Ok(3));
+        // Into a non-empty `out`: appended in order.
+        assert_eq!(window.take_queued(&mut out), 4);
+        assert!(out.iter().copied().eq([0, 1, 2, 3, 5, 6, 7]));
     }
 
     #[test]

@@ -56,3 +56,51 @@ fn single_sends_allocate_nothing_per_item() {
         );
     }
 }
+
+/// `blocking_iter` over a range and over a channel (which the iterator watches and
+/// drains on its own thread while it polls): it takes a batch of items per lock,
+/// the window's buffer and its own trading places, so nothing is allocated per item.
+#[test]
+fn blocking_iter_allocates_nothing_per_item() {
+    assert_flat(
+        "range blocking_iter(64)",
+        16,
+        |n| {
+            weir::range(0..n)
+                .blocking_iter(64)
+                .map(Result::unwrap)
+                .fold(0u64, u64::wrapping_add)
+        },
+        |n| (0..n).fold(0u64, u64::wrapping_add),
+    );
+    assert_flat(
+        "channel blocking_iter(64)",
+        // The channel's queue, lane and pass buffers, the iterator's window and
+        // buffer, the subscription: all once.
+        24,
+        |n| {
+            let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+            let iter = rx.blocking_iter(64);
+            // Sends in batches the iterator's window covers (no thread: the sends
+            // run the channel's drain loop here, and the iterator takes what it
+            // queued), then the rest as it reads.
+            let mut next = 0u64;
+            let mut sum = 0u64;
+            let mut iter = iter;
+            while next < n {
+                let end = (next + 48).min(n);
+                for x in next..end {
+                    tx.try_send(x).unwrap();
+                }
+                for _ in next..end {
+                    sum = sum.wrapping_add(iter.next().unwrap().unwrap());
+                }
+                next = end;
+            }
+            drop(tx);
+            assert!(iter.next().is_none());
+            sum
+        },
+        |n| (0..n).fold(0u64, u64::wrapping_add),
+    );
+}
