@@ -1616,28 +1616,7 @@ mod loom_tests {
     /// it sees the mark cleared.
     #[test]
     fn loom_lane_a_leaving_watcher_strands_no_claimed_item() {
-        loom::model(|| {
-            let (tx, recorder, subscription) = subscribed();
-            subscription.request(1);
-            let pull = subscription.pull().expect("a lane-mode channel").clone();
-            pull.watch(true);
-            let producer = thread::spawn(move || {
-                tx.try_send(7).unwrap();
-                tx // kept alive: closing would run the drain loop and hide a stranded item
-            });
-            pull.watch(false);
-            crate::loom::fence(std::sync::atomic::Ordering::SeqCst);
-            if pull.claimed() {
-                // Claimed, perhaps not written yet: the pass comes back for it.
-                while recorder.items().is_empty() {
-                    pull.pull();
-                    thread::yield_now();
-                }
-            }
-            let tx = producer.join().unwrap();
-            assert_eq!(recorder.items(), [7], "delivered once");
-            drop(tx);
-        });
+        leaving_watchers_strand_no_claimed_item(1);
     }
 
     /// Lane mode with two watchers (two subscribers' drains behind a hub): one
@@ -1646,23 +1625,33 @@ mod loom_tests {
     /// after its fence sees the claim: the item is delivered once either way.
     #[test]
     fn loom_lane_the_last_of_two_watchers_to_leave_strands_no_claimed_item() {
-        loom::model(|| {
+        leaving_watchers_strand_no_claimed_item(2);
+    }
+
+    /// `watchers` watchers (this thread) stop watching one after the other (mark
+    /// cleared, fence, a look at the lane's claims) while a sender's `try_send`
+    /// claims a slot and reads the mark; one that saw the claim pulls until the
+    /// item is there.
+    fn leaving_watchers_strand_no_claimed_item(watchers: usize) {
+        loom::model(move || {
             let (tx, recorder, subscription) = subscribed();
             subscription.request(1);
             let pull = subscription.pull().expect("a lane-mode channel").clone();
-            pull.watch(true);
-            pull.watch(true);
+            for _ in 0..watchers {
+                pull.watch(true);
+            }
             let producer = thread::spawn(move || {
                 tx.try_send(7).unwrap();
                 tx // kept alive: closing would run the drain loop and hide a stranded item
             });
             let mut seen = false;
-            for _ in 0..2 {
+            for _ in 0..watchers {
                 pull.watch(false);
                 crate::loom::fence(std::sync::atomic::Ordering::SeqCst);
                 seen |= pull.claimed();
             }
             if seen {
+                // Claimed, perhaps not written yet: the pass comes back for it.
                 while recorder.items().is_empty() {
                     pull.pull();
                     thread::yield_now();
