@@ -30,9 +30,9 @@
 //! channel's senders then only claim a slot (one compare-and-swap) and skip their
 //! signal, and an iterator that finds items there runs the channel's drain loop on
 //! its own thread (so the items, and a hub's fan-out, arrive in batches there).
-//! Before it blocks it stops watching, fences, and looks at the lane's claims once
-//! more: a claim it does not see was made by a sender that sees the mark gone and
-//! hands its item over itself.
+//! At the end of its poll (so before `next` returns or blocks) it stops watching,
+//! fences, and looks at the lane's claims once more: a claim it does not see was
+//! made by a sender that sees the mark gone and hands its item over itself.
 
 use std::collections::VecDeque;
 use std::sync::atomic::fence;

@@ -127,6 +127,7 @@ impl<T> Window<T> {
 
     /// The oldest queued item, released at once (for consumers that replenish as they
     /// take items out).
+    #[cfg(any(all(test, not(weir_loom)), feature = "futures"))]
     #[inline]
     pub(crate) fn pop_released(&mut self) -> Option<T> {
         let item = self.items.pop_front()?;
