@@ -8,7 +8,7 @@ use weir::hub::{Hub, Policy};
 use weir::prelude::*;
 use weir::{Error, Subscription};
 
-use super::probe;
+use super::{iterate_on_threads, probe};
 
 /// A subscriber that requests everything and panics at its `at`-th item.
 struct PanicsAt {
@@ -141,22 +141,14 @@ fn a_cancel_storm_on_one_subscriber_leaves_the_others_whole() {
 #[test]
 fn a_panic_in_the_fan_out_that_an_iterator_runs_stays_with_the_subscriber_that_panicked() {
     // Iterators over a hub over a channel run the channel's drain loop, and the
-    // hub's fan-out, on their own threads: a subscriber that panics there (and a
-    // `map` between the channel and the hub that panics for one iterator's hub
-    // below) ends as documented, and the panic never unwinds out of `next`.
+    // hub's fan-out, on their own threads: a hub subscriber that panics there ends
+    // as documented, and so does (below) a `map` between a channel and its
+    // iterator that panics; the panic never unwinds out of `next`.
     use weir::source::channel::ChannelPolicy;
     const N: u64 = 20_000;
     let (tx, rx) = weir::channel::<u64>(256, ChannelPolicy::Backpressure);
     let hub = Hub::builder(rx, 64).connect_at(3).build();
-    let iterators: Vec<_> = (0..2)
-        .map(|_| {
-            let iter = hub.clone().blocking_iter(16);
-            thread::spawn(move || {
-                iter.map(|item| item.map(|_| 1u64))
-                    .sum::<Result<u64, Error>>()
-            })
-        })
-        .collect();
+    let iterators = iterate_on_threads(&hub, &[16, 16]);
     hub.join(Policy::Backpressure)
         .subscribe(PanicsAt { at: 100, seen: 0 });
     let producer = thread::spawn(move || {
@@ -167,7 +159,7 @@ fn a_panic_in_the_fan_out_that_an_iterator_runs_stays_with_the_subscriber_that_p
     producer.join().unwrap();
     for iterator in iterators {
         let got = iterator.join().expect("no panic out of next");
-        assert_eq!(got.expect("completes"), N);
+        assert_eq!(got.expect("completes").len() as u64, N);
     }
 
     // A stage between the channel and the iterator that panics: the iterator

@@ -33,3 +33,19 @@ where
     publisher.subscribe(subscriber);
     probe
 }
+
+/// One thread per entry of `prefetches`, each subscribing `blocking_iter(prefetch)`
+/// to `hub` here (so the subscriptions count towards `connect_at` at once) and
+/// returning what it iterated, or the stream's error.
+fn iterate_on_threads(
+    hub: &Hub<u64>,
+    prefetches: &[u64],
+) -> Vec<std::thread::JoinHandle<Result<Vec<u64>, weir::Error>>> {
+    prefetches
+        .iter()
+        .map(|&prefetch| {
+            let iter = hub.clone().blocking_iter(prefetch);
+            std::thread::spawn(move || iter.collect())
+        })
+        .collect()
+}

@@ -11,7 +11,7 @@ use weir::prelude::*;
 use weir::runtime::ThreadPool;
 use weir::source::channel::ChannelPolicy;
 
-use super::{member, probe};
+use super::{iterate_on_threads, member, probe};
 
 const N: u64 = 200_000;
 
@@ -362,22 +362,13 @@ fn iterators_over_a_hub_over_a_channel_get_every_item_once_in_each_producers_ord
     const PRODUCERS: u64 = 2;
     let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
     let hub = Hub::builder(rx, 256).connect_at(3).build();
-    let iterators: Vec<_> = [1u64, 16, 256]
-        .into_iter()
-        .map(|prefetch| {
-            let iter = hub.clone().blocking_iter(prefetch);
-            thread::spawn(move || {
-                iter.map(|item| item.expect("completes"))
-                    .collect::<Vec<u64>>()
-            })
-        })
-        .collect();
+    let iterators = iterate_on_threads(&hub, &[1, 16, 256]);
     let producers = senders(tx, N, PRODUCERS);
     for producer in producers {
         producer.join().unwrap();
     }
     for iterator in iterators {
-        let items = iterator.join().unwrap();
+        let items = iterator.join().unwrap().expect("completes");
         assert_every_item_once_in_each_producers_order(&items, N, PRODUCERS);
     }
 }
