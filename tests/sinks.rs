@@ -800,6 +800,28 @@ fn blocking_iter_prefetch_above_the_limit_panics() {
     let _ = weir::never::<u64>().blocking_iter((1 << 30) + 1);
 }
 
+/// A blocking iterator is `Send + Sync` for any `Send` item, as it was before it kept
+/// its own buffer of taken items: a `Cell` (`Send`, not `Sync`) still goes through,
+/// and the iterator moves to another thread and is shared by reference.
+#[test]
+fn a_blocking_iter_is_send_and_sync_for_items_that_are_only_send() {
+    use std::cell::Cell;
+    fn assert_send_sync<T: Send + Sync>(_: &T) {}
+    let iter = weir::from_iter((0..100u32).map(Cell::new)).blocking_iter(8);
+    assert_send_sync(&iter);
+    let shared = std::sync::Mutex::new(iter);
+    let got: Vec<u32> = std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let mut iter = shared.lock().unwrap();
+                iter.by_ref().map(|item| item.unwrap().get()).collect()
+            })
+            .join()
+            .unwrap()
+    });
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+}
+
 /// `SinkHandle` is `IntoFuture`: `.await` gives the terminal result without blocking a
 /// thread, dropping the future before the end cancels the sink.
 mod awaiting {

@@ -103,7 +103,10 @@ pub struct BlockingIter<T> {
     done: bool,
     /// Items taken out of the queue under one lock, not yet returned: still held
     /// in the window, as are the `unreleased` ones returned since the last lock.
-    local: VecDeque<T>,
+    /// Behind a mutex that is never locked (only `get_mut`, which costs nothing),
+    /// so that the iterator is `Sync` for any `T: Send`, as the queue it reads
+    /// is: a bare `VecDeque<T>` would make it `Sync` only for `T: Sync`.
+    local: Mutex<VecDeque<T>>,
     /// Items returned from `local` and not yet released in the window (released
     /// at the next lock, and always before a request: see the module docs).
     unreleased: usize,
@@ -155,7 +158,7 @@ pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIte
             shared,
             replenish,
             done: false,
-            local: VecDeque::new(),
+            local: Mutex::new(VecDeque::new()),
             unreleased: 0,
             mark: PullMark::default(),
         },
@@ -235,7 +238,7 @@ impl<T> Iterator for BlockingIter<T> {
     type Item = Result<T, Error>;
 
     fn next(&mut self) -> Option<Result<T, Error>> {
-        if let Some(item) = self.local.pop_front() {
+        if let Some(item) = self.local().pop_front() {
             return Some(Ok(self.returned(item)));
         }
         if self.done {
@@ -246,9 +249,11 @@ impl<T> Iterator for BlockingIter<T> {
         loop {
             // What was returned since the last lock leaves the window now.
             state.queue.release(std::mem::take(&mut self.unreleased));
-            if state.queue.take_queued(&mut self.local) > 0 {
+            // (The field, not `local()`: `state` borrows `self.shared`.)
+            let local = self.local.get_mut().unwrap_or_else(|p| p.into_inner());
+            if state.queue.take_queued(local) > 0 {
                 drop(state);
-                let item = self.local.pop_front().expect("just taken");
+                let item = self.local().pop_front().expect("just taken");
                 return Some(Ok(self.returned(item)));
             }
             if let Some(end) = state.end.take() {
@@ -297,6 +302,12 @@ impl<T> Iterator for BlockingIter<T> {
 }
 
 impl<T> BlockingIter<T> {
+    /// The items taken out of the queue and not yet returned.
+    fn local(&mut self) -> &mut VecDeque<T> {
+        // Never locked, so never poisoned: `get_mut` only reads the flag.
+        self.local.get_mut().unwrap_or_else(|p| p.into_inner())
+    }
+
     /// `item` leaves for the caller: count it, and replenish upstream if due,
     /// after releasing what was returned in the window (so upstream's next items
     /// always find room).
