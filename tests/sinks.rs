@@ -1049,3 +1049,281 @@ fn blocking_iter_single_items_from_another_thread_are_never_stranded() {
         producer.join().unwrap();
     }
 }
+
+/// `SinkHandle::wait` over a channel: the waiting thread watches the channel's lane
+/// while items keep coming and runs the channel's drain loop itself (so the sink's
+/// closure may run there), and sleeps when they stop.
+mod waiting_on_a_channel {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{mpsc, Arc};
+    use std::time::{Duration, Instant};
+
+    use weir::demand::UNBOUNDED;
+    use weir::hub::Hub;
+    use weir::prelude::*;
+    use weir::sink::SinkHandle;
+    use weir::source::channel::{ChannelPolicy, Sender};
+    use weir::tck::TestSubscriber;
+    use weir::ErrorKind;
+
+    use super::support::threaded::{current_thread_id, thread_cpu_nanos};
+    use super::support::PATIENCE;
+
+    /// Sends `0..n` from two threads (even items by `try_send`, odd ones by
+    /// `send_blocking`), pausing now and then, and closes.
+    fn two_senders(tx: Sender<u64>, n: u64) -> Vec<std::thread::JoinHandle<()>> {
+        (0..2u64)
+            .map(|p| {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    for i in (p..n).step_by(2) {
+                        if p == 0 {
+                            let mut item = i;
+                            while let Err(refused) = tx.try_send(item) {
+                                assert!(refused.is_full(), "open while we send");
+                                item = refused.into_inner();
+                                std::thread::yield_now();
+                            }
+                        } else {
+                            tx.send_blocking(i).expect("the sink reads");
+                        }
+                        if i % 10_000 < 2 {
+                            // A pause: the waiter stops watching and sleeps, and the
+                            // sends that follow are delivered on this thread until it
+                            // is nudged back.
+                            std::thread::sleep(Duration::from_millis(2));
+                        }
+                    }
+                })
+            })
+            .collect()
+    }
+
+    /// Each sender's items in order, every item once.
+    fn check_order(items: &[u64], n: u64, case: &str) {
+        let mut next = [0u64, 1];
+        for &item in items {
+            let p = (item % 2) as usize;
+            assert_eq!(item, next[p], "sender {p}'s items in order ({case})");
+            next[p] += 2;
+        }
+        assert_eq!(items.len() as u64, n, "every item once ({case})");
+    }
+
+    #[test]
+    fn a_waiter_gets_every_item_once_in_each_senders_order() {
+        const N: u64 = 60_000;
+        type Sink = fn(weir::source::Channel<u64>) -> SinkHandle<Vec<u64>>;
+        let sinks: [(&str, Sink); 5] = [
+            ("collect", |rx| rx.collect()),
+            ("fold_with(1)", |rx| {
+                rx.fold_with(1, Vec::new(), |mut v, x| {
+                    v.push(x);
+                    v
+                })
+            }),
+            ("fold_with(UNBOUNDED)", |rx| {
+                rx.fold_with(UNBOUNDED, Vec::new(), |mut v, x| {
+                    v.push(x);
+                    v
+                })
+            }),
+            ("map.filter.collect_with(16)", |rx| {
+                rx.map(|x| x + 1)
+                    .filter(|_| true)
+                    .map(|x| x - 1)
+                    .collect_with(16)
+            }),
+            ("share(64).collect", |rx| rx.share(64).collect()),
+        ];
+        for (case, sink) in sinks {
+            for capacity in [1usize, 256] {
+                let (tx, rx) = weir::channel::<u64>(capacity, ChannelPolicy::Backpressure);
+                let handle = sink(rx);
+                let senders = two_senders(tx, N);
+                let items = handle.wait().expect("the channel completes");
+                check_order(&items, N, &format!("{case}, capacity {capacity}"));
+                for sender in senders {
+                    sender.join().unwrap();
+                }
+            }
+        }
+    }
+
+    /// The sink's closure runs on the waiting thread while items keep coming (that is
+    /// the point), and on the senders' threads before anyone waits.
+    #[test]
+    fn a_waiter_takes_the_sinks_work_off_the_sender() {
+        let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+        let waiter = std::thread::current().id();
+        let on_waiter = Arc::new(AtomicU64::new(0));
+        let count = on_waiter.clone();
+        let handle = rx.for_each(move |_| {
+            if std::thread::current().id() == waiter {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let sender = std::thread::spawn(move || {
+            for i in 0..1_000_000u64 {
+                tx.send_blocking(i).expect("the sink reads");
+            }
+        });
+        handle.wait().expect("completes");
+        sender.join().unwrap();
+        // Not a timing: with a sender that never pauses, the waiter watches from its
+        // first look until the end; only items sent before that look, and those
+        // delivered while it ended a watch, run on the sender's thread.
+        assert!(
+            on_waiter.load(Ordering::Relaxed) > 0,
+            "no item ran on the waiting thread"
+        );
+    }
+
+    /// A `wait_timeout` that returns leaves no mark: the senders hand their items
+    /// over themselves again at once (a mark left set would make them park the items
+    /// in the lane for a watcher that is gone).
+    #[test]
+    fn a_waiter_that_times_out_leaves_no_mark() {
+        let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+        let seen = Arc::new(AtomicU64::new(0));
+        let count = seen.clone();
+        let mut handle = rx.for_each(move |_| {
+            count.fetch_add(1, Ordering::Relaxed);
+        });
+        for round in 0..20u64 {
+            // Items flowing while it waits (so it watches), then it times out.
+            let sender = {
+                let tx = tx.clone();
+                std::thread::spawn(move || {
+                    for i in 0..5_000 {
+                        tx.send_blocking(i).expect("open");
+                    }
+                })
+            };
+            let started = Instant::now();
+            while !sender.is_finished() {
+                assert!(handle.wait_timeout(Duration::from_micros(200)).is_none());
+                assert!(
+                    started.elapsed() < PATIENCE,
+                    "round {round}: the sender is stuck"
+                );
+            }
+            sender.join().unwrap();
+            // Nobody waits now: every send is delivered before it returns.
+            for i in 0..10 {
+                tx.try_send(i).expect("room");
+            }
+            assert_eq!(
+                seen.load(Ordering::Relaxed),
+                (round + 1) * 5_010,
+                "round {round}: items left in the lane after the wait returned"
+            );
+        }
+        drop(tx);
+        assert!(handle.wait().is_ok());
+    }
+
+    /// A waiter over a quiet channel sleeps: over a window in which nothing is sent,
+    /// its thread uses next to no CPU (the window's length only limits how strongly
+    /// spinning is detected).
+    #[test]
+    fn a_waiter_sleeps_while_the_channel_is_quiet() {
+        const WINDOW: Duration = Duration::from_millis(200);
+        const MAX_BUSY: Duration = Duration::from_millis(20);
+        let (tx, rx) = weir::channel::<u64>(64, ChannelPolicy::Backpressure);
+        let (id_tx, id_rx) = mpsc::channel();
+        let waiter = std::thread::spawn(move || {
+            id_tx.send(current_thread_id()).unwrap();
+            rx.collect().wait()
+        });
+        let id = id_rx.recv_timeout(PATIENCE).unwrap();
+        for i in 0..10_000 {
+            tx.send_blocking(i).expect("open");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        let before = thread_cpu_nanos(&id);
+        std::thread::sleep(WINDOW);
+        let busy = Duration::from_nanos(thread_cpu_nanos(&id) - before);
+        for i in 10_000..20_000 {
+            tx.send_blocking(i).expect("open");
+        }
+        drop(tx);
+        let items = waiter.join().unwrap().expect("completes");
+        assert_eq!(items, (0..20_000).collect::<Vec<_>>());
+        assert!(
+            busy < MAX_BUSY,
+            "the waiter ran {busy:?} during a quiet {WINDOW:?}: it spins"
+        );
+    }
+
+    /// Behind a hub held back by a stalled sibling, a waiter that waits on (a
+    /// millisecond at a time: each wait starts by watching) uses next to no CPU,
+    /// and gets every item once the sibling goes on. (The case of items left in the
+    /// lane with no demand to take them, where a waiter that kept pulling would
+    /// spin, is the unit test `a_waiter_whose_pulls_deliver_nothing_sleeps_instead_
+    /// of_pulling_on` of the sink handle: here the senders' items mostly go past
+    /// the lane.)
+    #[test]
+    fn a_waiter_behind_a_hub_held_back_by_a_sibling_sleeps() {
+        const N: u64 = 200;
+        const WINDOW: Duration = Duration::from_millis(200);
+        const MAX_BUSY: Duration = Duration::from_millis(40);
+        let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+        let hub = Hub::builder(rx, 16).connect_at(2).build();
+        let stalled = TestSubscriber::<u64>::new();
+        let sibling = stalled.probe();
+        hub.clone().subscribe(stalled);
+        let mut handle = hub.collect();
+        let sender = std::thread::spawn(move || {
+            for i in 0..N {
+                tx.try_send(i).expect("room");
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            tx
+        });
+        let started = Instant::now();
+        while !sender.is_finished() {
+            assert!(started.elapsed() < PATIENCE, "the sender is stuck");
+            assert!(handle.wait_timeout(Duration::from_millis(1)).is_none());
+        }
+        // The hub took its ring's 16 and stopped asking: wait on, a millisecond at
+        // a time.
+        let me = current_thread_id();
+        let before = thread_cpu_nanos(&me);
+        let window = Instant::now();
+        while window.elapsed() < WINDOW {
+            assert!(handle.wait_timeout(Duration::from_millis(1)).is_none());
+        }
+        let busy = Duration::from_nanos(thread_cpu_nanos(&me) - before);
+        let tx = sender.join().unwrap();
+        sibling.request(u64::MAX);
+        drop(tx);
+        let items = handle.wait().expect("completes");
+        assert_eq!(items, (0..N).collect::<Vec<_>>());
+        assert_eq!(sibling.received_count(), N);
+        assert!(
+            busy < MAX_BUSY,
+            "the waiter ran {busy:?} of {WINDOW:?} while the hub was held back: it spins"
+        );
+    }
+
+    /// A stage that panics in the drain loop the waiter runs: the wait returns the
+    /// `Panicked` error, the senders see the channel closed.
+    #[test]
+    fn a_panic_in_a_stage_the_waiter_runs_ends_the_wait_with_its_error() {
+        let (tx, rx) = weir::channel::<u64>(256, ChannelPolicy::Backpressure);
+        let handle = rx
+            .map(|x| {
+                assert!(x != 50_000, "boom at 50,000");
+                x
+            })
+            .fold(0u64, |n, _| n + 1);
+        // The first item the channel refuses (closed by the panic).
+        let sender =
+            std::thread::spawn(move || (0..1_000_000u64).find(|&i| tx.send_blocking(i).is_err()));
+        let error = handle.wait().expect_err("the map panicked");
+        assert_eq!(error.kind(), ErrorKind::Panicked);
+        let refused_at = sender.join().unwrap().expect("the channel closed");
+        assert!(refused_at > 50_000, "closed after the panic: {refused_at}");
+    }
+}

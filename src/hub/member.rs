@@ -91,6 +91,10 @@ impl<T: Send + 'static> Pull for MemberPull<T> {
         self.upstream().is_some_and(|pull| pull.ready())
     }
 
+    fn ready_run(&self) -> bool {
+        self.upstream().is_some_and(|pull| pull.ready_run())
+    }
+
     fn claimed(&self) -> bool {
         self.upstream().is_some_and(|pull| pull.claimed())
     }

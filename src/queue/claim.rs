@@ -261,6 +261,30 @@ impl<T> ClaimRing<T> {
         self.slot(head).stamp.load(Ordering::Relaxed) == head.wrapping_add(1)
     }
 
+    /// Whether a run of `n` items (at most the capacity; at least 1) from the
+    /// reader's last published position is written: a hint for a watcher that
+    /// would rather take items a run at a time than one by one.
+    pub(crate) fn has_run(&self, n: usize) -> bool {
+        let n = n.clamp(1, self.capacity());
+        // Relaxed, both: a hint (as `has_ready`).
+        let head = self.head.load(Ordering::Relaxed);
+        let last = self.advance(head, n - 1);
+        self.slot(last).stamp.load(Ordering::Relaxed) == last.wrapping_add(1)
+    }
+
+    /// The position `n` (below the capacity) after `position`.
+    #[inline(always)]
+    fn advance(&self, position: usize, n: usize) -> usize {
+        let index = position & (self.mark - 1);
+        if index + n < self.slots.len() {
+            position + n
+        } else {
+            (position & !(self.one_lap - 1))
+                .wrapping_add(self.one_lap)
+                .wrapping_add(index + n - self.slots.len())
+        }
+    }
+
     /// Whether any position past the reader's last published one is claimed,
     /// written or not. After a `SeqCst` fence this sees every claim that precedes
     /// the fence in the `SeqCst` order (module docs); the published head is at most

@@ -124,6 +124,7 @@ where
             subscription.cancel();
             return;
         }
+        self.shared.watch_from(&subscription);
         if self.shared.slot.set(subscription.clone()) {
             subscription.request(self.replenish.initial());
             self.upstream = Some(subscription);
@@ -132,6 +133,7 @@ where
 
     #[inline]
     fn on_next(&mut self, item: T) {
+        self.shared.took();
         let Some(acc) = self.acc.take() else { return };
         match catch_in(self.stage, || (self.f)(acc, item)) {
             Ok(acc) => {
@@ -164,6 +166,7 @@ where
                 f(acc, item)
             })
         });
+        self.shared.took();
         match folded {
             Ok(acc) => {
                 self.acc = Some(acc);
@@ -181,6 +184,7 @@ where
     /// without a count, credited as `n` consumed.
     #[inline]
     fn on_next_batch_of<I: Iterator<Item = T>>(&mut self, items: I, n: u64, _: Sealed) -> u64 {
+        self.shared.took();
         let Some(acc) = self.acc.take() else { return 0 };
         let f = &mut self.f;
         match catch_in(self.stage, || items.fold(acc, f)) {

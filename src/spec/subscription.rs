@@ -46,6 +46,12 @@ pub(crate) trait Pull: Send + Sync {
     /// Items are written and waiting (cheap: reads the ring's next slot, not a line
     /// the senders write per item): for polling.
     fn ready(&self) -> bool;
+    /// A run of items is written and waiting (see each publisher; at least
+    /// [`ready`](Self::ready)'s one): what a watcher polls for first, so that it
+    /// takes items a run at a time while a fast sender fills the ring.
+    fn ready_run(&self) -> bool {
+        self.ready()
+    }
     /// Items are claimed, written or not: the look after the watcher's fence, which
     /// sees every claim ordered before it.
     fn claimed(&self) -> bool;

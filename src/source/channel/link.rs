@@ -52,6 +52,10 @@ pub(super) const STAGE: &str = "channel";
 /// flushes, to stamp their counts ([`Link::hand_off`]).
 const UNSTAMPED: usize = 64;
 
+/// The run of written items a waiting sink polls the lane for before it pulls
+/// ([`Pull::ready_run`]; at most the lane's capacity).
+const LANE_RUN: usize = 16;
+
 /// Hand-offs whose demand the owner settles at once ([`Buffers::unsettled`]).
 const UNSETTLED: u64 = 64;
 
@@ -1482,6 +1486,13 @@ impl<T: Send + 'static> Pull for Link<T> {
             .lane
             .as_ref()
             .is_some_and(|lane| lane.has_ready())
+    }
+
+    fn ready_run(&self) -> bool {
+        self.stage()
+            .lane
+            .as_ref()
+            .is_some_and(|lane| lane.has_run(LANE_RUN))
     }
 
     fn claimed(&self) -> bool {
