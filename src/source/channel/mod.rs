@@ -64,8 +64,11 @@
 //! **The lane** (channels without time bounds, shed rung or deadlines). While the
 //! drain of a `publish_on` right behind the channel (or behind a subscriber of a
 //! [`share`](crate::PublisherExt::share) hub over it: see [`hub`](crate::hub))
-//! lingers on its thread and *watches* the channel, a single send that finds the
-//! channel vacant does not
+//! lingers on its thread and *watches* the channel, or a thread blocked in
+//! [`SinkHandle::wait`](crate::sink::SinkHandle::wait) on a sink of the channel
+//! (`fold`, `for_each`, `collect`) waits while items keep coming, or a
+//! [`blocking_iter`](crate::PublisherExt::blocking_iter) polls for its next item,
+//! a single send that finds the channel vacant does not
 //! take the drain loop: it claims a slot of the channel's *lane*, a lock-free ring
 //! of one batch (256 items, or the capacity if smaller), with one compare-and-swap,
 //! writes its item there, and signals only if every watcher has stopped watching
