@@ -95,6 +95,10 @@ impl<T: Send + 'static> Pull for MemberPull<T> {
         self.upstream().is_some_and(|pull| pull.ready_run())
     }
 
+    fn taken(&self) -> usize {
+        self.upstream().map_or(0, |pull| pull.taken())
+    }
+
     fn claimed(&self) -> bool {
         self.upstream().is_some_and(|pull| pull.claimed())
     }

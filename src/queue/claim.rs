@@ -285,6 +285,13 @@ impl<T> ClaimRing<T> {
         }
     }
 
+    /// The reader's last published position: moves when a drain takes items (a
+    /// watcher's measure of whether its pull moved anything).
+    pub(crate) fn taken(&self) -> usize {
+        // Relaxed: a hint.
+        self.head.load(Ordering::Relaxed)
+    }
+
     /// Whether any position past the reader's last published one is claimed,
     /// written or not. After a `SeqCst` fence this sees every claim that precedes
     /// the fence in the `SeqCst` order (module docs); the published head is at most

@@ -133,7 +133,9 @@ where
 
     #[inline]
     fn on_next(&mut self, item: T) {
-        self.shared.took();
+        // Items handed over one at a time on the senders' threads: a waiter that
+        // sleeps would rather take them (see `SinkHandle::wait`).
+        self.shared.took_one();
         let Some(acc) = self.acc.take() else { return };
         match catch_in(self.stage, || (self.f)(acc, item)) {
             Ok(acc) => {
@@ -150,6 +152,11 @@ where
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
         if self.unbounded() {
+            if items.size_hint().1 == Some(1) {
+                // A batch of one (a sender's direct hand-off, a hub's fan-out of
+                // one arrival): handed over one at a time, as in `on_next`.
+                self.shared.took_one();
+            }
             // Nothing to replenish: no count, so the chain's loop carries none.
             return self.on_next_batch_of(items, 0, Sealed::NEW);
         }
@@ -166,7 +173,10 @@ where
                 f(acc, item)
             })
         });
-        self.shared.took();
+        if count == 1 {
+            // A batch of one: as in the unbounded case above.
+            self.shared.took_one();
+        }
         match folded {
             Ok(acc) => {
                 self.acc = Some(acc);
@@ -184,7 +194,10 @@ where
     /// without a count, credited as `n` consumed.
     #[inline]
     fn on_next_batch_of<I: Iterator<Item = T>>(&mut self, items: I, n: u64, _: Sealed) -> u64 {
-        self.shared.took();
+        if n == 1 {
+            // As in `on_next_batch` (which passes 0 for an unbounded fold).
+            self.shared.took_one();
+        }
         let Some(acc) = self.acc.take() else { return 0 };
         let f = &mut self.f;
         match catch_in(self.stage, || items.fold(acc, f)) {

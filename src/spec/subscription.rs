@@ -52,6 +52,10 @@ pub(crate) trait Pull: Send + Sync {
     fn ready_run(&self) -> bool {
         self.ready()
     }
+    /// Where the drain's reading of the ring stands (any measure that moves when
+    /// a pull takes items): a watcher compares it around a pull to see whether the
+    /// pull moved anything.
+    fn taken(&self) -> usize;
     /// Items are claimed, written or not: the look after the watcher's fence, which
     /// sees every claim ordered before it.
     fn claimed(&self) -> bool;

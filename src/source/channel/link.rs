@@ -1495,6 +1495,10 @@ impl<T: Send + 'static> Pull for Link<T> {
             .is_some_and(|lane| lane.has_run(LANE_RUN))
     }
 
+    fn taken(&self) -> usize {
+        self.stage().lane.as_ref().map_or(0, |lane| lane.taken())
+    }
+
     fn claimed(&self) -> bool {
         self.stage()
             .lane
