@@ -160,6 +160,9 @@ impl<T: Clone + Send + 'static> Stage for MemberStage<T> {
                 self.shared.request(credit);
             }
             if taken.count > 0 {
+                if taken.count == 1 {
+                    downstream.handed_one(crate::spec::Sealed::NEW);
+                }
                 let (_, rest) = cx.deliver(downstream, batch.items.drain(..));
                 drop(rest);
             }

@@ -81,8 +81,14 @@
 //!   producer only sends, and the hub gets what arrived meanwhile as one batch on
 //!   the boundary's thread, whatever its subscribers are.
 //!
-//! Subscribed directly (no boundary on either side), the whole fan-out runs on the
-//! producer's thread, item by item.
+//! * **Sinks waited for** (`hub.fold(..)`, `for_each`, `collect`, then
+//!   [`wait`](crate::sink::SinkHandle::wait)): a thread blocked in `wait` watches
+//!   the channel through the hub the same way while items keep coming, and runs
+//!   the channel's drain loop, and the hub's fan-out to every subscriber, on its
+//!   own thread, in batches.
+//!
+//! Subscribed directly with nobody waiting or watching (no boundary on either
+//! side), the whole fan-out runs on the producer's thread, item by item.
 //!
 //! # Connecting and stopping
 //!

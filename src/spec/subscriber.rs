@@ -79,6 +79,14 @@ pub trait Subscriber<T> {
         false
     }
 
+    /// weir's own stages only (sealed, as above): the next delivery is a single item
+    /// handed over on its own (a channel's direct hand-off, a hub's fan-out of one
+    /// arrival). A sink that a waiting thread could serve in batches counts these
+    /// (see `SinkHandle::wait`); the default ignores it. Called before the
+    /// delivery, outside any batch's path.
+    #[doc(hidden)]
+    fn handed_one(&mut self, _sealed: sealed::Sealed) {}
+
     /// weir's own stages only (sealed, as above): [`on_next_batch`] of exactly `n`
     /// items. A subscriber that [`credits_by_count`](Subscriber::credits_by_count)
     /// returns the credit for `n` items without counting them one by one; a 1:1 stage
@@ -176,5 +184,8 @@ impl<T, S: Subscriber<T> + ?Sized> Subscriber<T> for Box<S> {
     }
     fn demand_is_unbounded(&self, sealed: sealed::Sealed) -> bool {
         (**self).demand_is_unbounded(sealed)
+    }
+    fn handed_one(&mut self, sealed: sealed::Sealed) {
+        (**self).handed_one(sealed)
     }
 }

@@ -310,6 +310,7 @@ impl<T, S: Subscriber<T> + Send> Sink<T> for S {
         self.on_next_queue(queue, Sealed::NEW)
     }
     fn next_one(&mut self, item: T) -> u64 {
+        self.handed_one(crate::spec::Sealed::NEW);
         self.on_next_batch(std::iter::once(item))
     }
     fn error(&mut self, error: Error) {
