@@ -1151,31 +1151,39 @@ mod waiting_on_a_channel {
     }
 
     /// The sink's closure runs on the waiting thread while items keep coming (that is
-    /// the point), and on the senders' threads before anyone waits.
+    /// the point), and on the senders' threads before anyone waits. The sender goes
+    /// on until an item ran on the waiting thread (bounded by `PATIENCE`), so a busy
+    /// machine that keeps the waiter off the CPU for a while only makes it send more.
     #[test]
     fn a_waiter_takes_the_sinks_work_off_the_sender() {
         let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
         let waiter = std::thread::current().id();
         let on_waiter = Arc::new(AtomicU64::new(0));
         let count = on_waiter.clone();
-        let handle = rx.for_each(move |_| {
+        let handle = rx.fold(0u64, move |n, _| {
             if std::thread::current().id() == waiter {
                 count.fetch_add(1, Ordering::Relaxed);
             }
+            n + 1
         });
+        let seen = on_waiter.clone();
         let sender = std::thread::spawn(move || {
-            for i in 0..1_000_000u64 {
-                tx.send_blocking(i).expect("the sink reads");
+            let started = Instant::now();
+            let mut sent = 0u64;
+            while seen.load(Ordering::Relaxed) == 0 && started.elapsed() < PATIENCE {
+                for _ in 0..1_000 {
+                    tx.send_blocking(sent).expect("the sink reads");
+                    sent += 1;
+                }
             }
+            sent
         });
-        handle.wait().expect("completes");
-        sender.join().unwrap();
-        // Not a timing: with a sender that never pauses, the waiter watches from its
-        // first look until the end; only items sent before that look, and those
-        // delivered while it ended a watch, run on the sender's thread.
+        let taken = handle.wait().expect("completes");
+        let sent = sender.join().unwrap();
+        assert_eq!(taken, sent, "every item once");
         assert!(
             on_waiter.load(Ordering::Relaxed) > 0,
-            "no item ran on the waiting thread"
+            "no item ran on the waiting thread in {PATIENCE:?} of sending"
         );
     }
 

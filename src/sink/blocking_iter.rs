@@ -35,7 +35,6 @@
 //! made by a sender that sees the mark gone and hands its item over itself.
 
 use std::collections::VecDeque;
-use std::sync::atomic::fence;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 
@@ -284,7 +283,7 @@ impl<T> Iterator for BlockingIter<T> {
                         }
                         // Not watching outside `next`: the caller may take its
                         // time with the item, and the senders would wait for us.
-                        self.unwatch(&**pull);
+                        self.mark.unwatch(&**pull);
                     }
                 }
                 state = self.shared.lock();
@@ -321,27 +320,6 @@ impl<T> BlockingIter<T> {
             self.shared.slot.request(n);
         }
         item
-    }
-
-    /// Stop watching upstream's lane (the end of a poll).
-    ///
-    /// After the mark is cleared and the fence, every sender's claim is either
-    /// seen here (and pulled, once written: a sender writes its slot right after
-    /// claiming it), or made by a sender that sees the mark gone (or another
-    /// watcher's) and so signals. A pull that finds no demand upstream leaves the
-    /// items for the request that brings it (a request runs upstream's drain loop).
-    fn unwatch(&self, pull: &dyn Pull) {
-        self.mark.set(pull, false);
-        // SeqCst: pairs with a sender's read of the mark after its claim.
-        fence(Ordering::SeqCst);
-        if pull.claimed() {
-            // Claimed, perhaps not yet written: wait (a moment; longer only if
-            // the sender lost its CPU in between) for the write.
-            while pull.claimed() && !pull.ready() {
-                std::thread::yield_now();
-            }
-            pull.pull();
-        }
     }
 }
 

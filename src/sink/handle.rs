@@ -42,7 +42,7 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -214,7 +214,7 @@ impl<R, E> SinkState<R, E> {
         let passed = || deadline.is_some_and(|deadline| Instant::now() >= deadline);
         // Clears the mark however this returns (a panic in a pull included), so
         // the senders never skip a signal for a waiter that is gone.
-        let mark = Watching {
+        let watching = Watching {
             pull,
             mark: PullMark::default(),
         };
@@ -222,7 +222,7 @@ impl<R, E> SinkState<R, E> {
             // Relaxed: a hint; the result is read under the lock below.
             let ended = || self.ended.load(Ordering::Relaxed);
             if !ended() && !passed() {
-                mark.mark.set(pull, true);
+                watching.mark.set(pull, true);
                 loop {
                     // A run of items, or after a moment whatever is there: a
                     // fast sender fills a run in a fraction of that moment, and
@@ -243,7 +243,7 @@ impl<R, E> SinkState<R, E> {
                         break;
                     }
                 }
-                mark.unwatch();
+                watching.mark.unwatch(pull);
             }
             let mut slot = self.lock();
             // Relaxed: read and written under the lock here; the sink's count
@@ -322,26 +322,6 @@ impl<R: Clone, E: Clone> SinkState<R, E> {
 struct Watching<'a> {
     pull: &'a dyn Pull,
     mark: PullMark,
-}
-
-impl Watching<'_> {
-    /// Stop watching (see the module docs). After the mark is cleared and the
-    /// fence, every sender's claim is either seen here (and pulled once written: a
-    /// sender writes its slot right after claiming it), or made by a sender that
-    /// sees the mark gone (or another watcher's) and so hands its item over itself.
-    fn unwatch(&self) {
-        self.mark.set(self.pull, false);
-        // SeqCst: pairs with a sender's read of the mark after its claim.
-        fence(Ordering::SeqCst);
-        if self.pull.claimed() {
-            // Claimed, perhaps not yet written: wait (a moment; longer only if the
-            // sender lost its CPU in between) for the write.
-            while self.pull.claimed() && !self.pull.ready() {
-                std::thread::yield_now();
-            }
-            self.pull.pull();
-        }
-    }
 }
 
 impl Drop for Watching<'_> {

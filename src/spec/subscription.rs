@@ -90,6 +90,29 @@ impl PullMark {
     pub(crate) fn release(&self, pull: &dyn Pull) {
         self.set(pull, false);
     }
+
+    /// A watcher on a thread of its own (a blocking iterator, a waiting sink
+    /// handle) stops watching: clear the mark, fence, and pull what was claimed.
+    ///
+    /// After the mark is cleared and the fence, every sender's claim is either
+    /// seen here (and pulled, once written: a sender writes its slot right after
+    /// claiming it), or made by a sender that sees the mark gone (or another
+    /// watcher's) and so hands its item over itself. A pull that finds no demand
+    /// upstream leaves the items for the request that brings it (a request runs
+    /// upstream's drain loop).
+    pub(crate) fn unwatch(&self, pull: &dyn Pull) {
+        self.set(pull, false);
+        // SeqCst: pairs with a sender's read of the mark after its claim.
+        std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+        if pull.claimed() {
+            // Claimed, perhaps not yet written: wait (a moment; longer only if the
+            // sender lost its CPU in between) for the write.
+            while pull.claimed() && !pull.ready() {
+                std::thread::yield_now();
+            }
+            pull.pull();
+        }
+    }
 }
 
 impl Subscription {

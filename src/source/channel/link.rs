@@ -292,6 +292,7 @@ trait Sink<T>: Send {
     fn next_batch(&mut self, items: &mut dyn Iterator<Item = T>) -> u64;
     fn next_queue(&mut self, queue: &mut VecDeque<T>) -> (u64, u64);
     fn next_one(&mut self, item: T) -> u64;
+    fn hint_one(&mut self);
     fn error(&mut self, error: Error);
     fn complete(&mut self);
 }
@@ -310,8 +311,11 @@ impl<T, S: Subscriber<T> + Send> Sink<T> for S {
         self.on_next_queue(queue, Sealed::NEW)
     }
     fn next_one(&mut self, item: T) -> u64 {
-        self.handed_one(crate::spec::Sealed::NEW);
+        self.handed_one(Sealed::NEW);
         self.on_next_batch(std::iter::once(item))
+    }
+    fn hint_one(&mut self) {
+        self.handed_one(Sealed::NEW);
     }
     fn error(&mut self, error: Error) {
         self.on_error(error)
@@ -338,6 +342,9 @@ impl<T> Subscriber<T> for ErasedSink<T> {
     /// monomorphised (a `dyn Iterator` would cost a virtual call per item).
     fn on_next_queue(&mut self, queue: &mut VecDeque<T>, _: Sealed) -> (u64, u64) {
         self.0.next_queue(queue)
+    }
+    fn handed_one(&mut self, _: Sealed) {
+        self.0.hint_one();
     }
     fn on_error(&mut self, error: Error) {
         self.0.error(error)
@@ -958,6 +965,11 @@ impl<T: Send + 'static> Chan<T> {
                 c.expired.shrink_to(self.batch_size);
             }
             if !c.batch.is_empty() {
+                if c.batch.len() == 1 {
+                    // One item at a time through the queue: a sleeping waiter
+                    // would rather take them (`SinkHandle::wait`).
+                    sink.handed_one(Sealed::NEW);
+                }
                 // Items a cancelling subscriber leaves in the batch are released.
                 cx.deliver_queue(sink, &mut c.batch);
             }
