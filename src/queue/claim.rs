@@ -170,10 +170,20 @@ impl<T> ClaimRing<T> {
     /// The position after `position`.
     #[inline(always)]
     fn after(&self, position: usize) -> usize {
-        if (position & (self.mark - 1)) + 1 < self.slots.len() {
-            position + 1
+        self.advance(position, 1)
+    }
+
+    /// The position `n` (at most the capacity) after `position`: within its lap,
+    /// or that many slots into the next one.
+    #[inline(always)]
+    fn advance(&self, position: usize, n: usize) -> usize {
+        let index = position & (self.mark - 1);
+        if index + n < self.slots.len() {
+            position + n
         } else {
-            (position & !(self.one_lap - 1)).wrapping_add(self.one_lap)
+            (position & !(self.one_lap - 1))
+                .wrapping_add(self.one_lap)
+                .wrapping_add(index + n - self.slots.len())
         }
     }
 
@@ -270,19 +280,6 @@ impl<T> ClaimRing<T> {
         let head = self.head.load(Ordering::Relaxed);
         let last = self.advance(head, n - 1);
         self.slot(last).stamp.load(Ordering::Relaxed) == last.wrapping_add(1)
-    }
-
-    /// The position `n` (below the capacity) after `position`.
-    #[inline(always)]
-    fn advance(&self, position: usize, n: usize) -> usize {
-        let index = position & (self.mark - 1);
-        if index + n < self.slots.len() {
-            position + n
-        } else {
-            (position & !(self.one_lap - 1))
-                .wrapping_add(self.one_lap)
-                .wrapping_add(index + n - self.slots.len())
-        }
     }
 
     /// The reader's last published position: moves when a drain takes items (a

@@ -112,10 +112,10 @@ impl<R, E> SinkState<R, E> {
         }
     }
 
-    /// The sink took an item handed over on its own (or as a batch of one): nudge a
-    /// sleeping waiter that would watch upstream's lane once [`NUDGE_AFTER`] such
-    /// items went by on other threads. Batches do not count: a sender that hands
-    /// over batches does not use the lane, and a waiter would only get in its way.
+    /// The sink took an item handed over on its own (`on_next`, or a delivery the
+    /// publisher announced with `Subscriber::handed_one`): nudge a sleeping waiter
+    /// that would watch upstream's lane once [`NUDGE_AFTER`] such items went by on
+    /// other threads. Larger batches do not count (see the module docs).
     #[inline]
     pub(crate) fn took_one(&self) {
         // Relaxed: a hint (a missed or early nudge only moves where the sink's work
