@@ -1135,6 +1135,12 @@ impl<T: Send + 'static> Link<T> {
     /// [`offer_in_pass`](Self::offer_in_pass), settled, unless the queue is full under
     /// `Backpressure` or the item was not offered: then the entry comes back for the
     /// sender's own waiting loop (which offers again under the lock).
+    ///
+    /// Inlined into the sender, as [`offer_now`](Self::offer_now) is: called out of
+    /// line, the entry went through memory on its way to the hand-off, and a
+    /// `send_blocking` per item behind `publish_on(pool, 256)` took 21.5 ms per 1M
+    /// instead of 14.0 (the `try_send` loop's 13.6).
+    #[inline]
     pub(super) fn offer_first(
         &self,
         entry: (T, Assessed),
