@@ -1052,7 +1052,9 @@ fn blocking_iter_single_items_from_another_thread_are_never_stranded() {
 
 /// `SinkHandle::wait` over a channel: the waiting thread watches the channel's lane
 /// while items keep coming and runs the channel's drain loop itself (so the sink's
-/// closure may run there), and sleeps when they stop.
+/// closure may run there), and sleeps when they stop. Under every policy, with
+/// every send method racing a `close` or a `fail`, each accepted item is delivered
+/// or dropped (to the hook) exactly once.
 mod waiting_on_a_channel {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{mpsc, Arc};
@@ -1333,5 +1335,232 @@ mod waiting_on_a_channel {
         assert_eq!(error.kind(), ErrorKind::Panicked);
         let refused_at = sender.join().unwrap().expect("the channel closed");
         assert!(refused_at > 50_000, "closed after the panic: {refused_at}");
+    }
+
+    /// How an accounting case's stream ends.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    enum Ending {
+        /// Every sender finishes and drops its sender.
+        SendersDropped,
+        /// A sender calls `close` while the others send.
+        Close,
+        /// A sender calls `fail` while the others send.
+        Fail,
+    }
+
+    /// What one sender saw: the items the channel took (`Ok`), in sending order,
+    /// and how many it refused (`Full` under `Reject`) or found closed.
+    #[derive(Debug, Default)]
+    struct Sent {
+        accepted: Vec<u64>,
+        refused: u64,
+        closed: u64,
+    }
+
+    /// Items of sender `p` are `p * OFFSET + i`.
+    const OFFSET: u64 = 1 << 32;
+
+    /// Sender `p` of an accounting case: `try_send` (0), `send_blocking` (1) or
+    /// `try_send_all` in steps of 1–37 (2), each sending `n` items or until the
+    /// channel closes. Under `Backpressure` a `Full` is retried (after a yield);
+    /// under any other policy it counts as refused. `sent` is raised after every
+    /// `Ok`, for the ender to watch.
+    fn accounting_sender(
+        p: u64,
+        tx: Sender<u64>,
+        n: u64,
+        policy: ChannelPolicy,
+        sent: Arc<AtomicU64>,
+    ) -> Sent {
+        let mut out = Sent::default();
+        let mut i = 0;
+        while i < n {
+            let item = p * OFFSET + i;
+            if p == 2 {
+                let step = 1 + (i * 7 + 3) % 37;
+                let end = (i + step).min(n);
+                match tx.try_send_all((i..end).map(|j| p * OFFSET + j)) {
+                    Ok(taken) => {
+                        assert_eq!(taken as u64, end - i, "all of an accepted step");
+                        out.accepted.extend((i..end).map(|j| p * OFFSET + j));
+                        sent.fetch_add(end - i, Ordering::Relaxed);
+                        i = end;
+                    }
+                    Err(refused) => {
+                        let taken = refused.sent as u64;
+                        out.accepted.extend((i..i + taken).map(|j| p * OFFSET + j));
+                        sent.fetch_add(taken, Ordering::Relaxed);
+                        i += taken;
+                        if refused.error.is_closed() {
+                            out.closed += 1;
+                            return out;
+                        }
+                        assert!(refused.error.is_full(), "only room or the end refuses");
+                        if policy != ChannelPolicy::Backpressure {
+                            out.refused += 1;
+                            i += 1;
+                        }
+                        std::thread::yield_now();
+                    }
+                }
+                continue;
+            }
+            let answer = if p == 0 {
+                tx.try_send(item)
+            } else {
+                tx.send_blocking(item)
+            };
+            match answer {
+                Ok(()) => {
+                    out.accepted.push(item);
+                    sent.fetch_add(1, Ordering::Relaxed);
+                    i += 1;
+                }
+                Err(e) if e.is_closed() => {
+                    out.closed += 1;
+                    return out;
+                }
+                Err(e) => {
+                    assert!(e.is_full(), "only room or the end refuses: {e:?}");
+                    if policy != ChannelPolicy::Backpressure {
+                        out.refused += 1;
+                        i += 1;
+                    }
+                    std::thread::yield_now();
+                }
+            }
+            if i % 5_000 == 0 {
+                // A pause: the waiter stops watching and sleeps; the next sends
+                // are delivered on this thread until it watches again.
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        out
+    }
+
+    /// Every item a sender got `Ok` for reaches the waited-for sink or the drop
+    /// hook (with the policy's reason), exactly once, each sender's delivered items
+    /// in its order, under every policy, while the waiting thread runs the
+    /// channel's drain loop (and sleeps, and is nudged back) and three senders race
+    /// with every send method against a `close` or a `fail` from another thread.
+    /// The sink is slow now and then, so that items queue and lossy policies drop.
+    #[test]
+    fn every_accepted_item_is_delivered_or_dropped_once_while_a_waiter_watches() {
+        use std::sync::Mutex;
+        use weir::metrics::{DropHook, Drops};
+        use weir::source::channel::ChannelBuilder;
+        use weir::DropReason;
+
+        const N: u64 = 6_000;
+        let policies = [
+            (ChannelPolicy::Backpressure, None),
+            (ChannelPolicy::Reject, None),
+            (ChannelPolicy::DropOldest, Some(DropReason::OverflowOldest)),
+            (ChannelPolicy::DropNewest, Some(DropReason::OverflowNewest)),
+            (
+                ChannelPolicy::KeepLatest,
+                Some(DropReason::ReplacedByLatest),
+            ),
+        ];
+        let endings = [Ending::SendersDropped, Ending::Close, Ending::Fail];
+        for (policy, allowed) in policies {
+            for ending in endings {
+                for capacity in [1usize, 64] {
+                    let case = format!("{policy:?}, {ending:?}, capacity {capacity}");
+                    let dropped = Arc::new(Mutex::new(Vec::<(u64, DropReason)>::new()));
+                    let hook = {
+                        let dropped = dropped.clone();
+                        DropHook::new(Drops::new()).inspect(move |d| {
+                            let reason = d.reason();
+                            let item = d.take::<u64>().expect("a u64 was dropped");
+                            dropped.lock().unwrap().push((item, reason));
+                        })
+                    };
+                    let (tx, rx) = ChannelBuilder::new(capacity, policy)
+                        .drop_hook(hook)
+                        .build::<u64>();
+                    let delivered = Arc::new(Mutex::new(Vec::<u64>::new()));
+                    let log = delivered.clone();
+                    let mut handle = rx.for_each(move |x| {
+                        if x % 997 == 0 {
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                        log.lock().unwrap().push(x);
+                    });
+                    let sent = Arc::new(AtomicU64::new(0));
+                    let senders: Vec<_> = (0..3u64)
+                        .map(|p| {
+                            let (tx, sent) = (tx.clone(), sent.clone());
+                            std::thread::spawn(move || accounting_sender(p, tx, N, policy, sent))
+                        })
+                        .collect();
+                    if ending != Ending::SendersDropped {
+                        let (closer, sent) = (tx.clone(), sent.clone());
+                        std::thread::spawn(move || {
+                            let started = Instant::now();
+                            while sent.load(Ordering::Relaxed) < N && started.elapsed() < PATIENCE {
+                                std::thread::yield_now();
+                            }
+                            match ending {
+                                Ending::Close => closer.close(),
+                                _ => {
+                                    closer.fail(weir::Error::msg("failed by a sender"));
+                                }
+                            }
+                        });
+                    }
+                    drop(tx);
+                    let result = handle
+                        .wait_timeout(PATIENCE)
+                        .unwrap_or_else(|| panic!("the stream did not end ({case})"));
+                    match ending {
+                        Ending::Fail => assert_eq!(
+                            result.expect_err("failed").message(),
+                            "failed by a sender",
+                            "{case}"
+                        ),
+                        _ => result.unwrap_or_else(|e| panic!("completes ({case}): {e}")),
+                    }
+                    let sent: Vec<Sent> = senders.into_iter().map(|s| s.join().unwrap()).collect();
+                    let delivered = delivered.lock().unwrap().clone();
+                    let dropped = dropped.lock().unwrap().clone();
+                    for (item, reason) in &dropped {
+                        assert_eq!(Some(*reason), allowed, "{case}: {item} dropped");
+                    }
+                    for (p, s) in sent.iter().enumerate() {
+                        let p = p as u64;
+                        if ending == Ending::SendersDropped {
+                            assert_eq!(s.closed, 0, "{case}: sender {p} found it closed");
+                        }
+                        if policy == ChannelPolicy::Backpressure {
+                            assert_eq!(s.refused, 0, "{case}: sender {p} refused");
+                        }
+                        let mine: Vec<u64> = delivered
+                            .iter()
+                            .copied()
+                            .filter(|x| x / OFFSET == p)
+                            .collect();
+                        assert!(
+                            mine.windows(2).all(|w| w[0] < w[1]),
+                            "{case}: sender {p}'s items out of order or twice"
+                        );
+                        let mut accounted: Vec<u64> = mine;
+                        accounted
+                            .extend(dropped.iter().map(|&(x, _)| x).filter(|x| x / OFFSET == p));
+                        accounted.sort_unstable();
+                        assert_eq!(
+                            accounted,
+                            s.accepted,
+                            "{case}: sender {p}'s accepted items against delivered + dropped \
+                             ({} delivered, {} dropped, {} refused, {} accepted)",
+                            delivered.len(),
+                            dropped.len(),
+                            s.refused,
+                            s.accepted.len()
+                        );
+                    }
+                }
+            }
+        }
     }
 }
