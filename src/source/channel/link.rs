@@ -216,6 +216,10 @@ pub(super) struct Offered<T> {
     pub(super) wake: Option<Wake>,
 }
 
+/// A waiting sender's entry that its first try did not place, with that try's clock
+/// reading when it is still fresh ([`Link::offer_first`]).
+pub(super) type Unsent<T> = ((T, Assessed), Option<Instant>);
+
 /// A sender's item offered inside a drain pass ([`Link::offer_now`]): taken out of
 /// `entry` under the state lock, at the sender's clock reading `now`, the outcome left
 /// in `answer`.
@@ -1134,7 +1138,10 @@ impl<T: Send + 'static> Link<T> {
     /// A waiting sender's first try (`send_blocking`, `send().await`):
     /// [`offer_in_pass`](Self::offer_in_pass), settled, unless the queue is full under
     /// `Backpressure` or the item was not offered: then the entry comes back for the
-    /// sender's own waiting loop (which offers again under the lock).
+    /// sender's own waiting loop (which offers again under the lock), with the
+    /// clock reading this try took when nothing ran since (the item was not offered:
+    /// no pass ran, so the reading is as fresh as a new one; a pass that found the
+    /// queue full may have run the subscriber for a while, so then `None`).
     ///
     /// Inlined into the sender, as [`offer_now`](Self::offer_now) is: called out of
     /// line, the entry went through memory on its way to the hand-off, and a
@@ -1144,7 +1151,7 @@ impl<T: Send + 'static> Link<T> {
     pub(super) fn offer_first(
         &self,
         entry: (T, Assessed),
-    ) -> Result<Result<(), super::TrySendError<T>>, (T, Assessed)> {
+    ) -> Result<Result<(), super::TrySendError<T>>, Unsent<T>> {
         let entry = match self.hand_off(entry) {
             Ok(()) => return Ok(Ok(())),
             Err(entry) => entry,
@@ -1156,9 +1163,11 @@ impl<T: Send + 'static> Link<T> {
             Ok(Offered {
                 outcome: Offer::Full(back),
                 ..
-            }) if self.stage().policy == ChannelPolicy::Backpressure => Err((back, assessed)),
+            }) if self.stage().policy == ChannelPolicy::Backpressure => {
+                Err(((back, assessed), None))
+            }
             Ok(offered) => Ok(self.answer(offered)),
-            Err(entry) => Err(entry),
+            Err(entry) => Err((entry, Some(now))),
         }
     }
 

@@ -221,14 +221,17 @@ impl<T: Send + 'static> Sender<T> {
         let shared = &self.shared;
         let assessed = shared.stage().admission.assess(&item);
         // With demand waiting, in a pass of this thread's own (see `try_send`).
-        let mut item = match shared.offer_first((item, assessed)) {
+        // The first try's clock reading, when nothing ran since (see `offer_first`):
+        // one reading per queued item, not two.
+        let (mut item, fresh) = match shared.offer_first((item, assessed)) {
             Ok(answer) => return answer,
-            Err((back, _)) => back,
+            Err(((back, _), fresh)) => (back, fresh),
         };
+        let clock = &shared.stage().gauge;
+        let mut now = fresh.unwrap_or_else(|| clock.now());
         let mut since: Option<Instant> = None;
         let mut st = shared.stage().lock_state();
         let outcome = loop {
-            let now = shared.stage().gauge.now();
             match shared.stage().offer(&mut st, (item, assessed), now, true) {
                 // (Nothing was swept: a sweep leaves room.)
                 Offered {
@@ -238,7 +241,8 @@ impl<T: Send + 'static> Sender<T> {
                     item = back;
                     if since.is_none() {
                         // About to wait for the first time: not on a thread that
-                        // drives a tokio runtime (checked without the lock).
+                        // drives a tokio runtime (checked without the lock; `now`
+                        // stays the reading of a moment ago).
                         drop(st);
                         crate::runtime::forbid_blocking_in_async("Sender::send_blocking");
                         st = shared.stage().lock_state();
@@ -248,16 +252,15 @@ impl<T: Send + 'static> Sender<T> {
                     st.blocked_threads += 1;
                     st = st.wait(&shared.stage().room);
                     st.blocked_threads -= 1;
+                    now = clock.now();
                 }
                 other => break other,
             }
         };
         drop(st);
         if let Some(since) = since {
-            shared
-                .stage()
-                .gauge
-                .blocked(shared.stage().gauge.now().saturating_duration_since(since));
+            // Blocked until the reading the accepting offer took.
+            clock.blocked(now.saturating_duration_since(since));
         }
         shared.settle(outcome)
     }
@@ -624,15 +627,16 @@ impl<T: Send + 'static> Future for SendFuture<'_, T> {
             .get_or_insert_with(|| shared.stage().admission.assess(&item));
         // The first poll, with demand waiting: in a pass of this thread's own (see
         // `try_send`). Later polls (a waker registered) offer under the lock.
-        let item = if this.key.is_none() {
+        let (item, fresh) = if this.key.is_none() {
             match shared.offer_first((item, assessed)) {
                 Ok(answer) => return Poll::Ready(answer),
-                Err((back, _)) => back,
+                Err(((back, _), fresh)) => (back, fresh),
             }
         } else {
-            item
+            (item, None)
         };
-        let now = shared.stage().gauge.now();
+        // The first try's clock reading, when nothing ran since (see `offer_first`).
+        let now = fresh.unwrap_or_else(|| shared.stage().gauge.now());
         let outcome = {
             let mut st = shared.stage().lock_state();
             match shared.stage().offer(&mut st, (item, assessed), now, true) {
@@ -653,10 +657,11 @@ impl<T: Send + 'static> Future for SendFuture<'_, T> {
             }
         };
         if let Some(since) = this.since.take() {
+            // Blocked until the reading the accepting offer took.
             shared
                 .stage()
                 .gauge
-                .blocked(shared.stage().gauge.now().saturating_duration_since(since));
+                .blocked(now.saturating_duration_since(since));
         }
         Poll::Ready(shared.settle(outcome))
     }
