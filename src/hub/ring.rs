@@ -125,6 +125,12 @@ pub(crate) struct Ring<T, H> {
     /// Requested from upstream and not yet received.
     outstanding: u64,
     members: Vec<Member<H>>,
+    /// An arrival has something to do per member: some member may be hungry (set
+    /// when a take marks one; cleared by the arrival that wakes them all), or one
+    /// has a lag limit in items (set when it joins; cleared by an arrival that finds
+    /// none left). While false, an arrival does not visit the members: the common
+    /// case of subscribers that have items still to read.
+    per_arrival: bool,
     /// Upstream's end, once it came.
     end: Option<Result<(), Error>>,
 }
@@ -144,6 +150,7 @@ impl<T: Clone, H> Ring<T, H> {
             max_stamps,
             outstanding: 0,
             members: Vec::new(),
+            per_arrival: false,
             end: None,
         }
     }
@@ -170,6 +177,9 @@ impl<T: Clone, H> Ring<T, H> {
         handle: H,
     ) {
         let cursor = self.tail().saturating_sub(replay as u64).max(self.head);
+        if let Policy::Disconnect(LagLimit::Items(_)) = policy {
+            self.per_arrival = true;
+        }
         self.members.push(Member {
             id,
             name,
@@ -313,12 +323,17 @@ impl<T: Clone, H> Ring<T, H> {
             self.stamps.push_back((seq, now));
             self.check_ages(now);
         }
+        if !self.per_arrival {
+            return Ok(());
+        }
         let tail = self.tail();
+        let mut limits = false;
         for member in &mut self.members {
             if member.cut.is_some() {
                 continue;
             }
             if let Policy::Disconnect(LagLimit::Items(max)) = member.policy {
+                limits = true;
                 let lag = tail - member.cursor;
                 if lag > max {
                     cut(
@@ -334,6 +349,8 @@ impl<T: Clone, H> Ring<T, H> {
                 member.wake = true;
             }
         }
+        // Nobody is hungry now; the limits stay while a member that has one does.
+        self.per_arrival = limits;
         Ok(())
     }
 
@@ -450,6 +467,9 @@ impl<T: Clone, H> Ring<T, H> {
         let drained = member.cursor == tail;
         let end = if drained { self.end.clone() } else { None };
         member.hungry = drained && end.is_none() && count < want;
+        if member.hungry {
+            self.per_arrival = true;
+        }
         member.wants = demand.saturating_sub(count as u64);
         Taken {
             count,

@@ -151,6 +151,39 @@ fn a_disconnect_subscriber_past_its_item_limit_gets_a_lagged_error_and_leaves() 
     assert_eq!(fast.received_count(), 20, "the others go on");
 }
 
+/// The limit holds on every arrival, also while no subscriber waits for items (an
+/// arrival then wakes nobody, and the hub skips its per-subscriber work except the
+/// limits).
+#[test]
+fn a_disconnect_subscriber_is_cut_off_at_its_item_limit_while_nobody_waits_for_items() {
+    let (tx, hub) = fed(16);
+    let holder = probe(hub.clone());
+    holder.request(1);
+    let client = probe(hub.join(Policy::disconnect_after_items(5)));
+    send(&tx, 0..5);
+    assert_eq!(
+        holder.items(),
+        vec![0],
+        "the holder has items waiting: not hungry"
+    );
+    assert!(client.error().is_none(), "5 behind is allowed");
+    send(&tx, 5..6);
+    let error = client.error().expect("6 behind: cut off");
+    assert_eq!(error.kind(), ErrorKind::Lagged);
+    assert!(
+        error.message().contains("fell 6 items behind"),
+        "{}",
+        error.message()
+    );
+    holder.request(u64::MAX);
+    send(&tx, 6..10);
+    assert_eq!(
+        holder.items(),
+        (0..10).collect::<Vec<_>>(),
+        "the holder goes on"
+    );
+}
+
 #[test]
 fn a_disconnect_subscriber_a_whole_ring_behind_is_cut_off() {
     let (tx, hub) = fed(4);
