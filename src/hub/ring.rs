@@ -43,7 +43,9 @@
 //
 // A member whose take found fewer items than it wanted while the hub still runs is
 // `hungry`; the next arrival (or the end) marks it `wake`, and the caller signals the
-// marked members once it has let go of the lock.
+// marked members once it has let go of the lock. An arrival visits the
+// members only while one may be hungry or has a lag limit in items (`per_arrival`):
+// with subscribers that still have items to read, an arrival is a push and a count.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
