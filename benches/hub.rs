@@ -36,10 +36,12 @@
 //! others (the issue's target: ≥ 0.95 × the all-fast throughput). The host drifts
 //! between speed modes within seconds, so after criterion's cases a *paired* phase
 //! times the two back to back in each of [`ROUNDS`] rounds and reports the median of
-//! the per-round ratios.
+//! the per-round ratios. The same phase first runs [`FAN_OUT_ROUNDS`] rounds of the
+//! first group (broadcast, crossbeam, then every weir case, each once per round)
+//! and reports each case's median ratio to both peers within a round.
 //!
-//! Run: `cargo bench --bench hub` (about nine minutes: the per-item formulations
-//! take seconds per 10M); `-- paired` runs the paired isolation phase only.
+//! Run: `cargo bench --bench hub` (about eleven minutes: the per-item formulations
+//! take seconds per 10M); `-- paired` runs the paired phases only (about three).
 
 use std::hint::black_box;
 
@@ -151,19 +153,126 @@ fn crossbeam_4() -> u64 {
         .fold(0, add)
 }
 
-fn bench(c: &mut Criterion) {
+/// The pools and the runtime every case runs on.
+struct Fixture {
+    rt: tokio::runtime::Runtime,
+    producer: ThreadPool,
+    consumers: ThreadPool,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        Fixture {
+            rt: tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .build()
+                .unwrap(),
+            producer: ThreadPool::builder()
+                .name("bench-producer")
+                .threads(1)
+                .build(),
+            consumers: ThreadPool::builder()
+                .name("bench-consumers")
+                .threads(2)
+                .build(),
+        }
+    }
+}
+
+/// One run of a weir case (it checks its own sums).
+type Case<'a> = Box<dyn Fn() + 'a>;
+
+/// weir's cases, by name (see the module docs).
+fn weir_cases(fx: &Fixture) -> Vec<(&'static str, Case<'_>)> {
     let expected = (0..N).fold(0u64, add);
+    let (producer, consumers) = (&fx.producer, &fx.consumers);
+    vec![
+        (
+            "weir_sync",
+            Box::new(move || {
+                let hub = Hub::builder(weir::range(0..N), CAPACITY)
+                    .connect_at(SUBSCRIBERS)
+                    .build();
+                let sums = fold_all(&hub, |h| h);
+                assert!(sums.iter().all(|&s| s == expected));
+            }),
+        ),
+        (
+            "weir_threads",
+            Box::new(move || {
+                let source = weir::range(0..N).subscribe_on(producer.clone());
+                let hub = Hub::builder(source, CAPACITY)
+                    .connect_at(SUBSCRIBERS)
+                    .build();
+                let sums = fold_all(&hub, |h| h.publish_on(consumers.clone(), 256));
+                assert!(sums.iter().all(|&s| s == expected));
+            }),
+        ),
+        (
+            "weir_channel",
+            Box::new(move || {
+                let sums =
+                    fed_one_by_one(|rx| rx.boxed(), |h| h.publish_on(consumers.clone(), 256));
+                assert!(sums.iter().all(|&s| s == expected));
+            }),
+        ),
+        (
+            "weir_channel_iter",
+            Box::new(move || {
+                let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
+                let hub = Hub::builder(rx, CAPACITY).connect_at(SUBSCRIBERS).build();
+                let threads: Vec<_> = (0..SUBSCRIBERS)
+                    .map(|_| {
+                        let items = hub.clone().blocking_iter(256);
+                        std::thread::spawn(move || items.map(|x| x.unwrap()).fold(0u64, add))
+                    })
+                    .collect();
+                send_all(tx);
+                assert!(threads.into_iter().all(|c| c.join().unwrap() == expected));
+            }),
+        ),
+        (
+            "weir_channel_inline",
+            Box::new(move || {
+                let sums = fed_one_by_one(|rx| rx.boxed(), |h| h);
+                assert!(sums.iter().all(|&s| s == expected));
+            }),
+        ),
+        (
+            "weir_channel_hop_inline",
+            Box::new(move || {
+                let sums = fed_one_by_one(|rx| rx.publish_on(producer.clone(), 256).boxed(), |h| h);
+                assert!(sums.iter().all(|&s| s == expected));
+            }),
+        ),
+        (
+            "weir_channel_hop",
+            Box::new(move || {
+                let sums = fed_one_by_one(
+                    |rx| rx.publish_on(producer.clone(), 256).boxed(),
+                    |h| h.publish_on(consumers.clone(), 256),
+                );
+                assert!(sums.iter().all(|&s| s == expected));
+            }),
+        ),
+    ]
+}
+
+/// Four times the sum of `0..N`: what `crossbeam_4` returns.
+fn crossbeam_expected() -> u64 {
+    let expected = (0..N).fold(0u64, add);
+    add(add(expected, expected), add(expected, expected))
+}
+
+fn bench(c: &mut Criterion) {
+    let fx = Fixture::new();
     let mut group = c.benchmark_group("hub");
     group.throughput(Throughput::Elements(N));
     group.sample_size(10);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .build()
-        .unwrap();
     let (mut lost, mut runs) = (0u64, 0u64);
     group.bench_function("tokio_broadcast", |b| {
         b.iter(|| {
-            let (_, l) = tokio_broadcast(&rt);
+            let (_, l) = tokio_broadcast(&fx.rt);
             lost += l;
             runs += 1;
         })
@@ -174,81 +283,11 @@ fn bench(c: &mut Criterion) {
         100.0 * lost as f64 / deliveries.max(1) as f64
     );
     group.bench_function("crossbeam_4", |b| {
-        b.iter(|| {
-            assert_eq!(
-                crossbeam_4(),
-                add(add(expected, expected), add(expected, expected))
-            )
-        })
+        b.iter(|| assert_eq!(crossbeam_4(), crossbeam_expected()))
     });
-    group.bench_function("weir_sync", |b| {
-        b.iter(|| {
-            let hub = Hub::builder(weir::range(0..N), CAPACITY)
-                .connect_at(SUBSCRIBERS)
-                .build();
-            let sums = fold_all(&hub, |h| h);
-            assert!(sums.iter().all(|&s| s == expected));
-        })
-    });
-    let producer = ThreadPool::builder()
-        .name("bench-producer")
-        .threads(1)
-        .build();
-    let consumers = ThreadPool::builder()
-        .name("bench-consumers")
-        .threads(2)
-        .build();
-    group.bench_function("weir_threads", |b| {
-        b.iter(|| {
-            let source = weir::range(0..N).subscribe_on(producer.clone());
-            let hub = Hub::builder(source, CAPACITY)
-                .connect_at(SUBSCRIBERS)
-                .build();
-            let sums = fold_all(&hub, |h| h.publish_on(consumers.clone(), 256));
-            assert!(sums.iter().all(|&s| s == expected));
-        })
-    });
-    group.bench_function("weir_channel", |b| {
-        b.iter(|| {
-            let sums = fed_one_by_one(|rx| rx.boxed(), |h| h.publish_on(consumers.clone(), 256));
-            assert!(sums.iter().all(|&s| s == expected));
-        })
-    });
-    group.bench_function("weir_channel_iter", |b| {
-        b.iter(|| {
-            let (tx, rx) = weir::channel::<u64>(CAPACITY, ChannelPolicy::Backpressure);
-            let hub = Hub::builder(rx, CAPACITY).connect_at(SUBSCRIBERS).build();
-            let consumers: Vec<_> = (0..SUBSCRIBERS)
-                .map(|_| {
-                    let items = hub.clone().blocking_iter(256);
-                    std::thread::spawn(move || items.map(|x| x.unwrap()).fold(0u64, add))
-                })
-                .collect();
-            send_all(tx);
-            assert!(consumers.into_iter().all(|c| c.join().unwrap() == expected));
-        })
-    });
-    group.bench_function("weir_channel_inline", |b| {
-        b.iter(|| {
-            let sums = fed_one_by_one(|rx| rx.boxed(), |h| h);
-            assert!(sums.iter().all(|&s| s == expected));
-        })
-    });
-    group.bench_function("weir_channel_hop_inline", |b| {
-        b.iter(|| {
-            let sums = fed_one_by_one(|rx| rx.publish_on(producer.clone(), 256).boxed(), |h| h);
-            assert!(sums.iter().all(|&s| s == expected));
-        })
-    });
-    group.bench_function("weir_channel_hop", |b| {
-        b.iter(|| {
-            let sums = fed_one_by_one(
-                |rx| rx.publish_on(producer.clone(), 256).boxed(),
-                |h| h.publish_on(consumers.clone(), 256),
-            );
-            assert!(sums.iter().all(|&s| s == expected));
-        })
-    });
+    for (name, case) in weir_cases(&fx) {
+        group.bench_function(name, |b| b.iter(&case));
+    }
     group.finish();
 
     // Isolation: eight subscribers, all fast, against seven fast ones beside one
@@ -263,7 +302,7 @@ fn bench(c: &mut Criterion) {
             "eight_fast"
         };
         group.bench_function(name, |b| {
-            b.iter(|| isolation(stalled, &producer, &consumers))
+            b.iter(|| isolation(stalled, &fx.producer, &fx.consumers))
         });
     }
     group.finish();
@@ -295,6 +334,69 @@ fn isolation(stalled: bool, producer: &ThreadPool, consumers: &ThreadPool) {
     }
 }
 
+/// Rounds of the paired fan-out phase.
+const FAN_OUT_ROUNDS: usize = 5;
+
+/// The paired fan-out phase: each round runs `tokio_broadcast`, `crossbeam_4` and
+/// every weir case once, in that order, and takes broadcast's time ÷ each case's
+/// (and crossbeam's ÷ each case's) inside the round. Prints the medians with their
+/// ranges, and how much broadcast lost.
+fn paired_fan_out() {
+    let fx = Fixture::new();
+    let cases = weir_cases(&fx);
+    let timed = |run: &dyn Fn()| {
+        let start = std::time::Instant::now();
+        run();
+        start.elapsed().as_secs_f64()
+    };
+    let lost = std::cell::Cell::new(0u64);
+    let (mut broadcast, mut crossbeam) = (Vec::new(), Vec::new());
+    let mut times = vec![Vec::new(); cases.len()];
+    let mut over_broadcast = vec![Vec::new(); cases.len()];
+    let mut over_crossbeam = vec![Vec::new(); cases.len()];
+    for _ in 0..FAN_OUT_ROUNDS {
+        let b = timed(&|| lost.set(lost.get() + tokio_broadcast(&fx.rt).1));
+        let x = timed(&|| assert_eq!(crossbeam_4(), crossbeam_expected()));
+        broadcast.push(b);
+        crossbeam.push(x);
+        for (i, (_, case)) in cases.iter().enumerate() {
+            let t = timed(case);
+            times[i].push(t);
+            over_broadcast[i].push(b / t);
+            over_crossbeam[i].push(x / t);
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let deliveries = FAN_OUT_ROUNDS as u64 * N * SUBSCRIBERS as u64;
+    println!();
+    println!(
+        "paired fan-out ({FAN_OUT_ROUNDS} rounds of {N} items; ratio = the peer's time ÷ \
+         weir's in the same round, median (min-max)):"
+    );
+    let (b, _, _) = median(&mut broadcast);
+    let (x, _, _) = median(&mut crossbeam);
+    println!(
+        "  {:24} median {:7.1} ms (lost {:.1} % of its deliveries, Lagged)",
+        "tokio_broadcast",
+        b * 1e3,
+        100.0 * lost.get() as f64 / deliveries as f64
+    );
+    println!("  {:24} median {:7.1} ms", "crossbeam_4", x * 1e3);
+    for (i, (name, _)) in cases.iter().enumerate() {
+        let (t, _, _) = median(&mut times[i]);
+        let (rb, lb, hb) = median(&mut over_broadcast[i]);
+        let (rx, lx, hx) = median(&mut over_crossbeam[i]);
+        println!(
+            "  {name:24} median {:7.1} ms, ÷ broadcast {rb:.3} ({lb:.3}-{hb:.3}), \
+             ÷ crossbeam {rx:.3} ({lx:.3}-{hx:.3})",
+            t * 1e3
+        );
+    }
+}
+
 /// Rounds of the paired isolation phase.
 const ROUNDS: usize = 15;
 
@@ -305,17 +407,10 @@ const ROUNDS: usize = 15;
 /// of the per-round ratios (all-fast time ÷ with-a-stalled-one time: the seven
 /// keep at least 0.95 × the all-fast throughput when it is ≥ 0.95).
 fn paired_isolation() {
-    let producer = ThreadPool::builder()
-        .name("bench-producer")
-        .threads(1)
-        .build();
-    let consumers = ThreadPool::builder()
-        .name("bench-consumers")
-        .threads(2)
-        .build();
+    let fx = Fixture::new();
     let timed = |stalled: bool| {
         let start = std::time::Instant::now();
-        isolation(stalled, &producer, &consumers);
+        isolation(stalled, &fx.producer, &fx.consumers);
         start.elapsed().as_secs_f64()
     };
     let mut ratios = Vec::new();
@@ -375,6 +470,7 @@ fn main() {
         Criterion::default().configure_from_args().final_summary();
     }
     if filters.is_empty() || filters.iter().any(|f| f == "paired") {
+        paired_fan_out();
         paired_isolation();
     }
 }
