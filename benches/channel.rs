@@ -44,6 +44,9 @@
 //! Run: `cargo bench --bench channel` (about three minutes); `-- paired` runs the
 //! paired phase only.
 
+#[path = "support/paired.rs"]
+mod paired;
+
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -388,17 +391,5 @@ fn paired() {
 criterion_group!(benches, bench);
 
 fn main() {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    if filters.iter().all(|f| f != "paired") {
-        benches();
-        Criterion::default().configure_from_args().final_summary();
-    }
-    // `cargo bench --bench channel -- <filter>` runs the criterion cases only;
-    // `-- paired` the paired phase only.
-    if filters.is_empty() || filters.iter().any(|f| f == "paired") {
-        paired();
-    }
+    paired::main_with_paired(benches, paired);
 }

@@ -43,6 +43,9 @@
 //! Run: `cargo bench --bench hub` (about eleven minutes: the per-item formulations
 //! take seconds per 10M); `-- paired` runs the paired phases only (about three).
 
+#[path = "support/paired.rs"]
+mod paired;
+
 use std::hint::black_box;
 
 use criterion::{criterion_group, Criterion, Throughput};
@@ -459,18 +462,8 @@ impl weir::Subscriber<u64> for Stalled {
 criterion_group!(benches, bench);
 
 fn main() {
-    let filters: Vec<String> = std::env::args()
-        .skip(1)
-        .filter(|a| !a.starts_with('-'))
-        .collect();
-    // `cargo bench --bench hub -- <filter>` runs the criterion cases only;
-    // `-- paired` the paired isolation phase only; no filter, both.
-    if filters.iter().all(|f| f != "paired") {
-        benches();
-        Criterion::default().configure_from_args().final_summary();
-    }
-    if filters.is_empty() || filters.iter().any(|f| f == "paired") {
+    paired::main_with_paired(benches, || {
         paired_fan_out();
         paired_isolation();
-    }
+    });
 }
