@@ -216,9 +216,10 @@ pub(super) struct Offered<T> {
     pub(super) wake: Option<Wake>,
 }
 
-/// A waiting sender's entry that its first try did not place, with that try's clock
-/// reading when it is still fresh ([`Link::offer_first`]).
-pub(super) type Unsent<T> = ((T, Assessed), Option<Instant>);
+/// A waiting sender's item that its first try did not place (the sender keeps its
+/// admission record), with that try's clock reading when it is still fresh
+/// ([`Link::offer_first`]).
+pub(super) type Unsent<T> = (T, Option<Instant>);
 
 /// A sender's item offered inside a drain pass ([`Link::offer_now`]): taken out of
 /// `entry` under the state lock, at the sender's clock reading `now`, the outcome left
@@ -1156,18 +1157,15 @@ impl<T: Send + 'static> Link<T> {
             Ok(()) => return Ok(Ok(())),
             Err(entry) => entry,
         };
-        let assessed = entry.1;
         let now = self.stage().gauge.now();
         match self.offer_in_pass(entry, now, true) {
             // (Nothing was swept: a sweep leaves room.)
             Ok(Offered {
                 outcome: Offer::Full(back),
                 ..
-            }) if self.stage().policy == ChannelPolicy::Backpressure => {
-                Err(((back, assessed), None))
-            }
+            }) if self.stage().policy == ChannelPolicy::Backpressure => Err((back, None)),
             Ok(offered) => Ok(self.answer(offered)),
-            Err(entry) => Err((entry, Some(now))),
+            Err((item, _)) => Err((item, Some(now))),
         }
     }
 

@@ -225,7 +225,7 @@ impl<T: Send + 'static> Sender<T> {
         // one reading per queued item, not two.
         let (mut item, fresh) = match shared.offer_first((item, assessed)) {
             Ok(answer) => return answer,
-            Err(((back, _), fresh)) => (back, fresh),
+            Err(unsent) => unsent,
         };
         let clock = &shared.stage().gauge;
         let mut now = fresh.unwrap_or_else(|| clock.now());
@@ -630,7 +630,7 @@ impl<T: Send + 'static> Future for SendFuture<'_, T> {
         let (item, fresh) = if this.key.is_none() {
             match shared.offer_first((item, assessed)) {
                 Ok(answer) => return Poll::Ready(answer),
-                Err(((back, _), fresh)) => (back, fresh),
+                Err(unsent) => unsent,
             }
         } else {
             (item, None)
