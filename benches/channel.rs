@@ -48,7 +48,7 @@
 mod paired;
 
 use std::hint::black_box;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{criterion_group, Criterion, Throughput};
 use weir::prelude::*;
@@ -322,11 +322,7 @@ const ROUNDS: usize = 15;
 fn paired() {
     let pool = ThreadPool::builder().name("bench-sum").threads(1).build();
     let expected = (0..N).fold(0u64, add);
-    let timed = |run: &dyn Fn() -> u64| {
-        let start = Instant::now();
-        assert_eq!(run(), expected, "wrong sum");
-        start.elapsed().as_secs_f64()
-    };
+    let timed = |run: &dyn Fn() -> u64| paired::secs(|| assert_eq!(run(), expected, "wrong sum"));
     let cases: [(&str, &dyn Fn() -> u64); 4] = [
         ("weir_try_send", &|| {
             sum_through(try_channel(), each(spinning))
@@ -355,8 +351,8 @@ fn paired() {
             ratios[i].push(peer / time);
         }
     }
-    peers.sort_by(f64::total_cmp);
-    floors.sort_by(f64::total_cmp);
+    let peer = paired::spread(&mut peers);
+    let floor = paired::spread(&mut floors);
     println!();
     println!(
         "paired rounds ({ROUNDS}): crossbeam_try_send's time ÷ each case's, same round \
@@ -365,25 +361,24 @@ fn paired() {
     println!(
         "  {:30} median {:6.1} ms",
         "crossbeam_try_send",
-        peers[ROUNDS / 2] * 1e3
+        peer.median * 1e3
     );
     println!(
         "  {:30} median {:6.1} ms (min {:.1}, max {:.1}): two uncontended RMWs per item, \
          the floor of an inline hand-off",
         "two_rmw_floor",
-        floors[ROUNDS / 2] * 1e3,
-        floors[0] * 1e3,
-        floors[ROUNDS - 1] * 1e3
+        floor.median * 1e3,
+        floor.min * 1e3,
+        floor.max * 1e3
     );
     for (((name, _), mut v), mut t) in cases.iter().zip(ratios).zip(times) {
-        v.sort_by(f64::total_cmp);
-        t.sort_by(f64::total_cmp);
+        let ratio = paired::spread(&mut v);
         println!(
             "  {name:30} median {:6.1} ms, ratio {:.2} ({:.2}-{:.2})",
-            t[ROUNDS / 2] * 1e3,
-            v[ROUNDS / 2],
-            v[0],
-            v[ROUNDS - 1]
+            paired::spread(&mut t).median * 1e3,
+            ratio.median,
+            ratio.min,
+            ratio.max
         );
     }
 }

@@ -347,40 +347,31 @@ const FAN_OUT_ROUNDS: usize = 5;
 fn paired_fan_out() {
     let fx = Fixture::new();
     let cases = weir_cases(&fx);
-    let timed = |run: &dyn Fn()| {
-        let start = std::time::Instant::now();
-        run();
-        start.elapsed().as_secs_f64()
-    };
     let lost = std::cell::Cell::new(0u64);
     let (mut broadcast, mut crossbeam) = (Vec::new(), Vec::new());
     let mut times = vec![Vec::new(); cases.len()];
     let mut over_broadcast = vec![Vec::new(); cases.len()];
     let mut over_crossbeam = vec![Vec::new(); cases.len()];
     for _ in 0..FAN_OUT_ROUNDS {
-        let b = timed(&|| lost.set(lost.get() + tokio_broadcast(&fx.rt).1));
-        let x = timed(&|| assert_eq!(crossbeam_4(), crossbeam_expected()));
+        let b = paired::secs(|| lost.set(lost.get() + tokio_broadcast(&fx.rt).1));
+        let x = paired::secs(|| assert_eq!(crossbeam_4(), crossbeam_expected()));
         broadcast.push(b);
         crossbeam.push(x);
         for (i, (_, case)) in cases.iter().enumerate() {
-            let t = timed(case);
+            let t = paired::secs(case);
             times[i].push(t);
             over_broadcast[i].push(b / t);
             over_crossbeam[i].push(x / t);
         }
     }
-    let median = |v: &mut Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        (v[v.len() / 2], v[0], v[v.len() - 1])
-    };
     let deliveries = FAN_OUT_ROUNDS as u64 * N * SUBSCRIBERS as u64;
     println!();
     println!(
         "paired fan-out ({FAN_OUT_ROUNDS} rounds of {N} items; ratio = the peer's time ÷ \
          weir's in the same round, median (min-max)):"
     );
-    let (b, _, _) = median(&mut broadcast);
-    let (x, _, _) = median(&mut crossbeam);
+    let b = paired::spread(&mut broadcast).median;
+    let x = paired::spread(&mut crossbeam).median;
     println!(
         "  {:24} median {:7.1} ms (lost {:.1} % of its deliveries, Lagged)",
         "tokio_broadcast",
@@ -389,13 +380,19 @@ fn paired_fan_out() {
     );
     println!("  {:24} median {:7.1} ms", "crossbeam_4", x * 1e3);
     for (i, (name, _)) in cases.iter().enumerate() {
-        let (t, _, _) = median(&mut times[i]);
-        let (rb, lb, hb) = median(&mut over_broadcast[i]);
-        let (rx, lx, hx) = median(&mut over_crossbeam[i]);
+        let t = paired::spread(&mut times[i]).median;
+        let b = paired::spread(&mut over_broadcast[i]);
+        let x = paired::spread(&mut over_crossbeam[i]);
         println!(
-            "  {name:24} median {:7.1} ms, ÷ broadcast {rb:.3} ({lb:.3}-{hb:.3}), \
-             ÷ crossbeam {rx:.3} ({lx:.3}-{hx:.3})",
-            t * 1e3
+            "  {name:24} median {:7.1} ms, ÷ broadcast {:.3} ({:.3}-{:.3}), \
+             ÷ crossbeam {:.3} ({:.3}-{:.3})",
+            t * 1e3,
+            b.median,
+            b.min,
+            b.max,
+            x.median,
+            x.min,
+            x.max
         );
     }
 }
@@ -411,11 +408,7 @@ const ROUNDS: usize = 15;
 /// keep at least 0.95 × the all-fast throughput when it is ≥ 0.95).
 fn paired_isolation() {
     let fx = Fixture::new();
-    let timed = |stalled: bool| {
-        let start = std::time::Instant::now();
-        isolation(stalled, &fx.producer, &fx.consumers);
-        start.elapsed().as_secs_f64()
-    };
+    let timed = |stalled: bool| paired::secs(|| isolation(stalled, &fx.producer, &fx.consumers));
     let mut ratios = Vec::new();
     let (mut fast, mut slow) = (Vec::new(), Vec::new());
     for round in 0..ROUNDS {
@@ -430,20 +423,17 @@ fn paired_isolation() {
         slow.push(with_stalled);
         ratios.push(all_fast / with_stalled);
     }
-    for v in [&mut ratios, &mut fast, &mut slow] {
-        v.sort_by(f64::total_cmp);
-    }
-    let mid = ROUNDS / 2;
+    let ratio = paired::spread(&mut ratios);
     println!();
     println!(
         "paired isolation ({ROUNDS} rounds of {ISOLATION_N} items): eight_fast median {:.1} ms, \
          seven_fast_one_stalled median {:.1} ms; all-fast time ÷ with-a-stalled-one time, \
          same round: median {:.3} (min {:.3}, max {:.3})",
-        fast[mid] * 1e3,
-        slow[mid] * 1e3,
-        ratios[mid],
-        ratios[0],
-        ratios[ROUNDS - 1]
+        paired::spread(&mut fast).median * 1e3,
+        paired::spread(&mut slow).median * 1e3,
+        ratio.median,
+        ratio.min,
+        ratio.max
     );
 }
 

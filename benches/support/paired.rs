@@ -22,3 +22,31 @@ pub fn main_with_paired(benches: fn(), paired: impl FnOnce()) {
         paired();
     }
 }
+
+/// Seconds `run` took.
+pub fn secs(run: impl FnOnce()) -> f64 {
+    let start = std::time::Instant::now();
+    run();
+    start.elapsed().as_secs_f64()
+}
+
+/// The median of a paired phase's per-round figures, and their range.
+#[derive(Clone, Copy, Debug)]
+pub struct Spread {
+    /// The middle figure (of an even count, the upper of the two middle ones).
+    pub median: f64,
+    /// The smallest figure.
+    pub min: f64,
+    /// The largest figure.
+    pub max: f64,
+}
+
+/// Sort `figures` (one per round, at least one) and take their [`Spread`].
+pub fn spread(figures: &mut [f64]) -> Spread {
+    figures.sort_by(f64::total_cmp);
+    Spread {
+        median: figures[figures.len() / 2],
+        min: figures[0],
+        max: figures[figures.len() - 1],
+    }
+}
