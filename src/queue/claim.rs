@@ -339,26 +339,37 @@ impl<T> std::fmt::Debug for Reader<T> {
 impl<T> Reader<T> {
     /// Take the next item, or say why there is none.
     #[inline]
+    #[cfg(test)]
     pub(crate) fn pop(&mut self) -> Pop<T> {
+        match self.take_written() {
+            Some(item) => Pop::Item(item),
+            None => self.look(),
+        }
+    }
+
+    /// Take the item at the head if it is written; `None` without looking further
+    /// (the tail's line is the one every claim writes).
+    #[inline]
+    fn take_written(&mut self) -> Option<T> {
         let ring = &*self.ring;
         let slot = ring.slot(self.head);
         // Acquire: pairs with the producer's Release store of the stamp, so its write
         // of the item happens before our read.
-        if slot.stamp.load(Ordering::Acquire) == self.head.wrapping_add(1) {
-            // SAFETY: the stamp says the item claimed at `head` is written; only this
-            // reader takes items, and no producer touches the slot until the stamp
-            // below frees it.
-            let item = slot
-                .value
-                .with(|value| unsafe { (*value).assume_init_read() });
-            // Release: pairs with the next lap's producer's Acquire load of the
-            // stamp: our read above happens before its write.
-            slot.stamp
-                .store(self.head.wrapping_add(ring.one_lap), Ordering::Release);
-            self.head = ring.after(self.head);
-            return Pop::Item(item);
+        if slot.stamp.load(Ordering::Acquire) != self.head.wrapping_add(1) {
+            return None;
         }
-        self.look()
+        // SAFETY: the stamp says the item claimed at `head` is written; only this
+        // reader takes items, and no producer touches the slot until the stamp
+        // below frees it.
+        let item = slot
+            .value
+            .with(|value| unsafe { (*value).assume_init_read() });
+        // Release: pairs with the next lap's producer's Acquire load of the
+        // stamp: our read above happens before its write.
+        slot.stamp
+            .store(self.head.wrapping_add(ring.one_lap), Ordering::Release);
+        self.head = ring.after(self.head);
+        Some(item)
     }
 
     /// No item at the head: empty, closed, or a claim being written. Relaxed is
@@ -376,28 +387,27 @@ impl<T> Reader<T> {
     }
 
     /// Take up to `max` items, handing each to `each`; stops early at the first
-    /// position that has no item yet. Returns how many it took and what it found
-    /// after them ([`Pop::Item`] never: `Empty`, `Pending`, `Closed`, or `Empty` for
-    /// a batch that stopped at `max`). Publishes the position once, for a watcher.
-    pub(crate) fn pop_batch(&mut self, max: usize, mut each: impl FnMut(T)) -> (usize, Pop<T>) {
+    /// position that has no item written yet, without asking why (empty, a claim
+    /// being written, closed: [`state`](Self::state) says). Returns how many it
+    /// took. Publishes the position once, for a watcher.
+    ///
+    /// Not reading the tail matters when the reader keeps up with the senders: each
+    /// read of it takes the line every claim writes away from them.
+    pub(crate) fn pop_batch(&mut self, max: usize, mut each: impl FnMut(T)) -> usize {
         let mut taken = 0;
-        let mut found = Pop::Empty;
         while taken < max {
-            match self.pop() {
-                Pop::Item(item) => {
+            match self.take_written() {
+                Some(item) => {
                     taken += 1;
                     each(item);
                 }
-                other => {
-                    found = other;
-                    break;
-                }
+                None => break,
             }
         }
         // Relaxed: read by a watcher's looks (hints, or ordered by its fence) and by
         // `Drop` (ordered by the `Arc`).
         self.ring.head.store(self.head, Ordering::Relaxed);
-        (taken, found)
+        taken
     }
 
     /// What a pop would find now, without taking anything.
@@ -480,11 +490,15 @@ mod tests {
                     }
                 }
             }
-            let (_, found) = reader.pop_batch((round % 3) as usize, |item| {
+            reader.pop_batch((round % 3) as usize, |item| {
                 assert_eq!(item, next_out, "out of order");
                 next_out += 1;
             });
-            assert_ne!(found, Pop::Pending, "single-threaded: no claim in flight");
+            assert_ne!(
+                reader.state(),
+                Pop::Pending,
+                "single-threaded: no claim in flight"
+            );
             assert_eq!(ring.has_claims(), next_in > next_out);
         }
         assert!(next_in > 10_000, "the ring went round many laps: {next_in}");
@@ -571,7 +585,7 @@ mod tests {
         let mut next = [0u64; PRODUCERS as usize];
         let mut seen = 0;
         while seen < PRODUCERS * EACH {
-            let (taken, _) = reader.pop_batch(5, |(p, i)| {
+            let taken = reader.pop_batch(5, |(p, i)| {
                 assert_eq!(i, next[p as usize], "producer {p} out of order");
                 next[p as usize] += 1;
             });
@@ -633,7 +647,7 @@ mod loom_tests {
                 .collect();
             let mut got = Vec::new();
             while got.len() < 3 {
-                let (taken, _) = reader.pop_batch(2, |item| got.push(item.0));
+                let taken = reader.pop_batch(2, |item| got.push(item.0));
                 if taken == 0 {
                     thread::yield_now();
                 }

@@ -869,13 +869,14 @@ impl<T: Send + 'static> Chan<T> {
                 .min(self.batch_size);
             // The lane's items first: senders use it only while the queue is empty,
             // so its items are older than any queued item of the same sender.
-            let (from_lane, lane) = match &mut c.reader {
+            // Not what stopped the batch (a look at the lane's tail, which every
+            // claim writes): only the locked step below needs that, and asks.
+            let from_lane = match &mut c.reader {
                 Some(reader) => {
                     let batch = &mut c.batch;
-                    let (n, _) = reader.pop_batch(budget, |item| batch.push_back(item));
-                    (n, reader.state())
+                    reader.pop_batch(budget, |item| batch.push_back(item))
                 }
-                None => (0, Pop::Closed),
+                None => 0,
             };
             if from_lane > 0 {
                 self.passed_over(c, from_lane);
@@ -909,11 +910,11 @@ impl<T: Send + 'static> Chan<T> {
                 let mut st = self.lock_state();
                 // The lane again, under the lock: a sender that claimed a slot and
                 // then queued an item did both before its unlock, which our lock
-                // follows, so its claim is seen here (the look above may predate it).
+                // follows, so its claim is seen here (the batch above may predate it).
                 // The queue's items only once the lane is empty: a slot still being
                 // written (or left for want of demand) may hold an item older than
                 // a queued one of the same sender.
-                let lane = c.reader.as_ref().map_or(lane, Reader::state);
+                let lane = c.reader.as_ref().map_or(Pop::Closed, Reader::state);
                 let queue_turn = matches!(lane, Pop::Empty | Pop::Closed);
                 let mut offered = false;
                 let mut taken = from_lane;
