@@ -29,6 +29,13 @@
 //! scheduler drops the subscribing task itself, downstream gets `on_subscribe` and
 //! the same error from the task's drop.
 //!
+//! A source whose `subscribe` panics (before or after its `on_subscribe`) drops
+//! `Passing` while the panic unwinds. The subscribing task runs `subscribe` under
+//! `catch_unwind`, and `Passing`'s `Drop` hands downstream back to it ([`HandBack`])
+//! instead of signalling there, where the panic's payload is out of reach: the task
+//! then signals `on_error` of kind `Panicked` with the panic's own message (after
+//! `on_subscribe` if downstream has not had it).
+//!
 //! Demand contract: PassThrough. In-flight bound: upstream's.
 
 use std::marker::PhantomData;
@@ -94,15 +101,96 @@ where
     S: Scheduler + Clone,
 {
     fn run(mut self) {
-        if let Some((source, downstream, scheduler)) = self.parts.take() {
-            source.subscribe(Passing {
-                downstream,
-                scheduler: Some(scheduler),
-                relay: Relay::default(),
-                forwarding: None,
-                upstream: Upstream::Idle,
-                _items: PhantomData,
-            });
+        let Some((source, downstream, scheduler)) = self.parts.take() else {
+            return;
+        };
+        let hand_back = Arc::new(HandBack::default());
+        let passing = Passing {
+            downstream: Some(downstream),
+            scheduler: Some(scheduler),
+            relay: Relay::default(),
+            forwarding: None,
+            upstream: Upstream::Idle,
+            hand_back: hand_back.clone(),
+            _items: PhantomData,
+        };
+        // AssertUnwindSafe: after a panic, only downstream (handed back whole, or
+        // never) is touched again.
+        let subscribed =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| source.subscribe(passing)));
+        match (hand_back.close(), subscribed) {
+            (Some((downstream, had_subscribe)), outcome) => {
+                let error = match outcome {
+                    Err(payload) => Error::panicked(payload),
+                    // Dropped by a panic on another thread while `subscribe` ran here.
+                    Ok(()) => Error::panicked(Box::new(SOURCE_PANICKED)),
+                };
+                fail(downstream, had_subscribe, error);
+            }
+            // Passing outlived the panic (kept elsewhere, or already terminated):
+            // the panic goes on, as it would without the operator.
+            (None, Err(payload)) => std::panic::resume_unwind(payload),
+            (None, Ok(())) => {}
+        }
+    }
+}
+
+/// What downstream hears when the source panicked in `subscribe` where the panic's
+/// payload is out of reach.
+const SOURCE_PANICKED: &str = "the source panicked in subscribe";
+
+/// End `downstream` with `error`, giving it `on_subscribe` first unless it `had_subscribe`.
+fn fail<T, D: Subscriber<T>>(mut downstream: D, had_subscribe: bool, error: Error) {
+    if (had_subscribe || crate::guard::on_subscribe(&mut downstream, Subscription::noop()))
+        && crate::guard::catch(|| downstream.on_error(error)).is_err()
+    {
+        tracing::error!("subscriber panicked in on_error (rule 2.13)");
+    }
+}
+
+/// Where [`Passing`] leaves downstream when it is dropped by a panic while the
+/// subscribing task is still inside upstream's `subscribe` (see the module docs).
+struct HandBack<D> {
+    state: Mutex<Handed<D>>,
+}
+
+enum Handed<D> {
+    /// The subscribing task is inside `subscribe`, catching.
+    Open,
+    /// Downstream, and whether it had `on_subscribe`.
+    Back(D, bool),
+    /// The subscribing task has moved on: nobody takes a hand-back.
+    Closed,
+}
+
+impl<D> Default for HandBack<D> {
+    fn default() -> Self {
+        HandBack {
+            state: Mutex::new(Handed::Open),
+        }
+    }
+}
+
+impl<D> HandBack<D> {
+    /// Leave `downstream` for the subscribing task; `Err` (with it) once that task
+    /// has moved on.
+    fn give(&self, downstream: D, had_subscribe: bool) -> Result<(), D> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match *state {
+            Handed::Open => {
+                *state = Handed::Back(downstream, had_subscribe);
+                Ok(())
+            }
+            _ => Err(downstream),
+        }
+    }
+
+    /// The subscribing task moves on: take what was handed back, refuse later gives.
+    fn close(&self) -> Option<(D, bool)> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match std::mem::replace(&mut *state, Handed::Closed) {
+            Handed::Back(downstream, had_subscribe) => Some((downstream, had_subscribe)),
+            _ => None,
         }
     }
 }
@@ -122,7 +210,8 @@ impl<P: Publisher, D: Subscriber<P::Item>, S> Drop for Subscribing<P, D, S> {
 
 /// The upstream-facing subscriber: signals pass through.
 struct Passing<T, D: Subscriber<T>, S> {
-    downstream: D,
+    /// `None` only once handed back ([`HandBack`]), in `Drop`.
+    downstream: Option<D>,
     /// Moved into the forwarding stage at `on_subscribe`.
     scheduler: Option<S>,
     /// The forwarding core's report.
@@ -132,6 +221,7 @@ struct Passing<T, D: Subscriber<T>, S> {
     /// ended, would drop its relay, which cancels upstream.
     forwarding: Option<Subscription>,
     upstream: Upstream,
+    hand_back: Arc<HandBack<D>>,
     _items: PhantomData<fn(T)>,
 }
 
@@ -256,7 +346,10 @@ where
         core.attach((), self.relay.clone());
         let handle = Subscription::new(core.clone());
         self.forwarding = Some(handle.clone());
-        if !crate::guard::on_subscribe(&mut self.downstream, handle.clone()) {
+        let Some(downstream) = &mut self.downstream else {
+            return;
+        };
+        if !crate::guard::on_subscribe(downstream, handle.clone()) {
             // Treated as cancelled (rule 2.13).
             handle.cancel();
         }
@@ -264,54 +357,71 @@ where
 
     #[inline]
     fn on_next(&mut self, item: T) {
-        if self.upstream.is_active() {
-            self.downstream.on_next(item);
+        if let (true, Some(downstream)) = (self.upstream.is_active(), &mut self.downstream) {
+            downstream.on_next(item);
         }
     }
 
     #[inline]
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
-        if self.upstream.is_active() {
-            self.downstream.on_next_batch(items)
-        } else {
-            0
+        match (self.upstream.is_active(), &mut self.downstream) {
+            (true, Some(downstream)) => downstream.on_next_batch(items),
+            _ => 0,
         }
     }
 
     fn drop_hook(&self) -> Option<DropHook> {
-        self.downstream.drop_hook()
+        self.downstream.as_ref().and_then(Subscriber::drop_hook)
     }
 
     fn stops_batches_itself(&self) -> bool {
-        self.downstream.stops_batches_itself()
+        self.downstream
+            .as_ref()
+            .is_some_and(Subscriber::stops_batches_itself)
     }
 
     fn on_error(&mut self, error: Error) {
-        self.upstream.forward_error(&mut self.downstream, error);
+        if let Some(downstream) = &mut self.downstream {
+            self.upstream.forward_error(downstream, error);
+        }
     }
 
     fn on_complete(&mut self) {
-        self.upstream.forward_complete(&mut self.downstream);
+        if let Some(downstream) = &mut self.downstream {
+            self.upstream.forward_complete(downstream);
+        }
     }
 }
 
 impl<T, D: Subscriber<T>, S> Drop for Passing<T, D, S> {
     fn drop(&mut self) {
-        if matches!(self.upstream, Upstream::Idle) {
-            // Released without `on_subscribe`: the source's `subscribe` panicked on the
-            // scheduler's thread (or broke rule 1.9). Downstream must still end.
-            let error = if std::thread::panicking() {
-                Error::panicked(Box::new("the source panicked in subscribe"))
+        let Some(downstream) = self.downstream.take() else {
+            return;
+        };
+        let idle = matches!(self.upstream, Upstream::Idle);
+        let panicking = std::thread::panicking();
+        let downstream = if panicking && !matches!(self.upstream, Upstream::Done) {
+            // The source panicked with us unterminated: the subscribing task, if it
+            // is still catching, signals the panic's own message (module docs).
+            match self.hand_back.give(downstream, !idle) {
+                Ok(()) => return,
+                Err(downstream) => downstream,
+            }
+        } else {
+            downstream
+        };
+        if idle {
+            // Released without `on_subscribe`: the source's `subscribe` panicked
+            // elsewhere (or broke rule 1.9). Downstream must still end.
+            let error = if panicking {
+                Error::panicked(Box::new(SOURCE_PANICKED))
             } else {
                 Error::spec_violation("1.9", "the source released its subscriber unsubscribed")
             };
-            if crate::guard::on_subscribe(&mut self.downstream, Subscription::noop())
-                && crate::guard::catch(|| self.downstream.on_error(error)).is_err()
-            {
-                tracing::error!("subscriber panicked in on_error (rule 2.13)");
-            }
+            fail(downstream, false, error);
             return;
         }
+        let mut downstream = downstream;
         // Upstream let go of us after the forwarding core ended with an error (its
         // scheduler shut down): signal it now, after upstream's last signal.
         let error = self
@@ -322,7 +432,7 @@ impl<T, D: Subscriber<T>, S> Drop for Passing<T, D, S> {
             .take();
         if let Some(error) = error {
             if self.upstream.finish() {
-                self.downstream.on_error(error);
+                downstream.on_error(error);
             }
         }
     }

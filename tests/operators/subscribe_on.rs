@@ -11,6 +11,7 @@ use weir::demand::UNBOUNDED;
 use weir::prelude::*;
 use weir::runtime::{Immediate, Scheduler, Task, ThreadPool, VirtualTime};
 use weir::tck::proptest::{check_publisher_with, demand_schedule, PublisherCheck};
+use weir::tck::Signal;
 use weir::Error;
 
 use crate::baseline;
@@ -173,6 +174,68 @@ fn panic_in_downstream_is_caught_upstream() {
         .subscribe_on(pool)
         .fold(0, |a, x| a + x);
     assert_eq!(sum.wait().unwrap(), 45);
+}
+
+/// A source whose `subscribe` panics, with a `String` payload, after calling
+/// `on_subscribe` first when `subscribe_first`.
+struct PanicsInSubscribe {
+    subscribe_first: bool,
+}
+
+impl Publisher for PanicsInSubscribe {
+    type Item = u64;
+
+    fn subscribe<S>(self, mut subscriber: S)
+    where
+        S: Subscriber<u64> + Send + 'static,
+    {
+        if self.subscribe_first {
+            subscriber.on_subscribe(Subscription::noop());
+        }
+        panic!(
+            "source {} failed",
+            if self.subscribe_first {
+                "late"
+            } else {
+                "early"
+            }
+        );
+    }
+}
+
+/// A source that panics in `subscribe` (before or after its `on_subscribe`) ends
+/// downstream with an error of kind `Panicked` carrying the panic's own message,
+/// `on_subscribe` once, nothing else; the pool's worker lives on. (After
+/// `on_subscribe`, downstream used to wait for ever.)
+#[test]
+fn a_source_that_panics_in_subscribe_ends_downstream_with_the_panics_message() {
+    let pool = pool();
+    for (subscribe_first, message) in [(false, "source early failed"), (true, "source late failed")]
+    {
+        let probe = probe_of(PanicsInSubscribe { subscribe_first }.subscribe_on(pool.clone()));
+        let error = probe.await_error(PATIENCE).unwrap();
+        assert_eq!(error.kind(), weir::ErrorKind::Panicked, "{message}");
+        assert_eq!(error.message(), message);
+        probe
+            .expect_signal_count(2, Duration::from_millis(20))
+            .unwrap();
+        assert!(
+            matches!(probe.signals()[..], [Signal::Subscribe, Signal::Error(_)]),
+            "{message}: on_subscribe once, then the error"
+        );
+        probe.assert_no_violations();
+        let mut handle = PanicsInSubscribe { subscribe_first }
+            .subscribe_on(pool.clone())
+            .fold(0, |a, x| a + x);
+        match handle.wait_timeout(PATIENCE) {
+            Some(Err(error)) => assert_eq!(error.message(), message),
+            other => panic!("{message}: the fold ended with {other:?}"),
+        }
+    }
+    let sum = weir::range(0u64..10)
+        .subscribe_on(pool)
+        .fold(0, |a, x| a + x);
+    assert_eq!(sum.wait().unwrap(), 45, "the worker survived");
 }
 
 proptest! {
