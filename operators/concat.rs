@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::demand::AtomicDemand;
 use crate::drain::Upstream;
-use crate::guard::catch;
+use crate::guard::{catch, HandBack};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
@@ -59,6 +59,7 @@ where
             next: Some(self.second),
             arbiter: Arc::new(Arbiter::default()),
             upstream: Upstream::Idle,
+            hand_back: None,
             _items: PhantomData,
         })
     }
@@ -157,6 +158,9 @@ struct Leg<T, S: Subscriber<T>, Q> {
     arbiter: Arc<Arbiter>,
     /// This leg's life cycle.
     upstream: Upstream,
+    /// The second leg's: where its `Drop` leaves downstream when its publisher
+    /// panics in `subscribe` (the first leg's `on_complete` catches it).
+    hand_back: Option<Arc<HandBack<S>>>,
     _items: PhantomData<fn(T)>,
 }
 
@@ -214,17 +218,32 @@ where
         let live = self.arbiter.release();
         match self.next.take() {
             Some(next) if live => {
+                let hand_back = Arc::new(HandBack::default());
                 let leg = Leg::<T, S, Q> {
                     downstream: Some(downstream),
                     next: None,
                     arbiter: self.arbiter.clone(),
                     upstream: Upstream::Idle,
+                    hand_back: Some(hand_back.clone()),
                     _items: PhantomData,
                 };
-                // A panicking `subscribe` drops the leg, which fails downstream (see
-                // its `Drop`); the panic stops here.
-                if catch(move || next.subscribe(leg)).is_err() {
-                    tracing::error!("concat: the second publisher panicked in subscribe");
+                // A panicking `subscribe` drops the leg, which hands downstream back
+                // here unless it ended (see its `Drop`); the panic stops here.
+                let subscribed = catch(move || next.subscribe(leg));
+                match (hand_back.close(), subscribed) {
+                    (Some((mut downstream, _)), subscribed) => {
+                        let error = subscribed
+                            .err()
+                            .unwrap_or_else(|| Error::panicked(Box::new(SECOND_PANICKED)))
+                            .in_stage("concat");
+                        if catch(|| downstream.on_error(error)).is_err() {
+                            tracing::error!("subscriber panicked in on_error (rule 2.13)");
+                        }
+                    }
+                    (None, Err(_)) => {
+                        tracing::error!("concat: the second publisher panicked in subscribe");
+                    }
+                    (None, Ok(())) => {}
                 }
             }
             Some(_) => {}
@@ -243,17 +262,32 @@ where
     }
 }
 
+/// What downstream hears when the second publisher panicked in `subscribe` where
+/// the panic's payload is out of reach.
+const SECOND_PANICKED: &str = "the second publisher panicked in subscribe";
+
 impl<T, S: Subscriber<T>, Q> Drop for Leg<T, S, Q> {
-    /// The second leg dropped by its publisher without ever being subscribed (its
-    /// `subscribe` panicked, or it broke rule 1.9): downstream must still end.
+    /// The second leg dropped by its publisher unterminated while its `subscribe`
+    /// panics: downstream goes back to the first leg's `on_complete`, which ends it
+    /// with the panic. Dropped without ever being subscribed otherwise (a panic on
+    /// another thread, or rule 1.9 broken): downstream must still end.
     fn drop(&mut self) {
-        if self.next.is_some() || !matches!(self.upstream, Upstream::Idle) {
+        if self.next.is_some() || matches!(self.upstream, Upstream::Done) {
+            return;
+        }
+        if std::thread::panicking() {
+            if let (Some(hand_back), Some(downstream)) = (&self.hand_back, self.downstream.take()) {
+                if let Err(downstream) = hand_back.give(downstream, true) {
+                    self.downstream = Some(downstream);
+                }
+            }
+        }
+        if !matches!(self.upstream, Upstream::Idle) {
             return;
         }
         if let Some(downstream) = self.downstream.as_mut() {
             let error = if std::thread::panicking() {
-                Error::panicked(Box::new("the second publisher panicked in subscribe"))
-                    .in_stage("concat")
+                Error::panicked(Box::new(SECOND_PANICKED)).in_stage("concat")
             } else {
                 Error::spec_violation(
                     "1.9",

@@ -31,7 +31,8 @@
 //!
 //! A source whose `subscribe` panics (before or after its `on_subscribe`) drops
 //! `Passing` while the panic unwinds. The subscribing task runs `subscribe` under
-//! `catch_unwind`, and `Passing`'s `Drop` hands downstream back to it ([`HandBack`])
+//! `catch_unwind`, and `Passing`'s `Drop` hands downstream back to it (a
+//! [`HandBack`])
 //! instead of signalling there, where the panic's payload is out of reach: the task
 //! then signals `on_error` of kind `Panicked` with the panic's own message (after
 //! `on_subscribe` if downstream has not had it).
@@ -43,6 +44,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::demand::{AtomicDemand, UNBOUNDED};
 use crate::drain::Upstream;
+use crate::guard::HandBack;
 use crate::metrics::DropHook;
 use crate::runtime::Scheduler;
 use crate::stage::core::{Drive, SharedUpstream};
@@ -145,66 +147,6 @@ fn fail<T, D: Subscriber<T>>(mut downstream: D, had_subscribe: bool, error: Erro
         && crate::guard::catch(|| downstream.on_error(error)).is_err()
     {
         tracing::error!("subscriber panicked in on_error (rule 2.13)");
-    }
-}
-
-/// Where [`Passing`] leaves downstream when it is dropped by a panic while the
-/// subscribing task is still inside upstream's `subscribe` (see the module docs).
-struct HandBack<D> {
-    state: Mutex<Handed<D>>,
-}
-
-enum Handed<D> {
-    /// The subscribing task is inside `subscribe`, catching.
-    Open,
-    /// Downstream, and whether it had `on_subscribe`.
-    Back(D, bool),
-    /// The subscribing task has moved on: nobody takes a hand-back.
-    Closed,
-}
-
-impl<D> Default for HandBack<D> {
-    fn default() -> Self {
-        HandBack {
-            state: Mutex::new(Handed::Open),
-        }
-    }
-}
-
-impl<D> HandBack<D> {
-    /// Leave `downstream` for the subscribing task; `Err` (with it) once that task
-    /// has moved on.
-    fn give(&self, downstream: D, had_subscribe: bool) -> Result<(), D> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        match *state {
-            Handed::Open => {
-                *state = Handed::Back(downstream, had_subscribe);
-                Ok(())
-            }
-            _ => Err(downstream),
-        }
-    }
-
-    /// The subscribing task moves on: take what was handed back, refuse later gives.
-    fn close(&self) -> Option<(D, bool)> {
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        match std::mem::replace(&mut *state, Handed::Closed) {
-            Handed::Back(downstream, had_subscribe) => Some((downstream, had_subscribe)),
-            _ => None,
-        }
-    }
-}
-
-impl<P: Publisher, D: Subscriber<P::Item>, S> Drop for Subscribing<P, D, S> {
-    fn drop(&mut self) {
-        if let Some((_source, mut downstream, _)) = self.parts.take() {
-            if crate::guard::on_subscribe(&mut downstream, Subscription::noop()) {
-                let lost = Error::scheduler_shutdown("subscribe_on");
-                if crate::guard::catch(|| downstream.on_error(lost)).is_err() {
-                    tracing::error!("subscriber panicked in on_error (rule 2.13)");
-                }
-            }
-        }
     }
 }
 

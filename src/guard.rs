@@ -19,6 +19,57 @@ pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> Result<R, Error> {
     catch_unwind(AssertUnwindSafe(f)).map_err(Error::panicked)
 }
 
+/// Where a subscriber a stage hands to a user's publisher leaves its downstream when
+/// the publisher's `subscribe` panics with it unterminated, for the stage that
+/// called `subscribe` under `catch_unwind`: there the panic's payload is at hand (in
+/// the subscriber's `Drop`, during the unwind, it is not), and it ends downstream
+/// with it. `subscribe_on` and `concat`'s second leg use it.
+pub(crate) struct HandBack<D> {
+    state: std::sync::Mutex<Handed<D>>,
+}
+
+enum Handed<D> {
+    /// The caller is inside `subscribe`, catching.
+    Open,
+    /// Downstream, and whether it had `on_subscribe`.
+    Back(D, bool),
+    /// The caller has moved on: nobody takes a hand-back.
+    Closed,
+}
+
+impl<D> Default for HandBack<D> {
+    fn default() -> Self {
+        HandBack {
+            state: std::sync::Mutex::new(Handed::Open),
+        }
+    }
+}
+
+impl<D> HandBack<D> {
+    /// Leave `downstream` for the caller of `subscribe`; `Err` (with it) once the
+    /// caller has moved on (the subscriber's `Drop` then ends downstream itself).
+    pub(crate) fn give(&self, downstream: D, had_subscribe: bool) -> Result<(), D> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match *state {
+            Handed::Open => {
+                *state = Handed::Back(downstream, had_subscribe);
+                Ok(())
+            }
+            _ => Err(downstream),
+        }
+    }
+
+    /// The caller of `subscribe` moves on: take what was handed back, and refuse
+    /// later gives.
+    pub(crate) fn close(&self) -> Option<(D, bool)> {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        match std::mem::replace(&mut *state, Handed::Closed) {
+            Handed::Back(downstream, had_subscribe) => Some((downstream, had_subscribe)),
+            _ => None,
+        }
+    }
+}
+
 /// Run `f`, turning a panic into an `Error` of kind `Panicked` that names `stage`.
 #[inline(always)]
 pub(crate) fn catch_in<R>(stage: &'static str, f: impl FnOnce() -> R) -> Result<R, Error> {

@@ -222,5 +222,27 @@ fn a_second_publisher_that_panics_in_subscribe_fails_the_stream() {
         (items, result)
     };
     assert_eq!(items, [0, 1, 2], "the first publisher's items");
-    assert_eq!(result.unwrap_err().kind(), weir::ErrorKind::Panicked);
+    let error = result.unwrap_err();
+    assert_eq!(error.kind(), weir::ErrorKind::Panicked);
+    assert_eq!(
+        error.message(),
+        "boom in subscribe",
+        "the panic's own message"
+    );
+}
+
+/// The same after the second publisher's `on_subscribe`: downstream used to wait for
+/// ever (the leg was dropped subscribed, unterminated).
+#[test]
+fn a_second_publisher_that_panics_after_its_on_subscribe_fails_the_stream() {
+    let mut handle = weir::range(0u32..3)
+        .concat(crate::support::failing::PanicsAfterOnSubscribe("concat"))
+        .collect();
+    match handle.wait_timeout(PATIENCE) {
+        Some(Err(error)) => {
+            assert_eq!(error.kind(), weir::ErrorKind::Panicked);
+            assert_eq!(error.message(), "boom after on_subscribe in concat");
+        }
+        other => panic!("ended with {other:?}, expected the panic"),
+    }
 }

@@ -255,6 +255,28 @@ fn a_source_that_panics_in_subscribe_fails_the_merge_and_cancels_the_others() {
     assert_eq!(stats.cancels(), 1, "the other source is cancelled");
 }
 
+/// The same when the source panics after its `on_subscribe`: the merge fails with
+/// the panic's message (not waiting for the panicked source's end) and cancels the
+/// other source.
+#[test]
+fn a_source_that_panics_after_its_on_subscribe_fails_the_merge() {
+    let (source, stats) = crate::support::counting::counted(weir::never::<u32>());
+    let mut handle = source
+        .merge(crate::support::failing::PanicsAfterOnSubscribe("merge"))
+        .collect();
+    match handle.wait_timeout(PATIENCE) {
+        Some(Err(error)) => {
+            assert_eq!(error.kind(), weir::ErrorKind::Panicked);
+            assert!(
+                error.message().contains("boom after on_subscribe in merge"),
+                "{error}"
+            );
+        }
+        other => panic!("ended with {other:?}, expected the panic"),
+    }
+    assert_eq!(stats.cancels(), 1, "the other source is cancelled");
+}
+
 #[test]
 fn an_item_delivered_after_the_cancel_is_released() {
     baseline::late_item_after_cancel_is_released(|late| late.merge(weir::never()).map(|_| ()));

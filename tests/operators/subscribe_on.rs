@@ -16,7 +16,7 @@ use weir::Error;
 
 use crate::baseline;
 use crate::support::counting::{counted, counting_generator};
-use crate::support::failing::fails_after;
+use crate::support::failing::{fails_after, PanicsAfterOnSubscribe, PanicsOnSubscribe};
 use crate::support::stepper::Stepper;
 use crate::support::{probe_of, PATIENCE};
 
@@ -176,43 +176,18 @@ fn panic_in_downstream_is_caught_upstream() {
     assert_eq!(sum.wait().unwrap(), 45);
 }
 
-/// A source whose `subscribe` panics, with a `String` payload, after calling
-/// `on_subscribe` first when `subscribe_first`.
-struct PanicsInSubscribe {
-    subscribe_first: bool,
-}
-
-impl Publisher for PanicsInSubscribe {
-    type Item = u64;
-
-    fn subscribe<S>(self, mut subscriber: S)
-    where
-        S: Subscriber<u64> + Send + 'static,
-    {
-        if self.subscribe_first {
-            subscriber.on_subscribe(Subscription::noop());
-        }
-        panic!(
-            "source {} failed",
-            if self.subscribe_first {
-                "late"
-            } else {
-                "early"
-            }
-        );
-    }
-}
-
 /// A source that panics in `subscribe` (before or after its `on_subscribe`) ends
 /// downstream with an error of kind `Panicked` carrying the panic's own message,
 /// `on_subscribe` once, nothing else; the pool's worker lives on. (After
 /// `on_subscribe`, downstream used to wait for ever.)
 #[test]
 fn a_source_that_panics_in_subscribe_ends_downstream_with_the_panics_message() {
-    let pool = pool();
-    for (subscribe_first, message) in [(false, "source early failed"), (true, "source late failed")]
-    {
-        let probe = probe_of(PanicsInSubscribe { subscribe_first }.subscribe_on(pool.clone()));
+    fn check<P: Publisher<Item = u32> + Send + 'static>(
+        pool: &ThreadPool,
+        source: impl Fn() -> P,
+        message: &str,
+    ) {
+        let probe = probe_of(source().subscribe_on(pool.clone()));
         let error = probe.await_error(PATIENCE).unwrap();
         assert_eq!(error.kind(), weir::ErrorKind::Panicked, "{message}");
         assert_eq!(error.message(), message);
@@ -224,14 +199,19 @@ fn a_source_that_panics_in_subscribe_ends_downstream_with_the_panics_message() {
             "{message}: on_subscribe once, then the error"
         );
         probe.assert_no_violations();
-        let mut handle = PanicsInSubscribe { subscribe_first }
-            .subscribe_on(pool.clone())
-            .fold(0, |a, x| a + x);
+        let mut handle = source().subscribe_on(pool.clone()).fold(0, |a, x| a + x);
         match handle.wait_timeout(PATIENCE) {
             Some(Err(error)) => assert_eq!(error.message(), message),
             other => panic!("{message}: the fold ended with {other:?}"),
         }
     }
+    let pool = pool();
+    check(&pool, || PanicsOnSubscribe, "boom in subscribe");
+    check(
+        &pool,
+        || PanicsAfterOnSubscribe("subscribe_on"),
+        "boom after on_subscribe in subscribe_on",
+    );
     let sum = weir::range(0u64..10)
         .subscribe_on(pool)
         .fold(0, |a, x| a + x);

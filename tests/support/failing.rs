@@ -49,3 +49,16 @@ impl weir::Publisher for PanicsOnSubscribe {
         panic!("boom in subscribe");
     }
 }
+
+/// A publisher whose `subscribe` calls `on_subscribe` (a subscription that ignores
+/// every call) and then panics, with a `String` payload naming `self.0`.
+pub struct PanicsAfterOnSubscribe(pub &'static str);
+
+impl weir::Publisher for PanicsAfterOnSubscribe {
+    type Item = u32;
+
+    fn subscribe<S: weir::Subscriber<u32> + Send + 'static>(self, mut subscriber: S) {
+        subscriber.on_subscribe(weir::Subscription::noop());
+        panic!("boom after on_subscribe in {}", self.0);
+    }
+}
