@@ -916,3 +916,59 @@ fn an_item_delivered_after_the_cancel_is_released() {
             .map(|_| ())
     });
 }
+
+/// Inner publishers that panic in `subscribe`, before or after their `on_subscribe`:
+/// `flat_map` and `concat_map` end with an error of kind `Panicked` carrying the
+/// panic's message, never waiting on the panicked inner.
+#[test]
+fn an_inner_that_panics_in_subscribe_fails_the_stage_with_its_message() {
+    use crate::support::failing::{PanicsAfterOnSubscribe, PanicsOnSubscribe};
+    type Run = fn() -> weir::sink::SinkHandle<Vec<u32>>;
+    let cases: [(&str, Run, &str); 4] = [
+        (
+            "flat_map, before on_subscribe",
+            || {
+                weir::range(0u32..3)
+                    .flat_map(|_| PanicsOnSubscribe, 2, 4)
+                    .collect()
+            },
+            "boom in subscribe",
+        ),
+        (
+            "flat_map, after on_subscribe",
+            || {
+                weir::range(0u32..3)
+                    .flat_map(|_| PanicsAfterOnSubscribe("flat_map"), 2, 4)
+                    .collect()
+            },
+            "boom after on_subscribe in flat_map",
+        ),
+        (
+            "concat_map, before on_subscribe",
+            || {
+                weir::range(0u32..3)
+                    .concat_map(|_| PanicsOnSubscribe, 4)
+                    .collect()
+            },
+            "boom in subscribe",
+        ),
+        (
+            "concat_map, after on_subscribe",
+            || {
+                weir::range(0u32..3)
+                    .concat_map(|_| PanicsAfterOnSubscribe("concat_map"), 4)
+                    .collect()
+            },
+            "boom after on_subscribe in concat_map",
+        ),
+    ];
+    for (name, run, message) in cases {
+        match run().wait_timeout(PATIENCE) {
+            Some(Err(error)) => {
+                assert_eq!(error.kind(), weir::ErrorKind::Panicked, "{name}");
+                assert!(error.message().contains(message), "{name}: {error}");
+            }
+            other => panic!("{name}: ended with {other:?}, expected the panic"),
+        }
+    }
+}
