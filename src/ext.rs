@@ -718,7 +718,9 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// Never.
+    /// Never. An `other` whose `subscribe` panics, before or after its
+    /// `on_subscribe`, ends the stream with an error of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked) whose message is the panic's.
     ///
     /// # Examples
     ///
@@ -2422,8 +2424,9 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Panics
     ///
     /// Never. Panics in downstream are upstream's to catch, as without the operator.
-    /// An upstream whose `subscribe` panics (on the scheduler's thread) ends the
-    /// stream with an error of kind [`Panicked`](crate::ErrorKind::Panicked).
+    /// An upstream whose `subscribe` panics (on the scheduler's thread), before or
+    /// after its `on_subscribe`, ends the stream with an error of kind
+    /// [`Panicked`](crate::ErrorKind::Panicked) whose message is the panic's.
     ///
     /// # Examples
     ///
