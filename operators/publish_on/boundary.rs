@@ -412,16 +412,11 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
     /// end signal while the producer runs on, and the two sides take turns instead
     /// of overlapping.
     ///
-    /// Also a run of items upstream's senders left in its ring for us to pull (a
-    /// channel: see [`Pull`](crate::spec::Pull)), read at the run's last slot;
-    /// fewer are taken when the watch ends (`has_work_after_fence`). Polling for
-    /// the next slot alone, the drain took the items about as fast as a sender
-    /// wrote them: `try_send` per item into `channel(4096)` behind
-    /// `publish_on(pool, 256)` pulled 20 items per pass on average; polling for a
-    /// run, 60–73 (and 16.4–16.7 ms per 1M instead of 18.0–19.0).
+    /// Also items upstream's senders left in its ring for us to pull (a channel:
+    /// see [`Pull`](crate::spec::Pull)), read from the ring's next slot.
     fn has_work(&self, demand: &AtomicDemand) -> bool {
         (self.watch.has_items() && demand.get() > 0)
-            || self.upstream.pull().is_some_and(|pull| pull.ready_run())
+            || self.upstream.pull().is_some_and(|pull| pull.ready())
     }
 
     /// As `has_work`, but upstream's ring is read at its claims: after the fence
