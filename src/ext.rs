@@ -2282,7 +2282,11 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Panics
     ///
     /// If `prefetch` is not in `1..=2^30`:
-    /// "publish_on prefetch must be in 1..=2^30 (got 0)". A panic in downstream
+    /// "publish_on prefetch must be in 1..=2^30 (got 0)"; or if the ring, allocated
+    /// whole when upstream subscribes, would take more than 2^30 bytes (1 GiB:
+    /// `prefetch` × the item's size; 2^27 slots of `u64`): "publish_on prefetch of
+    /// 1073741824 slots of 64 bytes needs 68719476736 bytes up front; at most 2^30
+    /// bytes (1 GiB): 16777216 slots for this item type". A panic in downstream
     /// (rule 2.13) is caught: upstream is cancelled and the queued items dropped.
     ///
     /// # Examples
@@ -2299,6 +2303,7 @@ pub trait PublisherExt: Publisher + Sized {
     ///     .unwrap();
     /// assert_eq!(sum, 49_995_000);
     /// ```
+    #[track_caller]
     fn publish_on<S>(self, scheduler: S, prefetch: u64) -> PublishOn<Self, S>
     where
         S: Scheduler + Clone,
@@ -2341,9 +2346,10 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// As [`publish_on`](Self::publish_on); also if `bounds` asks for adaptive LIFO or
-    /// CoDel: "publish_on_with: adaptive LIFO and CoDel do not apply to an async
-    /// boundary ...".
+    /// As [`publish_on`](Self::publish_on), each slot counted with the stamp it
+    /// also holds (an index and an `Instant`); also if `bounds` asks for adaptive
+    /// LIFO or CoDel: "publish_on_with: adaptive LIFO and CoDel do not apply to an
+    /// async boundary ...".
     ///
     /// # Examples
     ///
@@ -2382,6 +2388,7 @@ pub trait PublisherExt: Publisher + Sized {
     /// assert_eq!(drops.count(DropReason::Expired), 4);
     /// assert_eq!(monitor.snapshot().dropped(DropReason::Expired), 4);
     /// ```
+    #[track_caller]
     fn publish_on_with<S>(
         self,
         scheduler: S,

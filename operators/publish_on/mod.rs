@@ -133,8 +133,16 @@ impl<P, S> std::fmt::Debug for PublishOn<P, S> {
 }
 
 impl<P, S: Scheduler + Clone> PublishOn<P, S> {
-    pub(crate) fn new(source: P, scheduler: S, prefetch: u64, bounds: Option<TimeBounds>) -> Self {
-        let prefetch = window::validate("publish_on prefetch", prefetch);
+    #[track_caller]
+    pub(crate) fn new(source: P, scheduler: S, prefetch: u64, bounds: Option<TimeBounds>) -> Self
+    where
+        P: Publisher,
+    {
+        // The ring (and the stamps' beside it) is allocated whole when upstream
+        // subscribes: its size in bytes is checked here, where the item type is known.
+        let slot_bytes =
+            std::mem::size_of::<P::Item>() + bounds.map_or(0, |_| std::mem::size_of::<Stamp>());
+        let prefetch = window::validate_ring("publish_on prefetch", prefetch, slot_bytes);
         if let Some(bounds) = bounds {
             assert!(
                 bounds.get_adaptive_lifo().is_none() && bounds.get_codel().is_none(),

@@ -47,6 +47,33 @@ pub(crate) fn validate(what: impl std::fmt::Display, size: u64) -> usize {
     size as usize
 }
 
+/// The most bytes a ring that must be allocated whole, up front (a lock-free ring
+/// of exactly its size: `publish_on`'s), may take: 2^30 bytes (1 GiB). Within
+/// `1..=2^30` slots, a large item type could otherwise ask for more than the machine
+/// can map (2^30 slots of 64 bytes: 64 GiB), and the allocation aborts the process.
+pub(crate) const MAX_RING_BYTES: usize = 1 << 30;
+
+/// [`validate`] a ring of `size` slots of `slot_bytes` each that is allocated up
+/// front, then check that it takes at most [`MAX_RING_BYTES`].
+///
+/// # Panics
+///
+/// As [`validate`]; and with "`{what}` of {size} slots of {slot_bytes} bytes needs
+/// {total} bytes up front; at most 2^30 bytes (1 GiB): {max} slots for this item
+/// type" when it takes more.
+#[track_caller]
+pub(crate) fn validate_ring(what: impl std::fmt::Display, size: u64, slot_bytes: usize) -> usize {
+    let size = validate(&what, size);
+    let total = size.saturating_mul(slot_bytes);
+    assert!(
+        total <= MAX_RING_BYTES,
+        "{what} of {size} slots of {slot_bytes} bytes needs {total} bytes up front; at most \
+         2^30 bytes (1 GiB): {} slots for this item type",
+        MAX_RING_BYTES / slot_bytes.max(1)
+    );
+    size
+}
+
 /// The error of a stage whose upstream delivered past its window (rule 1.1).
 #[cold]
 pub(crate) fn over_delivered(stage: &str) -> Error {

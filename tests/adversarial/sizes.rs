@@ -20,10 +20,13 @@
 //! every test reports all its failing cases at the end. No case asserts on timing.
 //!
 //! Sizes are not run where the docs promise an allocation of that size up front:
-//! `publish_on`'s ring ("a lock-free ring of exactly `prefetch` slots, allocated
-//! once") and the mux's per-channel rings (`exclusive + borrow_cap` and `staging`
-//! slots, allocated when a channel opens) are refused above 2^30 and tried at the
-//! values below it that allocate nothing large. Thread pools are not started with
+//! the mux's per-channel rings (`exclusive + borrow_cap` and `staging` slots,
+//! allocated when a channel opens) are refused above 2^30 and tried at the values
+//! below it that allocate nothing large. `publish_on`'s ring ("a lock-free ring of
+//! exactly `prefetch` slots, allocated once") is also held to 2^30 bytes: 2^30
+//! slots are refused by that budget where the stage is built (they used to abort
+//! the process at subscribe for items of 64 bytes), and its largest accepted size
+//! runs. Thread pools are not started with
 //! 1,024 threads. Allocation sizes themselves are not measured here (that needs a
 //! counting allocator, a binary of its own: `tests/alloc/sizes.rs` checks that the
 //! stages run here at their largest accepted size allocate nothing large); here those
@@ -443,15 +446,41 @@ fn on_backpressure_buffer(n: u64) -> Vec<String> {
     failures
 }
 
-/// `publish_on(pool, prefetch)` (and `publish_on_with`): `prefetch` in `1..=2^30`;
-/// every item in order, never more than `prefetch` requested upstream at once.
+/// The bytes of a slot of `publish_on`'s ring of [`Tracked`] items: the item, and
+/// with `publish_on_with` the stamp beside it (an index and an `Instant`).
+const fn publish_on_slot(with_bounds: bool) -> usize {
+    std::mem::size_of::<Tracked>()
+        + if with_bounds {
+            std::mem::size_of::<(usize, std::time::Instant)>()
+        } else {
+            0
+        }
+}
+
+/// The largest `publish_on` ring of [`Tracked`] items: 2^30 bytes of slots.
+const PUBLISH_ON_LARGEST: u64 = (1 << 30) / publish_on_slot(false) as u64;
+const PUBLISH_ON_WITH_LARGEST: u64 = (1 << 30) / publish_on_slot(true) as u64;
+
+/// `publish_on(pool, prefetch)` (and `publish_on_with`): `prefetch` in `1..=2^30`,
+/// and the ring, allocated whole, at most 2^30 bytes; every item in order, never
+/// more than `prefetch` requested upstream at once.
 fn publish_on(n: u64, with_bounds: bool) -> Vec<String> {
     let mut failures = Vec::new();
     let live = Live::new();
     let sched = pool("sizes-publish-on");
     let requests = Requests::default();
     let source = ten(&live).inspect_request(requests.recorder());
-    let refusal = window_refusal("publish_on prefetch", n);
+    let slot = publish_on_slot(with_bounds);
+    let refusal = window_refusal("publish_on prefetch", n).or_else(|| {
+        unless(n.saturating_mul(slot as u64) <= 1 << 30, || {
+            format!(
+                "publish_on prefetch of {n} slots of {slot} bytes needs {} bytes up front; \
+                 at most 2^30 bytes (1 GiB): {} slots for this item type",
+                n * slot as u64,
+                (1 << 30) / slot
+            )
+        })
+    });
     let got = if with_bounds {
         let stage = built!(
             refusal,
@@ -577,12 +606,22 @@ fn queues_and_boundaries_with_extreme_sizes() {
                 &[MAX_CAPACITY],
                 on_backpressure_buffer,
             ),
-            // The ring is documented as allocated up front: its largest size is not run.
-            api("publish_on(pool, prefetch)", U64, &[], publish_on_prefetch),
+            // The ring is allocated whole: 2^30 slots are refused by its byte budget,
+            // and its largest accepted size (1 GiB of address space) runs.
+            api(
+                "publish_on(pool, prefetch)",
+                U64,
+                &[MAX_CAPACITY, PUBLISH_ON_LARGEST, PUBLISH_ON_LARGEST + 1],
+                publish_on_prefetch,
+            ),
             api(
                 "publish_on_with(pool, prefetch, none)",
                 U64,
-                &[],
+                &[
+                    MAX_CAPACITY,
+                    PUBLISH_ON_WITH_LARGEST,
+                    PUBLISH_ON_WITH_LARGEST + 1,
+                ],
                 publish_on_with_prefetch,
             ),
             api(

@@ -357,6 +357,51 @@ fn huge_prefetch_is_refused() {
     let _ = weir::range(0u8..1).publish_on(Immediate, (1 << 30) + 1);
 }
 
+/// The ring is allocated whole when upstream subscribes: 2^30 slots of 64-byte items
+/// (64 GiB) used to abort the process there; now refused where it is built.
+#[test]
+#[should_panic(
+    expected = "publish_on prefetch of 1073741824 slots of 64 bytes needs 68719476736 bytes up \
+                front; at most 2^30 bytes (1 GiB): 16777216 slots for this item type"
+)]
+fn a_ring_over_a_gib_is_refused_where_it_is_built() {
+    let _ = weir::range(0u64..1)
+        .map(|x| [x; 8])
+        .publish_on(Immediate, 1 << 30);
+}
+
+/// The budget counts the stamp each slot of `publish_on_with` also holds.
+#[test]
+fn publish_on_with_counts_the_stamps_in_the_budget() {
+    let item = std::mem::size_of::<u64>();
+    let plain = 1u64 << 27; // 2^27 × 8 bytes: exactly 1 GiB
+    let _fits = weir::range(0u64..1).publish_on(Immediate, plain);
+    let refused = std::panic::catch_unwind(|| {
+        weir::range(0u64..1).publish_on_with(Immediate, plain, TimeBounds::none())
+    });
+    let message = *refused
+        .expect_err("the stamps take it over 1 GiB")
+        .downcast::<String>()
+        .unwrap();
+    assert!(
+        message.starts_with("publish_on prefetch of 134217728 slots of ")
+            && !message.contains(&format!("slots of {item} bytes")),
+        "{message}"
+    );
+}
+
+/// The largest ring a `u64` stream may have (2^27 slots, 1 GiB of address space,
+/// touched only as items pass) runs ten items through.
+#[test]
+fn the_largest_ring_of_u64_runs() {
+    let pool = ThreadPool::builder().name("po-big").threads(1).build();
+    let sum = weir::range(0u64..10)
+        .publish_on(pool, 1 << 27)
+        .fold(0, |a, x| a + x)
+        .wait();
+    assert_eq!(sum.unwrap(), 45);
+}
+
 #[test]
 #[should_panic(
     expected = "publish_on_with: adaptive LIFO and CoDel do not apply to an async \
