@@ -128,6 +128,7 @@ use std::time::{Duration, Instant};
 use crate::loom::Mutex;
 use crate::queue::MAX_CAPACITY;
 use crate::runtime::Scheduler;
+use crate::stage::window::MAX_RING_BYTES;
 use crate::stage::CoreHandle;
 
 pub use sink::ChannelSink;
@@ -246,7 +247,8 @@ impl<T: Send + 'static> MuxBuilder<T> {
     /// Exclusive credit per channel, `E` (default 32). 0 is allowed with a shared
     /// pool: every item then travels on shared credit. Each channel's receiving side
     /// holds a ring of `E + C` slots, allocated when the channel opens, so the
-    /// builder refuses `E + C` above 2^30.
+    /// builder refuses `E + C` above 2^30, or a ring of more than 2^30 bytes
+    /// (`(E + C)` × the item's size).
     pub fn exclusive(mut self, e: u64) -> Self {
         self.exclusive = e;
         self
@@ -316,7 +318,8 @@ impl<T: Send + 'static> MuxBuilder<T> {
 
     /// Items each sending channel asks its upstream for ahead of the worker
     /// (default `max(E + C, 2 × quantum)`), in `1..=2^30`: a ring of that many slots
-    /// is allocated when the channel opens.
+    /// is allocated when the channel opens, so it must also take at most 2^30 bytes
+    /// (`staging` × the item's size).
     pub fn staging(mut self, items: u64) -> Self {
         self.staging = Some(items);
         self
@@ -446,6 +449,27 @@ impl<T: Send + 'static> MuxBuilder<T> {
                 staging
             }
         };
+        // Each channel's two rings are allocated whole when it opens: held to the
+        // byte budget of every such ring (a large item type could otherwise ask for
+        // more than the machine maps, and the allocation aborts the process).
+        let item = std::mem::size_of::<T>();
+        for (setting, slots) in [
+            ("exclusive", self.exclusive + borrow_cap),
+            ("staging", staging),
+        ] {
+            let bytes = slots.saturating_mul(item as u64);
+            if bytes > MAX_RING_BYTES as u64 {
+                return Err(refuse(
+                    setting,
+                    format!(
+                        "a ring of {slots} slots of {item} bytes needs {bytes} bytes up front \
+                         for each channel; at most 2^30 bytes (1 GiB): {} slots for this item \
+                         type",
+                        MAX_RING_BYTES / item.max(1)
+                    ),
+                ));
+            }
+        }
         if self.fairness_window.is_zero() {
             return Err(refuse("fairness_window", "must be above zero".to_owned()));
         }

@@ -19,14 +19,13 @@
 //! of its own under a watchdog, so a hang fails its case and the others still run;
 //! every test reports all its failing cases at the end. No case asserts on timing.
 //!
-//! Sizes are not run where the docs promise an allocation of that size up front:
-//! the mux's per-channel rings (`exclusive + borrow_cap` and `staging` slots,
-//! allocated when a channel opens) are refused above 2^30 and tried at the values
-//! below it that allocate nothing large. `publish_on`'s ring ("a lock-free ring of
-//! exactly `prefetch` slots, allocated once") is also held to 2^30 bytes: 2^30
-//! slots are refused by that budget where the stage is built (they used to abort
-//! the process at subscribe for items of 64 bytes), and its largest accepted size
-//! runs. Thread pools are not started with
+//! Rings the docs promise to allocate whole, up front (`publish_on`'s "lock-free
+//! ring of exactly `prefetch` slots, allocated once", the mux's per-channel rings of
+//! `exclusive + borrow_cap` and `staging` slots, allocated when a channel opens) are
+//! held to 2^30 slots and 2^30 bytes: 2^30 slots of these items are refused by the
+//! byte budget where the stage or mux is built (2^30 slots of 64-byte items used to
+//! abort the process at subscribe), and the largest accepted ring runs (1 GiB of
+//! address space, touched only as the ten items pass). Thread pools are not started with
 //! 1,024 threads. Allocation sizes themselves are not measured here (that needs a
 //! counting allocator, a binary of its own: `tests/alloc/sizes.rs` checks that the
 //! stages run here at their largest accepted size allocate nothing large); here those
@@ -1683,11 +1682,22 @@ fn over(n: u64, max: u64) -> bool {
     n == 0 || n > max
 }
 
+/// The most slots a mux ring of [`Tracked`] items may have: 2^30 bytes of them.
+const MUX_RING_LARGEST: u64 = (1 << 30) / std::mem::size_of::<Tracked>() as u64;
+
+/// Whether a mux ring of `slots` [`Tracked`] items takes more than the 2^30 bytes a
+/// ring allocated whole may take.
+fn mux_ring_over(slots: u64) -> bool {
+    slots.saturating_mul(std::mem::size_of::<Tracked>() as u64) > 1 << 30
+}
+
 /// `exclusive(E)` (with a staging of 16, so that no default is derived from it):
-/// over 2^30, or with the default `C` of 32 an `E + C` over 2^30 (each channel's
-/// receiving ring), is refused naming `exclusive`; 0 is allowed with the shared pool.
+/// over 2^30, or with the default `C` of 32 an `E + C` over 2^30 slots or 2^30
+/// bytes (each channel's receiving ring), is refused naming `exclusive`; 0 is
+/// allowed with the shared pool.
 fn mux_exclusive(n: u64) -> Vec<String> {
-    let refused = (n.saturating_add(32) > MAX_CAPACITY).then_some("exclusive");
+    let slots = n.saturating_add(32);
+    let refused = (slots > MAX_CAPACITY || mux_ring_over(slots)).then_some("exclusive");
     through_mux(|b| b.exclusive(n).staging(16), refused, 1)
 }
 
@@ -1710,7 +1720,7 @@ fn mux_borrow_cap_of_a_large_pool(n: u64) -> Vec<String> {
     let refused = if n > MAX_CAPACITY {
         Some("borrow_cap")
     } else {
-        (n + 32 > MAX_CAPACITY).then_some("exclusive")
+        (n + 32 > MAX_CAPACITY || mux_ring_over(n + 32)).then_some("exclusive")
     };
     through_mux(
         |b| b.shared(MAX_CAPACITY).borrow_cap(n).staging(16),
@@ -1725,7 +1735,7 @@ fn mux_quantum(n: u64) -> Vec<String> {
     let refused = if over(n, MAX_CAPACITY) {
         Some("quantum")
     } else {
-        (2 * n > MAX_CAPACITY).then_some("staging")
+        (2 * n > MAX_CAPACITY || mux_ring_over(2 * n)).then_some("staging")
     };
     through_mux(|b| b.quantum(n), refused, 1)
 }
@@ -1758,12 +1768,12 @@ fn mux_max_channels(n: u64) -> Vec<String> {
     )
 }
 
-/// `staging(items)`: in `1..=2^30` (a ring of that many slots per sending channel,
-/// allocated when it opens: its largest size is not run).
+/// `staging(items)`: in `1..=2^30` and at most 2^30 bytes (a ring of that many
+/// slots per sending channel, allocated when it opens).
 fn mux_staging(n: u64) -> Vec<String> {
     through_mux(
         |b| b.staging(n),
-        over(n, MAX_CAPACITY).then_some("staging"),
+        (over(n, MAX_CAPACITY) || mux_ring_over(n)).then_some("staging"),
         1,
     )
 }
@@ -1819,7 +1829,12 @@ fn mux_settings_with_extreme_sizes() {
             api("MuxBuilder::announce_at", U64, &[], mux_announce_at),
             api("MuxBuilder::shared_return", U64, &[], mux_shared_return),
             api("MuxBuilder::max_channels", U64, &[], mux_max_channels),
-            api("MuxBuilder::staging", U64, &[], mux_staging),
+            api(
+                "MuxBuilder::staging",
+                U64,
+                &[MAX_CAPACITY, MUX_RING_LARGEST, MUX_RING_LARGEST + 1],
+                mux_staging,
+            ),
             api(
                 "MuxBuilder::lane",
                 U64,
