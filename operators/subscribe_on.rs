@@ -32,10 +32,9 @@
 //! A source whose `subscribe` panics (before or after its `on_subscribe`) drops
 //! `Passing` while the panic unwinds. The subscribing task runs `subscribe` under
 //! `catch_unwind`, and `Passing`'s `Drop` hands downstream back to it (a
-//! [`HandBack`])
-//! instead of signalling there, where the panic's payload is out of reach: the task
-//! then signals `on_error` of kind `Panicked` with the panic's own message (after
-//! `on_subscribe` if downstream has not had it).
+//! [`HandBack`]) instead of signalling there, where the panic's payload is out of
+//! reach: the task then signals `on_error` of kind `Panicked` with the panic's own
+//! message (after `on_subscribe` if downstream has not had it).
 //!
 //! Demand contract: PassThrough. In-flight bound: upstream's.
 
@@ -133,6 +132,14 @@ where
             // the panic goes on, as it would without the operator.
             (None, Err(payload)) => std::panic::resume_unwind(payload),
             (None, Ok(())) => {}
+        }
+    }
+}
+
+impl<P: Publisher, D: Subscriber<P::Item>, S> Drop for Subscribing<P, D, S> {
+    fn drop(&mut self) {
+        if let Some((_source, downstream, _)) = self.parts.take() {
+            fail(downstream, false, Error::scheduler_shutdown("subscribe_on"));
         }
     }
 }

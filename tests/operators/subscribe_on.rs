@@ -176,6 +176,26 @@ fn panic_in_downstream_is_caught_upstream() {
     assert_eq!(sum.wait().unwrap(), 45);
 }
 
+/// A scheduler that can no longer run the subscribing task (a pool shut down) drops
+/// it: downstream gets `on_subscribe` and an error of kind `SchedulerShutdown`, and
+/// the source is never subscribed.
+#[test]
+fn a_subscribing_task_dropped_unrun_ends_downstream_with_scheduler_shutdown() {
+    let pool = pool();
+    pool.shutdown();
+    let (source, stats) = counted(weir::range(0u64..10));
+    let probe = probe_of(source.subscribe_on(pool));
+    let error = probe.await_error(PATIENCE).unwrap();
+    assert_eq!(error.kind(), weir::ErrorKind::SchedulerShutdown);
+    assert!(
+        matches!(probe.signals()[..], [Signal::Subscribe, Signal::Error(_)]),
+        "on_subscribe once, then the error"
+    );
+    assert_eq!(stats.request_calls(), 0, "the source was never subscribed");
+    assert_eq!(stats.delivered(), 0);
+    probe.assert_no_violations();
+}
+
 /// A source that panics in `subscribe` (before or after its `on_subscribe`) ends
 /// downstream with an error of kind `Panicked` carrying the panic's own message,
 /// `on_subscribe` once, nothing else; the pool's worker lives on. (After
