@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::demand::AtomicDemand;
 use crate::drain::Upstream;
-use crate::guard::{catch, HandBack};
+use crate::guard::{catch, end_with, HandBack};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
@@ -231,14 +231,12 @@ where
                 // here unless it ended (see its `Drop`); the panic stops here.
                 let subscribed = catch(move || next.subscribe(leg));
                 match (hand_back.close(), subscribed) {
-                    (Some((mut downstream, _)), subscribed) => {
+                    (Some((downstream, had_subscribe)), subscribed) => {
                         let error = subscribed
                             .err()
                             .unwrap_or_else(|| Error::panicked(Box::new(SECOND_PANICKED)))
                             .in_stage("concat");
-                        if catch(|| downstream.on_error(error)).is_err() {
-                            tracing::error!("subscriber panicked in on_error (rule 2.13)");
-                        }
+                        end_with(downstream, had_subscribe, error);
                     }
                     (None, Err(_)) => {
                         tracing::error!("concat: the second publisher panicked in subscribe");

@@ -43,7 +43,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::demand::{AtomicDemand, UNBOUNDED};
 use crate::drain::Upstream;
-use crate::guard::HandBack;
+use crate::guard::{end_with, HandBack};
 use crate::metrics::DropHook;
 use crate::runtime::Scheduler;
 use crate::stage::core::{Drive, SharedUpstream};
@@ -126,7 +126,7 @@ where
                     // Dropped by a panic on another thread while `subscribe` ran here.
                     Ok(()) => Error::panicked(Box::new(SOURCE_PANICKED)),
                 };
-                fail(downstream, had_subscribe, error);
+                end_with(downstream, had_subscribe, error);
             }
             // Passing outlived the panic (kept elsewhere, or already terminated):
             // the panic goes on, as it would without the operator.
@@ -139,7 +139,7 @@ where
 impl<P: Publisher, D: Subscriber<P::Item>, S> Drop for Subscribing<P, D, S> {
     fn drop(&mut self) {
         if let Some((_source, downstream, _)) = self.parts.take() {
-            fail(downstream, false, Error::scheduler_shutdown("subscribe_on"));
+            end_with(downstream, false, Error::scheduler_shutdown("subscribe_on"));
         }
     }
 }
@@ -147,15 +147,6 @@ impl<P: Publisher, D: Subscriber<P::Item>, S> Drop for Subscribing<P, D, S> {
 /// What downstream hears when the source panicked in `subscribe` where the panic's
 /// payload is out of reach.
 const SOURCE_PANICKED: &str = "the source panicked in subscribe";
-
-/// End `downstream` with `error`, giving it `on_subscribe` first unless it `had_subscribe`.
-fn fail<T, D: Subscriber<T>>(mut downstream: D, had_subscribe: bool, error: Error) {
-    if (had_subscribe || crate::guard::on_subscribe(&mut downstream, Subscription::noop()))
-        && crate::guard::catch(|| downstream.on_error(error)).is_err()
-    {
-        tracing::error!("subscriber panicked in on_error (rule 2.13)");
-    }
-}
 
 /// The upstream-facing subscriber: signals pass through.
 struct Passing<T, D: Subscriber<T>, S> {
@@ -367,7 +358,7 @@ impl<T, D: Subscriber<T>, S> Drop for Passing<T, D, S> {
             } else {
                 Error::spec_violation("1.9", "the source released its subscriber unsubscribed")
             };
-            fail(downstream, false, error);
+            end_with(downstream, false, error);
             return;
         }
         let mut downstream = downstream;

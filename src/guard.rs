@@ -70,6 +70,21 @@ impl<D> HandBack<D> {
     }
 }
 
+/// End `downstream` with `error` outside any stage (a subscriber handed back, a task
+/// dropped unrun), giving it `on_subscribe` (a subscription that ignores every call)
+/// first unless it `had_subscribe`; a panic in its `on_error` is logged (rule 2.13).
+pub(crate) fn end_with<T, D: crate::Subscriber<T>>(
+    mut downstream: D,
+    had_subscribe: bool,
+    error: Error,
+) {
+    if (had_subscribe || on_subscribe(&mut downstream, crate::Subscription::noop()))
+        && catch(|| downstream.on_error(error)).is_err()
+    {
+        tracing::error!("subscriber panicked in on_error (rule 2.13)");
+    }
+}
+
 /// Run `f`, turning a panic into an `Error` of kind `Panicked` that names `stage`.
 #[inline(always)]
 pub(crate) fn catch_in<R>(stage: &'static str, f: impl FnOnce() -> R) -> Result<R, Error> {

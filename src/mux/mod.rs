@@ -128,7 +128,7 @@ use std::time::{Duration, Instant};
 use crate::loom::Mutex;
 use crate::queue::MAX_CAPACITY;
 use crate::runtime::Scheduler;
-use crate::stage::window::MAX_RING_BYTES;
+use crate::stage::window::ring_budget;
 use crate::stage::CoreHandle;
 
 pub use sink::ChannelSink;
@@ -452,22 +452,12 @@ impl<T: Send + 'static> MuxBuilder<T> {
         // Each channel's two rings are allocated whole when it opens: held to the
         // byte budget of every such ring (a large item type could otherwise ask for
         // more than the machine maps, and the allocation aborts the process).
-        let item = std::mem::size_of::<T>();
         for (setting, slots) in [
             ("exclusive", self.exclusive + borrow_cap),
             ("staging", staging),
         ] {
-            let bytes = slots.saturating_mul(item as u64);
-            if bytes > MAX_RING_BYTES as u64 {
-                return Err(refuse(
-                    setting,
-                    format!(
-                        "a ring of {slots} slots of {item} bytes needs {bytes} bytes up front \
-                         for each channel; at most 2^30 bytes (1 GiB): {} slots for this item \
-                         type",
-                        MAX_RING_BYTES / item.max(1)
-                    ),
-                ));
+            if let Err(over) = ring_budget(slots, std::mem::size_of::<T>()) {
+                return Err(refuse(setting, format!("each channel's ring {over}")));
             }
         }
         if self.fairness_window.is_zero() {

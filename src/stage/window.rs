@@ -64,14 +64,26 @@ pub(crate) const MAX_RING_BYTES: usize = 1 << 30;
 #[track_caller]
 pub(crate) fn validate_ring(what: impl std::fmt::Display, size: u64, slot_bytes: usize) -> usize {
     let size = validate(&what, size);
-    let total = size.saturating_mul(slot_bytes);
-    assert!(
-        total <= MAX_RING_BYTES,
-        "{what} of {size} slots of {slot_bytes} bytes needs {total} bytes up front; at most \
-         2^30 bytes (1 GiB): {} slots for this item type",
-        MAX_RING_BYTES / slot_bytes.max(1)
-    );
+    if let Err(over) = ring_budget(size as u64, slot_bytes) {
+        panic!("{what} {over}");
+    }
     size
+}
+
+/// Whether a ring of `slots` slots of `slot_bytes` each, allocated whole, fits
+/// [`MAX_RING_BYTES`]; if not, why, worded to follow the ring's name: "of {slots}
+/// slots of {slot_bytes} bytes needs {total} bytes up front; at most 2^30 bytes
+/// (1 GiB): {max} slots for this item type".
+pub(crate) fn ring_budget(slots: u64, slot_bytes: usize) -> Result<(), String> {
+    let total = slots.saturating_mul(slot_bytes as u64);
+    if total <= MAX_RING_BYTES as u64 {
+        return Ok(());
+    }
+    Err(format!(
+        "of {slots} slots of {slot_bytes} bytes needs {total} bytes up front; at most 2^30 \
+         bytes (1 GiB): {} slots for this item type",
+        MAX_RING_BYTES / slot_bytes.max(1)
+    ))
 }
 
 /// The error of a stage whose upstream delivered past its window (rule 1.1).
