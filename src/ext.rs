@@ -2632,7 +2632,9 @@ pub trait PublisherExt: Publisher + Sized {
     /// window of `prefetch` items.
     ///
     /// The iterator yields `Ok(item)` per item, then `Err(error)` once if the stream
-    /// failed. It blocks while the window is empty and the stream has not ended;
+    /// failed (an error of kind [`Cancelled`](crate::ErrorKind::Cancelled) if the
+    /// publisher dropped its subscriber without a terminal signal, as one whose thread
+    /// panicked would). It blocks while the window is empty and the stream has not ended;
     /// dropping it cancels upstream. Upstream requests arrive in batches of
     /// `prefetch - prefetch/4`; at most `prefetch` items are ever queued.
     ///
@@ -2923,7 +2925,10 @@ pub trait PublisherExt: Publisher + Sized {
     /// An upstream error is yielded as `Some(Err(error))` after the items delivered
     /// before it, then the stream ends. An upstream that breaks rule 1.1 is cancelled
     /// and the stream ends with an error of kind
-    /// [`SpecViolation`](crate::ErrorKind::SpecViolation) naming rule 1.1.
+    /// [`SpecViolation`](crate::ErrorKind::SpecViolation) naming rule 1.1. A publisher
+    /// that drops its subscriber without a terminal signal (its thread panicked, say)
+    /// ends the stream with an error of kind [`Cancelled`](crate::ErrorKind::Cancelled)
+    /// after the items it delivered, instead of leaving it pending for ever.
     ///
     /// # Cancellation
     ///
@@ -3065,13 +3070,19 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// [`AsyncHandle::abort`](crate::bridge::AsyncHandle::abort) cancels upstream at
     /// once and aborts the task (result: kind [`Cancelled`](crate::ErrorKind::Cancelled)).
-    /// Dropping the handle detaches the task, which runs on. If the task is dropped
-    /// unfinished (runtime shutdown), upstream is cancelled.
+    /// Dropping the handle detaches the task, which runs on. If the runtime drops the
+    /// task unfinished (it shut down, also before the task first ran), upstream is
+    /// cancelled and the result is an error of kind
+    /// [`SchedulerShutdown`](crate::ErrorKind::SchedulerShutdown).
     ///
     /// # Panics
     ///
     /// If called outside a tokio runtime. A panic in a hook is caught: upstream is
     /// cancelled and the result is an error of kind [`Panicked`](crate::ErrorKind::Panicked).
+    /// A publisher that panics in `subscribe` panics here, in the caller (as every
+    /// sink's `subscribe` does); the task does not wait for ever: it runs `on_subscribe`
+    /// and `on_error` with an error of kind [`Cancelled`](crate::ErrorKind::Cancelled)
+    /// and ends, dropping the subscriber.
     ///
     /// # Examples
     ///

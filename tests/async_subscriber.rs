@@ -399,6 +399,80 @@ fn shutting_the_runtime_down_cancels_upstream() {
     drop(rt); // drops the task: its guard cancels the subscription
     assert!(tx.is_closed());
     assert!(handle.is_finished());
+    let result = futures::executor::block_on(handle);
+    assert_eq!(result.unwrap_err().kind(), ErrorKind::SchedulerShutdown);
+}
+
+#[test]
+fn a_runtime_shut_down_before_the_task_ran_cancels_upstream_and_reports_the_shutdown() {
+    let rt = runtime();
+    let handle = rt.handle().clone();
+    drop(rt);
+    let trace = Trace::default();
+    let subscriber = Tracing::new(&trace);
+    let dropped = subscriber.dropped.clone();
+    let (tx, rx) = weir::channel::<u32>(8, ChannelPolicy::Backpressure);
+    let task = rx.subscribe_async_with(SubscribeAsync::new().runtime(handle), subscriber);
+    // The task was dropped unpolled: the subscription was cancelled on arrival.
+    assert!(tx.is_closed(), "upstream cancelled");
+    assert_eq!(tx.try_send(1).unwrap_err().into_inner(), 1);
+    assert!(dropped.load(Ordering::SeqCst), "the subscriber was dropped");
+    let result = futures::executor::block_on(task);
+    assert_eq!(result.unwrap_err().kind(), ErrorKind::SchedulerShutdown);
+    assert!(trace.0.lock().unwrap().is_empty(), "no hook ran");
+}
+
+/// A publisher whose `subscribe` panics, after calling `on_subscribe` (with a
+/// subscription that ignores every call) when `after_on_subscribe`.
+struct PanicsInSubscribe {
+    after_on_subscribe: bool,
+}
+
+impl weir::Publisher for PanicsInSubscribe {
+    type Item = u32;
+
+    fn subscribe<S: weir::Subscriber<u32> + Send + 'static>(self, mut subscriber: S) {
+        if self.after_on_subscribe {
+            subscriber.on_subscribe(weir::Subscription::noop());
+        }
+        panic!("boom in subscribe");
+    }
+}
+
+#[test]
+fn a_publisher_that_panics_in_subscribe_panics_in_the_caller_and_the_task_ends() {
+    for after_on_subscribe in [false, true] {
+        let rt = runtime();
+        let trace = Trace::default();
+        let subscriber = Tracing::new(&trace);
+        let dropped = subscriber.dropped.clone();
+        let options = SubscribeAsync::new().runtime(rt.handle().clone());
+        let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            PanicsInSubscribe { after_on_subscribe }.subscribe_async_with(options, subscriber)
+        }));
+        let payload = caught.expect_err("the publisher's panic reaches the caller");
+        assert_eq!(payload.downcast_ref::<&str>(), Some(&"boom in subscribe"));
+        // Before the fix the task waited for a subscription for ever, holding the
+        // subscriber.
+        rt.block_on(async {
+            tokio::time::timeout(std::time::Duration::from_secs(10), async {
+                while !dropped.load(Ordering::SeqCst) {
+                    tokio::task::yield_now().await;
+                }
+            })
+            .await
+            .expect("the task ended and dropped the subscriber")
+        });
+        let cancelled = Error::cancelled();
+        assert_eq!(
+            *trace.0.lock().unwrap(),
+            [
+                "subscribe".to_owned(),
+                format!("error {}", cancelled.message())
+            ],
+            "after_on_subscribe = {after_on_subscribe}"
+        );
+    }
 }
 
 #[test]

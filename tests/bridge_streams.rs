@@ -3,6 +3,8 @@
 //! multi-thread runtimes and asserts counts (polls, requests, items outstanding),
 //! never timings.
 
+#[path = "support/failing.rs"]
+pub mod failing;
 #[path = "bridge_streams/support.rs"]
 mod support;
 

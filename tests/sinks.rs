@@ -24,7 +24,7 @@ use weir::{Error, ErrorKind};
 use support::counting::{
     counted, counted_with, counting_generator, Counted, CountingGenerator, Delivery, Stats,
 };
-use support::failing::fails_after;
+use support::failing::{fails_after, Abandons};
 use support::threaded::{current_thread_id, thread_cpu_nanos, Gate, ThreadedRange};
 use support::PATIENCE;
 
@@ -650,6 +650,31 @@ fn dropping_blocking_iter_cancels_upstream() {
     drop(iter);
     assert_eq!(stats.cancels(), 1, "drop cancels upstream");
     assert_eq!(stats.delivered(), 8, "only the first window was delivered");
+}
+
+/// A publisher that drops its subscriber without a terminal signal (its thread
+/// panicked, say): every sink ends with `Cancelled` after the items it got, none
+/// waits for ever (`blocking_iter` did until it learned to).
+#[test]
+fn a_publisher_that_abandons_its_subscriber_ends_every_sink_with_cancelled() {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut iter = Abandons { items: 3 }.blocking_iter(8);
+        let got: Vec<_> = iter.by_ref().take(4).collect();
+        tx.send((got, iter.next().is_none())).unwrap();
+    });
+    let (got, fused) = rx
+        .recv_timeout(PATIENCE)
+        .expect("blocking_iter waited for ever for an abandoned stream");
+    assert_eq!(got.len(), 4, "{got:?}");
+    for (item, expected) in got[..3].iter().zip(1..) {
+        assert_eq!(*item.as_ref().unwrap(), expected);
+    }
+    assert_eq!(got[3].as_ref().unwrap_err().kind(), ErrorKind::Cancelled);
+    assert!(fused, "then None");
+    let mut handle = Abandons { items: 3 }.collect();
+    let result = handle.wait_timeout(PATIENCE).expect("collect ended");
+    assert_eq!(result.unwrap_err().kind(), ErrorKind::Cancelled);
 }
 
 #[test]

@@ -36,14 +36,23 @@
 //! `on_complete`; the upstream error after the user's `on_error`; an error returned by
 //! a hook, or a panic in a hook (kind [`Panicked`](crate::ErrorKind::Panicked)), after
 //! cancelling upstream; [`Cancelled`](crate::ErrorKind::Cancelled) after
-//! [`AsyncHandle::abort`]. If the task is dropped without finishing (abort, runtime
-//! shutdown), a guard in it cancels upstream, so a publisher never keeps feeding a
-//! subscriber that is gone.
+//! [`AsyncHandle::abort`]; an error of kind
+//! [`SchedulerShutdown`](crate::ErrorKind::SchedulerShutdown) when the runtime drops
+//! the task unfinished (it shut down, possibly before the task first ran). Either
+//! way a guard the task owns from its spawn on (it is one of the task's arguments,
+//! so it exists even in a task never polled) cancels upstream, so a publisher never
+//! keeps feeding a subscriber that is gone.
+//!
+//! An inlet released by its publisher without a terminal signal (a publisher that
+//! panicked in `subscribe`: the panic reaches the caller, as every sink's does)
+//! ends the stream with an error of kind [`Cancelled`](crate::ErrorKind::Cancelled):
+//! the task runs `on_subscribe` (if it had not) and `on_error`, and ends.
 
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 
@@ -246,11 +255,20 @@ impl SubscribeAsync {
             }),
         };
         let shared = Arc::new(Mailbox::new(self.window));
-        let join = runtime.spawn(drive(shared.clone(), subscriber, self.window, sink));
+        // The guard goes into the task as an argument, so it exists from the spawn on:
+        // a runtime that drops the task unpolled (shut down) still closes the mailbox,
+        // and the subscription that arrives next is cancelled on arrival.
+        let guard = CloseGuard(shared.clone());
+        let join = runtime.spawn(drive(guard, subscriber, self.window, sink));
         publisher.subscribe(Inlet {
             shared: shared.clone(),
         });
-        AsyncHandle { shared, join }
+        AsyncHandle {
+            shared,
+            join,
+            sink,
+            aborted: AtomicBool::new(false),
+        }
     }
 }
 
@@ -275,8 +293,10 @@ where
 ///
 /// Awaiting gives `Ok(())` when the stream completed, the upstream error when it
 /// failed, the subscriber's own error or panic (kind
-/// [`Panicked`](crate::ErrorKind::Panicked)), or an error of kind
-/// [`Cancelled`](crate::ErrorKind::Cancelled) after `abort`.
+/// [`Panicked`](crate::ErrorKind::Panicked)), an error of kind
+/// [`Cancelled`](crate::ErrorKind::Cancelled) after `abort`, or one of kind
+/// [`SchedulerShutdown`](crate::ErrorKind::SchedulerShutdown) when the runtime shut
+/// down before the task finished.
 ///
 /// **Dropping the handle detaches** the task, as dropping a `tokio::task::JoinHandle`
 /// does: the subscriber keeps running to the end of the stream. Call
@@ -285,6 +305,11 @@ where
 pub struct AsyncHandle {
     shared: Arc<dyn Abort>,
     join: JoinHandle<Result<(), Error>>,
+    /// The sink's name, for the error of a task its runtime dropped.
+    sink: &'static str,
+    /// [`abort`](Self::abort) was called: a cancelled task reports `Cancelled`, not
+    /// `SchedulerShutdown`.
+    aborted: AtomicBool,
 }
 
 impl fmt::Debug for AsyncHandle {
@@ -302,6 +327,9 @@ impl AsyncHandle {
     /// error of kind [`Cancelled`](crate::ErrorKind::Cancelled) unless the task had
     /// already finished. Idempotent.
     pub fn abort(&self) {
+        // Release: pairs with the Acquire load in `poll`, which runs after the task's
+        // cancellation that `join.abort()` below starts.
+        self.aborted.store(true, Ordering::Release);
         self.shared.abort();
         self.join.abort();
     }
@@ -322,7 +350,11 @@ impl Future for AsyncHandle {
             Poll::Ready(Err(e)) if e.is_panic() => {
                 Poll::Ready(Err(Error::panicked(e.into_panic())))
             }
-            Poll::Ready(Err(_)) => Poll::Ready(Err(Error::cancelled())),
+            // Cancelled by `abort`, or dropped by its runtime (shut down).
+            Poll::Ready(Err(_)) if self.aborted.load(Ordering::Acquire) => {
+                Poll::Ready(Err(Error::cancelled()))
+            }
+            Poll::Ready(Err(_)) => Poll::Ready(Err(Error::scheduler_shutdown(self.sink))),
         }
     }
 }
@@ -437,6 +469,17 @@ impl<T> Inlet<T> {
     }
 }
 
+impl<T> Drop for Inlet<T> {
+    /// Released by its publisher without a terminal signal (a publisher that panicked
+    /// in `subscribe`, or one that ended without telling): the task must not wait for
+    /// ever, so the stream ends with an error of kind
+    /// [`Cancelled`](crate::ErrorKind::Cancelled), as a `fold`'s handle does (a no-op
+    /// after a terminal signal or once the task ended).
+    fn drop(&mut self) {
+        self.end(Err(Error::cancelled()));
+    }
+}
+
 impl<T: Send> Subscriber<T> for Inlet<T> {
     fn on_subscribe(&mut self, subscription: Subscription) {
         // A second subscription, or one arriving after abort, is cancelled by `set`.
@@ -488,12 +531,19 @@ enum Next<T> {
 }
 
 /// Wait until the subscription arrived (or was cancelled: a rule 1.1 violation by
-/// the publisher, whose error then waits in the hand-off). False after an abort.
+/// the publisher, whose error then waits in the hand-off), or the stream ended
+/// without one (the inlet was released unsubscribed). False after an abort.
 async fn subscribed<T>(shared: &Mailbox<T>) -> bool {
     loop {
         let notified = shared.wake.notified();
-        if shared.lock().closed {
-            return false;
+        {
+            let st = shared.lock();
+            if st.closed {
+                return false;
+            }
+            if st.terminal.is_some() {
+                return true;
+            }
         }
         if shared.slot.get().is_some() || shared.slot.is_cancelled() {
             return true;
@@ -537,7 +587,7 @@ async fn guarded<R>(sink: &'static str, future: impl Future<Output = R>) -> Resu
 
 /// The task: see the module docs.
 async fn drive<T, A>(
-    shared: Arc<Mailbox<T>>,
+    guard: CloseGuard<T>,
     mut subscriber: A,
     window: u64,
     sink: &'static str,
@@ -546,8 +596,8 @@ where
     T: Send + 'static,
     A: AsyncSubscriber<T>,
 {
-    let _guard = CloseGuard(shared.clone());
-    if !subscribed(&shared).await {
+    let shared = &guard.0;
+    if !subscribed(shared).await {
         return Err(Error::cancelled());
     }
     // Requests go through the slot: once it is cancelled they are dropped.
@@ -558,7 +608,7 @@ where
         subscription.request(replenish.initial());
     }
     loop {
-        match next(&shared).await {
+        match next(shared).await {
             Next::Item(item) => {
                 guarded(sink, async { subscriber.on_next(item).await }).await??;
                 if let Some(n) = replenish.on_consumed(1) {

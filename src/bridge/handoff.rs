@@ -222,6 +222,17 @@ impl<T> HandoffSubscriber<T> {
     }
 }
 
+impl<T> Drop for HandoffSubscriber<T> {
+    /// Released by its publisher without a terminal signal (one that ended without
+    /// telling, or whose thread panicked holding it): the consumer must not wait for
+    /// ever, so the stream ends with an error of kind
+    /// [`Cancelled`](crate::ErrorKind::Cancelled) after the items it holds (a no-op
+    /// once the stream ended).
+    fn drop(&mut self) {
+        self.shared.end(Err(Error::cancelled()));
+    }
+}
+
 impl<T> Subscriber<T> for HandoffSubscriber<T> {
     fn on_subscribe(&mut self, subscription: Subscription) {
         if self.subscribed {

@@ -174,6 +174,16 @@ impl<T> IterSubscriber<T> {
     }
 }
 
+impl<T> Drop for IterSubscriber<T> {
+    /// Released by its publisher without a terminal signal (one that ended without
+    /// telling, or whose thread panicked holding it): the iterating thread must not
+    /// block for ever, so it gets the items queued and then an error of kind
+    /// [`Cancelled`](crate::ErrorKind::Cancelled) (a no-op once the stream ended).
+    fn drop(&mut self) {
+        self.end(Err(Error::cancelled()));
+    }
+}
+
 impl<T> Subscriber<T> for IterSubscriber<T> {
     fn on_subscribe(&mut self, subscription: Subscription) {
         if self.subscribed {

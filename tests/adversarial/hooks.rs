@@ -18,6 +18,7 @@
 //! | `every_user_hook_that_panics_is_handled_as_documented` | `create`'s `on_cancel`, `from_fn`, `unfold`, `concat_map`'s mapper, the `map_async` family's closure, its `Limiter`, `RetryPolicy::classify` behind `map_async_on`, a channel's drop hook, its shed classifier and deadline reader on every send method, the `AsyncSubscriber` hooks other than `on_next`, an `Exporter`'s recorder, a `mux::Transport` panicking in `receiver` or `connect`, hub subscribers that panic in `on_complete`/`on_error`, a `Stream` and a `Future` polled on a pool, an `rsocket::Handler` (feature `rsocket`) |
 //! | `a_drop_hook_that_panics_fails_the_lossy_stage_that_called_it` | `on_drop`'s closure and `DropHook::inspect` (through `on_dropped`) behind every stage that hands dropped items to the pipeline's hook, `publish_on_with`'s expiry included |
 //! | `a_publisher_that_panics_in_subscribe_fails_the_stage_that_subscribes_it` | the other sources of `zip`, `weir::merge`, `concat_map`'s inners, `subscribe_on`'s source, a hub's upstream, a mux channel's sending publisher |
+//! | `a_publisher_that_panics_in_subscribe_panics_in_the_sinks_caller_and_nothing_waits` | the same publisher under `collect`, `blocking_iter`, `into_stream` (polled again after the panic) and `subscribe_async` |
 //! | `a_subscription_that_panics_in_request_or_cancel_ends_the_pipeline` | a source whose `request` (the second call) or `cancel` panics, behind the stages that call it from threads of their own |
 //! | `an_item_whose_drop_panics_is_contained` | an item whose `Drop` panics when a stage drops it (swallowed, replaced, dropped by a policy, released on cancel) |
 //! | `an_item_whose_clone_panics_ends_only_the_hub_subscriber_it_was_cloned_for` | an item whose `Clone` panics in a hub subscriber's pass |
@@ -1222,6 +1223,87 @@ fn a_publisher_that_panics_in_subscribe_fails_the_stage_that_subscribes_it() {
             ("a mux channel's sending publisher", refused_by_mux),
         ],
     );
+}
+
+/// Sinks subscribe on the caller's thread (`into_stream` on its first poll), so a
+/// publisher that panics in `subscribe` panics there, as every sink documents; what
+/// must not happen is something left waiting for ever: a stream polled again ends
+/// with `Cancelled`, and `subscribe_async`'s task ends and drops its subscriber (it
+/// waited for a subscription for ever, holding the subscriber, until it learned to).
+#[test]
+fn a_publisher_that_panics_in_subscribe_panics_in_the_sinks_caller_and_nothing_waits() {
+    run_cases(
+        "sinks over a publisher that panics in subscribe",
+        &[
+            ("collect", || {
+                caller_panics("collect", || drop(Refuses.collect()))
+            }),
+            ("blocking_iter", || {
+                caller_panics("blocking_iter", || drop(Refuses.blocking_iter(4)))
+            }),
+            ("into_stream", into_stream_refused),
+            ("subscribe_async", subscribe_async_refused),
+        ],
+    );
+}
+
+/// `subscribe` runs `f`; its panic must reach this caller, with the publisher's
+/// message.
+fn caller_panics(what: &str, f: impl FnOnce()) -> Vec<String> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)) {
+        Ok(()) => vec![format!(
+            "{what}: the publisher's panic did not reach the caller"
+        )],
+        Err(payload) if panic_message(&*payload).contains("a publisher's subscribe") => Vec::new(),
+        Err(payload) => vec![format!(
+            "{what}: another panic reached the caller: {}",
+            panic_message(&*payload)
+        )],
+    }
+}
+
+fn into_stream_refused() -> Vec<String> {
+    use futures::StreamExt as _;
+    let mut stream = Refuses.into_stream(4);
+    let mut failures = caller_panics("into_stream's first poll", || {
+        drop(futures::executor::block_on(stream.next()))
+    });
+    let again = on_thread("poll again", WAIT, move || {
+        futures::executor::block_on(stream.next()).map(|r| r.map(|_| ()))
+    });
+    match again {
+        Ok(Some(Err(error))) if error.kind() == ErrorKind::Cancelled => {}
+        other => failures.push(format!(
+            "into_stream polled again: expected an error of kind Cancelled, got {other:?}"
+        )),
+    }
+    failures
+}
+
+fn subscribe_async_refused() -> Vec<String> {
+    struct Holder(Arc<AtomicBool>);
+    impl Drop for Holder {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    #[weir::bridge::async_trait]
+    impl AsyncSubscriber<Item> for Holder {
+        async fn on_next(&mut self, _item: Item) -> Result<(), Error> {
+            Ok(())
+        }
+    }
+    let runtime = tokio_runtime("hooks-subscribe-async");
+    let dropped = Arc::new(AtomicBool::new(false));
+    let holder = Holder(dropped.clone());
+    let options = SubscribeAsync::new().runtime(runtime.handle().clone());
+    let mut failures = caller_panics("subscribe_async", || {
+        drop(Refuses.subscribe_async_with(options, holder))
+    });
+    if !wait_until(WAIT, || dropped.load(Ordering::SeqCst)) {
+        failures.push("subscribe_async: the task still holds the subscriber".to_owned());
+    }
+    failures
 }
 
 /// The end every case expects: an error of kind `Panicked` downstream (the stage

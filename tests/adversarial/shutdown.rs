@@ -239,7 +239,10 @@ pub fn check(case: Boundary, accept: fn(&weir::Error) -> bool) -> Vec<String> {
             match on_thread("await the handle", PATIENCE, move || {
                 futures::executor::block_on(handle)
             }) {
-                Ok(Err(_)) => {}
+                Ok(Err(error)) if accept(&error) => {}
+                Ok(Err(error)) => {
+                    failures.push(format!("the handle failed with the wrong kind: {error}"))
+                }
                 Ok(Ok(())) => {
                     failures.push("the handle resolved to Ok(()) after the shutdown".to_owned())
                 }

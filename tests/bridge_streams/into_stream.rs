@@ -120,6 +120,22 @@ async fn into_stream_upstream_fills_the_prefetch_while_the_consumer_awaits() {
 /// Dropping the stream cancels upstream, and the `from_stream` upstream drops its
 /// stream on the spot (no pass is running: the window is full), i.e. within one
 /// scheduler turn. Also for a stream that is pending for ever.
+/// A publisher that drops its subscriber without a terminal signal (its thread
+/// panicked, say): the stream yields what it got, then `Cancelled`, then ends,
+/// instead of staying pending for ever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publisher_that_abandons_its_subscriber_ends_the_stream_with_cancelled() {
+    let stream = crate::failing::Abandons { items: 3 }.into_stream(8);
+    let got: Vec<_> = tokio::time::timeout(Duration::from_secs(10), stream.collect::<Vec<_>>())
+        .await
+        .expect("the stream stayed pending for an abandoned publisher");
+    assert_eq!(got.len(), 4, "{got:?}");
+    for (item, expected) in got[..3].iter().zip(1..) {
+        assert_eq!(*item.as_ref().unwrap(), expected);
+    }
+    assert_eq!(got[3].as_ref().unwrap_err().kind(), ErrorKind::Cancelled);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_into_stream_cancels_upstream_within_one_scheduler_turn() {
     let (source, dropped) = DropFlag::new(futures::stream::iter(0..u64::MAX));

@@ -62,3 +62,27 @@ impl weir::Publisher for PanicsAfterOnSubscribe {
         panic!("boom after on_subscribe in {}", self.0);
     }
 }
+
+/// A publisher that breaks the end of the contract: on a thread of its own it calls
+/// `on_subscribe` (a subscription that ignores every call), delivers `1..=items`
+/// (a subscriber that requested at least that many), and then drops the subscriber
+/// without a terminal signal, as a publisher whose thread panicked would.
+pub struct Abandons {
+    /// Items delivered before the subscriber is dropped.
+    pub items: u32,
+}
+
+impl weir::Publisher for Abandons {
+    type Item = u32;
+
+    fn subscribe<S: weir::Subscriber<u32> + Send + 'static>(self, mut subscriber: S) {
+        let items = self.items;
+        std::thread::spawn(move || {
+            subscriber.on_subscribe(weir::Subscription::noop());
+            for item in 1..=items {
+                subscriber.on_next(item);
+            }
+            drop(subscriber);
+        });
+    }
+}
