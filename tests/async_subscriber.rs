@@ -745,6 +745,34 @@ fn send_or_pause_holds_the_producer_while_paused() {
 
 /// Under an admission ladder, reducing and shedding are not a pause: the producer
 /// reads on (pacing itself by the rate factor); only the pause rung holds it.
+/// `paused_for` is read on the channel's clock (as the monitor's blocked time is):
+/// with a `VirtualTime` clock it is exactly the virtual time that passed.
+#[test]
+fn send_or_pause_measures_the_pause_on_the_channels_clock() {
+    let clock = weir::runtime::VirtualTime::new();
+    let (tx, rx) = ChannelBuilder::new(4, ChannelPolicy::Backpressure)
+        .water_marks(WaterMarks::new(2, 0))
+        .clock(clock.clone())
+        .build::<u32>();
+    let mut first = pin!(tx.send_or_pause(0));
+    assert_eq!(poll_once(&mut first), Poll::Ready(Ok(AfterSend::Flowing)));
+    let mut second = pin!(tx.send_or_pause(1));
+    assert!(
+        poll_once(&mut second).is_pending(),
+        "paused at the high mark"
+    );
+    clock.advance(std::time::Duration::from_secs(3));
+    let handle = rx.collect(); // takes both items: the flow resumes at the low mark
+    assert_eq!(
+        poll_once(&mut second),
+        Poll::Ready(Ok(AfterSend::Resumed {
+            paused_for: std::time::Duration::from_secs(3)
+        }))
+    );
+    tx.close();
+    assert_eq!(handle.wait().unwrap(), [0, 1]);
+}
+
 #[test]
 fn send_or_pause_reads_on_while_the_channel_only_reduces() {
     use weir::source::channel::Admission;

@@ -39,7 +39,9 @@ pub enum AfterSend {
     Flowing,
     /// The channel was paused; it flows again after `paused_for`.
     Resumed {
-        /// How long the producer waited for the resume.
+        /// How long the producer waited for the resume, on the channel's clock
+        /// ([`ChannelBuilder::clock`](crate::source::channel::ChannelBuilder::clock)),
+        /// as the monitor's blocked time is.
         paused_for: Duration,
     },
     /// The item went in, but the channel closed while the producer waited for the
@@ -131,14 +133,15 @@ impl<T: Send + 'static> Future for SendOrPause<'_, T> {
                             this.step = SendPhase::Done;
                             return Poll::Ready(Ok(AfterSend::Flowing));
                         }
-                        this.step = SendPhase::Pausing(this.sender.resumed(), Instant::now());
+                        let since = this.sender.now();
+                        this.step = SendPhase::Pausing(this.sender.resumed(), since);
                     }
                 },
                 SendPhase::Pausing(resumed, since) => {
                     let outcome = match Pin::new(resumed).poll(cx) {
                         Poll::Pending => return Poll::Pending,
                         Poll::Ready(Ok(())) => AfterSend::Resumed {
-                            paused_for: since.elapsed(),
+                            paused_for: this.sender.now().saturating_duration_since(*since),
                         },
                         Poll::Ready(Err(_closed)) => AfterSend::Closed,
                     };

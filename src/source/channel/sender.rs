@@ -425,6 +425,11 @@ impl<T: Send + 'static> Sender<T> {
         QueueMonitor::new(self.shared.stage().gauge.clone())
     }
 
+    /// A reading of the channel's clock ([`ChannelBuilder::clock`](super::ChannelBuilder::clock)).
+    pub(crate) fn now(&self) -> Instant {
+        self.shared.stage().gauge.now()
+    }
+
     /// Offer `item` like [`try_send`](Self::try_send); a refusal is a [`Rejected`]
     /// that says when to come back ([`retry_after`](Self::retry_after)), so an edge
     /// can answer "503, Retry-After" with a number that is true.
