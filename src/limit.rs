@@ -119,7 +119,8 @@ impl Aimd {
 
 impl Limiter for Aimd {
     fn limit(&self) -> usize {
-        self.limit as usize
+        // The float is within min..=max, but rounds above 2^53: clamp the cast too.
+        (self.limit as usize).clamp(self.min, self.max)
     }
 
     fn on_sample(&mut self, rtt: Duration, in_flight: usize) {
@@ -219,7 +220,8 @@ impl Gradient {
 
 impl Limiter for Gradient {
     fn limit(&self) -> usize {
-        self.limit as usize
+        // The float is within min..=max, but rounds above 2^53: clamp the cast too.
+        (self.limit as usize).clamp(self.min, self.max)
     }
 
     fn on_sample(&mut self, rtt: Duration, in_flight: usize) {
@@ -319,6 +321,22 @@ mod tests {
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
+    }
+
+    /// Limits above 2^53 do not fit an `f64` exactly: the limit read back still
+    /// stays within `min..=max` (it read 2^53, below `min`, before the clamp).
+    #[cfg(target_pointer_width = "64")]
+    #[test]
+    fn limits_above_2_pow_53_stay_within_their_bounds() {
+        let n = (1usize << 53) + 1;
+        let mut aimd = Aimd::new(n, n, n, ms(100), 0.5);
+        let mut gradient = Gradient::new(n, n, n);
+        assert_eq!((aimd.limit(), gradient.limit()), (n, n));
+        for rtt in [ms(1), ms(500), ms(1), ms(500)] {
+            aimd.on_sample(rtt, n);
+            gradient.on_sample(rtt, n);
+            assert_eq!((aimd.limit(), gradient.limit()), (n, n));
+        }
     }
 
     #[test]
