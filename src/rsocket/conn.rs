@@ -60,7 +60,7 @@ use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use super::fragment::{self, Assembly, AssemblyError, Lead};
 use super::frame::{self, plain_next, Body, ErrorCode, Frame, Payload, HEADER_LEN, MAX_U31};
 use super::inbound::{Inbox, PayloadStream};
-use super::outbound::Outbound;
+use super::outbound::{subscribe_guarded, Outbound};
 use super::server::Handler;
 use super::{Config, RemoteError};
 use crate::guard::catch;
@@ -858,7 +858,7 @@ impl Conn {
         });
         match answer {
             Ok(publisher) => {
-                if catch(move || publisher.subscribe(send)).is_err() {
+                if catch(move || subscribe_guarded(|| publisher.subscribe(send))).is_err() {
                     self.local_failure(stream, "the handler's publisher panicked in subscribe");
                 }
             }

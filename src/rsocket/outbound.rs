@@ -6,13 +6,38 @@
 //! connection's writer asks again when the outbox ran low), and puts each item in the
 //! stream's outbox for the writer. A publisher that sends more than asked breaks
 //! rule 1.1: it is cancelled and the peer gets an ERROR. A response takes one item,
-//! then cancels its publisher and completes.
+//! then cancels its publisher and completes. A publisher that drops it without a
+//! terminal signal ends the stream with an ERROR too, so the peer never waits for
+//! ever.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use super::conn::Conn;
 use super::frame::Payload;
 use crate::{Error, Subscriber, Subscription};
+
+thread_local! {
+    /// Set while [`subscribe_guarded`] runs a `subscribe` whose panic its caller
+    /// answers with an ERROR of its own.
+    static GUARDED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Run `subscribe` (a publisher's `subscribe` with an [`Outbound`], under the
+/// caller's panic guard): an `Outbound` the panic's unwind drops leaves the
+/// stream's ERROR to the caller, which names the panic.
+pub(crate) fn subscribe_guarded<R>(subscribe: impl FnOnce() -> R) -> R {
+    /// Puts the flag back however `subscribe` ends: dropped after everything the
+    /// unwind drops inside it.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            GUARDED.set(self.0);
+        }
+    }
+    let _restore = Restore(GUARDED.replace(true));
+    subscribe()
+}
 
 /// Feeds stream `stream`'s outbox from a local publisher.
 pub(crate) struct Outbound {
@@ -32,6 +57,25 @@ impl Outbound {
             stream,
             batch: Vec::new(),
         }
+    }
+}
+
+impl Drop for Outbound {
+    /// Released by its publisher without a terminal signal (one that ended without
+    /// telling, or whose thread panicked holding it): the peer must not wait for
+    /// ever, so the stream ends with an ERROR. A no-op once the sending side ended,
+    /// the peer cancelled, or the connection closed; left to the caller inside
+    /// [`subscribe_guarded`] when a panic drops it.
+    fn drop(&mut self) {
+        if std::thread::panicking() && GUARDED.get() {
+            return;
+        }
+        self.conn.end(
+            self.stream,
+            Err(Error::msg(
+                "rsocket: the local publisher dropped its subscriber without a terminal signal",
+            )),
+        );
     }
 }
 

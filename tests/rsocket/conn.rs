@@ -171,6 +171,54 @@ fn a_failing_stream_delivers_its_items_then_the_error() {
     });
 }
 
+/// A handler's publisher that drops its subscriber without a terminal signal (on a
+/// thread of its own, after two items, as one whose thread panicked would): the
+/// requester gets the items and then an APPLICATION_ERROR that says so, instead of
+/// waiting for ever; the connection serves on.
+#[test]
+fn a_handler_publisher_that_abandons_its_subscriber_ends_the_stream_with_an_error() {
+    struct Abandons;
+    impl Publisher for Abandons {
+        type Item = Payload;
+        fn subscribe<S: weir::Subscriber<Payload> + Send + 'static>(self, mut subscriber: S) {
+            std::thread::spawn(move || {
+                subscriber.on_subscribe(weir::Subscription::noop());
+                subscriber.on_next(Payload::data("0"));
+                subscriber.on_next(Payload::data("1"));
+                drop(subscriber);
+            });
+        }
+    }
+    struct Abandoning;
+    impl weir::rsocket::Handler for Abandoning {
+        fn request_stream(&self, _request: Payload) -> weir::BoxPublisher<Payload> {
+            Abandons.boxed()
+        }
+    }
+    let rt = runtime();
+    rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", Abandoning).await.unwrap();
+        let client = connect(server.local_addr()).await.unwrap();
+        for _ in 0..2 {
+            let probe = subscribe_probe(client.request_stream(Payload::data("x")));
+            probe.request(5);
+            let error = await_probe(&probe, move |p| p.await_error(PATIENCE)).await;
+            assert!(
+                error
+                    .message()
+                    .contains("dropped its subscriber without a terminal signal"),
+                "{error}"
+            );
+            let remote = std::error::Error::source(&error)
+                .and_then(|s| s.downcast_ref::<RemoteError>())
+                .expect("the peer's ERROR as the source");
+            assert_eq!(remote.code, ErrorCode::APPLICATION_ERROR);
+            assert_eq!(texts(probe.items()), ["0", "1"]);
+        }
+        assert!(client.closed_with().is_none());
+    });
+}
+
 #[test]
 fn a_megabyte_travels_fragmented_both_ways() {
     let rt = runtime();
