@@ -103,7 +103,9 @@
 //! [`HubBuilder::keep_connected`] to keep upstream subscribed with nobody there
 //! instead (it is asked for items again once a subscriber wants some). A
 //! subscriber joins at the live position (it sees
-//! what arrives after it joined), or [`HubBuilder::replay`]`(r)` items back. After
+//! what arrives after it joined), or [`HubBuilder::replay`]`(r)` items back (fewer
+//! for a `Backpressure` subscriber while upstream owes items, and for a lag limit in
+//! items: see there). After
 //! upstream ended, subscribers read what the ring still has for them and then get the
 //! same end; later ones get it at once (after their replay). Once upstream ended and
 //! nobody is subscribed, the ring keeps only the replay's items (none without one).
@@ -829,6 +831,13 @@ impl<T: Clone + Send + 'static> HubBuilder<T> {
 
     /// A subscriber that joins starts up to `r` items back (as far as the ring still
     /// reaches) instead of at the live position (default 0).
+    ///
+    /// Two policies replay fewer: a [`Backpressure`](Policy::Backpressure) subscriber
+    /// only what the ring can keep beside the items upstream was already asked for
+    /// (the ring never holds more than `capacity` items a `Backpressure` subscriber
+    /// has not read, counting those on their way), and a
+    /// [`Disconnect`](Policy::Disconnect) subscriber with a lag limit of `n` items at
+    /// most `n` (more would have it join already cut off).
     ///
     /// # Panics
     ///

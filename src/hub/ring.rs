@@ -169,7 +169,12 @@ impl<T: Clone, H> Ring<T, H> {
     }
 
     /// Add a member at the live position, or `replay` items back (as far as the
-    /// ring reaches).
+    /// ring reaches). A `Backpressure` member replays only what the ring can keep
+    /// beside the items already asked of upstream (`held + outstanding <= capacity`
+    /// must hold for it from the start: credit granted before it joined cannot be
+    /// taken back, and an arrival must never evict an item it still needs). A
+    /// `Disconnect` member with a lag limit in items replays at most that many (it
+    /// would join already cut off).
     pub(crate) fn join(
         &mut self,
         id: u64,
@@ -178,7 +183,17 @@ impl<T: Clone, H> Ring<T, H> {
         replay: usize,
         handle: H,
     ) {
-        let cursor = self.tail().saturating_sub(replay as u64).max(self.head);
+        let mut cursor = self.tail().saturating_sub(replay as u64).max(self.head);
+        match policy {
+            Policy::Backpressure => {
+                let keeps = (self.tail() + self.outstanding).saturating_sub(self.capacity as u64);
+                cursor = cursor.max(keeps);
+            }
+            Policy::Disconnect(LagLimit::Items(max)) => {
+                cursor = cursor.max(self.tail().saturating_sub(max));
+            }
+            _ => {}
+        }
         if let Policy::Disconnect(LagLimit::Items(_)) = policy {
             self.per_arrival = true;
         }

@@ -78,6 +78,48 @@ fn replay_gives_a_late_subscriber_the_last_items() {
     assert!(late.is_completed());
 }
 
+/// A `Backpressure` subscriber that joins while upstream owes items replays only
+/// what the ring can keep beside them: replaying the whole ring promised more than
+/// the ring holds, and the next arrivals evicted items it had not read (a `Panicked`
+/// error in release, the hub's invariant check failing in debug).
+#[test]
+fn replay_to_a_backpressure_subscriber_keeps_room_for_what_upstream_owes() {
+    let (tx, rx) = weir::channel::<u64>(64, weir::source::channel::ChannelPolicy::Backpressure);
+    let hub = Hub::builder(rx, 4).replay(4).build();
+    let a = probe(hub.clone());
+    a.request(u64::MAX);
+    for i in 0..4 {
+        tx.try_send(i).unwrap();
+    }
+    assert_eq!(a.items(), vec![0, 1, 2, 3]);
+    let owed = hub.stats().upstream_outstanding;
+    assert_eq!(owed, 3, "the 75% rule asked for 3 more once a read 3");
+    let b = probe(hub.clone());
+    for i in 4..8 {
+        tx.try_send(i).unwrap();
+    }
+    b.request(100);
+    drop(tx);
+    // The ring of 4 keeps room for the 3 owed: b replays 4 - 3 = 1 item.
+    assert_eq!(b.items(), (3..8).collect::<Vec<_>>());
+    assert!(b.is_completed(), "{:?}", b.error());
+    assert_eq!(a.items(), (0..8).collect::<Vec<_>>());
+    assert!(a.is_completed());
+}
+
+/// A `Disconnect` subscriber with a lag limit of `n` items replays at most `n`: more
+/// would have it join already cut off.
+#[test]
+fn replay_to_a_disconnect_subscriber_stays_within_its_lag_limit() {
+    let hub = Hub::builder(weir::range(0u64..20), 8).replay(6).build();
+    let all = hub.clone().collect().wait().unwrap();
+    assert_eq!(all.len(), 20);
+    let late = probe(hub.join(Policy::disconnect_after_items(2)));
+    late.request(100);
+    assert_eq!(late.items(), vec![18, 19]);
+    assert!(late.is_completed(), "{:?}", late.error());
+}
+
 #[test]
 #[should_panic(expected = "share capacity must be in 1..=2^30 (got 0)")]
 fn a_zero_capacity_is_refused_at_construction() {

@@ -6,7 +6,8 @@
 //! joined; a `Backpressure` subscriber's items are contiguous; for every subscriber
 //! still in the hub, delivered + dropped accounts for every item from where it
 //! joined to its position; and the ring plus what upstream still owes never exceeds
-//! the capacity for a `Backpressure` subscriber's unread items.
+//! the capacity for a `Backpressure` subscriber's unread items. Some hubs replay
+//! (`replay(r)`): late subscribers join up to `r` items back.
 
 use proptest::prelude::*;
 use weir::hub::{Hub, Policy};
@@ -89,10 +90,13 @@ fn check(hub: &Hub<u64>, capacity: usize, seen: &[Seen]) -> Result<(), TestCaseE
     Ok(())
 }
 
-fn run(capacity: usize, steps: Vec<Step>) -> Result<(), TestCaseError> {
+fn run(capacity: usize, replay: usize, steps: Vec<Step>) -> Result<(), TestCaseError> {
     let (tx, rx): (Sender<u64>, _) = weir::channel(1 << 16, ChannelPolicy::Backpressure);
     // Keep upstream subscribed when everyone left, so the schedule goes on.
-    let hub = Hub::builder(rx, capacity).keep_connected().build();
+    let hub = Hub::builder(rx, capacity)
+        .keep_connected()
+        .replay(replay.min(capacity))
+        .build();
     let mut seen: Vec<Seen> = Vec::new();
     let mut sent = 0u64;
     for step in steps {
@@ -169,8 +173,9 @@ proptest! {
     #[test]
     fn every_subscriber_gets_its_due_under_random_schedules(
         capacity in prop_oneof![Just(1usize), Just(2), 3usize..17],
+        replay in prop_oneof![3 => Just(0usize), 1 => 1usize..17],
         steps in proptest::collection::vec(step(), 1..60),
     ) {
-        run(capacity, steps)?;
+        run(capacity, replay, steps)?;
     }
 }
