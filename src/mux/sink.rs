@@ -514,7 +514,9 @@ impl<T: Send + 'static> ChannelSink<T> {
             self.plumbing.drop_staged();
         }
     }
+}
 
+impl<T> ChannelSink<T> {
     fn finish(&mut self, end: Result<(), Error>) {
         if !self.upstream.finish() {
             return;
@@ -528,6 +530,22 @@ impl<T: Send + 'static> ChannelSink<T> {
         }
         self.plumbing.set_end(self.staged, end);
         self.plumbing.wake_source();
+    }
+}
+
+impl<T> Drop for ChannelSink<T> {
+    /// Dropped unsubscribed: nothing will ever be sent, so the channel completes
+    /// (as a `weir::channel` whose senders are all dropped does). Dropped by its
+    /// publisher without a terminal signal: the channel fails with an error of kind
+    /// [`Cancelled`](crate::ErrorKind::Cancelled) after the items staged. A no-op
+    /// after the terminal signal or a cancel.
+    fn drop(&mut self) {
+        let end = if matches!(self.upstream, Upstream::Idle) {
+            Ok(())
+        } else {
+            Err(Error::cancelled())
+        };
+        self.finish(end);
     }
 }
 

@@ -43,7 +43,9 @@ const PASS_BUDGET: u64 = 16 * 1024;
 pub struct ChannelSource<T> {
     shared: Arc<Shared<T>>,
     plumbing: Arc<Plumbing<T>>,
-    window: Consumer<T>,
+    /// The receive window's reading end; `None` once subscribed (a source dropped
+    /// with it lets go of the channel, as a cancel would).
+    window: Option<Consumer<T>>,
     /// What the sending publisher may hold in flight, when known (`via`).
     upstream_bound: u64,
     /// Listed in a registry while subscribed under this name ([`named`](Self::named)).
@@ -69,7 +71,7 @@ impl<T: Send + 'static> ChannelSource<T> {
         ChannelSource {
             shared,
             plumbing,
-            window,
+            window: Some(window),
             upstream_bound: 0,
             name: None,
             registry: None,
@@ -139,10 +141,11 @@ fn stats_of<T: Send + 'static>(shared: &Shared<T>, plumbing: &Plumbing<T>) -> Op
 impl<T: Send + 'static> Publisher for ChannelSource<T> {
     type Item = T;
 
-    fn subscribe<S>(self, subscriber: S)
+    fn subscribe<S>(mut self, subscriber: S)
     where
         S: Subscriber<T> + Send + 'static,
     {
+        let items = self.window.take().expect("a source is subscribed once");
         let registration = self.name.clone().map(|name| {
             let (shared, plumbing) = (Arc::downgrade(&self.shared), Arc::downgrade(&self.plumbing));
             let read: crate::metrics::ReadChannel = Arc::new(move || {
@@ -157,12 +160,12 @@ impl<T: Send + 'static> Publisher for ChannelSource<T> {
         let scheduler = self.shared.receiver();
         let plumbing = self.plumbing.clone();
         let core: Arc<Core<ChannelReceive<T>, S>> = Core::new(ChannelReceive {
-            shared: self.shared,
-            plumbing: self.plumbing,
+            shared: self.shared.clone(),
+            plumbing: self.plumbing.clone(),
             scheduler,
         });
         let window = WindowReader {
-            items: self.window,
+            items,
             delivered: 0,
             registration,
         };
@@ -179,7 +182,7 @@ impl<T: Send + 'static> Publisher for ChannelSource<T> {
     fn in_flight_bound(&self) -> u64 {
         self.upstream_bound
             .saturating_add(self.shared.staging as u64)
-            .saturating_add(self.window.capacity() as u64)
+            .saturating_add(self.window.as_ref().map_or(0, |w| w.capacity() as u64))
     }
 }
 
@@ -289,7 +292,27 @@ impl<T: Send + 'static> Stage for ChannelReceive<T> {
     }
 }
 
-impl<T: Send + 'static> ChannelReceive<T> {
+impl<T> Drop for ChannelSource<T> {
+    /// Dropped unsubscribed: nobody will read the channel, so it is let go of as a
+    /// cancel from the receiving side would (its sending upstream cancelled, its
+    /// credit returned, its id free again once its frames are back).
+    fn drop(&mut self) {
+        if let Some(items) = self.window.take() {
+            let receive = ChannelReceive {
+                shared: self.shared.clone(),
+                plumbing: self.plumbing.clone(),
+                scheduler: self.shared.receiver(),
+            };
+            receive.release(&mut WindowReader {
+                items,
+                delivered: 0,
+                registration: None,
+            });
+        }
+    }
+}
+
+impl<T> ChannelReceive<T> {
     /// Let go of the channel: its registration, its sending upstream (if still
     /// there), what the window holds, and its credit, settled in the ledger (and the
     /// channel closed there once nothing of it is in flight).

@@ -268,6 +268,75 @@ fn eventually(what: &str, done: impl Fn() -> bool) {
     }
 }
 
+/// A channel end dropped without being subscribed lets go of the channel: a
+/// receiving end cancels the sending publisher and frees the id (it stayed in use,
+/// with its credit held, for good); a sending end completes the receiver (it waited
+/// for ever); pairs dropped unused never exhaust `max_channels`.
+#[test]
+fn channel_ends_dropped_unsubscribed_let_go_of_their_channel() {
+    for recv_threads in RECEIVE_THREADS {
+        let (send, recv) = pools(recv_threads);
+        let mux = Mux::<u64>::builder()
+            .max_channels(2)
+            .build_local(send, recv)
+            .unwrap();
+        let cancelled = Arc::new(AtomicU64::new(0));
+        let flag = cancelled.clone();
+        let source = weir::range(0u64..u64::MAX)
+            .inspect_cancel(move || {
+                flag.fetch_add(1, Ordering::SeqCst);
+            })
+            .via(&mux, 7)
+            .unwrap();
+        drop(source);
+        eventually("the sending publisher cancelled", || {
+            cancelled.load(Ordering::SeqCst) == 1
+        });
+        eventually("id 7 free again", || mux.channel(7).open().is_ok());
+        // The probe above opened 7 again and dropped both ends at once.
+        for id in 10..20u64 {
+            // Each pair is dropped unused at once; the channel closes as it goes.
+            eventually("an id under max_channels(2)", || {
+                mux.channel(id).open().is_ok()
+            });
+        }
+        let (sink, source) = mux.channel(30).open().unwrap();
+        drop(sink);
+        let mut handle = source.collect();
+        let ended = handle.wait_timeout(WATCHDOG).expect("the receiver ended");
+        assert_eq!(ended.unwrap(), Vec::<u64>::new(), "completed, nothing sent");
+        eventually("every channel closed", || mux.stats().channels.is_empty());
+    }
+}
+
+/// A sending end whose publisher drops it without a terminal signal (its thread
+/// panicked, say): the receiver gets the items staged, then `Cancelled`.
+#[test]
+fn a_sending_end_abandoned_by_its_publisher_ends_the_receiver_with_cancelled() {
+    struct Abandons;
+    impl weir::Publisher for Abandons {
+        type Item = u64;
+        fn subscribe<S: weir::Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
+            std::thread::spawn(move || {
+                subscriber.on_subscribe(weir::Subscription::noop());
+                subscriber.on_next(1);
+                subscriber.on_next(2);
+                drop(subscriber);
+            });
+        }
+    }
+    for recv_threads in RECEIVE_THREADS {
+        let mux = table_mux(recv_threads);
+        let subscriber = TestSubscriber::new();
+        let probe = subscriber.probe();
+        Abandons.via(&mux, 3).unwrap().subscribe(subscriber);
+        probe.request(10);
+        let error = probe.await_error(WATCHDOG).expect("the receiver failed");
+        assert_eq!(error.kind(), weir::ErrorKind::Cancelled);
+        assert_eq!(probe.items(), vec![1, 2]);
+    }
+}
+
 /// The worker, the lane and the demultiplexer hold one another (subscriptions both
 /// ways); they are released once the last `Mux` handle is gone and every channel
 /// closed, in either order, and not before.
