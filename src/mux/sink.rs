@@ -458,7 +458,10 @@ impl<T> Plumbing<T> {
 /// for again as the worker takes items. When upstream completes or fails, the
 /// channel's receiving end signals the same after the items sent before it. If the
 /// receiving end cancels, upstream is cancelled. Subscribe it to one publisher only;
-/// a second subscription is cancelled at once (rule 2.5).
+/// a second subscription is cancelled at once (rule 2.5). Dropped without being
+/// subscribed, it completes the channel (nothing will be sent); dropped by its
+/// publisher without a terminal signal, the receiving end fails with an error of
+/// kind [`Cancelled`](crate::ErrorKind::Cancelled) after the items sent before.
 pub struct ChannelSink<T> {
     shared: Arc<Shared<T>>,
     plumbing: Arc<Plumbing<T>>,

@@ -38,7 +38,9 @@ const PASS_BUDGET: u64 = 16 * 1024;
 /// channel never sends more than was requested, and never more than its credit ahead
 /// of delivery. It completes (or fails) after the last item the sending side staged
 /// before it ended. It runs its subscriber on the mux's receiving scheduler. One
-/// subscription: `subscribe` consumes it.
+/// subscription: `subscribe` consumes it. Dropped without being subscribed, it lets
+/// go of the channel as a cancel would: the sending publisher is cancelled, the
+/// channel's credit returns, and its id can be opened again once the channel closed.
 #[must_use = "publishers do nothing until subscribed"]
 pub struct ChannelSource<T> {
     shared: Arc<Shared<T>>,
