@@ -946,9 +946,11 @@ pub trait PublisherExt: Publisher + Sized {
     /// for it. A `Disconnect` subscriber that falls too far behind gets an error of
     /// kind [`Lagged`](crate::ErrorKind::Lagged). An upstream that delivers more than
     /// it was asked for (rule 1.1) is cancelled and the hub fails with an error of
-    /// kind [`SpecViolation`](crate::ErrorKind::SpecViolation). A subscriber that
-    /// arrives after the hub stopped gets an error of kind
-    /// [`Cancelled`](crate::ErrorKind::Cancelled).
+    /// kind [`SpecViolation`](crate::ErrorKind::SpecViolation). An upstream that drops
+    /// the hub's subscriber without a terminal signal (its thread panicked, say) ends
+    /// the hub with an error of kind [`Cancelled`](crate::ErrorKind::Cancelled) after
+    /// the ring's items. A subscriber that arrives after the hub stopped gets an
+    /// error of kind [`Cancelled`](crate::ErrorKind::Cancelled).
     ///
     /// # Cancellation
     ///

@@ -204,6 +204,8 @@ fn log_cut_off(id: u64, lagged: &Lagged, error: &Error) {
 /// The hub's subscriber to upstream.
 pub(crate) struct Inlet<T> {
     shared: Arc<Shared<T>>,
+    /// The same hub, to end it from `Drop` (which cannot name `T`'s bounds).
+    ending: Arc<dyn Ending>,
     /// A terminal signal arrived, or the hub refused an item: ignore what follows.
     done: bool,
 }
@@ -211,8 +213,36 @@ pub(crate) struct Inlet<T> {
 impl<T: Clone + Send + 'static> Inlet<T> {
     pub(crate) fn new(shared: Arc<Shared<T>>) -> Self {
         Inlet {
+            ending: shared.clone(),
             shared,
             done: false,
+        }
+    }
+}
+
+/// Ends the hub (upstream's end), whatever its item type.
+trait Ending: Send + Sync {
+    fn end(&self, end: Result<(), Error>);
+}
+
+impl<T: Clone + Send + 'static> Ending for Shared<T> {
+    fn end(&self, end: Result<(), Error>) {
+        self.finish(end);
+    }
+}
+
+impl<T> Drop for Inlet<T> {
+    /// Released by upstream without a terminal signal (a publisher that ended
+    /// without telling, or whose thread panicked holding it): the subscribers must
+    /// not wait for ever, so the hub ends with an error of kind
+    /// [`Cancelled`](crate::ErrorKind::Cancelled) after the ring's items. A no-op
+    /// after a terminal signal, a refused item, or the hub's own cancel (then
+    /// nobody reads: it stopped).
+    fn drop(&mut self) {
+        if !std::mem::replace(&mut self.done, true) {
+            self.ending.end(Err(Error::cancelled_with(
+                "hub: its upstream dropped the hub's subscriber without a terminal signal",
+            )));
         }
     }
 }

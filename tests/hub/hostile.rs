@@ -71,6 +71,31 @@ fn a_subscriber_that_panics_in_on_subscribe_is_treated_as_cancelled() {
     assert!(a.is_completed());
 }
 
+/// An upstream that drops the hub's subscriber without a terminal signal (its
+/// thread panicked, say): every subscriber gets the items and then `Cancelled`,
+/// instead of waiting for ever.
+#[test]
+fn an_upstream_that_abandons_the_hub_ends_every_subscriber_with_cancelled() {
+    let hub = Hub::builder(super::failing::Abandons { items: 3 }, 8)
+        .connect_at(2)
+        .build();
+    let a = probe(hub.clone());
+    let b = probe(hub.join(Policy::DropOldest));
+    a.request(10);
+    b.request(10);
+    for p in [&a, &b] {
+        let error = p
+            .await_error(std::time::Duration::from_secs(10))
+            .expect("the hub ended");
+        assert_eq!(error.kind(), weir::ErrorKind::Cancelled);
+        assert!(
+            error.message().contains("without a terminal signal"),
+            "{error}"
+        );
+        assert_eq!(p.items(), vec![1, 2, 3]);
+    }
+}
+
 #[test]
 fn request_zero_fails_only_that_subscriber() {
     let (tx, rx) = weir::channel::<u64>(1_024, weir::source::channel::ChannelPolicy::Backpressure);

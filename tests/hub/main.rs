@@ -2,6 +2,9 @@
 //! conformance kit on a subscriber of every policy, random schedules against a
 //! model, and the hub under threads.
 
+#[path = "../support/failing.rs"]
+pub mod failing;
+
 mod conformance;
 mod connect;
 mod hostile;
