@@ -248,7 +248,7 @@ where
 }
 
 /// The subscriber to the outer source: maps each item and connects its publisher.
-struct Outer<F, U, N> {
+struct Outer<F, U, N: CoreHandle> {
     /// The user's closure.
     f: F,
     /// The stage's name, in the error of a panic in `f`.
@@ -270,6 +270,20 @@ impl<F, U, N: CoreHandle> Outer<F, U, N> {
             // Through the shared slot, so the drain's own cancel is not a second call.
             self.set.outer.cancel();
             self.set.end_outer(Err(error));
+            self.core.signal();
+        }
+    }
+}
+
+impl<F, U, N: CoreHandle> Drop for Outer<F, U, N> {
+    /// Released by the outer source without a terminal signal (one that ended
+    /// without telling, or whose thread panicked holding it): the stage fails once
+    /// its inners are done, instead of waiting for more for ever. A no-op after the
+    /// end.
+    fn drop(&mut self) {
+        // After the stage's own cancel of the outer source, it let go as asked.
+        if !self.set.outer.is_cancelled() && self.upstream.finish() {
+            self.set.end_outer(Err(crate::guard::abandoned(self.stage)));
             self.core.signal();
         }
     }
@@ -573,7 +587,7 @@ where
 
 /// The subscriber to the outer source under a limiter: queues each item at the gate,
 /// which starts what fits.
-struct LimitedOuter<T, F, U, N> {
+struct LimitedOuter<T, F, U, N: CoreHandle> {
     /// The places, the limiter, the waiting items and `f`.
     gate: Arc<Gate<T, F, U, N>>,
     /// The inner lanes (shared with the drain).
@@ -583,6 +597,18 @@ struct LimitedOuter<T, F, U, N> {
     /// Life cycle; `Done` also after the limiter or `f` panicked here or the source
     /// over-delivered.
     upstream: Upstream,
+}
+
+impl<T, F, U, N: CoreHandle> Drop for LimitedOuter<T, F, U, N> {
+    /// As [`Outer`]'s: released by the outer source without a terminal signal, the
+    /// stage fails once its inners are done. A no-op after the end.
+    fn drop(&mut self) {
+        // After the stage's own cancel of the outer source, it let go as asked.
+        if !self.set.outer.is_cancelled() {
+            let stage = self.set.stage();
+            self.end(Err(crate::guard::abandoned(stage)));
+        }
+    }
 }
 
 impl<T, F, U, N: CoreHandle> LimitedOuter<T, F, U, N> {

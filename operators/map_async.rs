@@ -627,6 +627,33 @@ where
     }
 }
 
+impl<T, F, Fut, S, C> Drop for Arrivals<T, F, Fut, S, C>
+where
+    T: Send + 'static,
+    F: FnMut(T) -> Fut + Send + 'static,
+    Fut: Future + Send + 'static,
+    Fut::Output: Send + 'static,
+    S: Subscriber<Fut::Output> + Send + 'static,
+    C: Scheduler + Clone,
+{
+    /// Released by upstream without a terminal signal (a publisher that ended
+    /// without telling, or whose thread panicked holding it): the calls in flight
+    /// finish and deliver, then downstream gets an error of kind
+    /// [`Cancelled`](crate::ErrorKind::Cancelled) instead of waiting for ever. A
+    /// no-op after the end; before `on_subscribe`, downstream is dropped with it.
+    fn drop(&mut self) {
+        // After the stage's own cancel, upstream let go as asked.
+        if self
+            .core
+            .as_ref()
+            .is_some_and(|core| core.stage().upstream.is_done())
+        {
+            return;
+        }
+        self.terminate(Err(crate::guard::abandoned("map_async")));
+    }
+}
+
 impl<T, F, Fut, S, C> Subscriber<T> for Arrivals<T, F, Fut, S, C>
 where
     T: Send + 'static,

@@ -19,6 +19,46 @@ pub(crate) fn catch<R>(f: impl FnOnce() -> R) -> Result<R, Error> {
     catch_unwind(AssertUnwindSafe(f)).map_err(Error::panicked)
 }
 
+std::thread_local! {
+    /// Set while [`subscribe_guarded`] runs a `subscribe` whose panic its caller
+    /// answers itself.
+    static GUARDED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `subscribe` (a user's publisher's `subscribe`, inside the caller's
+/// `catch_unwind`, which ends the stage with the panic's own message): a subscriber
+/// that the panic's unwind drops leaves its stage to the caller
+/// ([`dropped_unterminated`] says so).
+pub(crate) fn subscribe_guarded<R>(subscribe: impl FnOnce() -> R) -> R {
+    /// Puts the flag back however `subscribe` ends: dropped after everything the
+    /// unwind drops inside it.
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            GUARDED.set(self.0);
+        }
+    }
+    let _restore = Restore(GUARDED.replace(true));
+    subscribe()
+}
+
+/// For a subscriber's `Drop` that finds no terminal signal: whether it should end
+/// its stage now. Its publisher released it without one (ended without telling, or
+/// its thread panicked holding it), and nobody else will: true, unless the drop
+/// is part of a panic unwinding out of a [`subscribe_guarded`] `subscribe`, whose
+/// caller ends the stage with the panic's message.
+pub(crate) fn dropped_unterminated() -> bool {
+    !(std::thread::panicking() && GUARDED.get())
+}
+
+/// The error a stage ends with when its upstream released its subscriber without a
+/// terminal signal.
+pub(crate) fn abandoned(stage: &str) -> Error {
+    Error::cancelled_with(format!(
+        "{stage}: its upstream dropped its subscriber without a terminal signal"
+    ))
+}
+
 /// Where a subscriber a stage hands to a user's publisher leaves its downstream when
 /// the publisher's `subscribe` panics with it unterminated, for the stage that
 /// called `subscribe` under `catch_unwind`: there the panic's payload is at hand (in

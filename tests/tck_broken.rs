@@ -221,6 +221,19 @@ fn a_signal_after_on_complete_fails_rule_1_7() {
     assert_fails_naming(v.spec_1_7_must_not_signal_after_on_complete(), "1.7");
 }
 
+/// A violation the probe records fails the test that was running, optional or not:
+/// the empty-stream test (rule 1.5, optional) of a publisher that completes twice
+/// fails naming rule 1.7 (it was reported as a skip, and a suite of only such
+/// failures passed).
+#[test]
+fn a_violation_seen_by_an_optional_test_fails_it() {
+    let v = verification(Defect::SignalsAfterComplete);
+    assert_fails_naming(
+        v.spec_1_5_empty_stream_must_terminate_by_signalling_on_complete(),
+        "1.7",
+    );
+}
+
 #[test]
 fn ignoring_cancel_fails_rules_3_6_and_3_13() {
     let v = verification(Defect::IgnoresCancel);

@@ -308,7 +308,12 @@ impl<P: Publisher, O: OnFull<P::Item>> Publisher for OnBackpressureBuffer<P, O> 
 /// The holding stage's core.
 type HoldCore<T, S> = Core<Hold<T>, S>;
 
-struct HoldSubscriber<T: Send + 'static, S, O> {
+struct HoldSubscriber<T, S, O>
+where
+    T: Send + 'static,
+    S: Subscriber<T> + Send + 'static,
+    O: OnFull<T>,
+{
     /// Downstream until `on_subscribe` attaches it to the core.
     pending: Option<S>,
     /// The stage, once subscribed.
@@ -494,6 +499,30 @@ where
             lock(&core.stage().held).end.get_or_insert(end);
             core.signal();
         }
+    }
+}
+
+impl<T, S, O> Drop for HoldSubscriber<T, S, O>
+where
+    T: Send + 'static,
+    S: Subscriber<T> + Send + 'static,
+    O: OnFull<T>,
+{
+    /// Released by upstream without a terminal signal (a publisher that ended
+    /// without telling, or whose thread panicked holding it): downstream gets the
+    /// held items and then an error of kind [`Cancelled`](crate::ErrorKind::Cancelled)
+    /// instead of waiting for ever. A no-op after the end; before `on_subscribe`,
+    /// downstream is dropped with it.
+    fn drop(&mut self) {
+        // After the stage's own cancel, upstream let go as asked.
+        if self
+            .core
+            .as_ref()
+            .is_some_and(|core| core.stage().upstream.is_done())
+        {
+            return;
+        }
+        self.terminate(Err(crate::guard::abandoned(self.stage)));
     }
 }
 

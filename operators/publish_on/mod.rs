@@ -244,7 +244,12 @@ where
 type BoundaryCore<T, C, D> = Core<Boundary<T, C>, D>;
 
 /// The upstream-facing subscriber: the ring's writing end.
-struct Producing<T: Send + 'static, D, C: Scheduler> {
+struct Producing<T, D, C>
+where
+    T: Send + 'static,
+    D: Subscriber<T> + Send + 'static,
+    C: Scheduler + Clone,
+{
     /// Where the subscription stands.
     phase: Phase<T, D, C>,
     prefetch: usize,
@@ -313,6 +318,29 @@ where
             core.stage().finish(end);
             core.signal();
         }
+    }
+}
+
+impl<T, D, C> Drop for Producing<T, D, C>
+where
+    T: Send + 'static,
+    D: Subscriber<T> + Send + 'static,
+    C: Scheduler + Clone,
+{
+    /// Released by upstream without a terminal signal (a publisher that ended
+    /// without telling, or whose thread panicked holding it): downstream gets the
+    /// queued items and then an error of kind
+    /// [`Cancelled`](crate::ErrorKind::Cancelled) instead of waiting for ever. A
+    /// no-op after the end or the stage's cancel; before `on_subscribe`, downstream
+    /// is dropped with it.
+    fn drop(&mut self) {
+        if let Phase::Running { core, .. } = &self.phase {
+            // After the stage's own cancel, upstream let go as asked.
+            if core.stage().upstream.is_done() {
+                return;
+            }
+        }
+        self.terminate(Err(crate::guard::abandoned(STAGE)));
     }
 }
 

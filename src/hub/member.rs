@@ -220,14 +220,17 @@ impl<T: Clone + Send + 'static> Inlet<T> {
     }
 }
 
-/// Ends the hub (upstream's end), whatever its item type.
+/// Ends the hub when upstream abandoned it, whatever its item type.
 trait Ending: Send + Sync {
-    fn end(&self, end: Result<(), Error>);
+    fn abandoned(&self, error: Error);
 }
 
 impl<T: Clone + Send + 'static> Ending for Shared<T> {
-    fn end(&self, end: Result<(), Error>) {
-        self.finish(end);
+    fn abandoned(&self, error: Error) {
+        // After the hub's own cancel, upstream let go as asked.
+        if !self.upstream.is_cancelled() {
+            self.finish(Err(error));
+        }
     }
 }
 
@@ -239,10 +242,12 @@ impl<T> Drop for Inlet<T> {
     /// after a terminal signal, a refused item, or the hub's own cancel (then
     /// nobody reads: it stopped).
     fn drop(&mut self) {
-        if !std::mem::replace(&mut self.done, true) {
-            self.ending.end(Err(Error::cancelled_with(
+        // During a panic out of the hub's guarded `subscribe`, the hub ends with the
+        // panic instead.
+        if !std::mem::replace(&mut self.done, true) && crate::guard::dropped_unterminated() {
+            self.ending.abandoned(Error::cancelled_with(
                 "hub: its upstream dropped the hub's subscriber without a terminal signal",
-            )));
+            ));
         }
     }
 }

@@ -1042,7 +1042,10 @@ impl<T: Clone + Send + 'static> Publisher for Join<T> {
             );
             // An upstream whose `subscribe` panics ends the hub as an upstream error
             // would: every subscriber gets it, none waits for items that never come.
-            if let Err(error) = crate::guard::catch(|| connect(Inlet::new(shared.clone()))) {
+            let inlet = Inlet::new(shared.clone());
+            if let Err(error) =
+                crate::guard::catch(|| crate::guard::subscribe_guarded(|| connect(inlet)))
+            {
                 shared.finish(Err(error));
             }
         }

@@ -543,6 +543,10 @@ impl<T> Drop for ChannelSink<T> {
     /// [`Cancelled`](crate::ErrorKind::Cancelled) after the items staged. A no-op
     /// after the terminal signal or a cancel.
     fn drop(&mut self) {
+        // After the receiving side's cancel, upstream let go as asked.
+        if self.plumbing.sender().cancelled {
+            return;
+        }
         let end = if matches!(self.upstream, Upstream::Idle) {
             Ok(())
         } else {

@@ -496,7 +496,8 @@ impl SinkDone {
     /// # Errors
     ///
     /// The error of an item that failed for good (after the retry policy), or
-    /// [`NatsError::Client`] when upstream failed (its message),
+    /// [`NatsError::Client`] when upstream failed (its message; also when upstream
+    /// dropped the sink without a terminal signal: the stream did not complete),
     /// [`NatsError::Cancelled`] after [`cancel`](Self::cancel), or
     /// [`NatsError::Closed`] if the sink's task is gone (its runtime shut down).
     pub async fn finished(&self) -> Result<SinkReport, NatsError> {
@@ -586,8 +587,15 @@ impl Task {
                         }
                     }
                     Some(Signal::End(result)) => end = Some(result),
-                    // The sink was dropped without a signal (never subscribed).
-                    None => end = Some(Ok(())),
+                    // The sink was dropped without a signal: never subscribed
+                    // (nothing to publish), or released by its publisher without a
+                    // terminal signal (the stream did not end: not a success).
+                    None => {
+                        end = Some(match self.state.slot.get() {
+                            None => Ok(()),
+                            Some(_) => Err(crate::guard::abandoned("nats sink")),
+                        })
+                    }
                 },
                 Some(result) = in_flight.next(), if !in_flight.is_empty() => match result {
                     Ok(ack) => {

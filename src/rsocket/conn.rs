@@ -60,10 +60,10 @@ use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 use super::fragment::{self, Assembly, AssemblyError, Lead};
 use super::frame::{self, plain_next, Body, ErrorCode, Frame, Payload, HEADER_LEN, MAX_U31};
 use super::inbound::{Inbox, PayloadStream};
-use super::outbound::{subscribe_guarded, Outbound};
+use super::outbound::Outbound;
 use super::server::Handler;
 use super::{Config, RemoteError};
-use crate::guard::catch;
+use crate::guard::{catch, subscribe_guarded};
 use crate::runtime::Tokio;
 use crate::{BoxPublisher, Error, Publisher, Subscription};
 

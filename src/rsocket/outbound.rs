@@ -10,34 +10,11 @@
 //! terminal signal ends the stream with an ERROR too, so the peer never waits for
 //! ever.
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use super::conn::Conn;
 use super::frame::Payload;
 use crate::{Error, Subscriber, Subscription};
-
-thread_local! {
-    /// Set while [`subscribe_guarded`] runs a `subscribe` whose panic its caller
-    /// answers with an ERROR of its own.
-    static GUARDED: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Run `subscribe` (a publisher's `subscribe` with an [`Outbound`], under the
-/// caller's panic guard): an `Outbound` the panic's unwind drops leaves the
-/// stream's ERROR to the caller, which names the panic.
-pub(crate) fn subscribe_guarded<R>(subscribe: impl FnOnce() -> R) -> R {
-    /// Puts the flag back however `subscribe` ends: dropped after everything the
-    /// unwind drops inside it.
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            GUARDED.set(self.0);
-        }
-    }
-    let _restore = Restore(GUARDED.replace(true));
-    subscribe()
-}
 
 /// Feeds stream `stream`'s outbox from a local publisher.
 pub(crate) struct Outbound {
@@ -65,9 +42,9 @@ impl Drop for Outbound {
     /// telling, or whose thread panicked holding it): the peer must not wait for
     /// ever, so the stream ends with an ERROR. A no-op once the sending side ended,
     /// the peer cancelled, or the connection closed; left to the caller inside
-    /// [`subscribe_guarded`] when a panic drops it.
+    /// [`subscribe_guarded`](crate::guard::subscribe_guarded) when a panic drops it.
     fn drop(&mut self) {
-        if std::thread::panicking() && GUARDED.get() {
+        if !crate::guard::dropped_unterminated() {
             return;
         }
         self.conn.end(

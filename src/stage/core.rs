@@ -1144,6 +1144,15 @@ impl SharedUpstream {
         }
     }
 
+    /// Cancelled, or upstream terminated: a subscriber its upstream drops now was let
+    /// go of as a cancel asks (rule 3.13), not abandoned.
+    pub(crate) fn is_done(&self) -> bool {
+        // Relaxed: the cancel's store is sequenced before `subscription.cancel()`,
+        // which upstream observes (with its own synchronisation) before it drops the
+        // subscriber that asks here.
+        self.done.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Upstream terminated on its own: later cancels are not sent.
     pub(crate) fn finished(&self) {
         // Relaxed: see `cancel`.

@@ -32,7 +32,7 @@ use super::core::CoreHandle;
 use super::window::{over_delivered, Window};
 use crate::demand::Replenish;
 use crate::drain::{SubscriptionSlot, Upstream};
-use crate::guard::catch;
+use crate::guard::{catch, subscribe_guarded};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -207,7 +207,7 @@ impl<T> Lane<T> {
 }
 
 /// The subscriber a lane's source delivers to. It runs on the source's thread.
-pub(crate) struct LaneSubscriber<T, N: ?Sized> {
+pub(crate) struct LaneSubscriber<T, N: CoreHandle + ?Sized> {
     /// Where items go.
     lane: Arc<Lane<T>>,
     /// Asked for a pass after every delivery.
@@ -232,6 +232,23 @@ impl<T, N: CoreHandle + ?Sized> LaneSubscriber<T, N> {
         self.upstream.finish();
         self.lane.subscription.cancel();
         self.lane.end(Err(over_delivered(self.lane.stage)));
+    }
+}
+
+impl<T, N: CoreHandle + ?Sized> Drop for LaneSubscriber<T, N> {
+    /// Released by its source without a terminal signal (one that ended without
+    /// telling, or whose thread panicked holding it): the lane fails, so the stage
+    /// does not wait for it for ever. A no-op after the lane's end, and during a
+    /// panic out of [`subscribe_into`]'s guarded `subscribe` (which fails the lane
+    /// with the panic).
+    fn drop(&mut self) {
+        // After the stage's own cancel of this source, it let go as asked.
+        if !matches!(self.upstream, crate::drain::Upstream::Done)
+            && !self.lane.subscription.is_cancelled()
+            && crate::guard::dropped_unterminated()
+        {
+            self.on_error(crate::guard::abandoned(self.lane.stage));
+        }
     }
 }
 
@@ -309,6 +326,11 @@ struct Slots<T> {
 }
 
 impl<T> LaneSet<T> {
+    /// The stage's name, for errors.
+    pub(crate) fn stage(&self) -> &'static str {
+        self.stage
+    }
+
     /// `concurrency` empty slots of `prefetch` each. With `outer`, an outer source
     /// adds lanes and the set is finished only once it has ended too.
     pub(crate) fn new(
@@ -536,7 +558,7 @@ where
     N: CoreHandle + ?Sized,
 {
     let subscriber = LaneSubscriber::new(lane.clone(), core.clone());
-    if let Err(error) = catch(move || source.subscribe(subscriber)) {
+    if let Err(error) = catch(move || subscribe_guarded(|| source.subscribe(subscriber))) {
         lane.subscription.cancel();
         lane.end(Err(error));
         core.signal();

@@ -308,7 +308,8 @@ where
     }
     // A violation a probe recorded while the test failed is the cause, named by its
     // own rule; the test's check saw the consequence (an item past the end of a
-    // publisher of 3 seen as "4 of 3 expected" by the rule 1.2 test, say).
+    // publisher of 3 seen as "4 of 3 expected" by the rule 1.2 test, say). Also set
+    // when the violation is the only failure.
     let mut cause_named = false;
     let result = match rx.recv_timeout(budget) {
         Ok(Ok(Err(Failure::Fail(message)))) => {
@@ -320,9 +321,12 @@ where
                 Ok(()) => message,
             }))
         }
-        Ok(Ok(result)) => {
-            result.and_then(|()| env.verify_no_async_failures_now().map_err(Failure::Fail))
-        }
+        Ok(Ok(result)) => result.and_then(|()| {
+            env.verify_no_async_failures_now().map_err(|violation| {
+                cause_named = true;
+                Failure::Fail(violation)
+            })
+        }),
         Ok(Err(panic)) => Err(Failure::Fail(format!(
             "the test panicked: {}",
             panic_message(&*panic)
@@ -344,6 +348,9 @@ where
                 Outcome::Fail(prefix + &message)
             }
         }
+        // A protocol violation a probe recorded breaks a required rule of its own
+        // (1.1, 1.3, 1.7, 1.9, 2.5), whichever test was running when it happened.
+        (Err(Failure::Fail(message)), Kind::Optional) if cause_named => Outcome::Fail(message),
         (Err(Failure::Fail(message)), Kind::Optional) => {
             Outcome::Skip(format!("optional rule {rule} does not hold: {message}"))
         }

@@ -10,6 +10,7 @@
 //! |---|---|
 //! | `stages` | the table has a row for every `PublisherExt` method and every source and bridge the crate exports (read from `src/ext.rs` and `src/lib.rs`) |
 //! | `forgetful` | a subscriber that cancels at the first or third item and leaks the rest of the batch's iterator with `mem::forget`: sources let go, the subscriber is dropped, no item is dropped twice |
+//! | `abandoned` | every source drops its subscriber without a terminal signal (after one item, no cancel): the subscriber still gets a terminal signal, nothing stays alive |
 //! | `late` | an item that a source delivers after the cancel reached it (it read its demand before), then the source lets go: nothing alive while the subscription is still held, the subscriber dropped |
 //! | `panics` | a subscriber that panics in `on_next` (first or third item): upstream cancelled, every item and the subscriber dropped; the same for the user code of every sink; a fused fold (`from_iter` → `map` → `filter` → `filter_map` → `inspect` → `fold`) with a panic in each closure: the stage named, nothing pulled beyond it, every item dropped |
 //! | `storms` | request storms from 4 threads, cancel storms, `request(u64::MAX)` twice, requests from inside `on_complete`/`on_error`: each item once and in order, nothing beyond demand, one terminal signal, nothing alive afterwards |
@@ -35,6 +36,7 @@ mod harness;
 mod stages;
 mod support;
 
+mod abandoned;
 mod channel_accounting;
 mod channel_hook;
 mod durations;

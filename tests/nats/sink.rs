@@ -53,6 +53,39 @@ fn everything_is_published_with_at_most_k_acks_in_flight() {
     );
 }
 
+/// A publisher that drops the sink without a terminal signal (after two items, as
+/// one whose thread panicked would): the outcome is the upstream's failure, not a
+/// success (it read as a stream that completed).
+#[test]
+fn a_publisher_that_abandons_the_sink_is_not_a_success() {
+    struct Abandons;
+    impl weir::Publisher for Abandons {
+        type Item = Outgoing;
+        fn subscribe<S: weir::Subscriber<Outgoing> + Send + 'static>(self, mut sink: S) {
+            std::thread::spawn(move || {
+                sink.on_subscribe(weir::Subscription::noop());
+                sink.on_next(Outgoing::new("1"));
+                sink.on_next(Outgoing::new("2"));
+                drop(sink);
+            });
+        }
+    }
+    let env = Env::new();
+    env.stream("ABANDONED");
+    let (sink, done) = Sink::builder(env.js.clone(), "ABANDONED.x")
+        .runtime(env.rt.handle().clone())
+        .build();
+    Abandons.subscribe(sink);
+    match done.wait(PATIENCE) {
+        Err(NatsError::Client { what, message }) => {
+            assert_eq!(what, "upstream");
+            assert!(message.contains("without a terminal signal"), "{message}");
+        }
+        other => panic!("expected the abandoned stream's error, got {other:?}"),
+    }
+    assert_eq!(done.report().confirmed, 2, "what came was published");
+}
+
 #[test]
 fn cancel_stops_an_endless_upstream_and_ends_with_cancelled() {
     use std::sync::atomic::{AtomicBool, Ordering};

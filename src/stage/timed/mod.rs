@@ -361,6 +361,11 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
         Some((taken, more))
     }
 
+    /// The stage cancelled upstream, or upstream terminated.
+    pub(crate) fn upstream_done(&self) -> bool {
+        self.upstream.as_ref().is_some_and(SharedUpstream::is_done)
+    }
+
     /// Upstream terminated. The caller then asks the core for a pass.
     pub(crate) fn end(&self, end: Result<(), Error>) {
         if let Some(upstream) = &self.upstream {

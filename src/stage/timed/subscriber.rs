@@ -11,7 +11,12 @@ use crate::{DropReason, Error, Subscriber, Subscription};
 /// A time operator's subscriber to its upstream: builds the core at
 /// `on_subscribe`, feeds it items and the end, and reports what the machine drops to
 /// the pipeline's drop hook (downstream's, asked for once at subscribe time).
-pub(crate) struct TimedSubscriber<M: Machine, S, C: Scheduler + Clone> {
+pub(crate) struct TimedSubscriber<M, S, C>
+where
+    M: Machine,
+    S: Subscriber<M::Out> + Send + 'static,
+    C: Scheduler + Clone,
+{
     /// Downstream, the machine and the scheduler until `on_subscribe` builds the core.
     pending: Option<(S, M, C)>,
     /// The core, once subscribed.
@@ -30,7 +35,12 @@ pub(crate) struct TimedSubscriber<M: Machine, S, C: Scheduler + Clone> {
     upstream: Upstream,
 }
 
-impl<M: Machine, S, C: Scheduler + Clone> TimedSubscriber<M, S, C> {
+impl<M, S, C> TimedSubscriber<M, S, C>
+where
+    M: Machine,
+    S: Subscriber<M::Out> + Send + 'static,
+    C: Scheduler + Clone,
+{
     pub(crate) fn new(stage: &'static str, downstream: S, machine: M, scheduler: C) -> Self {
         TimedSubscriber {
             pending: Some((downstream, machine, scheduler)),
@@ -41,6 +51,30 @@ impl<M: Machine, S, C: Scheduler + Clone> TimedSubscriber<M, S, C> {
             stage,
             upstream: Upstream::Idle,
         }
+    }
+}
+
+impl<M, S, C> Drop for TimedSubscriber<M, S, C>
+where
+    M: Machine,
+    S: Subscriber<M::Out> + Send + 'static,
+    C: Scheduler + Clone,
+{
+    /// Released by upstream without a terminal signal (a publisher that ended
+    /// without telling, or whose thread panicked holding it): the stage ends with an
+    /// error of kind [`Cancelled`](crate::ErrorKind::Cancelled) instead of waiting
+    /// for ever. A no-op after the end or the stage's cancel; before `on_subscribe`,
+    /// downstream is dropped with it.
+    fn drop(&mut self) {
+        // After the stage's own cancel, upstream let go as asked.
+        if self
+            .core
+            .as_ref()
+            .is_some_and(|core| core.stage().upstream_done())
+        {
+            return;
+        }
+        self.on_error(crate::guard::abandoned(self.stage));
     }
 }
 
