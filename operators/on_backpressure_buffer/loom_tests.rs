@@ -30,7 +30,7 @@ impl Subscriber<u64> for EagerRecorder {
 
 /// The stage's upstream-facing subscriber, with what downstream records, its
 /// subscription and the drop counters.
-struct Fixture<O> {
+struct Fixture<O: OnFull<u64>> {
     stage: HoldSubscriber<u64, EagerRecorder, O>,
     items: Arc<StdMutex<Vec<u64>>>,
     handle: Subscription,

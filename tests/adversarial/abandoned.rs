@@ -12,16 +12,9 @@
 //! its upstream (a fused operator just lets go of it, as its source did: a
 //! subscriber's `Drop` is where it learns that), and nothing may stay alive.
 
-use std::time::Duration;
-
-use crate::harness::recorder::Plan;
-use crate::harness::run::{start_subscribed, Schedulers};
+use crate::harness::run::{start_late, Schedulers};
 use crate::harness::watch::{assert_no_failures, run_rows, wait_until, PATIENCE};
-use crate::stages::{table, Feed, Stage};
-
-/// How long the check lets demand travel to the sources before they abandon (rows
-/// that ask on a scheduler); a source not asked by then delivers nothing.
-const SETTLE: Duration = Duration::from_millis(200);
+use crate::stages::{table, Stage};
 
 #[test]
 fn every_stage_ends_its_stream_when_a_source_abandons_its_subscriber() {
@@ -37,19 +30,12 @@ fn every_stage_ends_its_stream_when_a_source_abandons_its_subscriber() {
 }
 
 fn check(row: &Stage, schedulers: &Schedulers) -> Vec<String> {
-    let (started, mut failures) =
-        match start_subscribed(row, schedulers, 1, Feed::Late, Plan::default()) {
-            Ok(started) => started,
-            Err(failures) => return failures,
-        };
+    let (started, mut failures) = match start_late(row, schedulers) {
+        Ok(started) => started,
+        Err(failures) => return failures,
+    };
     let record = started.record.clone();
     let env = started.env.clone();
-    record.request(2);
-    wait_until(SETTLE, || {
-        env.lates()
-            .iter()
-            .all(|source| !source.subscribed() || source.asked())
-    });
     for (i, source) in env.lates().iter().enumerate() {
         // Refused when never asked: the item is dropped here, which is fine.
         let _ = source.deliver(env.ledger.produce(1_000 + i as u64));

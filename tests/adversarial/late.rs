@@ -9,16 +9,9 @@
 //! may be alive, although the recorder's subscription is still held, and the
 //! subscriber must be dropped.
 
-use std::time::Duration;
-
-use crate::harness::recorder::Plan;
-use crate::harness::run::{start_subscribed, Schedulers};
+use crate::harness::run::{start_late, Schedulers};
 use crate::harness::watch::{assert_no_failures, run_rows, wait_until, PATIENCE};
-use crate::stages::{table, Feed, Stage};
-
-/// How long the check lets demand travel to the sources before it cancels (rows that
-/// ask on a scheduler); a source not asked by then gets no late item.
-const SETTLE: Duration = Duration::from_millis(200);
+use crate::stages::{table, Stage};
 
 #[test]
 fn every_stage_releases_an_item_that_arrives_after_the_cancel() {
@@ -34,19 +27,12 @@ fn every_stage_releases_an_item_that_arrives_after_the_cancel() {
 }
 
 fn check(row: &Stage, schedulers: &Schedulers) -> Vec<String> {
-    let (started, mut failures) =
-        match start_subscribed(row, schedulers, 1, Feed::Late, Plan::default()) {
-            Ok(started) => started,
-            Err(failures) => return failures,
-        };
+    let (started, mut failures) = match start_late(row, schedulers) {
+        Ok(started) => started,
+        Err(failures) => return failures,
+    };
     let record = started.record.clone();
     let env = started.env.clone();
-    record.request(2);
-    wait_until(SETTLE, || {
-        env.lates()
-            .iter()
-            .all(|source| !source.subscribed() || source.asked())
-    });
     record.cancel();
     let reached = wait_until(PATIENCE, || {
         env.lates()

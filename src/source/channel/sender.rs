@@ -425,7 +425,9 @@ impl<T: Send + 'static> Sender<T> {
         QueueMonitor::new(self.shared.stage().gauge.clone())
     }
 
-    /// A reading of the channel's clock ([`ChannelBuilder::clock`](super::ChannelBuilder::clock)).
+    /// A reading of the channel's clock ([`ChannelBuilder::clock`](super::ChannelBuilder::clock)),
+    /// for `send_or_pause`.
+    #[cfg(feature = "tokio")]
     pub(crate) fn now(&self) -> Instant {
         self.shared.stage().gauge.now()
     }

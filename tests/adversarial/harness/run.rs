@@ -142,6 +142,27 @@ pub fn start_subscribed(
     Ok((started, failures))
 }
 
+/// How long a run over [`Feed::Late`] sources lets demand travel to them (rows that
+/// ask on a scheduler); a source not asked by then gets no item.
+const SETTLE: Duration = Duration::from_millis(200);
+
+/// Start `row` over [`Feed::Late`] sources of one item each and ask for two items;
+/// returns once every subscribed source was asked (or after [`SETTLE`]).
+pub fn start_late(
+    row: &Stage,
+    schedulers: &Schedulers,
+) -> Result<(Started, Vec<String>), Vec<String>> {
+    let (started, failures) = start_subscribed(row, schedulers, 1, Feed::Late, Plan::default())?;
+    started.record.request(2);
+    let env = started.env.clone();
+    wait_until(SETTLE, || {
+        env.lates()
+            .iter()
+            .all(|source| !source.subscribed() || source.asked())
+    });
+    Ok((started, failures))
+}
+
 impl Started {
     /// Wait until the run has let go of everything: no item alive, every source that
     /// subscribed released its subscriber, and (if `recorder` is set) the recorder
