@@ -13,6 +13,7 @@
 //! `started` (that item's arrival), `due` (the period has passed since), `owed`, and
 //! upstream's `end`. `poll` emits the batch when demand > 0 and it is full, due, or
 //! upstream has completed; once the batch is empty, the completion. An upstream error
+//! waits behind the batch in the same way, unless `errors_first` is set: then it
 //! drops the batch and is emitted at once.
 //!
 //! Timers: at most one outstanding (`armed`). A batch's first item arms it unless one

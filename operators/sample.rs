@@ -13,8 +13,9 @@
 //! of a sampled item is sampled too; the replaced item goes to the drop reporter as
 //! `ReplacedByLatest` (through `Fx::dropped`). `poll` emits a `Sampled` item when
 //! demand > 0; after upstream completed it emits a `Waiting` one too, without waiting
-//! for its grid point, and then the end. An upstream error empties the slot (no drop
-//! report) and is emitted at once.
+//! for its grid point, and then the end. An upstream error waits behind the held
+//! item in the same way, unless `errors_first` is set: then it empties the slot (no
+//! drop report) and is emitted at once.
 //!
 //! Timers: at most one, armed only when an item arrives in an empty slot, so an idle
 //! stream costs no timer work.
