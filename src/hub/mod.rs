@@ -104,8 +104,8 @@
 //! instead (it is asked for items again once a subscriber wants some). A
 //! subscriber joins at the live position (it sees
 //! what arrives after it joined), or [`HubBuilder::replay`]`(r)` items back (fewer
-//! for a `Backpressure` subscriber while upstream owes items, and for a lag limit in
-//! items: see there). After
+//! for a `Backpressure` subscriber while upstream owes items, and for a
+//! `Disconnect` subscriber's lag limit: see there). After
 //! upstream ended, subscribers read what the ring still has for them and then get the
 //! same end; later ones get it at once (after their replay). Once upstream ended and
 //! nobody is subscribed, the ring keeps only the replay's items (none without one).
@@ -836,8 +836,10 @@ impl<T: Clone + Send + 'static> HubBuilder<T> {
     /// only what the ring can keep beside the items upstream was already asked for
     /// (the ring never holds more than `capacity` items a `Backpressure` subscriber
     /// has not read, counting those on their way), and a
-    /// [`Disconnect`](Policy::Disconnect) subscriber with a lag limit of `n` items at
-    /// most `n` (more would have it join already cut off).
+    /// [`Disconnect`](Policy::Disconnect) subscriber at most `n` items with a lag
+    /// limit of `n` items, and with a limit in time only items that have not waited
+    /// longer than it (to the block of 64 items: see
+    /// [`Policy::disconnect_after`]); more would have it join already cut off.
     ///
     /// # Panics
     ///

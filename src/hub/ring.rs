@@ -173,8 +173,8 @@ impl<T: Clone, H> Ring<T, H> {
     /// beside the items already asked of upstream (`held + outstanding <= capacity`
     /// must hold for it from the start: credit granted before it joined cannot be
     /// taken back, and an arrival must never evict an item it still needs). A
-    /// `Disconnect` member with a lag limit in items replays at most that many (it
-    /// would join already cut off).
+    /// `Disconnect` member replays at most its lag limit in items, or only the items
+    /// of blocks no older than its limit in time (it would join already cut off).
     pub(crate) fn join(
         &mut self,
         id: u64,
@@ -191,6 +191,17 @@ impl<T: Clone, H> Ring<T, H> {
             }
             Policy::Disconnect(LagLimit::Items(max)) => {
                 cursor = cursor.max(self.tail().saturating_sub(max));
+            }
+            Policy::Disconnect(LagLimit::Age(max)) => {
+                // Only items of blocks no older than the limit (an older one would
+                // have it join already cut off): from the first such block on.
+                let now = Instant::now();
+                let young = self
+                    .stamps
+                    .iter()
+                    .find(|&&(_, at)| now.saturating_duration_since(at) <= max)
+                    .map_or(self.tail(), |&(first, _)| first);
+                cursor = cursor.max(young);
             }
             _ => {}
         }

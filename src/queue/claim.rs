@@ -24,9 +24,9 @@
 //! **Pop** (one consumer, which keeps its `head` position to itself): the stamp of
 //! the head's slot equals `head + 1`: take the item, free the slot, move on. Nothing
 //! shared is written per item but the slot's own stamp, and nothing shared is read
-//! but the slot: a producer and the consumer meet only on slot lines (eight `u64`
-//! items to a line), never on an index the other side polls. The consumer publishes
-//! its position once per batch, for a watcher's looks
+//! but the slot: a producer and the consumer meet only on slot lines (four `u64`
+//! items and their stamps to a line), never on an index the other side polls. The
+//! consumer publishes its position once per batch, for a watcher's looks
 //! ([`has_ready`](ClaimRing::has_ready), [`has_claims`](ClaimRing::has_claims)) and
 //! for the ring's `Drop`; producers never read it.
 //!

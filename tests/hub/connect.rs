@@ -1,7 +1,10 @@
 //! When the hub subscribes upstream, when it stops, replay.
 
+use std::time::Duration;
 use weir::hub::{Hub, Policy};
+
 use weir::prelude::*;
+use weir::source::channel::ChannelPolicy;
 use weir::ErrorKind;
 
 use super::probe;
@@ -117,6 +120,31 @@ fn replay_to_a_disconnect_subscriber_stays_within_its_lag_limit() {
     let late = probe(hub.join(Policy::disconnect_after_items(2)));
     late.request(100);
     assert_eq!(late.items(), vec![18, 19]);
+    assert!(late.is_completed(), "{:?}", late.error());
+}
+
+/// A `Disconnect` subscriber with a lag limit in time replays only items that have
+/// not waited longer than it (blocks of 64 items carry one arrival time): the older
+/// block would have it join already cut off.
+#[test]
+fn replay_to_a_disconnect_subscriber_skips_items_older_than_its_age_limit() {
+    let (tx, rx) = weir::channel::<u64>(256, ChannelPolicy::Backpressure);
+    let hub = Hub::builder(rx, 256).replay(256).build();
+    let reader = probe(hub.clone());
+    reader.request(u64::MAX);
+    for i in 0..64 {
+        tx.try_send(i).unwrap();
+    }
+    // The first block ages well past the limit; the second is fresh when `late` joins.
+    std::thread::sleep(Duration::from_millis(1_500));
+    for i in 64..128 {
+        tx.try_send(i).unwrap();
+    }
+    assert_eq!(reader.received_count(), 128);
+    let late = probe(hub.join(Policy::disconnect_after(Duration::from_secs(1))));
+    late.request(u64::MAX);
+    drop(tx);
+    assert_eq!(late.items(), (64..128).collect::<Vec<_>>());
     assert!(late.is_completed(), "{:?}", late.error());
 }
 
