@@ -54,6 +54,7 @@ use crate::guard::{catch, catch_in};
 use crate::limit::{maker, LimitMonitor, Limiter, MakeLimiter};
 use crate::runtime::Scheduler;
 use crate::stage::core::{Drive, SharedUpstream};
+use crate::stage::window::gather;
 use crate::stage::{Core, Cx, Pass, Stage};
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -179,6 +180,7 @@ where
             concurrency: self.concurrency,
             ordered: self.ordered,
             upstream: Upstream::Idle,
+            gathered: VecDeque::new(),
         });
     }
 
@@ -607,6 +609,9 @@ where
     concurrency: usize,
     ordered: bool,
     upstream: Upstream,
+    /// A delivery, gathered before the inbox's lock is taken; empty between
+    /// deliveries.
+    gathered: VecDeque<T>,
 }
 
 impl<T, F, Fut, S, C> Arrivals<T, F, Fut, S, C>
@@ -761,14 +766,16 @@ where
         let (Some(core), true) = (&self.core, self.upstream.is_active()) else {
             return 0;
         };
+        // Gathered before the inbox's lock is taken: a lazy batch runs user code
+        // (see `gather`). Bounded by upstream's credit, as the inbox is.
+        gather(&mut self.gathered, items, usize::MAX);
         let mut inbox = core.stage().lock_inbox();
-        if inbox.closed {
-            drop(inbox);
-            drop(items);
-            return 0;
+        if !inbox.closed {
+            inbox.items.append(&mut self.gathered);
         }
-        inbox.items.extend(items);
         drop(inbox);
+        // Late items go outside the lock.
+        self.gathered.clear();
         core.signal();
         0
     }

@@ -48,6 +48,7 @@
 //! ends the stream with an error of kind [`Cancelled`](crate::ErrorKind::Cancelled):
 //! the task runs `on_subscribe` (if it had not) and `on_error`, and ends.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
@@ -63,7 +64,7 @@ use tokio::task::JoinHandle;
 
 use crate::demand::Replenish;
 use crate::drain::SubscriptionSlot;
-use crate::stage::window::{self, over_delivered, Window};
+use crate::stage::window::{self, gather, over_delivered, Window};
 use crate::{Error, Publisher, Subscriber, Subscription};
 
 /// A subscriber whose signal methods are `async`, run by a tokio task that
@@ -260,9 +261,7 @@ impl SubscribeAsync {
         // and the subscription that arrives next is cancelled on arrival.
         let guard = CloseGuard(shared.clone());
         let join = runtime.spawn(drive(guard, subscriber, self.window, sink));
-        publisher.subscribe(Inlet {
-            shared: shared.clone(),
-        });
+        publisher.subscribe(Inlet::new(shared.clone()));
         AsyncHandle {
             shared,
             join,
@@ -430,27 +429,41 @@ impl<T: Send> Abort for Mailbox<T> {
 /// The synchronous subscriber the publisher sees.
 struct Inlet<T> {
     shared: Arc<Mailbox<T>>,
+    /// A delivery, [`gather`]ed before the lock is taken; empty between deliveries.
+    gathered: VecDeque<T>,
+    /// The most one delivery may hold: one more than the window (an overflow shows).
+    bound: usize,
 }
 
 impl<T> Inlet<T> {
-    /// Append items under one lock; a rule 1.1 violation ends the stream.
+    fn new(shared: Arc<Mailbox<T>>) -> Self {
+        let (gathered, bound) = {
+            let st = shared.lock();
+            (st.items.spare(), st.items.size().saturating_add(1))
+        };
+        Inlet {
+            shared,
+            gathered,
+            bound,
+        }
+    }
+
+    /// Append items under one lock (gathered first: a lazy batch runs user code,
+    /// which must not run under the lock); a rule 1.1 violation ends the stream.
     fn push(&mut self, items: impl Iterator<Item = T>) {
+        gather(&mut self.gathered, items, self.bound);
         let mut overflow = false;
-        let mut late = None;
         {
             let mut st = self.shared.lock();
-            if st.closed || st.terminal.is_some() {
-                late = Some(items);
-            } else if let Err(refused) = st.items.push(items) {
+            if !(st.closed || st.terminal.is_some())
+                && st.items.push_gathered(&mut self.gathered).is_err()
+            {
                 overflow = true;
                 st.terminal = Some(Err(over_delivered("subscribe_async")));
-                // Dropped after the lock is released (an item's Drop is user code).
-                drop(st);
-                drop(refused);
             }
         }
-        // Late items go outside the lock.
-        drop(late);
+        // Late or refused items go outside the lock (an item's Drop is user code).
+        self.gathered.clear();
         if overflow {
             self.shared.slot.cancel();
         }

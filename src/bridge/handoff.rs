@@ -33,7 +33,7 @@ use std::task::{Context, Poll};
 use futures::task::AtomicWaker;
 
 use crate::drain::SubscriptionSlot;
-use crate::stage::window::{over_delivered, Window};
+use crate::stage::window::{gather, over_delivered, Window};
 use crate::{Error, Subscriber, Subscription};
 
 struct HandoffState<T> {
@@ -72,10 +72,16 @@ impl<T> Handoff<T> {
             waker: AtomicWaker::new(),
             slot: SubscriptionSlot::new(),
         });
+        let (gathered, bound) = {
+            let state = shared.lock();
+            (state.window.spare(), state.window.size().saturating_add(1))
+        };
         let subscriber = HandoffSubscriber {
             shared: shared.clone(),
             initial,
             subscribed: false,
+            gathered,
+            bound,
         };
         (shared, subscriber)
     }
@@ -185,6 +191,10 @@ pub(crate) struct HandoffSubscriber<T> {
     shared: Arc<Handoff<T>>,
     initial: u64,
     subscribed: bool,
+    /// A delivery, [`gather`]ed before the lock is taken; empty between deliveries.
+    gathered: VecDeque<T>,
+    /// The most one delivery may hold: one more than the window (an overflow shows).
+    bound: usize,
 }
 
 impl<T> std::fmt::Debug for HandoffSubscriber<T> {
@@ -196,28 +206,31 @@ impl<T> std::fmt::Debug for HandoffSubscriber<T> {
 }
 
 impl<T> HandoffSubscriber<T> {
-    /// Push `items` under one lock and wake the consumer once.
+    /// Push `items` under one lock and wake the consumer once. They are
+    /// [`gather`]ed first: a lazy batch runs user code, which must not run under
+    /// the lock.
     fn push<I: Iterator<Item = T>>(&mut self, items: I) {
+        gather(&mut self.gathered, items, self.bound);
         let mut state = self.shared.lock();
         if state.end.is_some() {
+            drop(state);
+            self.gathered.clear();
             return;
         }
         let was_empty = state.window.is_empty();
-        match state.window.push(items) {
-            Ok(pushed) => {
-                drop(state);
-                if pushed > 0 && was_empty {
-                    self.shared.waker.wake();
-                }
-            }
-            Err(refused) => {
-                state.end = Some(Err(over_delivered("bridge")));
-                drop(state);
-                // The refused item goes outside the lock (an item's Drop is user code).
-                drop(refused);
-                self.shared.slot.cancel();
-                self.shared.waker.wake();
-            }
+        let pushed = state.window.push_gathered(&mut self.gathered);
+        let overflowed = pushed.is_err();
+        if overflowed {
+            state.end = Some(Err(over_delivered("bridge")));
+        }
+        drop(state);
+        // What was refused goes outside the lock (an item's Drop is user code).
+        self.gathered.clear();
+        if overflowed {
+            self.shared.slot.cancel();
+            self.shared.waker.wake();
+        } else if pushed.is_ok_and(|n| n > 0) && was_empty {
+            self.shared.waker.wake();
         }
     }
 }

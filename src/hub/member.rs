@@ -4,12 +4,14 @@
 // A member's pass takes a batch out of the ring under the hub's lock and hands it
 // downstream without it; see the module docs of `hub` for the whole algorithm.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use super::ring::Lagged;
 use super::{Shared, HUB_BATCH};
 use crate::metrics::DropReporter;
 use crate::spec::{Pull, PullMark};
+use crate::stage::window::gather;
 use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
 use crate::{Error, Subscriber, Subscription};
 
@@ -208,6 +210,10 @@ pub(crate) struct Inlet<T> {
     ending: Arc<dyn Ending>,
     /// A terminal signal arrived, or the hub refused an item: ignore what follows.
     done: bool,
+    /// A delivery, [`gather`]ed before the hub's lock is taken, and the items the
+    /// ring evicted for it, dropped after the lock: empty between deliveries.
+    gathered: VecDeque<T>,
+    evicted: VecDeque<T>,
 }
 
 impl<T: Clone + Send + 'static> Inlet<T> {
@@ -216,7 +222,33 @@ impl<T: Clone + Send + 'static> Inlet<T> {
             ending: shared.clone(),
             shared,
             done: false,
+            gathered: VecDeque::new(),
+            evicted: VecDeque::new(),
         }
+    }
+
+    /// Hand `items` to the hub: gathered first (a lazy batch runs user code, which
+    /// may call this hub), then taken under the hub's lock; what is left (after a
+    /// refusal) and what the ring evicted is dropped here, without the lock.
+    fn deliver(&mut self, items: impl Iterator<Item = T>) {
+        if self.done {
+            return;
+        }
+        // One more than the ring: a delivery beyond what the hub asked for shows.
+        gather(
+            &mut self.gathered,
+            items,
+            self.shared.capacity.saturating_add(1),
+        );
+        if self
+            .shared
+            .arrive(&mut self.gathered, &mut self.evicted)
+            .is_err()
+        {
+            self.done = true;
+        }
+        self.gathered.clear();
+        self.evicted.clear();
     }
 }
 
@@ -258,9 +290,7 @@ impl<T: Clone + Send + 'static> Subscriber<T> for Inlet<T> {
     }
 
     fn on_next(&mut self, item: T) {
-        if !self.done && self.shared.arrive(std::iter::once(item)).is_err() {
-            self.done = true;
-        }
+        self.deliver(std::iter::once(item));
     }
 
     fn on_error(&mut self, error: Error) {
@@ -279,9 +309,7 @@ impl<T: Clone + Send + 'static> Subscriber<T> for Inlet<T> {
     where
         I: Iterator<Item = T>,
     {
-        if !self.done && self.shared.arrive(items).is_err() {
-            self.done = true;
-        }
+        self.deliver(items);
         0
     }
 }

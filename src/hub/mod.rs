@@ -28,11 +28,15 @@
 //!
 //! # The algorithm
 //!
-//! The ring, the cursors and the upstream credit sit under one short lock (no user
-//! code runs under it, except the items' own `Clone` and `Drop`; a `Clone` that
-//! panics ends the subscriber it was cloned for with an error of kind
-//! [`Panicked`](crate::ErrorKind::Panicked) naming `share`, and the others go on). Two kinds of drain
-//! loop do the work, each the crate's one `Wip`:
+//! The ring, the cursors and the upstream credit sit under one short lock. No user
+//! code runs under it but the items' own `Clone`: a delivery is pulled out of its
+//! iterator (which may run a fused `map`'s closure) before the lock is taken, and
+//! items the ring evicts are dropped after it. A `Clone` that panics ends the
+//! subscriber it was cloned for with an error of kind
+//! [`Panicked`](crate::ErrorKind::Panicked) naming `share`, and the others go on; so
+//! does a `Clone` that calls its own hub (`stats`, `join`, …), which panics instead
+//! of waiting for the lock it runs under. Two kinds of drain loop do the work, each
+//! the crate's one `Wip`:
 //!
 //! * **A subscriber's pass** (its own signal core, run by whichever thread signals
 //!   it): under the lock it clones up to `min(demand, 256)` items from its cursor
@@ -148,6 +152,7 @@ mod loom_tests;
 mod member;
 pub(crate) mod ring;
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -160,6 +165,28 @@ use crate::runtime::{Scheduler, TimerHandle};
 use crate::stage::window::validate;
 use crate::stage::CoreHandle;
 use crate::{Error, Publisher, Subscriber};
+
+thread_local! {
+    /// The hub whose items this thread is cloning under that hub's lock (its
+    /// address), or 0: see [`Shared::lock`].
+    static CLONING: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Marks this thread as cloning a hub's items until dropped (also when a `Clone`
+/// panics).
+struct Cloning(usize);
+
+impl Cloning {
+    fn enter(hub: usize) -> Self {
+        Cloning(CLONING.replace(hub))
+    }
+}
+
+impl Drop for Cloning {
+    fn drop(&mut self) {
+        CLONING.set(self.0);
+    }
+}
 
 /// Items a subscriber's pass takes out of the ring at most, per batch.
 pub const HUB_BATCH: usize = 256;
@@ -402,9 +429,23 @@ pub(crate) struct Shared<T> {
 
 impl<T: Clone + Send + 'static> Shared<T> {
     fn lock(&self) -> MutexGuardOf<'_, State<T>> {
-        // Only the items' Clone and Drop run under the lock; recover if one panicked
-        // (the ring is consistent between its steps).
+        // An item's `Clone` runs under the lock (in `take`): one that calls back into
+        // this hub would wait for itself for ever. It panics instead, and the member
+        // it was cloned for ends with `Panicked` (see `take`).
+        if CLONING.get() == self.address() {
+            panic!(
+                "share: an item's Clone called its own hub (Clone runs under the hub's \
+                 lock; the call would wait for itself)"
+            );
+        }
+        // Only the items' Clone runs under the lock; recover if one panicked (the
+        // ring is consistent between its steps).
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This hub's identity, for [`CLONING`].
+    fn address(&self) -> usize {
+        std::ptr::from_ref(self) as usize
     }
 
     /// Run the pump: request what the ring has room for, wake who is due.
@@ -466,27 +507,34 @@ impl<T: Clone + Send + 'static> Shared<T> {
         }
     }
 
-    /// An item arrived (`Err(item)`: it was never requested). When nobody runs the
-    /// pump, this thread takes it and does its first step under the same lock as
-    /// the arrival.
-    pub(crate) fn arrive<I: Iterator<Item = T>>(&self, items: I) -> Result<(), T> {
+    /// Items arrived, [`gather`](crate::stage::window::gather)ed by the inlet (no
+    /// user code runs under the hub's lock): the ring takes them, oldest first, and
+    /// what it evicts goes to `evicted`. The caller drops what is left of both after
+    /// this returns, outside the lock. `Err` when an item was never requested (it
+    /// and the rest stay in `batch`). When nobody runs the pump, this thread takes
+    /// it and does its first step under the same lock as the arrival.
+    pub(crate) fn arrive(
+        &self,
+        batch: &mut VecDeque<T>,
+        evicted: &mut VecDeque<T>,
+    ) -> Result<(), ()> {
         let owner = self.pump.try_enter();
         let (refused, step) = {
             let mut state = self.lock();
             if matches!(state.phase, Phase::Stopped) {
                 // Upstream was cancelled and nobody will read: items that were on
-                // their way are let go at once (after the lock).
+                // their way are let go at once (by the caller, after the lock).
                 drop(state);
-                items.for_each(drop);
                 if owner {
                     self.release_pump();
                 }
                 return Ok(());
             }
-            let mut refused = None;
-            for item in items {
-                if let Err(item) = state.ring.push(item, Instant::now) {
-                    refused = Some(item);
+            let mut refused = false;
+            while let Some(item) = batch.pop_front() {
+                if let Err(item) = state.ring.push(item, Instant::now, evicted) {
+                    batch.push_front(item);
+                    refused = true;
                     state
                         .ring
                         .finish(Err(crate::stage::window::over_delivered("share")));
@@ -495,7 +543,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
             }
             (refused, owner.then(|| self.due(&mut state)))
         };
-        if refused.is_some() {
+        if refused {
             self.upstream.cancel();
         }
         match step {
@@ -505,9 +553,10 @@ impl<T: Clone + Send + 'static> Shared<T> {
             }
             None => self.pump(),
         }
-        match refused {
-            Some(item) => Err(item),
-            None => Ok(()),
+        if refused {
+            Err(())
+        } else {
+            Ok(())
         }
     }
 
@@ -677,7 +726,11 @@ impl<T: Clone + Send + 'static> Shared<T> {
     /// (reserved: the caller requests it).
     fn take(&self, id: u64, demand: u64, want: usize, batch: &mut Vec<T>) -> (ring::Taken, u64) {
         let mut state = self.lock();
-        let taken = state.ring.take(id, demand, want, batch);
+        let taken = {
+            // The items are cloned here, under the lock (see `lock`).
+            let _cloning = Cloning::enter(self.address());
+            state.ring.take(id, demand, want, batch)
+        };
         let credit = if taken.credit_moved {
             self.credit(&mut state)
         } else {

@@ -331,15 +331,21 @@ impl<T: Clone, H> Ring<T, H> {
         }
     }
 
-    /// Take one arriving item. `now` is read once per block of `STAMP_EVERY`.
-    /// `Err(item)` when nothing was outstanding (upstream broke rule 1.1).
-    pub(crate) fn push(&mut self, item: T, now: impl FnOnce() -> Instant) -> Result<(), T> {
+    /// Take one arriving item. `now` is read once per block of `STAMP_EVERY`. An
+    /// item it evicts goes to `evicted`, to be dropped outside the lock. `Err(item)`
+    /// when nothing was outstanding (upstream broke rule 1.1).
+    pub(crate) fn push(
+        &mut self,
+        item: T,
+        now: impl FnOnce() -> Instant,
+        evicted: &mut VecDeque<T>,
+    ) -> Result<(), T> {
         if self.outstanding == 0 {
             return Err(item);
         }
         self.outstanding -= 1;
         if self.items.len() == self.capacity {
-            self.evict();
+            evicted.extend(self.evict());
         }
         let seq = self.tail();
         self.items.push_back(item);
@@ -382,10 +388,11 @@ impl<T: Clone, H> Ring<T, H> {
         Ok(())
     }
 
-    /// The ring is full and an item arrives: the oldest leaves; members still
-    /// pointing at it are handled by their policy.
-    fn evict(&mut self) {
-        self.items.pop_front();
+    /// The ring is full and an item arrives: the oldest leaves (returned, to be
+    /// dropped outside the lock); members still pointing at it are handled by their
+    /// policy.
+    fn evict(&mut self) -> Option<T> {
+        let oldest = self.items.pop_front();
         self.head += 1;
         while self.stamps.len() > 1 && self.stamps[1].0 <= self.head {
             self.stamps.pop_front();
@@ -419,6 +426,7 @@ impl<T: Clone, H> Ring<T, H> {
                 }
             }
         }
+        oldest
     }
 
     /// A block started at `now`: cut the `Disconnect` members whose next item is

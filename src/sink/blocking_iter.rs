@@ -126,6 +126,11 @@ pub(crate) struct IterSubscriber<T> {
     shared: Arc<BlockingQueue<T>>,
     prefetch: u64,
     subscribed: bool,
+    /// A delivery, [`gather`](window::gather)ed before the lock is taken; empty
+    /// between deliveries.
+    gathered: VecDeque<T>,
+    /// The most one delivery may hold: one more than the window (an overflow shows).
+    bound: usize,
 }
 
 /// Build the two halves.
@@ -152,6 +157,8 @@ pub(crate) fn blocking_iter<T>(prefetch: u64) -> (IterSubscriber<T>, BlockingIte
             shared: shared.clone(),
             prefetch,
             subscribed: false,
+            gathered: VecDeque::with_capacity(capacity.min(window::PREALLOCATED)),
+            bound: capacity.saturating_add(1),
         },
         BlockingIter {
             shared,
@@ -224,21 +231,26 @@ impl<T> Subscriber<T> for IterSubscriber<T> {
 }
 
 impl<T> IterSubscriber<T> {
-    /// Queue `items` under one lock; an upstream that overflows the window is
+    /// Queue `items` under one lock (gathered first: a lazy batch runs user code,
+    /// which must not run under the lock); an upstream that overflows the window is
     /// cancelled and reported.
     fn push<I: Iterator<Item = T>>(&mut self, items: I) {
+        window::gather(&mut self.gathered, items, self.bound);
         let mut state = self.shared.lock();
         if state.end.is_some() {
+            drop(state);
+            self.gathered.clear();
             return;
         }
-        if let Err(refused) = state.queue.push(items) {
+        let overflowed = state.queue.push_gathered(&mut self.gathered).is_err();
+        if overflowed {
             state.end = Some(Err(over_delivered("blocking_iter")));
-            self.shared.delivered(state);
-            // The refused item goes outside the lock (an item's Drop is user code).
-            drop(refused);
+        }
+        self.shared.delivered(state);
+        // What was refused goes outside the lock (an item's Drop is user code).
+        self.gathered.clear();
+        if overflowed {
             self.shared.slot.cancel();
-        } else {
-            self.shared.delivered(state);
         }
     }
 }

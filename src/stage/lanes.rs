@@ -25,11 +25,12 @@
 //! calling out of a lane or the lane set. Lane contents are published by the lane's
 //! mutex; wake-ups go through the core's `Wip`.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::core::CoreHandle;
-use super::window::{over_delivered, Window};
+use super::window::{gather, over_delivered, Window};
 use crate::demand::Replenish;
 use crate::drain::{SubscriptionSlot, Upstream};
 use crate::guard::{catch, subscribe_guarded};
@@ -116,20 +117,28 @@ impl<T> Lane<T> {
         })
     }
 
-    /// Queue a whole batch under one lock. `Err` when the window overflows (the source
-    /// broke rule 1.1); the first refused item is dropped after the lock is released.
-    /// A batch that arrives after [`cancel`](Self::cancel) is dropped whole, after the
-    /// lock, and is no overflow.
-    fn push_all<I: Iterator<Item = T>>(&self, items: I) -> Result<(), ()> {
-        let mut state = lock(&self.state);
-        if state.cancelled {
-            drop(state);
-            drop(items);
-            return Ok(());
-        }
-        let result = state.window.push(items);
-        drop(state);
-        result.map(drop).map_err(drop)
+    /// Queue a whole batch, [`gather`]ed before (see there: no user code runs under
+    /// the lane's lock), under one lock. `Err` when the window overflows (the source
+    /// broke rule 1.1). A batch that arrives after [`cancel`](Self::cancel) is no
+    /// overflow. Whatever is not queued is dropped after the lock is released.
+    fn push_all(&self, batch: &mut VecDeque<T>) -> Result<(), ()> {
+        let result = {
+            let mut state = lock(&self.state);
+            if state.cancelled {
+                Ok(0)
+            } else {
+                state.window.push_gathered(batch)
+            }
+        };
+        batch.clear();
+        result.map(drop)
+    }
+
+    /// A buffer to [`gather`] this lane's deliveries into, and the most one delivery
+    /// may hold (one more than the window: enough to see an overflow).
+    fn spare(&self) -> (VecDeque<T>, usize) {
+        let state = lock(&self.state);
+        (state.window.spare(), state.window.size().saturating_add(1))
     }
 
     /// Record the source's terminal signal (the first one wins).
@@ -214,15 +223,21 @@ pub(crate) struct LaneSubscriber<T, N: CoreHandle + ?Sized> {
     core: Arc<N>,
     /// Life cycle (rules 2.5, 1.7).
     upstream: Upstream,
+    /// Where a delivery is gathered before it is queued, and the most one may hold.
+    gathered: VecDeque<T>,
+    bound: usize,
 }
 
 impl<T, N: CoreHandle + ?Sized> LaneSubscriber<T, N> {
     /// Deliver the source's signals into `lane`, asking `core` for passes.
     pub(crate) fn new(lane: Arc<Lane<T>>, core: Arc<N>) -> Self {
+        let (gathered, bound) = lane.spare();
         LaneSubscriber {
             lane,
             core,
             upstream: Upstream::Idle,
+            gathered,
+            bound,
         }
     }
 
@@ -265,8 +280,12 @@ impl<T, N: CoreHandle + ?Sized> Subscriber<T> for LaneSubscriber<T, N> {
     }
 
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
-        if self.upstream.is_active() && self.lane.push_all(items).is_err() {
-            self.overflowed();
+        // Once the lane is cancelled a batch is dropped whole, unread.
+        if self.upstream.is_active() && !self.lane.subscription.is_cancelled() {
+            gather(&mut self.gathered, items, self.bound);
+            if self.lane.push_all(&mut self.gathered).is_err() {
+                self.overflowed();
+            }
         }
         self.core.signal();
         // Credit is returned by the drain, as it consumes (Replenish).

@@ -95,6 +95,27 @@ pub(crate) fn over_delivered(stage: &str) -> Error {
     )
 }
 
+/// Pull up to `max` items of a delivered batch into `into`, before the caller takes
+/// its lock; returns how many it pulled.
+///
+/// A batch may be lazy: behind a fused `map`, `filter`, `filter_map` or `inspect`,
+/// iterating it runs the user's closure (and the `Drop` of an item a filter lets
+/// go), and that code may call back into the very stage it is delivered to (its
+/// subscriber's `request` or `cancel`, which can run the stage's pass on this
+/// thread; a hub's `stats`), which takes the same lock: iterated under the lock, the
+/// thread would wait for itself for ever. So every stage that queues a delivery
+/// under a lock gathers it first, into a buffer of its own that it keeps (no
+/// allocation per batch).
+pub(crate) fn gather<T>(
+    into: &mut VecDeque<T>,
+    items: impl Iterator<Item = T>,
+    max: usize,
+) -> usize {
+    let before = into.len();
+    into.extend(items.take(max));
+    into.len() - before
+}
+
 /// A queue of at most `size` items, allocated once. See the module docs.
 pub(crate) struct Window<T> {
     /// Delivered, not yet taken; never more than `size` (room for up to
@@ -127,36 +148,6 @@ impl<T> Window<T> {
         }
     }
 
-    /// Queue every item of `items` (one fold: a batching source hands its batch over
-    /// in one loop). `Err` when an item does not fit: the upstream broke rule 1.1;
-    /// the first refused item comes back (for the caller to drop outside its lock)
-    /// and the rest of the batch, which should never have existed, is dropped here.
-    /// Returns how many were queued.
-    #[inline]
-    pub(crate) fn push<I: Iterator<Item = T>>(&mut self, items: I) -> Result<usize, T> {
-        // The usual case: the batch fits the credit (its size hint says so).
-        let room = self.size - self.held;
-        if items.size_hint().1.is_some_and(|upper| upper <= room) {
-            let before = self.items.len();
-            self.items.extend(items);
-            let pushed = self.items.len() - before;
-            self.held += pushed;
-            return Ok(pushed);
-        }
-        let (pushed, refused) = items.fold((0usize, None), |(pushed, refused), item| {
-            if refused.is_some() || self.held == self.size {
-                return (pushed, refused.or(Some(item)));
-            }
-            self.items.push_back(item);
-            self.held += 1;
-            (pushed + 1, None)
-        });
-        match refused {
-            Some(item) => Err(item),
-            None => Ok(pushed),
-        }
-    }
-
     /// The oldest queued item, still counted as held until [`release`](Self::release).
     #[cfg(all(test, not(weir_loom)))]
     #[inline]
@@ -172,6 +163,40 @@ impl<T> Window<T> {
         let item = self.items.pop_front()?;
         self.held -= 1;
         Some(item)
+    }
+
+    /// Queue the items [`gather`]ed into `batch` (the delivery, pulled out of its
+    /// iterator before the caller took its lock), leaving `batch` empty. Into an
+    /// empty queue the two buffers trade places (no copy; `batch` must have been
+    /// allocated like the queue, see [`Window::spare`], so that neither shrinks).
+    /// `Err` when they do not all fit: the upstream broke rule 1.1; what fits is
+    /// queued and the rest stays in `batch`, for the caller to drop outside its
+    /// lock. Returns how many were queued.
+    pub(crate) fn push_gathered(&mut self, batch: &mut VecDeque<T>) -> Result<usize, ()> {
+        let (n, room) = (batch.len(), self.size - self.held);
+        if n > room {
+            self.items.extend(batch.drain(..room));
+            self.held += room;
+            return Err(());
+        }
+        if self.items.is_empty() && batch.capacity() >= self.items.capacity() {
+            std::mem::swap(&mut self.items, batch);
+        } else {
+            self.items.extend(batch.drain(..));
+        }
+        self.held += n;
+        Ok(n)
+    }
+
+    /// An empty buffer allocated as this window's queue is: the one a subscriber
+    /// [`gather`]s its deliveries into.
+    pub(crate) fn spare(&self) -> VecDeque<T> {
+        VecDeque::with_capacity(self.size.min(PREALLOCATED))
+    }
+
+    /// The window's size (its credit).
+    pub(crate) fn size(&self) -> usize {
+        self.size
     }
 
     /// Move up to `max` of the oldest queued items to the empty `out`, releasing
@@ -241,30 +266,76 @@ impl<T> Window<T> {
 mod tests {
     use super::*;
 
+    /// Gather `items` and queue them; `Err` with the first item that did not fit.
+    fn push<T>(window: &mut Window<T>, items: impl Iterator<Item = T>) -> Result<usize, T> {
+        let mut batch = window.spare();
+        gather(&mut batch, items, window.size() + 1);
+        match window.push_gathered(&mut batch) {
+            Ok(n) => Ok(n),
+            Err(()) => Err(batch.pop_front().expect("what did not fit")),
+        }
+    }
+
+    #[test]
+    fn push_gathered_into_an_empty_window_trades_buffers() {
+        let mut window = Window::new(4);
+        let mut batch = window.spare();
+        assert_eq!(gather(&mut batch, 0..10, 3), 3, "at most `max` gathered");
+        let gathered = batch.as_slices().0.as_ptr();
+        assert_eq!(window.push_gathered(&mut batch), Ok(3));
+        assert!(
+            batch.is_empty() && batch.capacity() >= 3,
+            "the window's buffer came back"
+        );
+        let mut out = Vec::with_capacity(4);
+        assert_eq!(window.pop_into(&mut out, usize::MAX), 3);
+        assert_eq!(out, [0, 1, 2]);
+        assert_eq!(
+            out.as_ptr(),
+            gathered,
+            "the gathered buffer was queued whole"
+        );
+        // Into a window that holds items, they are moved behind them.
+        out.clear();
+        assert_eq!(push(&mut window, 3..4), Ok(1));
+        assert_eq!(push(&mut window, 4..7), Ok(3), "behind the queued item");
+        assert_eq!(push(&mut window, 7..8), Err(7), "full");
+        assert_eq!(window.pop_into(&mut out, usize::MAX), 4);
+        assert_eq!(out, [3, 4, 5, 6]);
+    }
+
     #[test]
     fn holds_the_credit_and_refuses_more() {
         let mut window = Window::new(3);
-        assert_eq!(window.push(0..5), Err(3), "the first item that did not fit");
+        assert_eq!(
+            push(&mut window, 0..5),
+            Err(3),
+            "the first item that did not fit"
+        );
         assert_eq!(window.pop(), Some(0));
-        assert_eq!(window.push(10..11), Err(10), "popped but not released");
+        assert_eq!(
+            push(&mut window, 10..11),
+            Err(10),
+            "popped but not released"
+        );
         window.release(1);
-        assert_eq!(window.push(10..11), Ok(1));
+        assert_eq!(push(&mut window, 10..11), Ok(1));
         assert_eq!(window.pop_released(), Some(1));
         let mut out = Vec::new();
         assert_eq!(window.pop_into(&mut out, 5), 2);
         assert_eq!(out, [2, 10]);
         assert!(window.is_empty());
-        assert_eq!(window.push(0..3), Ok(3));
+        assert_eq!(push(&mut window, 0..3), Ok(3));
     }
 
     #[test]
     fn pop_into_trades_buffers_when_taking_everything_and_keeps_the_order() {
         let mut window = Window::new(4);
-        assert_eq!(window.push(0..4), Ok(4));
+        assert_eq!(push(&mut window, 0..4), Ok(4));
         assert_eq!(window.pop_released(), Some(0));
         assert_eq!(window.pop_released(), Some(1));
         // The ring wraps: 4 and 5 go to the front of the buffer.
-        assert_eq!(window.push(4..6), Ok(2));
+        assert_eq!(push(&mut window, 4..6), Ok(2));
         let mut out = Vec::with_capacity(4);
         let spare = out.as_ptr();
         assert_eq!(window.pop_into(&mut out, usize::MAX), 4);
@@ -273,7 +344,7 @@ mod tests {
         assert!(out.capacity() >= 4);
         assert!(window.is_empty());
         // The spare went in: the window takes a whole window again.
-        assert_eq!(window.push(6..11), Err(10));
+        assert_eq!(push(&mut window, 6..11), Err(10));
         out.clear();
         // A part is moved, the rest stays queued in order.
         assert_eq!(window.pop_into(&mut out, 3), 3);
@@ -286,15 +357,15 @@ mod tests {
     #[test]
     fn take_queued_trades_buffers_and_keeps_the_items_held_until_released() {
         let mut window = Window::new(4);
-        assert_eq!(window.push(0..3), Ok(3));
+        assert_eq!(push(&mut window, 0..3), Ok(3));
         let mut out = VecDeque::new();
         assert_eq!(window.take_queued(&mut out), 3);
         assert_eq!(out, [0, 1, 2]);
         assert!(window.is_empty());
         // Taken but held: one more fits, not two.
-        assert_eq!(window.push(3..5), Err(4));
+        assert_eq!(push(&mut window, 3..5), Err(4));
         window.release(3);
-        assert_eq!(window.push(5..8), Ok(3));
+        assert_eq!(push(&mut window, 5..8), Ok(3));
         // Into a non-empty `out`: appended in order.
         assert_eq!(window.take_queued(&mut out), 4);
         assert!(out.iter().copied().eq([0, 1, 2, 3, 5, 6, 7]));
@@ -308,9 +379,9 @@ mod tests {
             window.items.capacity() < size,
             "allocated up to PREALLOCATED"
         );
-        assert_eq!(window.push(0..size), Ok(size));
+        assert_eq!(push(&mut window, 0..size), Ok(size));
         assert_eq!(
-            window.push(size..size + 1),
+            push(&mut window, size..size + 1),
             Err(size),
             "the credit is the bound"
         );

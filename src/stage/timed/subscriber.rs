@@ -1,11 +1,13 @@
 //! The upstream side of a time operator: [`TimedSubscriber`].
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
-use super::{start, Machine, TimedCore};
+use super::{start, Machine, TimedCore, CHUNK};
 use crate::drain::Upstream;
 use crate::metrics::{DropHook, DropReporter};
 use crate::runtime::Scheduler;
+use crate::stage::window::gather;
 use crate::{DropReason, Error, Subscriber, Subscription};
 
 /// A time operator's subscriber to its upstream: builds the core at
@@ -33,6 +35,9 @@ where
     stage: &'static str,
     /// Life-cycle state (rules 2.5, 1.7).
     upstream: Upstream,
+    /// A chunk of a batch, gathered before the machine's lock is taken (see
+    /// [`gather`]); empty between batches.
+    gathered: VecDeque<M::In>,
 }
 
 impl<M, S, C> TimedSubscriber<M, S, C>
@@ -50,6 +55,7 @@ where
             dropped: Vec::new(),
             stage,
             upstream: Upstream::Idle,
+            gathered: VecDeque::new(),
         }
     }
 }
@@ -107,10 +113,19 @@ where
             return 0;
         };
         loop {
+            // Up to a chunk, pulled out of the batch before the machine's lock is
+            // taken (see `gather`); what the machine leaves of it stays for the next
+            // round.
+            let room = CHUNK - self.gathered.len();
+            let exhausted = gather(&mut self.gathered, &mut items, room) < room;
+            let gathered = &mut self.gathered;
+            let mut chunk = std::iter::from_fn(|| gathered.pop_front());
             // `None`: the stage is over (the rest of the batch is released).
-            let Some((taken, more)) = core.stage().items(&mut items, &mut self.dropped) else {
+            let Some((taken, _)) = core.stage().items(&mut chunk, &mut self.dropped) else {
+                self.gathered.clear();
                 return 0;
             };
+            let more = !(exhausted && self.gathered.is_empty());
             if taken > 0 {
                 core.signal();
             }
@@ -126,6 +141,7 @@ where
                     self.upstream.cancel();
                     core.stage().end(Err(error));
                     core.signal();
+                    self.gathered.clear();
                     return 0;
                 }
             }

@@ -1,0 +1,344 @@
+//! User code that calls back into the stage it is being delivered to.
+//!
+//! A fused `map`, `filter`, `filter_map` or `inspect` hands its batch on as a lazy
+//! iterator: the user's closure (and the `Drop` of an item a filter lets go) runs
+//! when the next stage pulls items out of it. That code may call the subscription
+//! the stage gave its own subscriber (`request`, `cancel`: allowed from any thread
+//! and re-entrantly, rule 3.3), which can run the stage's pass on this thread, or
+//! the stage's own handle (a hub's `stats`). A stage that pulled the items out
+//! under its lock waited for itself for ever (merge, zip, flat_map, concat_map, the
+//! time operators, the hub, the bridges). Here every stage that queues a delivery
+//! is fed over a channel through a `map` whose closure, at the fifth item, calls the
+//! final subscription (`request(1)`, or `cancel()`), and through a `filter` that
+//! drops an item whose `Drop` cancels: the stream must end (complete or cancelled)
+//! within the watchdog, with nothing left alive.
+//!
+//! The hub's own handle is called from a closure upstream of it, from an item's
+//! `Drop` when the ring evicts it, and from an item's `Clone` (which runs under the
+//! hub's lock: the call panics with a message, and that subscriber ends with
+//! `Panicked`, instead of hanging).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, OnceLock};
+use std::time::Duration;
+
+use weir::hub::{Hub, Policy};
+use weir::prelude::*;
+use weir::source::channel::ChannelPolicy;
+use weir::{BoxPublisher, ErrorKind, Subscriber, Subscription};
+
+use crate::harness::watch::{assert_no_failures, PATIENCE};
+
+/// How long a stream may take to end before the check calls it a hang.
+const WATCHDOG: Duration = Duration::from_secs(20);
+
+/// A stage under test: the channel's items (mapped) in, `u64`s out.
+type Build = fn(BoxPublisher<Token>) -> BoxPublisher<u64>;
+
+/// The stages that queue what they are handed (each gathers a delivery before its
+/// lock since this check was written).
+fn stages() -> Vec<(&'static str, Build)> {
+    fn value(t: Token) -> u64 {
+        t.value
+    }
+    vec![
+        ("merge", |p| {
+            p.map(value).merge(weir::range(100u64..101)).boxed()
+        }),
+        ("weir::merge", |p| {
+            weir::merge(vec![p.map(value).boxed(), weir::range(100u64..101).boxed()]).boxed()
+        }),
+        ("zip", |p| {
+            p.map(value)
+                .zip(weir::range(0u64..100), |a, b| a + b)
+                .boxed()
+        }),
+        ("flat_map (inner)", |p| {
+            let once = std::sync::Mutex::new(Some(p));
+            weir::just(0u64)
+                .flat_map(
+                    move |_| once.lock().unwrap().take().expect("one inner").map(value),
+                    2,
+                    4,
+                )
+                .boxed()
+        }),
+        ("concat_map (inner)", |p| {
+            let once = std::sync::Mutex::new(Some(p));
+            weir::just(0u64)
+                .concat_map(
+                    move |_| once.lock().unwrap().take().expect("one inner").map(value),
+                    4,
+                )
+                .boxed()
+        }),
+        ("sample", |p| {
+            p.map(value).sample(Duration::from_millis(1)).boxed()
+        }),
+        ("debounce", |p| {
+            p.map(value).debounce(Duration::from_millis(1)).boxed()
+        }),
+        ("buffer_timeout", |p| {
+            p.map(value)
+                .buffer_timeout(4, Duration::from_millis(1))
+                .map(|v| v.len() as u64)
+                .boxed()
+        }),
+        ("timeout", |p| {
+            p.map(value).timeout(Duration::from_secs(60)).boxed()
+        }),
+        ("share", |p| p.map(value).share(16).boxed()),
+        ("on_backpressure_buffer", |p| {
+            p.map(value)
+                .on_backpressure_buffer(64, weir::Overflow::DropOldest)
+                .boxed()
+        }),
+        ("conflate", |p| p.map(value).conflate(|a, b| a + b).boxed()),
+        ("publish_on", |p| {
+            p.map(value)
+                .publish_on(weir::runtime::ThreadPool::builder().threads(1).build(), 4)
+                .boxed()
+        }),
+    ]
+}
+
+/// An item that counts itself alive, and whose `Drop` may cancel a subscription.
+struct Token {
+    value: u64,
+    alive: Arc<AtomicU64>,
+    cancel_on_drop: Option<Arc<OnceLock<Subscription>>>,
+}
+
+impl Token {
+    fn new(value: u64, alive: &Arc<AtomicU64>) -> Self {
+        alive.fetch_add(1, Ordering::SeqCst);
+        Token {
+            value,
+            alive: alive.clone(),
+            cancel_on_drop: None,
+        }
+    }
+}
+
+impl Drop for Token {
+    fn drop(&mut self) {
+        if let Some(subscription) = self.cancel_on_drop.as_ref().and_then(|s| s.get()) {
+            subscription.cancel();
+        }
+        self.alive.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Keeps the subscription where user code can reach it; requests everything.
+struct Keeper(Arc<OnceLock<Subscription>>, mpsc::Sender<()>);
+
+impl Subscriber<u64> for Keeper {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        let _ = self.0.set(subscription.clone());
+        subscription.request(u64::MAX);
+    }
+    fn on_next(&mut self, _: u64) {}
+    fn on_error(&mut self, _: weir::Error) {
+        let _ = self.1.send(());
+    }
+    fn on_complete(&mut self) {
+        let _ = self.1.send(());
+    }
+}
+
+/// How the user code reaches back.
+#[derive(Clone, Copy, Debug)]
+enum Call {
+    /// The `map` closure, at item 5, asks for one more.
+    Request,
+    /// The `map` closure, at item 5, cancels.
+    Cancel,
+    /// A `filter` drops item 5, whose `Drop` cancels.
+    CancelFromDrop,
+}
+
+/// Run `build` over a channel of 16 items sent as one batch, the user code calling
+/// back as `call` says; a failure if it does not end within the watchdog or leaves
+/// items alive.
+fn run(name: &str, build: Build, call: Call) -> Option<String> {
+    let alive = Arc::new(AtomicU64::new(0));
+    let (done_tx, done_rx) = mpsc::channel();
+    let counter = alive.clone();
+    std::thread::Builder::new()
+        .name(format!("reentry-{name}"))
+        .spawn(move || {
+            let subscription: Arc<OnceLock<Subscription>> = Arc::new(OnceLock::new());
+            let (tx, rx) = weir::channel::<Token>(64, ChannelPolicy::Backpressure);
+            let reach = subscription.clone();
+            let source = match call {
+                Call::Request | Call::Cancel => rx
+                    .map(move |token: Token| {
+                        if token.value == 5 {
+                            let s = reach.get().expect("subscribed before the send");
+                            match call {
+                                Call::Request => s.request(1),
+                                _ => s.cancel(),
+                            }
+                        }
+                        token
+                    })
+                    .boxed(),
+                Call::CancelFromDrop => rx.filter(|token: &Token| token.value != 5).boxed(),
+            };
+            let (ended_tx, ended) = mpsc::channel();
+            build(source).subscribe(Keeper(subscription.clone(), ended_tx));
+            let batch = (0..16).map(|i| {
+                let mut token = Token::new(i, &counter);
+                if matches!(call, Call::CancelFromDrop) && i == 5 {
+                    token.cancel_on_drop = Some(subscription.clone());
+                }
+                token
+            });
+            let _ = tx.try_send_all(batch);
+            tx.close();
+            // Completion, or a cancel (no terminal signal): either way it is over.
+            let _ = ended.recv_timeout(Duration::from_secs(2));
+            let _ = done_tx.send(());
+        })
+        .expect("spawn");
+    if done_rx.recv_timeout(WATCHDOG).is_err() {
+        return Some(format!(
+            "{name} × {call:?}: still running after {WATCHDOG:?} (the delivering thread \
+             waits for a lock it holds)"
+        ));
+    }
+    let released =
+        crate::harness::watch::wait_until(PATIENCE, || alive.load(Ordering::SeqCst) == 0);
+    (!released).then(|| {
+        format!(
+            "{name} × {call:?}: {} items alive after the end",
+            alive.load(Ordering::SeqCst)
+        )
+    })
+}
+
+#[test]
+fn user_code_in_a_lazy_batch_may_call_the_stage_it_is_delivered_to() {
+    let stages = stages();
+    let mut failures = Vec::new();
+    for (name, build) in &stages {
+        for call in [Call::Request, Call::Cancel, Call::CancelFromDrop] {
+            failures.extend(run(name, *build, call));
+        }
+    }
+    assert_no_failures("re-entrant user code", stages.len() * 3, &failures);
+}
+
+/// Runs `f` on a thread of its own; a failure if it has not returned within the
+/// watchdog.
+fn within_watchdog(what: &str, f: impl FnOnce() + Send + 'static) {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        f();
+        let _ = tx.send(());
+    });
+    assert!(
+        rx.recv_timeout(WATCHDOG).is_ok(),
+        "{what}: still running after {WATCHDOG:?}"
+    );
+}
+
+#[test]
+fn a_closure_upstream_of_a_hub_may_read_the_hubs_stats() {
+    within_watchdog("share: stats from a map closure upstream", || {
+        let cell: Arc<OnceLock<Hub<u64>>> = Arc::new(OnceLock::new());
+        let reach = cell.clone();
+        let hub = weir::range(0u64..100)
+            .map(move |x| {
+                if let Some(hub) = reach.get() {
+                    assert!(hub.stats().capacity == 16);
+                }
+                x
+            })
+            .share(16);
+        cell.set(hub.clone()).unwrap();
+        assert_eq!(hub.collect().wait().unwrap(), (0..100).collect::<Vec<_>>());
+    });
+}
+
+/// An item that calls its hub's `stats` from `Clone` and/or `Drop`.
+#[derive(Debug)]
+struct Calling {
+    hub: Arc<OnceLock<Hub<Calling>>>,
+    from_clone: bool,
+    drops: Arc<AtomicU64>,
+}
+
+impl Clone for Calling {
+    fn clone(&self) -> Self {
+        if self.from_clone {
+            if let Some(hub) = self.hub.get() {
+                let _ = hub.stats();
+            }
+        }
+        Calling {
+            hub: self.hub.clone(),
+            from_clone: self.from_clone,
+            drops: self.drops.clone(),
+        }
+    }
+}
+
+impl Drop for Calling {
+    fn drop(&mut self) {
+        if let Some(hub) = self.hub.get() {
+            let _ = hub.stats();
+        }
+        self.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn an_item_evicted_by_a_hub_may_read_the_hubs_stats_in_its_drop() {
+    within_watchdog("share: stats from an evicted item's Drop", || {
+        let cell: Arc<OnceLock<Hub<Calling>>> = Arc::new(OnceLock::new());
+        let drops = Arc::new(AtomicU64::new(0));
+        let (reach, counted) = (cell.clone(), drops.clone());
+        let hub = weir::range(0u64..100)
+            .map(move |_| Calling {
+                hub: reach.clone(),
+                from_clone: false,
+                drops: counted.clone(),
+            })
+            .share(4);
+        cell.set(hub.clone()).unwrap();
+        // A DropOldest member that reads nothing keeps a cursor (items are evicted
+        // past it); a Latest one sets the pace.
+        let idle = hub.join(Policy::DropOldest).blocking_iter(1);
+        let got = hub.join(Policy::Latest).collect().wait().unwrap();
+        assert!(!got.is_empty());
+        drop(got);
+        drop(idle);
+        assert!(drops.load(Ordering::SeqCst) >= 100, "every item dropped");
+    });
+}
+
+#[test]
+fn an_items_clone_that_calls_its_hub_ends_that_subscriber_with_panicked() {
+    within_watchdog("share: stats from an item's Clone", || {
+        let cell: Arc<OnceLock<Hub<Calling>>> = Arc::new(OnceLock::new());
+        let drops = Arc::new(AtomicU64::new(0));
+        let (reach, counted) = (cell.clone(), drops.clone());
+        let hub = weir::range(0u64..10)
+            .map(move |_| Calling {
+                hub: reach.clone(),
+                from_clone: true,
+                drops: counted.clone(),
+            })
+            .share(16);
+        cell.set(hub.clone()).unwrap();
+        let error = hub.collect().wait().expect_err("the Clone panicked");
+        assert_eq!(error.kind(), ErrorKind::Panicked, "{error}");
+        assert!(
+            error
+                .to_string()
+                .contains("an item's Clone called its own hub"),
+            "{error}"
+        );
+    });
+}
