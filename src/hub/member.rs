@@ -11,7 +11,6 @@ use super::ring::Lagged;
 use super::{Shared, HUB_BATCH};
 use crate::metrics::DropReporter;
 use crate::spec::{Pull, PullMark};
-use crate::stage::window::gather;
 use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
 use crate::{Error, Subscriber, Subscription};
 
@@ -234,15 +233,9 @@ impl<T: Clone + Send + 'static> Inlet<T> {
         if self.done {
             return;
         }
-        // One more than the ring: a delivery beyond what the hub asked for shows.
-        gather(
-            &mut self.gathered,
-            items,
-            self.shared.capacity.saturating_add(1),
-        );
         if self
             .shared
-            .arrive(&mut self.gathered, &mut self.evicted)
+            .arrive(items, &mut self.gathered, &mut self.evicted)
             .is_err()
         {
             self.done = true;

@@ -507,18 +507,21 @@ impl<T: Clone + Send + 'static> Shared<T> {
         }
     }
 
-    /// Items arrived, [`gather`](crate::stage::window::gather)ed by the inlet (no
-    /// user code runs under the hub's lock): the ring takes them, oldest first, and
-    /// what it evicts goes to `evicted`. The caller drops what is left of both after
-    /// this returns, outside the lock. `Err` when an item was never requested (it
-    /// and the rest stay in `batch`). When nobody runs the pump, this thread takes
-    /// it and does its first step under the same lock as the arrival.
+    /// Items arrived: [`gather`](crate::stage::window::gather)ed into `batch` first
+    /// (no user code runs under the hub's lock), then the ring takes them, oldest
+    /// first, and what it evicts goes to `evicted`. The caller drops what is left of
+    /// both after this returns, outside the lock. `Err` when an item was never
+    /// requested (it and the rest stay in `batch`). When nobody runs the pump, this
+    /// thread takes it and does its first step under the same lock as the arrival.
     pub(crate) fn arrive(
         &self,
+        items: impl Iterator<Item = T>,
         batch: &mut VecDeque<T>,
         evicted: &mut VecDeque<T>,
     ) -> Result<(), ()> {
         let owner = self.pump.try_enter();
+        // One more than the ring: a delivery beyond what the hub asked for shows.
+        crate::stage::window::gather(batch, items, self.capacity.saturating_add(1));
         let (refused, step) = {
             let mut state = self.lock();
             if matches!(state.phase, Phase::Stopped) {

@@ -26,7 +26,7 @@
 //! mutex; wake-ups go through the core's `Wip`.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::core::CoreHandle;
@@ -52,6 +52,9 @@ pub(crate) struct Lane<T> {
     hook: Option<DropHook>,
     /// The stage's name, for the rule 1.1 error.
     stage: &'static str,
+    /// Set by [`cancel`](Self::cancel): a hint for the subscriber, which then drops a
+    /// batch unread (the state's own flag, under the lock, decides).
+    cancelled: AtomicBool,
 }
 
 struct LaneState<T> {
@@ -114,6 +117,7 @@ impl<T> Lane<T> {
             subscription: SubscriptionSlot::new(),
             hook,
             stage,
+            cancelled: AtomicBool::new(false),
         })
     }
 
@@ -194,6 +198,8 @@ impl<T> Lane<T> {
 
     /// Cancel the source and release what is queued, and what arrives from now on.
     pub(crate) fn cancel(&self) {
+        // Relaxed: a hint (see the field); the lock orders what matters.
+        self.cancelled.store(true, Ordering::Relaxed);
         // A source whose `cancel` panics (rule 3.15 broken) must not keep this lane's
         // items, nor the other lanes' sources the caller cancels next: contained.
         if catch(|| self.subscription.cancel()).is_err() {
@@ -281,7 +287,8 @@ impl<T, N: CoreHandle + ?Sized> Subscriber<T> for LaneSubscriber<T, N> {
 
     fn on_next_batch<I: Iterator<Item = T>>(&mut self, items: I) -> u64 {
         // Once the lane is cancelled a batch is dropped whole, unread.
-        if self.upstream.is_active() && !self.lane.subscription.is_cancelled() {
+        // Relaxed: a hint; `push_all` checks under the lane's lock.
+        if self.upstream.is_active() && !self.lane.cancelled.load(Ordering::Relaxed) {
             gather(&mut self.gathered, items, self.bound);
             if self.lane.push_all(&mut self.gathered).is_err() {
                 self.overflowed();

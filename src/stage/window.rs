@@ -112,7 +112,13 @@ pub(crate) fn gather<T>(
     max: usize,
 ) -> usize {
     let before = into.len();
-    into.extend(items.take(max));
+    // The usual case: the batch says it fits (its size hint), and `extend` runs its
+    // own loop (with `take`, the count per item keeps it from the fast one).
+    if items.size_hint().1.is_some_and(|upper| upper <= max) {
+        into.extend(items);
+    } else {
+        into.extend(items.take(max));
+    }
     into.len() - before
 }
 
