@@ -293,20 +293,27 @@ impl Drop for Calling {
     }
 }
 
+/// A hub of `capacity` over `len` [`Calling`] items that reach it (from `Clone`
+/// too, if `from_clone`), and the count of their drops.
+fn calling_hub(len: u64, capacity: usize, from_clone: bool) -> (Hub<Calling>, Arc<AtomicU64>) {
+    let cell: Arc<OnceLock<Hub<Calling>>> = Arc::new(OnceLock::new());
+    let drops = Arc::new(AtomicU64::new(0));
+    let (reach, counted) = (cell.clone(), drops.clone());
+    let hub = weir::range(0..len)
+        .map(move |_| Calling {
+            hub: reach.clone(),
+            from_clone,
+            drops: counted.clone(),
+        })
+        .share(capacity);
+    cell.set(hub.clone()).unwrap();
+    (hub, drops)
+}
+
 #[test]
 fn an_item_evicted_by_a_hub_may_read_the_hubs_stats_in_its_drop() {
     within_watchdog("share: stats from an evicted item's Drop", || {
-        let cell: Arc<OnceLock<Hub<Calling>>> = Arc::new(OnceLock::new());
-        let drops = Arc::new(AtomicU64::new(0));
-        let (reach, counted) = (cell.clone(), drops.clone());
-        let hub = weir::range(0u64..100)
-            .map(move |_| Calling {
-                hub: reach.clone(),
-                from_clone: false,
-                drops: counted.clone(),
-            })
-            .share(4);
-        cell.set(hub.clone()).unwrap();
+        let (hub, drops) = calling_hub(100, 4, false);
         // A DropOldest member that reads nothing keeps a cursor (items are evicted
         // past it); a Latest one sets the pace.
         let idle = hub.join(Policy::DropOldest).blocking_iter(1);
@@ -321,17 +328,7 @@ fn an_item_evicted_by_a_hub_may_read_the_hubs_stats_in_its_drop() {
 #[test]
 fn an_items_clone_that_calls_its_hub_ends_that_subscriber_with_panicked() {
     within_watchdog("share: stats from an item's Clone", || {
-        let cell: Arc<OnceLock<Hub<Calling>>> = Arc::new(OnceLock::new());
-        let drops = Arc::new(AtomicU64::new(0));
-        let (reach, counted) = (cell.clone(), drops.clone());
-        let hub = weir::range(0u64..10)
-            .map(move |_| Calling {
-                hub: reach.clone(),
-                from_clone: true,
-                drops: counted.clone(),
-            })
-            .share(16);
-        cell.set(hub.clone()).unwrap();
+        let (hub, _) = calling_hub(10, 16, true);
         let error = hub.collect().wait().expect_err("the Clone panicked");
         assert_eq!(error.kind(), ErrorKind::Panicked, "{error}");
         assert!(
