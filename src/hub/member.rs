@@ -209,8 +209,9 @@ pub(crate) struct Inlet<T> {
     ending: Arc<dyn Ending>,
     /// A terminal signal arrived, or the hub refused an item: ignore what follows.
     done: bool,
-    /// A delivery, [`gather`]ed before the hub's lock is taken, and the items the
-    /// ring evicted for it, dropped after the lock: empty between deliveries.
+    /// A delivery, [`gather`](crate::stage::window::gather)ed before the hub's lock
+    /// is taken, and the items the ring evicted for it, dropped after the lock:
+    /// empty between deliveries.
     gathered: VecDeque<T>,
     evicted: VecDeque<T>,
 }
