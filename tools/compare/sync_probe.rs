@@ -81,7 +81,12 @@ macro_rules! cases {
                         4,
                         256,
                     )),
-                    _ => sum($krate::range(0..n).zip($krate::range(0..n), |a, b| a ^ (b << 1))),
+                    21 => sum($krate::range(0..n).zip($krate::range(0..n), |a, b| a ^ (b << 1))),
+                    _ => sum($krate::merge(
+                        (0..4)
+                            .map(|i| $krate::range(i * n / 4..(i + 1) * n / 4).boxed())
+                            .collect::<Vec<_>>(),
+                    )),
                 }
             }
         }
@@ -91,7 +96,7 @@ macro_rules! cases {
 cases!(current, weir);
 cases!(base, weir_base);
 
-const NAMES: [&str; 22] = [
+const NAMES: [&str; 23] = [
     "sync_pipeline: unbounded",
     "sync_pipeline: batches of 64",
     "map",
@@ -114,6 +119,7 @@ const NAMES: [&str; 22] = [
     "concat",
     "flat_map",
     "zip",
+    "weir::merge of 4",
 ];
 
 /// `reps` runs of `f`, each checked against `expected`; million items/s over them.
