@@ -319,6 +319,7 @@ impl<T: Send + 'static> Emitter<T> {
     /// then left as it was).
     ///
     /// ```
+    /// # #[cfg(feature = "tck")] {
     /// use weir::prelude::*;
     /// use weir::tck::TestSubscriber;
     ///
@@ -332,6 +333,7 @@ impl<T: Send + 'static> Emitter<T> {
     /// assert_eq!(emitter.emit_all(&mut burst), Ok(3));
     /// assert_eq!(burst, [4, 5], "what the demand did not cover stays");
     /// assert_eq!(probe.items(), [1, 2, 3]);
+    /// # }
     /// ```
     pub fn emit_all(&self, items: &mut Vec<T>) -> Result<usize, EmitterClosed> {
         let shared = &*self.shared;
