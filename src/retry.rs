@@ -123,8 +123,9 @@ use std::time::{Duration, Instant};
 
 use crate::runtime::{Scheduler, TimerHandle};
 
-/// Lock a mutex of this module. No user code runs under these locks; recover from
-/// poisoning anyway rather than propagate a panic.
+/// Lock a mutex of this module. No user code runs under these locks (not even a
+/// `tracing` event: see [`Locked`]); recover from poisoning anyway rather than
+/// propagate a panic.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
@@ -673,6 +674,60 @@ struct BreakerInner {
     state: Mutex<Breaker>,
 }
 
+impl BreakerInner {
+    /// The breaker, locked, for a step that may change its state.
+    fn lock(&self) -> Locked<'_> {
+        let guard = lock(&self.state);
+        let before = guard.stats;
+        Locked {
+            guard: Some(guard),
+            before,
+        }
+    }
+}
+
+/// The breaker locked by [`BreakerInner::lock`]. Its transitions are logged (debug)
+/// once the lock is let go, as the counts in its stats show them: a `tracing` layer
+/// is user code, and may ask this breaker for its state.
+struct Locked<'a> {
+    guard: Option<MutexGuard<'a, Breaker>>,
+    before: BreakerStats,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = Breaker;
+    fn deref(&self) -> &Breaker {
+        self.guard.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Breaker {
+        self.guard.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for Locked<'_> {
+    fn drop(&mut self) {
+        let Some(guard) = self.guard.take() else {
+            return;
+        };
+        let (after, open_for) = (guard.stats, guard.open_for);
+        drop(guard);
+        // In the order a step makes them: an open breaker whose time is up
+        // half-opens first; then the call's outcome closes or opens it.
+        if after.half_opened > self.before.half_opened {
+            tracing::debug!("weir: circuit breaker half-open");
+        }
+        if after.closed > self.before.closed {
+            tracing::debug!("weir: circuit breaker closed");
+        }
+        if after.opened > self.before.opened {
+            tracing::debug!(?open_for, "weir: circuit breaker opened");
+        }
+    }
+}
+
 struct Breaker {
     failure_ratio: f64,
     min_calls: u32,
@@ -781,7 +836,7 @@ impl CircuitBreaker {
     /// The state now (an open breaker whose time is up half-opens here).
     pub fn state(&self) -> BreakerState {
         let now = self.inner.clock.now();
-        let mut breaker = lock(&self.inner.state);
+        let mut breaker = self.inner.lock();
         breaker.half_open_if_due(now);
         breaker.state()
     }
@@ -797,7 +852,7 @@ impl CircuitBreaker {
     /// that a cancelled call gives back only a probe it holds ([`cancel`](Self::cancel)).
     pub(crate) fn acquire(&self) -> Result<Option<u64>, BreakerOpen> {
         let now = self.inner.clock.now();
-        let mut breaker = lock(&self.inner.state);
+        let mut breaker = self.inner.lock();
         breaker.half_open_if_due(now);
         let probes = breaker.probes;
         let period = breaker.stats.half_opened;
@@ -828,7 +883,7 @@ impl CircuitBreaker {
     /// A call succeeded.
     pub fn on_success(&self) {
         let now = self.inner.clock.now();
-        let mut breaker = lock(&self.inner.state);
+        let mut breaker = self.inner.lock();
         breaker.half_open_if_due(now);
         let probes = breaker.probes;
         match &mut breaker.phase {
@@ -850,7 +905,6 @@ impl CircuitBreaker {
                         breaker.phase = Phase::Closed;
                         breaker.counts.clear();
                         breaker.stats.closed += 1;
-                        tracing::debug!("weir: circuit breaker closed");
                     }
                 }
             }
@@ -860,7 +914,7 @@ impl CircuitBreaker {
     /// A call failed.
     pub fn on_failure(&self) {
         let now = self.inner.clock.now();
-        let mut breaker = lock(&self.inner.state);
+        let mut breaker = self.inner.lock();
         breaker.half_open_if_due(now);
         match &breaker.phase {
             Phase::Closed => {
@@ -940,7 +994,6 @@ impl Breaker {
                     succeeded: 0,
                 };
                 self.stats.half_opened += 1;
-                tracing::debug!("weir: circuit breaker half-open");
             }
         }
     }
@@ -959,7 +1012,6 @@ impl Breaker {
             until: now.checked_add(self.open_for),
         };
         self.stats.opened += 1;
-        tracing::debug!(open_for = ?self.open_for, "weir: circuit breaker opened");
     }
 }
 

@@ -24,6 +24,7 @@
 //! | `memory` | a subscriber that never requests, behind every stage, while the source keeps producing: live items stay within the stage's `in_flight_bound()` |
 //! | `hooks` | every user hook of the public API made to panic (a subscriber outside `on_next`, sources' and channels' hooks, drop hooks, limiters, retry classifiers, async subscribers, exporters, publishers in `subscribe`, subscriptions in `request`/`cancel`, items in `Drop` and (in `share`) `Clone`, schedulers in `schedule`, mux transports in `build`): `Panicked` naming the stage where documented, upstream cancelled, every item dropped, nothing hung, pools still running |
 //! | `reentry` | user code in a lazy batch (a fused `map`'s closure, the `Drop` of an item a `filter` lets go) calls back into the stage it is delivered to (`request`, `cancel` of the final subscription; a hub's `stats`, also from an evicted item's `Drop` and an item's `Clone`), for every stage that queues what it is handed: the stream ends, nothing waits for itself, nothing stays alive |
+//! | `logging` | a `tracing` layer that calls back into the stage whose event it records (sends into the channel and reads its monitor on its flow changes, refusals and close; reads the circuit breaker on its transitions): every event is emitted outside weir's locks, nothing waits for itself |
 //! | `released` | a stage that fails its stream itself (`merge`, `zip`, `flat_map`, `concat_map` holding queued items) has dropped them and cancelled upstream by the time `on_error` reaches its subscriber |
 //! | `regressions` | one test per defect of the list in its header, found by using weir as a hostile user would (each failed before its fix) |
 //! | `rsocket`, `nats` (with their features) | rows that cross a loopback TCP connection (RSocket) or a JetStream stream on a real `nats-server` the suite starts and stops itself (sink → stream → source), so that every check of the table runs through them; the faults only a server has (SIGKILL mid-run, lost and missing servers, window 1, one ack in flight) are in the `nats` binary |
@@ -44,6 +45,7 @@ mod durations;
 mod forgetful;
 mod hooks;
 mod late;
+mod logging;
 mod memory;
 #[cfg(feature = "nats")]
 mod nats;

@@ -6,7 +6,10 @@
 //! * `state` (queue, open/closed, pending end, flow state, waiters) is locked by
 //!   senders for one offer and by the drain owner for one batch. Nobody calls user
 //!   code while holding it: dropped and expired items go to the drop hook, wakers are
-//!   woken and the subscriber is called only after it is released.
+//!   woken and the subscriber is called only after it is released, and the `tracing`
+//!   events decided under it ([`Notice`]) are emitted once it is let go: a `tracing`
+//!   layer is user code too, and may call back into the channel (send a log record
+//!   into it, read its monitor).
 //! * The subscriber and the pass's batch buffers live in the signal core's slot, which
 //!   only the loop's owner locks.
 //! * Demand is the core's `AtomicDemand`, read with `get` and settled (after each
@@ -90,9 +93,17 @@ impl<T> StateGuard<'_, T> {
         }
     }
 
-    /// Wait on `condvar` (which releases the lock) after publishing the state.
+    /// Wait on `condvar` (which releases the lock) after publishing the state. With
+    /// events to emit, it lets the lock go, emits them and takes the lock again
+    /// instead of waiting (a spurious wake-up: every caller waits in a loop that
+    /// checks its condition again), so that no event waits for a wake-up.
     pub(super) fn wait(mut self, condvar: &Condvar) -> Self {
         self.publish();
+        if self.guard.as_ref().is_some_and(|st| !st.notices.is_empty()) {
+            let chan = self.chan;
+            drop(self);
+            return chan.lock_state();
+        }
         let guard = self.guard.take().expect("held until dropped");
         let guard = condvar
             .wait(guard)
@@ -120,7 +131,39 @@ impl<T> std::ops::DerefMut for StateGuard<'_, T> {
 impl<T> Drop for StateGuard<'_, T> {
     fn drop(&mut self) {
         self.publish();
+        let Some(mut st) = self.guard.take() else {
+            return;
+        };
+        if st.notices.is_empty() {
+            return;
+        }
+        let notices = std::mem::take(&mut st.notices);
+        drop(st);
+        for notice in notices {
+            self.chan.announce(notice);
+        }
     }
+}
+
+/// A `tracing` event decided under the state lock and emitted once the lock is let
+/// go ([`StateGuard`]'s `Drop`): a layer that calls back into the channel must not
+/// find the lock held by its own thread. Two threads' events may therefore be
+/// emitted in either order; a flow change carries its number (`change`) for that.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Notice {
+    /// The flow state went `from` → `to` at `depth`: the `change`-th change; `loud`
+    /// when the pause or the shed rung turned on or off.
+    Flow {
+        from: FlowState,
+        to: FlowState,
+        loud: bool,
+        depth: usize,
+        change: u64,
+    },
+    /// The `refused`-th item was handed back (a power of two) by a full queue.
+    Refused { refused: u64, capacity: usize },
+    /// Closed in flow state `from` (now reset), `depth` items released.
+    Closed { from: FlowState, depth: usize },
 }
 
 /// Async tasks waiting for a condition, each under a key its future remembers, so a
@@ -178,6 +221,10 @@ pub(super) struct ChannelState<T> {
     refused: u64,
     /// How much of `Chan::passed` the queue's counts already hold.
     passed_seen: u64,
+    /// Changes of the flow state so far (numbering their events).
+    changes: u64,
+    /// Events to emit once the lock is let go ([`Notice`]).
+    notices: smallvec::SmallVec<[Notice; 2]>,
 }
 
 /// What an offer did, decided under the state lock and settled after it.
@@ -411,6 +458,73 @@ pub(super) struct Chan<T> {
     watchers: crate::loom::Padded<AtomicUsize>,
 }
 
+/// What the state guard needs of the channel, for any item type.
+impl<T> Chan<T> {
+    /// Lock the state (see [`StateGuard`]).
+    pub(super) fn lock_state(&self) -> StateGuard<'_, T> {
+        StateGuard {
+            chan: self,
+            guard: Some(lock(&self.state)),
+        }
+    }
+
+    /// Emit a [`Notice`] (target `weir::channel`), without the state lock. A flow
+    /// change is `info` when the pause or the shed rung turned on or off (rare with
+    /// marks apart, and what an operator wants to see), `debug` when only the reduce
+    /// rung moved; a full queue's refusals (at powers of two) and the reset of the
+    /// flow state at the close are `debug`. Out of line: events are rare.
+    #[cold]
+    #[inline(never)]
+    fn announce(&self, notice: Notice) {
+        let capacity = self.capacity;
+        match notice {
+            Notice::Flow {
+                from,
+                to,
+                loud,
+                depth,
+                change,
+            } => {
+                if loud {
+                    tracing::info!(
+                        target: "weir::channel",
+                        %from,
+                        %to,
+                        depth,
+                        capacity,
+                        change,
+                        "channel flow state changed"
+                    );
+                } else {
+                    tracing::debug!(
+                        target: "weir::channel",
+                        %from,
+                        %to,
+                        depth,
+                        capacity,
+                        change,
+                        "channel flow state changed"
+                    );
+                }
+            }
+            Notice::Refused { refused, capacity } => tracing::debug!(
+                target: "weir::channel",
+                refused,
+                capacity,
+                "channel full: item handed back to its sender"
+            ),
+            // Not a flow change producers act on (they now get `Closed`): debug.
+            Notice::Closed { from, depth } => tracing::debug!(
+                target: "weir::channel",
+                %from,
+                depth,
+                capacity,
+                "channel closed; its flow state is reset"
+            ),
+        }
+    }
+}
+
 impl<T: Send + 'static> Chan<T> {
     pub(super) fn new(
         policy: ChannelPolicy,
@@ -448,6 +562,8 @@ impl<T: Send + 'static> Chan<T> {
                 resume_wakers: Waiters::default(),
                 refused: 0,
                 passed_seen: 0,
+                changes: 0,
+                notices: smallvec::SmallVec::new(),
             }),
             room: Condvar::new(),
             resume: Condvar::new(),
@@ -470,14 +586,6 @@ impl<T: Send + 'static> Chan<T> {
 
     pub(super) fn capacity(&self) -> usize {
         self.capacity
-    }
-
-    /// Lock the state (see [`StateGuard`]).
-    pub(super) fn lock_state(&self) -> StateGuard<'_, T> {
-        StateGuard {
-            chan: self,
-            guard: Some(lock(&self.state)),
-        }
     }
 
     /// Lock the state if nobody holds it.
@@ -607,12 +715,11 @@ impl<T: Send + 'static> Chan<T> {
                     self.gauge.rejected(1);
                     st.refused += 1;
                     if st.refused.is_power_of_two() {
-                        tracing::debug!(
-                            target: "weir::channel",
-                            refused = st.refused,
-                            capacity = st.queue.capacity(),
-                            "channel full: item handed back to its sender"
-                        );
+                        let notice = Notice::Refused {
+                            refused: st.refused,
+                            capacity: st.queue.capacity(),
+                        };
+                        st.notices.push(notice);
                     }
                 }
                 Offer::Full(item)
@@ -742,7 +849,7 @@ impl<T: Send + 'static> Chan<T> {
                 }
             }
         }
-        self.publish_rungs(before, st.rungs, depth);
+        self.publish_rungs(st, before, depth);
     }
 
     /// Items left the queue: turn off each rung whose low mark the depth fell to (the
@@ -762,7 +869,7 @@ impl<T: Send + 'static> Chan<T> {
                 self.resume.notify_all();
             }
         }
-        self.publish_rungs(before, st.rungs, depth);
+        self.publish_rungs(st, before, depth);
         if st.blocked_threads > 0 {
             self.room.notify_all();
         }
@@ -787,49 +894,25 @@ impl<T: Send + 'static> Chan<T> {
             .chain(std::iter::once((Rungs::PAUSE, self.marks)))
     }
 
-    /// Mirror a change of rungs for the lock-free state, and log it (once per change,
-    /// never per item: the rungs are compared as a byte, and nothing else is done
-    /// unless they changed).
-    fn publish_rungs(&self, before: Rungs, after: Rungs, depth: usize) {
+    /// Mirror a change of rungs for the lock-free state, and note its event (once
+    /// per change, never per item: the rungs are compared as a byte, and nothing else
+    /// is done unless they changed).
+    fn publish_rungs(&self, st: &mut ChannelState<T>, before: Rungs, depth: usize) {
+        let after = st.rungs;
         if before == after {
             return;
         }
         // Relaxed: advisory mirror; the authoritative rungs are under the lock.
         self.rungs.store(after.0, Ordering::Relaxed);
-        self.log_flow(before, after, depth);
-    }
-
-    /// The event of a flow-state change (target `weir::channel`): `info` when the
-    /// pause or the shed rung turned on or off (rare with marks apart, and what an
-    /// operator wants to see), `debug` when only the reduce rung moved. Emitted under
-    /// the state lock, so events come in the order of the changes; out of line, as
-    /// changes are rare.
-    #[cold]
-    #[inline(never)]
-    fn log_flow(&self, before: Rungs, after: Rungs, depth: usize) {
-        let (from, to) = (self.admission.flow(before), self.admission.flow(after));
-        let capacity = self.capacity;
-        if before.has(Rungs::PAUSE) != after.has(Rungs::PAUSE)
-            || before.has(Rungs::SHED) != after.has(Rungs::SHED)
-        {
-            tracing::info!(
-                target: "weir::channel",
-                %from,
-                %to,
-                depth,
-                capacity,
-                "channel flow state changed"
-            );
-        } else {
-            tracing::debug!(
-                target: "weir::channel",
-                %from,
-                %to,
-                depth,
-                capacity,
-                "channel flow state changed"
-            );
-        }
+        st.changes += 1;
+        st.notices.push(Notice::Flow {
+            from: self.admission.flow(before),
+            to: self.admission.flow(after),
+            loud: before.has(Rungs::PAUSE) != after.has(Rungs::PAUSE)
+                || before.has(Rungs::SHED) != after.has(Rungs::SHED),
+            depth,
+            change: st.changes,
+        });
     }
 
     /// The flow state senders read (lock-free, advisory).
@@ -1042,16 +1125,10 @@ impl<T: Send + 'static> Chan<T> {
             self.flush(&mut st, now);
             let before = std::mem::take(&mut st.rungs);
             if before != st.rungs {
-                // Relaxed: advisory mirror, as in `publish_rungs`. Not a flow change
-                // producers act on (they now get `Closed`): debug, not info.
+                // Relaxed: advisory mirror, as in `publish_rungs`.
                 self.rungs.store(st.rungs.0, Ordering::Relaxed);
-                tracing::debug!(
-                    target: "weir::channel",
-                    from = %self.admission.flow(before),
-                    depth = released.len(),
-                    capacity = self.capacity,
-                    "channel closed; its flow state is reset"
-                );
+                let (from, depth) = (self.admission.flow(before), released.len());
+                st.notices.push(Notice::Closed { from, depth });
             }
             (released, self.wake_all(&mut st))
         };

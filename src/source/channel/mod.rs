@@ -19,16 +19,20 @@
 //!   `DropOldest`, `DropNewest` and `KeepLatest` make room (or drop the item) and
 //!   report the dropped item to the subscriber's drop hook. The queue's stats are
 //!   published once per offer. The lock is released before any user code runs (the
-//!   drop hook, wakers, the subscriber).
+//!   drop hook, wakers, the subscriber, a `tracing` layer).
 //! * **Water marks**: when an offer brings the depth to the high mark the channel turns
 //!   [`Paused`](FlowState::Paused); when delivery brings it down to the low mark it turns
 //!   [`Flowing`](FlowState::Flowing) again and wakes [`Sender::resumed`] /
 //!   [`Sender::wait_resumed`]. Each change is a `tracing` event (target
-//!   `weir::channel`; fields `from`, `to`, `depth`, `capacity`), never one per item:
-//!   `info` when the pause (or an admission ladder's shed rung) turns on or off,
-//!   `debug` when only the reduce rung moves. Paused is advice: a cooperative producer
-//!   stops producing, but whatever it still offers is handled by the policy up to
-//!   capacity (that room above the high mark is what [`WaterMarks::derive`] sizes).
+//!   `weir::channel`; fields `from`, `to`, `depth`, `capacity`, and `change`, the
+//!   change's number), never one per item: `info` when the pause (or an admission
+//!   ladder's shed rung) turns on or off, `debug` when only the reduce rung moves.
+//!   Events are emitted once the channel's lock is let go, so a `tracing` layer may
+//!   call back into the channel (send into it, read its monitor); two threads'
+//!   events may come in either order, which `change` sorts out. Paused is advice: a
+//!   cooperative producer stops producing, but whatever it still offers is handled
+//!   by the policy up to capacity (that room above the high mark is what
+//!   [`WaterMarks::derive`] sizes).
 //! * **Delivery** is demand-driven, through one [`Wip`](crate::drain::Wip) drain loop.
 //!   A pass reads the demand, takes up to `min(demand, 256)` items out of the queue in
 //!   one locked step (items older than the max age are dropped there, reason
