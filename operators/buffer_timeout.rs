@@ -143,9 +143,10 @@ impl<T: Send + 'static> Machine for Batcher<T> {
         self.batch.push(item);
     }
 
-    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
+    fn on_end(&mut self, end: Result<(), Error>, fx: &mut Fx<'_, T>) {
         if end.is_err() && self.errors_first {
-            self.batch = Vec::new();
+            // Dropped after the lock (see `Fx::released`).
+            fx.released = std::mem::take(&mut self.batch);
         }
         self.end = Some(end);
     }

@@ -142,9 +142,14 @@ impl<T: Send + 'static> Machine for Debouncer<T> {
         }
     }
 
-    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
+    fn on_end(&mut self, end: Result<(), Error>, fx: &mut Fx<'_, T>) {
         if end.is_err() && self.errors_first {
-            self.slot = DebounceSlot::Empty;
+            // Dropped after the lock (see `Fx::released`).
+            if let DebounceSlot::Quiet { item, .. } | DebounceSlot::Ready(item) =
+                std::mem::replace(&mut self.slot, DebounceSlot::Empty)
+            {
+                fx.released.push(item);
+            }
         }
         self.end = Some(end);
     }

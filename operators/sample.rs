@@ -142,9 +142,14 @@ impl<T: Send + 'static> Machine for Sampler<T> {
         };
     }
 
-    fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
+    fn on_end(&mut self, end: Result<(), Error>, fx: &mut Fx<'_, T>) {
         if end.is_err() && self.errors_first {
-            self.slot = SampleSlot::Empty;
+            // Dropped after the lock (see `Fx::released`).
+            if let SampleSlot::Waiting(item) | SampleSlot::Sampled(item) =
+                std::mem::replace(&mut self.slot, SampleSlot::Empty)
+            {
+                fx.released.push(item);
+            }
         }
         self.end = Some(end);
     }

@@ -501,13 +501,16 @@ impl<T: Send + 'static> Emitter<T> {
     /// ```
     pub fn on_request(&self, hook: impl FnMut(u64) + Send + 'static) {
         let shared = &*self.shared;
-        {
+        let replaced = {
             let mut hooks = shared.hooks();
             if hooks.stopped {
                 return; // nobody will request again (the hook is dropped here)
             }
-            hooks.on_request = Some(Arc::new(Mutex::new(hook)));
-        }
+            hooks.on_request.replace(Arc::new(Mutex::new(hook)))
+        };
+        // The hook replaced, and what it captured, go without the lock: their `Drop`
+        // is user code, and may use this emitter.
+        drop(replaced);
         let outstanding = shared.credit.get();
         if outstanding > 0 {
             shared.run_request_hook(outstanding);
@@ -523,7 +526,10 @@ impl<T: Send + 'static> Emitter<T> {
         let cancelled = {
             let mut hooks = self.shared.hooks();
             if !hooks.stopped {
-                hooks.on_cancel = Some(Box::new(hook));
+                let replaced = hooks.on_cancel.replace(Box::new(hook));
+                // Dropped without the lock (see `on_request`).
+                drop(hooks);
+                drop(replaced);
                 return;
             }
             hooks.cancel_ran

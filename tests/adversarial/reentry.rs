@@ -13,6 +13,11 @@
 //! drops an item whose `Drop` cancels: the stream must end (complete or cancelled)
 //! within the watchdog, with nothing left alive.
 //!
+//! Items a stage lets go under its lock run their `Drop` there: a time stage with
+//! `errors_first` letting its held items go when an error overtakes them (their
+//! `Drop` requests or cancels), and `create`'s hooks when a new one replaces them
+//! (what the old one captured emits and completes).
+//!
 //! The hub's own handle is called from a closure upstream of it, from an item's
 //! `Drop` when the ring evicts it, and from an item's `Clone` (which runs under the
 //! hub's lock: the call panics with a message, and that subscriber ends with
@@ -338,4 +343,153 @@ fn an_items_clone_that_calls_its_hub_ends_that_subscriber_with_panicked() {
             "{error}"
         );
     });
+}
+
+/// An item whose `Drop` calls a subscription (`request(1)`, or `cancel()`) once one
+/// is there.
+struct CallsOnDrop {
+    subscription: Arc<OnceLock<Subscription>>,
+    cancel: bool,
+    drops: Arc<AtomicU64>,
+}
+
+impl Drop for CallsOnDrop {
+    fn drop(&mut self) {
+        if let Some(s) = self.subscription.get() {
+            if self.cancel {
+                s.cancel();
+            } else {
+                s.request(1);
+            }
+        }
+        self.drops.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Keeps its subscription where an item can reach it; asks for one item; says when
+/// the stream ended.
+struct Holder<T>(
+    Arc<OnceLock<Subscription>>,
+    mpsc::Sender<()>,
+    std::marker::PhantomData<T>,
+);
+
+impl<T> Subscriber<T> for Holder<T> {
+    fn on_subscribe(&mut self, subscription: Subscription) {
+        let _ = self.0.set(subscription.clone());
+        subscription.request(1);
+    }
+    fn on_next(&mut self, _: T) {}
+    fn on_error(&mut self, _: weir::Error) {
+        let _ = self.1.send(());
+    }
+    fn on_complete(&mut self) {
+        let _ = self.1.send(());
+    }
+}
+
+/// A time stage with `errors_first` lets its held items go when an error overtakes
+/// them; an item's `Drop` that calls the stage's final subscription (a `request`
+/// runs the stage's request path on this thread, a `cancel` its stop) must not wait
+/// for the lock the stage let the item go under.
+#[test]
+fn an_item_a_time_stage_lets_go_at_an_error_may_call_its_subscription() {
+    type Stage = fn(BoxPublisher<CallsOnDrop>, mpsc::Sender<()>, Arc<OnceLock<Subscription>>);
+    let stages: [(&str, Stage); 3] = [
+        ("sample", |p, ended, s| {
+            p.sample(Duration::from_secs(3600))
+                .errors_first()
+                .subscribe(Holder(s, ended, Default::default()))
+        }),
+        ("debounce", |p, ended, s| {
+            p.debounce(Duration::from_secs(3600))
+                .errors_first()
+                .subscribe(Holder(s, ended, Default::default()))
+        }),
+        ("buffer_timeout", |p, ended, s| {
+            p.buffer_timeout(8, Duration::from_secs(3600))
+                .errors_first()
+                .subscribe(Holder(s, ended, Default::default()))
+        }),
+    ];
+    let mut failures = Vec::new();
+    for (name, stage) in stages {
+        for cancel in [false, true] {
+            let drops = Arc::new(AtomicU64::new(0));
+            let counted = drops.clone();
+            let (done_tx, done_rx) = mpsc::channel();
+            std::thread::spawn(move || {
+                let subscription = Arc::new(OnceLock::new());
+                let (tx, rx) = weir::channel::<CallsOnDrop>(4, ChannelPolicy::Backpressure);
+                let (ended_tx, ended) = mpsc::channel();
+                stage(rx.boxed(), ended_tx, subscription.clone());
+                // Held by the stage (its timer is an hour away), then overtaken.
+                let item = CallsOnDrop {
+                    subscription,
+                    cancel,
+                    drops: counted,
+                };
+                assert!(tx.try_send(item).is_ok(), "room");
+                tx.fail(weir::Error::msg("upstream failed"));
+                let _ = ended.recv_timeout(Duration::from_secs(2));
+                let _ = done_tx.send(());
+            });
+            let what = format!(
+                "{name} (errors_first) × an item's Drop that {}",
+                if cancel { "cancels" } else { "requests" }
+            );
+            if done_rx.recv_timeout(WATCHDOG).is_err() {
+                failures.push(format!("{what}: still running after {WATCHDOG:?}"));
+            } else if !crate::harness::watch::wait_until(PATIENCE, || {
+                drops.load(Ordering::SeqCst) == 1
+            }) {
+                failures.push(format!("{what}: the item was not dropped"));
+            }
+        }
+    }
+    assert_no_failures("an item let go at an error calling back", 6, &failures);
+}
+
+/// `create`'s `on_request` and `on_cancel` replace an earlier hook; what the earlier
+/// hook captured is dropped then, and its `Drop` may use the emitter (here: emit and
+/// complete, which run the stage's pass on this thread).
+#[test]
+fn a_create_hook_replaced_may_drop_what_uses_its_emitter() {
+    struct Emits(Option<weir::source::Emitter<u64>>);
+    impl Drop for Emits {
+        fn drop(&mut self) {
+            if let Some(emitter) = self.0.take() {
+                let _ = emitter.emit(7);
+                emitter.complete();
+            }
+        }
+    }
+    for replacing_cancel in [false, true] {
+        within_watchdog(
+            &format!(
+                "create: replacing its {} hook",
+                if replacing_cancel {
+                    "on_cancel"
+                } else {
+                    "on_request"
+                }
+            ),
+            move || {
+                let source = weir::create(move |emitter: weir::source::Emitter<u64>| {
+                    let held = Emits(Some(emitter.clone()));
+                    if replacing_cancel {
+                        emitter.on_cancel(move || drop(held));
+                        emitter.on_cancel(|| {});
+                    } else {
+                        emitter.on_request(move |_| {
+                            let _ = &held;
+                        });
+                        emitter.on_request(|_| {});
+                    }
+                });
+                let got = source.collect().wait().expect("completes");
+                assert_eq!(got, vec![7]);
+            },
+        );
+    }
 }

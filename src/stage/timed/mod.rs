@@ -99,6 +99,10 @@ pub(crate) struct Fx<'a, D> {
     pub(crate) cancel_upstream: bool,
     /// An item the machine discarded, for the drop hook.
     pub(crate) dropped: Option<(DropReason, D)>,
+    /// Items the machine let go without a report (an error overtook them): dropped
+    /// once the lock is let go, as their `Drop` is user code (it may call this
+    /// stage's subscription, whose request takes the lock).
+    pub(crate) released: Vec<D>,
 }
 
 impl<'a, D> Fx<'a, D> {
@@ -111,6 +115,7 @@ impl<'a, D> Fx<'a, D> {
             requested: 0,
             cancel_upstream: false,
             dropped: None,
+            released: Vec::new(),
         }
     }
 
@@ -141,7 +146,8 @@ impl<'a, D> Fx<'a, D> {
 }
 
 /// A time stage's state machine. Its methods run under the stage's lock: they must not
-/// call other stages; they say what to do through the [`Fx`].
+/// call other stages, nor drop an item (its `Drop` is user code): they say what to do,
+/// and hand over what they let go, through the [`Fx`].
 pub(crate) trait Machine: Send + 'static {
     /// Items from upstream (sources: never called).
     type In: Send + 'static;
@@ -316,6 +322,15 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
                 upstream.cancel();
             } else if fx.request > 0 {
                 upstream.request(fx.request);
+            }
+        }
+        if !fx.released.is_empty() {
+            let released = std::mem::take(&mut fx.released);
+            if crate::guard::catch(move || drop(released)).is_err() {
+                tracing::error!(
+                    stage = M::NAME,
+                    "an item let go at an error panicked in Drop; contained"
+                );
             }
         }
         fx.dropped
