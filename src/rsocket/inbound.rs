@@ -210,6 +210,9 @@ impl Inbox {
     /// batch: the batch was granted again, beyond what downstream asked for.
     fn grant(self: &Arc<Self>, demand: &AtomicDemand) {
         let mut channel = None;
+        // A channel's outgoing publisher that could not be opened: dropped after the
+        // lock (its `Drop` is user code, and may call this stream).
+        let mut refused = None;
         let failed = {
             let mut state = self.lock();
             if state.done || (state.single && state.opening.is_none()) {
@@ -259,10 +262,17 @@ impl Inbox {
                             complete: false,
                         }),
                     );
-                    self.conn.register(self.clone(), send).map(|id| {
-                        state.stream = id;
-                        channel = Some((outgoing, id));
-                    })
+                    match self.conn.register(self.clone(), send) {
+                        Ok(id) => {
+                            state.stream = id;
+                            channel = Some((outgoing, id));
+                            Ok(())
+                        }
+                        Err(error) => {
+                            refused = Some(outgoing);
+                            Err(error)
+                        }
+                    }
                 }
             };
             match result {
@@ -278,6 +288,7 @@ impl Inbox {
                 }
             }
         };
+        drop(refused);
         if failed.is_some() {
             self.signal();
         }

@@ -700,3 +700,75 @@ fn a_cancel_inside_a_batch_grants_nothing_more() {
         );
     });
 }
+
+/// An outgoing publisher of nothing whose `Drop` asks the response stream of its
+/// own channel for one more item (user code that calls back).
+struct RequestsOnDrop(std::sync::Arc<std::sync::OnceLock<weir::Subscription>>);
+
+impl Publisher for RequestsOnDrop {
+    type Item = Payload;
+    fn subscribe<S: weir::Subscriber<Payload> + Send + 'static>(self, subscriber: S) {
+        weir::empty::<Payload>().subscribe(subscriber);
+    }
+}
+
+impl Drop for RequestsOnDrop {
+    fn drop(&mut self) {
+        if let Some(subscription) = self.0.get() {
+            subscription.request(1);
+        }
+    }
+}
+
+/// Keeps its subscription where the outgoing publisher can reach it, and says how
+/// the stream ended.
+struct Reachable(
+    std::sync::Arc<std::sync::OnceLock<weir::Subscription>>,
+    std::sync::mpsc::Sender<bool>,
+);
+
+impl weir::Subscriber<Payload> for Reachable {
+    fn on_subscribe(&mut self, subscription: weir::Subscription) {
+        let _ = self.0.set(subscription);
+    }
+    fn on_next(&mut self, _: Payload) {}
+    fn on_error(&mut self, _: weir::Error) {
+        let _ = self.1.send(false);
+    }
+    fn on_complete(&mut self) {
+        let _ = self.1.send(true);
+    }
+}
+
+#[test]
+fn a_channel_refused_on_a_closed_connection_drops_its_outgoing_publisher_without_a_lock() {
+    // The channel opens at the first request; on a closing connection that fails,
+    // and the outgoing publisher, never subscribed, is dropped: its `Drop` may call
+    // the response stream (here: request one more), which must not wait for the
+    // lock the refusal took.
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = runtime();
+        let ended = rt.block_on(async {
+            let (_server, client) = served().await;
+            let slot = std::sync::Arc::new(std::sync::OnceLock::new());
+            let (end_tx, end_rx) = std::sync::mpsc::channel();
+            client
+                .request_channel(RequestsOnDrop(slot.clone()))
+                .subscribe(Reachable(slot.clone(), end_tx));
+            // Subscribed, not yet open (no request yet): the connection closes.
+            client.close().await;
+            slot.get().expect("subscribed").request(1);
+            end_rx.recv_timeout(PATIENCE)
+        });
+        let _ = done_tx.send(ended);
+    });
+    let ended = done_rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("the refusal returned (no thread waits for a lock it holds)");
+    assert_eq!(
+        ended,
+        Ok(false),
+        "the channel fails: the connection is closed"
+    );
+}
