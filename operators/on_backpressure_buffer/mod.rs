@@ -325,7 +325,8 @@ where
     /// Reports what is dropped (producer side only).
     drops: DropReporter,
     /// Held items past the maximum age, taken out when items arrive (the queue may
-    /// be unread), on their way to the drop hook once the lock is let go.
+    /// be unread), and items the policy lost to a full queue, on their way to the
+    /// drop hook once the lock is let go.
     stale: Vec<(DropReason, T)>,
     /// The stage's name in drop reports.
     stage: &'static str,
@@ -369,7 +370,9 @@ where
         }
     }
 
-    /// Apply the policy to `item`, the queue being full; report what is lost.
+    /// Apply the policy to `item`, the queue being full. What is lost goes with the
+    /// swept items, to the drop hook once the caller let the lock go (the hook is
+    /// user code: it may call this stage, whose pass takes the lock).
     fn overflow(
         &mut self,
         held: &mut Held<T>,
@@ -384,12 +387,8 @@ where
                     _ => {}
                 }
                 self.gauge.dropped(reason, 1);
-                self.drops.drop_item(reason, lost);
-                // A drop hook that panicked fails the stage as a panicking merge does.
-                match self.drops.failure() {
-                    Some(error) => Kept::Failed(error),
-                    None => Kept::Done,
-                }
+                self.stale.push((reason, lost));
+                Kept::Done
             }
             Lost::Merged => {
                 self.gauge.dropped(DropReason::Merged, 1);
@@ -410,7 +409,7 @@ where
             }
             Lost::Refused(refused) => {
                 self.gauge.dropped(DropReason::OverflowNewest, 1);
-                self.drops.drop_item(DropReason::OverflowNewest, refused);
+                self.stale.push((DropReason::OverflowNewest, refused));
                 Kept::Failed(Error::overflow(format!(
                     "buffer of {} items full and its policy is Overflow::Error",
                     self.capacity
@@ -474,10 +473,14 @@ where
             }
         };
         self.report_stale();
-        kept
+        match self.drops.failure() {
+            // A drop hook that panicked fails the stage as a panicking merge does.
+            Some(error) if !matches!(kept, Kept::Failed(_)) => Kept::Failed(error),
+            _ => kept,
+        }
     }
 
-    /// Hand the swept items to the drop hook (no lock held).
+    /// Hand the swept and lost items to the drop hook (no lock held).
     fn report_stale(&mut self) {
         for (reason, item) in self.stale.drain(..) {
             self.drops.drop_item(reason, item);
@@ -602,10 +605,12 @@ where
                     let mut held = lock(&hold.held);
                     // Dead items make room first (nobody may be reading).
                     held.queue.expire_stale(now, &mut self.stale);
+                    // Items refused by a closed queue: dropped after the lock.
+                    let mut closed = Vec::new();
                     for item in rest {
                         match self.hold_owned(&mut held, item, now) {
                             Kept::Done => {}
-                            Kept::Closed(item) => drop(item),
+                            Kept::Closed(item) => closed.push(item),
                             Kept::Failed(error) => {
                                 failure = Some(error);
                                 break;
@@ -614,6 +619,7 @@ where
                     }
                     held.queue.flush(now);
                     drop(held);
+                    drop(closed);
                     self.report_stale();
                 }
                 Pass::Idle
