@@ -222,6 +222,7 @@ where
                         waiting: VecDeque::with_capacity(concurrency),
                         outer_ended: false,
                         closed: false,
+                        mapping: false,
                     }),
                     f: Mutex::new(Mapper { f, panicked: false }),
                     outer: SubscriptionSlot::new(),
@@ -380,6 +381,12 @@ struct GateState<T> {
     /// The stage ended or the limiter panicked: nothing starts, nothing is asked, the
     /// limiter is not called again.
     closed: bool,
+    /// A thread is in `f` (one item is mapped at a time). `f` is user code and may
+    /// free a place on its own thread (completing an earlier inner) and so start
+    /// the next item there: that item waits instead, and the thread in `f` starts it
+    /// when `f` returns (its `advance` looks again), rather than waiting for the
+    /// lock it holds.
+    mapping: bool,
 }
 
 /// The user's closure, and whether it panicked (then it is never called again).
@@ -440,7 +447,7 @@ where
                     return Ok(());
                 }
                 let cap = self.cap(&mut state)?;
-                let next = if state.places < cap {
+                let next = if state.places < cap && !state.mapping {
                     state.waiting.pop_front()
                 } else {
                     None
@@ -448,6 +455,7 @@ where
                 match next {
                     Some(item) => {
                         state.places += 1;
+                        state.mapping = true;
                         item
                     }
                     None => {
@@ -476,20 +484,21 @@ where
     /// Map `item` with `f` and connect its publisher, timed, to a new lane (its place
     /// is taken). `Err`: `f` panicked.
     fn start(self: &Arc<Self>, item: T) -> Result<(), Error> {
-        let inner = {
+        let mapped = {
             let mut mapper = self.f.lock().unwrap_or_else(|p| p.into_inner());
-            if mapper.panicked {
-                // The stage is failing already.
-                return Ok(());
-            }
-            let f = &mut mapper.f;
-            match catch_in("flat_map", move || f(item)) {
-                Ok(inner) => inner,
-                Err(error) => {
-                    mapper.panicked = true;
-                    return Err(error);
-                }
-            }
+            // (`panicked`: the stage is failing already.)
+            (!mapper.panicked).then(|| {
+                let f = &mut mapper.f;
+                let mapped = catch_in("flat_map", move || f(item));
+                mapper.panicked = mapped.is_err();
+                mapped
+            })
+        };
+        // `f` returned: the next item may be mapped (see `GateState::mapping`).
+        self.lock().mapping = false;
+        let inner = match mapped {
+            None => return Ok(()),
+            Some(mapped) => mapped?,
         };
         let (Some(set), Some(core)) = (self.set.upgrade(), self.core.upgrade()) else {
             return Ok(());

@@ -16,7 +16,9 @@
 //! Items a stage lets go under its lock run their `Drop` there: a time stage with
 //! `errors_first` letting its held items go when an error overtakes them (their
 //! `Drop` requests or cancels), and `create`'s hooks when a new one replaces them
-//! (what the old one captured emits and completes).
+//! (what the old one captured emits and completes). A limited `flat_map`'s closure
+//! that completes an earlier inner frees a place on its own thread, where the next
+//! waiting item would be mapped: it waits for the closure to return instead.
 //!
 //! The hub's own handle is called from a closure upstream of it, from an item's
 //! `Drop` when the ring evicts it, and from an item's `Clone` (which runs under the
@@ -492,4 +494,58 @@ fn a_create_hook_replaced_may_drop_what_uses_its_emitter() {
             },
         );
     }
+}
+
+/// `flat_map` with a limiter maps items one at a time; a closure that completes an
+/// earlier inner (dropping its channel's sender) frees a place on this thread while
+/// an item waits for one (the limit went down, then up): that item waits for the
+/// closure to return instead of for the closure's own lock.
+#[test]
+fn a_limited_flat_maps_closure_may_complete_an_earlier_inner() {
+    #[derive(Clone)]
+    struct Dial(Arc<AtomicU64>);
+    impl weir::limit::Limiter for Dial {
+        fn limit(&self) -> usize {
+            self.0.load(Ordering::SeqCst) as usize
+        }
+        fn on_sample(&mut self, _: Duration, _: usize) {}
+    }
+    within_watchdog("flat_map.limit: f completes an earlier inner", || {
+        let dial = Dial(Arc::new(AtomicU64::new(3)));
+        let open: Arc<std::sync::Mutex<Vec<weir::source::Sender<u64>>>> = Arc::default();
+        let (tx, rx) = weir::channel::<u64>(8, ChannelPolicy::Backpressure);
+        let keep = open.clone();
+        let handle = rx
+            .flat_map(
+                move |i| -> BoxPublisher<u64> {
+                    if i == 0 {
+                        let (tx, rx) = weir::channel::<u64>(4, ChannelPolicy::Backpressure);
+                        keep.lock().unwrap().push(tx);
+                        return rx.boxed();
+                    }
+                    if i == 1 {
+                        // Inner 0 completes here, on this thread, inside `f`.
+                        let senders = std::mem::take(&mut *keep.lock().unwrap());
+                        drop(senders);
+                    }
+                    weir::just(i).boxed()
+                },
+                3,
+                4,
+            )
+            .limit(dial.clone())
+            .collect();
+        tx.try_send(0).unwrap(); // starts inner 0 (asked for 3 under a limit of 3)
+        dial.0.store(1, Ordering::SeqCst);
+        tx.try_send(1).unwrap(); // waits: one place, held by inner 0
+        dial.0.store(2, Ordering::SeqCst);
+        // Arrives and waits behind item 1, which starts: its `f` completes inner 0,
+        // whose place goes to item 2 on this thread, inside `f`.
+        tx.try_send(2).unwrap();
+        drop(tx);
+        let mut got = handle.wait().expect("completes");
+        got.sort_unstable();
+        assert_eq!(got, vec![1, 2]);
+        drop(open);
+    });
 }
