@@ -485,26 +485,24 @@ impl<T> Chan<T> {
                 depth,
                 change,
             } => {
+                // One event, at a level fixed per call site (as `tracing` wants).
+                macro_rules! flow_changed {
+                    ($level:ident) => {
+                        tracing::$level!(
+                            target: "weir::channel",
+                            %from,
+                            %to,
+                            depth,
+                            capacity,
+                            change,
+                            "channel flow state changed"
+                        )
+                    };
+                }
                 if loud {
-                    tracing::info!(
-                        target: "weir::channel",
-                        %from,
-                        %to,
-                        depth,
-                        capacity,
-                        change,
-                        "channel flow state changed"
-                    );
+                    flow_changed!(info);
                 } else {
-                    tracing::debug!(
-                        target: "weir::channel",
-                        %from,
-                        %to,
-                        depth,
-                        capacity,
-                        change,
-                        "channel flow state changed"
-                    );
+                    flow_changed!(debug);
                 }
             }
             Notice::Refused { refused, capacity } => tracing::debug!(
