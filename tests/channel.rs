@@ -1349,6 +1349,44 @@ fn lag_holds_for_consumers_that_poll_in_batches() {
     }
 }
 
+/// The last sender closing the channel on one thread while another thread
+/// subscribes: the close's pass and the subscription's attach race for the drain
+/// loop, and the subscriber must still get each queued item once, then the end
+/// (before the fix the close's pass owned the loop while the attach wrote the
+/// subscriber: a debug assertion fired, and a release build ran two passes at once).
+#[test]
+fn a_close_racing_the_subscribe_delivers_everything_once() {
+    const ROUNDS: usize = 20_000;
+    let (senders, channels): (Vec<_>, Vec<_>) = (0..ROUNDS)
+        .map(|round| {
+            let (tx, rx) = weir::channel::<usize>(4, ChannelPolicy::Backpressure);
+            tx.try_send(round).unwrap();
+            tx.try_send(round + 1).unwrap();
+            (tx, rx)
+        })
+        .unzip();
+    // Both threads spin on `go` so that each close lands within a few hundred
+    // nanoseconds of its subscribe.
+    let go = Arc::new(AtomicUsize::new(0));
+    let closer = {
+        let go = go.clone();
+        std::thread::spawn(move || {
+            for (round, tx) in senders.into_iter().enumerate() {
+                while go.load(Ordering::Acquire) <= round {
+                    std::hint::spin_loop();
+                }
+                drop(tx);
+            }
+        })
+    };
+    for (round, rx) in channels.into_iter().enumerate() {
+        go.store(round + 1, Ordering::Release);
+        let got = rx.collect().wait();
+        assert_eq!(got.unwrap(), vec![round, round + 1], "round {round}");
+    }
+    closer.join().unwrap();
+}
+
 // The story's code (and the consumer it drives).
 #[path = "../examples/overload_stories/batch_lag.rs"]
 mod batch_lag;

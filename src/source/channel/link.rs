@@ -427,6 +427,10 @@ pub(super) struct Chan<T> {
     pub(super) senders: AtomicUsize,
     /// Set by the first `subscribe`.
     pub(super) subscribed: AtomicBool,
+    /// Set once the subscriber is attached, by the thread that attaches it while it
+    /// owns the drain loop: until then a close or a sweep does not enter the loop
+    /// (see [`Link::signal_attached`]).
+    attached: AtomicBool,
     /// Open, the queue empty, no rung on, as the last holder of the state lock left
     /// it ([`StateGuard`]): a sender's item may skip the queue ([`Link::hand_off`]).
     vacant: AtomicBool,
@@ -569,6 +573,7 @@ impl<T: Send + 'static> Chan<T> {
             rungs: AtomicU8::new(0),
             senders: AtomicUsize::new(1),
             subscribed: AtomicBool::new(false),
+            attached: AtomicBool::new(false),
             vacant: AtomicBool::new(true),
             passed: crate::loom::Padded::new(AtomicU64::new(0)),
             hook: cell,
@@ -1566,7 +1571,7 @@ impl<T: Send + 'static> Sweep for Link<T> {
         wake.run();
         chan.report_drops(&mut swept);
         if end_due {
-            self.signal();
+            self.signal_attached();
         }
     }
 }
@@ -1648,8 +1653,27 @@ impl<T: Send + 'static> Link<T> {
             chan.wake_all(&mut st)
         };
         wake.run();
-        self.signal();
+        self.signal_attached();
         true
+    }
+
+    /// Run the drain loop for a reason that can come before the subscriber is
+    /// attached (the end, a sweep that finds it due): the senders share the core
+    /// before `subscribe` attaches it, and a pass entered then would own the loop
+    /// while the attaching thread writes the subscriber in. Before the attach this
+    /// skips the loop, and the attaching thread's first pass sees what was written
+    /// before.
+    fn signal_attached(&self) {
+        // SeqCst: pairs with the fence in `attach_subscriber`, after the flag is
+        // set. Either this load sees the flag (the attach has entered the loop, so
+        // this signal counts as a reason for its owner), or that fence comes after
+        // this one and the attaching thread's first pass sees what this thread
+        // wrote before it (the end, `vacant` cleared, under or after the lock).
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fences.
+        if self.stage().attached.load(Ordering::Relaxed) {
+            self.signal();
+        }
     }
 
     /// Attach the (only) subscriber, with the pass's buffers.
@@ -1676,12 +1700,20 @@ impl<T: Send + 'static> Link<T> {
             unsettled: 0,
         };
         let sink = ErasedSink(Box::new(subscriber));
+        // Still owning the loop, before its first pass: from here on a close or a
+        // sweep signals (see `signal_attached`).
+        let started = |link: &Arc<Self>| {
+            // Relaxed: ordered by the fence.
+            link.stage().attached.store(true, Ordering::Relaxed);
+            // SeqCst: pairs with the fence in `signal_attached` (see there).
+            fence(Ordering::SeqCst);
+        };
         if pulled {
             let pull: Arc<dyn Pull> = self.clone();
             let subscription = crate::Subscription::with_pull(self.clone(), pull);
-            self.attach_as(subscription, buffers, sink, |_| {});
+            self.attach_as(subscription, buffers, sink, started);
         } else {
-            self.attach(buffers, sink);
+            self.attach_then(buffers, sink, started);
         }
     }
 }
@@ -1722,6 +1754,24 @@ mod loom_tests {
             let tx = producer.join().unwrap();
             assert_eq!(recorder.items(), [1, 2]);
             drop(tx);
+        });
+    }
+
+    /// The last sender closing the channel while another thread subscribes: the
+    /// close enters the drain loop only once the subscriber is attached, and the
+    /// subscriber gets the queued item and the end either way.
+    #[test]
+    fn loom_a_close_racing_the_subscribe_ends_the_subscriber() {
+        loom::model(|| {
+            let (tx, rx) = channel::<u32>(2, ChannelPolicy::Backpressure);
+            tx.try_send(1).unwrap();
+            let closer = thread::spawn(move || drop(tx));
+            let recorder = Recorder::default();
+            rx.subscribe(recorder.clone());
+            recorder.subscription().request(2);
+            closer.join().unwrap();
+            assert_eq!(recorder.items(), [1]);
+            assert!(recorder.completed());
         });
     }
 
