@@ -220,3 +220,44 @@ fn a_large_batch_counts_every_superseded_item() {
     probe.assert_completed();
     probe.assert_no_violations();
 }
+
+/// A cancel racing the item that arms the timer (the timed core all time stages
+/// share): once both have returned, the scheduler holds no timer of the stage.
+/// Before the fix, an item that armed its timer just as the cancel's `stop` ran
+/// left the new timer queued until it fell due.
+#[test]
+fn a_cancel_racing_the_arming_item_leaves_no_timer_behind() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use weir::source::channel::ChannelPolicy;
+
+    const ROUNDS: usize = 5_000;
+    let vt = VirtualTime::new();
+    let (senders, handles): (Vec<_>, Vec<_>) = (0..ROUNDS)
+        .map(|_| {
+            let (tx, rx) = weir::channel::<u64>(2, ChannelPolicy::Backpressure);
+            (tx, rx.debounce_on(ms(50), vt.clone()).collect())
+        })
+        .unzip();
+    // Both threads spin on `go`, so that each send lands within a few hundred
+    // nanoseconds of its cancel.
+    let go = Arc::new(AtomicUsize::new(0));
+    let producer = {
+        let go = go.clone();
+        std::thread::spawn(move || {
+            for (round, tx) in senders.into_iter().enumerate() {
+                while go.load(Ordering::Acquire) <= round {
+                    std::hint::spin_loop();
+                }
+                // The channel hands the item to the debounce on this thread.
+                let _ = tx.try_send(round as u64);
+            }
+        })
+    };
+    for (round, handle) in handles.into_iter().enumerate() {
+        go.store(round + 1, Ordering::Release);
+        handle.cancel();
+    }
+    producer.join().unwrap();
+    assert_eq!(vt.pending(), 0, "timers left queued by cancelled stages");
+}

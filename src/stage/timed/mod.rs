@@ -56,6 +56,7 @@
 // armed, and the machine, which believes one is, never re-arms.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -260,7 +261,23 @@ pub(crate) struct Timed<M, C> {
     /// The core, for timer tasks (which must not keep the stage alive).
     me: OnceLock<Weak<dyn CoreHandle>>,
     /// The outstanding timer, cancelled when the stage ends.
-    timer: Mutex<Option<TimerHandle>>,
+    timer: Mutex<TimerSlot>,
+    /// Tickets of the machine's arms, taken under the machine lock (see [`Timed::arm`]).
+    arms: AtomicU64,
+}
+
+/// The outstanding timer, with the ticket of the arm that set it, and whether the
+/// stage has stopped.
+///
+/// A timer is scheduled after the machine lock is released, so two threads' arms
+/// (one from a timer that fired and armed the next, one still storing that timer)
+/// and the stage's `stop` may reach the slot in any order. The ticket keeps the
+/// newest timer in the slot; `stopped` makes an arm that comes after `stop` cancel
+/// its own timer, so the scheduler holds nothing of a stage that ended.
+#[derive(Default)]
+struct TimerSlot {
+    armed: Option<(u64, TimerHandle)>,
+    stopped: bool,
 }
 
 /// The core of a time stage serving `S`.
@@ -284,7 +301,8 @@ where
         scheduler,
         upstream: upstream.map(SharedUpstream::new),
         me: OnceLock::new(),
-        timer: Mutex::new(None),
+        timer: Mutex::default(),
+        arms: AtomicU64::new(0),
     });
     core.attach_then(Vec::new(), downstream, |core| {
         if !core.is_stopping() {
@@ -302,19 +320,32 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
         f: impl FnOnce(&mut M, &mut Fx<'_, M::In>),
     ) -> Option<(DropReason, M::In)> {
         let mut fx = Fx::new(&self.scheduler);
-        {
+        let ticket = {
             let mut machine = lock(&self.machine);
             f(machine.as_mut()?, &mut fx);
-        }
-        self.apply(fx)
+            self.ticket(&fx)
+        };
+        self.apply(fx, ticket)
     }
 
-    /// Carry out `fx` (no lock held); hand back the dropped item.
-    fn apply(&self, mut fx: Fx<'_, M::In>) -> Option<(DropReason, M::In)> {
+    /// The ticket of `fx`'s arm, if it arms (called under the machine lock, which
+    /// orders the tickets as the machine's decisions).
+    fn ticket(&self, fx: &Fx<'_, M::In>) -> u64 {
+        if fx.arm.is_some() {
+            // Relaxed: the machine lock orders the tickets.
+            self.arms.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            0
+        }
+    }
+
+    /// Carry out `fx` (no lock held), its arm holding `ticket`; hand back the
+    /// dropped item.
+    fn apply(&self, mut fx: Fx<'_, M::In>, ticket: u64) -> Option<(DropReason, M::In)> {
         if let Some(delay) = fx.arm {
             // A deadline that does not fit the clock never falls due: arm nothing.
             if deadline(fx.now(), delay).is_some() {
-                self.arm(delay);
+                self.arm(delay, ticket);
             }
         }
         if let Some(upstream) = &self.upstream {
@@ -349,7 +380,7 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
         let mut fx = Fx::new(&self.scheduler);
         let mut taken = 0;
         let mut more = true;
-        {
+        let ticket = {
             let mut machine = lock(&self.machine);
             let machine = machine.as_mut()?;
             while taken < CHUNK {
@@ -370,9 +401,10 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
                     break;
                 }
             }
-        }
+            self.ticket(&fx)
+        };
         fx.settle_requests();
-        let _taken_out_above = self.apply(fx);
+        let _taken_out_above = self.apply(fx, ticket);
         Some((taken, more))
     }
 
@@ -389,19 +421,38 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
         let _ends_drop_nothing = self.call(|m, fx| m.on_end(end, fx));
     }
 
-    /// Arm the one timer.
-    fn arm(&self, delay: Duration) {
+    /// Arm the one timer, for the machine's arm numbered `ticket` (see
+    /// [`TimerSlot`]).
+    fn arm(&self, delay: Duration, ticket: u64) {
         let Some(me) = self.me.get() else {
             return;
         };
         let task = TimerTask {
             target: Some(me.clone()),
         };
+        // Not under the slot's lock: a scheduler may run the task right here.
         let timer = self
             .scheduler
             .schedule_timer(delay, Box::new(move || task.fire()));
+        let mut slot = lock(&self.timer);
+        if slot.stopped {
+            drop(slot);
+            // The stage ended while this was scheduled: nothing may stay queued.
+            timer.cancel();
+            return;
+        }
+        if slot
+            .armed
+            .as_ref()
+            .is_some_and(|(newer, _)| *newer > ticket)
+        {
+            // A later arm got here first, so this timer has fired (machines arm one
+            // at a time): the slot keeps the later one.
+            return;
+        }
         // The previous timer (if any) has fired: machines arm one at a time.
-        let previous = lock(&self.timer).replace(timer);
+        let previous = slot.armed.replace((ticket, timer));
+        drop(slot);
         drop(previous);
     }
 }
@@ -447,7 +498,7 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
             }
             let demand = cx.demand().get();
             let mut fx = Fx::new(&self.scheduler);
-            let end = {
+            let (end, ticket) = {
                 let mut machine = lock(&self.machine);
                 let Some(machine) = machine.as_mut() else {
                     return Pass::Idle;
@@ -455,10 +506,10 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
                 if out.capacity() == 0 {
                     out.reserve_exact(CHUNK);
                 }
-                machine.poll_into(demand, out, &mut fx)
+                (machine.poll_into(demand, out, &mut fx), self.ticket(&fx))
             };
             fx.settle_requests();
-            let _polls_drop_nothing = self.apply(fx);
+            let _polls_drop_nothing = self.apply(fx, ticket);
             let emitted = out.len();
             if emitted > 0 {
                 // One batch, within the demand the machine was told of. Items a
@@ -489,8 +540,12 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
     fn stop(&self, out: &mut Vec<M::Out>) {
         out.clear();
         let machine = lock(&self.machine).take();
-        let timer = lock(&self.timer).take();
-        if let Some(timer) = timer {
+        let timer = {
+            let mut slot = lock(&self.timer);
+            slot.stopped = true;
+            slot.armed.take()
+        };
+        if let Some((_, timer)) = timer {
             timer.cancel();
         }
         if let Some(upstream) = &self.upstream {
