@@ -1675,12 +1675,14 @@ impl Drop for Fire {
 impl Sleep {
     fn new(scheduler: &dyn Scheduler, delay: Duration) -> Self {
         let state = Arc::new(Mutex::new(SleepState::default()));
-        let fire = Fire(state.clone());
-        let timer = scheduler.schedule_timer(delay, Box::new(move || fire.fire()));
-        Sleep {
-            state,
-            timer: Some(timer),
-        }
+        // A delay past the end of the scheduler's clock never comes: nothing is
+        // armed and the sleep never ends, on every scheduler alike (some drop such a
+        // task unrun, and a dropped `Fire` fires).
+        let timer = crate::runtime::deadline(scheduler.now(), delay).map(|_| {
+            let fire = Fire(state.clone());
+            scheduler.schedule_timer(delay, Box::new(move || fire.fire()))
+        });
+        Sleep { state, timer }
     }
 
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
