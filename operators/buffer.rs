@@ -131,7 +131,12 @@ impl<I: Iterator> Iterator for Batches<'_, I> {
 
     fn size_hint(&self) -> (usize, Option<usize>) {
         let upper = self.items.size_hint().1;
-        (0, upper.map(|u| (self.batch.len() + u) / self.size))
+        // No upper bound when the count does not fit (a source may announce up to
+        // `usize::MAX` items).
+        let batches = upper
+            .and_then(|u| self.batch.len().checked_add(u))
+            .map(|n| n / self.size);
+        (0, batches)
     }
 }
 
@@ -191,5 +196,30 @@ impl<T, S: Subscriber<Vec<T>>> Subscriber<T> for BufferSubscriber<S, T> {
             }
             self.downstream.on_complete();
         }
+    }
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+
+    /// A run announcing up to `usize::MAX` items behind a partial batch: the count
+    /// of full batches does not fit, so there is no upper bound (not an overflow).
+    #[test]
+    fn batches_of_a_run_too_long_to_count_have_no_upper_bound() {
+        let mut batch = vec![1u64, 2];
+        let batches = Batches {
+            items: 0..u64::MAX,
+            batch: &mut batch,
+            size: 3,
+        };
+        assert_eq!(batches.size_hint(), (0, None));
+        let mut batch = vec![1u64, 2];
+        let batches = Batches {
+            items: 0..7u64,
+            batch: &mut batch,
+            size: 3,
+        };
+        assert_eq!(batches.size_hint(), (0, Some(3)));
     }
 }

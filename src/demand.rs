@@ -407,7 +407,7 @@ impl Replenish {
     /// consumed since the last replenish (never negative for a consumer that is
     /// handed no more than it asked for).
     pub(crate) fn outstanding(&self) -> u64 {
-        self.prefetch - self.consumed
+        self.prefetch.saturating_sub(self.consumed)
     }
 
     /// Record `n` consumed items; returns how many to request now, if any.
@@ -416,7 +416,7 @@ impl Replenish {
         if self.limit == UNBOUNDED {
             return None;
         }
-        self.consumed += n;
+        self.consumed = self.consumed.saturating_add(n);
         if self.consumed >= self.limit {
             let batch = self.consumed;
             self.consumed = 0;
@@ -499,6 +499,12 @@ impl RateLimit {
     }
 
     /// Upstream delivered `n` items; returns what to request upstream now (0: none).
+    ///
+    /// # Panics
+    ///
+    /// In debug builds, if `n` is more than upstream still owes (upstream broke
+    /// rule 1.1): "rule 1.1 violated: 5 items delivered against 4 outstanding". A
+    /// release build counts what was owed as delivered.
     #[inline]
     pub fn on_delivered(&mut self, n: u64) -> u64 {
         debug_assert!(

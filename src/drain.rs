@@ -75,10 +75,33 @@ impl Wip {
 
     /// Account for `missed` reasons; returns how many arrived meanwhile (0: the loop is
     /// released).
+    ///
+    /// # Panics
+    ///
+    /// If `missed` is more than the reasons registered (a caller that does not own
+    /// the loop, or leaves twice): "Wip::leave(3) with 1 reason registered: only the
+    /// loop's owner leaves, with what it owes". The count is left as it was.
     #[inline]
     pub fn leave(&self, missed: usize) -> usize {
         // AcqRel: see the module docs (pairs with `enter`).
-        self.count.fetch_sub(missed, Ordering::AcqRel) - missed
+        let before = self.count.fetch_sub(missed, Ordering::AcqRel);
+        match before.checked_sub(missed) {
+            Some(left) => left,
+            None => self.misused(missed, before),
+        }
+    }
+
+    /// `leave` asked for more than was registered: undo it and panic.
+    #[cold]
+    #[inline(never)]
+    fn misused(&self, missed: usize, before: usize) -> ! {
+        // Relaxed: undoes this call's own subtraction; the panic publishes nothing.
+        self.count.fetch_add(missed, Ordering::Relaxed);
+        panic!(
+            "Wip::leave({missed}) with {before} reason{} registered: only the loop's owner \
+             leaves, with what it owes",
+            if before == 1 { "" } else { "s" }
+        );
     }
 
     /// How many reasons to run are registered and not yet accounted for (0: idle).

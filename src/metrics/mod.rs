@@ -66,12 +66,11 @@ impl Drops {
         Self::default()
     }
 
-    /// Add `n` drops for `reason`.
+    /// Add `n` drops for `reason` (the count stops at `u64::MAX`).
     #[inline]
     pub fn add(&self, reason: DropReason, n: u64) {
         if n > 0 {
-            // Relaxed: counters are statistics; no other memory is published with them.
-            self.counters[reason as usize].fetch_add(n, Ordering::Relaxed);
+            add_saturating(&self.counters[reason as usize], n);
         }
     }
 
@@ -82,7 +81,21 @@ impl Drops {
 
     /// Drops counted for every reason together.
     pub fn total(&self) -> u64 {
-        DropReason::ALL.iter().map(|&r| self.count(r)).sum()
+        DropReason::ALL
+            .iter()
+            .fold(0, |total, &r| total.saturating_add(self.count(r)))
+    }
+}
+
+/// Add `n` to a statistics counter that stops at `u64::MAX` instead of wrapping.
+#[inline]
+pub(crate) fn add_saturating(counter: &AtomicU64, n: u64) {
+    // Relaxed: counters are statistics; no other memory is published with them.
+    let before = counter.fetch_add(n, Ordering::Relaxed);
+    if before.checked_add(n).is_none() {
+        // Wrapped: back to the ceiling (an add racing this one wraps and lands here
+        // too).
+        counter.store(u64::MAX, Ordering::Relaxed);
     }
 }
 

@@ -90,7 +90,9 @@ impl QueueStats {
 
     /// Items dropped for any reason.
     pub fn dropped_total(&self) -> u64 {
-        self.dropped_by_reason.iter().sum()
+        self.dropped_by_reason
+            .iter()
+            .fold(0, |total, &n| total.saturating_add(n))
     }
 
     /// How long an item arriving now would wait: `depth / drain_rate`.
@@ -316,7 +318,7 @@ impl QueueGauge {
     /// A producer waited `waited` for room.
     pub(crate) fn blocked(&self, waited: Duration) {
         let nanos = u64::try_from(waited.as_nanos()).unwrap_or(u64::MAX);
-        self.blocked_nanos.fetch_add(nanos, Ordering::Relaxed);
+        super::add_saturating(&self.blocked_nanos, nanos);
     }
 
     /// `n` items were refused by a shedding rung of an admission ladder.

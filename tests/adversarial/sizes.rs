@@ -2145,7 +2145,41 @@ fn replenish(n: u64) -> Vec<String> {
         (limit == 1 || below.is_none()) && at == documented,
         || format!("consuming {limit}: {below:?} then {at:?}; documented None then {documented:?}"),
     );
+    // A count past what fits: the window asks for everything, it does not overflow.
+    let _ = window.on_consumed(1);
+    let huge = window.on_consumed(u64::MAX);
+    let documented = (n != u64::MAX).then_some(u64::MAX);
+    expect(&mut failures, huge == documented, || {
+        format!("consuming 1 then u64::MAX: {huge:?}; documented {documented:?}")
+    });
     failures
+}
+
+/// Counters and the drain loop's counter at their ceilings: drop counts stop at
+/// `u64::MAX` (a wrap would read as almost nothing dropped), and a `Wip` left more
+/// than it was entered panics with its documented message and keeps its count.
+#[test]
+fn counters_at_their_ceiling() {
+    let drops = weir::metrics::Drops::new();
+    drops.add(DropReason::Expired, u64::MAX);
+    drops.add(DropReason::Expired, 1);
+    drops.add(DropReason::Rejected, u64::MAX);
+    assert_eq!(drops.count(DropReason::Expired), u64::MAX);
+    assert_eq!(drops.total(), u64::MAX);
+
+    let wip = weir::drain::Wip::new();
+    let misuse = std::panic::catch_unwind(|| wip.leave(1)).expect_err("leave(1) on an idle loop");
+    let message = misuse
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .unwrap_or_default();
+    assert_eq!(
+        message,
+        "Wip::leave(1) with 0 reasons registered: only the loop's owner leaves, with what it owes"
+    );
+    assert_eq!(wip.pending(), 0, "the count is left as it was");
+    assert!(wip.enter(), "and the loop can still be taken");
+    assert_eq!(wip.leave(1), 0);
 }
 
 #[test]
