@@ -85,6 +85,31 @@ fn virtual_time_sets_the_clock_to_each_tasks_due_time_and_runs_what_tasks_schedu
     assert_eq!(vt.now() - start, Duration::from_secs(10));
 }
 
+/// A task due past the clock's last instant stays queued but is never due: the
+/// documented driver loop (advance to each `next_due`) ends instead of spinning on
+/// a due time the clock cannot reach.
+#[test]
+fn virtual_time_never_reports_a_task_past_its_horizon_as_due() {
+    let vt = VirtualTime::new();
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    for (delay, name) in [(Duration::MAX, "never"), (Duration::from_secs(5), "soon")] {
+        let ran = ran.clone();
+        vt.schedule_after(delay, Box::new(move || ran.lock().unwrap().push(name)));
+    }
+    let mut steps = 0;
+    while let Some(due) = vt.next_due() {
+        vt.advance_to(due);
+        steps += 1;
+        assert!(steps <= 1, "the driver loop goes on after {steps} steps");
+    }
+    assert_eq!(*ran.lock().unwrap(), ["soon"]);
+    assert_eq!(
+        vt.pending(),
+        1,
+        "the task that never falls due stays queued"
+    );
+}
+
 #[test]
 fn a_panicking_task_does_not_stop_virtual_time_or_a_pool() {
     let vt = VirtualTime::new();

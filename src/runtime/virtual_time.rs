@@ -106,7 +106,9 @@ impl VirtualTime {
     }
 
     /// The virtual time (since creation) at which the earliest queued task falls due,
-    /// or `None` when nothing is queued. With [`advance_to`](Self::advance_to) this
+    /// or `None` when nothing queued can fall due: nothing is queued, or only tasks
+    /// due past the latest instant the clock can show (a delay of `Duration::MAX`),
+    /// which never run (a loop driving the clock to each `next_due` ends). With [`advance_to`](Self::advance_to) this
     /// lets a driver jump straight to the next timer instead of stepping the clock:
     /// for example a test helper that runs a `VirtualTime` from a background thread so
     /// that code waiting in real time (the conformance kit) sees timers fire.
@@ -124,10 +126,13 @@ impl VirtualTime {
     /// assert_eq!(vt.next_due(), Some(Duration::from_millis(30)));
     /// ```
     pub fn next_due(&self) -> Option<Duration> {
-        self.lock()
+        let mut state = self.lock();
+        let horizon = state.horizon();
+        state
             .queue
             .first_key_value()
             .map(|(&(due, _), _)| due)
+            .filter(|&due| due <= horizon)
     }
 
     /// Run every task that is due now (and those they schedule for now), without
