@@ -41,12 +41,11 @@
 //! reads 0 in its gauges.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Registry, StageSnapshot};
-use crate::runtime::Scheduler;
+use crate::runtime::{Scheduler, TimerHandle};
 use crate::DropReason;
 
 /// Records a [`Registry`]'s figures through the `metrics` facade; see the
@@ -249,11 +248,11 @@ impl Exporter {
             "Exporter::every: the period must be positive"
         );
         let handle = ExportHandle {
-            stopped: Arc::new(AtomicBool::new(false)),
+            next: Arc::default(),
         };
         let timer = Arc::new(Timer {
             exporter: Mutex::new(self),
-            stopped: handle.stopped.clone(),
+            next: handle.next.clone(),
             period,
             scheduler: Arc::new(scheduler),
         });
@@ -265,16 +264,14 @@ impl Exporter {
 /// The periodic export's state, shared by its timer tasks.
 struct Timer {
     exporter: Mutex<Exporter>,
-    stopped: Arc<AtomicBool>,
+    next: Arc<Mutex<Next>>,
     period: Duration,
     scheduler: Arc<dyn Scheduler>,
 }
 
 impl Timer {
     fn tick(self: Arc<Self>) {
-        // Relaxed: a flag with nothing published through it; a tick that misses the
-        // stop exports once more.
-        if self.stopped.load(Ordering::Relaxed) {
+        if lock(&self.next).stopped {
             return;
         }
         // A recorder that panics loses this export only (the next tick exports again),
@@ -289,9 +286,21 @@ impl Timer {
             tracing::error!("weir: the metrics recorder panicked in a periodic export");
         }
         if crate::runtime::deadline(self.scheduler.now(), self.period).is_some() {
-            let scheduler = self.scheduler.clone();
-            let period = self.period;
-            scheduler.schedule_after(period, Box::new(move || self.tick()));
+            let (scheduler, period, next) =
+                (self.scheduler.clone(), self.period, self.next.clone());
+            // Not under `next`'s lock: a scheduler may run the task right here.
+            let timer = scheduler.schedule_timer(period, Box::new(move || self.tick()));
+            let mut next = lock(&next);
+            if next.stopped {
+                drop(next);
+                // The handle was dropped meanwhile: nothing may stay queued.
+                timer.cancel();
+            } else {
+                // The one it replaces is this tick's own, which has fired.
+                let fired = next.timer.replace(timer);
+                drop(next);
+                drop(fired);
+            }
         }
     }
 }
@@ -300,14 +309,38 @@ impl Timer {
 #[derive(Debug)]
 #[must_use = "dropping the handle stops the periodic export"]
 pub struct ExportHandle {
-    stopped: Arc<AtomicBool>,
+    next: Arc<Mutex<Next>>,
 }
 
 impl Drop for ExportHandle {
+    /// Stops the export and removes its queued timer from the scheduler (the
+    /// exporter is released now, not when the period would have run out).
     fn drop(&mut self) {
-        // Relaxed: see `Timer::tick`.
-        self.stopped.store(true, Ordering::Relaxed);
+        let timer = {
+            let mut next = lock(&self.next);
+            next.stopped = true;
+            next.timer.take()
+        };
+        // Outside the lock: the scheduler drops the task, and the exporter with it.
+        if let Some(timer) = timer {
+            timer.cancel();
+        }
     }
+}
+
+/// The periodic export's next tick: its timer, and whether the handle was dropped
+/// (a tick scheduled after that cancels its own timer).
+#[derive(Debug, Default)]
+struct Next {
+    stopped: bool,
+    timer: Option<TimerHandle>,
+}
+
+fn lock<X>(mutex: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
+    // Nothing panics while `Next` is locked; recover anyway.
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn describe() {
