@@ -458,3 +458,51 @@ fn an_emitter_is_send_and_sync_and_its_errors_are_errors() {
     assert_send(&emitter.ready());
     assert_send(&emitter.send(1));
 }
+
+/// A request hook installed while requests arrive on another thread is handed the
+/// credit outstanding when it was installed, then each later request: in all,
+/// exactly what was requested (nothing was emitted), however the install and a
+/// request interleave. Before the fix a request caught between adding its credit
+/// and handing it to the hook was handed over twice (in the catch-up and again).
+#[test]
+fn a_request_hook_installed_during_requests_is_handed_each_request_once() {
+    const ROUNDS: usize = 3_000;
+    const REQUESTS: u64 = 50;
+    let mut over = Vec::new();
+    for round in 0..ROUNDS {
+        let (probe, emitter) = emitter_and_probe::<u64>();
+        let start = Arc::new(AtomicBool::new(false));
+        let requester = {
+            let start = start.clone();
+            thread::spawn(move || {
+                while !start.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+                for _ in 0..REQUESTS {
+                    probe.request(1);
+                }
+                probe
+            })
+        };
+        let handed = Arc::new(AtomicU64::new(0));
+        let sum = handed.clone();
+        start.store(true, Ordering::Release);
+        // Land the install among the requests.
+        for _ in 0..(round % 64) * 16 {
+            std::hint::spin_loop();
+        }
+        emitter.on_request(move |granted| {
+            sum.fetch_add(granted, Ordering::SeqCst);
+        });
+        let probe = requester.join().unwrap();
+        let handed = handed.load(Ordering::SeqCst);
+        if handed != REQUESTS {
+            over.push((round, handed));
+        }
+        probe.cancel();
+    }
+    assert!(
+        over.is_empty(),
+        "rounds where the hook was handed other than {REQUESTS}: {over:?}"
+    );
+}

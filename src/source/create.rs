@@ -501,19 +501,25 @@ impl<T: Send + 'static> Emitter<T> {
     /// ```
     pub fn on_request(&self, hook: impl FnMut(u64) + Send + 'static) {
         let shared = &*self.shared;
-        let replaced = {
+        let (replaced, run) = {
             let mut hooks = shared.hooks();
             if hooks.stopped {
                 return; // nobody will request again (the hook is dropped here)
             }
-            hooks.on_request.replace(Arc::new(Mutex::new(hook)))
+            let replaced = hooks.on_request.replace(Arc::new(Mutex::new(hook)));
+            // The new hook is handed the whole outstanding credit once. Read under
+            // the lock `grant` adds under, so a request in flight is in it or is
+            // handed over by its `grant` afterwards, not both; what was queued for
+            // the hook replaced is part of it.
+            hooks.pending = 0;
+            let run = hooks.queue(shared.credit.get());
+            (replaced, run)
         };
         // The hook replaced, and what it captured, go without the lock: their `Drop`
         // is user code, and may use this emitter.
         drop(replaced);
-        let outstanding = shared.credit.get();
-        if outstanding > 0 {
-            shared.run_request_hook(outstanding);
+        if run {
+            shared.run_request_hook();
         }
     }
 
@@ -709,6 +715,18 @@ struct Hooks {
     cancel_ran: bool,
 }
 
+impl Hooks {
+    /// Queue `n` for the request hook; true when the caller must run it (no thread
+    /// is running it).
+    fn queue(&mut self, n: u64) -> bool {
+        if self.on_request.is_none() || n == 0 {
+            return false;
+        }
+        self.pending = crate::demand::sum(self.pending, n);
+        !std::mem::replace(&mut self.running, true)
+    }
+}
+
 impl<T> Shared<T> {
     /// Lock the state. No user code runs under it (items are dropped and wakers woken
     /// after it is let go), so poisoning can only come from a bug here: recover.
@@ -787,26 +805,23 @@ impl<T: Send + 'static> Shared<T> {
     /// Downstream granted `n` more (a request, or a batch's credit): add it, wake
     /// whoever waits for demand, and call the request hook.
     fn grant(&self, n: u64) {
-        self.credit.add(n);
+        let run = {
+            let mut hooks = self.hooks();
+            // Under the hooks lock: see `Emitter::on_request`.
+            self.credit.add(n);
+            hooks.queue(n)
+        };
         let wake = Self::wake_all(&mut self.lock(), &self.ready);
         wake.into_iter().for_each(Waker::wake);
-        self.run_request_hook(n);
+        if run {
+            self.run_request_hook();
+        }
     }
 
-    /// Hand `n` to the request hook, one call at a time: a thread that finds it
-    /// running adds `n` to what the running thread hands it next.
-    fn run_request_hook(&self, n: u64) {
-        {
-            let mut hooks = self.hooks();
-            if hooks.on_request.is_none() {
-                return;
-            }
-            hooks.pending = crate::demand::sum(hooks.pending, n);
-            if hooks.running {
-                return;
-            }
-            hooks.running = true;
-        }
+    /// Hand what is queued to the request hook until nothing is, one call at a time
+    /// (the caller set `running`): a thread that finds it running queues its amount
+    /// for the running thread to hand on next.
+    fn run_request_hook(&self) {
         loop {
             let (hook, granted) = {
                 let mut hooks = self.hooks();
