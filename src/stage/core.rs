@@ -130,8 +130,11 @@ const BAD_REQUEST: u8 = 2;
 const SHUTDOWN: u8 = 4;
 /// Flag: the subscription ended; later requests and cancels are no-ops (3.6, 3.7).
 const OVER: u8 = 8;
+/// Flag: user code the stage runs outside a pass (its start, a timer's firing: a
+/// user scheduler's clock, say) panicked; the error is in [`Core::failure`].
+const FAILED: u8 = 16;
 /// The flags that end the subscription at the next pass.
-const STOPPING: u8 = CANCELLED | BAD_REQUEST | SHUTDOWN;
+const STOPPING: u8 = CANCELLED | BAD_REQUEST | SHUTDOWN | FAILED;
 
 /// Passes one scheduled task runs before it hands the loop to a new task (fairness
 /// to the scheduler's other tasks).
@@ -514,6 +517,8 @@ pub(crate) struct Core<G: Stage, S> {
     /// A lingering task owns the loop and looks for work itself ([`Stage::WATCHED`]
     /// stages only; see the file header).
     watching: AtomicBool,
+    /// The first panic of user code run outside a pass ([`FAILED`]), for downstream.
+    failure: OnceLock<Error>,
 }
 
 impl<G: Stage, S> std::fmt::Debug for Core<G, S> {
@@ -542,6 +547,7 @@ where
             lane: OnceLock::new(),
             owed: AtomicUsize::new(0),
             watching: AtomicBool::new(false),
+            failure: OnceLock::new(),
         });
         let me: Weak<dyn CoreHandle> = core.me.clone();
         core.stage.bind(me);
@@ -613,12 +619,16 @@ where
         }
         // SAFETY: this thread owns the loop (the `enter` above).
         unsafe { *self.slot.as_ptr() = Some((owned, downstream)) };
-        started(self);
+        if let Err(error) = catch(|| started(self)) {
+            // The stage's start runs user code (a scheduler's clock, the outer
+            // publisher's `subscribe`): its panic ends the stream at the pass below.
+            self.failed(error);
+        }
         // Relaxed: this thread owns the loop (a cancel from on_subscribe is its own
         // write, or was published by the canceller's `Wip::enter`).
-        let cancelled = self.flags.load(Ordering::Relaxed) & CANCELLED != 0;
+        let ending = self.flags.load(Ordering::Relaxed) & (CANCELLED | FAILED) != 0;
         match self.stage.drive() {
-            Drive::Scheduled { .. } if !cancelled => {
+            Drive::Scheduled { .. } if !ending => {
                 // Hand what on_subscribe and `started` caused to a task (or handle a
                 // cancel here).
                 let missed = self.wip.leave(1);
@@ -628,6 +638,17 @@ where
             }
             _ => self.run_loop(1, None),
         }
+    }
+
+    /// User code the stage ran outside a pass panicked with `error`: the next pass
+    /// ends the stream with it (upstream cancelled, downstream told). The caller
+    /// then signals, or owns the loop, which publishes the flag to its owner.
+    #[cold]
+    fn failed(&self, error: Error) {
+        let _first_kept = self.failure.set(error.in_stage(G::NAME));
+        // Relaxed: published to the owner by the caller's `Wip::enter` (or read by
+        // this thread, which owns the loop).
+        self.flags.fetch_or(FAILED, Ordering::Relaxed);
     }
 
     /// A reason to run a pass: enter the loop, and drive it if this call owns it.
@@ -934,6 +955,10 @@ where
             Ending::Flags(flags) if flags & BAD_REQUEST != 0 => {
                 (demand::validate(0).err().map(Err), true)
             }
+            Ending::Flags(flags) if flags & FAILED != 0 => {
+                let error = self.failure.get().cloned();
+                (error.map(Err), true)
+            }
             Ending::Flags(_) => (Some(Err(Error::scheduler_shutdown(G::NAME))), true),
             Ending::Terminated(end) => (Some(end), false),
             Ending::Panicked => (None, false),
@@ -1042,7 +1067,11 @@ where
         if self.is_over() {
             return;
         }
-        self.stage.on_timer();
+        if let Err(error) = catch(|| self.stage.on_timer()) {
+            // A user scheduler's clock, say: without this the panic went to the
+            // scheduler's thread and the stage lost its timer for good.
+            self.failed(error);
+        }
         self.signal();
     }
 

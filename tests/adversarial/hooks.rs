@@ -1936,16 +1936,21 @@ fn bomb_check(stage: BombStage, target: u64, consumer: Consumer) -> Vec<String> 
 
 /// A scheduler over a pool whose `at`th scheduling call (`schedule`,
 /// `schedule_after` or `schedule_timer`, counted across clones) panics, dropping the
-/// task it was given.
+/// task it was given; or, with `clock`, whose `at`th reading of the clock (`now`)
+/// panics.
 #[derive(Clone)]
 struct Flaky {
     pool: ThreadPool,
     calls: Arc<AtomicU64>,
     at: u64,
+    clock: bool,
 }
 
 impl Flaky {
     fn call(&self) {
+        if self.clock {
+            return;
+        }
         let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         assert!(n != self.at, "{}", boom("a Scheduler's schedule"));
     }
@@ -1968,6 +1973,10 @@ impl Scheduler for Flaky {
     }
 
     fn now(&self) -> Instant {
+        if self.clock {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(n != self.at, "{}", boom("a Scheduler's now"));
+        }
         self.pool.now()
     }
 }
@@ -1976,7 +1985,7 @@ impl Scheduler for Flaky {
 type OnFlaky = fn(BoxPublisher<Item>, Flaky, &Arc<Ledger>) -> BoxPublisher<Item>;
 
 /// Every stage that takes a scheduler.
-const SCHEDULED: [(&str, OnFlaky); 9] = [
+const SCHEDULED: [(&str, OnFlaky); 10] = [
     ("publish_on(flaky, 16)", |s, c, _| {
         s.publish_on(c, 16).boxed()
     }),
@@ -2010,6 +2019,12 @@ const SCHEDULED: [(&str, OnFlaky); 9] = [
             .map(move |tick| ledger.derived(tick))
             .boxed()
     }),
+    ("timer_on(1ms, flaky)", |_, c, ledger| {
+        let ledger = ledger.clone();
+        weir::timer_on(Duration::from_millis(1), c)
+            .map(move |tick| ledger.derived(tick))
+            .boxed()
+    }),
 ];
 
 /// A user `Scheduler` whose `schedule` panics at its first or third call, under every
@@ -2024,7 +2039,7 @@ fn a_scheduler_that_panics_in_schedule_ends_the_pipeline() {
         .flat_map(|&(name, stage)| [1, 3].map(|at| (name, stage, at)))
         .collect();
     let failures = run_rows(&cases, 4, |&(name, stage, at)| {
-        guarded(name, DEADLINE, move || flaky_check(stage, at))
+        guarded(name, DEADLINE, move || flaky_check(stage, at, false))
             .into_iter()
             .map(|f| format!("{name} (call {at} panics): {f}"))
             .collect()
@@ -2032,13 +2047,36 @@ fn a_scheduler_that_panics_in_schedule_ends_the_pipeline() {
     assert_no_failures("schedulers that panic", cases.len(), &failures);
 }
 
-fn flaky_check(stage: OnFlaky, at: u64) -> Vec<String> {
+/// A user `Scheduler` whose clock (`now`) panics at its first, second, third or
+/// fifth reading, under every stage that takes a scheduler: wherever the stage reads
+/// it (at its start, in a pass, when a timer fires), the same general promises hold.
+/// Found with it: a panic in a stage's start (a time stage's first reading) left
+/// the stage's drain loop owned for ever, and a panic when a timer fired was lost
+/// with the timer (`timeout` never timed out again).
+#[test]
+fn a_scheduler_whose_clock_panics_ends_the_pipeline() {
+    silence_deliberate_panics();
+    let cases: Vec<(&str, OnFlaky, u64)> = SCHEDULED
+        .iter()
+        .flat_map(|&(name, stage)| [1, 2, 3, 5].map(|at| (name, stage, at)))
+        .collect();
+    let failures = run_rows(&cases, 4, |&(name, stage, at)| {
+        guarded(name, DEADLINE, move || flaky_check(stage, at, true))
+            .into_iter()
+            .map(|f| format!("{name} (reading {at} panics): {f}"))
+            .collect()
+    });
+    assert_no_failures("clocks that panic", cases.len(), &failures);
+}
+
+fn flaky_check(stage: OnFlaky, at: u64, clock: bool) -> Vec<String> {
     let mut check = Check::default();
     let pool = pool("hooks-flaky", 2);
     let flaky = Flaky {
         pool: pool.clone(),
         calls: Arc::default(),
         at,
+        clock,
     };
     let calls = flaky.calls.clone();
     let ledger = Ledger::new();
