@@ -1387,6 +1387,60 @@ fn a_close_racing_the_subscribe_delivers_everything_once() {
     closer.join().unwrap();
 }
 
+/// A clock whose next reading panics once `broken` is set (once).
+#[derive(Clone, Default)]
+struct BreakingClock {
+    broken: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl weir::runtime::Scheduler for BreakingClock {
+    fn schedule(&self, task: weir::runtime::Task) {
+        task();
+    }
+    fn schedule_after(&self, _: Duration, task: weir::runtime::Task) {
+        drop(task);
+    }
+    fn now(&self) -> std::time::Instant {
+        assert!(
+            !self.broken.swap(false, Ordering::SeqCst),
+            "deliberate panic in now"
+        );
+        std::time::Instant::now()
+    }
+}
+
+/// The channel shuts (nobody subscribed, the receiver dropped) while a sender waits
+/// for room and the channel's clock panics: the waiting sender still wakes up with
+/// the channel closed (before the fix the clock was read under the state lock, and
+/// its panic left the waiting senders asleep for ever).
+#[test]
+fn a_clock_that_panics_at_the_close_still_wakes_waiting_senders() {
+    let clock = BreakingClock::default();
+    let (tx, rx) = ChannelBuilder::new(1, ChannelPolicy::Backpressure)
+        .clock(clock.clone())
+        .build::<u64>();
+    tx.try_send(1).unwrap();
+    let (sent_tx, sent) = std::sync::mpsc::channel();
+    let waiting = {
+        let tx = tx.clone();
+        std::thread::spawn(move || sent_tx.send(tx.send_blocking(2)).unwrap())
+    };
+    // Let the sender block on the full channel (had it not yet, it finds the
+    // channel closed: the test then passes without reaching the wait).
+    std::thread::sleep(Duration::from_millis(50));
+    clock.broken.store(true, Ordering::SeqCst);
+    let dropped = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| drop(rx)));
+    assert!(
+        dropped.is_ok(),
+        "the clock's panic escaped the receiver's drop"
+    );
+    let answer = sent
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the waiting sender woke up");
+    assert!(matches!(answer, Err(TrySendError::Closed(2))), "{answer:?}");
+    waiting.join().unwrap();
+}
+
 // The story's code (and the consumer it drives).
 #[path = "../examples/overload_stories/batch_lag.rs"]
 mod batch_lag;

@@ -1116,6 +1116,14 @@ impl<T: Send + 'static> Chan<T> {
     /// close for the senders, wake every waiter, and release what is still queued
     /// (outside the lock: an item's `Drop` is user code).
     pub(super) fn shut(&self) {
+        // Before the lock, and a panic of a user clock contained: the channel shuts
+        // and its waiting senders wake up whatever the clock does (without a
+        // reading, the last counts are not flushed into the rates).
+        let now = crate::guard::catch(|| self.gauge.now())
+            .map_err(|error| {
+                tracing::error!(target: "weir::channel", %error, "the channel's clock panicked at its close; contained");
+            })
+            .ok();
         let (released, wake) = {
             let mut st = self.lock_state();
             st.open = false;
@@ -1124,8 +1132,9 @@ impl<T: Send + 'static> Chan<T> {
                 lane.close();
             }
             let released: Vec<T> = st.queue.take_all().collect();
-            let now = self.gauge.now();
-            self.flush(&mut st, now);
+            if let Some(now) = now {
+                self.flush(&mut st, now);
+            }
             let before = std::mem::take(&mut st.rungs);
             if before != st.rungs {
                 // Relaxed: advisory mirror, as in `publish_rungs`.
