@@ -1218,6 +1218,8 @@ fn a_publisher_that_panics_in_subscribe_fails_the_stage_that_subscribes_it() {
             ("zip's other source", refused_by_zip),
             ("weir::merge's second source", refused_by_merge_all),
             ("a concat_map inner", refused_by_concat_map),
+            ("flat_map's outer source", refused_as_flat_maps_outer),
+            ("concat_map's outer source", refused_as_concat_maps_outer),
             ("subscribe_on's source", refused_by_subscribe_on),
             ("a hub's upstream", refused_by_hub),
             ("a mux channel's sending publisher", refused_by_mux),
@@ -1347,6 +1349,37 @@ fn refused_by_concat_map() -> Vec<String> {
         )
         .boxed()
     })
+}
+
+/// The outer source of `flat_map`/`concat_map` is subscribed in the stage's start,
+/// on the subscribing thread: its panic ends the stream with a `Panicked` error, as
+/// zip's and merge's do (it went to the sink's caller with the stage's drain loop
+/// left owned before).
+fn refused_as_flat_maps_outer() -> Vec<String> {
+    refused_outer("flat_map", |outer| {
+        outer.flat_map(weir::just, 4, 16).boxed()
+    })
+}
+
+fn refused_as_concat_maps_outer() -> Vec<String> {
+    refused_outer("concat_map", |outer| {
+        outer.concat_map(weir::just, 16).boxed()
+    })
+}
+
+fn refused_outer(what: &str, build: impl FnOnce(Refuses) -> BoxPublisher<Item>) -> Vec<String> {
+    let mut check = Check::default();
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| build(Refuses).collect())) {
+        Ok(handle) => match ended(handle) {
+            Some(Err(error)) if error.kind() == ErrorKind::Panicked => {}
+            other => check.fail(format!("{what}: expected a Panicked error, got {other:?}")),
+        },
+        Err(payload) => check.fail(format!(
+            "{what}: the outer source's panic reached the subscribing thread: {}",
+            panic_message(&*payload)
+        )),
+    }
+    check.done()
 }
 
 /// `subscribe_on`: the source is subscribed on a pool worker, which must survive.
