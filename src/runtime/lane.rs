@@ -91,6 +91,10 @@
 //!   ever queued); a lane may rely on it.
 //! * Whatever the queuing thread wrote before [`Lane::queue`] is visible to the run
 //!   (the hand-off synchronises, as a scheduler's `schedule` does).
+//! * A lane that learns its scheduler is gone while nothing is queued (a runtime
+//!   that dropped the lane's long-lived task) may call [`Recurring::lost`] on the
+//!   last task it was given, so that an idle stage ends too instead of waiting for
+//!   a signal that may never come.
 
 use std::sync::Arc;
 
@@ -107,6 +111,12 @@ pub trait Recurring: Send + Sync + 'static {
     /// queuing it). weir's stages end their pipeline with an error of kind
     /// [`SchedulerShutdown`](crate::ErrorKind::SchedulerShutdown) here.
     fn abandon(self: Arc<Self>);
+
+    /// The scheduler is gone while no run of this task is queued (see the module
+    /// docs' contract): weir's stages end their pipeline with an error of kind
+    /// [`SchedulerShutdown`](crate::ErrorKind::SchedulerShutdown), on this thread or
+    /// on the thread that owns their drain loop. The default does nothing.
+    fn lost(self: Arc<Self>) {}
 }
 
 /// Where one stage queues its [`Recurring`] task, made once per subscription by

@@ -110,6 +110,9 @@ struct TokioLane {
 struct LaneState {
     /// The queued run, until the task takes it.
     queued: Option<Arc<dyn Recurring>>,
+    /// The stage whose runs this lane queues (set at the first), told if the
+    /// runtime drops the task while nothing is queued.
+    owner: Option<std::sync::Weak<dyn Recurring>>,
     /// The task's waker while it waits for a run.
     waker: Option<Waker>,
     /// The task has been spawned.
@@ -135,6 +138,9 @@ impl Lane for TokioLane {
             return;
         }
         debug_assert!(state.queued.is_none(), "one queued run per lane at a time");
+        if state.owner.is_none() {
+            state.owner = Some(Arc::downgrade(&task));
+        }
         state.queued = Some(task);
         if !state.spawned {
             state.spawned = true;
@@ -202,14 +208,24 @@ impl Future for LaneTask {
 }
 
 impl Drop for LaneTask {
+    /// The runtime dropped the task (it shut down), or the task ended (its lane was
+    /// closed). A queued run is abandoned; with none queued, a stage still there is
+    /// told it lost its scheduler, so that an idle stage ends too.
     fn drop(&mut self) {
-        let (queued, _waker) = {
+        let (queued, idle, _waker) = {
             let mut state = lock(&self.shared);
             state.gone = true;
-            (state.queued.take(), state.waker.take())
+            let queued = state.queued.take();
+            let idle = match (&queued, state.closed) {
+                (None, false) => state.owner.as_ref().and_then(std::sync::Weak::upgrade),
+                _ => None,
+            };
+            (queued, idle, state.waker.take())
         };
         if let Some(task) = queued {
             task.abandon();
+        } else if let Some(stage) = idle {
+            stage.lost();
         }
     }
 }

@@ -1044,6 +1044,11 @@ where
         let missed = self.owed.load(Ordering::Relaxed);
         self.run_loop(missed, None);
     }
+
+    fn lost(self: Arc<Self>) {
+        // As a timer task dropped unrun: the next pass ends the stream.
+        CoreHandle::lost(&*self);
+    }
 }
 
 impl<G, S> CoreHandle for Core<G, S>

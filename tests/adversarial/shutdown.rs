@@ -308,3 +308,46 @@ pub fn held(env: &Env) -> String {
         sources.join("; ")
     )
 }
+
+/// Stages on tokio that are idle when the runtime shuts down (upstream silent, a
+/// stream that stays pending): nothing of theirs is queued, but their lane's task is
+/// dropped, and each must end with `SchedulerShutdown`, its upstream cancelled.
+/// Before the fix they waited for a signal that never came (a sink's `wait` hung).
+#[test]
+fn idle_stages_end_when_their_tokio_runtime_shuts_down() {
+    use weir::source::channel::ChannelPolicy;
+    use weir::ErrorKind;
+
+    let cases = [
+        "publish_on behind a silent channel",
+        "from_stream_on(pending)",
+    ];
+    let failures = run_rows(&cases, 2, |&case| {
+        guarded(case, 5 * PATIENCE, move || {
+            let runtime = tokio_runtime("shutdown-idle");
+            let tokio = Tokio::new(runtime.handle().clone());
+            let (tx, rx) = weir::channel::<u64>(4, ChannelPolicy::Backpressure);
+            let mut handle = if case.starts_with("publish_on") {
+                rx.publish_on(tokio, 16).collect()
+            } else {
+                drop(rx);
+                weir::from_stream_on(futures::stream::pending::<u64>(), tokio).collect()
+            };
+            // The stage's first pass runs on the runtime, which then has nothing
+            // to do (not a timing assertion: a shutdown before it must end the
+            // stage as well).
+            std::thread::sleep(Duration::from_millis(50));
+            runtime.shutdown_timeout(Duration::from_secs(1));
+            let mut failures = Vec::new();
+            match handle.wait_timeout(5 * PATIENCE) {
+                Some(Err(error)) if error.kind() == ErrorKind::SchedulerShutdown => {}
+                other => failures.push(format!("{case}: ended with {other:?}")),
+            }
+            if !wait_until(PATIENCE, || tx.is_closed()) {
+                failures.push(format!("{case}: upstream (the channel) not cancelled"));
+            }
+            failures
+        })
+    });
+    assert_no_failures("idle stages at shutdown", cases.len(), &failures);
+}
