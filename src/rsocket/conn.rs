@@ -1110,7 +1110,22 @@ pub(crate) fn put_frame(buf: &mut BytesMut, frame: &Frame) -> Result<(), super::
     frame.encode(buf)
 }
 
+/// Held by the connection's reader and writer tasks: a task dropped before it ended
+/// (its runtime shut down) closes the connection, so its streams end and its local
+/// publishers are cancelled instead of waiting for frames that never come. A task
+/// that ended has closed it already (or the writer leaves that to the reader).
+struct CloseOnDrop(Arc<Conn>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        if self.0.over().is_none() && !std::thread::panicking() {
+            self.0.close(Error::scheduler_shutdown("rsocket"), None);
+        }
+    }
+}
+
 async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
+    let _closes = CloseOnDrop(conn.clone());
     let mut frames = Vec::new();
     let mut refills = Vec::new();
     let mut buf = BytesMut::with_capacity(WRITE_BUDGET + 1024);
@@ -1174,6 +1189,7 @@ fn request(refills: &mut Vec<(Subscription, u64)>) {
 const READ_BATCH: usize = 1024;
 
 async fn read_loop(conn: Arc<Conn>, mut read: Reader) {
+    let _closes = CloseOnDrop(conn.clone());
     let mut assembly = Assembly::new(conn.config.max_payload);
     let tick = conn.keepalive.unwrap_or(conn.lifetime).min(conn.lifetime);
     let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + tick, tick);

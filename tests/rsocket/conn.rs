@@ -772,3 +772,34 @@ fn a_channel_refused_on_a_closed_connection_drops_its_outgoing_publisher_without
         "the channel fails: the connection is closed"
     );
 }
+
+/// The runtime running a connection shuts down with a stream open: the stream's
+/// subscriber gets an error instead of waiting for frames for ever, and the
+/// connection closes (its reader and writer tasks close it as tokio drops them).
+#[test]
+fn a_runtime_shut_down_under_an_open_stream_ends_it() {
+    let rt = runtime();
+    let (server, client, probe) = rt.block_on(async {
+        let (server, client) = served().await;
+        let probe = subscribe_probe(client.request_stream(Payload::data("infinite")));
+        probe.request(10);
+        await_probe(&probe, move |p| p.await_items(10, PATIENCE)).await;
+        (server, client, probe)
+    });
+    rt.shutdown_timeout(Duration::from_secs(5));
+    let error = probe
+        .await_error(PATIENCE)
+        .expect("the stream ended with an error");
+    assert_eq!(error.kind(), weir::ErrorKind::SchedulerShutdown, "{error}");
+    assert_eq!(probe.received_count(), 10);
+    // The connection itself closed: its stream table is empty (the stream and its
+    // receiving stage held each other before).
+    let closed = (0..3_000).any(|_| {
+        std::thread::sleep(Duration::from_millis(10));
+        client.open_streams() == 0
+    });
+    assert!(closed, "{} streams still open", client.open_streams());
+    // And the server's side of it, whose handler's publisher is cancelled.
+    assert_eq!(server.connections(), 0, "the server's connection is still open");
+    drop((server, client));
+}
