@@ -705,7 +705,12 @@ impl<T: Clone + Send + 'static> Shared<T> {
             state.timer = None;
             self.stop(&mut state)
         };
-        drop(released);
+        // Without the lock, and contained as in `leave`: an item whose `Drop` panics
+        // must not keep upstream subscribed, nor reach the thread running the timer
+        // (a pool shutting down, a subscriber's cancel).
+        if crate::guard::catch(move || drop(released)).is_err() {
+            tracing::error!(target: "weir::hub", "hub: an item panicked in Drop; contained");
+        }
         tracing::debug!(
             target: "weir::hub",
             "hub: the linger ran out with nobody subscribed; upstream cancelled, the ring released"

@@ -243,3 +243,55 @@ fn a_linger_of_duration_max_never_stops_and_a_dropped_timer_stops_the_hub() {
     a.cancel();
     assert!(cancelled.load(SeqCst), "the dropped timer stopped the hub");
 }
+
+/// An item that panics once in `Drop` while `armed` is set.
+#[derive(Clone)]
+struct Bomb {
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if self.armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            panic!("deliberate panic in an item's Drop");
+        }
+    }
+}
+
+/// The linger runs out while the ring still holds items for its replay, and one of
+/// them panics in `Drop` as the ring lets them go: the panic is contained and
+/// upstream is still cancelled (before the fix the panic left the expiry before
+/// its cancel, and upstream stayed subscribed).
+#[test]
+fn a_linger_that_runs_out_cancels_upstream_even_if_an_item_panics_in_drop() {
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use std::sync::Arc;
+    use std::time::Duration;
+    let clock = weir::runtime::VirtualTime::new();
+    let (cancelled, armed) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let flag = cancelled.clone();
+    let bombs = armed.clone();
+    let source = weir::range(0u64..u64::MAX)
+        .map(move |_| Bomb {
+            armed: bombs.clone(),
+        })
+        .inspect_cancel(move || flag.store(true, SeqCst));
+    let hub = Hub::builder(source, 4)
+        .replay(4)
+        .linger(Duration::from_secs(5), clock.clone())
+        .build();
+    let a = probe(hub.clone());
+    a.request(3);
+    a.cancel();
+    armed.store(true, SeqCst);
+    clock.advance(Duration::from_secs(6));
+    assert!(
+        !armed.load(SeqCst),
+        "no item was let go (the case checks nothing)"
+    );
+    assert!(cancelled.load(SeqCst), "upstream still subscribed");
+    drop((a, hub));
+}

@@ -800,6 +800,10 @@ fn a_runtime_shut_down_under_an_open_stream_ends_it() {
     });
     assert!(closed, "{} streams still open", client.open_streams());
     // And the server's side of it, whose handler's publisher is cancelled.
-    assert_eq!(server.connections(), 0, "the server's connection is still open");
+    assert_eq!(
+        server.connections(),
+        0,
+        "the server's connection is still open"
+    );
     drop((server, client));
 }
