@@ -26,11 +26,20 @@ use super::{run_caught, run_task, Lane, Recurring, Scheduler, Task, TimerHandle}
 /// [`schedule_timer`](Scheduler::schedule_timer) is a sleeping tokio task, aborted
 /// when the timer is cancelled.
 ///
+/// The runtime needs its time driver (`enable_time`, or `enable_all`) for weir's
+/// timers (time operators, retry back-off, a hub's linger, periodic export): on a
+/// runtime without one, tokio fails every timer task, and weir takes a failed timer
+/// task for a scheduler that shut down (`SchedulerShutdown`).
+///
 /// ```
 /// # fn main() {
 /// use weir::runtime::{Scheduler, Tokio};
 ///
-/// let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).build().unwrap();
+/// let rt = tokio::runtime::Builder::new_multi_thread()
+///     .worker_threads(1)
+///     .enable_all()
+///     .build()
+///     .unwrap();
 /// let scheduler = Tokio::new(rt.handle().clone());
 /// let (tx, rx) = std::sync::mpsc::channel();
 /// scheduler.schedule(Box::new(move || tx.send(42).unwrap()));
