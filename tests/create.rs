@@ -506,3 +506,67 @@ fn a_request_hook_installed_during_requests_is_handed_each_request_once() {
         "rounds where the hook was handed other than {REQUESTS}: {over:?}"
     );
 }
+
+/// An item that panics in `Drop` when its value is 5.
+struct Bomb(u64);
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        if self.0 == 5 && !thread::panicking() {
+            panic!("deliberate panic in an item's Drop");
+        }
+    }
+}
+
+/// Asks for ten items; at the first it emits six more through `emitter` (queued:
+/// its own pass is delivering) and cancels.
+struct CancelsAtFirst {
+    subscription: Option<weir::Subscription>,
+    emitter: Arc<std::sync::Mutex<Option<Emitter<Bomb>>>>,
+}
+
+impl weir::Subscriber<Bomb> for CancelsAtFirst {
+    fn on_subscribe(&mut self, subscription: weir::Subscription) {
+        subscription.request(10);
+        self.subscription = Some(subscription);
+    }
+    fn on_next(&mut self, _: Bomb) {
+        if let Some(emitter) = self.emitter.lock().unwrap().take() {
+            for i in 1..=6 {
+                let _ = emitter.emit(Bomb(i));
+            }
+        }
+        if let Some(subscription) = self.subscription.take() {
+            subscription.cancel();
+        }
+    }
+    fn on_error(&mut self, _: weir::Error) {}
+    fn on_complete(&mut self) {}
+}
+
+/// A cancel that lets go of undelivered items, one of which panics in `Drop`: the
+/// panic is contained and the cancel hook still runs (before the fix the panic left
+/// the stop before its hooks: `on_cancel` never ran, and a hook holding an emitter
+/// kept the stage alive).
+#[test]
+fn an_item_panicking_in_drop_at_the_cancel_does_not_skip_the_cancel_hook() {
+    let hooked = Arc::new(AtomicBool::new(false));
+    let flag = hooked.clone();
+    let slot = Arc::new(std::sync::Mutex::new(None));
+    let emitter_slot = slot.clone();
+    weir::create(move |emitter: Emitter<Bomb>| {
+        let flag = flag.clone();
+        emitter.on_cancel(move || flag.store(true, Ordering::SeqCst));
+        *emitter_slot.lock().unwrap() = Some(emitter.clone());
+        let _ = emitter.emit(Bomb(0));
+    })
+    .subscribe(CancelsAtFirst {
+        subscription: None,
+        emitter: slot.clone(),
+    });
+    assert!(
+        slot.lock().unwrap().is_none(),
+        "the items were never emitted"
+    );
+    assert!(hooked.load(Ordering::SeqCst), "on_cancel never ran");
+}

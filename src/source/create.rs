@@ -908,7 +908,9 @@ impl<T: Send + 'static> Stage for Creating<T> {
 
     fn stop(&self, batch: &mut Vec<T>) {
         let shared = &*self.shared;
-        batch.clear();
+        // Let go of last (below): an item's `Drop` is user code, and its panic must
+        // not skip the hooks.
+        let undelivered = std::mem::take(batch);
         let (items, wake, cancelled) = {
             let mut state = shared.lock();
             state.open = false;
@@ -919,7 +921,6 @@ impl<T: Send + 'static> Stage for Creating<T> {
         // Relaxed: a hint for producers (see `is_cancelled`).
         shared.cancelled.store(cancelled, Ordering::Relaxed);
         wake.into_iter().for_each(Waker::wake);
-        drop(items);
         // Take both hooks out: they may hold emitters (a cycle through `shared`), and
         // dropping them, like the items, runs user code, so outside the locks.
         let (on_request, on_cancel) = {
@@ -928,14 +929,17 @@ impl<T: Send + 'static> Stage for Creating<T> {
             hooks.cancel_ran = cancelled;
             (hooks.on_request.take(), hooks.on_cancel.take())
         };
-        drop(on_request);
-        match on_cancel {
+        let unused = match on_cancel {
             Some(hook) if cancelled => {
                 if catch(hook).is_err() {
                     tracing::error!(target: "weir::create", "create's on_cancel hook panicked");
                 }
+                None
             }
-            unused => drop(unused),
+            unused => unused,
+        };
+        if catch(move || drop((undelivered, items, on_request, unused))).is_err() {
+            tracing::error!(target: "weir::create", "an item or a hook of create panicked in Drop; contained");
         }
     }
 
