@@ -519,9 +519,11 @@ impl<T: Clone + Send + 'static> Shared<T> {
         batch: &mut VecDeque<T>,
         evicted: &mut VecDeque<T>,
     ) -> Result<(), ()> {
-        let owner = self.pump.try_enter();
         // One more than the ring: a delivery beyond what the hub asked for shows.
+        // Gathered before the pump is taken: the iterator is user code, and its
+        // panic must not leave the pump taken.
         crate::stage::window::gather(batch, items, self.capacity.saturating_add(1));
+        let owner = self.pump.try_enter();
         let (refused, step) = {
             let mut state = self.lock();
             if matches!(state.phase, Phase::Stopped) {

@@ -217,3 +217,36 @@ fn a_panic_in_the_fan_out_that_an_iterator_runs_stays_with_the_subscriber_that_p
         "the channel was cancelled: sends refused from then on"
     );
 }
+
+/// A hand-written upstream whose batch iterator panics while the hub gathers it (on
+/// the publisher's own thread, which the panic then ends, dropping the hub's inlet).
+struct BatchPanics;
+
+impl Publisher for BatchPanics {
+    type Item = u64;
+
+    fn subscribe<S: Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
+        thread::spawn(move || {
+            subscriber.on_subscribe(Subscription::noop());
+            let batch =
+                (0..4u64).inspect(|&x| assert!(x != 2, "a batch iterator panics on purpose"));
+            let _ = subscriber.on_next_batch(batch);
+        });
+    }
+}
+
+/// The hub's upstream panics inside the batch it hands over: every subscriber still
+/// ends (before the fix the arrival had taken the hub's pump before gathering the
+/// batch, the panic left the pump taken, and nothing woke the subscribers again).
+#[test]
+fn an_upstream_batch_that_panics_while_gathered_ends_every_subscriber() {
+    let hub = Hub::builder(BatchPanics, 8).connect_at(2).build();
+    let a = probe(hub.clone());
+    let b = probe(hub.join(Policy::DropOldest));
+    a.request(10);
+    b.request(10);
+    for p in [&a, &b] {
+        p.await_terminal(std::time::Duration::from_secs(10))
+            .expect("the hub ended its subscribers");
+    }
+}
