@@ -68,6 +68,9 @@ pub(super) struct Boundary<T, C> {
     held: Padded<Held>,
     /// This drain's mark on upstream's [`Pull`](crate::spec::Pull), if it has one.
     pull_mark: PullMark,
+    /// The first panic of the gauge's clock (a user scheduler's `now`): the drain's
+    /// next pass ends the stream with it ([`now`](Self::now)).
+    clock_failure: std::sync::OnceLock<Error>,
 }
 
 /// Items arrived and delivered held back by the drain. Statistics that order nothing,
@@ -145,7 +148,18 @@ impl<T, C> Boundary<T, C> {
                 delivered: std::sync::atomic::AtomicU64::new(0),
             }),
             pull_mark: PullMark::default(),
+            clock_failure: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The gauge's clock now. A panic of it (user code: a scheduler's `now`) is
+    /// kept for the drain's pass to end the stream with, and the reading falls back
+    /// to `Instant::now()`, so that the stamp or rate it is taken for stays whole.
+    pub(super) fn now(&self) -> Instant {
+        crate::guard::catch(|| self.gauge.now()).unwrap_or_else(|error| {
+            let _first_kept = self.clock_failure.set(error.in_stage("publish_on"));
+            Instant::now()
+        })
     }
 
     /// Upstream ended (or broke rule 1.1): park the end behind the queued items. The
@@ -202,8 +216,7 @@ impl<T, C> Boundary<T, C> {
         self.gauge.depth(self.watch.len());
         let (arrived, delivered) = self.take_held();
         if arrived > 0 || delivered > 0 {
-            self.gauge
-                .moved(arrived, arrived, delivered, self.gauge.now());
+            self.gauge.moved(arrived, arrived, delivered, self.now());
         }
     }
 }
@@ -259,7 +272,7 @@ impl<T: Send + 'static, C: Scheduler> Boundary<T, C> {
         queue.held = 0;
         let (held_in, held_out) = self.take_held();
         let (arrived, delivered) = (arrived + held_in, delivered + held_out);
-        let now = now.unwrap_or_else(|| self.gauge.now());
+        let now = now.unwrap_or_else(|| self.now());
         self.gauge.moved(arrived, arrived, delivered, now);
         if expired > 0 {
             self.gauge.dropped(DropReason::Expired, expired);
@@ -387,11 +400,16 @@ impl<T: Send + 'static, C: Scheduler> Stage for Boundary<T, C> {
                 pull.pull();
             }
         }
-        let now = queue.stamps.is_some().then(|| self.gauge.now());
+        let now = queue.stamps.is_some().then(|| self.now());
         let pass = self.deliver(cx, subscriber, queue, now);
         queue.drops.flush();
         self.record(queue, now);
-        pass
+        match self.clock_failure.get() {
+            // The clock panicked (here, or on the producer's side): not the
+            // subscriber's panic, so the subscriber gets it.
+            Some(error) if pass != Pass::Over => cx.terminate(subscriber, Err(error.clone())),
+            _ => pass,
+        }
     }
 
     /// Cancel upstream and drop what the ring holds (each item's `Drop` contained).

@@ -430,7 +430,8 @@ where
             Some(stamps) => {
                 let written = producer.write(&mut items);
                 if written > 0 {
-                    let stamp = (producer.position(), core.stage().gauge.now());
+                    // A panic of the clock is kept for the drain (see `Boundary::now`).
+                    let stamp = (producer.position(), core.stage().now());
                     let recorded = stamps.push(stamp).is_ok();
                     debug_assert!(recorded, "the stamp ring has a slot per queued item");
                     producer.publish();

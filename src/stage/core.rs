@@ -282,6 +282,9 @@ pub(crate) trait CoreHandle: Send + Sync + 'static {
     fn fire(&self);
     /// The scheduler dropped one of the stage's tasks without running it.
     fn lost(&self);
+    /// User code the stage ran outside its pass (a user scheduler's clock, say)
+    /// panicked with `error`: the next pass ends the stream with it.
+    fn fail(&self, error: Error);
 }
 
 /// What a pass body gets from the core.
@@ -1086,6 +1089,14 @@ where
         }
         // Relaxed: published to the owner by the `Wip::enter` in `signal`.
         self.flags.fetch_or(SHUTDOWN, Ordering::Relaxed);
+        self.signal();
+    }
+
+    fn fail(&self, error: Error) {
+        if self.is_over() {
+            return;
+        }
+        self.failed(error);
         self.signal();
     }
 }

@@ -62,6 +62,7 @@ use std::time::{Duration, Instant};
 
 use super::core::{Core, CoreHandle, Cx, Pass, SharedUpstream, Stage};
 use crate::demand::AtomicDemand;
+use crate::guard::catch;
 use crate::runtime::{deadline, Scheduler, TimerHandle};
 use crate::{DropReason, Error, Subscriber, Subscription};
 
@@ -319,13 +320,29 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
         &self,
         f: impl FnOnce(&mut M, &mut Fx<'_, M::In>),
     ) -> Option<(DropReason, M::In)> {
-        let mut fx = Fx::new(&self.scheduler);
-        let ticket = {
-            let mut machine = lock(&self.machine);
-            f(machine.as_mut()?, &mut fx);
-            self.ticket(&fx)
-        };
-        self.apply(fx, ticket)
+        let called = catch(|| {
+            let mut fx = Fx::new(&self.scheduler);
+            let ticket = {
+                let mut machine = lock(&self.machine);
+                f(machine.as_mut()?, &mut fx);
+                self.ticket(&fx)
+            };
+            self.apply(fx, ticket)
+        });
+        called.unwrap_or_else(|error| {
+            self.fail(error);
+            None
+        })
+    }
+
+    /// The machine's work panicked: a user scheduler's clock (`Fx::now`) or its
+    /// `schedule_timer`, run on upstream's thread or a timer's. The stage ends with
+    /// the error at its next pass (the panic is not upstream's subscriber's).
+    #[cold]
+    fn fail(&self, error: Error) {
+        if let Some(core) = self.me.get().and_then(Weak::upgrade) {
+            core.fail(error);
+        }
     }
 
     /// The ticket of `fx`'s arm, if it arms (called under the machine lock, which
@@ -373,6 +390,19 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
     /// is over (the caller stops: what is left of the batch is released). The caller
     /// then asks the core for a pass.
     pub(crate) fn items<I: Iterator<Item = M::In>>(
+        &self,
+        items: &mut I,
+        dropped: &mut Vec<(DropReason, M::In)>,
+    ) -> Option<(usize, bool)> {
+        let fed = catch(|| self.feed(items, dropped));
+        fed.unwrap_or_else(|error| {
+            self.fail(error);
+            None
+        })
+    }
+
+    /// [`items`](Self::items), unguarded.
+    fn feed<I: Iterator<Item = M::In>>(
         &self,
         items: &mut I,
         dropped: &mut Vec<(DropReason, M::In)>,
@@ -497,19 +527,27 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
                 return Pass::Idle;
             }
             let demand = cx.demand().get();
-            let mut fx = Fx::new(&self.scheduler);
-            let (end, ticket) = {
-                let mut machine = lock(&self.machine);
-                let Some(machine) = machine.as_mut() else {
-                    return Pass::Idle;
+            let polled = catch(|| {
+                let mut fx = Fx::new(&self.scheduler);
+                let (end, ticket) = {
+                    let mut machine = lock(&self.machine);
+                    let machine = machine.as_mut()?;
+                    if out.capacity() == 0 {
+                        out.reserve_exact(CHUNK);
+                    }
+                    (machine.poll_into(demand, out, &mut fx), self.ticket(&fx))
                 };
-                if out.capacity() == 0 {
-                    out.reserve_exact(CHUNK);
-                }
-                (machine.poll_into(demand, out, &mut fx), self.ticket(&fx))
+                fx.settle_requests();
+                let _polls_drop_nothing = self.apply(fx, ticket);
+                Some(end)
+            });
+            let end = match polled {
+                Ok(Some(end)) => end,
+                Ok(None) => return Pass::Idle,
+                // The machine's work panicked (a user scheduler's clock, say), not the
+                // subscriber: it gets the error.
+                Err(error) => return cx.terminate(downstream, Err(error.in_stage(M::NAME))),
             };
-            fx.settle_requests();
-            let _polls_drop_nothing = self.apply(fx, ticket);
             let emitted = out.len();
             if emitted > 0 {
                 // One batch, within the demand the machine was told of. Items a
