@@ -45,7 +45,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::{Registry, StageSnapshot};
-use crate::runtime::{Scheduler, TimerHandle};
+use crate::runtime::{Scheduler, TimerSlot};
 use crate::DropReason;
 
 /// Records a [`Registry`]'s figures through the `metrics` facade; see the
@@ -264,14 +264,14 @@ impl Exporter {
 /// The periodic export's state, shared by its timer tasks.
 struct Timer {
     exporter: Mutex<Exporter>,
-    next: Arc<Mutex<Next>>,
+    next: Arc<TimerSlot>,
     period: Duration,
     scheduler: Arc<dyn Scheduler>,
 }
 
 impl Timer {
     fn tick(self: Arc<Self>) {
-        if lock(&self.next).stopped {
+        if self.next.is_stopped() {
             return;
         }
         // A recorder that panics loses this export only (the next tick exports again),
@@ -288,19 +288,10 @@ impl Timer {
         if crate::runtime::deadline(self.scheduler.now(), self.period).is_some() {
             let (scheduler, period, next) =
                 (self.scheduler.clone(), self.period, self.next.clone());
-            // Not under `next`'s lock: a scheduler may run the task right here.
             let timer = scheduler.schedule_timer(period, Box::new(move || self.tick()));
-            let mut next = lock(&next);
-            if next.stopped {
-                drop(next);
-                // The handle was dropped meanwhile: nothing may stay queued.
-                timer.cancel();
-            } else {
-                // The one it replaces is this tick's own, which has fired.
-                let fired = next.timer.replace(timer);
-                drop(next);
-                drop(fired);
-            }
+            // One tick arms the next, so no two arms race and one ticket does; kept
+            // after the handle was dropped, the timer is cancelled.
+            next.keep(0, timer);
         }
     }
 }
@@ -309,38 +300,16 @@ impl Timer {
 #[derive(Debug)]
 #[must_use = "dropping the handle stops the periodic export"]
 pub struct ExportHandle {
-    next: Arc<Mutex<Next>>,
+    next: Arc<TimerSlot>,
 }
 
 impl Drop for ExportHandle {
     /// Stops the export and removes its queued timer from the scheduler (the
     /// exporter is released now, not when the period would have run out).
     fn drop(&mut self) {
-        let timer = {
-            let mut next = lock(&self.next);
-            next.stopped = true;
-            next.timer.take()
-        };
-        // Outside the lock: the scheduler drops the task, and the exporter with it.
-        if let Some(timer) = timer {
-            timer.cancel();
-        }
+        // The scheduler drops the queued tick, and the exporter with it.
+        self.next.stop();
     }
-}
-
-/// The periodic export's next tick: its timer, and whether the handle was dropped
-/// (a tick scheduled after that cancels its own timer).
-#[derive(Debug, Default)]
-struct Next {
-    stopped: bool,
-    timer: Option<TimerHandle>,
-}
-
-fn lock<X>(mutex: &Mutex<X>) -> std::sync::MutexGuard<'_, X> {
-    // Nothing panics while `Next` is locked; recover anyway.
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn describe() {

@@ -187,6 +187,74 @@ impl std::fmt::Debug for TimerHandle {
     }
 }
 
+/// The one outstanding timer of something that re-arms (a time stage, a periodic
+/// export), and whether it stopped.
+///
+/// A timer is scheduled before it is kept here (a scheduler may run its task at
+/// once, so not under this lock), and a timer that fires may arm the next one on
+/// another thread: two arms and the `stop` may reach the slot in any order. Each
+/// arm carries a ticket, increasing in the order the arms were decided; the slot
+/// keeps the newest timer, and an arm that comes after `stop` cancels its own, so
+/// the scheduler holds nothing of what stopped.
+#[derive(Debug, Default)]
+pub(crate) struct TimerSlot(std::sync::Mutex<Slot>);
+
+#[derive(Debug, Default)]
+struct Slot {
+    armed: Option<(u64, TimerHandle)>,
+    stopped: bool,
+}
+
+impl TimerSlot {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
+        // Nothing panics while it is held; recover anyway.
+        self.0
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Keep `timer`, set by the arm numbered `ticket`. The timer it replaces has
+    /// fired (one arm at a time); one older than the kept timer has fired too and is
+    /// let go; after `stop` it is cancelled.
+    pub(crate) fn keep(&self, ticket: u64, timer: TimerHandle) {
+        let mut slot = self.lock();
+        if slot.stopped {
+            drop(slot);
+            timer.cancel();
+            return;
+        }
+        if slot
+            .armed
+            .as_ref()
+            .is_some_and(|(newer, _)| *newer > ticket)
+        {
+            return;
+        }
+        let fired = slot.armed.replace((ticket, timer));
+        drop(slot);
+        drop(fired);
+    }
+
+    /// Whether [`stop`](Self::stop) was called (the periodic export asks).
+    #[cfg(feature = "metrics")]
+    pub(crate) fn is_stopped(&self) -> bool {
+        self.lock().stopped
+    }
+
+    /// Stop: the kept timer is cancelled (outside the lock: the scheduler drops its
+    /// task), and so is any timer kept later.
+    pub(crate) fn stop(&self) {
+        let armed = {
+            let mut slot = self.lock();
+            slot.stopped = true;
+            slot.armed.take()
+        };
+        if let Some((_, timer)) = armed {
+            timer.cancel();
+        }
+    }
+}
+
 /// `at + delay`, or `None` when that instant does not fit the clock: a delay that
 /// long means "never".
 #[inline]

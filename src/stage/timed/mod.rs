@@ -63,7 +63,7 @@ use std::time::{Duration, Instant};
 use super::core::{Core, CoreHandle, Cx, Pass, SharedUpstream, Stage};
 use crate::demand::AtomicDemand;
 use crate::guard::catch;
-use crate::runtime::{deadline, Scheduler, TimerHandle};
+use crate::runtime::{deadline, Scheduler, TimerSlot};
 use crate::{DropReason, Error, Subscriber, Subscription};
 
 pub(crate) use clock::{assert_positive, from_nanos, until_next_tick};
@@ -262,23 +262,9 @@ pub(crate) struct Timed<M, C> {
     /// The core, for timer tasks (which must not keep the stage alive).
     me: OnceLock<Weak<dyn CoreHandle>>,
     /// The outstanding timer, cancelled when the stage ends.
-    timer: Mutex<TimerSlot>,
+    timer: TimerSlot,
     /// Tickets of the machine's arms, taken under the machine lock (see [`Timed::arm`]).
     arms: AtomicU64,
-}
-
-/// The outstanding timer, with the ticket of the arm that set it, and whether the
-/// stage has stopped.
-///
-/// A timer is scheduled after the machine lock is released, so two threads' arms
-/// (one from a timer that fired and armed the next, one still storing that timer)
-/// and the stage's `stop` may reach the slot in any order. The ticket keeps the
-/// newest timer in the slot; `stopped` makes an arm that comes after `stop` cancel
-/// its own timer, so the scheduler holds nothing of a stage that ended.
-#[derive(Default)]
-struct TimerSlot {
-    armed: Option<(u64, TimerHandle)>,
-    stopped: bool,
 }
 
 /// The core of a time stage serving `S`.
@@ -302,7 +288,7 @@ where
         scheduler,
         upstream: upstream.map(SharedUpstream::new),
         me: OnceLock::new(),
-        timer: Mutex::default(),
+        timer: TimerSlot::default(),
         arms: AtomicU64::new(0),
     });
     core.attach_then(Vec::new(), downstream, |core| {
@@ -452,7 +438,7 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
     }
 
     /// Arm the one timer, for the machine's arm numbered `ticket` (see
-    /// [`TimerSlot`]).
+    /// [`TimerSlot`]: an arm that reaches the slot after `stop` cancels its timer).
     fn arm(&self, delay: Duration, ticket: u64) {
         let Some(me) = self.me.get() else {
             return;
@@ -464,26 +450,7 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
         let timer = self
             .scheduler
             .schedule_timer(delay, Box::new(move || task.fire()));
-        let mut slot = lock(&self.timer);
-        if slot.stopped {
-            drop(slot);
-            // The stage ended while this was scheduled: nothing may stay queued.
-            timer.cancel();
-            return;
-        }
-        if slot
-            .armed
-            .as_ref()
-            .is_some_and(|(newer, _)| *newer > ticket)
-        {
-            // A later arm got here first, so this timer has fired (machines arm one
-            // at a time): the slot keeps the later one.
-            return;
-        }
-        // The previous timer (if any) has fired: machines arm one at a time.
-        let previous = slot.armed.replace((ticket, timer));
-        drop(slot);
-        drop(previous);
+        self.timer.keep(ticket, timer);
     }
 }
 
@@ -578,14 +545,7 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
     fn stop(&self, out: &mut Vec<M::Out>) {
         out.clear();
         let machine = lock(&self.machine).take();
-        let timer = {
-            let mut slot = lock(&self.timer);
-            slot.stopped = true;
-            slot.armed.take()
-        };
-        if let Some((_, timer)) = timer {
-            timer.cancel();
-        }
+        self.timer.stop();
         if let Some(upstream) = &self.upstream {
             upstream.cancel();
         }
