@@ -54,6 +54,13 @@
 //!   channel's after its claim. The channel counts its watchers (several
 //!   subscribers' drains behind a hub): each drain passes on only the changes of
 //!   its mark, and a drain dropped with its mark set takes it back.
+//! * **Pulling a hub's subscriber.** Right behind a [`share`](crate::PublisherExt::share)
+//!   hub's subscriber, the drain also *adopts* it when it subscribes: the hub then
+//!   wakes the drain instead of running the subscriber's pass on the thread that
+//!   fed it, and the drain's pass, finding the subscriber marked woken, runs that
+//!   pass first, on the drain's thread, so the items land in this ring from there
+//!   (see [`hub`](crate::hub)). The mark is set before the signal, which orders it
+//!   before the pass the signal asks for.
 //! * **Downstream** `request` adds demand and asks for a pass; `cancel` cancels
 //!   upstream at once and the next pass drops the queued items and the subscriber.
 //!   A subscriber that panics is treated the same way (rule 2.13), and so is a
@@ -392,6 +399,12 @@ where
         // Downstream's on_subscribe runs here, on upstream's thread; what it requests
         // is served by a task on the scheduler.
         core.attach(queue, downstream);
+        if let Some(pull) = subscription.pull() {
+            // Upstream may then hand its deliveries to the drain's thread (a hub's
+            // subscriber: see the hub's module docs).
+            let drain = Arc::downgrade(&core);
+            pull.adopt(drain);
+        }
         let cancelled = core.is_stopping();
         self.phase = Phase::Running {
             producer,

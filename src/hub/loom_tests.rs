@@ -93,3 +93,45 @@ fn loom_hub_two_backpressure_subscribers_ring_of_two() {
 fn loom_hub_a_drop_oldest_subscriber_beside_a_backpressure_one() {
     model(Policy::DropOldest);
 }
+
+/// A subscriber behind `publish_on` adopts its member: the hub's arrivals then
+/// mark the member woken and signal the boundary's drain, whose pass pulls (runs
+/// the member's pass on its thread). The model: a ring of 2, one such subscriber
+/// (`Immediate`: the drain runs on whichever thread signals it), upstream on one
+/// thread sending two items against credit, downstream requesting from another.
+/// Both items arrive, in order, once both threads are done: a wake-up that found
+/// the drain's loop owned elsewhere was not lost (that owner ran another pass, which
+/// saw the mark).
+#[test]
+fn loom_hub_an_adopted_member_wakes_its_drain() {
+    use crate::runtime::Immediate;
+    use crate::PublisherExt;
+    loom::model(|| {
+        let (publisher, stash, credit) = Stash::new();
+        let hub = Hub::builder(publisher, 2).build();
+        let recorder = Recorder::default();
+        hub.clone()
+            .publish_on(Immediate, 2)
+            .subscribe(recorder.clone());
+        let mut upstream = stash.lock().unwrap().take().expect("connected at one");
+        let producer = thread::spawn(move || {
+            let credit: Arc<Credit> = credit;
+            for item in 0..ITEMS {
+                while credit.requested() <= u64::from(item) {
+                    thread::yield_now();
+                }
+                upstream.on_next(item);
+            }
+            upstream
+        });
+        recorder.subscription().request(u64::from(ITEMS));
+        let upstream = producer.join().unwrap();
+        assert_eq!(
+            recorder.items(),
+            (0..ITEMS).collect::<Vec<_>>(),
+            "every item once, in order"
+        );
+        recorder.subscription().cancel();
+        drop(upstream);
+    });
+}

@@ -5,10 +5,11 @@
 // downstream without it; see the module docs of `hub` for the whole algorithm.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 use super::ring::Lagged;
 use super::{Shared, HUB_BATCH};
+use crate::loom::{AtomicBool, Ordering};
 use crate::metrics::DropReporter;
 use crate::spec::{Pull, PullMark};
 use crate::stage::{Core, CoreHandle, Cx, Pass, Stage};
@@ -31,15 +32,53 @@ pub(crate) struct Batch<T> {
     registration: Option<crate::metrics::Registration>,
 }
 
-/// Subscribe `subscriber` as member `id` of the hub. `register` runs while the new
-/// core owns its loop (after `on_subscribe`, before any pass), with the handle the
-/// hub wakes it through.
+/// How the hub wakes a member that has items (or its end) waiting: by running the
+/// member's pass on the waking thread, or, once a scheduled drain right behind the
+/// member has *adopted* it (a `publish_on` whose upstream is this member), by
+/// waking that drain, which runs the member's pass on its own thread when it pulls
+/// (see the module docs of `hub`).
+pub(crate) struct MemberWake {
+    /// The member's core.
+    core: Arc<dyn CoreHandle>,
+    /// The drain that adopted the member, if one did.
+    drain: OnceLock<Weak<dyn CoreHandle>>,
+    /// The hub woke the member since its drain last pulled.
+    pending: AtomicBool,
+}
+
+impl MemberWake {
+    /// Items or the end wait for the member: run its pass, or have its drain run it.
+    pub(crate) fn wake(&self) {
+        if PULLING.get() {
+            // A drain pulling upstream's lane brought the arrival: it hands the
+            // batch to every member here, as a thread of their pool would.
+            self.core.signal();
+            return;
+        }
+        match self.drain.get().and_then(Weak::upgrade) {
+            Some(drain) => {
+                // Release: pairs with the Acquire swap in `MemberPull::pull`; the
+                // drain's signal below orders this store before the pass it asks
+                // for (or the extra pass a running owner then owes).
+                self.pending.store(true, Ordering::Release);
+                drain.signal();
+            }
+            None => self.core.signal(),
+        }
+    }
+}
+
+/// Subscribe `subscriber` as member `id` of the hub (`adoptable`: a drain right
+/// behind it may adopt it, see [`MemberWake`]). `register` runs while the new core
+/// owns its loop (after `on_subscribe`, before any pass), with the handle the hub
+/// wakes it through.
 pub(crate) fn attach<T, S>(
     shared: Arc<Shared<T>>,
     id: u64,
+    adoptable: bool,
     subscriber: S,
     registration: Option<crate::metrics::Registration>,
-    register: impl FnOnce(Arc<dyn CoreHandle>),
+    register: impl FnOnce(Arc<MemberWake>),
 ) where
     T: Clone + Send + 'static,
     S: Subscriber<T> + Send + 'static,
@@ -50,16 +89,23 @@ pub(crate) fn attach<T, S>(
         drops: DropReporter::new("share", hook),
         registration,
     };
-    let pull: Arc<dyn Pull> = Arc::new(MemberPull {
+    let core = Core::new(MemberStage {
         shared: shared.clone(),
+        id,
+    });
+    let wake = Arc::new(MemberWake {
+        core: core.clone(),
+        drain: OnceLock::new(),
+        pending: AtomicBool::new(false),
+    });
+    let pull: Arc<dyn Pull> = Arc::new(MemberPull {
+        shared,
         mark: PullMark::default(),
+        wake: wake.clone(),
+        adoptable,
     });
-    let core = Core::new(MemberStage { shared, id });
     let subscription = Subscription::with_pull(core.clone(), pull);
-    core.attach_as(subscription, batch, subscriber, |core| {
-        let handle: Arc<dyn CoreHandle> = core.clone();
-        register(handle);
-    });
+    core.attach_as(subscription, batch, subscriber, |_| register(wake));
 }
 
 /// What a subscriber's boundary sees of the hub's upstream [`Pull`] (a channel's
@@ -68,9 +114,18 @@ pub(crate) fn attach<T, S>(
 /// subscriber from that thread, in a batch, instead of one by one from the
 /// sender's. Nothing until the hub has subscribed upstream (and nothing ever if
 /// upstream has no lane); each subscriber's mark counts once upstream.
+///
+/// A drain that [adopts](Pull::adopt) the member also pulls the member itself: the
+/// hub's wake-ups then go to the drain, and the member's pass runs in the drain's
+/// pull, on the drain's thread.
 struct MemberPull<T> {
     shared: Arc<Shared<T>>,
     mark: PullMark,
+    wake: Arc<MemberWake>,
+    /// A `Backpressure` member: a drain may adopt it. A lossy member keeps taking
+    /// its items at the arrival (into the drain's own ring, as far as its demand
+    /// goes), so that a drain slow to run does not make it skip more than it did.
+    adoptable: bool,
 }
 
 impl<T> MemberPull<T> {
@@ -89,11 +144,11 @@ impl<T: Send + 'static> Pull for MemberPull<T> {
     }
 
     fn ready(&self) -> bool {
-        self.upstream().is_some_and(|pull| pull.ready())
+        self.woken() || self.upstream().is_some_and(|pull| pull.ready())
     }
 
     fn ready_run(&self) -> bool {
-        self.upstream().is_some_and(|pull| pull.ready_run())
+        self.woken() || self.upstream().is_some_and(|pull| pull.ready_run())
     }
 
     fn taken(&self) -> usize {
@@ -101,13 +156,55 @@ impl<T: Send + 'static> Pull for MemberPull<T> {
     }
 
     fn claimed(&self) -> bool {
-        self.upstream().is_some_and(|pull| pull.claimed())
+        self.woken() || self.upstream().is_some_and(|pull| pull.claimed())
     }
 
+    /// Upstream's drain loop first (its arrivals wake this member again), then the
+    /// member's pass if the hub woke it.
     fn pull(&self) {
         if let Some(pull) = self.upstream() {
+            let _pulling = Pulling::enter();
             pull.pull();
         }
+        // Acquire: pairs with the Release store in `MemberWake::wake`.
+        if self.wake.pending.swap(false, Ordering::Acquire) {
+            self.wake.core.signal();
+        }
+    }
+
+    fn adopt(&self, drain: Weak<dyn CoreHandle>) {
+        if self.adoptable {
+            // The first adopter stays (a subscription has one subscriber).
+            let _ = self.wake.drain.set(drain);
+        }
+    }
+}
+
+thread_local! {
+    /// This thread runs upstream's drain loop for a member's drain (`MemberPull::pull`).
+    static PULLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Marks this thread [`PULLING`] for its life (restored on unwind too).
+struct Pulling(bool);
+
+impl Pulling {
+    fn enter() -> Self {
+        Pulling(PULLING.replace(true))
+    }
+}
+
+impl Drop for Pulling {
+    fn drop(&mut self) {
+        PULLING.set(self.0);
+    }
+}
+
+impl<T> MemberPull<T> {
+    /// The hub woke the member for its adopting drain, which has not pulled since.
+    fn woken(&self) -> bool {
+        // Relaxed: a hint for polling; `pull` reads it with Acquire.
+        self.wake.pending.load(Ordering::Relaxed)
     }
 }
 
@@ -132,6 +229,7 @@ impl<T: Clone + Send + 'static> Stage for MemberStage<T> {
         batch: &mut Batch<T>,
         downstream: &mut S,
     ) -> Pass {
+        let _pulling = Pulling::enter();
         loop {
             if cx.stopped() {
                 return Pass::Idle;

@@ -46,6 +46,18 @@
 // marked members once it has let go of the lock. An arrival visits the
 // members only while one may be hungry or has a lag limit in items (`per_arrival`):
 // with subscribers that still have items to read, an arrival is a push and a count.
+//
+// # Runs
+//
+// A batch arrives as runs (`push_all`): the items up to the next block's first one,
+// no more than the ring holds, while nothing is to be done per arrival. A run of `r`
+// items into a ring holding `len` evicts `over = len + r - capacity` of the items that
+// were there, and arrival `i` of the run evicts when `i >= r - over`, leaving the head
+// at `head + i - (r - over) + 1`. So a cursor `c` behind the new head is passed by
+// arrival `r - over + (c - head)`, and each policy's outcome follows in one step per
+// member: `DropOldest` moves to the new head, `Latest` to that arrival's item, and
+// `Disconnect` is cut with the lag it had then. A block's first item and every item
+// while something is due per arrival go through `push`, one at a time.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -395,6 +407,102 @@ impl<T: Clone, H> Ring<T, H> {
         Ok(())
     }
 
+    /// Take the arriving items of `batch`, oldest first, with the outcome of a
+    /// [`push`](Self::push) of each in turn (the same cursors, drops, cuts, stamps
+    /// and wake-ups), but visiting the members once per run instead of once per
+    /// item: a run is the items up to the next block's first one, while no arrival
+    /// has work per member (`per_arrival`); those items, and each block's first
+    /// one, go through `push`. `Err` when an item was never requested: it and the
+    /// rest stay in `batch`.
+    pub(crate) fn push_all(
+        &mut self,
+        batch: &mut VecDeque<T>,
+        mut now: impl FnMut() -> Instant,
+        evicted: &mut VecDeque<T>,
+    ) -> Result<(), ()> {
+        while !batch.is_empty() {
+            let seq = self.tail();
+            if self.outstanding == 0 || self.per_arrival || seq % STAMP_EVERY == 0 {
+                let item = batch.pop_front().expect("not empty");
+                if let Err(item) = self.push(item, &mut now, evicted) {
+                    batch.push_front(item);
+                    return Err(());
+                }
+                continue;
+            }
+            // Up to the next block, within the credit, and never more than the
+            // ring (then only items that were there before the run leave for it).
+            let to_block = STAMP_EVERY - seq % STAMP_EVERY;
+            let run = to_block
+                .min(self.outstanding)
+                .min(batch.len() as u64)
+                .min(self.capacity as u64) as usize;
+            self.outstanding -= run as u64;
+            let over = (self.items.len() + run).saturating_sub(self.capacity);
+            if over > 0 {
+                self.evict_for_run(over, run);
+                // Items without drop glue cost nothing to drop here (see `push`).
+                if std::mem::needs_drop::<T>() {
+                    evicted.extend(self.items.drain(..over));
+                } else {
+                    self.items.drain(..over);
+                }
+            }
+            self.items.extend(batch.drain(..run));
+        }
+        Ok(())
+    }
+
+    /// A run of `run` items arrives and the oldest `over` items leave for them (the
+    /// last `over` arrivals of the run each evict one; `over` is at most what the
+    /// ring held before the run): move `head` and handle the members that fall
+    /// behind as [`evict`](Self::evict) would have, item by item. The caller takes
+    /// the items out.
+    fn evict_for_run(&mut self, over: usize, run: usize) {
+        let (h0, t0) = (self.head, self.tail());
+        // Arrival `i` of the run (sequence number `t0 + i`) evicts when `i >= first`,
+        // and leaves `head` at `h0 + i - first + 1`: a cursor `c` behind the new
+        // head is passed by arrival `first + (c - h0)`.
+        let first = (run - over) as u64;
+        self.head += over as u64;
+        while self.stamps.len() > 1 && self.stamps[1].0 <= self.head {
+            self.stamps.pop_front();
+        }
+        let head = self.head;
+        let passed_by = |c: u64| t0 + first + (c - h0);
+        for member in &mut self.members {
+            if member.cursor >= head || member.cut.is_some() {
+                continue;
+            }
+            match member.policy {
+                Policy::Backpressure => {
+                    debug_assert!(
+                        false,
+                        "the credit never lets a Backpressure member fall behind"
+                    );
+                }
+                Policy::DropOldest => {
+                    member.dropped += head - member.cursor;
+                    member.pending_drops += head - member.cursor;
+                    member.cursor = head;
+                }
+                Policy::Latest => {
+                    // It jumps to the item arriving when the ring passes it (one of
+                    // the run's: at or past the new head, as the run is no longer
+                    // than the ring).
+                    let newest = passed_by(member.cursor);
+                    member.dropped += newest - member.cursor;
+                    member.pending_drops += newest - member.cursor;
+                    member.cursor = newest;
+                }
+                Policy::Disconnect(_) => {
+                    let lag = passed_by(member.cursor) - member.cursor;
+                    cut(member, lag, "it fell a whole ring behind".to_owned());
+                }
+            }
+        }
+    }
+
     /// The ring is full and an item arrives: the oldest leaves (returned, to be
     /// dropped outside the lock); members still pointing at it are handled by their
     /// policy.
@@ -601,4 +709,160 @@ fn age_of(stamps: &VecDeque<(u64, Instant)>, seq: u64, now: Instant) -> Option<D
     let at = stamps.partition_point(|&(first, _)| first <= seq);
     let (_, since) = stamps.get(at.checked_sub(1)?)?;
     Some(now.saturating_duration_since(*since))
+}
+
+#[cfg(all(test, not(weir_loom)))]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One step of a schedule, applied to two rings alike.
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// `items` arrive, `credit` outstanding before (fewer: the rest is refused).
+        Arrive {
+            items: usize,
+            credit: u64,
+        },
+        /// A member (by position, modulo the count) takes up to `want` of `demand`.
+        Take {
+            at: usize,
+            demand: u64,
+            want: usize,
+        },
+        Join {
+            policy: Policy,
+            replay: usize,
+        },
+        Leave {
+            at: usize,
+        },
+        /// Collect the wake-ups.
+        Woken,
+    }
+
+    fn policy() -> impl Strategy<Value = Policy> {
+        // No `Backpressure`: the schedule sets the credit by hand, and a holder must
+        // never fall behind (the ring asserts that).
+        prop_oneof![
+            Just(Policy::DropOldest),
+            Just(Policy::Latest),
+            (1u64..40).prop_map(|n| Policy::Disconnect(LagLimit::Items(n))),
+            (1u64..6).prop_map(|ms| Policy::Disconnect(LagLimit::Age(Duration::from_millis(ms)))),
+        ]
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0usize..200, 0u64..220).prop_map(|(items, credit)| Op::Arrive { items, credit }),
+            3 => (0usize..8, 0u64..100, 0usize..80).prop_map(|(at, demand, want)| Op::Take { at, demand, want }),
+            1 => (policy(), 0usize..10).prop_map(|(policy, replay)| Op::Join { policy, replay }),
+            1 => (0usize..8).prop_map(|at| Op::Leave { at }),
+            1 => Just(Op::Woken),
+        ]
+    }
+
+    /// Everything a ring's callers and its stats can see.
+    fn state(ring: &Ring<u64, ()>) -> String {
+        let members: Vec<_> = ring
+            .members
+            .iter()
+            .map(|m| {
+                (
+                    m.id,
+                    m.cursor,
+                    m.hungry,
+                    m.wants,
+                    m.wake,
+                    m.cut.as_ref().map(ToString::to_string),
+                    m.lagged,
+                    m.delivered,
+                    m.dropped,
+                    m.pending_drops,
+                )
+            })
+            .collect();
+        format!(
+            "head {} items {:?} outstanding {} per_arrival {} stamps {:?} members {members:?}",
+            ring.head, ring.items, ring.outstanding, ring.per_arrival, ring.stamps
+        )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        /// `push_all` (members visited once per run) leaves every ring exactly as
+        /// pushing the same items one by one does: cursors, drops, cuts, stamps,
+        /// wake-ups, refusals.
+        #[test]
+        fn push_all_is_push_item_by_item(
+            capacity in prop_oneof![Just(1usize), Just(2), 3usize..80, Just(256)],
+            ops in proptest::collection::vec(op(), 1..60),
+        ) {
+            let base = Instant::now();
+            let (mut a, mut b) = (Ring::<u64, ()>::new(capacity), Ring::<u64, ()>::new(capacity));
+            // One fake clock per ring, a millisecond per reading: both read it
+            // equally often, or the stamps differ.
+            let (clock_a, clock_b) = (std::cell::Cell::new(0u64), std::cell::Cell::new(0u64));
+            let tick = |c: &std::cell::Cell<u64>| {
+                c.set(c.get() + 1);
+                base + Duration::from_millis(c.get())
+            };
+            let mut next_id = 0u64;
+            for op in ops {
+                match op {
+                    Op::Arrive { items, credit } => {
+                        a.outstanding = credit;
+                        b.outstanding = credit;
+                        let first = a.tail();
+                        let mut batch: VecDeque<u64> = (first..first + items as u64).collect();
+                        let (mut evicted_a, mut evicted_b) = (VecDeque::new(), VecDeque::new());
+                        let pushed_all = a.push_all(&mut batch, || tick(&clock_a), &mut evicted_a);
+                        let mut left: VecDeque<u64> = (first..first + items as u64).collect();
+                        let mut pushed = Ok(());
+                        while let Some(item) = left.pop_front() {
+                            if let Err(item) = b.push(item, || tick(&clock_b), &mut evicted_b) {
+                                left.push_front(item);
+                                pushed = Err(());
+                                break;
+                            }
+                        }
+                        prop_assert_eq!(pushed_all, pushed);
+                        prop_assert_eq!(&batch, &left, "what was refused");
+                        prop_assert_eq!(evicted_a, evicted_b);
+                    }
+                    Op::Take { at, demand, want } => {
+                        if a.members.is_empty() {
+                            continue;
+                        }
+                        let id = a.members[at % a.members.len()].id;
+                        let (mut got_a, mut got_b) = (Vec::new(), Vec::new());
+                        let ta = a.take(id, demand, want, &mut got_a);
+                        let tb = b.take(id, demand, want, &mut got_b);
+                        prop_assert_eq!(format!("{ta:?}"), format!("{tb:?}"));
+                        prop_assert_eq!(got_a, got_b);
+                    }
+                    Op::Join { policy, replay } => {
+                        a.join(next_id, None, policy, replay, ());
+                        b.join(next_id, None, policy, replay, ());
+                        next_id += 1;
+                    }
+                    Op::Leave { at } => {
+                        if a.members.is_empty() {
+                            continue;
+                        }
+                        let id = a.members[at % a.members.len()].id;
+                        prop_assert_eq!(a.leave(id).is_some(), b.leave(id).is_some());
+                    }
+                    Op::Woken => {
+                        let (mut wa, mut wb) = (Vec::new(), Vec::new());
+                        a.woken(|at| wa.push(at));
+                        b.woken(|at| wb.push(at));
+                        prop_assert_eq!(wa, wb);
+                    }
+                }
+                prop_assert_eq!(state(&a), state(&b));
+            }
+        }
+    }
 }

@@ -62,6 +62,12 @@ pub(crate) trait Pull: Send + Sync {
     /// Run the publisher's drain loop on this thread (or, if another thread owns it,
     /// make that owner run another pass).
     fn pull(&self);
+    /// A scheduled drain right behind the publisher (a `publish_on` whose upstream
+    /// this is) offers to run the publisher's own deliveries on its thread: the
+    /// publisher may then wake `drain` instead of delivering on the thread that
+    /// produced, and make [`ready`](Self::ready) true until the drain pulls. By
+    /// default nothing changes.
+    fn adopt(&self, _drain: std::sync::Weak<dyn crate::stage::CoreHandle>) {}
 }
 
 /// One watcher's mark on a [`Pull`]: passes on only its changes (a drain may mark
