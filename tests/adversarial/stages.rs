@@ -1305,6 +1305,25 @@ pub fn table() -> Vec<Stage> {
         )
         .scheduled(),
         Stage::new(
+            "subscribe_on(pool).share(16).publish_on(pool, 16)",
+            Boundary,
+            EXACT,
+            |env| {
+                // A hub fed on a pool thread, its subscriber behind a boundary that
+                // adopts it: arrivals wake the boundary's drain, which runs the
+                // subscriber's pass on its own task.
+                env.source()
+                    .subscribe_on(env.pool.clone())
+                    .map(Arc::new)
+                    .share(16)
+                    .publish_on(env.pool.clone(), 16)
+                    .map(|shared: Arc<Item>| shared.derive(shared.value))
+                    .boxed()
+            },
+            identity,
+        )
+        .scheduled(),
+        Stage::new(
             "channel(16).share(16).publish_on(pool, 16)",
             Source,
             EXACT,

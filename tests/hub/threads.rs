@@ -378,3 +378,70 @@ fn iterators_over_a_hub_over_a_channel_get_every_item_once_in_each_producers_ord
         assert_every_item_once_in_each_producers_order(&items, N, PRODUCERS);
     }
 }
+
+#[test]
+fn adopted_subscribers_end_alone_when_they_panic_cancel_or_lose_their_pool() {
+    // Subscribers behind `publish_on` over a hub fed from another thread are run by
+    // their own drains (the hub wakes the drain, which runs the subscriber's pass
+    // there). One such subscriber panics, one cancels after 1,000 items, one loses
+    // its pool mid-stream, one sits behind a `map`: each ends alone, and the plain
+    // ones (a direct fold and another boundary) get every item, in order.
+    let feeding = ThreadPool::builder().name("hub-feed").threads(1).build();
+    let pool = ThreadPool::builder().name("hub-adopt").threads(2).build();
+    let doomed = ThreadPool::builder().name("hub-doomed").threads(1).build();
+    let source = weir::range(0..N).subscribe_on(feeding.clone());
+    let hub = Hub::builder(source, 64).connect_at(6).build();
+    let all = |p: weir::BoxPublisher<u64>| {
+        p.fold(Vec::new(), |mut v, x| {
+            v.push(x);
+            v
+        })
+    };
+    let direct = all(hub.clone().boxed());
+    let boundary = all(hub.clone().publish_on(pool.clone(), 16).boxed());
+    let mapped = all(hub
+        .clone()
+        .map(|x| x + 1)
+        .publish_on(pool.clone(), 8)
+        .boxed());
+    let panics = hub.clone().publish_on(pool.clone(), 32).fold(0u64, |n, x| {
+        assert!(x < 5_000, "the subscriber's own panic at {x}");
+        n + 1
+    });
+    let cancels = hub
+        .clone()
+        .publish_on(pool.clone(), 64)
+        .take(1_000)
+        .fold(0u64, |n, _| n + 1);
+    let loses_pool = hub.clone().publish_on(doomed.clone(), 16).for_each(|_| {});
+    thread::sleep(Duration::from_millis(2));
+    doomed.shutdown();
+    for (name, mut handle) in [("direct", direct), ("boundary", boundary)] {
+        let items = handle
+            .wait_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("{name} hung"))
+            .expect("completes");
+        assert!(
+            items.iter().copied().eq(0..N),
+            "{name}: every item, in order"
+        );
+    }
+    let mut mapped = mapped;
+    let items = mapped
+        .wait_timeout(Duration::from_secs(120))
+        .expect("mapped hung")
+        .expect("completes");
+    assert!(
+        items.iter().copied().eq(1..N + 1),
+        "mapped: every item, in order"
+    );
+    let error = panics.wait().expect_err("the fold panicked");
+    assert_eq!(error.kind(), weir::ErrorKind::Panicked, "{error}");
+    assert_eq!(cancels.wait().expect("took its 1,000"), 1_000);
+    match loses_pool.wait() {
+        Ok(()) => {} // finished before the shutdown reached it
+        Err(error) => assert_eq!(error.kind(), weir::ErrorKind::SchedulerShutdown, "{error}"),
+    }
+    // Everyone left: the hub let its upstream go.
+    assert!(hub.stats().subscribers.is_empty(), "{:?}", hub.stats());
+}
