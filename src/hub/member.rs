@@ -61,7 +61,14 @@ impl MemberWake {
                 // drain's signal below orders this store before the pass it asks
                 // for (or the extra pass a running owner then owes).
                 self.pending.store(true, Ordering::Release);
-                drain.signal();
+                // Signalling may run the drain's scheduler (user code). Its panic
+                // must not unwind through the hub's pump (which would stay taken,
+                // and every other subscriber wait for ever): the task it dropped
+                // ended the drain, and the member's own pass, run here as without
+                // adoption, meets the same scheduler and ends the member.
+                if crate::guard::catch(|| drain.signal()).is_err() {
+                    self.core.signal();
+                }
             }
             None => self.core.signal(),
         }

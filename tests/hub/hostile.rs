@@ -250,3 +250,78 @@ fn an_upstream_batch_that_panics_while_gathered_ends_every_subscriber() {
             .expect("the hub ended its subscribers");
     }
 }
+
+/// A scheduler that panics at its `at`-th `schedule` (a pool's otherwise).
+#[derive(Clone)]
+struct PanicsInSchedule {
+    pool: weir::runtime::ThreadPool,
+    calls: Arc<std::sync::atomic::AtomicU64>,
+    at: u64,
+}
+
+impl weir::runtime::Scheduler for PanicsInSchedule {
+    fn schedule(&self, task: weir::runtime::Task) {
+        let n = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        assert!(
+            n != self.at,
+            "a scheduler that panics in schedule (call {n})"
+        );
+        self.pool.schedule(task);
+    }
+
+    fn schedule_after(&self, delay: std::time::Duration, task: weir::runtime::Task) {
+        self.pool.schedule_after(delay, task);
+    }
+
+    fn now(&self) -> std::time::Instant {
+        self.pool.now()
+    }
+}
+
+#[test]
+fn a_boundary_whose_scheduler_panics_ends_alone_and_the_hub_goes_on() {
+    // The subscriber behind the boundary is woken through its drain, on the thread
+    // that feeds the hub: the scheduler's panic there ends that subscriber only.
+    // The plain subscriber beside it gets every item and the end. (The first call
+    // comes from the boundary's subscribe, whose panic makes it a subscriber that
+    // never joined: `connect_at(2)` then waits for another, as documented.)
+    const N: u64 = 20_000;
+    let feeding = weir::runtime::ThreadPool::builder()
+        .name("hub-feed")
+        .threads(1)
+        .build();
+    let pool = weir::runtime::ThreadPool::builder()
+        .name("hub-flaky")
+        .threads(1)
+        .build();
+    for at in 2..=6 {
+        let source = weir::range(0..N).subscribe_on(feeding.clone());
+        let hub = Hub::builder(source, 64).connect_at(2).build();
+        let flaky = PanicsInSchedule {
+            pool: pool.clone(),
+            calls: Arc::default(),
+            at,
+        };
+        let boundary = hub.clone().publish_on(flaky, 16).fold(0u64, |n, _| n + 1);
+        let mut plain = hub.clone().fold(Vec::new(), |mut v, x| {
+            v.push(x);
+            v
+        });
+        let items = plain
+            .wait_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("the plain subscriber hung (panic at call {at})"))
+            .expect("completes");
+        assert!(
+            items.iter().copied().eq(0..N),
+            "every item, in order (call {at})"
+        );
+        let mut boundary = boundary;
+        let end = boundary
+            .wait_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|| panic!("the boundary's subscriber hung (panic at call {at})"));
+        assert!(
+            end.is_err(),
+            "the scheduler's panic ended it (call {at}): {end:?}"
+        );
+    }
+}
