@@ -353,18 +353,27 @@ impl<T: Clone, H> Ring<T, H> {
         now: impl FnOnce() -> Instant,
         evicted: &mut VecDeque<T>,
     ) -> Result<(), T> {
+        // A run of one that evicts one.
+        self.push_evicting(item, now, evicted, |ring, evicted| {
+            ring.evict_for_run(1, 1, evicted)
+        })
+    }
+
+    /// [`push`](Self::push), with the eviction of the oldest item (into a full
+    /// ring) done by `evict` (the unit test's item-by-item model replaces it).
+    fn push_evicting(
+        &mut self,
+        item: T,
+        now: impl FnOnce() -> Instant,
+        evicted: &mut VecDeque<T>,
+        evict: impl FnOnce(&mut Self, &mut VecDeque<T>),
+    ) -> Result<(), T> {
         if self.outstanding == 0 {
             return Err(item);
         }
         self.outstanding -= 1;
         if self.items.len() == self.capacity {
-            let oldest = self.evict();
-            // An item whose `Drop` is user code is dropped after the lock; one
-            // without drop glue costs nothing to drop here (and keeping it costs a
-            // copy per arrival: the ring is full in steady state).
-            if std::mem::needs_drop::<T>() {
-                evicted.extend(oldest);
-            }
+            evict(self, evicted);
         }
         let seq = self.tail();
         self.items.push_back(item);
@@ -440,26 +449,29 @@ impl<T: Clone, H> Ring<T, H> {
             self.outstanding -= run as u64;
             let over = (self.items.len() + run).saturating_sub(self.capacity);
             if over > 0 {
-                self.evict_for_run(over, run);
-                // Items without drop glue cost nothing to drop here (see `push`).
-                if std::mem::needs_drop::<T>() {
-                    evicted.extend(self.items.drain(..over));
-                } else {
-                    self.items.drain(..over);
-                }
+                self.evict_for_run(over, run, evicted);
             }
             self.items.extend(batch.drain(..run));
         }
         Ok(())
     }
 
-    /// A run of `run` items arrives and the oldest `over` items leave for them (the
-    /// last `over` arrivals of the run each evict one; `over` is at most what the
-    /// ring held before the run): move `head` and handle the members that fall
-    /// behind as [`evict`](Self::evict) would have, item by item. The caller takes
-    /// the items out.
-    fn evict_for_run(&mut self, over: usize, run: usize) {
+    /// A run of `run` items is about to arrive and the oldest `over` items leave
+    /// for them (the last `over` arrivals of the run each evict one; `over` is at
+    /// most what the ring holds): they go to `evicted` (to be dropped outside the
+    /// lock), `head` moves, and members that fall behind the ring are handled by
+    /// their policy, as if the run's items had arrived one by one (see the file
+    /// header).
+    fn evict_for_run(&mut self, over: usize, run: usize, evicted: &mut VecDeque<T>) {
         let (h0, t0) = (self.head, self.tail());
+        // An item whose `Drop` is user code is dropped after the lock; one without
+        // drop glue costs nothing to drop here (and keeping it costs a copy per
+        // arrival: the ring is full in steady state).
+        if std::mem::needs_drop::<T>() {
+            evicted.extend(self.items.drain(..over));
+        } else {
+            self.items.drain(..over);
+        }
         // Arrival `i` of the run (sequence number `t0 + i`) evicts when `i >= first`,
         // and leaves `head` at `h0 + i - first + 1`: a cursor `c` behind the new
         // head is passed by arrival `first + (c - h0)`.
@@ -501,47 +513,6 @@ impl<T: Clone, H> Ring<T, H> {
                 }
             }
         }
-    }
-
-    /// The ring is full and an item arrives: the oldest leaves (returned, to be
-    /// dropped outside the lock); members still pointing at it are handled by their
-    /// policy.
-    fn evict(&mut self) -> Option<T> {
-        let oldest = self.items.pop_front();
-        self.head += 1;
-        while self.stamps.len() > 1 && self.stamps[1].0 <= self.head {
-            self.stamps.pop_front();
-        }
-        let (head, newest) = (self.head, self.tail());
-        for member in &mut self.members {
-            if member.cursor >= head || member.cut.is_some() {
-                continue;
-            }
-            match member.policy {
-                Policy::Backpressure => {
-                    debug_assert!(
-                        false,
-                        "the credit never lets a Backpressure member fall behind"
-                    );
-                }
-                Policy::DropOldest => {
-                    member.dropped += head - member.cursor;
-                    member.pending_drops += head - member.cursor;
-                    member.cursor = head;
-                }
-                Policy::Latest => {
-                    // Skip to the item arriving now (the newest there will be).
-                    member.dropped += newest - member.cursor;
-                    member.pending_drops += newest - member.cursor;
-                    member.cursor = newest;
-                }
-                Policy::Disconnect(_) => {
-                    let lag = newest - member.cursor;
-                    cut(member, lag, "it fell a whole ring behind".to_owned());
-                }
-            }
-        }
-        oldest
     }
 
     /// A block started at `now`: cut the `Disconnect` members whose next item is
@@ -762,6 +733,39 @@ mod tests {
         ]
     }
 
+    /// The model: a full ring takes one item, the oldest leaves, and each member
+    /// still pointing at it is handled by its policy (`newest` is the arriving item).
+    fn evict_one(ring: &mut Ring<u64, ()>, evicted: &mut VecDeque<u64>) {
+        evicted.extend(
+            ring.items
+                .pop_front()
+                .filter(|_| std::mem::needs_drop::<u64>()),
+        );
+        ring.head += 1;
+        while ring.stamps.len() > 1 && ring.stamps[1].0 <= ring.head {
+            ring.stamps.pop_front();
+        }
+        let (head, newest) = (ring.head, ring.tail());
+        for member in &mut ring.members {
+            if member.cursor >= head || member.cut.is_some() {
+                continue;
+            }
+            let skip_to = match member.policy {
+                Policy::Backpressure => unreachable!("no holder in these schedules"),
+                Policy::DropOldest => head,
+                Policy::Latest => newest,
+                Policy::Disconnect(_) => {
+                    let lag = newest - member.cursor;
+                    cut(member, lag, "it fell a whole ring behind".to_owned());
+                    continue;
+                }
+            };
+            member.dropped += skip_to - member.cursor;
+            member.pending_drops += skip_to - member.cursor;
+            member.cursor = skip_to;
+        }
+    }
+
     /// Everything a ring's callers and its stats can see.
     fn state(ring: &Ring<u64, ()>) -> String {
         let members: Vec<_> = ring
@@ -792,8 +796,9 @@ mod tests {
         #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
 
         /// `push_all` (members visited once per run) leaves every ring exactly as
-        /// pushing the same items one by one does: cursors, drops, cuts, stamps,
-        /// wake-ups, refusals.
+        /// pushing the same items one by one with the plain eviction of one item
+        /// (`evict_one`, the model) does: cursors, drops, cuts, stamps, wake-ups,
+        /// refusals.
         #[test]
         fn push_all_is_push_item_by_item(
             capacity in prop_oneof![Just(1usize), Just(2), 3usize..80, Just(256)],
@@ -821,7 +826,7 @@ mod tests {
                         let mut left: VecDeque<u64> = (first..first + items as u64).collect();
                         let mut pushed = Ok(());
                         while let Some(item) = left.pop_front() {
-                            if let Err(item) = b.push(item, || tick(&clock_b), &mut evicted_b) {
+                            if let Err(item) = b.push_evicting(item, || tick(&clock_b), &mut evicted_b, evict_one) {
                                 left.push_front(item);
                                 pushed = Err(());
                                 break;
