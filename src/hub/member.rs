@@ -50,8 +50,9 @@ impl MemberWake {
     /// Items or the end wait for the member: run its pass, or have its drain run it.
     pub(crate) fn wake(&self) {
         if PULLING.get() {
-            // A drain pulling upstream's lane brought the arrival: it hands the
-            // batch to every member here, as a thread of their pool would.
+            // A member's drain brought the arrival about (it pulls upstream's
+            // lane, or a member's pass here asked for credit): this thread is one
+            // of the members' already, and runs the woken passes here.
             self.core.signal();
             return;
         }
@@ -188,7 +189,8 @@ impl<T: Send + 'static> Pull for MemberPull<T> {
 }
 
 thread_local! {
-    /// This thread runs upstream's drain loop for a member's drain (`MemberPull::pull`).
+    /// This thread runs a member's pass, or upstream's drain loop for a member's
+    /// drain (`MemberPull::pull`): the hub's wake-ups here run passes in place.
     static PULLING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
