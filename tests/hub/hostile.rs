@@ -8,7 +8,7 @@ use weir::hub::{Hub, Policy};
 use weir::prelude::*;
 use weir::{Error, Subscription};
 
-use super::{iterate_on_threads, probe};
+use super::{ended, iterate_on_threads, probe};
 
 /// A subscriber that requests everything and panics at its `at`-th item.
 struct PanicsAt {
@@ -304,22 +304,14 @@ fn a_boundary_whose_scheduler_panics_ends_alone_and_the_hub_goes_on() {
             at,
         };
         let boundary = hub.clone().publish_on(flaky, 16).fold(0u64, |n, _| n + 1);
-        let mut plain = hub.clone().fold(Vec::new(), |mut v, x| {
-            v.push(x);
-            v
-        });
-        let items = plain
-            .wait_timeout(std::time::Duration::from_secs(60))
-            .unwrap_or_else(|| panic!("the plain subscriber hung (panic at call {at})"))
-            .expect("completes");
+        let plain = hub.clone().collect();
+        let items =
+            ended(plain, &format!("the plain subscriber (panic at call {at})")).expect("completes");
         assert!(
             items.iter().copied().eq(0..N),
             "every item, in order (call {at})"
         );
-        let mut boundary = boundary;
-        let end = boundary
-            .wait_timeout(std::time::Duration::from_secs(60))
-            .unwrap_or_else(|| panic!("the boundary's subscriber hung (panic at call {at})"));
+        let end = ended(boundary, &format!("the boundary's subscriber (call {at})"));
         // A drain that kept its task to the end scheduled fewer times: then it
         // got everything.
         if calls.load(std::sync::atomic::Ordering::SeqCst) >= at {

@@ -26,6 +26,14 @@ fn member(hub: &Hub<u64>, id: u64) -> SubscriberStats {
         .expect("the subscriber is in the hub")
 }
 
+/// The end of `handle`'s stream, failing the test as hung (naming `what`) if it has
+/// not come within a minute.
+fn ended<T>(mut handle: weir::sink::SinkHandle<T>, what: &str) -> Result<T, weir::Error> {
+    handle
+        .wait_timeout(std::time::Duration::from_secs(60))
+        .unwrap_or_else(|| panic!("{what} hung"))
+}
+
 /// Subscribe a probe that asks for nothing yet to `publisher`.
 fn probe<P: Publisher>(publisher: P) -> TestProbe<P::Item>
 where

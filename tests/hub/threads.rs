@@ -11,7 +11,7 @@ use weir::prelude::*;
 use weir::runtime::ThreadPool;
 use weir::source::channel::ChannelPolicy;
 
-use super::{iterate_on_threads, member, probe};
+use super::{ended, iterate_on_threads, member, probe};
 
 const N: u64 = 200_000;
 
@@ -385,25 +385,19 @@ fn adopted_subscribers_end_alone_when_they_panic_cancel_or_lose_their_pool() {
     // their own drains (the hub wakes the drain, which runs the subscriber's pass
     // there). One such subscriber panics, one cancels after 1,000 items, one loses
     // its pool mid-stream, one sits behind a `map`: each ends alone, and the plain
-    // ones (a direct fold and another boundary) get every item, in order.
+    // ones (a direct `collect` and another boundary) get every item, in order.
     let feeding = ThreadPool::builder().name("hub-feed").threads(1).build();
     let pool = ThreadPool::builder().name("hub-adopt").threads(2).build();
     let doomed = ThreadPool::builder().name("hub-doomed").threads(1).build();
     let source = weir::range(0..N).subscribe_on(feeding.clone());
     let hub = Hub::builder(source, 64).connect_at(6).build();
-    let all = |p: weir::BoxPublisher<u64>| {
-        p.fold(Vec::new(), |mut v, x| {
-            v.push(x);
-            v
-        })
-    };
-    let direct = all(hub.clone().boxed());
-    let boundary = all(hub.clone().publish_on(pool.clone(), 16).boxed());
-    let mapped = all(hub
+    let direct = hub.clone().collect();
+    let boundary = hub.clone().publish_on(pool.clone(), 16).collect();
+    let mapped = hub
         .clone()
         .map(|x| x + 1)
         .publish_on(pool.clone(), 8)
-        .boxed());
+        .collect();
     let panics = hub.clone().publish_on(pool.clone(), 32).fold(0u64, |n, x| {
         assert!(x < 5_000, "the subscriber's own panic at {x}");
         n + 1
@@ -416,21 +410,14 @@ fn adopted_subscribers_end_alone_when_they_panic_cancel_or_lose_their_pool() {
     let loses_pool = hub.clone().publish_on(doomed.clone(), 16).for_each(|_| {});
     thread::sleep(Duration::from_millis(2));
     doomed.shutdown();
-    for (name, mut handle) in [("direct", direct), ("boundary", boundary)] {
-        let items = handle
-            .wait_timeout(Duration::from_secs(120))
-            .unwrap_or_else(|| panic!("{name} hung"))
-            .expect("completes");
+    for (name, handle) in [("direct", direct), ("boundary", boundary)] {
+        let items = ended(handle, name).expect("completes");
         assert!(
             items.iter().copied().eq(0..N),
             "{name}: every item, in order"
         );
     }
-    let mut mapped = mapped;
-    let items = mapped
-        .wait_timeout(Duration::from_secs(120))
-        .expect("mapped hung")
-        .expect("completes");
+    let items = ended(mapped, "mapped").expect("completes");
     assert!(
         items.iter().copied().eq(1..N + 1),
         "mapped: every item, in order"
