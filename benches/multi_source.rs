@@ -12,8 +12,9 @@
 //! * `flat_map`: 1,000 inners of 1,000: weir's `flat_map(f, 4, 256)` and
 //!   `concat_map(f, 256)` against `futures`' `flat_map` (sequential, like `flatten`)
 //!   and `flatten_unordered(4)`, and `Iterator::flat_map`.
-//! * `merge`: four sources of 250,000: `weir::merge` against `futures`'
-//!   `select_all`, and the chained `Iterator`.
+//! * `merge`: four sources of 250,000: `weir::merge` (summed three ways: unbounded,
+//!   `fold`'s default, and `fold_with(64, ..)`, which takes parts of the lanes'
+//!   windows) against `futures`' `select_all`, and the chained `Iterator`.
 //!
 //! Run: `cargo bench --bench multi_source` (about two minutes).
 
@@ -159,6 +160,14 @@ fn merge(c: &mut Criterion) {
             (0..SOURCES).map(|i| weir::range(quarter(black_box(i)))),
         ))
     };
+    // A downstream asking 64 at a time (48 per replenish): the lanes hand over
+    // parts of their windows.
+    let weir_merge_64 = || {
+        weir::merge((0..SOURCES).map(|i| weir::range(quarter(black_box(i)))))
+            .fold_with(64, 0u64, mix)
+            .wait()
+            .expect("no errors")
+    };
     let futures_select_all = || {
         sum_stream(stream::select_all(
             (0..SOURCES).map(|i| stream::iter(quarter(black_box(i)))),
@@ -172,11 +181,13 @@ fn merge(c: &mut Criterion) {
     let expected = iterator();
     assert_eq!(weir_merge(), expected);
     assert_eq!(weir_merge_default(), expected);
+    assert_eq!(weir_merge_64(), expected);
     assert_eq!(futures_select_all(), expected);
 
     let mut group = group(c, "multi_source/merge/4x250k");
     group.bench_function("weir_merge", |b| b.iter(weir_merge));
     group.bench_function("weir_merge_fold_default", |b| b.iter(weir_merge_default));
+    group.bench_function("weir_merge_fold_64", |b| b.iter(weir_merge_64));
     group.bench_function("futures_select_all", |b| b.iter(futures_select_all));
     group.bench_function("iterator_chain", |b| b.iter(iterator));
     group.finish();

@@ -213,22 +213,22 @@ impl<T> Window<T> {
     /// Taking everything queued (the usual case of a drain that keeps up) costs no
     /// copy: the queue and `out` trade buffers, so `out` needs room for the whole
     /// window (the caller allocates it once with the window's size, and the buffers
-    /// only ever change places). Taking half or more trades too, and the rest moves
-    /// back as whole slices (at most as many items as were taken). Less than half,
+    /// only ever change places). Taking an eighth or more trades too, and the rest
+    /// moves back in one bulk move (at most seven items per item taken: measured
+    /// several times cheaper per item than moving the part out one by one). Less,
     /// or anything into an `out` with less room (a window above [`PREALLOCATED`]
-    /// items), is moved item by item. (Moving a part item by item out of a drain,
-    /// and queueing behind held items the same way, made a `merge` whose downstream
-    /// asked for 255 at a time five times slower than one asking for 256.)
+    /// items), is moved item by item. (Moving every part item by item out of a
+    /// drain, and queueing behind held items the same way, made a `merge` whose
+    /// downstream asked for 255 at a time five times slower than one asking for 256.)
     pub(crate) fn pop_into(&mut self, out: &mut Vec<T>, max: usize) -> usize {
         debug_assert!(out.is_empty(), "pop_into: the spare buffer must be empty");
         let n = max.min(self.items.len());
-        if n.saturating_mul(2) >= self.items.len() && out.capacity() >= self.size {
+        if n.saturating_mul(8) >= self.items.len() && out.capacity() >= self.size {
             // O(1) both ways (`Vec::from` moves the items to the buffer's front when
             // the ring wrapped, in place); neither conversion allocates.
             let spare = VecDeque::from(std::mem::take(out));
             *out = Vec::from(std::mem::replace(&mut self.items, spare));
-            // Half or more was asked for: the rest goes back (a move of whole
-            // slices, at most as many items as were taken).
+            // An eighth or more was asked for: the rest goes back in one bulk move.
             self.items.extend(out.drain(n..));
         } else {
             out.extend((0..n).map_while(|_| self.items.pop_front()));
@@ -370,8 +370,8 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Any sequence of gathered pushes and takes of any size (whole, half or
-        /// more, less than half) gives the items of a plain queue, in order, with
+        /// Any sequence of gathered pushes and takes of any size (whole, an eighth
+        /// or more, less) gives the items of a plain queue, in order, with
         /// the same counts; neither buffer grows past its first allocation.
         #[test]
         fn pop_into_and_push_gathered_match_a_plain_queue(
