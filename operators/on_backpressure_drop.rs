@@ -17,6 +17,7 @@
 //!
 //! State: [`Upstream`] (`Idle` → `Active` → `Done`).
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::demand::{self, AtomicDemand, UNBOUNDED};
@@ -68,6 +69,8 @@ struct Gate {
     demand: AtomicDemand,
     /// Upstream, for cancel and for `request(0)` (the source reports rule 3.9).
     upstream: Subscription,
+    /// Downstream cancelled: the rest of a batch is released unread, not dropped.
+    cancelled: AtomicBool,
 }
 
 impl RawSubscription for Gate {
@@ -80,6 +83,10 @@ impl RawSubscription for Gate {
     }
 
     fn cancel(&self) {
+        // Relaxed: read by the delivering thread to stop reading its batch; a cancel
+        // from another thread that it misses only lets it report a few drops of
+        // items that had no demand anyway.
+        self.cancelled.store(true, Ordering::Relaxed);
         self.upstream.cancel();
     }
 }
@@ -103,6 +110,7 @@ impl<T: 'static, S: Subscriber<T>> Subscriber<T> for DropSubscriber<S> {
         let credit = Arc::new(Gate {
             demand: AtomicDemand::new(),
             upstream: subscription.clone(),
+            cancelled: AtomicBool::new(false),
         });
         self.credit = Some(credit.clone());
         self.drops = DropReporter::new(STAGE, self.downstream.drop_hook());
@@ -119,10 +127,14 @@ impl<T: 'static, S: Subscriber<T>> Subscriber<T> for DropSubscriber<S> {
             return 0;
         };
         let credit = credit.clone();
-        let (_, rest) = demand::deliver(&credit.demand, &mut self.downstream, items, || false);
-        for item in rest.into_iter().flatten() {
-            self.drops.drop_item(DropReason::OverflowNewest, item);
+        let cancelled = || credit.cancelled.load(Ordering::Relaxed);
+        let (_, rest) = demand::deliver(&credit.demand, &mut self.downstream, items, cancelled);
+        if !cancelled() {
+            for item in rest.into_iter().flatten() {
+                self.drops.drop_item(DropReason::OverflowNewest, item);
+            }
         }
+        // After a cancel inside the batch, the rest is released unread (rule 3.6).
         self.drops.flush();
         if let Some(error) = self.drops.failure() {
             // The drop hook panicked: the stage fails as if its own code had.

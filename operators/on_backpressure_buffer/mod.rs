@@ -599,6 +599,11 @@ where
                 let Some(rest) = rest else {
                     return Pass::Idle;
                 };
+                if cx.stopped() {
+                    // Downstream cancelled inside the batch: the rest is released
+                    // unread (not held, not reported; rule 3.6's items in flight).
+                    return Pass::Idle;
+                }
                 let mut rest = rest.peekable();
                 if rest.peek().is_some() {
                     let now = self.gauge.now();

@@ -187,3 +187,20 @@ proptest! {
         prop_assert_eq!(run.drops.count(DropReason::OverflowNewest), dropped.len() as u64);
     }
 }
+
+/// Downstream cancels inside upstream's batch (`take(3)` of a `range` of 1,000):
+/// the rest of the batch is released unread, neither reported as dropped nor read
+/// (the upstream `map` runs for the three items only).
+#[test]
+fn a_cancel_inside_a_batch_reads_and_reports_nothing_after_it() {
+    let run = crate::support::lossy::cancel_inside_a_batch(|p| p.on_backpressure_drop());
+    assert_eq!(
+        run,
+        crate::support::lossy::CancelInBatch {
+            delivered: vec![0, 1, 2],
+            dropped: 0,
+            produced: 3,
+        },
+        "on_backpressure_drop()"
+    );
+}

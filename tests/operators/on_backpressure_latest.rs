@@ -200,3 +200,20 @@ fn errors_first_leaves_completion_behind_the_held_item() {
     probe.request(1);
     assert_eq!(shape(&probe), "SNNC");
 }
+
+/// Downstream cancels inside upstream's batch (`take(3)` of a `range` of 1,000):
+/// the rest of the batch is released unread, neither reported as dropped nor read
+/// (the upstream `map` runs for the three items only).
+#[test]
+fn a_cancel_inside_a_batch_reads_and_reports_nothing_after_it() {
+    let run = crate::support::lossy::cancel_inside_a_batch(|p| p.on_backpressure_latest());
+    assert_eq!(
+        run,
+        crate::support::lossy::CancelInBatch {
+            delivered: vec![0, 1, 2],
+            dropped: 0,
+            produced: 3,
+        },
+        "on_backpressure_latest()"
+    );
+}

@@ -241,3 +241,42 @@ pub fn check_prediction(run: &LossyRun, predicted: &Predicted) -> Result<(), Tes
     }
     Ok(())
 }
+
+/// What a lossy stage did when downstream cancelled inside one of upstream's batches.
+#[derive(Debug, PartialEq, Eq)]
+pub struct CancelInBatch {
+    /// Items downstream got.
+    pub delivered: Vec<u64>,
+    /// Drops reported to the hook.
+    pub dropped: u64,
+    /// Items the upstream `map` produced (its closure runs as the batch is read).
+    pub produced: u64,
+}
+
+/// `range(0..1_000)` behind a counting `map`, then `stage`, then `take(3)`: the
+/// source hands its items over as one batch, and `take` cancels inside it.
+pub fn cancel_inside_a_batch<P>(stage: impl FnOnce(weir::BoxPublisher<u64>) -> P) -> CancelInBatch
+where
+    P: Publisher<Item = u64>,
+{
+    let produced = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let counter = produced.clone();
+    let upstream = weir::range(0u64..1_000)
+        .map(move |x| {
+            counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            x
+        })
+        .boxed();
+    let drops = Drops::new();
+    let delivered = stage(upstream)
+        .on_dropped(DropHook::new(drops.clone()))
+        .take(3)
+        .collect()
+        .wait()
+        .expect("take completes");
+    CancelInBatch {
+        delivered,
+        dropped: drops.total(),
+        produced: produced.load(std::sync::atomic::Ordering::Relaxed),
+    }
+}
