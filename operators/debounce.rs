@@ -9,8 +9,9 @@
 //! arriving item replaces whatever is held, reported as `ReplacedByLatest` (through
 //! `Fx::dropped`), and becomes `Quiet` with a fresh arrival time. `poll` emits a
 //! `Ready` item when demand > 0; after upstream completed it emits a `Quiet` one too,
-//! at once, and then the end. An upstream error empties the slot (no drop report) and
-//! is emitted at once.
+//! at once, and then the end. An upstream error waits behind the held item as
+//! completion does, unless `errors_first` is set: then the slot is emptied (released,
+//! not reported) and the error is emitted at once.
 //!
 //! Timers: never one per item; `armed` says one is queued. An item that arrives while
 //! none is armed arms one for `quiet`; items that arrive while one is armed only

@@ -1996,8 +1996,8 @@ pub trait PublisherExt: Publisher + Sized {
     /// token is dropped with [`DropReason::Rejected`](crate::DropReason::Rejected),
     /// handed to the pipeline's [`DropHook`], counted, and asked for again (as batch
     /// credit after a batch, or `request(1)` from an upstream that delivers item by
-    /// item) so that downstream's demand is still met. Items go downstream one
-    /// `on_next` at a time. In-flight bound: 0.
+    /// item) so that downstream's demand is still met. A batch's admitted items go
+    /// downstream as one batch. In-flight bound: 0.
     ///
     /// # Timing
     ///

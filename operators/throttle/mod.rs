@@ -23,10 +23,11 @@
 //!
 //! A plain subscriber: no timer, no buffer, no drain loop; signals only come from
 //! upstream. Downstream receives upstream's subscription itself. Each item spends a
-//! token if there is one and goes downstream with `on_next` (a batch is delivered
-//! item by item, so downstream returns no batch credit); an item that finds no token
-//! is dropped as `Rejected` through the [`DropReporter`], flushed once per batch. The
-//! rejected count is returned as the batch's credit (item by item: `request(1)`), so
+//! token if there is one; a batch's admitted items go downstream as one
+//! `on_next_batch` (a single item with `on_next`); an item that finds no token is
+//! dropped as `Rejected` through the [`DropReporter`], flushed once per batch. The
+//! rejected count is returned as the batch's credit, added to whatever credit
+//! downstream returns for the admitted items (item by item: `request(1)`), so
 //! upstream's outstanding demand keeps matching downstream's.
 
 use std::collections::VecDeque;
