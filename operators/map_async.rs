@@ -350,7 +350,7 @@ where
         entry.future.set(Some(future));
         self.running += 1;
         if let Some(clock) = clock {
-            self.started[slot] = clock();
+            self.started[slot] = catch_in("map_async", clock)?;
         }
         self.poll(slot, None)
     }
@@ -365,13 +365,17 @@ where
         };
         let mut context = Context::from_waker(&entry.waker);
         if let Poll::Ready(result) = catch_in("map_async", || future.as_mut().poll(&mut context))? {
-            entry.future.set(None);
+            // The finished future's `Drop` is user code too (if it panics, the slot
+            // is still left empty: an assignment writes the new value on unwind).
+            catch_in("map_async", || entry.future.set(None))?;
             entry.result = Some(result);
             if !self.ordered {
                 self.finished.push_back(slot);
             }
             if let (Some(limiter), Some(clock)) = (self.limiter.as_mut(), clock) {
-                let rtt = clock().saturating_duration_since(self.started[slot]);
+                // The clock is the user's scheduler's `now`.
+                let rtt =
+                    catch_in("map_async", clock)?.saturating_duration_since(self.started[slot]);
                 let in_flight = self.running;
                 catch_in("map_async", || limiter.on_sample(rtt, in_flight))?;
                 self.monitor.record_sample(rtt);

@@ -297,6 +297,57 @@ fn panics_in_f_and_in_poll_become_panicked_errors() {
     assert_eq!(stats.cancels(), 1);
 }
 
+/// A future that is ready at once and panics when dropped for `x == 3`: user code
+/// that runs after the poll, when the finished call is let go.
+struct PanicsOnDrop(u64);
+
+impl std::future::Future for PanicsOnDrop {
+    type Output = u64;
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<u64> {
+        std::task::Poll::Ready(self.0)
+    }
+}
+
+impl Drop for PanicsOnDrop {
+    fn drop(&mut self) {
+        if self.0 == 3 && !std::thread::panicking() {
+            panic!("the finished call for 3 panics when dropped");
+        }
+    }
+}
+
+/// A finished future whose `Drop` panics fails the stage with `Panicked`, like a
+/// panic in `poll` (it used to unwind out of the pass: no terminal signal at all),
+/// ordered and unordered, on tokio and on a pool.
+#[test]
+fn a_finished_future_that_panics_when_dropped_fails_the_stage() {
+    let rt = runtime();
+    let _inside = rt.enter();
+    let pool = ThreadPool::builder().name("ma-drop").threads(1).build();
+    for ordered in [true, false] {
+        let (source, stats) = counted(weir::range(0u64..100));
+        let probe = if ordered {
+            subscribed(source.map_async(4, PanicsOnDrop), u64::MAX)
+        } else {
+            subscribed(
+                source.map_async_on(pool.clone(), 4, false, PanicsOnDrop),
+                u64::MAX,
+            )
+        };
+        let error = probe.await_error(PATIENCE).unwrap();
+        assert_eq!(
+            error.kind(),
+            ErrorKind::Panicked,
+            "ordered {ordered}: {error}"
+        );
+        assert!(error.to_string().contains("dropped"), "{error}");
+        assert_eq!(stats.cancels(), 1, "ordered {ordered}");
+    }
+}
+
 /// `map_async_on` polls on any scheduler: futures that need no runtime.
 #[test]
 fn map_async_on_polls_on_the_given_scheduler() {
