@@ -1755,8 +1755,15 @@ const BOMB_STAGES: [(&str, BombStage, u64, Consumer); 13] = [
         Consumer::Slowly,
     ),
     (
-        "on_backpressure_buffer(64, Error) (releases it on cancel)",
-        |s, _| s().on_backpressure_buffer(64, Overflow::Error).boxed(),
+        // Behind a boundary of 1, so that the stage holds the rest of the source's
+        // batch (a cancel inside the batch itself releases the rest unread: the
+        // bomb would never be made).
+        "on_backpressure_buffer(64, Error).publish_on(pool, 1) (holds it, releases it on cancel)",
+        |s, pool| {
+            s().on_backpressure_buffer(64, Overflow::Error)
+                .publish_on(pool.clone(), 1)
+                .boxed()
+        },
         5,
         Consumer::First,
     ),
