@@ -129,7 +129,13 @@ impl<T: Send + 'static> Machine for Batcher<T> {
     const NAME: &'static str = "buffer_timeout";
 
     fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
-        self.owed = self.owed.saturating_sub(1);
+        if self.owed == 0 {
+            // Never asked for: the batch would grow past `size`.
+            let error = fx.over_delivered(Self::NAME, item);
+            self.on_end(Err(error), fx);
+            return;
+        }
+        self.owed -= 1;
         if self.batch.is_empty() {
             if self.batch.capacity() == 0 {
                 self.batch = Vec::with_capacity(self.size.min(PREALLOCATED));
@@ -144,9 +150,13 @@ impl<T: Send + 'static> Machine for Batcher<T> {
     }
 
     fn on_end(&mut self, end: Result<(), Error>, fx: &mut Fx<'_, T>) {
+        // The first end stays (a rule 1.1 error, then upstream's own end).
+        if self.end.is_some() {
+            return;
+        }
         if end.is_err() && self.errors_first {
             // Dropped after the lock (see `Fx::released`).
-            fx.released = std::mem::take(&mut self.batch);
+            fx.released.append(&mut self.batch);
         }
         self.end = Some(end);
     }

@@ -70,6 +70,7 @@ impl<P: Publisher, C: Scheduler + Clone> Publisher for Timeout<P, C> {
             expired: false,
             never: false,
             end: None,
+            owed: 0,
         };
         self.source.subscribe(TimedSubscriber::new(
             "timeout",
@@ -100,6 +101,9 @@ struct Watchdog<T> {
     never: bool,
     /// Upstream's terminal signal.
     end: Option<Result<(), Error>>,
+    /// Items requested upstream (downstream's requests, passed on) and not yet
+    /// received; `u64::MAX`: unbounded.
+    owed: u64,
 }
 
 impl<T: Send + 'static> Machine for Watchdog<T> {
@@ -108,16 +112,28 @@ impl<T: Send + 'static> Machine for Watchdog<T> {
     const NAME: &'static str = "timeout";
 
     fn on_request(&mut self, n: u64, fx: &mut Fx<'_, T>) {
+        self.owed = self.owed.saturating_add(n);
         fx.request = n;
     }
 
-    fn on_item(&mut self, item: T, _fx: &mut Fx<'_, T>) {
+    fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
+        if self.owed == 0 {
+            // Never asked for: refused, not queued in `transit`.
+            let error = fx.over_delivered(Self::NAME, item);
+            self.on_end(Err(error), fx);
+            return;
+        }
+        // Once unbounded (`u64::MAX` in all), it stays unbounded (rule 3.17).
+        if self.owed != u64::MAX {
+            self.owed -= 1;
+        }
         self.transit.push_back(item);
         self.deadline = None;
     }
 
     fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
-        self.end = Some(end);
+        // The first end stays (a rule 1.1 error, then upstream's own end).
+        self.end.get_or_insert(end);
         self.deadline = None;
     }
 

@@ -29,13 +29,20 @@ impl<T: Send + 'static> Machine for Shaper<T> {
         self.bucket.refill(fx.now(), 0);
     }
 
-    fn on_item(&mut self, item: T, _fx: &mut Fx<'_, T>) {
-        self.owed = self.owed.saturating_sub(1);
+    fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
+        if self.owed == 0 {
+            // Never asked for (no token reserved for it): refused, not queued.
+            let error = fx.over_delivered(Self::NAME, item);
+            self.on_end(Err(error), fx);
+            return;
+        }
+        self.owed -= 1;
         self.transit.push_back(item);
     }
 
     fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {
-        self.end = Some(end);
+        // The first end stays (a rule 1.1 error, then upstream's own end).
+        self.end.get_or_insert(end);
     }
 
     fn on_timer(&mut self, _fx: &mut Fx<'_, T>) {

@@ -228,3 +228,28 @@ fn timers_on_a_thread_pool_never_overlap_upstream_signals() {
     assert_eq!(flat, (0..2_000).collect::<Vec<_>>());
     probe.assert_no_violations();
 }
+
+/// An upstream that pushes items it was never asked for (rule 1.1) fails the stage
+/// with the rule's error after the batch it asked for, instead of growing a batch
+/// past `size` (five items into batches of 2 made one batch of 5).
+#[test]
+fn an_upstream_that_over_delivers_fails_with_rule_1_1() {
+    use crate::support::unruly::Greedy;
+    // Nothing requested: the first item is already one too many.
+    let subscriber = TestSubscriber::new();
+    let probe = subscriber.probe();
+    Greedy(5)
+        .buffer_timeout_on(2, std::time::Duration::MAX, VirtualTime::new())
+        .subscribe(subscriber);
+    assert_eq!(crate::support::shape(&probe), "SE");
+    assert_eq!(probe.assert_error().rule(), Some("1.1"));
+    // Demand for one batch: the stage asks for 2 and gets them, then the third.
+    let subscriber = TestSubscriber::new().request_on_subscribe(1);
+    let probe = subscriber.probe();
+    Greedy(5)
+        .buffer_timeout_on(2, std::time::Duration::MAX, VirtualTime::new())
+        .subscribe(subscriber);
+    assert_eq!(crate::support::shape(&probe), "SNE");
+    probe.assert_items(&[vec![0, 1]]);
+    assert_eq!(probe.assert_error().rule(), Some("1.1"));
+}

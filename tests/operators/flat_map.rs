@@ -18,6 +18,7 @@ use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::model::schedule;
 use crate::support::threaded::ThreadedRange;
+use crate::support::unruly::Greedy;
 use crate::support::{shape, PATIENCE};
 
 /// Counters shared by every inner source of one test.
@@ -361,21 +362,6 @@ fn forwards_the_drop_hook_to_every_inner() {
         weir::range(0u64..3).flat_map(|_| weir::range(0u64..1_000).on_backpressure_drop(), 2, 16),
         3_000,
     );
-}
-
-/// A publisher that ignores demand (breaks rule 1.1): `n` items at once.
-#[derive(Clone, Copy)]
-struct Greedy(u64);
-
-impl Publisher for Greedy {
-    type Item = u64;
-    fn subscribe<S: Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
-        subscriber.on_subscribe(Subscription::noop());
-        for i in 0..self.0 {
-            subscriber.on_next(i);
-        }
-        subscriber.on_complete();
-    }
 }
 
 #[test]

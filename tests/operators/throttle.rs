@@ -327,3 +327,24 @@ fn large_batches_spend_exactly_the_burst_then_the_rate() {
     assert_eq!(drops.count(DropReason::Rejected), 4_000);
     probe.assert_no_violations();
 }
+
+/// Shaping: an upstream that pushes items no token was reserved for (rule 1.1) fails
+/// the stage with the rule's error after the items it asked for, instead of queueing
+/// them (all ten went out at once, past the bucket).
+#[test]
+fn shaping_fails_an_upstream_that_over_delivers_with_rule_1_1() {
+    use crate::support::unruly::Greedy;
+    let subscriber = TestSubscriber::new().request_on_subscribe(u64::MAX);
+    let probe = subscriber.probe();
+    Greedy(10)
+        .throttle_on(
+            Rate::per_second(1),
+            1,
+            ThrottleMode::Shaping,
+            VirtualTime::new(),
+        )
+        .subscribe(subscriber);
+    assert_eq!(crate::support::shape(&probe), "SNE");
+    probe.assert_items(&[0]);
+    assert_eq!(probe.assert_error().rule(), Some("1.1"));
+}

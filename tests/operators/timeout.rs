@@ -217,3 +217,18 @@ fn large_batches_pass_within_the_demand_in_order() {
     assert_eq!(probe.items(), (0..5_000).collect::<Vec<_>>());
     probe.assert_no_violations();
 }
+
+/// An upstream that pushes items it was never asked for (rule 1.1) fails the stage
+/// with the rule's error after the items asked for, instead of growing its queue.
+#[test]
+fn an_upstream_that_over_delivers_fails_with_rule_1_1() {
+    use crate::support::unruly::Greedy;
+    let subscriber = TestSubscriber::new().request_on_subscribe(2);
+    let probe = subscriber.probe();
+    Greedy(10)
+        .timeout_on(ms(100), VirtualTime::new())
+        .subscribe(subscriber);
+    assert_eq!(crate::support::shape(&probe), "SNNE");
+    probe.assert_items(&[0, 1]);
+    assert_eq!(probe.assert_error().rule(), Some("1.1"));
+}

@@ -121,6 +121,16 @@ impl<'a, D> Fx<'a, D> {
         }
     }
 
+    /// `item` arrived although upstream was never asked for it (rule 1.1), for a
+    /// machine that keeps count of what it asked for: upstream is cancelled, the item
+    /// is let go (after the lock), and the machine ends with the returned error (after
+    /// what it holds, as with any upstream error) instead of growing a buffer.
+    pub(crate) fn over_delivered(&mut self, stage: &'static str, item: D) -> Error {
+        self.cancel_upstream = true;
+        self.released.push(item);
+        crate::stage::window::over_delivered(stage)
+    }
+
     /// The scheduler's clock (read once per callback, or per chunk of callbacks).
     pub(crate) fn now(&mut self) -> Instant {
         *self.now.get_or_insert_with(|| self.clock.now())
