@@ -41,6 +41,8 @@ struct HandoffState<T> {
     window: Window<T>,
     /// How the stream ended, once it did.
     end: Option<Result<(), Error>>,
+    /// Requests made before the subscription arrived: made on arrival.
+    pending: u64,
 }
 
 /// The state shared by the subscriber half and the consumer half.
@@ -68,6 +70,7 @@ impl<T> Handoff<T> {
             state: Mutex::new(HandoffState {
                 window: Window::new(window),
                 end: None,
+                pending: 0,
             }),
             waker: AtomicWaker::new(),
             slot: SubscriptionSlot::new(),
@@ -160,9 +163,23 @@ impl<T> Handoff<T> {
     }
 
     /// Request `n` more from upstream (after [`release`](Self::release), or for a
-    /// window that starts empty).
+    /// window that starts empty); before upstream's `on_subscribe`, the request is
+    /// made when it arrives.
     pub(crate) fn request(&self, n: u64) {
-        self.slot.request(n);
+        if let Some(subscription) = self.slot.get() {
+            return subscription.request(n);
+        }
+        // Not subscribed yet (a publisher may call `on_subscribe` later, on another
+        // thread): kept for `on_subscribe`, which sets the slot before it takes the
+        // state lock to collect them, so one of the two sees the other.
+        let mut state = self.lock();
+        match self.slot.get() {
+            Some(subscription) => {
+                drop(state);
+                subscription.request(n);
+            }
+            None => state.pending = state.pending.saturating_add(n),
+        }
     }
 
     /// Cancel upstream (idempotent; before subscription, the subscription that
@@ -253,8 +270,12 @@ impl<T> Subscriber<T> for HandoffSubscriber<T> {
             return;
         }
         self.subscribed = true;
-        if self.shared.slot.set(subscription.clone()) && self.initial > 0 {
-            subscription.request(self.initial);
+        if self.shared.slot.set(subscription.clone()) {
+            let pending = std::mem::take(&mut self.shared.lock().pending);
+            let n = self.initial.saturating_add(pending);
+            if n > 0 {
+                subscription.request(n);
+            }
         }
     }
 

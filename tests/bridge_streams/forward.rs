@@ -219,3 +219,42 @@ fn a_sink_that_is_not_ready_means_no_demand() {
     assert!(log.items.is_empty());
     assert_eq!(log.readies, 3);
 }
+
+/// A publisher that calls `on_subscribe` later, from a thread of its own (the spec
+/// allows it; `subscribe_on` does it on its scheduler).
+struct SubscribesLater;
+
+impl Publisher for SubscribesLater {
+    type Item = u64;
+    fn subscribe<S: Subscriber<u64> + Send + 'static>(self, subscriber: S) {
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            weir::range(0u64..100).subscribe(subscriber);
+        });
+    }
+}
+
+/// The sink's first readiness comes before upstream's `on_subscribe`: the request it
+/// makes waits for the subscription instead of being lost (the future used to wait
+/// for ever: it had asked once and never asked again).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscription_that_arrives_after_the_first_poll_gets_the_request() {
+    let (tx, rx) = futures::channel::mpsc::channel::<u64>(4);
+    let forward = tokio::spawn(SubscribesLater.forward(tx));
+    let got: Vec<u64> = tokio::time::timeout(std::time::Duration::from_secs(30), rx.collect())
+        .await
+        .expect("every item arrives");
+    forward.await.unwrap().unwrap();
+    assert_eq!(got, (0..100).collect::<Vec<_>>());
+
+    let pool = weir::runtime::ThreadPool::new(1);
+    for round in 0..20 {
+        let forward = weir::range(0u64..10)
+            .subscribe_on(pool.clone())
+            .forward(futures::sink::drain());
+        tokio::time::timeout(std::time::Duration::from_secs(30), forward)
+            .await
+            .unwrap_or_else(|_| panic!("round {round}: subscribe_on then forward hung"))
+            .unwrap();
+    }
+}
