@@ -280,6 +280,7 @@ impl<B: StreamSource> Emitter for StreamEmitter<B> {
         let mut polled = Polled::<B> {
             pinned: &mut self.pinned,
             cx: &mut context,
+            stage: cx,
             left: budget,
             count: 0,
             stop: Stop::No,
@@ -315,21 +316,25 @@ enum Stop {
     End(Result<(), Error>),
 }
 
-/// A lazy batch: each `next` polls the stream once, within the pass's demand.
-struct Polled<'a, 'c, B: StreamSource> {
+/// A lazy batch: each `next` polls the stream once, within the pass's demand, and
+/// not after a cancel (the subscribers that stop batches themselves, sinks and
+/// bridges, are handed this batch as it is: a cancel from another thread is seen
+/// here, before the next poll).
+struct Polled<'a, 'c, 's, B: StreamSource> {
     pinned: &'a mut B::Pinned,
     cx: &'a mut Context<'c>,
+    stage: &'a Cx<'s>,
     left: u64,
     count: u64,
     stop: Stop,
 }
 
-impl<B: StreamSource> Iterator for Polled<'_, '_, B> {
+impl<B: StreamSource> Iterator for Polled<'_, '_, '_, B> {
     type Item = B::Item;
 
     #[inline]
     fn next(&mut self) -> Option<B::Item> {
-        if self.left == 0 || !matches!(self.stop, Stop::No) {
+        if self.left == 0 || !matches!(self.stop, Stop::No) || self.stage.stopped() {
             return None;
         }
         match catch_in("from_stream", || B::poll_pinned(self.pinned, self.cx)) {

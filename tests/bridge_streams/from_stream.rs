@@ -272,3 +272,64 @@ fn an_idle_subscription_never_polls() {
     probe.cancel();
     assert!(dropped.load(Ordering::SeqCst));
 }
+
+/// A consumer that cancels while a pass polls a batch for it (a sink's handle, a
+/// dropped iterator or stream: subscribers that stop batches themselves) makes the
+/// pass stop before its next poll, as the module docs promise: at most the poll in
+/// flight follows the cancel, never the rest of the batch (it used to poll up to the
+/// whole demand, taking and dropping items nobody would see).
+#[test]
+fn a_cancel_while_a_pass_polls_stops_it_before_the_next_poll() {
+    let pool = weir::runtime::ThreadPool::new(1);
+    for consumer in ["sink", "iterator", "stream"] {
+        let polls = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let p = polls.clone();
+        // Always ready, slow: a batch of 256 takes a quarter of a second.
+        let slow = futures::stream::poll_fn(move |_| {
+            p.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(Duration::from_millis(1));
+            std::task::Poll::Ready(Some(0u64))
+        });
+        let (slow, dropped) = DropFlag::new(slow);
+        let source = from_stream_on(slow, pool.clone());
+        // Wait for a few polls, then cancel.
+        let some_polled = || eventually_blocking(|| polls.load(Ordering::SeqCst) >= 5);
+        let at_cancel = match consumer {
+            "sink" => {
+                let handle = source.collect();
+                assert!(some_polled(), "{consumer}: the stream is polled");
+                let at = polls.load(Ordering::SeqCst);
+                handle.cancel();
+                at
+            }
+            "iterator" => {
+                let mut items = source.blocking_iter(256);
+                assert_eq!(items.next().map(Result::unwrap), Some(0));
+                assert!(some_polled(), "{consumer}: the stream is polled");
+                let at = polls.load(Ordering::SeqCst);
+                drop(items);
+                at
+            }
+            _ => {
+                let stream = source.into_stream(256);
+                let rt = runtime();
+                let mut stream = Box::pin(stream);
+                let first = rt.block_on(futures::StreamExt::next(&mut stream));
+                assert_eq!(first.map(Result::unwrap), Some(0));
+                assert!(some_polled(), "{consumer}: the stream is polled");
+                let at = polls.load(Ordering::SeqCst);
+                drop(stream);
+                at
+            }
+        };
+        assert!(
+            eventually_blocking(|| dropped.load(Ordering::SeqCst)),
+            "{consumer}: the stream is dropped after the cancel"
+        );
+        let after = polls.load(Ordering::SeqCst) - at_cancel;
+        assert!(
+            after <= 1,
+            "{consumer}: {after} polls after the cancel (at most the one in flight)"
+        );
+    }
+}
