@@ -201,19 +201,11 @@ fn errors_first_leaves_completion_behind_the_held_item() {
     assert_eq!(shape(&probe), "SNNC");
 }
 
-/// Downstream cancels inside upstream's batch (`take(3)` of a `range` of 1,000):
-/// the rest of the batch is released unread, neither reported as dropped nor read
-/// (the upstream `map` runs for the three items only).
+/// Downstream cancels inside upstream's batch: the rest is released unread (see the
+/// check).
 #[test]
 fn a_cancel_inside_a_batch_reads_and_reports_nothing_after_it() {
-    let run = crate::support::lossy::cancel_inside_a_batch(|p| p.on_backpressure_latest());
-    assert_eq!(
-        run,
-        crate::support::lossy::CancelInBatch {
-            delivered: vec![0, 1, 2],
-            dropped: 0,
-            produced: 3,
-        },
-        "on_backpressure_latest()"
-    );
+    crate::support::lossy::check_cancel_inside_a_batch("on_backpressure_latest()", |p| {
+        p.on_backpressure_latest()
+    });
 }

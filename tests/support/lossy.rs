@@ -254,8 +254,23 @@ pub struct CancelInBatch {
 }
 
 /// `range(0..1_000)` behind a counting `map`, then `stage`, then `take(3)`: the
-/// source hands its items over as one batch, and `take` cancels inside it.
-pub fn cancel_inside_a_batch<P>(stage: impl FnOnce(weir::BoxPublisher<u64>) -> P) -> CancelInBatch
+/// source hands its items over as one batch, and `take` cancels inside it. The rest
+/// of the batch must be released unread: neither reported as dropped nor read (the
+/// `map` runs for the three items only).
+pub fn check_cancel_inside_a_batch<P>(name: &str, stage: impl FnOnce(weir::BoxPublisher<u64>) -> P)
+where
+    P: Publisher<Item = u64>,
+{
+    let expected = CancelInBatch {
+        delivered: vec![0, 1, 2],
+        dropped: 0,
+        produced: 3,
+    };
+    assert_eq!(cancel_inside_a_batch(stage), expected, "{name}");
+}
+
+/// What [`check_cancel_inside_a_batch`] runs.
+fn cancel_inside_a_batch<P>(stage: impl FnOnce(weir::BoxPublisher<u64>) -> P) -> CancelInBatch
 where
     P: Publisher<Item = u64>,
 {
