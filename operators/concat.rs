@@ -10,13 +10,6 @@
 //! demand (or forwards a `request(0)` made between the two, or cancels it if
 //! downstream cancelled meanwhile). Nothing is held.
 //!
-//! The switch (subscribing the second source) runs on the completing thread; when
-//! that thread is already inside another leg's switch (a synchronous source that
-//! completes inside its own subscription, link after link of a chain of `concat`s),
-//! it is queued and run by the outermost switch once the inner one returned (a
-//! thread-local trampoline), so a chain takes constant stack, not a few frames per
-//! link.
-//!
 //! States: the first [`Leg`] (holding downstream and the second source) → the second
 //! `Leg` (downstream moved over at the switch) → done. A cancel before the switch
 //! means the second source is never subscribed.
@@ -27,8 +20,6 @@
 //! a request either reaches the old source *and* is counted in the carried-over
 //! demand, or reaches the new source directly, never both.
 
-use std::cell::RefCell;
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -37,57 +28,6 @@ use crate::drain::Upstream;
 use crate::guard::{catch, end_with, HandBack};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
-
-/// A leg's switch to its next source, run later on the same thread.
-type Switch = Box<dyn FnOnce()>;
-
-thread_local! {
-    /// Next sources to subscribe, queued by completions that happened inside the
-    /// subscription of another one on this thread (`None`: no subscription of a next
-    /// source runs on this thread).
-    static NEXT_UP: RefCell<Option<VecDeque<Switch>>> = const { RefCell::new(None) };
-}
-
-/// Run `subscribe_next` (a leg's switch to its next source) now, or, when this thread
-/// is already inside such a switch (a synchronous source completing inside the
-/// subscription of the one before), once that switch returned: the outermost switch
-/// runs them one after another, so a chain of `concat`s over synchronous sources
-/// takes a constant depth of stack instead of a few frames per link.
-fn trampolined(subscribe_next: Switch) {
-    let first = NEXT_UP.with(|next_up| {
-        let mut next_up = next_up.borrow_mut();
-        match next_up.as_mut() {
-            Some(queue) => {
-                queue.push_back(subscribe_next);
-                None
-            }
-            None => {
-                *next_up = Some(VecDeque::new());
-                Some(subscribe_next)
-            }
-        }
-    });
-    let Some(mut run) = first else {
-        return;
-    };
-    /// Ends the trampoline on this thread however the loop leaves (a subscriber's
-    /// panic unwinding through it drops what is queued: their legs end unsubscribed).
-    struct Outermost;
-    impl Drop for Outermost {
-        fn drop(&mut self) {
-            let queued = NEXT_UP.with(|next_up| next_up.borrow_mut().take());
-            drop(queued);
-        }
-    }
-    let _outermost = Outermost;
-    loop {
-        run();
-        match NEXT_UP.with(|next_up| next_up.borrow_mut().as_mut().and_then(VecDeque::pop_front)) {
-            Some(next) => run = next,
-            None => break,
-        }
-    }
-}
 
 /// Publisher for the [`concat`](crate::PublisherExt::concat) method.
 #[derive(Clone, Debug)]
@@ -276,14 +216,13 @@ where
             return;
         };
         let live = self.arbiter.release();
-        let arbiter = self.arbiter.clone();
         match self.next.take() {
-            Some(next) if live => trampolined(Box::new(move || {
+            Some(next) if live => {
                 let hand_back = Arc::new(HandBack::default());
                 let leg = Leg::<T, S, Q> {
                     downstream: Some(downstream),
                     next: None,
-                    arbiter,
+                    arbiter: self.arbiter.clone(),
                     upstream: Upstream::Idle,
                     hand_back: Some(hand_back.clone()),
                     _items: PhantomData,
@@ -304,7 +243,7 @@ where
                     }
                     (None, Ok(())) => {}
                 }
-            })),
+            }
             Some(_) => {}
             None => downstream.on_complete(),
         }

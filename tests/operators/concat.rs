@@ -246,27 +246,3 @@ fn a_second_publisher_that_panics_after_its_on_subscribe_fails_the_stream() {
         other => panic!("ended with {other:?}, expected the panic"),
     }
 }
-
-/// A long chain of `concat`s over synchronous sources: each next source is
-/// subscribed from the previous one's completion, which on one thread nested a few
-/// frames per link until the stack overflowed (this test aborted the process on the
-/// code before). The next subscriptions now run one after another from the outermost
-/// completion. (Subscribing the chain still recurses once per link, through the
-/// nested publishers, with a smaller frame: that is what bounds the length here.)
-#[test]
-fn a_long_chain_of_concats_completes_without_growing_the_stack() {
-    const LINKS: u64 = 3_000;
-    let mut chain = weir::just(0u64).boxed();
-    for i in 1..LINKS {
-        chain = chain.concat(weir::just(i)).boxed();
-    }
-    // On a thread of 2 MiB, the default for spawned threads.
-    let items = std::thread::Builder::new()
-        .stack_size(2 << 20)
-        .spawn(move || chain.collect().wait())
-        .unwrap()
-        .join()
-        .expect("no stack overflow")
-        .expect("completes");
-    assert_eq!(items, (0..LINKS).collect::<Vec<_>>());
-}
