@@ -246,3 +246,33 @@ fn a_second_publisher_that_panics_after_its_on_subscribe_fails_the_stream() {
         other => panic!("ended with {other:?}, expected the panic"),
     }
 }
+
+/// A subscriber of the second source that runs another pipeline with a `concat` and
+/// waits for it, on the same thread (from inside the switch to that second source):
+/// the inner switch must run where it happens. (A thread-local trampoline tried for
+/// long chains queued it behind the outer switch, which was waiting for it: a hang.)
+#[test]
+fn a_pipeline_waited_for_inside_the_second_source_completes() {
+    let (done, finished) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let inner: Vec<Vec<u64>> = weir::just(1u64)
+            .concat(weir::just(2u64))
+            .fold(Vec::new(), |mut all, x| {
+                all.push(
+                    weir::just(x)
+                        .concat(weir::just(x + 10))
+                        .collect()
+                        .wait()
+                        .expect("inner completes"),
+                );
+                all
+            })
+            .wait()
+            .expect("outer completes");
+        done.send(inner).unwrap();
+    });
+    let inner = finished
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("no hang");
+    assert_eq!(inner, vec![vec![1, 11], vec![2, 12]]);
+}
