@@ -1799,7 +1799,11 @@ pub trait PublisherExt: Publisher + Sized {
     /// Upstream completion or error: the partial batch goes out when demand allows,
     /// then `on_complete` or `on_error`. With
     /// [`BufferTimeout::errors_first`](crate::operators::BufferTimeout::errors_first)
-    /// an error is delivered at once instead, and the partial batch is released.
+    /// an error is delivered at once instead, and the partial batch is released. An
+    /// upstream that delivers an item it was not asked for (rule 1.1) is cancelled,
+    /// and the stream fails the same way with an error of kind
+    /// [`SpecViolation`](crate::ErrorKind::SpecViolation) naming rule 1.1 (the batch
+    /// never grows past `size`).
     ///
     /// # Cancellation
     ///
@@ -1906,7 +1910,10 @@ pub trait PublisherExt: Publisher + Sized {
     /// # Errors
     ///
     /// The timeout: upstream is cancelled and downstream receives `on_error` of kind
-    /// `Timeout`. Upstream errors and completion pass through.
+    /// `Timeout`. Upstream errors and completion pass through. An upstream that
+    /// delivers an item it was not asked for (rule 1.1) is cancelled, and the stream
+    /// fails with an error of kind [`SpecViolation`](crate::ErrorKind::SpecViolation)
+    /// naming rule 1.1, after the items asked for.
     ///
     /// # Cancellation
     ///
@@ -2013,7 +2020,11 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Errors
     ///
-    /// Upstream errors and completion pass through (after items in transit).
+    /// Upstream errors and completion pass through (after items in transit). Shaping:
+    /// an upstream that delivers an item no token was reserved for (rule 1.1) is
+    /// cancelled, and the stream fails with an error of kind
+    /// [`SpecViolation`](crate::ErrorKind::SpecViolation) naming rule 1.1, after the
+    /// items in transit.
     ///
     /// # Cancellation
     ///
