@@ -129,13 +129,11 @@ impl<T: Send + 'static> Machine for Batcher<T> {
     const NAME: &'static str = "buffer_timeout";
 
     fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
-        if self.owed == 0 {
-            // Never asked for: the batch would grow past `size`.
-            let error = fx.over_delivered(Self::NAME, item);
-            self.on_end(Err(error), fx);
-            return;
-        }
-        self.owed -= 1;
+        // Never asked for: the batch would grow past `size`.
+        let item = match fx.arrival(Self::NAME, &mut self.owed, item) {
+            Ok(item) => item,
+            Err(error) => return self.on_end(Err(error), fx),
+        };
         if self.batch.is_empty() {
             if self.batch.capacity() == 0 {
                 self.batch = Vec::with_capacity(self.size.min(PREALLOCATED));

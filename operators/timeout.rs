@@ -117,17 +117,12 @@ impl<T: Send + 'static> Machine for Watchdog<T> {
     }
 
     fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
-        if self.owed == 0 {
-            // Never asked for: refused, not queued in `transit`.
-            let error = fx.over_delivered(Self::NAME, item);
-            self.on_end(Err(error), fx);
-            return;
+        // Never asked for: refused, not queued in `transit`. Once unbounded
+        // (`u64::MAX` in all), it stays unbounded (rule 3.17).
+        match fx.arrival(Self::NAME, &mut self.owed, item) {
+            Ok(item) => self.transit.push_back(item),
+            Err(error) => self.on_end(Err(error), fx),
         }
-        // Once unbounded (`u64::MAX` in all), it stays unbounded (rule 3.17).
-        if self.owed != u64::MAX {
-            self.owed -= 1;
-        }
-        self.transit.push_back(item);
         self.deadline = None;
     }
 

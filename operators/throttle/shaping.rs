@@ -30,14 +30,11 @@ impl<T: Send + 'static> Machine for Shaper<T> {
     }
 
     fn on_item(&mut self, item: T, fx: &mut Fx<'_, T>) {
-        if self.owed == 0 {
-            // Never asked for (no token reserved for it): refused, not queued.
-            let error = fx.over_delivered(Self::NAME, item);
-            self.on_end(Err(error), fx);
-            return;
+        // Never asked for (no token reserved for it): refused, not queued.
+        match fx.arrival(Self::NAME, &mut self.owed, item) {
+            Ok(item) => self.transit.push_back(item),
+            Err(error) => self.on_end(Err(error), fx),
         }
-        self.owed -= 1;
-        self.transit.push_back(item);
     }
 
     fn on_end(&mut self, end: Result<(), Error>, _fx: &mut Fx<'_, T>) {

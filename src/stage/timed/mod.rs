@@ -125,10 +125,30 @@ impl<'a, D> Fx<'a, D> {
     /// machine that keeps count of what it asked for: upstream is cancelled, the item
     /// is let go (after the lock), and the machine ends with the returned error (after
     /// what it holds, as with any upstream error) instead of growing a buffer.
-    pub(crate) fn over_delivered(&mut self, stage: &'static str, item: D) -> Error {
+    fn over_delivered(&mut self, stage: &'static str, item: D) -> Error {
         self.cancel_upstream = true;
         self.released.push(item);
         crate::stage::window::over_delivered(stage)
+    }
+
+    /// An item arrived for a machine that counts in `owed` what it asked upstream for
+    /// and has not received: counted against `owed` and handed back (`u64::MAX`
+    /// stays: unbounded, rule 3.17), or, when nothing is owed (rule 1.1 broken),
+    /// [`over_delivered`](Self::over_delivered)'s error, for the machine to end with.
+    pub(crate) fn arrival(
+        &mut self,
+        stage: &'static str,
+        owed: &mut u64,
+        item: D,
+    ) -> Result<D, Error> {
+        match *owed {
+            0 => Err(self.over_delivered(stage, item)),
+            u64::MAX => Ok(item),
+            _ => {
+                *owed -= 1;
+                Ok(item)
+            }
+        }
     }
 
     /// The scheduler's clock (read once per callback, or per chunk of callbacks).
