@@ -13,15 +13,16 @@
 //! downstream as is, counted by an `inspect`; otherwise it is cut with `take`, whose
 //! `fold` does not fuse as well. When `remaining` reaches 0 the stage cancels
 //! upstream and completes downstream; whatever upstream still delivers is ignored
-//! (rule 2.8). `take(0)` cancels upstream inside `on_subscribe` and completes
-//! downstream at once, behind a no-op subscription.
+//! (rule 2.8), unless downstream cancelled (then it hears nothing more, rule 3.12).
+//! `take(0)` cancels upstream inside `on_subscribe` and completes downstream at once
+//! (unless it cancelled in `on_subscribe`), behind a cap of 0 in front of nothing.
 //!
 //! State: [`Upstream`] (`Idle` → `Active` → `Done`) plus `remaining`.
 
 use std::sync::Arc;
 
 use crate::drain::Upstream;
-use crate::loom::{AtomicU64, Ordering};
+use crate::loom::{AtomicBool, AtomicU64, Ordering};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
@@ -65,9 +66,20 @@ struct Cap {
     allowance: AtomicU64,
     /// The upstream subscription.
     upstream: Subscription,
+    /// Set when downstream cancels: `take` then does not complete it when the
+    /// limit is reached (rule 3.12: a cancelled subscriber hears nothing more).
+    cancelled: AtomicBool,
 }
 
 impl Cap {
+    fn new(allowance: u64, upstream: Subscription) -> Arc<Self> {
+        Arc::new(Cap {
+            allowance: AtomicU64::new(allowance),
+            upstream,
+            cancelled: AtomicBool::new(false),
+        })
+    }
+
     /// Take up to `n` from the allowance; returns what may go upstream.
     fn grant(&self, n: u64) -> u64 {
         // Relaxed: the allowance only partitions a number; the request itself is
@@ -96,6 +108,10 @@ impl RawSubscription for Cap {
     }
 
     fn cancel(&self) {
+        // Relaxed: read by `take` on the thread that signals; a cancel from inside
+        // a signal is that thread's own write, one from elsewhere races the
+        // completion as any cancel does (rule 3.12's "eventually").
+        self.cancelled.store(true, Ordering::Relaxed);
         self.upstream.cancel();
     }
 }
@@ -118,9 +134,17 @@ impl<S> TakeSubscriber<S> {
         S: Subscriber<T>,
     {
         self.remaining -= passed;
-        if self.remaining == 0 && self.upstream.cancel() {
+        if self.remaining == 0 && self.upstream.cancel() && !self.downstream_cancelled() {
             self.downstream.on_complete();
         }
+    }
+
+    /// True once downstream cancelled its subscription.
+    fn downstream_cancelled(&self) -> bool {
+        // Relaxed: see `Cap::cancel`.
+        self.cap
+            .as_ref()
+            .is_some_and(|cap| cap.cancelled.load(Ordering::Relaxed))
     }
 }
 
@@ -131,14 +155,17 @@ impl<T, S: Subscriber<T>> Subscriber<T> for TakeSubscriber<S> {
         }
         if self.remaining == 0 {
             self.upstream.cancel();
-            self.downstream.on_subscribe(Subscription::noop());
-            self.downstream.on_complete();
+            // Downstream gets a cap of 0 in front of nothing (upstream is cancelled
+            // already), which sees a cancel in `on_subscribe`.
+            let cap = Cap::new(0, Subscription::noop());
+            self.cap = Some(cap.clone());
+            self.downstream.on_subscribe(Subscription::new(cap));
+            if !self.downstream_cancelled() {
+                self.downstream.on_complete();
+            }
             return;
         }
-        let cap = Arc::new(Cap {
-            allowance: AtomicU64::new(self.remaining),
-            upstream: subscription,
-        });
+        let cap = Cap::new(self.remaining, subscription);
         self.cap = Some(cap.clone());
         self.downstream.on_subscribe(Subscription::new(cap));
     }

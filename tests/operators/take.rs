@@ -184,3 +184,70 @@ proptest! {
         check_publisher(|n| weir::range(0..n).take(n + 3), n, &schedule)?;
     }
 }
+
+/// A subscriber that requests `want` and cancels inside `on_next` of its `at`th item
+/// (or inside `on_subscribe` when `at` is 0), recording what it is sent.
+struct CancelsAt {
+    want: u64,
+    at: usize,
+    subscription: Option<weir::Subscription>,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Subscriber<u64> for CancelsAt {
+    fn on_subscribe(&mut self, subscription: weir::Subscription) {
+        if self.at == 0 {
+            subscription.cancel();
+        } else {
+            subscription.request(self.want);
+        }
+        self.subscription = Some(subscription);
+    }
+    fn on_next(&mut self, item: u64) {
+        let mut log = self.log.lock().unwrap();
+        log.push(item.to_string());
+        if log.len() == self.at {
+            self.subscription.as_ref().unwrap().cancel();
+        }
+    }
+    fn on_error(&mut self, error: Error) {
+        self.log.lock().unwrap().push(format!("error {error}"));
+    }
+    fn on_complete(&mut self) {
+        self.log.lock().unwrap().push("complete".into());
+    }
+}
+
+/// What `take(n)` sends a subscriber that requests `want` and cancels at its `at`th
+/// item.
+fn sent_to_a_canceller(n: u64, want: u64, at: usize) -> Vec<String> {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    weir::range(0u64..10).take(n).subscribe(CancelsAt {
+        want,
+        at,
+        subscription: None,
+        log: log.clone(),
+    });
+    let sent = log.lock().unwrap().clone();
+    sent
+}
+
+#[test]
+fn a_subscriber_that_cancels_at_the_nth_item_gets_no_completion() {
+    // Rule 3.12: after its cancel the subscriber hears nothing more; `take` used to
+    // complete it anyway once its nth item had passed.
+    assert_eq!(sent_to_a_canceller(3, 3, 3), ["0", "1", "2"]);
+    assert_eq!(sent_to_a_canceller(3, UNBOUNDED, 3), ["0", "1", "2"]);
+    assert_eq!(sent_to_a_canceller(1, 1, 1), ["0"]);
+    // Cancelling earlier stops the stream there, as before.
+    assert_eq!(sent_to_a_canceller(5, 5, 2), ["0", "1"]);
+    // The control: without a cancel the nth item completes the stream.
+    assert_eq!(sent_to_a_canceller(3, 3, 4), ["0", "1", "2", "complete"]);
+}
+
+#[test]
+fn take_zero_sends_no_completion_to_a_subscriber_that_cancelled_in_on_subscribe() {
+    assert!(sent_to_a_canceller(0, 1, 0).is_empty());
+    // The control: one that does not cancel is completed at once.
+    assert_eq!(sent_to_a_canceller(0, 1, 7), ["complete"]);
+}
