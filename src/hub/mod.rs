@@ -236,6 +236,11 @@ pub enum Policy {
 impl Policy {
     /// [`Disconnect`](Policy::Disconnect) once more than `max_lag` items wait for it.
     ///
+    /// While such a subscriber is in, the hub asks upstream for at most `max_lag`
+    /// items at a time, so that one batch (a synchronous source hands over all it is
+    /// asked for at once) cannot put a subscriber that has read everything past its
+    /// limit; a small limit means small upstream batches for the whole hub.
+    ///
     /// # Panics
     ///
     /// If `max_lag` is 0 ("hub: a Disconnect lag limit must be at least 1 item").

@@ -29,7 +29,10 @@
 // has demand left), and only for what the hungriest of them still wants (up to the
 // ring): the fastest wanting member sets the pace, nobody's absence of demand pulls
 // items only to throw them away, and a lossy member skips only items a faster
-// member (or a holder) pulled in. An item that arrives with
+// member (or a holder) pulled in. Either way the hub asks for no more at a time than
+// the smallest lag limit in items of a `Disconnect` member: a synchronous upstream
+// hands over all it is asked for in one batch, and that batch must not put a member
+// that has read everything past its limit. An item that arrives with
 // `outstanding == 0` was never requested (rule 1.1) and is refused.
 //
 // # Time
@@ -306,6 +309,19 @@ impl<T: Clone, H> Ring<T, H> {
             .min()
     }
 
+    /// The smallest lag limit in items of a member still in (`u64::MAX`: none).
+    fn smallest_item_limit(&self) -> u64 {
+        self.members
+            .iter()
+            .filter(|m| m.cut.is_none())
+            .filter_map(|m| match m.policy {
+                Policy::Disconnect(LagLimit::Items(max)) => Some(max),
+                _ => None,
+            })
+            .min()
+            .unwrap_or(u64::MAX)
+    }
+
     /// How much more to request from upstream now (already counted as outstanding),
     /// or 0. See the file header.
     pub(crate) fn credit(&mut self) -> u64 {
@@ -334,6 +350,9 @@ impl<T: Clone, H> Ring<T, H> {
                 .unwrap_or(0)
                 .min(capacity),
         };
+        // No more at a time than the smallest lag limit in items: one batch must not
+        // put a member that has read everything past its limit.
+        let target = target.min(self.smallest_item_limit());
         let room = target.saturating_sub(self.outstanding);
         if room > 0 && self.outstanding <= target / 4 {
             self.outstanding += room;

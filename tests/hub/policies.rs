@@ -184,6 +184,41 @@ fn a_disconnect_subscriber_is_cut_off_at_its_item_limit_while_nobody_waits_for_i
     );
 }
 
+/// A subscriber that keeps up is not cut off by the size of upstream's batches: the
+/// hub asks upstream for no more at a time than the smallest item limit, so one
+/// arrival cannot put a subscriber that has read everything past its limit (a
+/// synchronous source hands over all it is asked for in one batch).
+#[test]
+fn a_disconnect_subscriber_that_keeps_up_is_not_cut_off_by_a_batch() {
+    for (capacity, limit) in [(64, 10), (256, 100), (16, 15), (1_024, 255), (8, 1)] {
+        let hub = Hub::builder(weir::range(0u64..1_000), capacity).build();
+        let alone = hub
+            .join(Policy::disconnect_after_items(limit))
+            .fold(0u64, |n, _| n + 1)
+            .wait();
+        assert_eq!(
+            alone.ok(),
+            Some(1_000),
+            "capacity {capacity}, limit {limit}"
+        );
+
+        // Beside a Backpressure subscriber, which lets the hub ask for the ring.
+        let hub = Hub::builder(weir::range(0u64..1_000), capacity)
+            .connect_at(2)
+            .build();
+        let audit = hub.join(Policy::Backpressure).fold(0u64, |n, _| n + 1);
+        let client = hub
+            .join(Policy::disconnect_after_items(limit))
+            .fold(0u64, |n, _| n + 1);
+        assert_eq!(audit.wait().ok(), Some(1_000));
+        assert_eq!(
+            client.wait().ok(),
+            Some(1_000),
+            "capacity {capacity}, limit {limit}"
+        );
+    }
+}
+
 #[test]
 fn a_disconnect_subscriber_a_whole_ring_behind_is_cut_off() {
     let (tx, hub) = fed(4);
