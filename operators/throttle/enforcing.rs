@@ -1,8 +1,11 @@
 //! Enforcing: pass demand through and reject what finds no token (see the parent
 //! module).
 
+use std::time::Instant;
+
 use super::Bucket;
 use crate::drain::Upstream;
+use crate::guard::catch_in;
 use crate::metrics::{DropHook, DropReporter};
 use crate::runtime::Scheduler;
 use crate::{DropReason, Error, Subscriber, Subscription};
@@ -23,14 +26,20 @@ pub(super) struct Enforcer<S, C> {
     pub(super) upstream: Upstream,
 }
 
+/// The scheduler's clock; a panic in it (user code: the `Scheduler` trait is public)
+/// is the stage's `Panicked` error.
+fn now<C: Scheduler>(scheduler: &C) -> Result<Instant, Error> {
+    catch_in("throttle", || scheduler.now())
+}
+
 impl<S, C: Scheduler> Enforcer<S, C> {
     /// Spend a token if there is one.
-    fn admit(&mut self) -> bool {
-        if self.bucket.refill(self.scheduler.now(), 0) > 0 {
+    fn admit(&mut self) -> Result<bool, Error> {
+        if self.bucket.refill(now(&self.scheduler)?, 0) > 0 {
             self.bucket.spend(1);
-            true
+            Ok(true)
         } else {
-            false
+            Ok(false)
         }
     }
 }
@@ -45,8 +54,12 @@ where
         if self.upstream.accept(&subscription) {
             self.hook = self.downstream.drop_hook();
             self.drops = DropReporter::new("throttle", self.hook.clone());
-            self.bucket.refill(self.scheduler.now(), 0);
+            let started = now(&self.scheduler).map(|now| self.bucket.refill(now, 0));
+            // Rule 1.9: `on_subscribe` first, also when the clock failed.
             self.downstream.on_subscribe(subscription);
+            if let Err(error) = started {
+                self.upstream.fail(&mut self.downstream, error);
+            }
         }
     }
 
@@ -54,7 +67,15 @@ where
         if !self.upstream.is_active() {
             return;
         }
-        if self.admit() {
+        let admitted = match self.admit() {
+            Ok(admitted) => admitted,
+            Err(error) => {
+                drop(item);
+                self.upstream.fail(&mut self.downstream, error);
+                return;
+            }
+        };
+        if admitted {
             self.downstream.on_next(item);
         } else {
             self.drops.drop_item(DropReason::Rejected, item);
@@ -88,9 +109,20 @@ where
         // Tokens available since the last clock read, not yet spent.
         let mut tokens = 0u64;
         let mut rejected = 0u64;
+        // A panic of the clock: the rest of the batch is let go, the stage fails.
+        let mut clock_failed = None;
         let admitted = items.filter_map(|item| {
+            if clock_failed.is_some() {
+                return None;
+            }
             if tokens == 0 {
-                tokens = bucket.refill(scheduler.now(), 0);
+                match now(scheduler) {
+                    Ok(now) => tokens = bucket.refill(now, 0),
+                    Err(error) => {
+                        clock_failed = Some(error);
+                        return None;
+                    }
+                }
             }
             if tokens > 0 {
                 tokens -= 1;
@@ -104,8 +136,9 @@ where
         });
         let credit = downstream.on_next_batch(admitted);
         drops.flush();
-        if let Some(error) = drops.failure() {
-            // The drop hook panicked: the stage fails as if its own code had.
+        if let Some(error) = clock_failed.or_else(|| drops.failure()) {
+            // The clock or the drop hook panicked: the stage fails as if its own code
+            // had.
             upstream.fail(downstream, error);
             return 0;
         }

@@ -2025,7 +2025,7 @@ impl Scheduler for Flaky {
 type OnFlaky = fn(BoxPublisher<Item>, Flaky, &Arc<Ledger>) -> BoxPublisher<Item>;
 
 /// Every stage that takes a scheduler.
-const SCHEDULED: [(&str, OnFlaky); 10] = [
+const SCHEDULED: [(&str, OnFlaky); 12] = [
     ("publish_on(flaky, 16)", |s, c, _| {
         s.publish_on(c, 16).boxed()
     }),
@@ -2042,6 +2042,16 @@ const SCHEDULED: [(&str, OnFlaky); 10] = [
     ("buffer_timeout_on(7, 1ms, flaky)", |s, c, _| {
         s.buffer_timeout_on(7, Duration::from_millis(1), c)
             .map(|mut batch| batch.swap_remove(0))
+            .boxed()
+    }),
+    ("throttle_on(10^6/s, 64, Shaping, flaky)", |s, c, _| {
+        let rate = weir::operators::Rate::per_second(1_000_000);
+        s.throttle_on(rate, 64, weir::operators::ThrottleMode::Shaping, c)
+            .boxed()
+    }),
+    ("throttle_on(10^6/s, 64, Enforcing, flaky)", |s, c, _| {
+        let rate = weir::operators::Rate::per_second(1_000_000);
+        s.throttle_on(rate, 64, weir::operators::ThrottleMode::Enforcing, c)
             .boxed()
     }),
     ("map_async_on(flaky, 2)", |s, c, _| {

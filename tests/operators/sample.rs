@@ -282,3 +282,52 @@ fn a_large_batch_reports_every_replaced_item_in_order() {
     probe.assert_completed();
     probe.assert_no_violations();
 }
+
+/// A pool whose timer handles panic when cancelled (a user `Scheduler` can hand out
+/// any `TimerHandle`).
+#[derive(Clone)]
+struct TimerCancelPanics(weir::runtime::ThreadPool);
+
+impl weir::runtime::Scheduler for TimerCancelPanics {
+    fn schedule(&self, task: weir::runtime::Task) {
+        self.0.schedule(task);
+    }
+    fn schedule_after(&self, delay: std::time::Duration, task: weir::runtime::Task) {
+        self.0.schedule_after(delay, task);
+    }
+    fn now(&self) -> std::time::Instant {
+        self.0.now()
+    }
+    fn schedule_timer(
+        &self,
+        delay: std::time::Duration,
+        task: weir::runtime::Task,
+    ) -> weir::runtime::TimerHandle {
+        let handle = self.0.schedule_timer(delay, task);
+        weir::runtime::TimerHandle::new(move || {
+            handle.cancel();
+            panic!("deliberate: the timer's cancel broke");
+        })
+    }
+}
+
+/// A time stage that ends cancels upstream even when the scheduler's timer handle
+/// panics in `cancel` (it used to stop the timer first, and the panic skipped the
+/// upstream cancel: an `interval` went on ticking for ever).
+#[test]
+fn upstream_is_cancelled_when_the_timers_cancel_panics() {
+    let pool = weir::runtime::ThreadPool::new(1);
+    let (source, stats) = counted(weir::interval(std::time::Duration::from_millis(1)));
+    let out = source
+        .sample_on(
+            std::time::Duration::from_millis(5),
+            TimerCancelPanics(pool.clone()),
+        )
+        .take(1)
+        .collect()
+        .wait()
+        .expect("take(1) completes");
+    assert_eq!(out.len(), 1);
+    assert_eq!(stats.cancels(), 1, "upstream cancelled");
+    pool.shutdown();
+}

@@ -348,3 +348,66 @@ fn shaping_fails_an_upstream_that_over_delivers_with_rule_1_1() {
     probe.assert_items(&[0]);
     assert_eq!(probe.assert_error().rule(), Some("1.1"));
 }
+
+/// A scheduler whose clock panics at its `at`th reading.
+#[derive(Clone)]
+struct ClockPanicsAt {
+    inner: VirtualTime,
+    readings: Arc<std::sync::atomic::AtomicU64>,
+    at: u64,
+}
+
+impl weir::runtime::Scheduler for ClockPanicsAt {
+    fn schedule(&self, task: weir::runtime::Task) {
+        self.inner.schedule(task);
+    }
+    fn schedule_after(&self, delay: std::time::Duration, task: weir::runtime::Task) {
+        self.inner.schedule_after(delay, task);
+    }
+    fn now(&self) -> std::time::Instant {
+        let n = self
+            .readings
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        assert!(n != self.at, "deliberate: the clock broke");
+        self.inner.now()
+    }
+}
+
+/// Enforcing reads the user's clock in `on_subscribe`, per item and per batch: a
+/// panic there is the stage's `Panicked` error after `on_subscribe` (rule 1.9),
+/// upstream is cancelled, and the error names `throttle`. The clock's panic used
+/// to unwind into the source's `subscribe` (the subscriber was dropped unsignalled)
+/// or through the batch into the sink, which took it for its own.
+#[test]
+fn enforcing_fails_with_the_clocks_panic_wherever_it_reads_it() {
+    for at in 1..=3 {
+        for batched in [true, false] {
+            let (source, stats) = counted(weir::range(0u64..100));
+            let clock = ClockPanicsAt {
+                inner: VirtualTime::new(),
+                readings: Arc::default(),
+                at,
+            };
+            let throttled =
+                source.throttle_on(Rate::per_second(1_000), 10, ThrottleMode::Enforcing, clock);
+            let probe = if batched {
+                crate::support::probe_of(throttled)
+            } else {
+                // One item per request: upstream hands them over one at a time.
+                crate::support::probe_of(throttled.limit_rate(1, 1))
+            };
+            probe.request(UNBOUNDED);
+            let error = probe.error().unwrap_or_else(|| {
+                panic!(
+                    "reading {at} (batched {batched}): no error; got {:?}",
+                    probe.items()
+                )
+            });
+            assert_eq!(error.kind(), weir::ErrorKind::Panicked, "reading {at}");
+            assert_eq!(error.stage(), Some("throttle"), "reading {at}: {error}");
+            assert!(probe.is_subscribed(), "on_subscribe came first");
+            assert_eq!(stats.cancels(), 1, "upstream cancelled (reading {at})");
+        }
+    }
+}

@@ -571,13 +571,22 @@ impl<M: Machine, C: Scheduler + Clone> Stage for Timed<M, C> {
         }
     }
 
-    /// Drop the machine (and what it holds), cancel the timer and upstream.
+    /// Cancel upstream and the timer, then drop the machine (and what it holds).
+    /// Upstream first, and each step contained: a user scheduler whose timer handle
+    /// panics in `cancel` must not leave upstream running.
     fn stop(&self, out: &mut Vec<M::Out>) {
         out.clear();
         let machine = lock(&self.machine).take();
-        self.timer.stop();
         if let Some(upstream) = &self.upstream {
-            upstream.cancel();
+            if catch(|| upstream.cancel()).is_err() {
+                tracing::error!(stage = M::NAME, "a source panicked in cancel; contained");
+            }
+        }
+        if catch(|| self.timer.stop()).is_err() {
+            tracing::error!(
+                stage = M::NAME,
+                "a scheduler's timer panicked in cancel; contained"
+            );
         }
         drop(machine);
     }
