@@ -453,18 +453,23 @@ pub(crate) struct Shared<T> {
 
 impl<T: Clone + Send + 'static> Shared<T> {
     fn lock(&self) -> MutexGuardOf<'_, State<T>> {
-        // An item's `Clone` runs under the lock (in `take`): one that calls back into
-        // this hub would wait for itself for ever. It panics instead, and the member
-        // it was cloned for ends with `Panicked` (see `take`).
+        self.refuse_reentry();
+        // Only the items' Clone runs under the lock; recover if one panicked (the
+        // ring is consistent between its steps).
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// An item's `Clone` runs under the lock (in `take`): one that calls back into
+    /// this hub would wait for itself for ever. It panics instead, and the member it
+    /// was cloned for ends with `Panicked` (see `take`). Checked before the lock and
+    /// before the pump is taken (a panic then must not leave the pump taken).
+    fn refuse_reentry(&self) {
         if CLONING.get() == self.address() {
             panic!(
                 "share: an item's Clone called its own hub (Clone runs under the hub's \
                  lock; the call would wait for itself)"
             );
         }
-        // Only the items' Clone runs under the lock; recover if one panicked (the
-        // ring is consistent between its steps).
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// This hub's identity, for [`CLONING`].
@@ -474,6 +479,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
 
     /// Run the pump: request what the ring has room for, wake who is due.
     pub(crate) fn pump(&self) {
+        self.refuse_reentry();
         if self.pump.enter() {
             // The lock's guard ends with this statement: a step runs without it.
             let step = self.due(&mut self.lock());
@@ -511,7 +517,25 @@ impl<T: Clone + Send + 'static> Shared<T> {
             }
         }
         if credit > 0 {
-            self.upstream.request(credit);
+            self.ask(credit);
+        }
+    }
+
+    /// Request `credit` from upstream. A request that panics (rule 3.16 broken)
+    /// fails the hub as an upstream error would, upstream cancelled: the credit it
+    /// reserved will never come, and the panic must not unwind through the pump (or
+    /// into whichever subscriber's pass made the call).
+    fn ask(&self, credit: u64) {
+        if let Err(error) = crate::guard::catch_in("share", || self.upstream.request(credit)) {
+            self.cancel_upstream();
+            self.finish(Err(error));
+        }
+    }
+
+    /// Cancel upstream; a cancel that panics (rule 3.15 broken) is contained.
+    fn cancel_upstream(&self) {
+        if crate::guard::catch(|| self.upstream.cancel()).is_err() {
+            tracing::error!(target: "weir::hub", "hub: upstream panicked in cancel; contained");
         }
     }
 
@@ -547,6 +571,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
         // Gathered before the pump is taken: the iterator is user code, and its
         // panic must not leave the pump taken.
         crate::stage::window::gather(batch, items, self.capacity.saturating_add(1));
+        self.refuse_reentry();
         let owner = self.pump.try_enter();
         let (refused, step) = {
             let mut state = self.lock();
@@ -568,7 +593,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
             (refused, owner.then(|| self.due(&mut state)))
         };
         if refused {
-            self.upstream.cancel();
+            self.cancel_upstream();
         }
         match step {
             Some(step) => {
@@ -616,6 +641,12 @@ impl<T: Clone + Send + 'static> Shared<T> {
 
     /// A subscriber left (cancelled, ended, or panicked).
     pub(crate) fn leave(self: &Arc<Self>, id: u64) {
+        // The linger's clock is user code: read before the lock (it may call this
+        // hub, or panic), in case this is the last subscriber.
+        let linger_now = self
+            .linger
+            .as_ref()
+            .map(|(_, scheduler)| crate::guard::catch(|| scheduler.now()));
         let mut expiry = None;
         let (left, released, cancel, members) = {
             let mut state = self.lock();
@@ -628,8 +659,14 @@ impl<T: Clone + Send + 'static> Shared<T> {
                 && !self.keep_connected
                 && !state.ring.ended()
                 && matches!(state.phase, Phase::Connected);
-            if last && self.linger.is_some() {
-                expiry = self.linger_epoch(&mut state);
+            let lingers = match &linger_now {
+                Some(Ok(now)) if last => Some(*now),
+                _ => None,
+            };
+            // A clock that panicked gives no deadline: the hub stops at once, as
+            // without a linger (it must not keep upstream for good).
+            if let Some(now) = lingers {
+                expiry = self.linger_epoch(&mut state, now);
                 (left, None, false, members)
             } else if last {
                 (left, Some(self.stop(&mut state)), true, members)
@@ -665,7 +702,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
                 target: "weir::hub",
                 "hub: the last subscriber left; upstream cancelled, the ring released"
             );
-            self.upstream.cancel();
+            self.cancel_upstream();
         } else {
             self.pump();
         }
@@ -681,11 +718,11 @@ impl<T: Clone + Send + 'static> Shared<T> {
     /// The last subscriber left (under the lock): a new epoch, and the timer's task
     /// to arm once the lock is let go (a scheduler that drops the task at once runs
     /// its expiry there, which takes the lock).
-    fn linger_epoch(self: &Arc<Self>, state: &mut State<T>) -> Option<Expiry<T>> {
-        let (grace, scheduler) = self.linger.as_ref()?;
+    fn linger_epoch(self: &Arc<Self>, state: &mut State<T>, now: Instant) -> Option<Expiry<T>> {
+        let (grace, _) = self.linger.as_ref()?;
         state.epoch += 1;
         // A linger that does not fit the clock (`Duration::MAX`) never ends.
-        crate::runtime::deadline(scheduler.now(), *grace)?;
+        crate::runtime::deadline(now, *grace)?;
         Some(Expiry {
             shared: Arc::downgrade(self),
             epoch: state.epoch,
@@ -700,7 +737,16 @@ impl<T: Clone + Send + 'static> Shared<T> {
             return;
         };
         let epoch = expiry.epoch;
-        let timer = scheduler.schedule_timer(*grace, Box::new(move || drop(expiry)));
+        // A scheduler that panics here (user code) drops the task unrun, and with it
+        // the expiry, which stops the hub: contained, not unwound into the caller
+        // (a subscriber's cancel).
+        let armed = crate::guard::catch(|| {
+            scheduler.schedule_timer(*grace, Box::new(move || drop(expiry)))
+        });
+        let Ok(timer) = armed else {
+            tracing::error!(target: "weir::hub", "hub: the linger's scheduler panicked; contained");
+            return;
+        };
         let mut state = self.lock();
         if state.epoch == epoch {
             state.timer = Some(timer);
@@ -736,7 +782,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
             target: "weir::hub",
             "hub: the linger ran out with nobody subscribed; upstream cancelled, the ring released"
         );
-        self.upstream.cancel();
+        self.cancel_upstream();
     }
 
     /// One subscriber's figures now, if it is still there.
@@ -772,8 +818,9 @@ impl<T: Clone + Send + 'static> Shared<T> {
     /// when nobody runs it: what a synchronous upstream delivers inside the request
     /// then wakes each subscriber once, after it, instead of once per item.
     fn request(&self, credit: u64) {
+        self.refuse_reentry();
         let owner = self.pump.try_enter();
-        self.upstream.request(credit);
+        self.ask(credit);
         if owner {
             self.release_pump();
         }

@@ -295,3 +295,87 @@ fn a_linger_that_runs_out_cancels_upstream_even_if_an_item_panics_in_drop() {
     assert!(cancelled.load(SeqCst), "upstream still subscribed");
     drop((a, hub));
 }
+
+/// A virtual clock that, once armed, reads the stats of its hub (a logging clock,
+/// say) or panics.
+#[derive(Clone)]
+struct MeddlingClock {
+    inner: weir::runtime::VirtualTime,
+    panics: bool,
+    armed: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    hub: std::sync::Arc<std::sync::OnceLock<Hub<u64>>>,
+}
+
+impl weir::runtime::Scheduler for MeddlingClock {
+    fn schedule(&self, task: weir::runtime::Task) {
+        self.inner.schedule(task);
+    }
+    fn schedule_after(&self, delay: Duration, task: weir::runtime::Task) {
+        self.inner.schedule_after(delay, task);
+    }
+    fn schedule_timer(
+        &self,
+        delay: Duration,
+        task: weir::runtime::Task,
+    ) -> weir::runtime::TimerHandle {
+        self.inner.schedule_timer(delay, task)
+    }
+    fn now(&self) -> std::time::Instant {
+        if self.armed.load(std::sync::atomic::Ordering::SeqCst) {
+            assert!(!self.panics, "deliberate: the linger's clock panics");
+            let stats = self.hub.get().expect("set").stats();
+            assert!(stats.subscribers.len() <= 1);
+        }
+        self.inner.now()
+    }
+}
+
+/// The linger's clock is read outside the hub's lock: one that reads the hub's own
+/// stats does not deadlock the last subscriber's cancel, and one that panics stops
+/// the hub at once instead of keeping upstream for good (it used to be read under
+/// the lock: the cancel hung, or the panic left upstream running, "connected" with
+/// nobody subscribed).
+#[test]
+fn the_lingers_clock_may_call_the_hub_or_panic() {
+    use std::sync::atomic::Ordering::SeqCst;
+    for panics in [false, true] {
+        let inner = weir::runtime::VirtualTime::new();
+        let clock = MeddlingClock {
+            inner: inner.clone(),
+            panics,
+            armed: Default::default(),
+            hub: Default::default(),
+        };
+        let cancelled = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = cancelled.clone();
+        let source = weir::range(0u64..u64::MAX).inspect_cancel(move || flag.store(true, SeqCst));
+        let hub = Hub::builder(source, 4)
+            .linger(Duration::from_secs(5), clock.clone())
+            .build();
+        assert!(clock.hub.set(hub.clone()).is_ok());
+        let a = probe(hub.clone());
+        a.request(3);
+        clock.armed.store(true, SeqCst);
+        // On a thread, so that a deadlock fails the test instead of hanging it.
+        let (done, cancelled_in_time) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            a.cancel();
+            let _ = done.send(());
+        });
+        assert!(
+            cancelled_in_time
+                .recv_timeout(Duration::from_secs(20))
+                .is_ok(),
+            "the last subscriber's cancel deadlocked (clock panics: {panics})"
+        );
+        clock.armed.store(false, SeqCst);
+        if panics {
+            assert!(cancelled.load(SeqCst), "no deadline: stopped at once");
+            assert!(!hub.stats().connected);
+        } else {
+            assert!(!cancelled.load(SeqCst), "within the grace period");
+            inner.advance(Duration::from_secs(5));
+            assert!(cancelled.load(SeqCst), "5 s after the last one left");
+        }
+    }
+}

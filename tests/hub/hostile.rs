@@ -324,3 +324,157 @@ fn a_boundary_whose_scheduler_panics_ends_alone_and_the_hub_goes_on() {
         }
     }
 }
+
+/// `source`, with a subscription whose `panic_at`th `request` panics (a broken
+/// upstream: rule 3.16).
+struct RequestPanics<P> {
+    source: P,
+    panic_at: u64,
+}
+
+struct RequestPanicsSubscriber<S> {
+    downstream: S,
+    panic_at: u64,
+}
+
+struct RequestPanicsSubscription {
+    upstream: Subscription,
+    calls: std::sync::atomic::AtomicU64,
+    panic_at: u64,
+}
+
+impl weir::RawSubscription for RequestPanicsSubscription {
+    fn request(&self, n: u64) {
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        assert!(
+            call != self.panic_at,
+            "deliberate: upstream's request panics"
+        );
+        self.upstream.request(n);
+    }
+    fn cancel(&self) {
+        self.upstream.cancel();
+    }
+}
+
+impl<P: Publisher> Publisher for RequestPanics<P> {
+    type Item = P::Item;
+    fn subscribe<S: Subscriber<P::Item> + Send + 'static>(self, subscriber: S) {
+        self.source.subscribe(RequestPanicsSubscriber {
+            downstream: subscriber,
+            panic_at: self.panic_at,
+        });
+    }
+}
+
+impl<T, S: Subscriber<T>> Subscriber<T> for RequestPanicsSubscriber<S> {
+    fn on_subscribe(&mut self, upstream: Subscription) {
+        self.downstream
+            .on_subscribe(Subscription::new(Arc::new(RequestPanicsSubscription {
+                upstream,
+                calls: Default::default(),
+                panic_at: self.panic_at,
+            })));
+    }
+    fn on_next(&mut self, item: T) {
+        self.downstream.on_next(item);
+    }
+    fn on_error(&mut self, error: Error) {
+        self.downstream.on_error(error);
+    }
+    fn on_complete(&mut self) {
+        self.downstream.on_complete();
+    }
+}
+
+/// An upstream whose `request` panics fails the hub: every subscriber ends with
+/// `Panicked` and upstream is cancelled. The panic used to leave the hub's pump taken
+/// and the credit counted as requested: the other subscribers waited for ever, and
+/// the one whose pass made the call was dropped without a terminal signal.
+#[test]
+fn an_upstream_whose_request_panics_ends_every_subscriber() {
+    for panic_at in 1..=3 {
+        let (tx, rx) =
+            weir::channel::<u64>(1_024, weir::source::channel::ChannelPolicy::Backpressure);
+        let (rx, stats) = crate::counting::counted(rx);
+        let hub = Hub::builder(
+            RequestPanics {
+                source: rx,
+                panic_at,
+            },
+            4,
+        )
+        .connect_at(2)
+        .build();
+        let a = probe(hub.clone());
+        let b = probe(hub.join(Policy::DropOldest));
+        a.request(u64::MAX);
+        b.request(u64::MAX);
+        for i in 0..20 {
+            if tx.try_send(i).is_err() {
+                break;
+            }
+        }
+        drop(tx);
+        for (name, p) in [("a", &a), ("b", &b)] {
+            let error = p
+                .error()
+                .unwrap_or_else(|| panic!("request {panic_at}: {name} did not end with an error"));
+            assert_eq!(error.kind(), weir::ErrorKind::Panicked, "{name}: {error}");
+        }
+        assert_eq!(
+            stats.cancels(),
+            1,
+            "upstream cancelled (request {panic_at})"
+        );
+    }
+}
+
+/// An item whose `Clone`, once armed, joins its own hub (as a new `DropOldest`
+/// subscriber): a call the docs say ends only the subscriber it was cloned for.
+#[derive(Debug, PartialEq)]
+struct JoinsItsHub(u64);
+
+static JOINED_HUB: std::sync::OnceLock<Hub<JoinsItsHub>> = std::sync::OnceLock::new();
+static JOIN_ARMED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+impl Clone for JoinsItsHub {
+    fn clone(&self) -> Self {
+        if JOIN_ARMED.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            let late = weir::tck::TestSubscriber::<JoinsItsHub>::new();
+            JOINED_HUB
+                .get()
+                .expect("set")
+                .join(Policy::DropOldest)
+                .subscribe(late);
+        }
+        JoinsItsHub(self.0)
+    }
+}
+
+/// The member whose item's `Clone` joined the hub ends with `Panicked`; the other
+/// goes on to the end. The refusal used to panic after the hub's pump was taken
+/// (the `join` reached the pump first): it stayed taken, and the other subscriber
+/// got nothing more.
+#[test]
+fn an_items_clone_that_joins_its_own_hub_ends_only_that_subscriber() {
+    let (tx, rx) =
+        weir::channel::<JoinsItsHub>(1_024, weir::source::channel::ChannelPolicy::Backpressure);
+    let hub = Hub::builder(rx, 4).connect_at(2).build();
+    assert!(JOINED_HUB.set(hub.clone()).is_ok(), "one test uses it");
+    let a = probe(hub.clone());
+    let b = probe(hub.clone());
+    a.request(u64::MAX);
+    tx.try_send(JoinsItsHub(0)).expect("room");
+    JOIN_ARMED.store(true, std::sync::atomic::Ordering::SeqCst);
+    // b's pass runs here, on this thread, and clones item 0.
+    b.request(1);
+    let error = b.error().expect("b ended");
+    assert_eq!(error.kind(), weir::ErrorKind::Panicked, "{error}");
+    for i in 1..20 {
+        tx.try_send(JoinsItsHub(i)).expect("room");
+    }
+    drop(tx);
+    assert_eq!(a.received_count(), 20, "a got everything");
+    assert!(a.is_completed(), "and its end");
+}

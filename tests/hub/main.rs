@@ -2,6 +2,8 @@
 //! conformance kit on a subscriber of every policy, random schedules against a
 //! model, and the hub under threads.
 
+#[path = "../support/counting.rs"]
+pub mod counting;
 #[path = "../support/failing.rs"]
 pub mod failing;
 
