@@ -328,6 +328,12 @@ fn upstream_is_cancelled_when_the_timers_cancel_panics() {
         .wait()
         .expect("take(1) completes");
     assert_eq!(out.len(), 1);
+    // The stage ends on the pool's thread, after `take` completed the sink: wait
+    // for its cancel (a bound on time, not a timing assertion).
+    let patience = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while stats.cancels() == 0 && std::time::Instant::now() < patience {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
     assert_eq!(stats.cancels(), 1, "upstream cancelled");
     pool.shutdown();
 }
