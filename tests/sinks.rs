@@ -1589,3 +1589,47 @@ mod waiting_on_a_channel {
         }
     }
 }
+
+/// A waker that counts how many of its kind are alive.
+struct CountedWaker(Arc<AtomicU64>);
+
+impl std::task::Wake for CountedWaker {
+    fn wake(self: Arc<Self>) {}
+}
+
+impl Drop for CountedWaker {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An awaited handle polled by one task after another keeps only the last poll's
+/// waker (the future contract), and that one is woken at the end. It used to keep
+/// every task's waker until the stream ended, and scan them all on each poll.
+#[test]
+fn an_awaited_handle_keeps_only_the_last_polls_waker() {
+    use std::future::{Future, IntoFuture};
+    use std::task::{Context, Poll, Waker};
+    let (tx, rx) = weir::channel::<u32>(4, weir::source::channel::ChannelPolicy::Backpressure);
+    let mut future = rx.collect().into_future();
+    let alive = Arc::new(AtomicU64::new(0));
+    for _ in 0..1_000 {
+        alive.fetch_add(1, Ordering::SeqCst);
+        let waker = Waker::from(Arc::new(CountedWaker(alive.clone())));
+        let polled = std::pin::Pin::new(&mut future).poll(&mut Context::from_waker(&waker));
+        assert!(polled.is_pending());
+        drop(waker);
+        assert!(
+            alive.load(Ordering::SeqCst) <= 1,
+            "one waker kept, not every task's"
+        );
+    }
+    tx.try_send(7).expect("room");
+    drop(tx);
+    let waker = Waker::from(Arc::new(CountedWaker(alive.clone())));
+    alive.fetch_add(1, Ordering::SeqCst);
+    assert!(matches!(
+        std::pin::Pin::new(&mut future).poll(&mut Context::from_waker(&waker)),
+        Poll::Ready(Ok(items)) if items == [7]
+    ));
+}

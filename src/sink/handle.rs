@@ -78,8 +78,12 @@ pub(crate) struct SinkState<R, E = Error> {
 
 struct Slot<R, E> {
     completion: Completion<R, E>,
-    /// The tasks awaiting the result (one, for a [`SinkFuture`]; a shared state read
-    /// by reference may have several).
+    /// The task awaiting the result to take it (a [`SinkFuture`]): the waker of its
+    /// last poll only, as a future keeps (one polled by one task after another must
+    /// not keep every task's waker).
+    taker: Option<Waker>,
+    /// The tasks awaiting a copy of the result (a shared state read by reference
+    /// may have several).
     wakers: SmallVec<[Waker; 1]>,
 }
 
@@ -95,6 +99,7 @@ impl<R, E> SinkState<R, E> {
             slot: SubscriptionSlot::new(),
             result: Mutex::new(Slot {
                 completion: Completion::Running,
+                taker: None,
                 wakers: SmallVec::new(),
             }),
             ready: Condvar::new(),
@@ -149,10 +154,11 @@ impl<R, E> SinkState<R, E> {
         slot.completion = Completion::Ended(result);
         // Relaxed: a watching waiter's hint; it reads the result under the lock.
         self.ended.store(true, Ordering::Relaxed);
+        let taker = slot.taker.take();
         let wakers = std::mem::take(&mut slot.wakers);
         drop(slot);
         self.ready.notify_all();
-        for waker in wakers {
+        for waker in taker.into_iter().chain(wakers) {
             waker.wake();
         }
         true
@@ -270,12 +276,17 @@ impl<R, E> SinkState<R, E> {
 
     /// The slot, locked, once it holds the result; otherwise `cx`'s waker is left to
     /// be woken by [`finish`](Self::finish) (checked and left under one lock: no lost
-    /// wake-up).
-    fn poll_ended(&self, cx: &mut Context<'_>) -> Poll<MutexGuard<'_, Slot<R, E>>> {
+    /// wake-up): as the taker's (replacing the one of its last poll), or `shared`,
+    /// beside the other readers'.
+    fn poll_ended(&self, cx: &mut Context<'_>, shared: bool) -> Poll<MutexGuard<'_, Slot<R, E>>> {
         let mut slot = self.lock();
         if matches!(slot.completion, Completion::Running) {
-            if !slot.wakers.iter().any(|w| w.will_wake(cx.waker())) {
-                slot.wakers.push(cx.waker().clone());
+            if shared {
+                if !slot.wakers.iter().any(|w| w.will_wake(cx.waker())) {
+                    slot.wakers.push(cx.waker().clone());
+                }
+            } else if !slot.taker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                slot.taker = Some(cx.waker().clone());
             }
             return Poll::Pending;
         }
@@ -298,7 +309,7 @@ impl<R, E> SinkState<R, E> {
     ///
     /// If the result was already taken.
     pub(crate) fn poll_take(&self, cx: &mut Context<'_>) -> Poll<Result<R, E>> {
-        self.poll_ended(cx)
+        self.poll_ended(cx, false)
             .map(|mut slot| take(&mut slot.completion))
     }
 }
@@ -314,7 +325,8 @@ impl<R: Clone, E: Clone> SinkState<R, E> {
 
     /// A copy of the result if there is one (else wake `cx` when there is).
     pub(crate) fn poll_cloned(&self, cx: &mut Context<'_>) -> Poll<Result<R, E>> {
-        self.poll_ended(cx).map(|slot| cloned(&slot.completion))
+        self.poll_ended(cx, true)
+            .map(|slot| cloned(&slot.completion))
     }
 }
 
