@@ -171,6 +171,12 @@ impl<T> Lane<T> {
             None if count > 0 => state.credit.on_consumed(count as u64),
             None => None,
         };
+        // Room for exactly what is requested again: items taken but not yet asked
+        // for again stay held, so a source that delivers them unasked (rule 1.1)
+        // overflows the window instead of filling that room.
+        if let Some(more) = refill {
+            state.window.release(more as usize);
+        }
         Taken {
             count,
             refill,

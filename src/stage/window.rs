@@ -207,8 +207,9 @@ impl<T> Window<T> {
         self.size
     }
 
-    /// Move up to `max` of the oldest queued items to the empty `out`, releasing
-    /// them; returns how many moved.
+    /// Move up to `max` of the oldest queued items to the empty `out`, each still
+    /// counted as held until [`release`](Self::release) (the consumer releases what
+    /// it requests again); returns how many moved.
     ///
     /// Taking everything queued (the usual case of a drain that keeps up) costs no
     /// copy: the queue and `out` trade buffers, so `out` needs room for the whole
@@ -233,7 +234,6 @@ impl<T> Window<T> {
         } else {
             out.extend((0..n).map_while(|_| self.items.pop_front()));
         }
-        self.held -= n;
         n
     }
 
@@ -312,6 +312,7 @@ mod tests {
         );
         // Into a window that holds items, they are moved behind them.
         out.clear();
+        window.release(3);
         assert_eq!(push(&mut window, 3..4), Ok(1));
         assert_eq!(push(&mut window, 4..7), Ok(3), "behind the queued item");
         assert_eq!(push(&mut window, 7..8), Err(7), "full");
@@ -340,6 +341,7 @@ mod tests {
         assert_eq!(window.pop_into(&mut out, 5), 2);
         assert_eq!(out, [2, 10]);
         assert!(window.is_empty());
+        window.release(window.held);
         assert_eq!(push(&mut window, 0..3), Ok(3));
     }
 
@@ -358,6 +360,9 @@ mod tests {
         assert_ne!(out.as_ptr(), spare, "the window's buffer came out whole");
         assert!(out.capacity() >= 4);
         assert!(window.is_empty());
+        // Taken, still held until released: nothing fits.
+        assert_eq!(push(&mut window, 6..7), Err(6));
+        window.release(4);
         // The spare went in: the window takes a whole window again.
         assert_eq!(push(&mut window, 6..11), Err(10));
         out.clear();
@@ -394,6 +399,8 @@ mod tests {
                     let expected: Vec<u64> = model.drain(..n.min(model.len())).collect();
                     proptest::prop_assert_eq!(taken, expected.len());
                     proptest::prop_assert_eq!(&out, &expected);
+                    // Taken items stay held until released (here: at once).
+                    window.release(taken);
                     held -= taken;
                     out.clear();
                 }

@@ -3,6 +3,7 @@
 //! sources interleaved, each source's order kept; the first error wins and cancels
 //! the rest.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -280,4 +281,86 @@ fn a_source_that_panics_after_its_on_subscribe_fails_the_merge() {
 #[test]
 fn an_item_delivered_after_the_cancel_is_released() {
     baseline::late_item_after_cancel_is_released(|late| late.merge(weir::never()).map(|_| ()));
+}
+
+/// A source the test drives by hand, ignoring demand; it records what it was asked
+/// for.
+#[derive(Clone, Default)]
+struct ByHand {
+    subscriber: Arc<Mutex<Option<Box<dyn Subscriber<u64> + Send>>>>,
+    requested: Arc<std::sync::atomic::AtomicU64>,
+}
+
+struct ByHandSubscription(Arc<std::sync::atomic::AtomicU64>);
+
+impl weir::RawSubscription for ByHandSubscription {
+    fn request(&self, n: u64) {
+        self.0.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+    }
+    fn cancel(&self) {}
+}
+
+impl Publisher for ByHand {
+    type Item = u64;
+    fn subscribe<S: Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
+        subscriber.on_subscribe(weir::Subscription::new(Arc::new(ByHandSubscription(
+            self.requested.clone(),
+        ))));
+        *self.subscriber.lock().unwrap() = Some(Box::new(subscriber));
+    }
+}
+
+impl ByHand {
+    fn send(&self, items: std::ops::Range<u64>) {
+        let mut slot = self.subscriber.lock().unwrap();
+        let subscriber = slot.as_mut().expect("subscribed");
+        for i in items {
+            subscriber.on_next(i);
+        }
+    }
+    fn requested(&self) -> u64 {
+        self.requested.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+/// Rule 1.1 is enforced on every delivery, also after downstream took part of a
+/// lane: items taken but not yet asked for again (the lane asks again at 75%) are no
+/// room. 50 items beyond the 256 asked for used to pass as if requested.
+#[test]
+fn a_source_that_delivers_unasked_after_a_partial_drain_fails_the_stage() {
+    for stage in ["merge", "zip", "flat_map"] {
+        let source = ByHand::default();
+        let probe = match stage {
+            "merge" => crate::support::probe_of(source.clone().merge(weir::never())),
+            "zip" => {
+                crate::support::probe_of(source.clone().zip(weir::range(0u64..1_000_000), |a, _| a))
+            }
+            _ => {
+                let inner = Mutex::new(Some(source.clone()));
+                crate::support::probe_of(weir::just(0u64).flat_map(
+                    move |_| inner.lock().unwrap().take().expect("one inner"),
+                    1,
+                    256,
+                ))
+            }
+        };
+        probe.request(100);
+        let asked = source.requested();
+        assert_eq!(asked, 256, "{stage}: the lane's window");
+        source.send(0..asked);
+        assert_eq!(probe.received_count(), 100, "{stage}");
+        assert!(probe.error().is_none(), "{stage}");
+        // 100 taken: below the 75% mark, nothing asked for again.
+        assert_eq!(source.requested(), asked, "{stage}");
+        source.send(asked..asked + 50);
+        probe.request(1_000);
+        let error = probe
+            .error()
+            .unwrap_or_else(|| panic!("{stage}: no error after {} items", probe.received_count()));
+        assert_eq!(error.rule(), Some("1.1"), "{stage}: {error}");
+        assert!(
+            probe.received_count() <= asked,
+            "{stage}: only what was asked for"
+        );
+    }
 }
