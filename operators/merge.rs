@@ -24,10 +24,11 @@
 
 use std::sync::Arc;
 
+use crate::guard::catch_in;
 use crate::stage::lanes::{LaneSet, LaneStatus, LaneView, OuterEnd, Visit};
 use crate::stage::window::PREALLOCATED;
 use crate::stage::{Core, Cx, Pass, Stage};
-use crate::{Publisher, Subscriber};
+use crate::{Error, Publisher, Subscriber};
 
 pub(crate) use crate::stage::lanes::connect;
 
@@ -137,13 +138,13 @@ pub(crate) fn start<T, S>(
 
 /// Deliver what `visit`'s lane holds, up to the demand, through `scratch`; returns
 /// how many, and where the lane stood after the items were taken out (one lock for
-/// both).
+/// both); `Err` when the source's `request` for more panicked.
 fn deliver<T, S: Subscriber<T>>(
     cx: &Cx<'_>,
     visit: &mut Visit<T>,
     scratch: &mut Vec<T>,
     downstream: &mut S,
-) -> (u64, LaneStatus) {
+) -> Result<(u64, LaneStatus), Error> {
     let budget = usize::try_from(cx.demand().get()).unwrap_or(usize::MAX);
     // The scratch never grows past its capacity.
     let room = scratch.capacity() - scratch.len();
@@ -151,9 +152,9 @@ fn deliver<T, S: Subscriber<T>>(
     if taken.count > 0 {
         // Items a cancelling downstream leaves in the scratch are dropped with it.
         cx.deliver(downstream, scratch.drain(..));
-        visit.replenish(taken.refill);
+        visit.replenish(taken.refill)?;
     }
-    (taken.count as u64, taken.status)
+    Ok((taken.count as u64, taken.status))
 }
 
 impl<T: Send + 'static> Stage for Merging<T> {
@@ -182,7 +183,11 @@ impl<T: Send + 'static> Stage for Merging<T> {
                     continue;
                 };
                 let status = if cx.demand().get() > 0 {
-                    let (served, status) = deliver(cx, visit, &mut cursor.scratch, downstream);
+                    let delivered_now = deliver(cx, visit, &mut cursor.scratch, downstream);
+                    let (served, status) = match delivered_now {
+                        Ok(done) => done,
+                        Err(error) => return cx.terminate(downstream, Err(error)),
+                    };
                     if served > 0 {
                         delivered += served;
                         last_served = Some(i);
@@ -198,8 +203,12 @@ impl<T: Send + 'static> Stage for Merging<T> {
                     LaneStatus::Failed(error) => return cx.terminate(downstream, Err(error)),
                     LaneStatus::Finished => {
                         self.set.retire(&mut cursor.view, i);
-                        // One more inner may start (flat_map); a no-op for merge.
-                        self.set.outer.request(1);
+                        // One more inner may start (flat_map); a no-op for merge. An
+                        // outer source whose `request` panics fails the stage.
+                        let stage = self.set.stage();
+                        if let Err(error) = catch_in(stage, || self.set.outer.request(1)) {
+                            return cx.terminate(downstream, Err(error));
+                        }
                     }
                     LaneStatus::Items | LaneStatus::Empty => {}
                 }

@@ -136,8 +136,8 @@ where
             return Err(panic);
         }
         // The lanes gave up their items, whatever downstream took of them.
-        self.first.replenish(first.refill);
-        self.second.replenish(second.refill);
+        self.first.replenish(first.refill)?;
+        self.second.replenish(second.refill)?;
         Ok((count, [first.status, second.status]))
     }
 }

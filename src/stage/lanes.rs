@@ -33,7 +33,7 @@ use super::core::CoreHandle;
 use super::window::{gather, over_delivered, Window};
 use crate::demand::Replenish;
 use crate::drain::{SubscriptionSlot, Upstream};
-use crate::guard::{catch, subscribe_guarded};
+use crate::guard::{catch, catch_in, subscribe_guarded};
 use crate::metrics::DropHook;
 use crate::{Error, Publisher, Subscriber, Subscription};
 
@@ -184,10 +184,13 @@ impl<T> Lane<T> {
         }
     }
 
-    /// Request what [`take`](Self::take) said to, if anything.
-    pub(crate) fn replenish(&self, refill: Option<u64>) {
-        if let Some(more) = refill {
-            self.subscription.request(more);
+    /// Request what [`take`](Self::take) said to, if anything. A source whose
+    /// `request` panics (rule 3.16 broken) gives the stage's `Panicked` error, for
+    /// the drain to fail with (its end cancels the source).
+    pub(crate) fn replenish(&self, refill: Option<u64>) -> Result<(), Error> {
+        match refill {
+            Some(more) => catch_in(self.stage, || self.subscription.request(more)),
+            None => Ok(()),
         }
     }
 
@@ -522,16 +525,18 @@ pub(crate) struct Visit<T> {
 }
 
 impl<T> Visit<T> {
-    /// [`Lane::replenish`] through the kept subscription.
-    pub(crate) fn replenish(&mut self, refill: Option<u64>) {
+    /// [`Lane::replenish`] through the kept subscription (a `request` that panics:
+    /// the same error).
+    pub(crate) fn replenish(&mut self, refill: Option<u64>) -> Result<(), Error> {
         let Some(more) = refill else {
-            return;
+            return Ok(());
         };
         if self.subscription.is_none() {
             self.subscription = self.lane.subscription.get();
         }
-        if let Some(subscription) = &self.subscription {
-            subscription.request(more);
+        match &self.subscription {
+            Some(subscription) => catch_in(self.lane.stage, || subscription.request(more)),
+            None => Ok(()),
         }
     }
 }

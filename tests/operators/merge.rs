@@ -289,13 +289,25 @@ fn an_item_delivered_after_the_cancel_is_released() {
 struct ByHand {
     subscriber: Arc<Mutex<Option<Box<dyn Subscriber<u64> + Send>>>>,
     requested: Arc<std::sync::atomic::AtomicU64>,
+    /// The call of `request` that panics (0: none).
+    panic_at: u64,
 }
 
-struct ByHandSubscription(Arc<std::sync::atomic::AtomicU64>);
+struct ByHandSubscription {
+    requested: Arc<std::sync::atomic::AtomicU64>,
+    calls: std::sync::atomic::AtomicU64,
+    panic_at: u64,
+}
 
 impl weir::RawSubscription for ByHandSubscription {
     fn request(&self, n: u64) {
-        self.0.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        assert!(
+            call != self.panic_at,
+            "deliberate: the source's request panics"
+        );
+        self.requested
+            .fetch_add(n, std::sync::atomic::Ordering::SeqCst);
     }
     fn cancel(&self) {}
 }
@@ -303,9 +315,11 @@ impl weir::RawSubscription for ByHandSubscription {
 impl Publisher for ByHand {
     type Item = u64;
     fn subscribe<S: Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
-        subscriber.on_subscribe(weir::Subscription::new(Arc::new(ByHandSubscription(
-            self.requested.clone(),
-        ))));
+        subscriber.on_subscribe(weir::Subscription::new(Arc::new(ByHandSubscription {
+            requested: self.requested.clone(),
+            calls: Default::default(),
+            panic_at: self.panic_at,
+        })));
         *self.subscriber.lock().unwrap() = Some(Box::new(subscriber));
     }
 }
@@ -362,5 +376,43 @@ fn a_source_that_delivers_unasked_after_a_partial_drain_fails_the_stage() {
             probe.received_count() <= asked,
             "{stage}: only what was asked for"
         );
+    }
+}
+
+/// A source whose `request` panics when its lane asks for more (the second call, at
+/// the 75% mark) fails the stage with `Panicked`: the subscriber used to get no
+/// terminal signal at all (the pass's guard took the panic for the subscriber's).
+#[test]
+fn a_source_whose_request_panics_on_a_refill_fails_the_stage() {
+    for stage in ["merge", "zip", "flat_map"] {
+        let source = ByHand {
+            panic_at: 2,
+            ..ByHand::default()
+        };
+        let probe = match stage {
+            "merge" => crate::support::probe_of(source.clone().merge(weir::never())),
+            "zip" => {
+                crate::support::probe_of(source.clone().zip(weir::range(0u64..1_000_000), |a, _| a))
+            }
+            _ => {
+                let inner = Mutex::new(Some(source.clone()));
+                crate::support::probe_of(weir::just(0u64).flat_map(
+                    move |_| inner.lock().unwrap().take().expect("one inner"),
+                    1,
+                    8,
+                ))
+            }
+        };
+        probe.request(u64::MAX);
+        let asked = source.requested();
+        // Downstream takes them as they come: at the 75% mark the lane asks again,
+        // and the request panics.
+        source.send(0..asked);
+        let error = probe
+            .error()
+            .unwrap_or_else(|| panic!("{stage}: no terminal signal"));
+        assert_eq!(error.kind(), weir::ErrorKind::Panicked, "{stage}: {error}");
+        // The items up to the mark went out; the stage ended at the refill.
+        assert_eq!(probe.received_count(), asked * 3 / 4, "{stage}");
     }
 }
