@@ -3022,8 +3022,10 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// # Panics
     ///
-    /// Never panics itself; a panic in the sink's methods unwinds through `poll`
-    /// (the future is then dropped, which cancels upstream).
+    /// A panic in the sink's methods unwinds through `poll` (the future is then
+    /// dropped, which cancels upstream). Polling the future again after it returned
+    /// its result panics ("forward: polled after it returned its result"), as the
+    /// sinks' futures do: its result is not kept to be reported twice.
     ///
     /// # Examples
     ///

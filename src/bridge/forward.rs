@@ -133,7 +133,9 @@ where
         }
         loop {
             match this.phase {
-                ForwardPhase::Done => return Poll::Ready(Ok(())),
+                // Its result (perhaps an error) went out already: a second
+                // `Ok(())` would hide it.
+                ForwardPhase::Done => panic!("forward: polled after it returned its result"),
                 ForwardPhase::Closing => {
                     return match this.sink.as_mut().poll_close(cx) {
                         Poll::Ready(Ok(())) => {

@@ -258,3 +258,33 @@ async fn a_subscription_that_arrives_after_the_first_poll_gets_the_request() {
             .unwrap();
     }
 }
+
+/// A sink that refuses every item.
+struct Refuses;
+
+impl futures::Sink<u32> for Refuses {
+    type Error = std::io::Error;
+    fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+    fn start_send(self: Pin<&mut Self>, _: u32) -> Result<(), Self::Error> {
+        Err(std::io::Error::other("refused"))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+    fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// A finished `forward` polled again panics instead of answering `Ok(())` after it
+/// answered an error (which hid the error from a caller polling twice).
+#[test]
+#[should_panic(expected = "forward: polled after it returned its result")]
+fn forward_polled_after_its_result_panics() {
+    let mut forward = weir::range(0u32..5).forward(Refuses);
+    let first = futures::executor::block_on(&mut forward);
+    assert!(first.is_err(), "the sink refused");
+    let _ = futures::executor::block_on(&mut forward);
+}
