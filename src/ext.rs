@@ -2998,6 +2998,14 @@ pub trait PublisherExt: Publisher + Sized {
     /// (`poll_close`). For throughput across threads, put a prefetching stage (an
     /// async boundary) in front: `forward` itself never reads ahead of the sink.
     ///
+    /// So the end, too, comes through demand when upstream learns of it only when
+    /// asked for an item (`from_stream` and `from_receiver` poll their stream or
+    /// channel only with demand): after the last item, such a `forward` resolves once
+    /// the sink is ready for one more item, not before. Awaiting it while the sink
+    /// stays full (its reader waits for the `forward` first) waits for ever; read the
+    /// sink concurrently, or give it room for one more item than you send
+    /// (`futures::StreamExt::forward` reads ahead one item, and resolves there).
+    ///
     /// # Timing
     ///
     /// ```text

@@ -288,3 +288,29 @@ fn forward_polled_after_its_result_panics() {
     assert!(first.is_err(), "the sink refused");
     let _ = futures::executor::block_on(&mut forward);
 }
+
+/// From a source that learns its end only when asked for an item (`from_stream`),
+/// the end comes through demand: with the sink full after the last item, `forward`
+/// waits for room, and resolves once the reader takes the item (as documented).
+#[test]
+fn the_end_of_a_lazy_source_comes_once_the_sink_has_room() {
+    let (tx, mut rx) = futures::channel::mpsc::channel::<u32>(0);
+    let source = weir::from_stream_on(futures::stream::iter([7u32]), weir::runtime::Immediate);
+    let mut forward = source.forward(tx);
+    let waker = futures::task::noop_waker();
+    let mut cx = Context::from_waker(&waker);
+    let mut polls = 0;
+    // The item goes out; then the sink is full and the end is not asked for.
+    loop {
+        assert!(std::future::Future::poll(Pin::new(&mut forward), &mut cx).is_pending());
+        if let Ok(item) = rx.try_recv() {
+            assert_eq!(item, 7);
+            break;
+        }
+        polls += 1;
+        assert!(polls < 1_000, "the item never reached the sink");
+    }
+    // The reader took it: room for one more, so the end is asked for, and comes.
+    let result = futures::executor::block_on(forward);
+    assert!(result.is_ok(), "{result:?}");
+}
