@@ -337,6 +337,25 @@ impl ByHand {
     }
 }
 
+/// `source` in a lane of `stage` (`merge` beside a silent source, `zip` beside an
+/// endless one, or the one inner of `flat_map` with `prefetch`), subscribed by a probe.
+fn lane_of(stage: &str, source: &ByHand, prefetch: u64) -> weir::tck::TestProbe<u64> {
+    match stage {
+        "merge" => crate::support::probe_of(source.clone().merge(weir::never())),
+        "zip" => {
+            crate::support::probe_of(source.clone().zip(weir::range(0u64..1_000_000), |a, _| a))
+        }
+        _ => {
+            let inner = Mutex::new(Some(source.clone()));
+            crate::support::probe_of(weir::just(0u64).flat_map(
+                move |_| inner.lock().unwrap().take().expect("one inner"),
+                1,
+                prefetch,
+            ))
+        }
+    }
+}
+
 /// Rule 1.1 is enforced on every delivery, also after downstream took part of a
 /// lane: items taken but not yet asked for again (the lane asks again at 75%) are no
 /// room. 50 items beyond the 256 asked for used to pass as if requested.
@@ -344,20 +363,7 @@ impl ByHand {
 fn a_source_that_delivers_unasked_after_a_partial_drain_fails_the_stage() {
     for stage in ["merge", "zip", "flat_map"] {
         let source = ByHand::default();
-        let probe = match stage {
-            "merge" => crate::support::probe_of(source.clone().merge(weir::never())),
-            "zip" => {
-                crate::support::probe_of(source.clone().zip(weir::range(0u64..1_000_000), |a, _| a))
-            }
-            _ => {
-                let inner = Mutex::new(Some(source.clone()));
-                crate::support::probe_of(weir::just(0u64).flat_map(
-                    move |_| inner.lock().unwrap().take().expect("one inner"),
-                    1,
-                    256,
-                ))
-            }
-        };
+        let probe = lane_of(stage, &source, 256);
         probe.request(100);
         let asked = source.requested();
         assert_eq!(asked, 256, "{stage}: the lane's window");
@@ -389,20 +395,7 @@ fn a_source_whose_request_panics_on_a_refill_fails_the_stage() {
             panic_at: 2,
             ..ByHand::default()
         };
-        let probe = match stage {
-            "merge" => crate::support::probe_of(source.clone().merge(weir::never())),
-            "zip" => {
-                crate::support::probe_of(source.clone().zip(weir::range(0u64..1_000_000), |a, _| a))
-            }
-            _ => {
-                let inner = Mutex::new(Some(source.clone()));
-                crate::support::probe_of(weir::just(0u64).flat_map(
-                    move |_| inner.lock().unwrap().take().expect("one inner"),
-                    1,
-                    8,
-                ))
-            }
-        };
+        let probe = lane_of(stage, &source, 8);
         probe.request(u64::MAX);
         let asked = source.requested();
         // Downstream takes them as they come: at the 75% mark the lane asks again,
