@@ -9,6 +9,7 @@ use weir::prelude::*;
 use weir::{Error, Subscription};
 
 use super::{ended, iterate_on_threads, probe};
+use crate::unruly::PanicsOnRequest;
 
 /// A subscriber that requests everything and panics at its `at`-th item.
 struct PanicsAt {
@@ -337,26 +338,6 @@ struct RequestPanicsSubscriber<S> {
     panic_at: u64,
 }
 
-struct RequestPanicsSubscription {
-    upstream: Subscription,
-    calls: std::sync::atomic::AtomicU64,
-    panic_at: u64,
-}
-
-impl weir::RawSubscription for RequestPanicsSubscription {
-    fn request(&self, n: u64) {
-        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        assert!(
-            call != self.panic_at,
-            "deliberate: upstream's request panics"
-        );
-        self.upstream.request(n);
-    }
-    fn cancel(&self) {
-        self.upstream.cancel();
-    }
-}
-
 impl<P: Publisher> Publisher for RequestPanics<P> {
     type Item = P::Item;
     fn subscribe<S: Subscriber<P::Item> + Send + 'static>(self, subscriber: S) {
@@ -369,12 +350,14 @@ impl<P: Publisher> Publisher for RequestPanics<P> {
 
 impl<T, S: Subscriber<T>> Subscriber<T> for RequestPanicsSubscriber<S> {
     fn on_subscribe(&mut self, upstream: Subscription) {
-        self.downstream
-            .on_subscribe(Subscription::new(Arc::new(RequestPanicsSubscription {
-                upstream,
-                calls: Default::default(),
-                panic_at: self.panic_at,
-            })));
+        self.downstream.on_subscribe(PanicsOnRequest::subscription(
+            self.panic_at,
+            {
+                let upstream = upstream.clone();
+                move |n| upstream.request(n)
+            },
+            move || upstream.cancel(),
+        ));
     }
     fn on_next(&mut self, item: T) {
         self.downstream.on_next(item);

@@ -6,6 +6,8 @@
 pub mod counting;
 #[path = "../support/failing.rs"]
 pub mod failing;
+#[path = "../support/unruly.rs"]
+pub mod unruly;
 
 mod conformance;
 mod connect;

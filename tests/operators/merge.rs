@@ -17,7 +17,7 @@ use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::model::schedule;
 use crate::support::threaded::ThreadedRange;
-use crate::support::unruly::Unruly;
+use crate::support::unruly::{PanicsOnRequest, Unruly};
 use crate::support::{shape, PATIENCE};
 
 #[test]
@@ -293,33 +293,17 @@ struct ByHand {
     panic_at: u64,
 }
 
-struct ByHandSubscription {
-    requested: Arc<std::sync::atomic::AtomicU64>,
-    calls: std::sync::atomic::AtomicU64,
-    panic_at: u64,
-}
-
-impl weir::RawSubscription for ByHandSubscription {
-    fn request(&self, n: u64) {
-        let call = self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
-        assert!(
-            call != self.panic_at,
-            "deliberate: the source's request panics"
-        );
-        self.requested
-            .fetch_add(n, std::sync::atomic::Ordering::SeqCst);
-    }
-    fn cancel(&self) {}
-}
-
 impl Publisher for ByHand {
     type Item = u64;
     fn subscribe<S: Subscriber<u64> + Send + 'static>(self, mut subscriber: S) {
-        subscriber.on_subscribe(weir::Subscription::new(Arc::new(ByHandSubscription {
-            requested: self.requested.clone(),
-            calls: Default::default(),
-            panic_at: self.panic_at,
-        })));
+        let requested = self.requested.clone();
+        subscriber.on_subscribe(PanicsOnRequest::subscription(
+            self.panic_at,
+            move |n| {
+                requested.fetch_add(n, std::sync::atomic::Ordering::SeqCst);
+            },
+            || {},
+        ));
         *self.subscriber.lock().unwrap() = Some(Box::new(subscriber));
     }
 }

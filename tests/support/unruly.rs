@@ -2,9 +2,12 @@
 //! it signals `on_error` twice, then `on_complete`, then an item nobody requested; an
 //! operator must pass on the first error and nothing after it. [`Greedy`]: it pushes
 //! its items whatever was requested (rule 1.1); a stage that buffers must fail with the
-//! rule's error instead of growing.
+//! rule's error instead of growing. [`PanicsOnRequest`]: a subscription whose nth
+//! `request` panics (rule 3.16 broken), for the stages that call it.
 
-use weir::{Error, Publisher, Subscriber, Subscription};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use weir::{Error, Publisher, RawSubscription, Subscriber, Subscription};
 
 /// The rule-breaking publisher; `first` is the error it signals first.
 #[derive(Clone, Debug)]
@@ -50,5 +53,46 @@ impl Publisher for Greedy {
             subscriber.on_next(i);
         }
         subscriber.on_complete();
+    }
+}
+
+/// A subscription whose `panic_at`th call of `request` panics (0: none); every other
+/// call goes to `on_request`, and `cancel` to `on_cancel`.
+pub struct PanicsOnRequest<R, C> {
+    on_request: R,
+    on_cancel: C,
+    calls: AtomicU64,
+    panic_at: u64,
+}
+
+impl<R, C> PanicsOnRequest<R, C>
+where
+    R: Fn(u64) + Send + Sync + 'static,
+    C: Fn() + Send + Sync + 'static,
+{
+    /// The subscription, ready to hand to a subscriber's `on_subscribe`.
+    pub fn subscription(panic_at: u64, on_request: R, on_cancel: C) -> Subscription {
+        Subscription::new(std::sync::Arc::new(PanicsOnRequest {
+            on_request,
+            on_cancel,
+            calls: AtomicU64::new(0),
+            panic_at,
+        }))
+    }
+}
+
+impl<R, C> RawSubscription for PanicsOnRequest<R, C>
+where
+    R: Fn(u64) + Send + Sync + 'static,
+    C: Fn() + Send + Sync + 'static,
+{
+    fn request(&self, n: u64) {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        assert!(call != self.panic_at, "deliberate: this request panics");
+        (self.on_request)(n);
+    }
+
+    fn cancel(&self) {
+        (self.on_cancel)();
     }
 }
