@@ -74,6 +74,9 @@ struct ReceiveSide<T> {
     /// The receiving core, for wake-ups. Held strongly (what feeds a subscription
     /// keeps it alive, as for every stage) until the subscription ends.
     source: Mutex<Option<Arc<dyn CoreHandle>>>,
+    /// The sending upstream broke the contract (its `request` panicked): the
+    /// receiving side fails with this once its window is empty. Set once.
+    failed: OnceLock<Error>,
     /// The same core, held weakly and set once: what the demultiplexer's in-place
     /// runs use, without `source`'s lock (a lock per frame with many channels). After
     /// the subscription ended it may still reach the core, whose passes then do
@@ -93,6 +96,21 @@ struct ReceiveSide<T> {
     /// `settling`). Taken with a swap, by the demultiplexer or by the stage's stop,
     /// whichever comes first.
     unsettled: AtomicU64,
+}
+
+/// The name the errors of a channel's sending side carry.
+const STAGE: &str = "mux channel";
+
+/// Cancel a sending upstream. One whose `cancel` panics (rule 3.15 broken) must not
+/// stop the caller (a receiving side letting go of its channel, the mux breaking
+/// every channel) halfway: contained and logged.
+fn cancel_contained(upstream: &Subscription) {
+    if crate::guard::catch(|| upstream.cancel()).is_err() {
+        tracing::error!(
+            target: "weir::mux",
+            "a channel's sending upstream panicked in cancel; contained"
+        );
+    }
 }
 
 /// The mark of [`Plumbing::unreported`]: the sink reports its next items under the
@@ -156,6 +174,7 @@ impl<T: Send + 'static> Plumbing<T> {
                 end: Mutex::new(None),
                 end_after: crate::loom::AtomicU64::new(NO_END),
                 source: Mutex::new(None),
+                failed: OnceLock::new(),
                 source_ref: OnceLock::new(),
                 wake_owed: AtomicBool::new(false),
                 settling: AtomicBool::new(false),
@@ -213,8 +232,25 @@ impl<T> Plumbing<T> {
             }
         };
         if let Some((upstream, more)) = ask {
-            upstream.request(more);
+            self.request_or_fail(&upstream, more);
         }
+    }
+
+    /// Ask the sending upstream for `n` more. One whose `request` panics (rule 3.16
+    /// broken) ends only this channel: its receiving side fails with a `Panicked`
+    /// error naming the channel once its window is empty, and upstream is cancelled.
+    /// The caller (the worker's pass, or the sink's `on_subscribe`) goes on.
+    fn request_or_fail(&self, upstream: &Subscription, n: u64) {
+        if let Err(error) = crate::guard::catch_in(STAGE, || upstream.request(n)) {
+            let _ = self.receive.failed.set(error);
+            self.cancel_upstream();
+            self.wake_source();
+        }
+    }
+
+    /// Why the channel failed on the sending side, if it did (see `request_or_fail`).
+    pub(crate) fn failure(&self) -> Option<Error> {
+        self.receive.failed.get().cloned()
     }
 
     /// The sink staged `n` more items: true when the channel was parked, and the
@@ -291,7 +327,7 @@ impl<T> Plumbing<T> {
             }
         };
         if let Some(upstream) = upstream {
-            upstream.cancel();
+            cancel_contained(&upstream);
         }
     }
 
@@ -570,9 +606,10 @@ impl<T: Send + 'static> Subscriber<T> for ChannelSink<T> {
         };
         if cancelled {
             self.upstream.cancel();
-            subscription.cancel();
+            cancel_contained(&subscription);
         } else {
-            subscription.request(self.staging.capacity() as u64);
+            self.plumbing
+                .request_or_fail(&subscription, self.staging.capacity() as u64);
         }
     }
 
@@ -599,7 +636,7 @@ impl<T: Send + 'static> Subscriber<T> for ChannelSink<T> {
             // Upstream delivered past the window it was asked for.
             drop(items);
             if let Some(upstream) = self.upstream.get().cloned() {
-                upstream.cancel();
+                cancel_contained(&upstream);
             }
             self.finish(Err(window::over_delivered("mux channel sink")));
         }

@@ -240,6 +240,10 @@ impl<T: Send + 'static> Stage for ChannelReceive<T> {
                 // The core's `stop` gives the credit back before the end goes
                 // downstream: whoever sees the end (a `fold`'s `wait`) finds the pool
                 // whole.
+                // A sending upstream that broke the contract wins over its end.
+                if let Some(error) = self.plumbing.failure() {
+                    return cx.terminate(downstream, Err(error));
+                }
                 if self.plumbing.end() == Some(window.delivered) {
                     return cx.terminate(downstream, self.plumbing.take_end());
                 }

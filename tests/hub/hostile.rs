@@ -9,7 +9,7 @@ use weir::prelude::*;
 use weir::{Error, Subscription};
 
 use super::{ended, iterate_on_threads, probe};
-use crate::unruly::PanicsOnRequest;
+use crate::unruly::Hostile;
 
 /// A subscriber that requests everything and panics at its `at`-th item.
 struct PanicsAt {
@@ -326,50 +326,6 @@ fn a_boundary_whose_scheduler_panics_ends_alone_and_the_hub_goes_on() {
     }
 }
 
-/// `source`, with a subscription whose `panic_at`th `request` panics (a broken
-/// upstream: rule 3.16).
-struct RequestPanics<P> {
-    source: P,
-    panic_at: u64,
-}
-
-struct RequestPanicsSubscriber<S> {
-    downstream: S,
-    panic_at: u64,
-}
-
-impl<P: Publisher> Publisher for RequestPanics<P> {
-    type Item = P::Item;
-    fn subscribe<S: Subscriber<P::Item> + Send + 'static>(self, subscriber: S) {
-        self.source.subscribe(RequestPanicsSubscriber {
-            downstream: subscriber,
-            panic_at: self.panic_at,
-        });
-    }
-}
-
-impl<T, S: Subscriber<T>> Subscriber<T> for RequestPanicsSubscriber<S> {
-    fn on_subscribe(&mut self, upstream: Subscription) {
-        self.downstream.on_subscribe(PanicsOnRequest::subscription(
-            self.panic_at,
-            {
-                let upstream = upstream.clone();
-                move |n| upstream.request(n)
-            },
-            move || upstream.cancel(),
-        ));
-    }
-    fn on_next(&mut self, item: T) {
-        self.downstream.on_next(item);
-    }
-    fn on_error(&mut self, error: Error) {
-        self.downstream.on_error(error);
-    }
-    fn on_complete(&mut self) {
-        self.downstream.on_complete();
-    }
-}
-
 /// An upstream whose `request` panics fails the hub: every subscriber ends with
 /// `Panicked` and upstream is cancelled. The panic used to leave the hub's pump taken
 /// and the credit counted as requested: the other subscribers waited for ever, and
@@ -381,9 +337,10 @@ fn an_upstream_whose_request_panics_ends_every_subscriber() {
             weir::channel::<u64>(1_024, weir::source::channel::ChannelPolicy::Backpressure);
         let (rx, stats) = crate::counting::counted(rx);
         let hub = Hub::builder(
-            RequestPanics {
+            Hostile {
                 source: rx,
-                panic_at,
+                request_panics_at: panic_at,
+                cancel_panics: false,
             },
             4,
         )

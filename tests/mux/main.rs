@@ -2,7 +2,13 @@
 //! A-numbers), deterministic under `VirtualTime` and again on real threads, and the
 //! conformance kit on a channel's two ends.
 
+#[path = "../support/counting.rs"]
+pub mod counting;
+#[path = "../support/unruly.rs"]
+pub mod unruly;
+
 mod conformance;
+mod hostile;
 mod registry;
 mod threads;
 mod virtual_time;

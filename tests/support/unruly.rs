@@ -3,7 +3,8 @@
 //! operator must pass on the first error and nothing after it. [`Greedy`]: it pushes
 //! its items whatever was requested (rule 1.1); a stage that buffers must fail with the
 //! rule's error instead of growing. [`PanicsOnRequest`]: a subscription whose nth
-//! `request` panics (rule 3.16 broken), for the stages that call it.
+//! `request` panics (rule 3.16 broken), for the stages that call it; [`Hostile`]
+//! puts one (whose `cancel` may panic too, rule 3.15) in front of any publisher.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -94,5 +95,64 @@ where
 
     fn cancel(&self) {
         (self.on_cancel)();
+    }
+}
+
+/// `source`, its subscription replaced by one whose `request_panics_at`th `request`
+/// panics (0: none) and, with `cancel_panics`, whose `cancel` panics after
+/// cancelling `source`.
+pub struct Hostile<P> {
+    /// The publisher behind the broken subscription.
+    pub source: P,
+    /// The call of `request` that panics (0: none).
+    pub request_panics_at: u64,
+    /// Whether `cancel` panics (after it cancelled `source`).
+    pub cancel_panics: bool,
+}
+
+struct HostileSubscriber<S> {
+    downstream: S,
+    request_panics_at: u64,
+    cancel_panics: bool,
+}
+
+impl<P: Publisher> Publisher for Hostile<P> {
+    type Item = P::Item;
+
+    fn subscribe<S: Subscriber<P::Item> + Send + 'static>(self, subscriber: S) {
+        self.source.subscribe(HostileSubscriber {
+            downstream: subscriber,
+            request_panics_at: self.request_panics_at,
+            cancel_panics: self.cancel_panics,
+        });
+    }
+}
+
+impl<T, S: Subscriber<T>> Subscriber<T> for HostileSubscriber<S> {
+    fn on_subscribe(&mut self, upstream: Subscription) {
+        let cancel_panics = self.cancel_panics;
+        self.downstream.on_subscribe(PanicsOnRequest::subscription(
+            self.request_panics_at,
+            {
+                let upstream = upstream.clone();
+                move |n| upstream.request(n)
+            },
+            move || {
+                upstream.cancel();
+                assert!(!cancel_panics, "deliberate: this cancel panics");
+            },
+        ));
+    }
+
+    fn on_next(&mut self, item: T) {
+        self.downstream.on_next(item);
+    }
+
+    fn on_error(&mut self, error: Error) {
+        self.downstream.on_error(error);
+    }
+
+    fn on_complete(&mut self) {
+        self.downstream.on_complete();
     }
 }
