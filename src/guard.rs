@@ -131,6 +131,19 @@ pub(crate) fn catch_in<R>(stage: &'static str, f: impl FnOnce() -> R) -> Result<
     catch(f).map_err(|error| error.in_stage(stage))
 }
 
+/// Wake `wakers`, each under a guard of its own. A task's waker is an executor's
+/// code: one that panics in `wake` must neither keep the tasks after it asleep (they
+/// were taken out of their waiting list: nothing would wake them again) nor unwind
+/// into whoever hands them out (a drain pass, a `request`, a cancel). Contained and
+/// logged.
+pub(crate) fn wake_all(wakers: impl IntoIterator<Item = std::task::Waker>) {
+    for waker in wakers {
+        if catch_unwind(AssertUnwindSafe(|| waker.wake())).is_err() {
+            tracing::error!("a task's waker panicked in wake; contained");
+        }
+    }
+}
+
 /// What a [`Guarded`] batch reports back to its stage.
 #[derive(Default)]
 pub(crate) struct BatchOutcome {

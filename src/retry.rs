@@ -1657,9 +1657,7 @@ impl Fire {
             }
         };
         // Outside the lock: waking may run the poller's code.
-        if let Some(waker) = waker {
-            waker.wake();
-        }
+        crate::guard::wake_all(waker);
     }
 }
 

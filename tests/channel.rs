@@ -2295,3 +2295,69 @@ mod admission {
         assert_eq!(served, [4, 2, 1], "newest first, the dead one dropped");
     }
 }
+
+/// A task's waker that panics in `wake` (a broken executor).
+struct PanickyWaker;
+
+impl std::task::Wake for PanickyWaker {
+    fn wake(self: Arc<Self>) {
+        panic!("deliberate: this waker panics in wake");
+    }
+}
+
+/// A task's waker that records that it was woken.
+#[derive(Default)]
+struct Flag(std::sync::atomic::AtomicBool);
+
+impl std::task::Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Two senders wait for room, the first under a waker that panics: when the reader
+/// takes the queued item, the second is still woken and the item still delivered.
+/// (The panic used to escape the drain pass, which took it for the reader's own: the
+/// item was lost, the stream ended `Cancelled` and the second sender slept for ever.)
+#[test]
+fn a_waker_that_panics_keeps_neither_the_other_senders_asleep_nor_an_item() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    let (tx, rx) = weir::channel::<u64>(1, ChannelPolicy::Backpressure);
+    tx.try_send(0).unwrap();
+    let mut first = Box::pin(tx.send(1));
+    let panicky = Waker::from(Arc::new(PanickyWaker));
+    assert!(first
+        .as_mut()
+        .poll(&mut Context::from_waker(&panicky))
+        .is_pending());
+    let mut second = Box::pin(tx.send(2));
+    let flag = Arc::new(Flag::default());
+    let flagged = Waker::from(flag.clone());
+    assert!(second
+        .as_mut()
+        .poll(&mut Context::from_waker(&flagged))
+        .is_pending());
+    let (first_tx, first_item) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut items = rx.blocking_iter(4);
+        let _ = first_tx.send(items.next().map(|r| r.map_err(|e| e.kind())));
+        // Keep reading, so the woken sender finds room.
+        for _ in items {}
+    });
+    let got = first_item.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(got, Some(Ok(0)), "the queued item reaches the reader");
+    let start = std::time::Instant::now();
+    while !flag.0.load(Ordering::SeqCst) {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the second sender was never woken"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(second
+        .as_mut()
+        .poll(&mut Context::from_waker(&flagged))
+        .is_ready());
+    drop(first);
+}

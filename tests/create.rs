@@ -570,3 +570,65 @@ fn an_item_panicking_in_drop_at_the_cancel_does_not_skip_the_cancel_hook() {
     );
     assert!(hooked.load(Ordering::SeqCst), "on_cancel never ran");
 }
+
+/// A task's waker that panics in `wake` (a broken executor).
+struct PanickyWaker;
+
+impl std::task::Wake for PanickyWaker {
+    fn wake(self: Arc<Self>) {
+        panic!("deliberate: this waker panics in wake");
+    }
+}
+
+/// A task's waker that records that it was woken.
+#[derive(Default)]
+struct Flag(AtomicBool);
+
+impl std::task::Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+}
+
+/// Two `send`s wait for demand, the first under a waker that panics: a request
+/// still wakes the second, and a cancel still wakes it and runs the cancel hook.
+/// (The first panic used to skip every waker after it: the request's panic reached
+/// the caller of `request`, and the cancel never ran the hook.)
+#[test]
+fn a_waker_that_panics_keeps_neither_the_other_waiters_asleep_nor_the_cancel_hook() {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    for cancel in [false, true] {
+        let (probe, emitter) = emitter_and_probe::<u32>();
+        let hooked = Arc::new(AtomicBool::new(false));
+        let hook = hooked.clone();
+        emitter.on_cancel(move || hook.store(true, Ordering::SeqCst));
+        let mut first = Box::pin(emitter.send(1));
+        let panicky = Waker::from(Arc::new(PanickyWaker));
+        assert!(first
+            .as_mut()
+            .poll(&mut Context::from_waker(&panicky))
+            .is_pending());
+        let mut second = Box::pin(emitter.send(2));
+        let flag = Arc::new(Flag::default());
+        let flagged = Waker::from(flag.clone());
+        assert!(second
+            .as_mut()
+            .poll(&mut Context::from_waker(&flagged))
+            .is_pending());
+        if cancel {
+            probe.cancel();
+            assert!(hooked.load(Ordering::SeqCst), "the cancel hook ran");
+        } else {
+            probe.request(5);
+        }
+        assert!(flag.0.load(Ordering::SeqCst), "cancel {cancel}: woken");
+        let sent = second.as_mut().poll(&mut Context::from_waker(&flagged));
+        match sent {
+            std::task::Poll::Ready(Ok(())) => assert!(!cancel),
+            std::task::Poll::Ready(Err(error)) => assert!(cancel && error.is_closed()),
+            std::task::Poll::Pending => panic!("cancel {cancel}: still waiting"),
+        }
+        drop(first);
+    }
+}

@@ -195,7 +195,7 @@ impl<T> Handoff<T> {
             state.end = Some(end);
         }
         drop(state);
-        self.waker.wake();
+        crate::guard::wake_all(self.waker.take());
     }
 }
 
@@ -245,9 +245,9 @@ impl<T> HandoffSubscriber<T> {
         self.gathered.clear();
         if overflowed {
             self.shared.slot.cancel();
-            self.shared.waker.wake();
+            crate::guard::wake_all(self.shared.waker.take());
         } else if pushed.is_ok_and(|n| n > 0) && was_empty {
-            self.shared.waker.wake();
+            crate::guard::wake_all(self.shared.waker.take());
         }
     }
 }

@@ -158,9 +158,7 @@ impl<R, E> SinkState<R, E> {
         let wakers = std::mem::take(&mut slot.wakers);
         drop(slot);
         self.ready.notify_all();
-        for waker in taker.into_iter().chain(wakers) {
-            waker.wake();
-        }
+        crate::guard::wake_all(taker.into_iter().chain(wakers));
         true
     }
 

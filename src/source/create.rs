@@ -787,7 +787,7 @@ impl<T: Send + 'static> Shared<T> {
             state.end = Some(end);
             Self::wake_all(&mut state, &self.ready)
         };
-        wake.into_iter().for_each(Waker::wake);
+        crate::guard::wake_all(wake);
         self.signal();
         true
     }
@@ -812,7 +812,7 @@ impl<T: Send + 'static> Shared<T> {
             hooks.queue(n)
         };
         let wake = Self::wake_all(&mut self.lock(), &self.ready);
-        wake.into_iter().for_each(Waker::wake);
+        crate::guard::wake_all(wake);
         if run {
             self.run_request_hook();
         }
@@ -920,7 +920,7 @@ impl<T: Send + 'static> Stage for Creating<T> {
         };
         // Relaxed: a hint for producers (see `is_cancelled`).
         shared.cancelled.store(cancelled, Ordering::Relaxed);
-        wake.into_iter().for_each(Waker::wake);
+        crate::guard::wake_all(wake);
         // Take both hooks out: they may hold emitters (a cycle through `shared`), and
         // dropping them, like the items, runs user code, so outside the locks.
         let (on_request, on_cancel) = {

@@ -284,7 +284,7 @@ pub(super) struct Wake(Vec<Waker>);
 
 impl Wake {
     pub(super) fn run(self) {
-        self.0.into_iter().for_each(Waker::wake);
+        crate::guard::wake_all(self.0);
     }
 }
 
