@@ -757,8 +757,24 @@ where
         // Relaxed: the lane's hand-off orders this write before the run that reads it
         // (the lane contract), as a boxed task's captures would be.
         self.owed.store(missed, Ordering::Relaxed);
-        let lane = self.lane.get_or_init(|| on.lane());
-        lane.queue(on, core);
+        // A scheduler's `lane` and a lane's `queue` are the user's code when the
+        // scheduler is: one that panics has not queued the task (the contract says
+        // a lane runs a queued task or abandons it), so it is abandoned here, as a
+        // task the scheduler drops unrun: the stream ends with the scheduler's
+        // error instead of its loop staying owned for ever.
+        let queued = catch(|| {
+            let lane = self.lane.get_or_init(|| on.lane());
+            lane.queue(on, core);
+        });
+        if queued.is_err() {
+            tracing::error!(
+                stage = G::NAME,
+                "a scheduler panicked taking a task; the stream ends"
+            );
+            // Relaxed: this thread owns the loop (the task was never handed over).
+            self.flags.fetch_or(SHUTDOWN, Ordering::Relaxed);
+            self.run_loop(missed, None);
+        }
     }
 
     /// The owner's loop: passes until no reason is left. `task` is `Some((linger,
@@ -826,7 +842,10 @@ where
     /// True when other tasks wait for our scheduler's threads (a hint).
     fn crowded(&self) -> bool {
         match self.stage.drive() {
-            Drive::Scheduled { on, .. } => on.has_waiting_tasks(),
+            // A hint, the user's code when the scheduler is: one that panics
+            // counts as crowded (the loop is handed on, and the next task's
+            // scheduling decides).
+            Drive::Scheduled { on, .. } => catch(|| on.has_waiting_tasks()).unwrap_or(true),
             Drive::Inline => false,
         }
     }

@@ -23,6 +23,7 @@
 //! | `an_item_whose_drop_panics_is_contained` | an item whose `Drop` panics when a stage drops it (swallowed, replaced, dropped by a policy, released on cancel) |
 //! | `an_item_whose_clone_panics_ends_only_the_hub_subscriber_it_was_cloned_for` | an item whose `Clone` panics in a hub subscriber's pass |
 //! | `a_scheduler_that_panics_in_schedule_ends_the_pipeline` | a `Scheduler` whose `schedule` / `schedule_after` / `schedule_timer` panics, under every stage that takes one |
+//! | `a_scheduler_whose_lane_or_hint_panics_ends_the_pipeline` | a `Scheduler` whose `lane`, its lane's `queue` or its `has_waiting_tasks` panics, under every stage that takes one |
 //!
 //! Every case runs on a thread of its own under a watchdog ([`DEADLINE`]); its waits
 //! poll until the condition holds and fail after [`WAIT`]. Nothing asserts on
@@ -41,7 +42,7 @@ use weir::limit::Limiter;
 use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::retry::{Backoff, RetryPolicy, Verdict};
-use weir::runtime::{Scheduler, Task, ThreadPool, TimerHandle, VirtualTime};
+use weir::runtime::{Lane, Recurring, Scheduler, Task, ThreadPool, TimerHandle, VirtualTime};
 use weir::source::channel::{Admission, ChannelBuilder, ChannelPolicy, WaterMarks};
 use weir::source::Emitter;
 use weir::{BoxPublisher, Error, ErrorKind, Overflow, RawSubscription};
@@ -1974,50 +1975,115 @@ fn bomb_check(stage: BombStage, target: u64, consumer: Consumer) -> Vec<String> 
 
 // ---- a scheduler that panics in schedule ---------------------------------------------------
 
-/// A scheduler over a pool whose `at`th scheduling call (`schedule`,
-/// `schedule_after` or `schedule_timer`, counted across clones) panics, dropping the
-/// task it was given; or, with `clock`, whose `at`th reading of the clock (`now`)
-/// panics.
+/// Which of a [`Flaky`] scheduler's hooks panics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flake {
+    /// `schedule`, `schedule_after` or `schedule_timer` (dropping the task it was
+    /// given).
+    Schedule,
+    /// `now`.
+    Clock,
+    /// `lane` (a stage asks for its lane once per subscription).
+    Lane,
+    /// The lane's `queue` (the pool's own lane behind it).
+    Queue,
+    /// `has_waiting_tasks` (a lingering stage's hint).
+    Hint,
+}
+
+/// A scheduler over a pool whose `at`th call of the `hook` (counted across clones)
+/// panics. Its lane queues each run through its own `schedule` (as the default lane
+/// does), except with [`Flake::Queue`], where it is the pool's lane behind the panic.
 #[derive(Clone)]
 struct Flaky {
     pool: ThreadPool,
     calls: Arc<AtomicU64>,
     at: u64,
-    clock: bool,
+    hook: Flake,
 }
 
 impl Flaky {
-    fn call(&self) {
-        if self.clock {
-            return;
+    fn call(&self, hook: Flake, what: &str) {
+        if self.hook == hook {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+            assert!(n != self.at, "{}", boom(what));
         }
-        let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        assert!(n != self.at, "{}", boom("a Scheduler's schedule"));
     }
 }
 
 impl Scheduler for Flaky {
     fn schedule(&self, task: Task) {
-        self.call();
+        self.call(Flake::Schedule, "a Scheduler's schedule");
         self.pool.schedule(task);
     }
 
     fn schedule_after(&self, delay: Duration, task: Task) {
-        self.call();
+        self.call(Flake::Schedule, "a Scheduler's schedule_after");
         self.pool.schedule_after(delay, task);
     }
 
     fn schedule_timer(&self, delay: Duration, task: Task) -> TimerHandle {
-        self.call();
+        self.call(Flake::Schedule, "a Scheduler's schedule_timer");
         self.pool.schedule_timer(delay, task)
     }
 
     fn now(&self) -> Instant {
-        if self.clock {
-            let n = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-            assert!(n != self.at, "{}", boom("a Scheduler's now"));
-        }
+        self.call(Flake::Clock, "a Scheduler's now");
         self.pool.now()
+    }
+
+    fn has_waiting_tasks(&self) -> bool {
+        self.call(Flake::Hint, "a Scheduler's has_waiting_tasks");
+        self.pool.has_waiting_tasks()
+    }
+
+    fn lane(&self) -> Box<dyn Lane> {
+        self.call(Flake::Lane, "a Scheduler's lane");
+        Box::new(FlakyLane {
+            pool_lane: (self.hook == Flake::Queue).then(|| self.pool.lane()),
+            flaky: self.clone(),
+        })
+    }
+}
+
+/// [`Flaky`]'s lane (see there).
+struct FlakyLane {
+    pool_lane: Option<Box<dyn Lane>>,
+    flaky: Flaky,
+}
+
+impl Lane for FlakyLane {
+    fn queue(&self, on: &dyn Scheduler, task: Arc<dyn Recurring>) {
+        match &self.pool_lane {
+            Some(lane) => {
+                self.flaky.call(Flake::Queue, "a Lane's queue");
+                lane.queue(&self.flaky.pool, task);
+            }
+            None => {
+                let run = RunOnce(Some(task));
+                on.schedule(Box::new(move || run.run()));
+            }
+        }
+    }
+}
+
+/// One queued run of a recurring task: run, or abandoned when dropped unrun (the
+/// lane contract).
+struct RunOnce(Option<Arc<dyn Recurring>>);
+
+impl RunOnce {
+    fn run(mut self) {
+        if let Some(task) = self.0.take() {
+            task.run();
+        }
+    }
+}
+
+impl Drop for RunOnce {
+    fn drop(&mut self) {
+        if let Some(task) = self.0.take() {
+            task.abandon();
+        }
     }
 }
 
@@ -2089,10 +2155,12 @@ fn a_scheduler_that_panics_in_schedule_ends_the_pipeline() {
         .flat_map(|&(name, stage)| [1, 3].map(|at| (name, stage, at)))
         .collect();
     let failures = run_rows(&cases, 4, |&(name, stage, at)| {
-        guarded(name, DEADLINE, move || flaky_check(stage, at, false))
-            .into_iter()
-            .map(|f| format!("{name} (call {at} panics): {f}"))
-            .collect()
+        guarded(name, DEADLINE, move || {
+            flaky_check(stage, at, Flake::Schedule)
+        })
+        .into_iter()
+        .map(|f| format!("{name} (call {at} panics): {f}"))
+        .collect()
     });
     assert_no_failures("schedulers that panic", cases.len(), &failures);
 }
@@ -2114,7 +2182,7 @@ fn a_scheduler_whose_clock_panics_ends_the_pipeline() {
         .flat_map(|&(name, stage)| [1, 2, 3, 5].map(|at| (name, stage, at)))
         .collect();
     let failures = run_rows(&cases, 4, |&(name, stage, at)| {
-        guarded(name, DEADLINE, move || flaky_check(stage, at, true))
+        guarded(name, DEADLINE, move || flaky_check(stage, at, Flake::Clock))
             .into_iter()
             .map(|f| format!("{name} (reading {at} panics): {f}"))
             .collect()
@@ -2122,14 +2190,41 @@ fn a_scheduler_whose_clock_panics_ends_the_pipeline() {
     assert_no_failures("clocks that panic", cases.len(), &failures);
 }
 
-fn flaky_check(stage: OnFlaky, at: u64, clock: bool) -> Vec<String> {
+/// A user `Scheduler` whose `lane`, whose lane's `queue`, or whose
+/// `has_waiting_tasks` hint panics (at its first or third call), under every stage
+/// that takes a scheduler: the general promises of
+/// [`a_scheduler_that_panics_in_schedule_ends_the_pipeline`] hold. Found with it:
+/// each of the three left the stage's drain loop owned for ever (the sink never
+/// ended), as the task was neither run nor abandoned.
+#[test]
+fn a_scheduler_whose_lane_or_hint_panics_ends_the_pipeline() {
+    silence_deliberate_panics();
+    let cases: Vec<(&str, OnFlaky, u64, Flake)> = SCHEDULED
+        .iter()
+        .flat_map(|&(name, stage)| {
+            [Flake::Lane, Flake::Queue, Flake::Hint]
+                .into_iter()
+                .flat_map(move |hook| [1, 3].map(|at| (name, stage, at, hook)))
+        })
+        .collect();
+    let failures = run_rows(&cases, 4, |&(name, stage, at, hook)| {
+        guarded(name, DEADLINE, move || flaky_check(stage, at, hook))
+            .into_iter()
+            .map(|f| format!("{name} ({hook:?} call {at} panics): {f}"))
+            .collect()
+    });
+    assert_no_failures("schedulers whose lanes panic", cases.len(), &failures);
+}
+
+fn flaky_check(stage: OnFlaky, at: u64, hook: Flake) -> Vec<String> {
+    let clock = hook == Flake::Clock;
     let mut check = Check::default();
     let pool = pool("hooks-flaky", 2);
     let flaky = Flaky {
         pool: pool.clone(),
         calls: Arc::default(),
         at,
-        clock,
+        hook,
     };
     let calls = flaky.calls.clone();
     let ledger = Ledger::new();
