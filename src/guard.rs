@@ -131,6 +131,16 @@ pub(crate) fn catch_in<R>(stage: &'static str, f: impl FnOnce() -> R) -> Result<
     catch(f).map_err(|error| error.in_stage(stage))
 }
 
+/// Cancel an upstream `subscription` on behalf of `stage`. One whose `cancel`
+/// panics (rule 3.15 broken) must not stop the caller halfway through letting go
+/// (the rest of its clean-up, the other upstreams it cancels next, the task it runs
+/// on): contained and logged.
+pub(crate) fn cancel_contained(stage: &'static str, subscription: &crate::Subscription) {
+    if catch(|| subscription.cancel()).is_err() {
+        tracing::error!(stage, "an upstream panicked in cancel; contained");
+    }
+}
+
 /// Wake `wakers`, each under a guard of its own. A task's waker is an executor's
 /// code: one that panics in `wake` must neither keep the tasks after it asleep (they
 /// were taken out of their waiting list: nothing would wake them again) nor unwind

@@ -101,18 +101,6 @@ struct ReceiveSide<T> {
 /// The name the errors of a channel's sending side carry.
 const STAGE: &str = "mux channel";
 
-/// Cancel a sending upstream. One whose `cancel` panics (rule 3.15 broken) must not
-/// stop the caller (a receiving side letting go of its channel, the mux breaking
-/// every channel) halfway: contained and logged.
-fn cancel_contained(upstream: &Subscription) {
-    if crate::guard::catch(|| upstream.cancel()).is_err() {
-        tracing::error!(
-            target: "weir::mux",
-            "a channel's sending upstream panicked in cancel; contained"
-        );
-    }
-}
-
 /// The mark of [`Plumbing::unreported`]: the sink reports its next items under the
 /// ledger's lock.
 const PARKED: u64 = 1 << 63;
@@ -327,7 +315,7 @@ impl<T> Plumbing<T> {
             }
         };
         if let Some(upstream) = upstream {
-            cancel_contained(&upstream);
+            crate::guard::cancel_contained(STAGE, &upstream);
         }
     }
 
@@ -606,7 +594,7 @@ impl<T: Send + 'static> Subscriber<T> for ChannelSink<T> {
         };
         if cancelled {
             self.upstream.cancel();
-            cancel_contained(&subscription);
+            crate::guard::cancel_contained(STAGE, &subscription);
         } else {
             self.plumbing
                 .request_or_fail(&subscription, self.staging.capacity() as u64);
@@ -636,7 +624,7 @@ impl<T: Send + 'static> Subscriber<T> for ChannelSink<T> {
             // Upstream delivered past the window it was asked for.
             drop(items);
             if let Some(upstream) = self.upstream.get().cloned() {
-                cancel_contained(&upstream);
+                crate::guard::cancel_contained(STAGE, &upstream);
             }
             self.finish(Err(window::over_delivered("mux channel sink")));
         }

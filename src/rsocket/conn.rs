@@ -63,9 +63,12 @@ use super::inbound::{Inbox, PayloadStream};
 use super::outbound::Outbound;
 use super::server::Handler;
 use super::{Config, RemoteError};
-use crate::guard::{catch, subscribe_guarded};
+use crate::guard::{cancel_contained, catch, catch_in, subscribe_guarded};
 use crate::runtime::Tokio;
 use crate::{BoxPublisher, Error, Publisher, Subscription};
+
+/// The name errors of this module carry.
+const STAGE: &str = "rsocket";
 
 /// Bytes of frames the writer takes in one turn of the lock.
 const WRITE_BUDGET: usize = 64 * 1024;
@@ -411,7 +414,7 @@ impl Conn {
         match unsent {
             Some(subscription) => {
                 if let Some(subscription) = subscription {
-                    subscription.cancel();
+                    cancel_contained(STAGE, &subscription);
                 }
             }
             None => {
@@ -590,12 +593,7 @@ impl Conn {
     /// then a round of the ready streams. Fills `frames`, and `refills` with the
     /// requests to make of local publishers. False once the connection is over and
     /// nothing is left to write.
-    fn take(
-        &self,
-        frames: &mut Vec<Out>,
-        refills: &mut Vec<(Subscription, u64)>,
-        budget: usize,
-    ) -> bool {
+    fn take(&self, frames: &mut Vec<Out>, refills: &mut Vec<Refill>, budget: usize) -> bool {
         let mut state = self.lock();
         let state = &mut *state;
         let mut bytes = 0usize;
@@ -637,7 +635,7 @@ impl Conn {
         state: &mut ConnState,
         (bytes, budget): (&mut usize, usize),
         frames: &mut Vec<Out>,
-        refills: &mut Vec<(Subscription, u64)>,
+        refills: &mut Vec<Refill>,
         finished: &mut Vec<u32>,
     ) {
         let fragment = self.config.fragment_size;
@@ -682,7 +680,7 @@ impl Conn {
             let n = side.refill(self.window_of(side));
             if n > 0 {
                 if let Some(s) = &side.subscription {
-                    refills.push((s.clone(), n));
+                    refills.push((id, s.clone(), n));
                 }
             }
         }
@@ -706,7 +704,25 @@ impl Conn {
             side.subscription.clone().filter(|_| n > 0).map(|s| (s, n))
         };
         if let Some((subscription, n)) = refill {
-            subscription.request(n);
+            self.request_local(stream, &subscription, n);
+        }
+    }
+
+    /// Ask the local publisher of `stream` for `n` more. One whose `request`
+    /// panics (rule 3.16 broken) fails its stream as a publisher that failed would
+    /// (the peer gets an APPLICATION_ERROR with the panic's message, a channel's
+    /// receiving side here the same error) and is cancelled; the connection, and the task making the call
+    /// (the reader or the writer), go on.
+    fn request_local(&self, stream: u32, subscription: &Subscription, n: u64) {
+        if let Err(error) = catch_in(STAGE, || subscription.request(n)) {
+            tracing::error!(
+                stream,
+                "rsocket: a local publisher panicked in request; the stream fails"
+            );
+            // Ended first: the cancel may drop the stream's subscriber, which
+            // would otherwise end it as dropped without a terminal signal.
+            self.end(stream, Err(error));
+            cancel_contained(STAGE, subscription);
         }
     }
 
@@ -734,7 +750,7 @@ impl Conn {
             subscription
         };
         if let Some(subscription) = subscription {
-            subscription.cancel();
+            cancel_contained(STAGE, &subscription);
         }
     }
 
@@ -749,7 +765,7 @@ impl Conn {
             (entry.recv, entry.send.and_then(|s| s.subscription))
         };
         if let Some(subscription) = subscription {
-            subscription.cancel();
+            cancel_contained(STAGE, &subscription);
         }
         if let Some(inbox) = inbox {
             inbox.fail(error, false);
@@ -971,7 +987,7 @@ impl Conn {
         self.wake_all();
         for (_, entry) in streams {
             if let Some(subscription) = entry.send.and_then(|s| s.subscription) {
-                subscription.cancel();
+                cancel_contained(STAGE, &subscription);
             }
             if let Some(inbox) = entry.recv {
                 inbox.fail(error.clone(), false);
@@ -1133,7 +1149,7 @@ async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
         let notified = conn.writer.notified();
         let mut open = conn.take(&mut frames, &mut refills, WRITE_BUDGET);
         if frames.is_empty() {
-            request(&mut refills);
+            request(&conn, &mut refills);
             if !open {
                 break;
             }
@@ -1150,7 +1166,7 @@ async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
             // Control frames (grants, cancels, keepalives) go out now, not after
             // more refills.
             let control = frames.iter().any(Out::is_control);
-            request(&mut refills);
+            request(&conn, &mut refills);
             for out in frames.drain(..) {
                 if let Err(error) = out.put(&mut buf) {
                     // Our own frames are valid by construction; a bug, not the peer's
@@ -1163,7 +1179,7 @@ async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
             }
             open = conn.take(&mut frames, &mut refills, WRITE_BUDGET - buf.len());
             if frames.is_empty() {
-                request(&mut refills);
+                request(&conn, &mut refills);
                 break;
             }
         }
@@ -1176,10 +1192,14 @@ async fn write_loop(conn: Arc<Conn>, mut write: OwnedWriteHalf) {
     let _ = write.shutdown().await;
 }
 
+/// A request the writer makes of a local publisher: its stream, its subscription, how
+/// many.
+type Refill = (u32, Subscription, u64);
+
 /// Make the requests the writer collected of local publishers.
-fn request(refills: &mut Vec<(Subscription, u64)>) {
-    for (subscription, n) in refills.drain(..) {
-        subscription.request(n);
+fn request(conn: &Conn, refills: &mut Vec<Refill>) {
+    for (stream, subscription, n) in refills.drain(..) {
+        conn.request_local(stream, &subscription, n);
     }
 }
 
@@ -1415,7 +1435,7 @@ impl Conn {
         };
         self.writer.notify_one();
         if let Some(subscription) = subscription {
-            subscription.cancel();
+            cancel_contained(STAGE, &subscription);
         }
         if let Some(inbox) = inbox {
             inbox.fail(error, false);

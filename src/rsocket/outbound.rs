@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use super::conn::Conn;
 use super::frame::Payload;
+use crate::guard::cancel_contained;
 use crate::{Error, Subscriber, Subscription};
 
 /// Feeds stream `stream`'s outbox from a local publisher.
@@ -60,7 +61,7 @@ impl Subscriber<Payload> for Outbound {
     fn on_subscribe(&mut self, subscription: Subscription) {
         match self.conn.subscribed(self.stream, &subscription) {
             // The stream ended before its publisher subscribed (cancelled, closed).
-            None => subscription.cancel(),
+            None => cancel_contained("rsocket", &subscription),
             Some(0) => {}
             Some(n) => subscription.request(n),
         }
@@ -68,7 +69,7 @@ impl Subscriber<Payload> for Outbound {
 
     fn on_next(&mut self, item: Payload) {
         if let Some(subscription) = self.conn.items(self.stream, std::iter::once(item)) {
-            subscription.cancel();
+            cancel_contained("rsocket", &subscription);
         }
     }
 
@@ -78,7 +79,7 @@ impl Subscriber<Payload> for Outbound {
         // with the drain, after the lock is let go.
         let cancel = self.conn.items(self.stream, self.batch.drain(..));
         if let Some(subscription) = cancel {
-            subscription.cancel();
+            cancel_contained("rsocket", &subscription);
         }
         0
     }
