@@ -128,13 +128,27 @@ impl<T: 'static, S: Subscriber<T>> Subscriber<T> for DropSubscriber<S> {
         };
         let credit = credit.clone();
         let cancelled = || credit.cancelled.load(Ordering::Relaxed);
-        let (_, rest) = demand::deliver(&credit.demand, &mut self.downstream, items, cancelled);
-        if !cancelled() {
-            for item in rest.into_iter().flatten() {
-                self.drops.drop_item(DropReason::OverflowNewest, item);
+        let (_, mut rest) = demand::deliver(&credit.demand, &mut self.downstream, items, cancelled);
+        while let Some(mut items) = rest.take() {
+            // After a cancel inside the batch, the rest is released unread (rule 3.6).
+            if cancelled() {
+                break;
+            }
+            // Items without demand are dropped one by one, the demand read as each
+            // arrives: a request from another thread may come in the middle of a
+            // batch (even while upstream makes an item), and from then on the rest
+            // goes out against it.
+            while let Some(item) = items.next() {
+                if credit.demand.get() == 0 {
+                    self.drops.drop_item(DropReason::OverflowNewest, item);
+                    continue;
+                }
+                let once = std::iter::once(item);
+                let _ = demand::deliver(&credit.demand, &mut self.downstream, once, cancelled);
+                rest = demand::deliver(&credit.demand, &mut self.downstream, items, cancelled).1;
+                break;
             }
         }
-        // After a cancel inside the batch, the rest is released unread (rule 3.6).
         self.drops.flush();
         if let Some(error) = self.drops.failure() {
             // The drop hook panicked: the stage fails as if its own code had.

@@ -141,6 +141,23 @@ pub(crate) fn cancel_contained(stage: &'static str, subscription: &crate::Subscr
     }
 }
 
+/// Drop `items` one by one, each under a guard of its own; returns how many
+/// panicked (the caller logs them). An item's `Drop` is user code, and where two of
+/// a collection's items panic in one `drop` of the collection, the second panics
+/// while the first unwinds, which aborts the process.
+pub(crate) fn drop_each<T>(items: impl IntoIterator<Item = T>) -> usize {
+    if !std::mem::needs_drop::<T>() {
+        return 0;
+    }
+    let mut panicked = 0;
+    for item in items {
+        if catch_unwind(AssertUnwindSafe(move || drop(item))).is_err() {
+            panicked += 1;
+        }
+    }
+    panicked
+}
+
 /// Wake `wakers`, each under a guard of its own. A task's waker is an executor's
 /// code: one that panics in `wake` must neither keep the tasks after it asleep (they
 /// were taken out of their waiting list: nothing would wake them again) nor unwind

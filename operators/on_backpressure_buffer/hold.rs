@@ -157,7 +157,14 @@ impl<T: Send + 'static> Hold<T> {
     /// The drop hook panicked on an expired item: the stage fails as it does when its
     /// producer fails (upstream cancelled, the error parked behind the held items).
     fn hook_failed(&self, error: Error) {
-        lock(&self.held).end.get_or_insert(Err(error));
+        {
+            // Over upstream's completion, if it was parked already: the stream
+            // fails (a first error stays).
+            let mut held = lock(&self.held);
+            if !matches!(held.end, Some(Err(_))) {
+                held.end = Some(Err(error));
+            }
+        }
         self.upstream.cancel();
     }
 
@@ -286,8 +293,17 @@ impl<T: Send + 'static> Stage for Hold<T> {
             held.queue.take_all().collect()
         };
         self.upstream.cancel();
-        drain.run.clear();
-        drop(released);
+        // Each item under a guard of its own: two whose `Drop` panics in one
+        // collection's drop would abort the process.
+        let panicked =
+            crate::guard::drop_each(drain.run.drain(..)) + crate::guard::drop_each(released);
+        if panicked > 0 {
+            tracing::error!(
+                stage = self.name,
+                panicked,
+                "held items panicked in Drop; contained"
+            );
+        }
         tracing::trace!(stage = self.name, "holding stage stopped");
     }
 }

@@ -612,7 +612,23 @@ where
                     held.queue.expire_stale(now, &mut self.stale);
                     // Items refused by a closed queue: dropped after the lock.
                     let mut closed = Vec::new();
-                    for item in rest {
+                    for item in rest.by_ref() {
+                        if held.queue.is_full() && !held.closed && cx.demand().get() > 0 {
+                            // Downstream asked for more meanwhile (from another
+                            // thread: this one owns the loop, so the request only
+                            // left a reason to run): what is held goes out first,
+                            // and the policy applies only to a full queue without
+                            // demand.
+                            drop(held);
+                            hold.deliver_held(cx, drain, downstream);
+                            held = lock(&hold.held);
+                            if cx.stopped() {
+                                // Cancelled inside that delivery: the rest is
+                                // released unread, as above.
+                                closed.push(item);
+                                break;
+                            }
+                        }
                         match self.hold_owned(&mut held, item, now) {
                             Kept::Done => {}
                             Kept::Closed(item) => closed.push(item),
@@ -624,7 +640,13 @@ where
                     }
                     held.queue.flush(now);
                     drop(held);
-                    drop(closed);
+                    // Items refused, and the rest of a batch a failure cut short
+                    // (unread): their `Drop` is user code, contained, so that the
+                    // failure still reaches downstream.
+                    let unread = crate::guard::catch(move || drop(rest)).is_err();
+                    if unread || crate::guard::drop_each(closed) > 0 {
+                        tracing::error!(stage = self.stage, "an item panicked in Drop; contained");
+                    }
                     self.report_stale();
                 }
                 Pass::Idle
@@ -645,7 +667,10 @@ where
                 }
             }
         }
-        drop(items);
+        // The rest of a batch a failure cut short, unread: contained as above.
+        if crate::guard::catch(move || drop(items)).is_err() {
+            tracing::error!(stage = self.stage, "an item panicked in Drop; contained");
+        }
         // Also a drop hook that panicked on a swept item.
         if let Some(error) = failure.or_else(|| self.drops.failure()) {
             self.fail(hold, error);

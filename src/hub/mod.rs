@@ -628,7 +628,9 @@ impl<T: Clone + Send + 'static> Shared<T> {
             state.ring.finish(end);
             self.release_after_end(&mut state)
         };
-        drop(released);
+        if crate::guard::drop_each(released.into_iter().flatten()) > 0 {
+            tracing::error!(target: "weir::hub", "hub: an item panicked in Drop; contained");
+        }
         self.pump();
     }
 
@@ -686,7 +688,9 @@ impl<T: Clone + Send + 'static> Shared<T> {
         }
         // Items and handles are dropped here, without the lock; an item whose `Drop`
         // panics must not keep upstream subscribed.
-        if crate::guard::catch(move || drop((left, released))).is_err() {
+        let left = crate::guard::catch(move || drop(left)).is_err();
+        let items = crate::guard::drop_each(released.into_iter().flatten());
+        if left || items > 0 {
             tracing::error!(target: "weir::hub", "hub: an item panicked in Drop; contained");
         }
         if let Some(expiry) = expiry {
@@ -775,7 +779,7 @@ impl<T: Clone + Send + 'static> Shared<T> {
         // Without the lock, and contained as in `leave`: an item whose `Drop` panics
         // must not keep upstream subscribed, nor reach the thread running the timer
         // (a pool shutting down, a subscriber's cancel).
-        if crate::guard::catch(move || drop(released)).is_err() {
+        if crate::guard::drop_each(released) > 0 {
             tracing::error!(target: "weir::hub", "hub: an item panicked in Drop; contained");
         }
         tracing::debug!(

@@ -392,9 +392,12 @@ impl DropReporter {
 }
 
 impl Drop for DropReporter {
-    /// The stage ended: report what came after its last summary, so the last event
-    /// of each reason carries the stage's whole total.
+    /// The stage ended: count what is still pending (drops handed to the hook in a
+    /// pass that unwound before its flush: a subscriber that panicked), then report
+    /// what came after the last summary, so the last event of each reason carries
+    /// the stage's whole total.
     fn drop(&mut self) {
+        self.flush();
         for reason in DropReason::ALL {
             let at = reason as usize;
             if self.totals[at] > self.reported[at] {

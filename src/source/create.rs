@@ -938,7 +938,9 @@ impl<T: Send + 'static> Stage for Creating<T> {
             }
             unused => unused,
         };
-        if catch(move || drop((undelivered, items, on_request, unused))).is_err() {
+        let hooks = catch(move || drop((on_request, unused))).is_err();
+        let panicked = crate::guard::drop_each(undelivered) + crate::guard::drop_each(items);
+        if hooks || panicked > 0 {
             tracing::error!(target: "weir::create", "an item or a hook of create panicked in Drop; contained");
         }
     }

@@ -221,7 +221,7 @@ impl<T> Lane<T> {
         };
         // An item whose `Drop` panics must not stop the caller from cancelling the
         // other lanes (every item is dropped all the same).
-        if catch(move || drop(released)).is_err() {
+        if crate::guard::drop_each(released) > 0 {
             tracing::error!(
                 stage = self.stage,
                 "a queued item panicked in Drop; contained"

@@ -9,7 +9,7 @@ use weir::demand::UNBOUNDED;
 use weir::metrics::{DropHook, Drops};
 use weir::prelude::*;
 use weir::tck::TestSubscriber;
-use weir::{DropReason, Error, ErrorKind, Overflow};
+use weir::{BoxPublisher, DropReason, Error, ErrorKind, Overflow};
 
 use crate::baseline;
 use crate::support::counting::counted;
@@ -653,4 +653,178 @@ fn a_cancel_inside_a_batch_reads_and_reports_nothing_after_it() {
         "on_backpressure_buffer(2, DropNewest)",
         |p| p.on_backpressure_buffer(2, Overflow::DropNewest),
     );
+}
+
+/// `range(0..100)` whose item 10 makes downstream ask for 50 from another thread
+/// (the request returns before item 10 reaches the stage, inside upstream's batch),
+/// through `stage`; returns how many items were delivered.
+fn request_in_the_middle_of_a_batch(
+    stage: impl FnOnce(BoxPublisher<u64>) -> BoxPublisher<u64>,
+) -> usize {
+    let subscriber = TestSubscriber::<u64>::new();
+    let probe = subscriber.probe();
+    let requester = probe.clone();
+    let source = weir::range(0u64..100)
+        .map(move |x| {
+            if x == 10 {
+                let probe = requester.clone();
+                std::thread::spawn(move || probe.request(50))
+                    .join()
+                    .unwrap();
+            }
+            x
+        })
+        .boxed();
+    stage(source).subscribe(subscriber);
+    probe.items().len()
+}
+
+/// "Nothing is dropped, merged or refused while downstream has demand outstanding,
+/// whichever thread requests": demand that arrives from another thread while this
+/// stage holds an upstream batch (its thread owns the loop) is served before the
+/// policy of a full queue applies. (The rest of the batch used to go through the
+/// policy: one item delivered of the 50 asked for, 99 dropped or merged.)
+#[test]
+fn demand_that_arrives_inside_a_batch_is_served_before_the_policy_applies() {
+    let cases: [(&str, fn(BoxPublisher<u64>) -> BoxPublisher<u64>); 4] = [
+        ("buffer(1, DropOldest)", |s| {
+            s.on_backpressure_buffer(1, Overflow::DropOldest).boxed()
+        }),
+        ("buffer(1, DropNewest)", |s| {
+            s.on_backpressure_buffer(1, Overflow::DropNewest).boxed()
+        }),
+        ("latest", |s| s.on_backpressure_latest().boxed()),
+        ("conflate", |s| s.conflate(|a, b| a.max(b)).boxed()),
+    ];
+    for (name, stage) in cases {
+        let delivered = request_in_the_middle_of_a_batch(stage);
+        assert!(delivered >= 50, "{name}: {delivered} delivered of 50 asked");
+    }
+}
+
+/// An item whose `Drop` panics on a stage's way out.
+#[derive(Debug)]
+struct Touchy {
+    id: u64,
+    /// Its `Drop` panics.
+    armed: bool,
+}
+
+impl Drop for Touchy {
+    fn drop(&mut self) {
+        if self.armed {
+            self.armed = false;
+            panic!("deliberate: item {} panics in Drop", self.id);
+        }
+    }
+}
+
+/// Hands its items over in one `on_next_batch`, as a source does under unbounded
+/// demand (and nothing more).
+struct OneBatch(Vec<Touchy>);
+
+impl weir::Publisher for OneBatch {
+    type Item = Touchy;
+    fn subscribe<S: weir::Subscriber<Touchy> + Send + 'static>(self, mut subscriber: S) {
+        subscriber.on_subscribe(weir::Subscription::noop());
+        let _credit = subscriber.on_next_batch(self.0.into_iter());
+    }
+}
+
+/// `Overflow::Error`: "downstream receives `on_error` of kind `Overflow` after the
+/// held items were delivered", also when an item of the batch's unread rest panics
+/// as it is let go. (Its panic used to be taken for the subscriber's: no item, no
+/// terminal signal.)
+#[test]
+fn overflow_error_reaches_downstream_when_an_unread_item_panics_in_drop() {
+    let subscriber = TestSubscriber::<Touchy>::new();
+    let probe = subscriber.probe();
+    // Capacity 1: item 1 held, item 2 refused, items 3 and 4 the unread rest.
+    let items: Vec<Touchy> = (1..=4).map(|id| Touchy { id, armed: id == 3 }).collect();
+    OneBatch(items)
+        .on_backpressure_buffer(1, Overflow::Error)
+        .subscribe(subscriber);
+    probe.request(10);
+    probe
+        .await_terminal(std::time::Duration::from_secs(20))
+        .expect("a terminal signal");
+    assert_eq!(probe.received_count(), 1, "the held item");
+    assert_eq!(probe.assert_error().kind(), ErrorKind::Overflow);
+}
+
+/// Held items released at a cancel, two of which panic in `Drop`: contained (one
+/// drop of the whole collection would panic twice, which aborts the process).
+#[test]
+fn held_items_that_panic_in_drop_at_a_cancel_are_each_contained() {
+    let subscriber = TestSubscriber::<Touchy>::new();
+    let probe = subscriber.probe();
+    weir::from_iter((1..=3).map(|id| Touchy { id, armed: id != 2 }))
+        .concat(weir::never())
+        .on_backpressure_buffer(4, Overflow::DropOldest)
+        .subscribe(subscriber);
+    probe.cancel();
+    assert_eq!(probe.received_count(), 0);
+}
+
+/// "A panic in the hook's `inspect` closure fails the lossy stage": also when
+/// upstream's completion is parked behind the held items already. (The completion
+/// used to win: the stream completed.)
+#[test]
+fn a_drop_hook_that_panics_after_upstreams_end_fails_the_stage() {
+    let clock = weir::runtime::VirtualTime::new();
+    let subscriber = TestSubscriber::<u64>::new();
+    let probe = subscriber.probe();
+    weir::from_iter(vec![1u64, 2, 3])
+        .on_backpressure_buffer(8, Overflow::DropOldest)
+        .time_bounds(weir::queue::TimeBounds::none().max_age(std::time::Duration::from_secs(1)))
+        .clock(clock.clone())
+        .on_dropped(DropHook::new(Drops::new()).inspect(|_| panic!("deliberate: the drop hook")))
+        .subscribe(subscriber);
+    clock.advance(std::time::Duration::from_secs(2));
+    probe.request(10);
+    probe
+        .await_terminal(std::time::Duration::from_secs(20))
+        .expect("a terminal signal");
+    assert_eq!(probe.assert_error().kind(), ErrorKind::Panicked);
+}
+
+/// Items that expire on their way out are counted by the hook's counters, as the
+/// stage's monitor counts them, also when the subscriber panics in the same pass.
+#[test]
+fn expired_items_are_counted_when_the_subscriber_panics_in_the_same_pass() {
+    use std::time::Duration;
+    use weir::deadline::WithDeadline;
+    struct Panicky(Arc<Mutex<Option<weir::Subscription>>>);
+    impl weir::Subscriber<WithDeadline<u64>> for Panicky {
+        fn on_subscribe(&mut self, s: weir::Subscription) {
+            *self.0.lock().unwrap() = Some(s);
+        }
+        fn on_next(&mut self, _: WithDeadline<u64>) {
+            panic!("deliberate: the subscriber panics in on_next");
+        }
+        fn on_error(&mut self, _: Error) {}
+        fn on_complete(&mut self) {}
+    }
+    let clock = weir::runtime::VirtualTime::new();
+    let ms = Duration::from_millis;
+    let drops = Drops::new();
+    let jobs = vec![
+        WithDeadline::within(1u64, ms(100), &clock),
+        WithDeadline::within(2u64, ms(100), &clock),
+        WithDeadline::within(3u64, ms(10_000), &clock),
+    ];
+    let buffered = weir::from_iter(jobs)
+        .on_backpressure_buffer(8, Overflow::DropOldest)
+        .deadlines()
+        .clock(clock.clone());
+    let monitor = buffered.monitor();
+    let slot = Arc::new(Mutex::new(None));
+    buffered
+        .on_dropped(DropHook::new(drops.clone()))
+        .subscribe(Panicky(slot.clone()));
+    clock.advance(ms(500));
+    let subscription = slot.lock().unwrap().clone().unwrap();
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| subscription.request(1)));
+    assert_eq!(monitor.snapshot().dropped(DropReason::DeadlineExceeded), 2);
+    assert_eq!(drops.count(DropReason::DeadlineExceeded), 2);
 }

@@ -196,3 +196,30 @@ fn a_cancel_inside_a_batch_reads_and_reports_nothing_after_it() {
         p.on_backpressure_drop()
     });
 }
+
+/// "Downstream's demand is honoured exactly; items that arrive while it is zero are
+/// dropped": demand that arrives from another thread in the middle of an upstream
+/// batch takes the rest of it. (The rest used to be dropped whole: 0 delivered of
+/// the 50 asked for, 100 dropped.)
+#[test]
+fn demand_that_arrives_inside_a_batch_takes_the_rest_of_it() {
+    let drops = Drops::new();
+    let subscriber = TestSubscriber::<u64>::new();
+    let probe = subscriber.probe();
+    let requester = probe.clone();
+    weir::range(0u64..100)
+        .map(move |x| {
+            if x == 10 {
+                let probe = requester.clone();
+                std::thread::spawn(move || probe.request(50))
+                    .join()
+                    .unwrap();
+            }
+            x
+        })
+        .on_backpressure_drop()
+        .on_dropped(DropHook::new(drops.clone()))
+        .subscribe(subscriber);
+    assert_eq!(probe.items(), (10..60).collect::<Vec<_>>());
+    assert_eq!(drops.count(DropReason::OverflowNewest), 50);
+}

@@ -1145,7 +1145,11 @@ impl<T: Send + 'static> Chan<T> {
             (released, self.wake_all(&mut st))
         };
         wake.run();
-        drop(released);
+        // Each item under a guard of its own: an item's `Drop` is user code, and
+        // this runs on whoever closed the channel (a sender, the subscriber's cancel).
+        if crate::guard::drop_each(released) > 0 {
+            tracing::error!(target: "weir::channel", "an item panicked in Drop; contained");
+        }
         self.summarize_drops_at_end();
     }
 }

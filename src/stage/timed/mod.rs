@@ -390,7 +390,7 @@ impl<M: Machine, C: Scheduler + Clone> Timed<M, C> {
         }
         if !fx.released.is_empty() {
             let released = std::mem::take(&mut fx.released);
-            if crate::guard::catch(move || drop(released)).is_err() {
+            if crate::guard::drop_each(released) > 0 {
                 tracing::error!(
                     stage = M::NAME,
                     "an item let go at an error panicked in Drop; contained"
