@@ -679,6 +679,9 @@ fn request_in_the_middle_of_a_batch(
     probe.items().len()
 }
 
+/// A holding stage over a boxed source.
+type Holding = fn(BoxPublisher<u64>) -> BoxPublisher<u64>;
+
 /// "Nothing is dropped, merged or refused while downstream has demand outstanding,
 /// whichever thread requests": demand that arrives from another thread while this
 /// stage holds an upstream batch (its thread owns the loop) is served before the
@@ -686,7 +689,7 @@ fn request_in_the_middle_of_a_batch(
 /// policy: one item delivered of the 50 asked for, 99 dropped or merged.)
 #[test]
 fn demand_that_arrives_inside_a_batch_is_served_before_the_policy_applies() {
-    let cases: [(&str, fn(BoxPublisher<u64>) -> BoxPublisher<u64>); 4] = [
+    let cases: [(&str, Holding); 4] = [
         ("buffer(1, DropOldest)", |s| {
             s.on_backpressure_buffer(1, Overflow::DropOldest).boxed()
         }),
