@@ -73,6 +73,11 @@ fn interval_backlog_is_a_counter_not_a_queue() {
     vt.advance_to(ms(100 * 100_000)); // 100,000 ticks due, nothing queued anywhere
     assert_eq!(vt.pending(), 0);
     probe.request(UNBOUNDED);
+    // In bursts: each pass delivers a bounded number, and a timer of zero delay
+    // (due now) goes on.
+    for _ in 0..100 {
+        vt.run_ready();
+    }
     assert_eq!(probe.received_count(), 100_000);
     assert_eq!(probe.items().last().copied(), Some(99_999));
     assert_eq!(vt.pending(), 1, "one timer for the next tick");
@@ -213,4 +218,29 @@ fn time_operators_run_on_tokio() {
         .unwrap();
     assert_eq!(batches.concat(), (0..20).collect::<Vec<_>>());
     assert!(batches.iter().all(|b| (1..=5).contains(&b.len())));
+}
+
+/// A period shorter than a delivery takes: ticks fall due faster than they go out.
+/// `request` returns (each pass delivers a bounded burst, a timer goes on), and a
+/// cancel is heard. (The requesting call used to deliver for ever.)
+#[test]
+fn interval_shorter_than_a_delivery_returns_from_request_and_hears_cancel() {
+    let (done_tx, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let subscriber = weir::tck::TestSubscriber::<u64>::new();
+        let probe = subscriber.probe();
+        weir::interval(Duration::from_nanos(1)).subscribe(subscriber);
+        probe.request(UNBOUNDED);
+        let _ = done_tx.send(probe);
+    });
+    let probe = done
+        .recv_timeout(Duration::from_secs(20))
+        .expect("request(UNBOUNDED) returned");
+    probe.cancel();
+    let after = probe.received_count();
+    assert!(after > 0);
+    std::thread::sleep(Duration::from_millis(50));
+    // At most the burst running when the cancel came.
+    assert!(probe.received_count() - after <= 16 * 1024 + 1);
+    probe.assert_no_terminal();
 }

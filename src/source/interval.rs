@@ -4,13 +4,18 @@
 //! is never lost and never an error. Ticks are counted from the clock, not from timer
 //! fires: tick `k` falls due at `start + (k + 1) × period`, so the ticks held for lack
 //! of demand are `due(now) − emitted`, a pending-tick counter kept in O(1) memory
-//! whatever the backlog. When demand arrives the held ticks go out at once (in order),
-//! then one per period again.
+//! whatever the backlog. When demand arrives the held ticks go out at once (in order,
+//! in bursts: see below), then one per period again.
 //!
 //! Timers: the stage keeps at most one timer, and only while there is outstanding
 //! demand and no tick is due yet (it fires when the next tick falls due). Without
 //! demand no timer is armed at all: the clock does the counting. Cancel stops it: a
 //! timer that fires after cancel does nothing and does not re-arm.
+//!
+//! Bursts: a pass delivers at most [`BURST`] ticks; with more due (a backlog, or a
+//! period shorter than a delivery takes, where ticks fall due faster than they go
+//! out) it arms a timer of zero delay and ends, and the timer's task goes on. So a
+//! `request` returns, and a downstream's `cancel` is heard, whatever the period.
 
 use std::time::{Duration, Instant};
 
@@ -107,10 +112,14 @@ impl<C: Scheduler + Clone> Publisher for Interval<C> {
             origin: None,
             next: 0,
             armed: false,
+            burst: 0,
         };
         timed::start(machine, self.scheduler, None, subscriber);
     }
 }
+
+/// Ticks one pass delivers at most (see the module docs).
+const BURST: u64 = 16 * 1024;
 
 /// The tick counter.
 struct Ticks {
@@ -122,6 +131,9 @@ struct Ticks {
     next: u64,
     /// A timer is outstanding.
     armed: bool,
+    /// Ticks delivered since the last timer fired or request came (see the module
+    /// docs, "Bursts").
+    burst: u64,
 }
 
 impl Ticks {
@@ -143,6 +155,7 @@ impl Machine for Ticks {
 
     fn on_timer(&mut self, _fx: &mut Fx<'_, ()>) {
         self.armed = false;
+        self.burst = 0;
     }
 
     fn poll(&mut self, demand: u64, fx: &mut Fx<'_, ()>) -> Option<Action<u64>> {
@@ -151,6 +164,15 @@ impl Machine for Ticks {
             return None;
         }
         if self.next < self.due(origin, fx.now()) {
+            if self.burst >= BURST {
+                // More are due than a pass delivers: the timer's task goes on.
+                if !self.armed {
+                    fx.arm = Some(Duration::ZERO);
+                    self.armed = true;
+                }
+                return None;
+            }
+            self.burst += 1;
             self.next += 1;
             return Some(Action::Item(self.next - 1));
         }
