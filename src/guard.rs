@@ -6,6 +6,7 @@
 //! On the path that does not panic, `catch_unwind` costs nothing measurable and a
 //! closure that cannot panic compiles to the same loop as without it.
 
+use std::ops::ControlFlow;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use crate::drain::Upstream;
@@ -200,11 +201,11 @@ impl BatchOutcome {
 /// a counter captured by that closure would escape into `catch_unwind` and be kept in
 /// memory, which costs a store per item.
 ///
-/// `fold` is overridden to fold the inner iterator, so a chain of guarded stages
-/// compiles to one loop (and vectorises where the closures allow). Because a fold
-/// cannot stop early, items after a panic are still pulled from the inner iterator
-/// but dropped without calling `f`; the stage that owns `panic` cancels upstream
-/// right after the batch.
+/// `fold` is overridden to fold the inner iterator (with `try_fold`), so a chain of
+/// guarded stages compiles to one loop (and vectorises where the closures allow),
+/// and stops at a panic: nothing more is pulled from the inner iterator (a source's
+/// generator or queue is not drained for items nobody will see); the stage that
+/// owns `panic` cancels upstream right after the batch.
 pub(crate) struct Guarded<'a, I, F, const COUNT: bool = true> {
     items: I,
     f: F,
@@ -310,26 +311,25 @@ where
         G: FnMut(B, U) -> B,
     {
         let Guarded {
-            items,
+            mut items,
             mut f,
             outcome,
         } = self;
         if outcome.panic.is_some() {
             return init;
         }
-        let (acc, swallowed) = items.fold((init, 0u64), |(acc, swallowed), item| {
-            if outcome.panic.is_some() {
-                return (acc, swallowed);
-            }
+        let folded = items.try_fold((init, 0u64), |(acc, swallowed), item| {
             match catch(|| f(item)) {
-                Ok(Some(out)) => (g(acc, out), swallowed),
-                Ok(None) => (acc, swallowed + u64::from(COUNT)),
+                Ok(Some(out)) => ControlFlow::Continue((g(acc, out), swallowed)),
+                Ok(None) => ControlFlow::Continue((acc, swallowed + u64::from(COUNT))),
                 Err(e) => {
                     outcome.panic = Some(e.in_stage(outcome.stage));
-                    (acc, swallowed)
+                    ControlFlow::Break((acc, swallowed))
                 }
             }
         });
+        let (ControlFlow::Continue((acc, swallowed)) | ControlFlow::Break((acc, swallowed))) =
+            folded;
         outcome.swallowed += swallowed;
         acc
     }

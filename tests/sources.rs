@@ -660,3 +660,75 @@ fn apply<T>(probe: &TestProbe<T>, actions: &[DemandAction]) {
         }
     }
 }
+
+/// A generator's closure "runs exactly once per item delivered": also when a fused
+/// stage's closure panics on an item, the source is pulled no further (it was pulled
+/// for the whole window, 1,000 calls, the items dropped unseen: a queue behind
+/// `from_fn` lost them all). Fused (`collect_with`) and subscribed (`boxed`) alike.
+#[test]
+fn a_panic_in_a_stages_closure_stops_pulling_the_generator() {
+    type Stage = fn(weir::BoxPublisher<u64>) -> weir::BoxPublisher<u64>;
+    fn boom(x: u64) {
+        assert!(x != 0, "deliberate: the stage's closure panics");
+    }
+    let stages: [(&str, Stage); 5] = [
+        ("map", |s| {
+            s.map(|x| {
+                boom(x);
+                x
+            })
+            .boxed()
+        }),
+        ("filter", |s| {
+            s.filter(|x| {
+                boom(*x);
+                true
+            })
+            .boxed()
+        }),
+        ("filter_map", |s| {
+            s.filter_map(|x| {
+                boom(x);
+                Some(x)
+            })
+            .boxed()
+        }),
+        ("inspect", |s| s.inspect(|x| boom(*x)).boxed()),
+        ("skip_while", |s| {
+            s.skip_while(|x| {
+                boom(*x);
+                false
+            })
+            .boxed()
+        }),
+    ];
+    for (name, stage) in stages {
+        for fused in [true, false] {
+            let calls = Arc::new(AtomicU64::new(0));
+            let counter = calls.clone();
+            let source = weir::from_fn(move || Some(counter.fetch_add(1, Ordering::SeqCst)));
+            let result = if fused {
+                // A fused chain: the stage straight into the sink.
+                match name {
+                    "map" => source
+                        .map(|x| {
+                            boom(x);
+                            x
+                        })
+                        .collect_with(1_000)
+                        .wait(),
+                    _ => stage(source.boxed()).collect_with(1_000).wait(),
+                }
+            } else {
+                stage(source.boxed()).boxed().collect_with(1_000).wait()
+            };
+            let error = result.expect_err("the closure panicked");
+            assert_eq!(error.stage(), Some(name), "{name} (fused {fused})");
+            assert_eq!(
+                calls.load(Ordering::SeqCst),
+                1,
+                "{name} (fused {fused}): the generator ran for items nobody saw"
+            );
+        }
+    }
+}
