@@ -7,6 +7,9 @@
 //! (proptest). The
 //! conformance kit runs on the publisher side in `tests/tck.rs` (`channel_*`).
 
+#[path = "support/wakers.rs"]
+pub mod wakers;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -2296,25 +2299,6 @@ mod admission {
     }
 }
 
-/// A task's waker that panics in `wake` (a broken executor).
-struct PanickyWaker;
-
-impl std::task::Wake for PanickyWaker {
-    fn wake(self: Arc<Self>) {
-        panic!("deliberate: this waker panics in wake");
-    }
-}
-
-/// A task's waker that records that it was woken.
-#[derive(Default)]
-struct Flag(std::sync::atomic::AtomicBool);
-
-impl std::task::Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
 /// Two senders wait for room, the first under a waker that panics: when the reader
 /// takes the queued item, the second is still woken and the item still delivered.
 /// (The panic used to escape the drain pass, which took it for the reader's own: the
@@ -2323,6 +2307,7 @@ impl std::task::Wake for Flag {
 fn a_waker_that_panics_keeps_neither_the_other_senders_asleep_nor_an_item() {
     use std::future::Future;
     use std::task::{Context, Waker};
+    use wakers::{Flag, PanickyWaker};
     let (tx, rx) = weir::channel::<u64>(1, ChannelPolicy::Backpressure);
     tx.try_send(0).unwrap();
     let mut first = Box::pin(tx.send(1));
@@ -2348,7 +2333,7 @@ fn a_waker_that_panics_keeps_neither_the_other_senders_asleep_nor_an_item() {
     let got = first_item.recv_timeout(Duration::from_secs(20)).unwrap();
     assert_eq!(got, Some(Ok(0)), "the queued item reaches the reader");
     let start = std::time::Instant::now();
-    while !flag.0.load(Ordering::SeqCst) {
+    while !flag.woken() {
         assert!(
             start.elapsed() < Duration::from_secs(20),
             "the second sender was never woken"

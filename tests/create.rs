@@ -571,25 +571,6 @@ fn an_item_panicking_in_drop_at_the_cancel_does_not_skip_the_cancel_hook() {
     assert!(hooked.load(Ordering::SeqCst), "on_cancel never ran");
 }
 
-/// A task's waker that panics in `wake` (a broken executor).
-struct PanickyWaker;
-
-impl std::task::Wake for PanickyWaker {
-    fn wake(self: Arc<Self>) {
-        panic!("deliberate: this waker panics in wake");
-    }
-}
-
-/// A task's waker that records that it was woken.
-#[derive(Default)]
-struct Flag(AtomicBool);
-
-impl std::task::Wake for Flag {
-    fn wake(self: Arc<Self>) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-}
-
 /// Two `send`s wait for demand, the first under a waker that panics: a request
 /// still wakes the second, and a cancel still wakes it and runs the cancel hook.
 /// (The first panic used to skip every waker after it: the request's panic reached
@@ -598,6 +579,7 @@ impl std::task::Wake for Flag {
 fn a_waker_that_panics_keeps_neither_the_other_waiters_asleep_nor_the_cancel_hook() {
     use std::future::Future;
     use std::task::{Context, Waker};
+    use support::wakers::{Flag, PanickyWaker};
     for cancel in [false, true] {
         let (probe, emitter) = emitter_and_probe::<u32>();
         let hooked = Arc::new(AtomicBool::new(false));
@@ -622,7 +604,7 @@ fn a_waker_that_panics_keeps_neither_the_other_waiters_asleep_nor_the_cancel_hoo
         } else {
             probe.request(5);
         }
-        assert!(flag.0.load(Ordering::SeqCst), "cancel {cancel}: woken");
+        assert!(flag.woken(), "cancel {cancel}: woken");
         let sent = second.as_mut().poll(&mut Context::from_waker(&flagged));
         match sent {
             std::task::Poll::Ready(Ok(())) => assert!(!cancel),

@@ -657,10 +657,10 @@ fn a_cancel_inside_a_batch_reads_and_reports_nothing_after_it() {
 
 /// `range(0..100)` whose item 10 makes downstream ask for 50 from another thread
 /// (the request returns before item 10 reaches the stage, inside upstream's batch),
-/// through `stage`; returns how many items were delivered.
-fn request_in_the_middle_of_a_batch(
+/// through `stage`; returns the probe of what was delivered.
+pub(crate) fn request_in_the_middle_of_a_batch(
     stage: impl FnOnce(BoxPublisher<u64>) -> BoxPublisher<u64>,
-) -> usize {
+) -> weir::tck::TestProbe<u64> {
     let subscriber = TestSubscriber::<u64>::new();
     let probe = subscriber.probe();
     let requester = probe.clone();
@@ -676,7 +676,7 @@ fn request_in_the_middle_of_a_batch(
         })
         .boxed();
     stage(source).subscribe(subscriber);
-    probe.items().len()
+    probe
 }
 
 /// A holding stage over a boxed source.
@@ -700,7 +700,7 @@ fn demand_that_arrives_inside_a_batch_is_served_before_the_policy_applies() {
         ("conflate", |s| s.conflate(|a, b| a.max(b)).boxed()),
     ];
     for (name, stage) in cases {
-        let delivered = request_in_the_middle_of_a_batch(stage);
+        let delivered = request_in_the_middle_of_a_batch(stage).items().len();
         assert!(delivered >= 50, "{name}: {delivered} delivered of 50 asked");
     }
 }

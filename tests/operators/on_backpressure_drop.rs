@@ -204,22 +204,10 @@ fn a_cancel_inside_a_batch_reads_and_reports_nothing_after_it() {
 #[test]
 fn demand_that_arrives_inside_a_batch_takes_the_rest_of_it() {
     let drops = Drops::new();
-    let subscriber = TestSubscriber::<u64>::new();
-    let probe = subscriber.probe();
-    let requester = probe.clone();
-    weir::range(0u64..100)
-        .map(move |x| {
-            if x == 10 {
-                let probe = requester.clone();
-                std::thread::spawn(move || probe.request(50))
-                    .join()
-                    .unwrap();
-            }
-            x
-        })
-        .on_backpressure_drop()
-        .on_dropped(DropHook::new(drops.clone()))
-        .subscribe(subscriber);
+    let hook = DropHook::new(drops.clone());
+    let probe = crate::on_backpressure_buffer::request_in_the_middle_of_a_batch(move |s| {
+        s.on_backpressure_drop().on_dropped(hook).boxed()
+    });
     assert_eq!(probe.items(), (10..60).collect::<Vec<_>>());
     assert_eq!(drops.count(DropReason::OverflowNewest), 50);
 }

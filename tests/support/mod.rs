@@ -12,6 +12,7 @@ pub mod threaded;
 pub mod unfused;
 pub mod unruly;
 pub mod valve;
+pub mod wakers;
 // fixtures of the time operators
 pub mod timed_events;
 pub mod virtual_clock;
