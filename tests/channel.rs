@@ -2306,23 +2306,10 @@ mod admission {
 #[test]
 fn a_waker_that_panics_keeps_neither_the_other_senders_asleep_nor_an_item() {
     use std::future::Future;
-    use std::task::{Context, Waker};
-    use wakers::{Flag, PanickyWaker};
+    use std::task::Context;
     let (tx, rx) = weir::channel::<u64>(1, ChannelPolicy::Backpressure);
     tx.try_send(0).unwrap();
-    let mut first = Box::pin(tx.send(1));
-    let panicky = Waker::from(Arc::new(PanickyWaker));
-    assert!(first
-        .as_mut()
-        .poll(&mut Context::from_waker(&panicky))
-        .is_pending());
-    let mut second = Box::pin(tx.send(2));
-    let flag = Arc::new(Flag::default());
-    let flagged = Waker::from(flag.clone());
-    assert!(second
-        .as_mut()
-        .poll(&mut Context::from_waker(&flagged))
-        .is_pending());
+    let (first, mut second, flag, flagged) = wakers::two_waiters(tx.send(1), tx.send(2));
     let (first_tx, first_item) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut items = rx.blocking_iter(4);

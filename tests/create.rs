@@ -578,26 +578,14 @@ fn an_item_panicking_in_drop_at_the_cancel_does_not_skip_the_cancel_hook() {
 #[test]
 fn a_waker_that_panics_keeps_neither_the_other_waiters_asleep_nor_the_cancel_hook() {
     use std::future::Future;
-    use std::task::{Context, Waker};
-    use support::wakers::{Flag, PanickyWaker};
+    use std::task::Context;
     for cancel in [false, true] {
         let (probe, emitter) = emitter_and_probe::<u32>();
         let hooked = Arc::new(AtomicBool::new(false));
         let hook = hooked.clone();
         emitter.on_cancel(move || hook.store(true, Ordering::SeqCst));
-        let mut first = Box::pin(emitter.send(1));
-        let panicky = Waker::from(Arc::new(PanickyWaker));
-        assert!(first
-            .as_mut()
-            .poll(&mut Context::from_waker(&panicky))
-            .is_pending());
-        let mut second = Box::pin(emitter.send(2));
-        let flag = Arc::new(Flag::default());
-        let flagged = Waker::from(flag.clone());
-        assert!(second
-            .as_mut()
-            .poll(&mut Context::from_waker(&flagged))
-            .is_pending());
+        let (first, mut second, flag, flagged) =
+            support::wakers::two_waiters(emitter.send(1), emitter.send(2));
         if cancel {
             probe.cancel();
             assert!(hooked.load(Ordering::SeqCst), "the cancel hook ran");
