@@ -13,8 +13,11 @@
 //!   `concat_map(f, 256)` against `futures`' `flat_map` (sequential, like `flatten`)
 //!   and `flatten_unordered(4)`, and `Iterator::flat_map`.
 //! * `merge`: four sources of 250,000: `weir::merge` (summed three ways: unbounded,
-//!   `fold`'s default, and `fold_with(64, ..)`, which takes parts of the lanes'
-//!   windows) against `futures`' `select_all`, and the chained `Iterator`.
+//!   `fold`'s default, and `fold_with(64, ..)`), which fuses (the sources are
+//!   `range`s: the fold takes them in turn), and the same three with each `range`
+//!   behind a publisher that does not fuse, as a user's own publisher would be (the
+//!   merging stage's lanes; `fold_with(64, ..)` takes parts of their windows),
+//!   against `futures`' `select_all`, and the chained `Iterator`.
 //!
 //! Run: `cargo bench --bench multi_source` (about two minutes).
 
@@ -26,6 +29,10 @@ use futures::executor::block_on;
 use futures::stream::{self, StreamExt as _};
 use weir::demand::UNBOUNDED;
 use weir::prelude::*;
+
+#[path = "../tests/support/unfused.rs"]
+mod unfused;
+use unfused::unfused;
 
 const N: u64 = 1_000_000;
 const INNERS: u64 = 1_000;
@@ -160,10 +167,20 @@ fn merge(c: &mut Criterion) {
             (0..SOURCES).map(|i| weir::range(quarter(black_box(i)))),
         ))
     };
-    // A downstream asking 64 at a time (48 per replenish): the lanes hand over
-    // parts of their windows.
     let weir_merge_64 = || {
         weir::merge((0..SOURCES).map(|i| weir::range(quarter(black_box(i)))))
+            .fold_with(64, 0u64, mix)
+            .wait()
+            .expect("no errors")
+    };
+    // Subscribed: sources that do not fuse deliver into the merging stage's lanes.
+    let subscribed = || (0..SOURCES).map(|i| unfused(weir::range(quarter(black_box(i)))));
+    let weir_subscribed = || sum_unbounded(weir::merge(subscribed()));
+    let weir_subscribed_default = || sum_default(weir::merge(subscribed()));
+    // A downstream asking 64 at a time (48 per replenish): the lanes hand over
+    // parts of their windows.
+    let weir_subscribed_64 = || {
+        weir::merge(subscribed())
             .fold_with(64, 0u64, mix)
             .wait()
             .expect("no errors")
@@ -182,12 +199,22 @@ fn merge(c: &mut Criterion) {
     assert_eq!(weir_merge(), expected);
     assert_eq!(weir_merge_default(), expected);
     assert_eq!(weir_merge_64(), expected);
+    assert_eq!(weir_subscribed(), expected);
+    assert_eq!(weir_subscribed_default(), expected);
+    assert_eq!(weir_subscribed_64(), expected);
     assert_eq!(futures_select_all(), expected);
 
     let mut group = group(c, "multi_source/merge/4x250k");
     group.bench_function("weir_merge", |b| b.iter(weir_merge));
     group.bench_function("weir_merge_fold_default", |b| b.iter(weir_merge_default));
     group.bench_function("weir_merge_fold_64", |b| b.iter(weir_merge_64));
+    group.bench_function("weir_merge_subscribed", |b| b.iter(weir_subscribed));
+    group.bench_function("weir_merge_subscribed_fold_default", |b| {
+        b.iter(weir_subscribed_default)
+    });
+    group.bench_function("weir_merge_subscribed_fold_64", |b| {
+        b.iter(weir_subscribed_64)
+    });
     group.bench_function("futures_select_all", |b| b.iter(futures_select_all));
     group.bench_function("iterator_chain", |b| b.iter(iterator));
     group.finish();

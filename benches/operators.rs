@@ -5,8 +5,9 @@
 //! into a closed form), and the `Iterator` twin does the same work, so the
 //! ratio `weir / iterator` is the cost of the operator's demand machinery. `map`,
 //! `filter`, `filter_map` and `inspect` after `range` fuse into one loop with the fold
-//! (no demand machinery at all); their `*_subscribed` rows put the range behind a
-//! publisher that does not fuse, to measure them subscribed as well. Target:
+//! (no demand machinery at all), and so does a `merge` of two `range`s; their
+//! `*_subscribed` rows put the range behind a publisher that does not fuse, to measure
+//! them subscribed as well. Target:
 //! report the ratio (the README keeps the latest table); no stage may allocate per
 //! item (checked by the tests in `tests/alloc/`, not here).
 //!
@@ -32,7 +33,7 @@ fn operators(c: &mut Criterion) {
     group.throughput(Throughput::Elements(N));
 
     // Each case: (name, weir pipeline, Iterator twin). Both must agree.
-    let cases: [Case; 25] = [
+    let cases: [Case; 26] = [
         (
             "map",
             || sum(weir::range(0..black_box(N)).map(|x| x ^ 0x5a)),
@@ -165,6 +166,11 @@ fn operators(c: &mut Criterion) {
         (
             "merge",
             || sum(weir::range(0..black_box(N) / 2).merge(weir::range(N / 2..N))),
+            || (0..black_box(N) / 2).chain(N / 2..N).fold(0u64, mix),
+        ),
+        (
+            "merge_subscribed",
+            || sum(unfused(weir::range(0..black_box(N) / 2)).merge(unfused(weir::range(N / 2..N)))),
             || (0..black_box(N) / 2).chain(N / 2..N).fold(0u64, mix),
         ),
         (

@@ -21,10 +21,21 @@
 //!
 //! Sources deliver on any thread into their own lane and only ask the core for a
 //! pass; every downstream signal comes from the pass.
+//!
+//! # Fusion
+//!
+//! When every source fuses (a synchronous source with only closure stages after it:
+//! see `Publisher::fuses`) and a fold ends the chain, no lane is needed: every
+//! source's items are ready at once and the fold takes them all, so the sources are
+//! folded one after another in the caller's loop ([`fold_in_turn`]), the way an
+//! `Iterator` chain runs. Each source's own order is kept; items of different
+//! sources, which a merge never orders, come source by source instead of in windows
+//! of `MERGE_PREFETCH`.
 
 use std::sync::Arc;
 
 use crate::guard::catch_in;
+use crate::spec::Sealed;
 use crate::stage::lanes::{LaneSet, LaneStatus, LaneView, OuterEnd, Visit};
 use crate::stage::window::PREALLOCATED;
 use crate::stage::{Core, Cx, Pass, Stage};
@@ -80,6 +91,46 @@ where
             .saturating_add(self.second.in_flight_bound())
             .saturating_add(2 * MERGE_PREFETCH)
     }
+
+    fn fuses(&self, sealed: Sealed) -> bool {
+        self.first.fuses(sealed) && self.second.fuses(sealed)
+    }
+
+    #[inline]
+    fn fold_fused<A, F>(self, init: A, f: F, sealed: Sealed) -> Result<A, Error>
+    where
+        A: Send + 'static,
+        F: FnMut(A, P::Item) -> A + Send + 'static,
+    {
+        let state = fold_in_turn(self.first, (init, f), sealed)?;
+        let (acc, _) = fold_in_turn(self.second, state, sealed)?;
+        Ok(acc)
+    }
+}
+
+/// One source's part of a fused merge: fold `source` into the accumulator of `state`
+/// with its closure, and hand both back for the next source. The closure travels in
+/// the accumulator because `fold_fused` takes it by value (and `'static`, for the
+/// subscribed default); the compiler keeps the pair in registers.
+#[inline]
+pub(crate) fn fold_in_turn<P, A, F>(
+    source: P,
+    state: (A, F),
+    sealed: Sealed,
+) -> Result<(A, F), Error>
+where
+    P: Publisher,
+    A: Send + 'static,
+    F: FnMut(A, P::Item) -> A + Send + 'static,
+{
+    source.fold_fused(
+        state,
+        |(acc, mut f), item| {
+            let acc = f(acc, item);
+            (acc, f)
+        },
+        sealed,
+    )
 }
 
 /// The merging stage: its lanes.

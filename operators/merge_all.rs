@@ -6,9 +6,12 @@
 //! the list is collected once, at construction, and its length fixes the slots; each
 //! source is connected to its lane while the stage's core owns its loop. With no
 //! sources the lane set is finished from the start, so the stream completes at once.
+//! Fusion as for `Merge`: when every source fuses, a fold at the end folds the sources
+//! in the list's order, one after another.
 
-use super::merge::{connect, start, MERGE_PREFETCH};
-use crate::{Publisher, Subscriber};
+use super::merge::{connect, fold_in_turn, start, MERGE_PREFETCH};
+use crate::spec::Sealed;
+use crate::{Error, Publisher, Subscriber};
 
 /// Publisher for the [`merge`] source: every publisher of a list.
 #[derive(Clone, Debug)]
@@ -54,6 +57,23 @@ impl<P: Publisher> Publisher for MergeAll<P> {
                 .saturating_add(MERGE_PREFETCH)
         })
     }
+
+    fn fuses(&self, sealed: Sealed) -> bool {
+        self.sources.iter().all(|source| source.fuses(sealed))
+    }
+
+    #[inline]
+    fn fold_fused<A, F>(self, init: A, f: F, sealed: Sealed) -> Result<A, Error>
+    where
+        A: Send + 'static,
+        F: FnMut(A, P::Item) -> A + Send + 'static,
+    {
+        let mut state = (init, f);
+        for source in self.sources {
+            state = fold_in_turn(source, state, sealed)?;
+        }
+        Ok(state.0)
+    }
 }
 
 /// Merge every publisher of `sources` (all of one type; use
@@ -84,6 +104,13 @@ impl<P: Publisher> Publisher for MergeAll<P> {
 ///
 /// Cancels every source; queued items (at most `MERGE_PREFETCH` per source) are
 /// released.
+///
+/// # Fusion
+///
+/// When every source fuses (a synchronous source with only closure stages after it:
+/// see [`fold_with`](crate::PublisherExt::fold_with)) and a fold ends the chain, no
+/// lane is made: the fold takes the sources' items one source after another, in the
+/// list's order, in the calling thread.
 ///
 /// # Panics
 ///

@@ -668,6 +668,12 @@ pub trait PublisherExt: Publisher + Sized {
     ///
     /// Cancels both sides; queued items (at most `MERGE_PREFETCH` per side) are released.
     ///
+    /// # Fusion
+    ///
+    /// When both sides fuse (a synchronous source with only closure stages after it:
+    /// see [`fold_with`](Self::fold_with)) and a fold ends the chain, no lane is made:
+    /// the fold takes `self`'s items, then `other`'s, in the calling thread.
+    ///
     /// # Panics
     ///
     /// Never.
@@ -2535,7 +2541,10 @@ pub trait PublisherExt: Publisher + Sized {
     /// returns a finished handle. No subscription is made and the window is not used:
     /// nothing in such a chain could observe demand, and the fold takes every item.
     /// Items, order, result and errors (a panic names its stage) are those of the
-    /// subscribed path.
+    /// subscribed path. A [`merge`](Self::merge) or [`weir::merge`](crate::merge) of
+    /// such chains fuses too: its sources are folded one after another, each in its
+    /// own order (a merge never orders the items of different sources; subscribed, it
+    /// interleaves their windows).
     ///
     /// # Panics
     ///

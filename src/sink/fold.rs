@@ -14,8 +14,9 @@
 //! panic's error still names its stage). The handle comes back finished. Nothing
 //! between the source and the fold could observe a subscription or its requests, and
 //! the fold takes every item, so the result, the order and the errors are those of
-//! the subscribed path; the generic chain inlines into the caller, where the compiler
-//! can see the source's bounds as constants.
+//! the subscribed path (a fused `merge` folds its sources in turn: each source's
+//! order is kept, as subscribed); the generic chain inlines into the caller, where
+//! the compiler can see the source's bounds as constants.
 
 use std::sync::Arc;
 

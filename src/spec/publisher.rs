@@ -52,8 +52,8 @@ pub trait Publisher {
     /// when this publisher and every stage upstream of it can run as one loop in the
     /// caller's thread ([`fold_fused`](Publisher::fold_fused)): a synchronous source
     /// (`range`, `from_iter`) and stages that run nothing between the source and their
-    /// downstream but the user's closures (`map`, `filter`, `filter_map`, `inspect`).
-    /// The default, false, is always correct.
+    /// downstream but the user's closures (`map`, `filter`, `filter_map`, `inspect`),
+    /// or a `merge` of such chains. The default, false, is always correct.
     #[doc(hidden)]
     fn fuses(&self, _sealed: Sealed) -> bool {
         false

@@ -5,6 +5,10 @@ use weir::prelude::*;
 
 use crate::assert_flat;
 
+#[path = "../support/unfused.rs"]
+mod unfused;
+use unfused::unfused;
+
 fn sum<P: Publisher<Item = u64>>(p: P) -> u64 {
     p.fold_with(64, 0u64, |acc, x| acc.wrapping_add(x))
         .wait()
@@ -24,8 +28,9 @@ fn lanes_emptied_whole_trade_buffers_without_allocating() {
         "merge, unbounded demand",
         24,
         |n| {
+            // Sources that do not fuse: the merging stage's lanes.
             sum_unbounded(weir::merge(
-                (0..4).map(move |i| weir::range(i * n / 4..(i + 1) * n / 4)),
+                (0..4).map(move |i| unfused(weir::range(i * n / 4..(i + 1) * n / 4))),
             ))
         },
         |n| (0..n / 4 * 4).sum(),
@@ -68,6 +73,12 @@ fn merge_concat_and_zip_allocate_nothing_per_item() {
     assert_flat(
         "merge",
         24,
+        |n| sum(unfused(weir::range(0..n / 2)).merge(unfused(weir::range(n / 2..n)))),
+        |n| (0..n).sum(),
+    );
+    assert_flat(
+        "merge, fused (sources folded in turn)",
+        1, // the finished handle
         |n| sum(weir::range(0..n / 2).merge(weir::range(n / 2..n))),
         |n| (0..n).sum(),
     );

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use proptest::prelude::*;
+use weir::demand::UNBOUNDED;
 use weir::operators::MERGE_PREFETCH;
 use weir::prelude::*;
 use weir::tck::proptest::{check_publisher, check_publisher_with, demand_schedule, PublisherCheck};
@@ -17,6 +18,7 @@ use crate::baseline;
 use crate::support::counting::counted;
 use crate::support::model::schedule;
 use crate::support::threaded::ThreadedRange;
+use crate::support::unfused::unfused;
 use crate::support::unruly::{PanicsOnRequest, Unruly};
 use crate::support::{shape, PATIENCE};
 
@@ -392,4 +394,85 @@ fn a_source_whose_request_panics_on_a_refill_fails_the_stage() {
         // The items up to the mark went out; the stage ended at the refill.
         assert_eq!(probe.received_count(), asked * 3 / 4, "{stage}");
     }
+}
+
+/// Fusion: when every source fuses and a fold ends the chain, the sources are folded
+/// one after another in the caller's loop. Each source's order is kept and the items
+/// are those of the subscribed path, which interleaves the sources' windows instead.
+#[test]
+fn a_fold_over_sources_that_all_fuse_takes_them_in_turn() {
+    const N: u64 = 10_000;
+    let part = |i: u64| weir::range(i * N..(i + 1) * N).map(|x| x ^ 1);
+    let in_turn: Vec<u64> = (0..4 * N).map(|x| x ^ 1).collect();
+    fn collect<P: Publisher<Item = u64>>(merged: P, prefetch: u64) -> Vec<u64> {
+        merged
+            .fold_with(prefetch, Vec::new(), |mut all, x| {
+                all.push(x);
+                all
+            })
+            .wait_timeout(PATIENCE)
+            .expect("the merge completes")
+            .unwrap()
+    }
+    let mut sorted = in_turn.clone();
+    sorted.sort_unstable();
+    for prefetch in [UNBOUNDED, 1, 64] {
+        let fused = collect(weir::merge((0..4).map(part)), prefetch);
+        assert_eq!(fused, in_turn, "weir::merge, prefetch {prefetch}");
+        let pair = collect(part(0).merge(part(1)), prefetch);
+        assert_eq!(
+            pair,
+            in_turn[..2 * N as usize],
+            "merge, prefetch {prefetch}"
+        );
+
+        // One source that does not fuse: the whole merge is subscribed, and its
+        // windows interleave.
+        let mut subscribed = collect(
+            weir::merge((0..4).map(|i| unfused(part(i).boxed()))),
+            prefetch,
+        );
+        assert_ne!(
+            subscribed, in_turn,
+            "the subscribed path interleaves windows"
+        );
+        subscribed.sort_unstable();
+        assert_eq!(subscribed, sorted, "prefetch {prefetch}");
+        let mut pair = collect(part(0).merge(unfused(part(1))), prefetch);
+        assert_ne!(
+            pair,
+            in_turn[..2 * N as usize],
+            "merge, prefetch {prefetch}"
+        );
+        pair.sort_unstable();
+        assert_eq!(pair, sorted[..2 * N as usize], "merge, prefetch {prefetch}");
+    }
+    let none = weir::merge(Vec::<weir::source::Range<u64>>::new())
+        .fold(7u64, |a, x| a + x)
+        .wait()
+        .unwrap();
+    assert_eq!(none, 7, "no sources: the fold's initial value");
+}
+
+/// A panic in a fused source's closure names that stage, and no later source is
+/// folded (the subscribed path would cancel it).
+#[test]
+fn a_panic_in_a_fused_sources_closure_names_it_and_folds_no_later_source() {
+    use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    let later = Arc::new(AtomicU64::new(0));
+    let seen = later.clone();
+    let result = weir::range(0..10u64)
+        .map(|x| {
+            assert!(x != 5, "boom");
+            x
+        })
+        .merge(weir::range(0..10u64).inspect(move |_| {
+            seen.fetch_add(1, Relaxed);
+        }))
+        .fold(0u64, |a, x| a + x)
+        .wait();
+    let error = result.expect_err("the map panicked");
+    assert_eq!(error.kind(), weir::ErrorKind::Panicked, "{error}");
+    assert_eq!(error.stage(), Some("map"), "{error}");
+    assert_eq!(later.load(Relaxed), 0, "the second source was folded");
 }
