@@ -452,17 +452,20 @@ fn chain<P: Publisher<Item = u64>>(
 }
 
 proptest! {
-    /// Over `range` and `from_iter`, fused and subscribed, any window: the same
-    /// count, sum, order and inspections as the `Iterator` chain.
+    /// Over `range` and `from_iter`, fused and subscribed, and a fused `merge` of two
+    /// `range`s, any window: the same count, sum, order and inspections as the
+    /// `Iterator` chain.
     #[test]
     fn fused_folds_equal_the_subscribed_path_and_the_iterator_chain(
         start in 0u64..1_000,
         len in 0u64..3_000,
         prefetch in prop_oneof![Just(UNBOUNDED), 1u64..300],
         params in (1u64..50, 1u64..9, 0u64..9, 0u32..4),
+        split in 0u64..=100,
     ) {
         let (mul, modulus, keep, shift) = params;
         let items = start..start + len;
+        let mid = start + len * split / 100;
         let model = items
             .clone()
             .map(|x| x.wrapping_mul(mul))
@@ -475,6 +478,9 @@ proptest! {
         let vec: Vec<u64> = items.clone().collect();
         prop_assert_eq!(chain(weir::range(items.clone()), prefetch, params), expected);
         prop_assert_eq!(chain(weir::from_iter(vec.clone()), prefetch, params), expected);
+        // A merge of two parts fuses too, folding the parts in turn: the chain's order.
+        let halves = weir::range(start..mid).merge(weir::range(mid..start + len));
+        prop_assert_eq!(chain(halves, prefetch, params), expected);
         prop_assert_eq!(
             chain(support::unfused::unfused(weir::range(items)), prefetch, params),
             expected
