@@ -78,6 +78,9 @@ where
                 if blamed("filter", || predicate(&item)) {
                     downstream(acc, item)
                 } else {
+                    // A swallowed item is the stage's to drop: its `Drop` panicking
+                    // names `filter`, as on the subscribed path.
+                    blamed("filter", || drop(item));
                     acc
                 }
             },

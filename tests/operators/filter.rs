@@ -310,3 +310,35 @@ fn swallowed_items_are_given_back_under_bounded_demand_and_not_counted_under_unb
         assert_eq!(fused, [model; 2], "fused, prefetch {prefetch}");
     }
 }
+
+/// A swallowed item whose `Drop` panics: the error names `filter`, fused and
+/// subscribed alike (the fused loop dropped it outside the stage's blame, and the error
+/// named no stage).
+#[test]
+fn a_swallowed_item_whose_drop_panics_is_blamed_on_filter_fused_or_not() {
+    #[derive(Debug)]
+    struct Touchy(u64);
+    impl Drop for Touchy {
+        fn drop(&mut self) {
+            if self.0 == 3 && !std::thread::panicking() {
+                panic!("deliberate: item 3 panics in Drop");
+            }
+        }
+    }
+    fn run<P: Publisher<Item = Touchy>>(source: P) -> weir::Error {
+        source
+            .filter(|item| item.0 != 3)
+            .fold(0u64, |n, item| n + item.0)
+            .wait_timeout(std::time::Duration::from_secs(30))
+            .expect("the fold ends")
+            .expect_err("the swallowed item's Drop panicked")
+    }
+    let items = || (0..6).map(Touchy).collect::<Vec<_>>();
+    for (path, error) in [
+        ("fused", run(weir::from_iter(items()))),
+        ("subscribed", run(unfused(weir::from_iter(items())))),
+    ] {
+        assert_eq!(error.kind(), weir::ErrorKind::Panicked, "{path}: {error}");
+        assert_eq!(error.stage(), Some("filter"), "{path}: {error}");
+    }
+}
