@@ -77,7 +77,8 @@ impl std::fmt::Debug for Client {
 impl Client {
     /// A request-response: the publisher emits the response (or completes empty, or
     /// fails). The request is sent at the subscriber's first `request`; on a
-    /// connection that is already over, the publisher fails at `subscribe`.
+    /// connection that is already over or closing, the publisher fails at
+    /// `subscribe`, and one that ends before the first `request` fails it then.
     pub fn request_response(&self, request: Payload) -> PayloadStream {
         PayloadStream::response(self.inner.conn.clone(), request)
     }

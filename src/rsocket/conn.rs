@@ -46,7 +46,7 @@
 //! send.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -221,6 +221,30 @@ struct ConnState {
     over: Option<Error>,
     /// No new requests; close once the last stream ended.
     closing: bool,
+    /// Streams subscribed before their first request (not yet among `streams`), so
+    /// that the connection's end reaches them without demand (rule 1.4). Weak: a
+    /// stream dropped unrequested needs nothing; dead entries are pruned as the list
+    /// doubles, and opened ones are skipped when it is used.
+    unopened: Vec<Weak<Inbox>>,
+    /// The length at which `unopened` is pruned next.
+    prune_at: usize,
+}
+
+/// `ConnState::unopened` is pruned of dropped streams when it reaches this length
+/// (then twice its length after the pruning).
+const PRUNE_FLOOR: usize = 64;
+
+/// Why no stream opens on a closing connection.
+fn closing_error() -> Error {
+    Error::msg("rsocket: the connection is closing")
+}
+
+/// Fail, with `error`, the streams of `unopened` that are alive and still unopened
+/// (called without the connection's lock: an inbox's lock comes first).
+fn fail_unopened(unopened: Vec<Weak<Inbox>>, error: &Error) {
+    for inbox in unopened.iter().filter_map(Weak::upgrade) {
+        inbox.fail_unopened(error.clone());
+    }
 }
 
 /// What the reader, the writer, the streams and the handles share.
@@ -260,6 +284,8 @@ impl Conn {
                 ready: VecDeque::new(),
                 over: None,
                 closing: false,
+                unopened: Vec::new(),
+                prune_at: PRUNE_FLOOR,
             }),
             writer: Notify::new(),
             reader: Notify::new(),
@@ -324,7 +350,7 @@ impl Conn {
             return Err(error.clone());
         }
         if state.closing {
-            return Err(Error::msg("rsocket: the connection is closing"));
+            return Err(closing_error());
         }
         if state.streams.len() >= self.config.max_streams {
             return Err(RemoteError::new(
@@ -982,8 +1008,10 @@ impl Conn {
             state.control.clear();
             state.ready.clear();
             state.control.extend(frame);
-            std::mem::take(&mut state.streams)
+            let unopened = std::mem::take(&mut state.unopened);
+            (std::mem::take(&mut state.streams), unopened)
         };
+        let (streams, unopened) = streams;
         self.wake_all();
         for (_, entry) in streams {
             if let Some(subscription) = entry.send.and_then(|s| s.subscription) {
@@ -993,16 +1021,41 @@ impl Conn {
                 inbox.fail(error.clone(), false);
             }
         }
+        fail_unopened(unopened, &error);
     }
 
-    /// No new requests; the connection closes once its last stream ended.
+    /// No new requests; the connection closes once its last stream ended. Streams
+    /// subscribed but not yet requested fail now: they could not open any more.
     pub(crate) fn close_when_idle(&self) {
+        let unopened = {
+            let mut state = self.lock();
+            if state.over.is_some() {
+                return;
+            }
+            state.closing = true;
+            self.close_if_idle(&mut state);
+            std::mem::take(&mut state.unopened)
+        };
+        fail_unopened(unopened, &closing_error());
+    }
+
+    /// Track `inbox`, a stream subscribed before its first request, so that the
+    /// connection's end reaches it; `Err` with the reason when no stream can open
+    /// any more (the connection is over or closing).
+    pub(crate) fn track_unopened(&self, inbox: &Arc<Inbox>) -> Result<(), Error> {
         let mut state = self.lock();
-        if state.over.is_some() {
-            return;
+        if let Some(error) = &state.over {
+            return Err(error.clone());
         }
-        state.closing = true;
-        self.close_if_idle(&mut state);
+        if state.closing {
+            return Err(closing_error());
+        }
+        if state.unopened.len() >= state.prune_at {
+            state.unopened.retain(|inbox| inbox.strong_count() > 0);
+            state.prune_at = (2 * state.unopened.len()).max(PRUNE_FLOOR);
+        }
+        state.unopened.push(Arc::downgrade(inbox));
+        Ok(())
     }
 
     /// How the connection ended, once it did.

@@ -198,6 +198,25 @@ impl Inbox {
         self.signal();
     }
 
+    /// The connection ended (or is closing) before this stream opened: fail it,
+    /// unless it opened meanwhile (the opening happens under this lock, so a stream
+    /// is either opened, and the connection fails it as one of its streams, or failed
+    /// here) or has already ended. The request it would have sent is dropped after
+    /// the lock (a channel's outgoing publisher is user code).
+    pub(crate) fn fail_unopened(&self, error: Error) {
+        let opening = {
+            let mut state = self.lock();
+            if state.done || state.opening.is_none() {
+                return;
+            }
+            state.done = true;
+            state.end = Some(Err(error));
+            state.opening.take()
+        };
+        drop(opening);
+        self.signal();
+    }
+
     /// Bring the grant up to what `demand` and the window allow (see the module
     /// docs); opens the stream on the first grant.
     ///
@@ -306,8 +325,9 @@ impl Inbox {
 /// [module docs](super)): at most [`Config::window`](super::Config::window) items
 /// ahead of delivery, the first grant with the request frame (a stream this side
 /// requests is opened at the subscriber's first `request`, not at `subscribe`; on a
-/// connection that is already over it fails at `subscribe`), then `REQUEST_N` at the
-/// low-water mark. The subscriber runs on the connection's tokio
+/// connection that is already over or closing it fails at `subscribe`, and when the
+/// connection ends or starts closing before that first `request`, it fails without
+/// one), then `REQUEST_N` at the low-water mark. The subscriber runs on the connection's tokio
 /// runtime. A peer's ERROR arrives as an error whose source is a
 /// [`RemoteError`](super::RemoteError); the connection's end, as the error it ended
 /// with. One subscription: `subscribe` consumes it. Dropped unsubscribed, it cancels
@@ -383,23 +403,27 @@ impl Publisher for PayloadStream {
             Start::Accepted(inbox) => inbox,
             Start::Request(opening) => {
                 let single = matches!(opening, Opening::Response(_));
-                // On a connection that is over, the stream fails at once (rule 1.4:
-                // without waiting for a request that could not be sent).
-                let over = self.conn.over();
-                Inbox::new(
+                let inbox = Inbox::new(
                     self.conn.clone(),
                     InboxState {
                         stream: 0,
-                        opening: over.is_none().then_some(opening),
+                        opening: Some(opening),
                         items: VecDeque::new(),
                         delivering: 0,
-                        done: over.is_some(),
-                        end: over.map(Err),
+                        done: false,
+                        end: None,
                         granted: 0,
                         granted_total: 0,
                         single,
                     },
-                )
+                );
+                // The connection's end reaches the stream before its first request
+                // (rule 1.4: without waiting for a request that could not be sent);
+                // on a connection that is over or closing it fails at once.
+                if let Err(error) = self.conn.track_unopened(&inbox) {
+                    inbox.fail_unopened(error);
+                }
+                inbox
             }
         };
         let core: Arc<Core<StreamReceive, S>> = Core::new(StreamReceive {

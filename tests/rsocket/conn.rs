@@ -807,3 +807,35 @@ fn a_runtime_shut_down_under_an_open_stream_ends_it() {
     );
     drop((server, client));
 }
+
+/// Rule 1.4: a stream subscribed but not yet requested (not yet on the wire) hears
+/// the connection's end without any demand: when the peer goes away, and when the
+/// client closes. A stream subscribed after that fails at once.
+#[test]
+fn a_stream_not_yet_requested_hears_the_connections_end() {
+    let rt = runtime();
+    rt.block_on(async {
+        // The peer goes away (once it serves the connection: a round trip first).
+        let (server, client) = served().await;
+        let answer = first(client.request_response(Payload::data("echo:up"))).await;
+        assert_eq!(text(&answer.unwrap()), "up");
+        let waiting = subscribe_probe(client.request_stream(Payload::data("10")));
+        let channel = subscribe_probe(client.request_channel(weir::just(Payload::data("x"))));
+        drop(server);
+        wait_until(|| client.closed_with().is_some()).await;
+        for probe in [&waiting, &channel] {
+            await_probe(probe, move |p| p.await_error(PATIENCE)).await;
+            assert_eq!(probe.received_count(), 0);
+        }
+
+        // This side closes: nothing was open, so the connection ends at once, and
+        // the unrequested stream with it.
+        let (_server, client) = served().await;
+        let waiting = subscribe_probe(client.request_stream(Payload::data("10")));
+        client.close().await;
+        let error = await_probe(&waiting, move |p| p.await_error(PATIENCE)).await;
+        assert!(error.to_string().contains("clos"), "{error}");
+        let late = subscribe_probe(client.request_stream(Payload::data("10")));
+        await_probe(&late, move |p| p.await_error(PATIENCE)).await;
+    });
+}
