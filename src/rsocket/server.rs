@@ -97,7 +97,23 @@ impl<H: Handler> Handler for Arc<H> {
 pub struct Server {
     addr: SocketAddr,
     accept: JoinHandle<()>,
-    conns: Arc<Mutex<Vec<Weak<Conn>>>>,
+    /// The connections past their handshake; `None` once the server is dropped, so
+    /// that a connection finishing its handshake after that is closed, not served.
+    conns: Registry,
+}
+
+/// [`Server::conns`]: shared with the tasks that run handshakes.
+type Registry = Arc<Mutex<Option<Vec<Weak<Conn>>>>>;
+
+/// Close `conn` because the server shut down (an ERROR frame, then the socket).
+fn shut_down(conn: &Conn) {
+    conn.close(
+        Error::msg("rsocket: the server shut down"),
+        Some(Frame {
+            stream: 0,
+            body: error_body(ErrorCode::CONNECTION_CLOSE, "the server shut down"),
+        }),
+    );
 }
 
 impl std::fmt::Debug for Server {
@@ -124,7 +140,7 @@ impl Server {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let handler: Arc<dyn Handler> = Arc::new(handler);
-        let conns: Arc<Mutex<Vec<Weak<Conn>>>> = Arc::default();
+        let conns: Registry = Arc::new(Mutex::new(Some(Vec::new())));
         let registry = conns.clone();
         let accept = tokio::spawn(async move {
             loop {
@@ -141,9 +157,18 @@ impl Server {
                     (handler.clone(), config.clone(), registry.clone());
                 tokio::spawn(async move {
                     if let Some(conn) = handshake(socket, handler, config).await {
-                        let mut conns = registry.lock().unwrap_or_else(|p| p.into_inner());
-                        conns.retain(|c| c.strong_count() > 0);
-                        conns.push(Arc::downgrade(&conn));
+                        let served = {
+                            let mut conns = registry.lock().unwrap_or_else(|p| p.into_inner());
+                            conns.as_mut().map(|conns| {
+                                conns.retain(|c| c.strong_count() > 0);
+                                conns.push(Arc::downgrade(&conn));
+                            })
+                        };
+                        // The server was dropped during the handshake: the
+                        // connection ends as the others did.
+                        if served.is_none() {
+                            shut_down(&conn);
+                        }
                     }
                 });
             }
@@ -165,6 +190,7 @@ impl Server {
         let conns = self.conns.lock().unwrap_or_else(|p| p.into_inner());
         conns
             .iter()
+            .flatten()
             .filter_map(Weak::upgrade)
             .filter(|c| c.over().is_none())
             .count()
@@ -179,15 +205,14 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.accept.abort();
-        let conns = std::mem::take(&mut *self.conns.lock().unwrap_or_else(|p| p.into_inner()));
+        let conns = self
+            .conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .unwrap_or_default();
         for conn in conns.iter().filter_map(Weak::upgrade) {
-            conn.close(
-                Error::msg("rsocket: the server shut down"),
-                Some(Frame {
-                    stream: 0,
-                    body: error_body(ErrorCode::CONNECTION_CLOSE, "the server shut down"),
-                }),
-            );
+            shut_down(&conn);
         }
     }
 }

@@ -606,3 +606,45 @@ fn frames_a_read_brings_in_bulk_are_each_handled_once_in_order() {
         assert!(client.closed_with().is_none());
     });
 }
+
+/// A connection still in its handshake when the server is dropped is closed when the
+/// handshake completes (an ERROR CONNECTION_CLOSE, then the end), never served: the
+/// server closed only the connections registered after their handshake.
+#[test]
+fn a_connection_whose_setup_arrives_after_the_server_dropped_is_not_served() {
+    let rt = runtime();
+    rt.block_on(async {
+        let server = Server::bind("127.0.0.1:0", Service::default())
+            .await
+            .unwrap();
+        let socket = TcpStream::connect(server.local_addr()).await.unwrap();
+        // Give the server time to accept; its handshake then waits for the SETUP.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        drop(server);
+        let (read, mut write) = socket.into_split();
+        let mut frames = RawFrames(FramedRead::new(read, codec()));
+        write.write_all(&encode(&setup())).await.unwrap();
+        let request = Frame {
+            stream: 1,
+            body: Body::RequestResponse {
+                follows: false,
+                payload: Payload::data("echo:late"),
+            },
+        };
+        // The socket may already be shut down: a failed write is an answer too.
+        let _ = write.write_all(&encode(&request)).await;
+        loop {
+            let frame = tokio::time::timeout(PATIENCE, frames.next())
+                .await
+                .expect("the connection ends (it was served instead)");
+            match frame {
+                None => break,
+                Some(Frame {
+                    stream: 0,
+                    body: Body::Error { code, .. },
+                }) => assert_eq!(code, ErrorCode::CONNECTION_CLOSE),
+                Some(other) => panic!("served after the server was dropped: {other:?}"),
+            }
+        }
+    });
+}
