@@ -999,7 +999,7 @@ impl Conn {
     /// End the connection with `error` (sending `frame` first when given): every
     /// stream ends with the error, every local publisher is cancelled.
     pub(crate) fn close(&self, error: Error, frame: Option<Frame>) {
-        let streams = {
+        let (streams, unopened) = {
             let mut state = self.lock();
             if state.over.is_some() {
                 return;
@@ -1008,10 +1008,11 @@ impl Conn {
             state.control.clear();
             state.ready.clear();
             state.control.extend(frame);
-            let unopened = std::mem::take(&mut state.unopened);
-            (std::mem::take(&mut state.streams), unopened)
+            (
+                std::mem::take(&mut state.streams),
+                std::mem::take(&mut state.unopened),
+            )
         };
-        let (streams, unopened) = streams;
         self.wake_all();
         for (_, entry) in streams {
             if let Some(subscription) = entry.send.and_then(|s| s.subscription) {

@@ -327,8 +327,8 @@ impl Inbox {
 /// requests is opened at the subscriber's first `request`, not at `subscribe`; on a
 /// connection that is already over or closing it fails at `subscribe`, and when the
 /// connection ends or starts closing before that first `request`, it fails without
-/// one), then `REQUEST_N` at the low-water mark. The subscriber runs on the connection's tokio
-/// runtime. A peer's ERROR arrives as an error whose source is a
+/// one), then `REQUEST_N` at the low-water mark. The subscriber runs on the
+/// connection's tokio runtime. A peer's ERROR arrives as an error whose source is a
 /// [`RemoteError`](super::RemoteError); the connection's end, as the error it ended
 /// with. One subscription: `subscribe` consumes it. Dropped unsubscribed, it cancels
 /// the stream.
