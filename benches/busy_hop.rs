@@ -18,9 +18,13 @@
 //! steady, so the bench then runs *paired rounds*: for each `N` and prefetch, [`ROUNDS`]
 //! rounds of weir then crossbeam back to back, and prints the median over rounds of
 //! weir's rate ÷ crossbeam's rate within the round (above 1: weir faster), with the
-//! range.
+//! range. A round at `N = 8` meets anything from a quiet moment to a scheduler
+//! storm (one run of seven rounds spread 0.17–28 around its median), so there are
+//! [`ROUNDS`] of them.
+//!
+//! `-- paired` runs the paired phase alone; `-- <filter>` the criterion cases alone.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use criterion::{BenchmarkId, Criterion, Throughput};
 use weir::prelude::*;
@@ -30,7 +34,10 @@ const ITEMS: u64 = 200_000;
 const EXPECTED: u64 = ITEMS * (ITEMS - 1) / 2;
 const PREFETCHES: [u64; 2] = [16, 256];
 const SPINNERS: [usize; 3] = [0, 2, 8];
-const ROUNDS: usize = 7;
+const ROUNDS: usize = 21;
+
+#[path = "support/paired.rs"]
+mod paired;
 
 #[path = "../tests/adversarial/harness/spinners.rs"]
 mod spinners;
@@ -88,9 +95,7 @@ fn bench(c: &mut Criterion) {
 
 /// Items per second of one run of `run`, checking its sum.
 fn rate(run: impl FnOnce() -> u64) -> f64 {
-    let start = Instant::now();
-    assert_eq!(run(), EXPECTED, "wrong sum");
-    ITEMS as f64 / start.elapsed().as_secs_f64()
+    ITEMS as f64 / paired::secs(|| assert_eq!(run(), EXPECTED, "wrong sum"))
 }
 
 /// The paired phase: see the module docs.
@@ -110,28 +115,21 @@ fn paired() {
                 theirs.push(x);
                 ratios.push(w / x);
             }
-            for v in [&mut ratios, &mut ours, &mut theirs] {
-                v.sort_by(f64::total_cmp);
-            }
-            let mid = ROUNDS / 2;
+            let ratio = paired::spread(&mut ratios);
             println!(
                 "  spinners {n}, prefetch {p:3}: weir {:8.2}, crossbeam {:8.2}, ratio {:.2} ({:.2}-{:.2})",
-                ours[mid] / 1e6,
-                theirs[mid] / 1e6,
-                ratios[mid],
-                ratios[0],
-                ratios[ROUNDS - 1]
+                paired::spread(&mut ours).median / 1e6,
+                paired::spread(&mut theirs).median / 1e6,
+                ratio.median,
+                ratio.min,
+                ratio.max
             );
         }
     }
 }
 
+criterion::criterion_group!(benches, bench);
+
 fn main() {
-    let mut criterion = Criterion::default().configure_from_args();
-    bench(&mut criterion);
-    criterion.final_summary();
-    // `cargo bench --bench busy_hop -- <filter>` runs the criterion cases only.
-    if std::env::args().skip(1).all(|arg| arg.starts_with('-')) {
-        paired();
-    }
+    paired::main_with_paired(benches, paired);
 }
