@@ -235,6 +235,16 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
         false
     }
 
+    /// What the lingering task polls for before it settles for
+    /// [`has_work`](Self::has_work) (asked once, when the polls are over): a run
+    /// of work worth a pass. A stage whose producers write items one by one into a
+    /// ring the drain reads answers whether a run of them is written, so that the
+    /// drain does not take each item as soon as it is written, reading the line
+    /// the producer is still filling. The default is `has_work`.
+    fn has_work_run(&self, demand: &AtomicDemand) -> bool {
+        self.has_work(demand)
+    }
+
     /// True for a stage whose producers publish work that [`has_work`](Self::has_work)
     /// sees and then call [`Core::notify`] instead of [`Core::signal`]: while a
     /// lingering task owns the loop it is marked *watching*, and a producer that sees
@@ -809,18 +819,22 @@ where
                 // many runs it publishes), so the stage is asked too: then the next
                 // pass runs on the reasons already held. Not while other tasks wait
                 // for this thread: they may be the very ones we would wait for.
-                Backoff::wait(|| {
+                // The polls look for a run of work; after them, for any.
+                let looks = watch || !G::WATCHED;
+                let hit = Backoff::wait(|| {
                     if self.wip.pending() != missed {
                         return true;
                     }
-                    unsignalled = (watch || !G::WATCHED)
-                        && !self.is_stopping()
-                        && self.stage.has_work(&self.demand);
+                    unsignalled =
+                        looks && !self.is_stopping() && self.stage.has_work_run(&self.demand);
                     if !unsignalled {
                         crowded = self.crowded();
                     }
                     unsignalled || crowded
                 });
+                if !hit {
+                    unsignalled = looks && !self.is_stopping() && self.stage.has_work(&self.demand);
+                }
             }
             if !unsignalled {
                 missed = self.wip.leave(missed);

@@ -667,6 +667,53 @@ fn single_items_from_another_thread_reach_a_drain_that_comes_and_goes() {
     }
 }
 
+/// A drain watching a channel polls for a *run* of written items and takes fewer
+/// only when its polls end. Here no run ever comes: the producer sends the next
+/// item only once the last one came out (`try_send`, then `send_blocking`), so
+/// every item is a lone one; each must come out, in order, to a `publish_on` drain
+/// and to a thread waiting for a `fold` (the sink's own watcher), window 256 and 1.
+#[test]
+fn lone_items_that_never_make_a_run_still_come_out() {
+    const ROUND_TRIPS: u64 = 3_000;
+    for (behind_publish_on, prefetch) in [(true, 256), (true, 1), (false, 256)] {
+        let (tx, rx) = weir::channel::<u64>(1_024, ChannelPolicy::Backpressure);
+        let (echo, echoed) = std::sync::mpsc::channel::<u64>();
+        let producer = std::thread::spawn(move || {
+            for i in 0..ROUND_TRIPS {
+                if i % 2 == 0 {
+                    tx.try_send(i).expect("room: one item in flight at a time");
+                } else {
+                    tx.send_blocking(i).expect("open");
+                }
+                let back = echoed
+                    .recv_timeout(PATIENCE)
+                    .unwrap_or_else(|_| panic!("item {i} never came out"));
+                assert_eq!(back, i, "in order");
+            }
+        });
+        let step = move |n: u64, x: u64| {
+            echo.send(x).expect("the producer waits for it");
+            n + 1
+        };
+        let mut handle = if behind_publish_on {
+            rx.publish_on(pool(), prefetch).fold(0u64, step)
+        } else {
+            rx.fold(0u64, step)
+        };
+        // Waiting while the producer runs: without the boundary, this thread is
+        // the channel's watcher.
+        let count = handle
+            .wait_timeout(PATIENCE * 3)
+            .expect("completes once the producer is gone")
+            .expect("no error");
+        producer.join().expect("every item came out");
+        assert_eq!(
+            count, ROUND_TRIPS,
+            "publish_on {behind_publish_on}, prefetch {prefetch}"
+        );
+    }
+}
+
 #[test]
 fn a_boundary_in_front_of_a_slow_subscriber_reports_live_figures() {
     // The drain's pass never ends while the ring keeps refilling (the subscriber
