@@ -9,7 +9,8 @@
 //! 2. the same channel → hub → four `fold`s on the producer's thread;
 //! 3. the same channel → `publish_on(pool of 1, 256)` → hub → four `fold`s;
 //! 4. the same channel → `publish_on(pool of 1, 256)` → hub → four
-//!    `publish_on(pool of 2, 256)`.
+//!    `publish_on(pool of 2, 256)`;
+//! 5. the same channel → hub → four threads iterating `blocking_iter(256)`.
 //!
 //! Each round runs every case once on each build, alternating which goes first; the
 //! ratio (current ÷ base: above 1 is faster now) is taken inside the round.
@@ -89,8 +90,23 @@ macro_rules! cases {
                             tx.send_blocking(i).expect("the hub reads");
                         }
                     });
-                    let consumers = (case == 1 || case == 4).then_some(&pools.consumers);
-                    let sum = fold_all(&hub, consumers);
+                    let sum = if case == 5 {
+                        let threads: Vec<_> = (0..SUBSCRIBERS)
+                            .map(|_| {
+                                let items = hub.clone().blocking_iter(256);
+                                std::thread::spawn(move || {
+                                    items.map(|x| x.unwrap()).fold(0u64, add)
+                                })
+                            })
+                            .collect();
+                        let sums: Vec<u64> =
+                            threads.into_iter().map(|t| t.join().unwrap()).collect();
+                        assert!(sums.windows(2).all(|w| w[0] == w[1]), "every thread saw the same");
+                        sums[0]
+                    } else {
+                        let consumers = (case == 1 || case == 4).then_some(&pools.consumers);
+                        fold_all(&hub, consumers)
+                    };
                     producer.join().unwrap();
                     sum
                 };
@@ -114,6 +130,7 @@ fn main() {
         "channel → hub → 4 × fold (producer's thread)",
         "channel → publish_on → hub → 4 × fold",
         "channel → publish_on → hub → 4 × publish_on",
+        "channel → hub → 4 threads iterating",
     ];
     let expected = (0..n).fold(0u64, |sum, x| sum.wrapping_add(x));
     println!("{rounds} rounds of {n} items; ratio = current ÷ base (same round)");
