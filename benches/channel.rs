@@ -316,7 +316,7 @@ fn two_rmw_floor() -> u64 {
 }
 
 /// Rounds of the paired phase.
-const ROUNDS: usize = 15;
+const ROUNDS: usize = 31;
 
 /// The paired phase: see the module docs.
 fn paired() {
