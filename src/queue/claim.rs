@@ -273,13 +273,17 @@ impl<T> ClaimRing<T> {
 
     /// Whether a run of `n` items (at most the capacity; at least 1) from the
     /// reader's last published position is written: a hint for a watcher that
-    /// would rather take items a run at a time than one by one.
+    /// would rather take items a run at a time than one by one. It reads the run's
+    /// last slot, and only then its first: with several senders the first may
+    /// still be claimed and unwritten, and a pull would stop there (a run implies
+    /// [`has_ready`](Self::has_ready)).
     pub(crate) fn has_run(&self, n: usize) -> bool {
         let n = n.clamp(1, self.capacity());
-        // Relaxed, both: a hint (as `has_ready`).
+        // Relaxed, all: a hint (as `has_ready`).
         let head = self.head.load(Ordering::Relaxed);
         let last = self.advance(head, n - 1);
         self.slot(last).stamp.load(Ordering::Relaxed) == last.wrapping_add(1)
+            && self.slot(head).stamp.load(Ordering::Relaxed) == head.wrapping_add(1)
     }
 
     /// The reader's last published position: moves when a drain takes items (a

@@ -114,6 +114,30 @@ impl Backoff {
         hit
     }
 
+    /// [`wait`](Self::wait) for a *run* of work, settling for any at the end:
+    /// `ready(false)` asks for a run (each poll), `ready(true)` for anything (once,
+    /// when the polls are used up or skipped). A wait whose last look finds work
+    /// after polls counts as a hit, as a poll that found it would: the other side
+    /// was running meanwhile, so the thread keeps polling (counted as a miss, a
+    /// producer too slow to fill a run within the polls would soon turn polling
+    /// off for every wait of the thread).
+    #[inline]
+    pub(crate) fn wait_settling(mut ready: impl FnMut(bool) -> bool) -> bool {
+        if cfg!(weir_loom) {
+            return ready(false) || ready(true);
+        }
+        if ready(false) {
+            return true;
+        }
+        if !may_poll() {
+            // As `wait`'s single check: not counted either way.
+            return ready(true);
+        }
+        let hit = Self::poll(&mut || ready(false)) || ready(true);
+        record(hit);
+        hit
+    }
+
     /// The polls of [`wait`](Self::wait), after a first check that missed.
     #[inline]
     fn poll(ready: &mut impl FnMut() -> bool) -> bool {

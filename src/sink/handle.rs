@@ -233,8 +233,15 @@ impl<R, E> SinkState<R, E> {
                     // fast sender fills a run in a fraction of that moment, and
                     // taking items one by one as each is written made this thread
                     // and the sender's fight over the same line per item.
-                    let run = Backoff::wait(|| ended() || pull.ready_run());
-                    if ended() || (!run && !pull.ready()) {
+                    let found = Backoff::wait_settling(|settle| {
+                        ended()
+                            || if settle {
+                                pull.ready()
+                            } else {
+                                pull.ready_run()
+                            }
+                    });
+                    if ended() || !found {
                         break;
                     }
                     let before = pull.taken();

@@ -253,7 +253,8 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
 
     /// For a [`WATCHED`](Self::WATCHED) stage: whether a lingering task that starts
     /// now watches (marks itself and looks for unsignalled work with
-    /// [`has_work`](Self::has_work)); otherwise it waits for signals only, and
+    /// [`has_work_run`](Self::has_work_run) and [`has_work`](Self::has_work));
+    /// otherwise it waits for signals only, and
     /// `notify` signals. Looking costs a drain whose producer sends large batches
     /// (it reads lines the producer is writing), so a stage may watch only while
     /// batches are small. The default is true.
@@ -819,22 +820,24 @@ where
                 // many runs it publishes), so the stage is asked too: then the next
                 // pass runs on the reasons already held. Not while other tasks wait
                 // for this thread: they may be the very ones we would wait for.
-                // The polls look for a run of work; after them, for any.
+                // The polls look for a run of work; the last look, for any.
                 let looks = watch || !G::WATCHED;
-                let hit = Backoff::wait(|| {
+                Backoff::wait_settling(|settle| {
                     if self.wip.pending() != missed {
                         return true;
                     }
-                    unsignalled =
-                        looks && !self.is_stopping() && self.stage.has_work_run(&self.demand);
+                    unsignalled = looks
+                        && !self.is_stopping()
+                        && if settle {
+                            self.stage.has_work(&self.demand)
+                        } else {
+                            self.stage.has_work_run(&self.demand)
+                        };
                     if !unsignalled {
                         crowded = self.crowded();
                     }
                     unsignalled || crowded
                 });
-                if !hit {
-                    unsignalled = looks && !self.is_stopping() && self.stage.has_work(&self.demand);
-                }
             }
             if !unsignalled {
                 missed = self.wip.leave(missed);

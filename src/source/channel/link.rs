@@ -59,8 +59,8 @@ const UNSTAMPED: usize = 64;
 /// polls the lane for before it pulls ([`Pull::ready_run`]): half the lane (one
 /// batch: [`BATCH`] at most), so that senders fill the other half while the
 /// watcher takes a run. The watcher reads the line of the run's last slot, which
-/// senders write once per run: polling nearer slots took lines from a sender that
-/// was still filling them. A `try_send` per item into a channel of 4,096 summed by
+/// senders reach only as the run completes: polling nearer slots took lines from a
+/// sender that was still filling them. A `try_send` per item into a channel of 4,096 summed by
 /// `fold(..).wait()` took 25.5 ms per 1M items at a run of 16, 22.9–25.0 at 32,
 /// 19.0–19.2 at 64, 18.1–19.4 at 128 (a probe, medians of 30); in the `channel`
 /// bench's paired phase, three rounds each way alternating, 20.1–22.2 ms at 64
