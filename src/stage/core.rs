@@ -254,10 +254,10 @@ pub(crate) trait Stage: Send + Sync + Sized + 'static {
     /// For a [`WATCHED`](Self::WATCHED) stage: whether a lingering task that starts
     /// now watches (marks itself and looks for unsignalled work with
     /// [`has_work_run`](Self::has_work_run) and [`has_work`](Self::has_work));
-    /// otherwise it waits for signals only, and
-    /// `notify` signals. Looking costs a drain whose producer sends large batches
-    /// (it reads lines the producer is writing), so a stage may watch only while
-    /// batches are small. The default is true.
+    /// otherwise it waits for signals only, and `notify` signals. Looking costs a
+    /// drain whose producer sends large batches (it reads lines the producer is
+    /// writing), so a stage may watch only while batches are small. The default is
+    /// true.
     fn watches(&self) -> bool {
         true
     }

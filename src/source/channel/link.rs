@@ -55,18 +55,6 @@ pub(super) const STAGE: &str = "channel";
 /// flushes, to stamp their counts ([`Link::hand_off`]).
 const UNSTAMPED: usize = 64;
 
-/// The run of written items a waiting sink (or a lingering `publish_on` drain)
-/// polls the lane for before it pulls ([`Pull::ready_run`]): half the lane (one
-/// batch: [`BATCH`] at most), so that senders fill the other half while the
-/// watcher takes a run. The watcher reads the line of the run's last slot, which
-/// senders reach only as the run completes: polling nearer slots took lines from a
-/// sender that was still filling them. A `try_send` per item into a channel of 4,096 summed by
-/// `fold(..).wait()` took 25.5 ms per 1M items at a run of 16, 22.9–25.0 at 32,
-/// 19.0–19.2 at 64, 18.1–19.4 at 128 (a probe, medians of 30); in the `channel`
-/// bench's paired phase, three rounds each way alternating, 20.1–22.2 ms at 64
-/// and 19.1–20.5 at 128.
-const LANE_RUN: usize = BATCH / 2;
-
 /// Hand-offs whose demand the owner settles at once ([`Buffers::unsettled`]).
 const UNSETTLED: u64 = 64;
 
@@ -1616,11 +1604,20 @@ impl<T: Send + 'static> Pull for Link<T> {
             .is_some_and(|lane| lane.has_ready())
     }
 
+    /// Half the lane written (128 items of a lane of 256): senders fill the other
+    /// half while the watcher (a waiting sink, a lingering `publish_on` drain)
+    /// takes a run. The watcher reads the line of the run's last slot, which
+    /// senders reach only as the run completes: polling nearer slots took lines
+    /// from a sender that was still filling them. A `try_send` per item into a
+    /// channel of 4,096 summed by `fold(..).wait()` took 25.5 ms per 1M items at a
+    /// run of 16, 22.9–25.0 at 32, 19.0–19.2 at 64, 18.1–19.4 at 128 (a probe,
+    /// medians of 30); in the `channel` bench's paired phase, three rounds each way
+    /// alternating, 20.1–22.2 ms at 64 and 19.1–20.5 at 128.
     fn ready_run(&self) -> bool {
         self.stage()
             .lane
             .as_ref()
-            .is_some_and(|lane| lane.has_run(LANE_RUN.min(lane.capacity() / 2)))
+            .is_some_and(|lane| lane.has_run(lane.capacity() / 2))
     }
 
     fn taken(&self) -> usize {
